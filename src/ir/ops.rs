@@ -1,0 +1,537 @@
+//! Typed operators of the graph IR.
+//!
+//! Each variant carries the ONNX attributes it needs, already validated by the importer.
+//! Parameters that ONNX passes as *inputs* (Reshape's shape, Slice's starts, Resize's
+//! scales, Pad's pads, TopK's k, Clip's bounds, ...) stay inputs here; once the compiler
+//! has folded them they are constant values of the graph, which shape inference and the
+//! execution planner read from there.
+
+/// Element-wise single-input functions. Also used as fused epilogue steps.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub enum UnaryOp {
+    Relu,
+    LeakyRelu {
+        alpha: f32,
+    },
+    /// Clamp to `[min, max]` (Clip with constant bounds; ReLU6 is `Clip{0,6}`).
+    Clip {
+        min: f32,
+        max: f32,
+    },
+    Sigmoid,
+    HardSigmoid {
+        alpha: f32,
+        beta: f32,
+    },
+    HardSwish,
+    Elu {
+        alpha: f32,
+    },
+    Selu {
+        alpha: f32,
+        gamma: f32,
+    },
+    Tanh,
+    /// Gelu; `tanh_approx` selects the tanh approximation.
+    Gelu {
+        tanh_approx: bool,
+    },
+    Erf,
+    Softplus,
+    Exp,
+    Log,
+    Abs,
+    Neg,
+    Sqrt,
+    Reciprocal,
+    Floor,
+    Ceil,
+    Round,
+    Sign,
+    Not,
+    Sin,
+    Cos,
+    Identity,
+}
+
+/// Element-wise two-input functions with numpy broadcasting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Pow,
+    Max,
+    Min,
+    /// Integer/float remainder (`fmod` selects C fmod semantics).
+    Mod {
+        fmod: bool,
+    },
+    Equal,
+    Less,
+    LessOrEqual,
+    Greater,
+    GreaterOrEqual,
+    And,
+    Or,
+    Xor,
+    /// PRelu: `x if x >= 0 else x * slope`, slope broadcast.
+    PRelu,
+}
+
+/// Reductions over axes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum ReduceOp {
+    Mean,
+    Sum,
+    Max,
+    Min,
+    Prod,
+    L1,
+    L2,
+    SumSquare,
+    LogSumExp,
+}
+
+/// One step of a fused epilogue, applied to each output element of a Conv/Gemm/MatMul
+/// right after the accumulation (and bias), in order.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub enum PostOp {
+    /// An element-wise function.
+    Unary(UnaryOp),
+    /// `y = y * scale[c] + shift[c]` per output channel (channel = dim 1 for Conv,
+    /// the last dim for Gemm/MatMul).
+    ChannelAffine { scale: Vec<f32>, shift: Vec<f32> },
+    /// PRelu with one slope per output channel.
+    ChannelPRelu { slope: Vec<f32> },
+    /// `y = y + residual`, where the residual is node input number `input` (same shape
+    /// as the output).
+    AddInput { input: usize },
+}
+
+/// Convolution geometry shared by Conv, ConvTranspose and pooling (spatial dims only).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ConvGeom {
+    /// Kernel size per spatial dim.
+    pub kernel: Vec<usize>,
+    /// Strides per spatial dim.
+    pub strides: Vec<usize>,
+    /// Dilations per spatial dim.
+    pub dilations: Vec<usize>,
+    /// Padding: begins of every spatial dim, then ends (ONNX order), explicit even when
+    /// the model used `auto_pad` (resolved once shapes are known).
+    pub pads: Vec<usize>,
+    /// Unresolved ONNX `auto_pad` (`SAME_UPPER`, `SAME_LOWER`, `VALID`); `None` once
+    /// resolved into `pads` or when the model used explicit pads.
+    pub auto_pad: Option<String>,
+}
+
+/// Resize interpolation mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum ResizeMode {
+    Nearest,
+    Linear,
+    Cubic,
+}
+
+/// Resize `coordinate_transformation_mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum CoordMode {
+    HalfPixel,
+    PytorchHalfPixel,
+    AlignCorners,
+    Asymmetric,
+    TfCropAndResize,
+    HalfPixelSymmetric,
+}
+
+/// Resize `nearest_mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum NearestMode {
+    RoundPreferFloor,
+    RoundPreferCeil,
+    Floor,
+    Ceil,
+}
+
+/// Pad mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum PadMode {
+    Constant,
+    Reflect,
+    Edge,
+    Wrap,
+}
+
+/// RNN direction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum RnnDirection {
+    Forward,
+    Reverse,
+    Bidirectional,
+}
+
+/// Colour format of a raw image input, for the preprocessing node the compiler inserts
+/// when the compile config declares an image input type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum ImageFormat {
+    Nv12,
+    Yuv444,
+    Rgb,
+    Bgr,
+    Gray,
+}
+
+/// An operator with its attributes. Inputs are positional as in ONNX (optional inputs
+/// absent are `None` in [`crate::ir::Node::inputs`]).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub enum Op {
+    /// inputs: X, W, [B], then residuals referenced by `post`.
+    Conv {
+        geom: ConvGeom,
+        group: usize,
+        post: Vec<PostOp>,
+    },
+    /// inputs: X, W, [B].
+    ConvTranspose {
+        geom: ConvGeom,
+        group: usize,
+        output_padding: Vec<usize>,
+        output_shape: Vec<usize>,
+    },
+    /// inputs: A, B, [C], then residuals.
+    Gemm {
+        alpha: f32,
+        beta: f32,
+        trans_a: bool,
+        trans_b: bool,
+        post: Vec<PostOp>,
+    },
+    /// inputs: A, B, then residuals. A bias folded into MatMul is a `ChannelAffine` post-op.
+    MatMul {
+        post: Vec<PostOp>,
+    },
+    /// inputs: X, scale, B, mean, var.
+    BatchNorm {
+        epsilon: f32,
+    },
+    /// inputs: X, scale, B.
+    InstanceNorm {
+        epsilon: f32,
+    },
+    /// inputs: X, scale, [B].
+    LayerNorm {
+        axis: i64,
+        epsilon: f32,
+    },
+    Unary(UnaryOp),
+    Binary(BinaryOp),
+    /// inputs: condition, X, Y.
+    Where,
+    /// inputs: X, [min], [max] (opset ≥ 11) — folded to `Unary(Clip)` when constant.
+    ClipDynamic,
+    MaxPool {
+        geom: ConvGeom,
+        ceil_mode: bool,
+    },
+    AveragePool {
+        geom: ConvGeom,
+        ceil_mode: bool,
+        count_include_pad: bool,
+    },
+    GlobalAveragePool,
+    GlobalMaxPool,
+    Concat {
+        axis: i64,
+    },
+    /// inputs: X, [split] (opset ≥ 13); `split` attribute for older opsets.
+    Split {
+        axis: i64,
+        split: Option<Vec<i64>>,
+        num_outputs: usize,
+    },
+    /// inputs: data, starts, ends, [axes], [steps] (opset ≥ 10).
+    Slice,
+    /// inputs: data, shape. Also what Flatten/Squeeze/Unsqueeze become once shapes are known.
+    Reshape {
+        allowzero: bool,
+    },
+    Flatten {
+        axis: i64,
+    },
+    /// inputs: data, [axes] (opset ≥ 13); `axes` attribute for older opsets.
+    Squeeze {
+        axes: Option<Vec<i64>>,
+    },
+    Unsqueeze {
+        axes: Option<Vec<i64>>,
+    },
+    Transpose {
+        perm: Option<Vec<usize>>,
+    },
+    /// inputs: data, pads, [constant_value], [axes].
+    Pad {
+        mode: PadMode,
+    },
+    /// inputs: X, [roi], [scales], [sizes]. (`Upsample` imports as Resize.)
+    Resize {
+        mode: ResizeMode,
+        coord: CoordMode,
+        nearest: NearestMode,
+        cubic_coeff_a: f32,
+        exclude_outside: bool,
+        extrapolation_value: f32,
+    },
+    Softmax {
+        axis: i64,
+    },
+    LogSoftmax {
+        axis: i64,
+    },
+    /// inputs: data, [axes] (opset ≥ 18, 13 for ReduceSum); `axes` attribute before.
+    Reduce {
+        op: ReduceOp,
+        axes: Option<Vec<i64>>,
+        keepdims: bool,
+        noop_with_empty_axes: bool,
+    },
+    ArgMax {
+        axis: i64,
+        keepdims: bool,
+        select_last_index: bool,
+    },
+    ArgMin {
+        axis: i64,
+        keepdims: bool,
+        select_last_index: bool,
+    },
+    /// inputs: X, K.
+    TopK {
+        axis: i64,
+        largest: bool,
+        sorted: bool,
+    },
+    /// inputs: data, indices.
+    Gather {
+        axis: i64,
+    },
+    GatherElements {
+        axis: i64,
+    },
+    /// inputs: input, shape.
+    Expand,
+    Cast {
+        to: crate::ir::DType,
+    },
+    /// inputs: X, W, R, [B], [sequence_lens], [initial_h], [initial_c], [P].
+    Lstm {
+        hidden_size: usize,
+        direction: RnnDirection,
+        layout: i64,
+    },
+    /// inputs: X, W, R, [B], [sequence_lens], [initial_h].
+    Gru {
+        hidden_size: usize,
+        direction: RnnDirection,
+        linear_before_reset: bool,
+        layout: i64,
+    },
+    DepthToSpace {
+        blocksize: usize,
+        crd_mode: bool,
+    },
+    SpaceToDepth {
+        blocksize: usize,
+    },
+    /// inputs: X. Output: 1-D i64 shape (folded to a constant once shapes are static).
+    Shape {
+        start: i64,
+        end: Option<i64>,
+    },
+    /// inputs: shape. Output filled with `value`.
+    ConstantOfShape {
+        value: crate::ir::Tensor,
+    },
+    /// inputs: start, limit, delta.
+    Range,
+    /// inputs: X, repeats.
+    Tile,
+    /// inputs: X, [axis] — cumulative sum.
+    CumSum {
+        exclusive: bool,
+        reverse: bool,
+    },
+    /// Non-maximum suppression (CPU). inputs: boxes, scores, [max_out], [iou_thr], [score_thr].
+    NonMaxSuppression {
+        center_point_box: bool,
+    },
+    /// Colour conversion + normalisation of a raw image input into an NCHW f32 tensor
+    /// (inserted by the compiler for image input types). input: the raw u8 image in
+    /// `layout` (NHWC or NCHW; NV12 is a single plane Y then interleaved UV).
+    Preprocess {
+        format: ImageFormat,
+        nhwc: bool,
+        mean: Vec<f32>,
+        scale: Vec<f32>,
+        to_bgr: bool,
+    },
+    /// Test-only operator (domain `ai.vnpu.test`, op `Spin`): copies its input to its
+    /// output after busy-waiting `micros`. Lets scheduling tests build FCs of known length.
+    Spin {
+        micros: u64,
+    },
+    /// Test-only operator (domain `ai.vnpu.test`, op `Fail`): fails (`panic = false`) or
+    /// panics when executed, to test fault containment.
+    Fail {
+        panic: bool,
+    },
+}
+
+impl Op {
+    /// The ONNX-style operator name, used in messages, `vnpu info` and traces.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Conv { .. } => "Conv",
+            Op::ConvTranspose { .. } => "ConvTranspose",
+            Op::Gemm { .. } => "Gemm",
+            Op::MatMul { .. } => "MatMul",
+            Op::BatchNorm { .. } => "BatchNormalization",
+            Op::InstanceNorm { .. } => "InstanceNormalization",
+            Op::LayerNorm { .. } => "LayerNormalization",
+            Op::Unary(u) => u.name(),
+            Op::Binary(b) => b.name(),
+            Op::Where => "Where",
+            Op::ClipDynamic => "Clip",
+            Op::MaxPool { .. } => "MaxPool",
+            Op::AveragePool { .. } => "AveragePool",
+            Op::GlobalAveragePool => "GlobalAveragePool",
+            Op::GlobalMaxPool => "GlobalMaxPool",
+            Op::Concat { .. } => "Concat",
+            Op::Split { .. } => "Split",
+            Op::Slice => "Slice",
+            Op::Reshape { .. } => "Reshape",
+            Op::Flatten { .. } => "Flatten",
+            Op::Squeeze { .. } => "Squeeze",
+            Op::Unsqueeze { .. } => "Unsqueeze",
+            Op::Transpose { .. } => "Transpose",
+            Op::Pad { .. } => "Pad",
+            Op::Resize { .. } => "Resize",
+            Op::Softmax { .. } => "Softmax",
+            Op::LogSoftmax { .. } => "LogSoftmax",
+            Op::Reduce { op, .. } => op.name(),
+            Op::ArgMax { .. } => "ArgMax",
+            Op::ArgMin { .. } => "ArgMin",
+            Op::TopK { .. } => "TopK",
+            Op::Gather { .. } => "Gather",
+            Op::GatherElements { .. } => "GatherElements",
+            Op::Expand => "Expand",
+            Op::Cast { .. } => "Cast",
+            Op::Lstm { .. } => "LSTM",
+            Op::Gru { .. } => "GRU",
+            Op::DepthToSpace { .. } => "DepthToSpace",
+            Op::SpaceToDepth { .. } => "SpaceToDepth",
+            Op::Shape { .. } => "Shape",
+            Op::ConstantOfShape { .. } => "ConstantOfShape",
+            Op::Range => "Range",
+            Op::Tile => "Tile",
+            Op::CumSum { .. } => "CumSum",
+            Op::NonMaxSuppression { .. } => "NonMaxSuppression",
+            Op::Preprocess { .. } => "Preprocess",
+            Op::Spin { .. } => "Spin",
+            Op::Fail { .. } => "Fail",
+        }
+    }
+
+    /// The fused epilogue of a Conv/Gemm/MatMul, if this op has one.
+    pub fn post_ops(&self) -> Option<&Vec<PostOp>> {
+        match self {
+            Op::Conv { post, .. } | Op::Gemm { post, .. } | Op::MatMul { post } => Some(post),
+            _ => None,
+        }
+    }
+
+    /// Mutable access to the fused epilogue of a Conv/Gemm/MatMul.
+    pub fn post_ops_mut(&mut self) -> Option<&mut Vec<PostOp>> {
+        match self {
+            Op::Conv { post, .. } | Op::Gemm { post, .. } | Op::MatMul { post } => Some(post),
+            _ => None,
+        }
+    }
+}
+
+impl UnaryOp {
+    /// ONNX operator name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            UnaryOp::Relu => "Relu",
+            UnaryOp::LeakyRelu { .. } => "LeakyRelu",
+            UnaryOp::Clip { .. } => "Clip",
+            UnaryOp::Sigmoid => "Sigmoid",
+            UnaryOp::HardSigmoid { .. } => "HardSigmoid",
+            UnaryOp::HardSwish => "HardSwish",
+            UnaryOp::Elu { .. } => "Elu",
+            UnaryOp::Selu { .. } => "Selu",
+            UnaryOp::Tanh => "Tanh",
+            UnaryOp::Gelu { .. } => "Gelu",
+            UnaryOp::Erf => "Erf",
+            UnaryOp::Softplus => "Softplus",
+            UnaryOp::Exp => "Exp",
+            UnaryOp::Log => "Log",
+            UnaryOp::Abs => "Abs",
+            UnaryOp::Neg => "Neg",
+            UnaryOp::Sqrt => "Sqrt",
+            UnaryOp::Reciprocal => "Reciprocal",
+            UnaryOp::Floor => "Floor",
+            UnaryOp::Ceil => "Ceil",
+            UnaryOp::Round => "Round",
+            UnaryOp::Sign => "Sign",
+            UnaryOp::Not => "Not",
+            UnaryOp::Sin => "Sin",
+            UnaryOp::Cos => "Cos",
+            UnaryOp::Identity => "Identity",
+        }
+    }
+}
+
+impl BinaryOp {
+    /// ONNX operator name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            BinaryOp::Add => "Add",
+            BinaryOp::Sub => "Sub",
+            BinaryOp::Mul => "Mul",
+            BinaryOp::Div => "Div",
+            BinaryOp::Pow => "Pow",
+            BinaryOp::Max => "Max",
+            BinaryOp::Min => "Min",
+            BinaryOp::Mod { .. } => "Mod",
+            BinaryOp::Equal => "Equal",
+            BinaryOp::Less => "Less",
+            BinaryOp::LessOrEqual => "LessOrEqual",
+            BinaryOp::Greater => "Greater",
+            BinaryOp::GreaterOrEqual => "GreaterOrEqual",
+            BinaryOp::And => "And",
+            BinaryOp::Or => "Or",
+            BinaryOp::Xor => "Xor",
+            BinaryOp::PRelu => "PRelu",
+        }
+    }
+}
+
+impl ReduceOp {
+    /// ONNX operator name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ReduceOp::Mean => "ReduceMean",
+            ReduceOp::Sum => "ReduceSum",
+            ReduceOp::Max => "ReduceMax",
+            ReduceOp::Min => "ReduceMin",
+            ReduceOp::Prod => "ReduceProd",
+            ReduceOp::L1 => "ReduceL1",
+            ReduceOp::L2 => "ReduceL2",
+            ReduceOp::SumSquare => "ReduceSumSquare",
+            ReduceOp::LogSumExp => "ReduceLogSumExp",
+        }
+    }
+}

@@ -1,0 +1,11 @@
+//! Runtime: packed models, models, tasks and the process-wide configuration.
+//!
+//! This is the Rust API under the C ABI (`ffi`). Everything here is thread-safe.
+
+pub mod config;
+mod model;
+mod task;
+
+pub use config::RuntimeConfig;
+pub use model::{ElemType, Model, PackedModel, Quant, TensorDesc, TensorLayout};
+pub use task::{CtrlParams, IoBuffer, ModelRequest, Roi, Runtime, Task, TaskDoneCallback};
