@@ -14,3 +14,8 @@ pub mod ir;
 pub mod runtime;
 
 pub use error::{Error, Result};
+pub mod compile;
+pub mod format;
+
+/// The vnpu version (crate version), part of compiled-file manifests and cache keys.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -4,8 +4,10 @@
 
 pub mod config;
 mod model;
+pub mod loader;
 mod task;
 
 pub use config::RuntimeConfig;
+pub use loader::LoadSource;
 pub use model::{ElemType, Model, PackedModel, Quant, TensorDesc, TensorLayout};
 pub use task::{CtrlParams, IoBuffer, ModelRequest, Roi, Runtime, Task, TaskDoneCallback};
