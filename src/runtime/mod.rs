@@ -10,4 +10,4 @@ mod task;
 pub use config::RuntimeConfig;
 pub use loader::LoadSource;
 pub use model::{ElemType, Model, PackedModel, Quant, TensorDesc, TensorLayout};
-pub use task::{CtrlParams, IoBuffer, ModelRequest, Roi, Runtime, Task, TaskDoneCallback};
+pub use task::{CtrlParams, IoBuffer, ModelRequest, Roi, RoiFrame, Runtime, Task, TaskDoneCallback};

@@ -108,73 +108,113 @@ struct InferBody {
     label: String,
 }
 
+/// A validated model part before submission.
+struct PartSpec {
+    model: Arc<Model>,
+    inputs: Vec<InputSource>,
+    outputs: Vec<IoBuffer>,
+}
+
+/// An NV12 frame in caller memory for ROI inference.
+#[derive(Debug, Clone, Copy)]
+pub struct RoiFrame {
+    /// The Y plane.
+    pub y: IoBuffer,
+    /// The interleaved UV plane (may directly follow Y in the same buffer).
+    pub uv: IoBuffer,
+    /// Frame width in pixels.
+    pub width: usize,
+    /// Frame height in pixels.
+    pub height: usize,
+    /// Row stride of the Y plane in bytes.
+    pub y_stride: usize,
+    /// Row stride of the UV plane in bytes.
+    pub uv_stride: usize,
+}
+
+/// Checks a plain request against its model and turns it into a part.
+fn part_of(r: &ModelRequest) -> Result<PartSpec> {
+    let m = &r.model;
+    if !r.rois.is_empty() {
+        return Err(Error::ApiUse("ROI requests go through Runtime::submit_roi".into()));
+    }
+    if r.inputs.len() != m.inputs.len() || r.outputs.len() != m.outputs.len() {
+        return Err(Error::InvalidArgument {
+            name: "tensors".into(),
+            reason: format!(
+                "model '{}' takes {} inputs and {} outputs, got {} and {}",
+                m.name,
+                m.inputs.len(),
+                m.outputs.len(),
+                r.inputs.len(),
+                r.outputs.len()
+            ),
+        });
+    }
+    let mut inputs = Vec::with_capacity(r.inputs.len());
+    for (i, planes) in r.inputs.iter().enumerate() {
+        let want = m.plan.input_len(i);
+        let have: usize = planes.iter().map(|p| p.len).sum();
+        if have < want || planes.iter().any(|p| p.ptr.is_null()) {
+            return Err(Error::TensorMismatch {
+                name: m.inputs[i].name.clone(),
+                field: "byte size".into(),
+                expected: want.to_string(),
+                actual: have.to_string(),
+            });
+        }
+        inputs.push(if planes.len() == 1 {
+            InputSource::Caller(IoBuffer { ptr: planes[0].ptr, len: want })
+        } else {
+            let mut v = Vec::with_capacity(want);
+            for p in planes {
+                // SAFETY: the caller guarantees each plane is readable for `len` bytes
+                // (hbDNN contract, checked non-null above).
+                let s = unsafe { std::slice::from_raw_parts(p.ptr, p.len) };
+                let take = s.len().min(want - v.len());
+                v.extend_from_slice(&s[..take]);
+            }
+            InputSource::Owned(v)
+        });
+    }
+    check_outputs(m, &r.outputs)?;
+    Ok(PartSpec { model: m.clone(), inputs, outputs: r.outputs.clone() })
+}
+
+fn check_outputs(m: &Model, outputs: &[IoBuffer]) -> Result<()> {
+    for (i, o) in outputs.iter().enumerate() {
+        let want = m.plan.output_len(i);
+        if o.len < want || o.ptr.is_null() {
+            return Err(Error::TensorMismatch {
+                name: m.outputs[i].name.clone(),
+                field: "byte size".into(),
+                expected: want.to_string(),
+                actual: o.len.to_string(),
+            });
+        }
+    }
+    Ok(())
+}
+
 impl InferBody {
-    fn new(reqs: Vec<ModelRequest>) -> Result<InferBody> {
-        let mut parts = Vec::with_capacity(reqs.len());
+    fn new(specs: Vec<PartSpec>) -> InferBody {
+        let mut parts = Vec::with_capacity(specs.len());
         let mut segments = Vec::new();
         let mut seg_map = Vec::new();
-        let mut labels: Vec<&str> = Vec::new();
-        for (pi, r) in reqs.iter().enumerate() {
+        let mut labels: Vec<String> = Vec::new();
+        for (pi, r) in specs.into_iter().enumerate() {
             let m = &r.model;
-            if r.inputs.len() != m.inputs.len() || r.outputs.len() != m.outputs.len() {
-                return Err(Error::InvalidArgument {
-                    name: "tensors".into(),
-                    reason: format!(
-                        "model '{}' takes {} inputs and {} outputs, got {} and {}",
-                        m.name,
-                        m.inputs.len(),
-                        m.outputs.len(),
-                        r.inputs.len(),
-                        r.outputs.len()
-                    ),
-                });
-            }
-            let mut inputs = Vec::with_capacity(r.inputs.len());
-            for (i, planes) in r.inputs.iter().enumerate() {
-                let want = m.plan.input_len(i);
-                let have: usize = planes.iter().map(|p| p.len).sum();
-                if have < want || planes.iter().any(|p| p.ptr.is_null()) {
-                    return Err(Error::TensorMismatch {
-                        name: m.inputs[i].name.clone(),
-                        field: "byte size".into(),
-                        expected: want.to_string(),
-                        actual: have.to_string(),
-                    });
-                }
-                inputs.push(if planes.len() == 1 {
-                    InputSource::Caller(IoBuffer { ptr: planes[0].ptr, len: want })
-                } else {
-                    let mut v = Vec::with_capacity(want);
-                    for p in planes {
-                        // SAFETY: the caller guarantees each plane is readable for `len` bytes
-                        // (hbDNN contract, checked non-null above).
-                        let s = unsafe { std::slice::from_raw_parts(p.ptr, p.len) };
-                        let take = s.len().min(want - v.len());
-                        v.extend_from_slice(&s[..take]);
-                    }
-                    InputSource::Owned(v)
-                });
-            }
-            for (i, o) in r.outputs.iter().enumerate() {
-                let want = m.plan.output_len(i);
-                if o.len < want || o.ptr.is_null() {
-                    return Err(Error::TensorMismatch {
-                        name: m.outputs[i].name.clone(),
-                        field: "byte size".into(),
-                        expected: want.to_string(),
-                        actual: o.len.to_string(),
-                    });
-                }
-            }
             for (si, s) in m.compiled.segments.iter().enumerate() {
                 segments.push(segment_info(m, si, s));
                 seg_map.push((pi, si));
             }
-            labels.push(&m.name);
-            parts.push(PartExec { model: m.clone(), inputs, outputs: r.outputs.clone(), state: Mutex::new(None) });
+            if labels.last() != Some(&m.name) {
+                labels.push(m.name.clone());
+            }
+            parts.push(PartExec { model: r.model, inputs: r.inputs, outputs: r.outputs, state: Mutex::new(None) });
         }
         let label = labels.join("+");
-        Ok(InferBody { parts, segments, seg_map, label })
+        InferBody { parts, segments, seg_map, label }
     }
 
     /// Runs FC `fc` of task segment `seg`.
@@ -263,13 +303,13 @@ impl Task {
     }
 
     /// Registers the callback run when the task ends (at once if it already has).
-    pub fn set_done_callback(&self, cb: TaskDoneCallback) -> Result<()> {
-        self.handle.set_done_callback(cb)
+    pub fn set_done_callback(&self, cb: TaskDoneCallback) {
+        self.handle.set_done_callback(cb);
     }
 
     /// Releases the task: a queued task is cancelled, a running one is freed when it ends.
-    pub fn release(&self) {
-        self.handle.release();
+    pub fn release(&self) -> Result<()> {
+        self.handle.release()
     }
 
     /// Estimated remaining time in microseconds.
@@ -317,11 +357,88 @@ impl Runtime {
         if parts.len() > 255 {
             return Err(Error::TaskBatchLimit { limit: 255 });
         }
-        let body = Arc::new(InferBody::new(parts)?);
+        let specs = parts.iter().map(part_of).collect::<Result<Vec<_>>>()?;
+        self.submit_parts(specs, ctrl)
+    }
+
+    fn submit_parts(&self, specs: Vec<PartSpec>, ctrl: CtrlParams) -> Result<Arc<Task>> {
+        let body = Arc::new(InferBody::new(specs));
         let handle = self.sched.submit(
             body,
             TaskCtrl { core_mask: ctrl.core_mask, priority: ctrl.priority, custom_id: ctrl.custom_id },
         )?;
         Ok(Arc::new(Task { handle }))
+    }
+
+    /// ROI inference: crops each ROI (inclusive bounds) from the NV12 `frame`, resizes it
+    /// bilinearly to the model's NV12 input, and runs the model once per ROI inside one
+    /// task. `outputs[i]` holds room for every ROI's result of output `i`, concatenated
+    /// along N (ROI k at offset `k * output_len(i)`).
+    pub fn submit_roi(
+        &self,
+        model: &Arc<Model>,
+        frame: RoiFrame,
+        rois: &[Roi],
+        outputs: &[IoBuffer],
+        ctrl: CtrlParams,
+    ) -> Result<Arc<Task>> {
+        use super::roi::{crop_resize, Nv12Frame, RoiOutput};
+        use super::ElemType;
+        if rois.is_empty() || rois.len() > 255 {
+            return Err(Error::InvalidArgument { name: "roiCount".into(), reason: format!("{} ROIs; use 1..=255", rois.len()) });
+        }
+        let d = model.inputs.first().ok_or_else(|| Error::ApiUse("model has no input".into()))?;
+        let kind = match d.elem {
+            ElemType::ImgNv12 | ElemType::ImgNv12Separate => RoiOutput::Nv12,
+            ElemType::ImgY => RoiOutput::Y,
+            _ => {
+                return Err(Error::ApiUse(format!(
+                    "model '{}' does not take an NV12/Y image input; ROI inference needs one (compile with --input-type-rt nv12)",
+                    model.name
+                )))
+            }
+        };
+        if model.inputs.len() != 1 || outputs.len() != model.outputs.len() {
+            return Err(Error::InvalidArgument {
+                name: "tensors".into(),
+                reason: format!("ROI inference needs a one-input model and {} outputs", model.outputs.len()),
+            });
+        }
+        let (h, w) = (d.valid_shape[2] as usize, d.valid_shape[3] as usize);
+        if frame.y.ptr.is_null() || frame.uv.ptr.is_null() {
+            return Err(Error::InvalidArgument { name: "input".into(), reason: "frame memory is null".into() });
+        }
+        // SAFETY: the caller guarantees the frame planes are readable for their lengths
+        // (hbDNN contract; checked non-null above). Only read during this call.
+        let (y, uv) = unsafe {
+            (std::slice::from_raw_parts(frame.y.ptr, frame.y.len), std::slice::from_raw_parts(frame.uv.ptr, frame.uv.len))
+        };
+        let f = Nv12Frame::new(y, uv, frame.width, frame.height, frame.y_stride, frame.uv_stride)?;
+        let mut specs = Vec::with_capacity(rois.len());
+        for (k, roi) in rois.iter().enumerate() {
+            let mut buf = vec![0u8; kind.byte_size(w, h)];
+            crop_resize(&f, roi, kind, w, h, &mut buf).map_err(|e| match e {
+                Error::InvalidArgument { name, reason } => Error::InvalidArgument { name: format!("rois[{k}] ({name})"), reason },
+                other => other,
+            })?;
+            let outs = (0..outputs.len())
+                .map(|i| {
+                    let n = model.plan.output_len(i);
+                    let o = outputs[i];
+                    if o.ptr.is_null() || o.len < n * rois.len() {
+                        return Err(Error::TensorMismatch {
+                            name: model.outputs[i].name.clone(),
+                            field: "byte size".into(),
+                            expected: format!("{} ({} ROIs x {n})", n * rois.len(), rois.len()),
+                            actual: o.len.to_string(),
+                        });
+                    }
+                    // SAFETY: in bounds: k * n + n <= rois.len() * n <= o.len.
+                    Ok(IoBuffer { ptr: unsafe { o.ptr.add(k * n) }, len: n })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            specs.push(PartSpec { model: model.clone(), inputs: vec![InputSource::Owned(buf)], outputs: outs });
+        }
+        self.submit_parts(specs, ctrl)
     }
 }

@@ -99,7 +99,7 @@ pub fn infer_once(rt: &Runtime, l: &Load, inputs: &mut [Vec<u8>], outputs: &mut 
     let r = task.wait(None);
     let lat = since.elapsed().as_secs_f64() * 1e6;
     let t = task.handle().timings();
-    task.release();
+    let _ = task.release();
     r.map_err(|e| e.to_string())?;
     Ok((lat, t.pending.as_secs_f64() * 1e6, t.running.as_secs_f64() * 1e6))
 }

@@ -343,7 +343,7 @@ pub fn run_demo(argv: &[String]) -> Result<(), String> {
         if limit == 1 {
             rt.scheduler().trace_stop();
             let p = out_dir.join("demo_trace.json");
-            rt.scheduler().dump_trace(&p).map_err(|e| e.to_string())?;
+            rt.scheduler().dump_trace_to(&p).map_err(|e| e.to_string())?;
             trace_path = Some(p);
         }
         for r in &res {
