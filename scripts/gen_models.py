@@ -13,6 +13,9 @@ Standard set (1x3x224x224 unless noted), written as ``OUT_DIR/<name>.onnx``:
 * ``cpu_ends``      LogSoftmax over the image (CPU) first, Softmax(1000) + TopK last
 * ``detector``      YOLOv8-style: C2f (Split/Concat), FPN with Resize, DFL Softmax head
 * ``unet_fpn``      U-Net with ConvTranspose, Resize (linear and nearest) and Concat skips
+* ``mbv3_block``    two MobileNetV3 bottlenecks (HardSwish, SE with HardSigmoid)
+* ``transformer_block`` encoder block: LayerNorm op and decomposed, MHA, erf-GELU
+* ``ocr_crnn``      CRNN OCR: conv stack + bidirectional LSTM + Softmax (1x3x32x320)
 * ``dynamic_batch`` exporter-style classifier whose batch dim is ``dim_param "batch"``
 * ``pass_*``        tiny graphs aimed at one compiler pass each (see their doc strings)
 
@@ -290,6 +293,108 @@ def unet_fpn(seed: int = 5, size: int = 224, classes: int = 4) -> onnx.ModelProt
     return _finish(b, "U-Net/FPN: ConvTranspose, Resize (linear, nearest sizes), Concat skips")
 
 
+# ------------------------------------------------------- MobileNetV3 blocks
+def _mbv3_block(b: GraphBuilder, x: str, cin: int, exp: int, cout: int, k: int, stride: int, name: str) -> str:
+    """MobileNetV3 bneck: 1x1 expand + HardSwish, kxk depthwise + HardSwish,
+    squeeze-excite (GAP, 1x1 Relu, 1x1 HardSigmoid, Mul), 1x1 project, residual Add."""
+    with b.scope(name):
+        y = b.conv_bn_act(x, cin, exp, 1, act="hardswish", name="expand")
+        y = b.conv_bn_act(y, exp, exp, k, stride, groups=exp, act="hardswish", name="depthwise")
+        with b.scope("se"):
+            s = b.op("GlobalAveragePool", [y])
+            s = b.relu(b.conv(s, exp, exp // 4, 1, pad=0, name="fc1"))
+            s = b.conv(s, exp // 4, exp, 1, pad=0, gain=1.0, name="fc2")
+            s = b.op("HardSigmoid", [s], alpha=1.0 / 6.0, beta=0.5)
+            y = b.op("Mul", [y, s])
+        y = b.conv_bn_act(y, exp, cout, 1, act=None, name="project")
+        if stride == 1 and cin == cout:
+            y = b.op("Add", [y, x])
+        return y
+
+
+def mbv3_block(seed: int = 7) -> onnx.ModelProto:
+    """Two MobileNetV3 bottlenecks (k5/s2 and k3/s1 with residual), 1x16x56x56 -> 1x24x28x28."""
+    b = GraphBuilder("mbv3_block", seed, opset=14)
+    x = b.input("input", [1, 16, 56, 56])
+    y = _mbv3_block(b, x, 16, 64, 24, 5, 2, "block1")
+    y = _mbv3_block(b, y, 24, 72, 24, 3, 1, "block2")
+    b.output(y, name="output")
+    return _finish(b, "MobileNetV3-style bottlenecks with HardSwish and SE (HardSigmoid)")
+
+
+# -------------------------------------------------------------- transformer
+def transformer_block(seed: int = 9, seq: int = 64, d: int = 128, heads: int = 4, ffn: int = 512) -> onnx.ModelProto:
+    """Pre-LN transformer encoder block: LayerNormalization (the op), multi-head
+    self-attention (MatMul, Transpose, Softmax), residual, LayerNorm written out as
+    ReduceMean/Sub/Pow/Sqrt/Div, FFN with erf-GELU, residual. Opset 17."""
+    b = GraphBuilder("transformer_block", seed, opset=17)
+    x = b.input("x", [1, seq, d])
+    dh = d // heads
+    with b.scope("ln1"):
+        g = b.const(b.rng.uniform(0.8, 1.2, d).astype(np.float32), "weight")
+        be = b.const(b.rng.normal(0, 0.05, d).astype(np.float32), "bias")
+        h = b.op("LayerNormalization", [x, g, be], axis=-1, epsilon=1e-5)
+    with b.scope("attn"):
+        q = b.linear(h, d, d, name="q_proj")
+        k = b.linear(h, d, d, name="k_proj")
+        v = b.linear(h, d, d, name="v_proj")
+        q = b.op("Transpose", [b.reshape(q, [1, seq, heads, dh])], perm=[0, 2, 1, 3])
+        k = b.op("Transpose", [b.reshape(k, [1, seq, heads, dh])], perm=[0, 2, 3, 1])
+        v = b.op("Transpose", [b.reshape(v, [1, seq, heads, dh])], perm=[0, 2, 1, 3])
+        s = b.op("Div", [b.op("MatMul", [q, k]), b.f32(np.sqrt(dh), "sqrt_dh")])
+        p = b.op("Softmax", [s], axis=-1)
+        o = b.op("Transpose", [b.op("MatMul", [p, v])], perm=[0, 2, 1, 3])
+        o = b.linear(b.reshape(o, [1, seq, d]), d, d, name="out_proj")
+    r1 = b.op("Add", [x, o])
+    with b.scope("ln2"):
+        mean = b.reduce("ReduceMean", r1, [-1])
+        dev = b.op("Sub", [r1, mean])
+        var = b.reduce("ReduceMean", b.op("Pow", [dev, b.f32(2.0, "two")]), [-1])
+        std = b.op("Sqrt", [b.op("Add", [var, b.f32(1e-5, "eps")])])
+        h = b.op("Div", [dev, std])
+        h = b.op("Mul", [h, b.const(b.rng.uniform(0.8, 1.2, d).astype(np.float32), "weight")])
+        h = b.op("Add", [h, b.const(b.rng.normal(0, 0.05, d).astype(np.float32), "bias")])
+    with b.scope("ffn"):
+        f = b.linear(h, d, ffn, name="fc1")
+        with b.scope("gelu"):
+            e = b.op("Erf", [b.op("Div", [f, b.f32(np.sqrt(2.0), "sqrt2")])])
+            f = b.op("Mul", [b.op("Mul", [f, b.op("Add", [e, b.f32(1.0, "one")])]), b.f32(0.5, "half")])
+        f = b.linear(f, ffn, d, name="fc2")
+    b.output(b.op("Add", [r1, f]), name="output")
+    return _finish(b, "transformer encoder block (LayerNorm op and decomposed, MHA, GELU)")
+
+
+# ---------------------------------------------------------------- OCR CRNN
+def ocr_crnn(seed: int = 16, height: int = 32, width: int = 320, hidden: int = 128, classes: int = 97) -> onnx.ModelProto:
+    """CRNN text recogniser: conv stack squeezing height to 1, bidirectional LSTM over
+    the width, per-step classifier + Softmax: ``1x3x32x320 -> 80x1x97``."""
+    b = GraphBuilder("ocr_crnn", seed, opset=13)
+    x = b.input("x", [1, 3, height, width])
+    with b.scope("backbone"):
+        y = b.conv_bn_act(x, 3, 32, 3, 2, name="0")          # 16 x 160
+        y = b.conv_bn_act(y, 32, 64, 3, 2, name="1")         # 8 x 80
+        y = b.conv_bn_act(y, 64, 128, 3, (2, 1), name="2")   # 4 x 80
+        y = b.conv_bn_act(y, 128, 256, 3, (2, 1), name="3")  # 2 x 80
+        y = b.op("MaxPool", [y], kernel_shape=[2, 1], strides=[2, 1])  # 1 x 80
+    t = width // 4
+    with b.scope("neck"):
+        y = b.squeeze(y, [2])                                # 1 x 256 x T
+        y = b.op("Transpose", [y], perm=[2, 0, 1])           # T x 1 x 256
+    with b.scope("rnn"):
+        kk = 1.0 / np.sqrt(hidden)
+        w = b.const(b.rng.uniform(-kk, kk, (2, 4 * hidden, 256)).astype(np.float32), "weight_ih")
+        r = b.const(b.rng.uniform(-kk, kk, (2, 4 * hidden, hidden)).astype(np.float32), "weight_hh")
+        bias = b.const(b.rng.uniform(-kk, kk, (2, 8 * hidden)).astype(np.float32), "bias")
+        yseq, _, _ = b.op("LSTM", [y, w, r, bias], n_out=3, direction="bidirectional", hidden_size=hidden)
+        y = b.op("Transpose", [yseq], perm=[0, 2, 1, 3])     # T x 1 x 2 x H
+        y = b.reshape(y, [t, 1, 2 * hidden])
+    with b.scope("head"):
+        y = b.linear(y, 2 * hidden, classes, name="fc")
+        y = b.op("Softmax", [y], axis=2)
+    b.output(y, name="probs")
+    return _finish(b, "CRNN OCR: CNN + bidirectional LSTM + per-step Softmax")
+
+
 # ------------------------------------------------------------ dynamic batch
 def dynamic_batch(seed: int = 6) -> onnx.ModelProto:
     """Exporter-style classifier with ``dim_param "batch"`` and a Shape-based Flatten."""
@@ -457,6 +562,9 @@ STANDARD = {
     "cpu_ends": cpu_ends,
     "detector": detector,
     "unet_fpn": unet_fpn,
+    "mbv3_block": mbv3_block,
+    "transformer_block": transformer_block,
+    "ocr_crnn": ocr_crnn,
     "dynamic_batch": dynamic_batch,
     "pass_bn_fold": pass_bn_fold,
     "pass_conv_act_fusion": pass_conv_act_fusion,

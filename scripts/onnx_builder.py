@@ -110,12 +110,17 @@ class GraphBuilder:
         return name
 
     def output(self, value: str, dtype=np.float32, shape=None, name: str | None = None) -> str:
-        """Declare ``value`` a graph output (renamed through Identity-free
-        renaming of the producing node when ``name`` is given)."""
+        """Declare ``value`` a graph output, renaming the producing node's output to
+        ``name`` when given; ``dtype=None`` leaves the type to shape inference."""
         if name is not None and name != value:
             self._rename(value, name)
             value = name
-        self.outputs.append(helper.make_tensor_value_info(value, onnx_type(dtype), shape))
+        if dtype is None:
+            vi = onnx.ValueInfoProto()
+            vi.name = value  # type and shape left to shape inference
+            self.outputs.append(vi)
+        else:
+            self.outputs.append(helper.make_tensor_value_info(value, onnx_type(dtype), shape))
         return value
 
     def _rename(self, old: str, new: str) -> None:
@@ -296,8 +301,8 @@ class GraphBuilder:
         del model.graph.output[:]
         model.graph.output.extend(inferred.graph.output)
         for out in model.graph.output:
-            if not out.type.tensor_type.HasField("shape"):
-                raise ValueError(f"{self.name}: shape inference gave no shape for output {out.name!r} "
+            if not out.type.tensor_type.elem_type or not out.type.tensor_type.HasField("shape"):
+                raise ValueError(f"{self.name}: shape inference gave no type/shape for output {out.name!r} "
                                  f"(an op unknown at opset {self.opset}?)")
         if check:
             onnx.checker.check_model(model, full_check=True)
@@ -310,6 +315,7 @@ def ort_session(model: onnx.ModelProto | bytes | str, reference: bool = True):
     optimisations are disabled (the conformance reference setting)."""
     import onnxruntime as ort
 
+    ort.set_default_logger_severity(3)
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 1
     opts.inter_op_num_threads = 1
