@@ -264,6 +264,18 @@ impl<'a> Importer<'a> {
             let id = self.g.add_const(t.name.clone(), tensor);
             self.by_name.insert(t.name.clone(), id);
         }
+        for name in self.opts.input_shapes.keys() {
+            let is_input = gp
+                .input
+                .iter()
+                .any(|vi| vi.name == *name && !self.by_name.contains_key(name));
+            if !is_input {
+                return Err(Error::CompileOption {
+                    option: "input_shapes".into(),
+                    reason: format!("the model has no (non-constant) input named '{name}'"),
+                });
+            }
+        }
         for vi in &gp.input {
             if self.by_name.contains_key(&vi.name) {
                 // An initializer also listed as an input (IR < 4 style): a constant.
@@ -271,19 +283,6 @@ impl<'a> Importer<'a> {
             }
             let id = self.graph_input(vi)?;
             self.g.inputs.push(id);
-        }
-        for name in self.opts.input_shapes.keys() {
-            let is_input = self
-                .g
-                .inputs
-                .iter()
-                .any(|&i| self.g.values[i].name == *name);
-            if !is_input {
-                return Err(Error::CompileOption {
-                    option: "input_shapes".into(),
-                    reason: format!("the model has no (non-constant) input named '{name}'"),
-                });
-            }
         }
         for n in &gp.node {
             for i in &n.input {
@@ -1571,5 +1570,902 @@ fn infer_best_effort(g: &mut Graph) {
             }
             Err(_) => continue,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::TensorData;
+    use crate::onnx::proto::{
+        attr_type, data_type, tensor_shape_proto::Dimension, type_proto, AttributeProto,
+        OperatorSetIdProto, StringStringEntryProto, TensorProto, TensorShapeProto, TypeProto,
+    };
+
+    fn ai(name: &str, i: i64) -> AttributeProto {
+        AttributeProto {
+            name: name.into(),
+            r#type: attr_type::INT,
+            i,
+            ..Default::default()
+        }
+    }
+    fn af(name: &str, f: f32) -> AttributeProto {
+        AttributeProto {
+            name: name.into(),
+            r#type: attr_type::FLOAT,
+            f,
+            ..Default::default()
+        }
+    }
+    fn astr(name: &str, s: &str) -> AttributeProto {
+        AttributeProto {
+            name: name.into(),
+            r#type: attr_type::STRING,
+            s: s.as_bytes().to_vec(),
+            ..Default::default()
+        }
+    }
+    fn aints(name: &str, v: &[i64]) -> AttributeProto {
+        AttributeProto {
+            name: name.into(),
+            r#type: attr_type::INTS,
+            ints: v.to_vec(),
+            ..Default::default()
+        }
+    }
+    fn node(
+        op: &str,
+        name: &str,
+        ins: &[&str],
+        outs: &[&str],
+        attrs: Vec<AttributeProto>,
+    ) -> NodeProto {
+        NodeProto {
+            op_type: op.into(),
+            name: name.into(),
+            input: ins.iter().map(|s| s.to_string()).collect(),
+            output: outs.iter().map(|s| s.to_string()).collect(),
+            attribute: attrs,
+            ..Default::default()
+        }
+    }
+    /// A value info; `None` dims are symbolic (`dim_param`).
+    fn vi(name: &str, elem: i32, dims: &[Option<i64>]) -> ValueInfoProto {
+        ValueInfoProto {
+            name: name.into(),
+            r#type: Some(TypeProto {
+                tensor_type: Some(type_proto::Tensor {
+                    elem_type: elem,
+                    shape: Some(TensorShapeProto {
+                        dim: dims
+                            .iter()
+                            .enumerate()
+                            .map(|(i, d)| Dimension {
+                                dim_value: *d,
+                                dim_param: d.is_none().then(|| format!("d{i}")),
+                                ..Default::default()
+                            })
+                            .collect(),
+                    }),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+    fn f32_init(name: &str, dims: &[i64], v: &[f32]) -> TensorProto {
+        TensorProto {
+            name: name.into(),
+            dims: dims.to_vec(),
+            data_type: data_type::FLOAT,
+            raw_data: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            ..Default::default()
+        }
+    }
+    fn i64_init(name: &str, v: &[i64]) -> TensorProto {
+        TensorProto {
+            name: name.into(),
+            dims: vec![v.len() as i64],
+            data_type: data_type::INT64,
+            int64_data: v.to_vec(),
+            ..Default::default()
+        }
+    }
+    fn model(
+        opset: i64,
+        nodes: Vec<NodeProto>,
+        inits: Vec<TensorProto>,
+        inputs: Vec<ValueInfoProto>,
+        outputs: &[&str],
+    ) -> ModelProto {
+        ModelProto {
+            ir_version: 8,
+            opset_import: vec![
+                OperatorSetIdProto {
+                    domain: String::new(),
+                    version: opset,
+                },
+                OperatorSetIdProto {
+                    domain: TEST_DOMAIN.into(),
+                    version: 1,
+                },
+            ],
+            graph: Some(GraphProto {
+                name: "g".into(),
+                node: nodes,
+                initializer: inits,
+                input: inputs,
+                output: outputs
+                    .iter()
+                    .map(|o| vi(o, data_type::FLOAT, &[]))
+                    .map(|mut v| {
+                        v.r#type = None;
+                        v
+                    })
+                    .collect(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+    fn import(m: &ModelProto) -> Result<Graph> {
+        import_model(&m.encode_to_vec(), &ImportOptions::default())
+    }
+    fn x_input(dims: &[Option<i64>]) -> Vec<ValueInfoProto> {
+        vec![vi("x", data_type::FLOAT, dims)]
+    }
+    fn out_shape(g: &Graph, i: usize) -> Option<&[usize]> {
+        g.shape(g.outputs[i])
+    }
+
+    fn conv_relu(opset: i64) -> ModelProto {
+        let w: Vec<f32> = (0..4 * 3 * 9).map(|i| i as f32 * 0.01).collect();
+        model(
+            opset,
+            vec![
+                node(
+                    "Conv",
+                    "conv",
+                    &["x", "w", "b"],
+                    &["c"],
+                    vec![aints("pads", &[1, 1, 1, 1])],
+                ),
+                node("Relu", "", &["c"], &["y"], vec![]),
+            ],
+            vec![
+                f32_init("w", &[4, 3, 3, 3], &w),
+                f32_init("b", &[4], &[0.0; 4]),
+            ],
+            x_input(&[None, Some(3), Some(8), Some(8)]),
+            &["y"],
+        )
+    }
+
+    #[test]
+    fn conv_relu_imports_with_typed_ops_and_shapes() {
+        let g = import(&conv_relu(13)).expect("imports");
+        assert_eq!(g.name, "g");
+        assert_eq!(g.nodes.len(), 2);
+        let Op::Conv { geom, group, post } = &g.nodes[0].op else {
+            panic!("not a conv: {:?}", g.nodes[0].op)
+        };
+        assert_eq!(geom.kernel, vec![3, 3], "kernel taken from the weights");
+        assert_eq!(
+            (geom.strides.clone(), geom.dilations.clone()),
+            (vec![1, 1], vec![1, 1])
+        );
+        assert_eq!(geom.pads, vec![1, 1, 1, 1]);
+        assert_eq!((*group, post.len()), (1, 0));
+        assert_eq!(g.nodes[0].absorbed, vec!["conv".to_string()]);
+        assert_eq!(g.nodes[1].op, Op::Unary(UnaryOp::Relu));
+        assert_eq!(
+            g.nodes[1].name, "Relu_1",
+            "unnamed nodes get a generated name"
+        );
+        assert_eq!(g.inputs.len(), 1);
+        let x = g.value(g.inputs[0]);
+        assert_eq!(
+            x.shape.as_deref(),
+            Some(&[1, 3, 8, 8][..]),
+            "dynamic batch defaults to 1"
+        );
+        assert_eq!(x.declared, Some(vec![None, Some(3), Some(8), Some(8)]));
+        assert_eq!(out_shape(&g, 0), Some(&[1, 4, 8, 8][..]));
+        assert!(g.value(g.nodes[0].inputs[1].expect("w")).konst.is_some());
+    }
+
+    #[test]
+    fn opsets_outside_11_to_21_are_rejected() {
+        for v in [1, 10, 22] {
+            let e = import(&conv_relu(v)).expect_err("bad opset");
+            assert!(matches!(e, Error::OnnxFormat { .. }), "{e}");
+            assert!(e.to_string().contains(&format!("opset {v}")), "{e}");
+        }
+        for v in [11, 21] {
+            assert!(import(&conv_relu(v)).is_ok(), "opset {v}");
+        }
+        let mut m = conv_relu(13);
+        m.opset_import.clear();
+        assert!(matches!(import(&m), Err(Error::OnnxFormat { .. })));
+    }
+
+    #[test]
+    fn corrupt_and_truncated_bytes_are_format_errors() {
+        let good = conv_relu(13).encode_to_vec();
+        for cut in (0..good.len()).step_by(7) {
+            if let Err(e) = import_model(&good[..cut], &ImportOptions::default()) {
+                assert!(matches!(e, Error::OnnxFormat { .. }), "cut {cut}: {e}");
+            }
+        }
+        // Deterministic pseudo-random corruption and pure noise: errors or valid graphs,
+        // never a panic.
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for _ in 0..300 {
+            let mut b = good.clone();
+            for _ in 0..4 {
+                let i = (next() as usize) % b.len();
+                b[i] = next() as u8;
+            }
+            let _ = import_model(&b, &ImportOptions::default());
+            let noise: Vec<u8> = (0..(next() % 200)).map(|_| next() as u8).collect();
+            let _ = import_model(&noise, &ImportOptions::default());
+        }
+        let e = import_model(b"\xff\xff\xff\xff", &ImportOptions::default()).expect_err("noise");
+        assert!(matches!(e, Error::OnnxFormat { .. }), "{e}");
+    }
+
+    #[test]
+    fn unsupported_op_and_attribute_name_the_node() {
+        let m = model(
+            13,
+            vec![node("FancyOp", "my_node", &["x"], &["y"], vec![])],
+            vec![],
+            x_input(&[Some(1)]),
+            &["y"],
+        );
+        let e = import(&m).expect_err("unsupported");
+        assert!(matches!(e, Error::UnsupportedOp { .. }));
+        let msg = e.to_string();
+        assert!(msg.contains("my_node") && msg.contains("FancyOp"), "{msg}");
+
+        let mut n = node("Relu", "r", &["x"], &["y"], vec![ai("bogus", 1)]);
+        let m = model(13, vec![n.clone()], vec![], x_input(&[Some(1)]), &["y"]);
+        let msg = import(&m).expect_err("unknown attr").to_string();
+        assert!(msg.contains("'r'") && msg.contains("bogus"), "{msg}");
+
+        n.attribute = vec![
+            astr("auto_pad", "SAME_SIDEWAYS"),
+            aints("kernel_shape", &[2, 2]),
+        ];
+        n.op_type = "MaxPool".into();
+        let m = model(
+            13,
+            vec![n],
+            vec![],
+            x_input(&[Some(1), Some(1), Some(4), Some(4)]),
+            &["y"],
+        );
+        let e = import(&m).expect_err("bad value");
+        assert!(
+            matches!(&e, Error::BadAttribute { attr, .. } if attr == "auto_pad"),
+            "{e}"
+        );
+
+        let mut n = node("FusedConv", "f", &["x"], &["y"], vec![]);
+        n.domain = "com.microsoft".into();
+        let m = model(13, vec![n], vec![], x_input(&[Some(1)]), &["y"]);
+        let msg = import(&m).expect_err("foreign domain").to_string();
+        assert!(msg.contains("com.microsoft::FusedConv"), "{msg}");
+    }
+
+    #[test]
+    fn axes_as_attribute_or_input_per_opset() {
+        let x = x_input(&[Some(2), Some(1), Some(3)]);
+        // Opset 11: axes attributes.
+        let m = model(
+            11,
+            vec![
+                node("Squeeze", "sq", &["x"], &["s"], vec![aints("axes", &[1])]),
+                node(
+                    "ReduceMean",
+                    "rm",
+                    &["s"],
+                    &["y"],
+                    vec![aints("axes", &[-1]), ai("keepdims", 0)],
+                ),
+            ],
+            vec![],
+            x.clone(),
+            &["y"],
+        );
+        let g = import(&m).expect("opset 11");
+        assert_eq!(
+            g.nodes[0].op,
+            Op::Squeeze {
+                axes: Some(vec![1])
+            }
+        );
+        assert_eq!(out_shape(&g, 0), Some(&[2][..]));
+        // Opset 18: axes inputs.
+        let m = model(
+            18,
+            vec![
+                node("Squeeze", "sq", &["x", "a1"], &["s"], vec![]),
+                node(
+                    "ReduceMean",
+                    "rm",
+                    &["s", "a2"],
+                    &["y"],
+                    vec![ai("keepdims", 1)],
+                ),
+            ],
+            vec![i64_init("a1", &[1]), i64_init("a2", &[-1])],
+            x,
+            &["y"],
+        );
+        let g = import(&m).expect("opset 18");
+        assert_eq!(g.nodes[0].op, Op::Squeeze { axes: None });
+        assert!(g.nodes[0].inputs[1].is_some());
+        assert!(matches!(
+            g.nodes[1].op,
+            Op::Reduce {
+                axes: None,
+                keepdims: true,
+                ..
+            }
+        ));
+        assert_eq!(out_shape(&g, 0), Some(&[2, 1][..]));
+    }
+
+    #[test]
+    fn split_forms() {
+        let x = x_input(&[Some(1), Some(6)]);
+        let m = model(
+            11,
+            vec![node(
+                "Split",
+                "s",
+                &["x"],
+                &["a", "b"],
+                vec![ai("axis", 1), aints("split", &[2, 4])],
+            )],
+            vec![],
+            x.clone(),
+            &["a", "b"],
+        );
+        let g = import(&m).expect("attr split");
+        assert_eq!(
+            (out_shape(&g, 0), out_shape(&g, 1)),
+            (Some(&[1, 2][..]), Some(&[1, 4][..]))
+        );
+        let m = model(
+            13,
+            vec![node(
+                "Split",
+                "s",
+                &["x", "sp"],
+                &["a", "b"],
+                vec![ai("axis", -1)],
+            )],
+            vec![i64_init("sp", &[5, 1])],
+            x.clone(),
+            &["a", "b"],
+        );
+        let g = import(&m).expect("input split");
+        assert_eq!(out_shape(&g, 0), Some(&[1, 5][..]));
+        let m = model(
+            18,
+            vec![node(
+                "Split",
+                "s",
+                &["x"],
+                &["a", "b", "c", "d"],
+                vec![ai("axis", 1), ai("num_outputs", 4)],
+            )],
+            vec![],
+            x,
+            &["a", "d"],
+        );
+        let g = import(&m).expect("num_outputs");
+        assert_eq!(g.nodes[0].outputs.len(), 4);
+        assert_eq!(
+            (out_shape(&g, 0), out_shape(&g, 1)),
+            (Some(&[1, 2][..]), Some(&[1, 0][..]))
+        );
+    }
+
+    #[test]
+    fn legacy_softmax_coerces_to_2d() {
+        let x = x_input(&[Some(1), Some(3), Some(2), Some(2)]);
+        let m = model(
+            11,
+            vec![node("Softmax", "sm", &["x"], &["y"], vec![])],
+            vec![],
+            x.clone(),
+            &["y"],
+        );
+        let g = import(&m).expect("opset 11");
+        let ops: Vec<&str> = g.nodes.iter().map(|n| n.op.name()).collect();
+        assert_eq!(ops, ["Shape", "Flatten", "Softmax", "Reshape"]);
+        assert!(g.nodes.iter().all(|n| n.absorbed == ["sm"]));
+        assert_eq!(g.nodes[2].op, Op::Softmax { axis: 1 });
+        assert_eq!(
+            g.value(g.nodes[1].outputs[0]).shape.as_deref(),
+            Some(&[1, 12][..])
+        );
+        let m = model(
+            13,
+            vec![node("Softmax", "sm", &["x"], &["y"], vec![ai("axis", 1)])],
+            vec![],
+            x.clone(),
+            &["y"],
+        );
+        let g = import(&m).expect("opset 13");
+        assert_eq!(g.nodes.len(), 1);
+        assert_eq!(g.nodes[0].op, Op::Softmax { axis: 1 });
+        // Last axis in the legacy form needs no coercion.
+        let m = model(
+            11,
+            vec![node(
+                "LogSoftmax",
+                "sm",
+                &["x"],
+                &["y"],
+                vec![ai("axis", 3)],
+            )],
+            vec![],
+            x,
+            &["y"],
+        );
+        let g = import(&m).expect("opset 11 last axis");
+        assert_eq!(g.nodes[0].op, Op::LogSoftmax { axis: 3 });
+    }
+
+    #[test]
+    fn resize_and_upsample() {
+        let x = x_input(&[Some(1), Some(2), Some(4), Some(4)]);
+        let scales = f32_init("sc", &[4], &[1.0, 1.0, 2.0, 2.0]);
+        let empty_roi = f32_init("roi", &[0], &[]);
+        let m = model(
+            11,
+            vec![node(
+                "Resize",
+                "rs",
+                &["x", "roi", "sc"],
+                &["y"],
+                vec![
+                    astr("mode", "linear"),
+                    astr("coordinate_transformation_mode", "align_corners"),
+                ],
+            )],
+            vec![scales.clone(), empty_roi],
+            x.clone(),
+            &["y"],
+        );
+        let g = import(&m).expect("resize");
+        let n = &g.nodes[0];
+        assert!(matches!(
+            n.op,
+            Op::Resize {
+                mode: ResizeMode::Linear,
+                coord: CoordMode::AlignCorners,
+                nearest: NearestMode::RoundPreferFloor,
+                ..
+            }
+        ));
+        assert_eq!(n.inputs[1], None, "empty roi becomes an omitted input");
+        assert_eq!(out_shape(&g, 0), Some(&[1, 2, 8, 8][..]));
+        let m = model(
+            11,
+            vec![node("Upsample", "up", &["x", "sc"], &["y"], vec![])],
+            vec![scales.clone()],
+            x.clone(),
+            &["y"],
+        );
+        let g = import(&m).expect("upsample");
+        assert!(matches!(
+            g.nodes[0].op,
+            Op::Resize {
+                mode: ResizeMode::Nearest,
+                coord: CoordMode::Asymmetric,
+                nearest: NearestMode::Floor,
+                ..
+            }
+        ));
+        assert_eq!(g.nodes[0].inputs.len(), 4);
+        assert_eq!(out_shape(&g, 0), Some(&[1, 2, 8, 8][..]));
+        let m = model(
+            19,
+            vec![node(
+                "Resize",
+                "rs",
+                &["x", "", "sc"],
+                &["y"],
+                vec![ai("antialias", 1)],
+            )],
+            vec![scales],
+            x,
+            &["y"],
+        );
+        assert!(matches!(import(&m), Err(Error::BadAttribute { .. })));
+    }
+
+    #[test]
+    fn constants_initializer_inputs_and_optional_inputs() {
+        let mut inputs = x_input(&[Some(2)]);
+        inputs.push(vi("w", data_type::FLOAT, &[Some(2)]));
+        let m = model(
+            13,
+            vec![
+                node("Constant", "k", &[], &["lo"], vec![af("value_float", -1.0)]),
+                node(
+                    "Constant",
+                    "k2",
+                    &[],
+                    &["ints"],
+                    vec![aints("value_ints", &[2])],
+                ),
+                node("Add", "add", &["x", "w"], &["s"], vec![]),
+                node("Clip", "clip", &["s", "lo", ""], &["c"], vec![]),
+                node("Reshape", "rs", &["c", "ints"], &["y"], vec![]),
+            ],
+            vec![f32_init("w", &[2], &[1.0, 2.0])],
+            inputs,
+            &["y"],
+        );
+        let g = import(&m).expect("imports");
+        assert_eq!(
+            g.inputs.len(),
+            1,
+            "an initializer listed as input is a constant"
+        );
+        let clip = &g.nodes[1];
+        assert_eq!(clip.op, Op::ClipDynamic);
+        assert_eq!(clip.inputs.len(), 3);
+        assert_eq!(clip.inputs[2], None);
+        let lo = g.value(clip.inputs[1].expect("min"));
+        assert_eq!(
+            lo.konst.as_ref().map(|k| k.data.clone()),
+            Some(TensorData::F32(vec![-1.0]))
+        );
+        assert_eq!(lo.shape.as_deref(), Some(&[][..]));
+        assert_eq!(out_shape(&g, 0), Some(&[2][..]));
+    }
+
+    #[test]
+    fn dynamic_dims_need_input_shapes() {
+        let m = model(
+            13,
+            vec![node("Relu", "r", &["x"], &["y"], vec![])],
+            vec![],
+            x_input(&[None, Some(3), None]),
+            &["y"],
+        );
+        let msg = import(&m).expect_err("dynamic").to_string();
+        assert!(
+            msg.contains("'x'") && msg.contains("dim 2") && msg.contains("d2"),
+            "{msg}"
+        );
+        let bytes = m.encode_to_vec();
+        let mut opts = ImportOptions::default();
+        opts.input_shapes.insert("x".into(), vec![4, 3, 5]);
+        let g = import_model(&bytes, &opts).expect("fixed");
+        assert_eq!(out_shape(&g, 0), Some(&[4, 3, 5][..]));
+        opts.input_shapes.insert("x".into(), vec![4, 2, 5]);
+        assert!(matches!(
+            import_model(&bytes, &opts),
+            Err(Error::CompileOption { .. })
+        ));
+        opts.input_shapes.clear();
+        opts.input_shapes.insert("nope".into(), vec![1]);
+        assert!(matches!(
+            import_model(&bytes, &opts),
+            Err(Error::CompileOption { .. })
+        ));
+    }
+
+    #[test]
+    fn nodes_are_sorted_and_cycles_rejected() {
+        let m = model(
+            13,
+            vec![
+                node("Sigmoid", "c", &["b"], &["y"], vec![]),
+                node("Relu", "b", &["a"], &["b"], vec![]),
+                node("Neg", "a", &["x"], &["a"], vec![]),
+            ],
+            vec![],
+            x_input(&[Some(3)]),
+            &["y"],
+        );
+        let g = import(&m).expect("sorts");
+        let names: Vec<&str> = g.nodes.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(names, ["a", "b", "c"]);
+        assert_eq!(out_shape(&g, 0), Some(&[3][..]));
+        let m = model(
+            13,
+            vec![
+                node("Relu", "p", &["q"], &["p"], vec![]),
+                node("Relu", "q", &["p"], &["q"], vec![]),
+            ],
+            vec![],
+            x_input(&[Some(3)]),
+            &["p"],
+        );
+        assert!(import(&m).expect_err("cycle").to_string().contains("cycle"));
+        let m = model(
+            13,
+            vec![node("Relu", "r", &["ghost"], &["y"], vec![])],
+            vec![],
+            x_input(&[Some(3)]),
+            &["y"],
+        );
+        assert!(import(&m)
+            .expect_err("dangling")
+            .to_string()
+            .contains("ghost"));
+    }
+
+    #[test]
+    fn unused_extra_outputs_are_dropped_used_ones_rejected() {
+        let c = |n: &str| f32_init(n, &[2], &[1.0, 1.0]);
+        let inits = vec![c("s"), c("b"), c("m"), c("v")];
+        let x = x_input(&[Some(1), Some(2), Some(2), Some(2)]);
+        let bn = node(
+            "BatchNormalization",
+            "bn",
+            &["x", "s", "b", "m", "v"],
+            &["y", "rm", "rv"],
+            vec![af("epsilon", 1e-3), af("momentum", 0.9)],
+        );
+        let g = import(&model(
+            14,
+            vec![bn.clone()],
+            inits.clone(),
+            x.clone(),
+            &["y"],
+        ))
+        .expect("inference outputs");
+        assert_eq!(g.nodes[0].op, Op::BatchNorm { epsilon: 1e-3 });
+        assert_eq!(g.nodes[0].outputs.len(), 1);
+        let e = import(&model(14, vec![bn], inits.clone(), x.clone(), &["y", "rm"]))
+            .expect_err("stats used");
+        assert!(matches!(e, Error::UnsupportedOp { .. }), "{e}");
+        let dr = node("Dropout", "d", &["x", "ratio"], &["y", "mask"], vec![]);
+        let mut inits2 = inits;
+        inits2.push(f32_init("ratio", &[], &[0.5]));
+        let g = import(&model(13, vec![dr], inits2, x, &["y"])).expect("dropout");
+        assert_eq!(g.nodes[0].op, Op::Unary(UnaryOp::Identity));
+        assert_eq!(g.nodes[0].inputs.len(), 1);
+    }
+
+    #[test]
+    fn test_domain_and_variadic_ops() {
+        let mut spin = node("Spin", "spin", &["x"], &["s"], vec![ai("micros", 250)]);
+        spin.domain = TEST_DOMAIN.into();
+        let mut fail = node("Fail", "fail", &["s"], &["f"], vec![ai("panic", 1)]);
+        fail.domain = TEST_DOMAIN.into();
+        let sum = node("Sum", "sum", &["x", "f", "x"], &["y"], vec![]);
+        let mean = node("Mean", "mean", &["x", "y"], &["z"], vec![]);
+        let g = import(&model(
+            13,
+            vec![spin, fail, sum, mean],
+            vec![],
+            x_input(&[Some(4)]),
+            &["z"],
+        ))
+        .expect("imports");
+        assert_eq!(g.nodes[0].op, Op::Spin { micros: 250 });
+        assert_eq!(g.nodes[1].op, Op::Fail { panic: true });
+        let ops: Vec<&Op> = g.nodes[2..].iter().map(|n| &n.op).collect();
+        let (add, div) = (Op::Binary(BinaryOp::Add), Op::Binary(BinaryOp::Div));
+        assert_eq!(ops, [&add, &add, &add, &div]);
+        assert_eq!(g.nodes[3].name, "sum");
+        assert_eq!(out_shape(&g, 0), Some(&[4][..]));
+    }
+
+    #[test]
+    fn attributes_of_every_family_parse_with_defaults() {
+        let x = x_input(&[Some(1), Some(4), Some(6), Some(6)]);
+        let m = model(
+            13,
+            vec![
+                node(
+                    "MaxPool",
+                    "mp",
+                    &["x"],
+                    &["a"],
+                    vec![
+                        aints("kernel_shape", &[3, 3]),
+                        aints("strides", &[2, 2]),
+                        ai("ceil_mode", 1),
+                    ],
+                ),
+                node(
+                    "AveragePool",
+                    "ap",
+                    &["a"],
+                    &["b"],
+                    vec![
+                        aints("kernel_shape", &[2, 2]),
+                        astr("auto_pad", "SAME_UPPER"),
+                        ai("count_include_pad", 1),
+                    ],
+                ),
+                node("LeakyRelu", "lr", &["b"], &["c"], vec![]),
+                node("HardSigmoid", "hs", &["c"], &["d"], vec![af("alpha", 0.3)]),
+                node(
+                    "Gemm",
+                    "gm",
+                    &["e", "w"],
+                    &["f"],
+                    vec![ai("transB", 1), af("alpha", 2.0)],
+                ),
+                node("Flatten", "fl", &["d"], &["e"], vec![]),
+                node(
+                    "Cast",
+                    "ca",
+                    &["f"],
+                    &["g"],
+                    vec![ai("to", data_type::INT64 as i64)],
+                ),
+                node(
+                    "ArgMax",
+                    "am",
+                    &["g"],
+                    &["y"],
+                    vec![ai("axis", 1), ai("keepdims", 0)],
+                ),
+            ],
+            vec![f32_init("w", &[5, 36], &[0.0; 180])],
+            x,
+            &["y"],
+        );
+        let g = import(&m).expect("imports");
+        let op = |name: &str| &g.nodes.iter().find(|n| n.name == name).expect("node").op;
+        assert!(
+            matches!(op("mp"), Op::MaxPool { ceil_mode: true, geom } if geom.strides == [2, 2] && geom.auto_pad.is_none())
+        );
+        assert!(
+            matches!(op("ap"), Op::AveragePool { count_include_pad: true, ceil_mode: false, geom } if geom.auto_pad.as_deref() == Some("SAME_UPPER"))
+        );
+        assert_eq!(op("lr"), &Op::Unary(UnaryOp::LeakyRelu { alpha: 0.01 }));
+        assert_eq!(
+            op("hs"),
+            &Op::Unary(UnaryOp::HardSigmoid {
+                alpha: 0.3,
+                beta: 0.5
+            })
+        );
+        assert!(
+            matches!(op("gm"), Op::Gemm { alpha, beta, trans_a: false, trans_b: true, .. } if *alpha == 2.0 && *beta == 1.0)
+        );
+        assert_eq!(op("ca"), &Op::Cast { to: DType::I64 });
+        assert_eq!(
+            op("am"),
+            &Op::ArgMax {
+                axis: 1,
+                keepdims: false,
+                select_last_index: false
+            }
+        );
+        // 6 -> ceil((6-3)/2)+1 = 3 -> SAME 3 -> flatten 4*9=36 -> gemm 5.
+        assert_eq!(out_shape(&g, 0), Some(&[1][..]));
+        assert_eq!(g.value(g.outputs[0]).dtype, DType::I64);
+    }
+
+    #[test]
+    fn rnn_attributes() {
+        let x = x_input(&[Some(5), Some(1), Some(3)]);
+        let w = f32_init("w", &[2, 16, 3], &[0.0; 96]);
+        let r = f32_init("r", &[2, 16, 4], &[0.0; 128]);
+        let lstm = node(
+            "LSTM",
+            "l",
+            &["x", "w", "r"],
+            &["y", "", "yc"],
+            vec![ai("hidden_size", 4), astr("direction", "bidirectional")],
+        );
+        let g = import(&model(
+            14,
+            vec![lstm],
+            vec![w.clone(), r.clone()],
+            x.clone(),
+            &["y", "yc"],
+        ))
+        .expect("lstm");
+        assert_eq!(
+            g.nodes[0].op,
+            Op::Lstm {
+                hidden_size: 4,
+                direction: RnnDirection::Bidirectional,
+                layout: 0
+            }
+        );
+        assert_eq!(g.nodes[0].outputs.len(), 3);
+        assert_eq!(out_shape(&g, 0), Some(&[5, 2, 1, 4][..]));
+        assert_eq!(out_shape(&g, 1), Some(&[2, 1, 4][..]));
+        let bad = node(
+            "LSTM",
+            "l",
+            &["x", "w", "r"],
+            &["y"],
+            vec![
+                ai("hidden_size", 4),
+                AttributeProto {
+                    name: "activations".into(),
+                    r#type: attr_type::STRINGS,
+                    strings: vec![b"Relu".to_vec(), b"Tanh".to_vec(), b"Tanh".to_vec()],
+                    ..Default::default()
+                },
+            ],
+        );
+        let e =
+            import(&model(14, vec![bad], vec![w, r], x, &["y"])).expect_err("custom activations");
+        assert!(
+            matches!(&e, Error::BadAttribute { attr, .. } if attr == "activations"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn external_data_beside_the_model_file() {
+        let dir = std::env::temp_dir().join(format!("vnpu-onnx-import-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let vals = [0.5f32, -1.0, 2.0, 4.0];
+        let bytes: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let mut blob = vec![0u8; 16];
+        blob.extend_from_slice(&bytes);
+        std::fs::write(dir.join("weights.bin"), &blob).expect("write weights");
+        let ext = TensorProto {
+            name: "w".into(),
+            dims: vec![4],
+            data_type: data_type::FLOAT,
+            data_location: proto::DATA_LOCATION_EXTERNAL,
+            external_data: vec![
+                StringStringEntryProto {
+                    key: "location".into(),
+                    value: "weights.bin".into(),
+                },
+                StringStringEntryProto {
+                    key: "offset".into(),
+                    value: "16".into(),
+                },
+                StringStringEntryProto {
+                    key: "length".into(),
+                    value: "16".into(),
+                },
+            ],
+            ..Default::default()
+        };
+        let m = model(
+            13,
+            vec![node("Mul", "mul", &["x", "w"], &["y"], vec![])],
+            vec![ext],
+            x_input(&[Some(4)]),
+            &["y"],
+        );
+        let path = dir.join("ext.onnx");
+        std::fs::write(&path, m.encode_to_vec()).expect("write model");
+        let g = import_file(&path, &ImportOptions::default()).expect("imports");
+        assert_eq!(g.name, "ext");
+        let w = g.value(g.nodes[0].inputs[1].expect("w"));
+        assert_eq!(
+            w.konst.as_ref().map(|k| k.data.clone()),
+            Some(TensorData::F32(vals.to_vec()))
+        );
+        // Without a base directory the same bytes are rejected with a clear message.
+        let e = import(&m).expect_err("no base dir");
+        assert!(e.to_string().contains("weights.bin"), "{e}");
+        let missing =
+            import_file(&dir.join("absent.onnx"), &ImportOptions::default()).expect_err("no file");
+        assert!(matches!(missing, Error::Io { .. }));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
