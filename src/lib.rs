@@ -11,6 +11,7 @@
 
 pub mod error;
 pub mod ir;
+pub mod onnx;
 pub mod runtime;
 
 pub use error::{Error, Result};
