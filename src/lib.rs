@@ -12,5 +12,6 @@
 pub mod error;
 pub mod ir;
 pub mod runtime;
+pub mod sched;
 
 pub use error::{Error, Result};
