@@ -13,6 +13,7 @@ pub mod error;
 pub mod ir;
 pub mod onnx;
 pub mod runtime;
+pub mod sched;
 
 pub use error::{Error, Result};
 pub mod compile;
