@@ -10,7 +10,9 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod error;
+pub mod exec;
 pub mod ir;
+pub mod kernels;
 pub mod runtime;
 
 pub use error::{Error, Result};
