@@ -5,7 +5,15 @@
 //! executor (`crate::exec`) resolves shapes, attributes and memory, then calls them.
 
 pub mod conv;
+pub mod eltwise;
 pub mod gemm;
+pub mod image;
+pub mod nd;
+pub mod norm;
+pub mod pool;
+pub mod reduce;
+pub mod resize;
+pub mod rnn;
 pub mod simd;
 pub mod unary;
 
