@@ -10,8 +10,10 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod error;
+pub mod exec;
 pub mod ir;
 pub mod onnx;
+pub mod kernels;
 pub mod runtime;
 pub mod sched;
 
