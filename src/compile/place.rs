@@ -46,8 +46,8 @@ fn may_run_on_bpu(op: &Op) -> bool {
 /// name (either the compiled node's name or any name it absorbed). Unknown names are an
 /// error so a typo in the config does not pass silently.
 pub fn place_nodes(g: &mut Graph, run_on_cpu: &[String], run_on_bpu: &[String]) -> Result<()> {
-    let mut unseen_cpu: HashSet<&str> = run_on_cpu.iter().map(|s| s.as_str()).collect();
-    let mut unseen_bpu: HashSet<&str> = run_on_bpu.iter().map(|s| s.as_str()).collect();
+    let mut unseen_cpu: HashSet<String> = run_on_cpu.iter().cloned().collect();
+    let mut unseen_bpu: HashSet<String> = run_on_bpu.iter().cloned().collect();
     for i in 0..g.nodes.len() {
         let mut p = default_placement(g, i);
         let n = &g.nodes[i];
@@ -65,14 +65,14 @@ pub fn place_nodes(g: &mut Graph, run_on_cpu: &[String], run_on_bpu: &[String]) 
             p = Placement::Bpu;
         }
         for s in &names {
-            unseen_cpu.remove(s);
-            unseen_bpu.remove(s);
+            unseen_cpu.remove(*s);
+            unseen_bpu.remove(*s);
         }
         g.nodes[i].placement = Some(p);
     }
     if let Some(name) = unseen_cpu.iter().chain(unseen_bpu.iter()).next() {
         return Err(Error::CompileOption {
-            option: if unseen_cpu.contains(name) { "run_on_cpu".into() } else { "run_on_bpu".into() },
+            option: if unseen_cpu.contains(name.as_str()) { "run_on_cpu".into() } else { "run_on_bpu".into() },
             reason: format!("no node named '{name}' in the model"),
         });
     }
