@@ -94,6 +94,13 @@ fn resolve_geometry(g: &mut Graph, i: usize) -> Result<()> {
     let Some(Some(x)) = g.nodes[i].inputs.first().copied() else { return Ok(()) };
     let Some(shape) = g.values[x].shape.clone() else { return Ok(()) };
     let node = &mut g.nodes[i];
+    if let Op::ConvTranspose { geom, output_padding, output_shape, .. } = &mut node.op {
+        if (geom.auto_pad.is_some() || !output_shape.is_empty()) && shape.len() >= 3 {
+            ir::shape::resolve_conv_transpose_pads(&node.name, geom, output_padding, output_shape, &shape[2..])?;
+            output_shape.clear();
+        }
+        return Ok(());
+    }
     let geom = match &mut node.op {
         Op::Conv { geom, .. } | Op::MaxPool { geom, .. } | Op::AveragePool { geom, .. } => geom,
         _ => return Ok(()),
