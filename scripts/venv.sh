@@ -39,7 +39,6 @@ if [[ ! -x "$venv/bin/python" ]]; then
 fi
 if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
     echo "venv.sh: installing $(grep -v '^#' "$req" | xargs) into $venv" >&2
-    "$venv/bin/python" -m pip install --disable-pip-version-check -q --upgrade pip >&2
     "$venv/bin/python" -m pip install --disable-pip-version-check -q -r "$req" >&2
     echo "$want" > "$stamp"
 fi
