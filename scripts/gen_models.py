@@ -365,7 +365,8 @@ def transformer_block(seed: int = 9, seq: int = 64, d: int = 128, heads: int = 4
 
 
 # ---------------------------------------------------------------- OCR CRNN
-def ocr_crnn(seed: int = 16, height: int = 32, width: int = 320, hidden: int = 128, classes: int = 97) -> onnx.ModelProto:
+def ocr_crnn(seed: int = 16, height: int = 32, width: int = 320, hidden: int = 128,
+             classes: int = 97) -> onnx.ModelProto:
     """CRNN text recogniser: conv stack squeezing height to 1, bidirectional LSTM over
     the width, per-step classifier + Softmax: ``1x3x32x320 -> 80x1x97``."""
     b = GraphBuilder("ocr_crnn", seed, opset=13)

@@ -23,7 +23,7 @@ output shapes filled in by ONNX shape inference.
 from __future__ import annotations
 
 import contextlib
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import onnx
@@ -383,7 +383,7 @@ def calibrate_batchnorm(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) ->
         for bn in wave:
             probe.graph.output.append(helper.make_tensor_value_info(bn.input[0], TensorProto.FLOAT, None))
         acts = ort_session(probe, reference=False).run(None, feeds)
-        for bn, act in zip(wave, acts):
+        for bn, act in zip(wave, acts, strict=True):
             axes = tuple(i for i in range(act.ndim) if i != 1)
             mean = act.mean(axis=axes).astype(np.float16).astype(np.float32)
             var = (act.var(axis=axes) + 1e-3).astype(np.float16).astype(np.float32)
@@ -398,4 +398,4 @@ def activation_report(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> d
     """Std and max-abs of every graph output for ``feeds`` (sanity checks)."""
     outs = ort_session(model, reference=False).run(None, feeds)
     return {o.name: (float(np.std(v.astype(np.float64))), float(np.max(np.abs(v))) if v.size else 0.0)
-            for o, v in zip(model.graph.output, outs)}
+            for o, v in zip(model.graph.output, outs, strict=True)}

@@ -27,15 +27,25 @@ hash_of() {
 want="$(hash_of "$req")"
 stamp="$venv/.vnpu-requirements.sha256"
 
+# Serialise creation/installation when several scripts start at once.
+mkdir -p "$venv"
+if command -v flock >/dev/null 2>&1; then
+    exec 9>"$venv/.vnpu-lock"
+    flock 9
+fi
 if [[ ! -x "$venv/bin/python" ]]; then
     echo "venv.sh: creating $venv" >&2
     "$python" -m venv "$venv"
 fi
 if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
     echo "venv.sh: installing $(grep -v '^#' "$req" | xargs) into $venv" >&2
-    "$venv/bin/python" -m pip install --disable-pip-version-check -q --upgrade pip >&2
     "$venv/bin/python" -m pip install --disable-pip-version-check -q -r "$req" >&2
     echo "$want" > "$stamp"
+fi
+
+if command -v flock >/dev/null 2>&1; then
+    flock -u 9
+    exec 9>&-
 fi
 
 if [[ $# -eq 0 ]]; then

@@ -70,7 +70,7 @@ def rerun(root: str, case: dict) -> str | None:
     model = onnx.load(os.path.join(root, case["model"]))
     feeds = {t["name"]: load_tensor(root, t) for t in case["inputs"]}
     got = run_ort(model, feeds)
-    for t, have in zip(case["outputs"], got):
+    for t, have in zip(case["outputs"], got, strict=True):
         want = load_tensor(root, t)
         if have.shape != want.shape:
             return f"{t['name']}: shape {list(have.shape)} vs {list(want.shape)}"

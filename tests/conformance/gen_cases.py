@@ -29,7 +29,7 @@ import time
 import warnings
 import zlib
 from dataclasses import dataclass, field
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import onnx
@@ -117,13 +117,13 @@ class Manifest:
         """Run ``model`` in onnxruntime (reference settings) and write the case."""
         outs = run_ort(model, feeds)
         names = [o.name for o in model.graph.output]
-        for n, v in zip(names, outs):
+        for n, v in zip(names, outs, strict=True):
             if dtype_tag(v) is None:
                 raise TypeError(f"{name}: output {n} has unsupported dtype {v.dtype}")
             if v.dtype == np.float32 and not np.all(np.isfinite(v)):
                 raise ValueError(f"{name}: output {n} is not finite")
         ins = [(vi.name, feeds[vi.name]) for vi in graph_inputs(model)]
-        self.add(name, kind, model, ins, list(zip(names, outs)), rtol, atol)
+        self.add(name, kind, model, ins, list(zip(names, outs, strict=True)), rtol, atol)
 
     def skip(self, name: str, reason: str) -> None:
         self.skipped.append({"name": name, "reason": reason})
@@ -224,7 +224,7 @@ class OpCase:
         outs = b.op(self.op, ins, n_out=self.n_out, **self.attrs)
         outs = outs if isinstance(outs, list) else [outs]
         dts = self.out_dtypes or [None] * self.n_out
-        for i, (o, dt) in enumerate(zip(outs, dts)):
+        for i, (o, dt) in enumerate(zip(outs, dts, strict=True)):
             b.output(o, dt, name=f"y{i}")
         return b.build(), feeds
 
@@ -401,7 +401,8 @@ def op_cases() -> list[OpCase]:
         C("avgpool_k3_p1_include_pad", "AveragePool", [f(x4)],
           dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1)),
         C("avgpool_k2_s2", "AveragePool", [f(x4)], dict(kernel_shape=[2, 2], strides=[2, 2])),
-        C("avgpool_ceil_mode", "AveragePool", [f([1, 4, 9, 9])], dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)),
+        C("avgpool_ceil_mode", "AveragePool", [f([1, 4, 9, 9])],
+          dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)),
         C("avgpool_asym_pads_include", "AveragePool", [f([1, 4, 8, 8])],
           dict(kernel_shape=[3, 3], strides=[2, 2], pads=[0, 0, 1, 1], count_include_pad=1)),
         C("globalavgpool", "GlobalAveragePool", [f([1, 16, 7, 7])]),
@@ -449,7 +450,8 @@ def op_cases() -> list[OpCase]:
         C("gather_axis0_2d_indices", "Gather", [f([5, 4, 3]), i64([[0, 2], [4, 1]])], dict(axis=0), opset=13),
         C("gather_axis1_negative", "Gather", [f([2, 5, 3]), i64([3, -1, 0])], dict(axis=1), opset=13),
         C("gather_scalar_index", "Gather", [f([2, 3, 6]), i64(4)], dict(axis=2), opset=13),
-        C("gather_runtime_indices", "Gather", [f([10, 4]), In([3, 2], np.int64, "int", -10, 9)], dict(axis=0), opset=13),
+        C("gather_runtime_indices", "Gather", [f([10, 4]), In([3, 2], np.int64, "int", -10, 9)], dict(axis=0),
+          opset=13),
         C("gatherelements", "GatherElements", [f([3, 4]), In([3, 2], np.int64, "int", -4, 3)], dict(axis=1), opset=13),
         # --- resize ----------------------------------------------------------
         C("resize_nearest_x2_asymmetric_floor", "Resize", [f([1, 3, 5, 6]), None, f32([1, 1, 2, 2])],
@@ -623,8 +625,8 @@ def _export_suite_case(m: Manifest, name: str, model: onnx.ModelProto, model_byt
                 m.skip(name, f"unsupported dtype: {label} {arr.dtype}")
                 return False
             arrays.append(arr)
-    ins = list(zip(in_names, arrays[:len(inputs)]))
-    outs = list(zip(out_names, arrays[len(inputs):]))
+    ins = list(zip(in_names, arrays[:len(inputs)], strict=True))
+    outs = list(zip(out_names, arrays[len(inputs):], strict=True))
     m.add(name, "onnx-node", model_bytes if model_bytes is not None else model, ins, outs, rtol, atol)
     if check_ort:
         m.cases[-1]["ort"] = ort_verdict(model, ins, outs, rtol, atol)
@@ -640,7 +642,7 @@ def ort_verdict(model: onnx.ModelProto, ins, outs, rtol: float, atol: float) -> 
     except Exception as e:  # ORT rejects the model or the op: recorded, not fatal
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         return f"error: {first[:200]}"
-    for (oname, want), have in zip(outs, got):
+    for (oname, want), have in zip(outs, got, strict=True):
         have = np.asarray(have)
         if have.shape != want.shape:
             return f"differs: {oname} shape {list(have.shape)} vs {list(want.shape)}"
