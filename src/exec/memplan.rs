@@ -39,7 +39,12 @@ pub fn assign(bufs: &[Buffer]) -> (Vec<usize>, usize) {
         let mut busy: Vec<(usize, usize)> = placed
             .iter()
             .filter(|&&j| bufs[j].overlaps_in_time(&bufs[i]))
-            .map(|&j| (offsets[j], offsets[j] + bufs[j].size.div_ceil(ALIGN) * ALIGN))
+            .map(|&j| {
+                (
+                    offsets[j],
+                    offsets[j] + bufs[j].size.div_ceil(ALIGN) * ALIGN,
+                )
+            })
             .collect();
         busy.sort_unstable();
         let mut off = 0;
@@ -65,7 +70,9 @@ mod tests {
         let mut seed = 7u64;
         let mut bufs = Vec::new();
         for _ in 0..200 {
-            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             let first = (seed >> 33) as usize % 50;
             let len = (seed >> 20) as usize % 10;
             let size = 1 + (seed >> 45) as usize % 5000;
@@ -88,7 +95,10 @@ mod tests {
             }
         }
         let sum: usize = bufs.iter().map(|b| b.size).sum();
-        assert!(total < sum, "reuse must make the arena smaller than the sum");
+        assert!(
+            total < sum,
+            "reuse must make the arena smaller than the sum"
+        );
     }
 
     #[test]
