@@ -5,6 +5,7 @@
 pub mod config;
 mod model;
 pub mod loader;
+pub mod roi;
 mod task;
 
 pub use config::RuntimeConfig;
