@@ -28,7 +28,9 @@ fn repo() -> PathBuf {
 }
 
 fn models_dir() -> PathBuf {
-    let dir = std::env::var("VNPU_BENCH_MODELS").map(PathBuf::from).unwrap_or_else(|_| repo().join("build/models"));
+    let dir = std::env::var("VNPU_BENCH_MODELS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| repo().join("build/models"));
     if !dir.join("resnet18.onnx").exists() {
         eprintln!("generating benchmark models into {} ...", dir.display());
         let ok = Command::new(repo().join("scripts/venv.sh"))
@@ -52,18 +54,34 @@ fn ort(args: &[String]) -> Vec<serde_json::Value> {
         .output()
         .expect("run bench/ort_bench.py");
     if !out.status.success() {
-        eprintln!("onnxruntime bench failed: {}", String::from_utf8_lossy(&out.stderr));
+        eprintln!(
+            "onnxruntime bench failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         return vec![];
     }
-    String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
 }
 
 fn compile(path: &Path, limit: u64) -> CompiledModel {
-    compile_onnx_file(path, &CompileOptions { max_time_per_fc: limit, ..Default::default() }).expect("compile")
+    compile_onnx_file(
+        path,
+        &CompileOptions {
+            max_time_per_fc: limit,
+            ..Default::default()
+        },
+    )
+    .expect("compile")
 }
 
 fn model_of(c: CompiledModel) -> Arc<Model> {
-    PackedModel::from_compiled(vec![c], vec![vnpu::runtime::LoadSource::Compiled]).expect("load").models[0].clone()
+    PackedModel::from_compiled(vec![c], vec![vnpu::runtime::LoadSource::Compiled])
+        .expect("load")
+        .models[0]
+        .clone()
 }
 
 /// Runs the whole model on this thread (one virtual core's work), `runs` times; returns
@@ -80,7 +98,16 @@ fn run_direct(m: &Model, runs: usize) -> Vec<f64> {
         for seg in &m.compiled.segments {
             for fc in &seg.fcs {
                 for s in &fc.steps {
-                    m.plan.run_node(&mut st, s.node, Tile { index: s.tile as usize, count: s.tiles as usize }).expect("run");
+                    m.plan
+                        .run_node(
+                            &mut st,
+                            s.node,
+                            Tile {
+                                index: s.tile as usize,
+                                count: s.tiles as usize,
+                            },
+                        )
+                        .expect("run");
                 }
             }
         }
@@ -93,15 +120,29 @@ fn run_direct(m: &Model, runs: usize) -> Vec<f64> {
 
 fn bench_latency(dir: &Path, runs: usize) {
     let names = ["resnet18", "mobilenetv2", "unet_fpn", "detector"];
-    let paths: Vec<PathBuf> = names.iter().map(|n| dir.join(format!("{n}.onnx"))).filter(|p| p.exists()).collect();
-    let ort_res = ort(&paths.iter().map(|p| p.display().to_string()).chain(["--runs".into(), runs.to_string()]).collect::<Vec<_>>());
+    let paths: Vec<PathBuf> = names
+        .iter()
+        .map(|n| dir.join(format!("{n}.onnx")))
+        .filter(|p| p.exists())
+        .collect();
+    let ort_res = ort(&paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .chain(["--runs".into(), runs.to_string()])
+        .collect::<Vec<_>>());
     println!("\n## 1. single-model latency, 1 thread (median of {runs} runs)");
-    println!("{:<14} {:>12} {:>12} {:>10}", "model", "vnpu ms", "ORT ms", "ratio");
+    println!(
+        "{:<14} {:>12} {:>12} {:>10}",
+        "model", "vnpu ms", "ORT ms", "ratio"
+    );
     for p in &paths {
         let name = p.file_stem().unwrap().to_string_lossy().to_string();
         let m = model_of(compile(p, 0));
         let t = percentile(&run_direct(&m, runs), 50.0);
-        let o = ort_res.iter().find(|j| j["model"] == name.as_str()).and_then(|j| j["median_ms"].as_f64());
+        let o = ort_res
+            .iter()
+            .find(|j| j["model"] == name.as_str())
+            .and_then(|j| j["median_ms"].as_f64());
         match o {
             Some(o) => println!("{name:<14} {t:>12.2} {o:>12.2} {:>10.2}", t / o),
             None => println!("{name:<14} {t:>12.2} {:>12} {:>10}", "n/a", "n/a"),
@@ -133,16 +174,45 @@ fn bench_priority(dir: &Path, secs: f64) {
     let s = model_of(compile(&small, 1000));
     let b = model_of(compile(&big, 1000));
     let base = SchedConfig::from_env().expect("config");
-    let fg = Load { model: s.clone(), priority: 255, custom_id: 0, core_mask: 0, fps: 30.0, threads: 1, frames: 0, inputs: None };
-    let bg = Load { model: b.clone(), priority: 0, custom_id: 0, core_mask: 0, fps: 0.0, threads: base.cores + 1, frames: 0, inputs: None };
+    let fg = Load {
+        model: s.clone(),
+        priority: 255,
+        custom_id: 0,
+        core_mask: 0,
+        fps: 30.0,
+        threads: 1,
+        frames: 0,
+        inputs: None,
+    };
+    let bg = Load {
+        model: b.clone(),
+        priority: 0,
+        custom_id: 0,
+        core_mask: 0,
+        fps: 0.0,
+        threads: base.cores + 1,
+        frames: 0,
+        inputs: None,
+    };
     let iso = percentile(&run_direct(&s, 50), 50.0);
-    println!("MobileNetV2 isolated p50: {iso:.2} ms; cores: {}", base.cores);
-    println!("{:<34} {:>9} {:>9} {:>9} {:>12}", "setting", "fg p50", "fg p99", "fg max", "bg runs/s");
+    println!(
+        "MobileNetV2 isolated p50: {iso:.2} ms; cores: {}",
+        base.cores
+    );
+    println!(
+        "{:<34} {:>9} {:>9} {:>9} {:>12}",
+        "setting", "fg p50", "fg p99", "fg max", "bg runs/s"
+    );
     for limit in [0usize, 1] {
         let mut cfg = base.clone();
         cfg.core_limit = limit;
         let rt = Runtime::with_config(cfg).expect("runtime");
-        let r = perf::run_loads(&rt, &[fg.clone(), bg.clone()], Duration::from_secs_f64(secs), |_| {});
+        let r = perf::run_loads(
+            &rt,
+            &[fg.clone(), bg.clone()],
+            Duration::from_secs_f64(secs),
+            |_| {},
+        );
         println!(
             "{:<34} {:>9.2} {:>9.2} {:>9.2} {:>12.1}",
             format!("vnpu BPLAT_CORELIMIT={limit}"),
@@ -152,9 +222,24 @@ fn bench_priority(dir: &Path, secs: f64) {
             r[1].fps()
         );
     }
-    for (label, extra) in [("onnxruntime 2 threads", vec![]), ("onnxruntime bg nice 19, no spin", vec!["--big-nice", "19", "--no-spin"])] {
-        let mut args: Vec<String> = vec!["--priority-scenario".into(), small.display().to_string(), big.display().to_string()];
-        args.extend(["--fps".into(), "30".into(), "--seconds".into(), secs.to_string()]);
+    for (label, extra) in [
+        ("onnxruntime 2 threads", vec![]),
+        (
+            "onnxruntime bg nice 19, no spin",
+            vec!["--big-nice", "19", "--no-spin"],
+        ),
+    ] {
+        let mut args: Vec<String> = vec![
+            "--priority-scenario".into(),
+            small.display().to_string(),
+            big.display().to_string(),
+        ];
+        args.extend([
+            "--fps".into(),
+            "30".into(),
+            "--seconds".into(),
+            secs.to_string(),
+        ]);
         args.extend(extra.iter().map(|s| s.to_string()));
         if let Some(j) = ort(&args).first() {
             println!(
@@ -179,7 +264,10 @@ fn bench_load(dir: &Path) {
         let pack = PackedModel::load_files(std::slice::from_ref(&p)).expect("load");
         let t_load = t0.elapsed().as_secs_f64() * 1e3;
         let t = run_direct(&pack.models[0], 1)[0];
-        println!("{label:<28} load {t_load:>9.1} ms, + first inference {t:>7.1} ms ({:?})", pack.sources[0]);
+        println!(
+            "{label:<28} load {t_load:>9.1} ms, + first inference {t:>7.1} ms ({:?})",
+            pack.sources[0]
+        );
     };
     first_infer("first ever (compile+store)");
     first_infer("cached");
@@ -187,18 +275,34 @@ fn bench_load(dir: &Path) {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
-    let mut modes: Vec<&str> = args.iter().map(|s| s.as_str()).filter(|a| ["latency", "priority", "split", "load"].contains(a)).collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    let mut modes: Vec<&str> = args
+        .iter()
+        .map(|s| s.as_str())
+        .filter(|a| ["latency", "priority", "split", "load"].contains(a))
+        .collect();
     if modes.is_empty() {
         modes = vec!["latency", "priority", "split", "load"];
     }
     let num = |flag: &str, default: f64| {
-        args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(default)
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
     };
     let secs = num("--seconds", 10.0);
     let runs = num("--runs", 50.0) as usize;
     let dir = models_dir();
-    println!("vnpu benchmarks (host: {} CPUs)", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0));
+    println!(
+        "vnpu benchmarks (host: {} CPUs)",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0)
+    );
     for m in modes {
         match m {
             "latency" => bench_latency(&dir, runs),

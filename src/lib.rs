@@ -12,8 +12,8 @@
 pub mod error;
 pub mod exec;
 pub mod ir;
-pub mod onnx;
 pub mod kernels;
+pub mod onnx;
 pub mod runtime;
 pub mod sched;
 

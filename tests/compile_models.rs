@@ -9,23 +9,35 @@ use vnpu::compile::{compile_onnx_file, CompileOptions};
 use vnpu::ir::Placement;
 
 fn model(name: &str) -> PathBuf {
-    let dir = std::env::var("VNPU_TEST_MODELS").expect("VNPU_TEST_MODELS (scripts/test.sh sets it)");
+    let dir =
+        std::env::var("VNPU_TEST_MODELS").expect("VNPU_TEST_MODELS (scripts/test.sh sets it)");
     PathBuf::from(dir).join(name)
 }
 
 fn opts(limit: u64) -> CompileOptions {
-    CompileOptions { max_time_per_fc: limit, ..Default::default() }
+    CompileOptions {
+        max_time_per_fc: limit,
+        ..Default::default()
+    }
 }
 
 #[test]
 #[ignore = "needs generated models: scripts/test.sh"]
 fn resnet18_splits_into_fcs_within_the_limit() {
     let m = compile_onnx_file(&model("resnet18.onnx"), &opts(1000)).unwrap();
-    let fcs: Vec<_> = m.segments.iter().filter(|s| s.kind == Placement::Bpu).flat_map(|s| s.fcs.iter()).collect();
+    let fcs: Vec<_> = m
+        .segments
+        .iter()
+        .filter(|s| s.kind == Placement::Bpu)
+        .flat_map(|s| s.fcs.iter())
+        .collect();
     assert!(fcs.len() >= 2, "{} FCs", fcs.len());
     let flagged: std::collections::HashSet<usize> = m.over_limit.iter().map(|o| o.node).collect();
     for fc in &fcs {
-        assert!(fc.est_us <= 1000.0 || fc.steps.iter().any(|s| flagged.contains(&s.node)), "{fc:?}");
+        assert!(
+            fc.est_us <= 1000.0 || fc.steps.iter().any(|s| flagged.contains(&s.node)),
+            "{fc:?}"
+        );
     }
     // BN folded and ReLU fused: no BatchNormalization or standalone Relu remains.
     for n in &m.graph.nodes {
@@ -42,7 +54,13 @@ fn resnet18_splits_into_fcs_within_the_limit() {
 #[ignore = "needs generated models: scripts/test.sh"]
 fn mobilenetv2_fuses_clip_and_residuals() {
     let m = compile_onnx_file(&model("mobilenetv2.onnx"), &opts(1000)).unwrap();
-    assert!(m.graph.nodes.iter().all(|n| n.op.name() != "Clip" && n.op.name() != "Add"), "unfused Clip/Add left");
+    assert!(
+        m.graph
+            .nodes
+            .iter()
+            .all(|n| n.op.name() != "Clip" && n.op.name() != "Add"),
+        "unfused Clip/Add left"
+    );
     assert!(m.graph.nodes.iter().any(|n| n.absorbed.len() >= 3));
 }
 
@@ -51,7 +69,10 @@ fn mobilenetv2_fuses_clip_and_residuals() {
 fn cpu_ops_make_cpu_segments_in_the_middle_and_at_the_ends() {
     let mid = compile_onnx_file(&model("cpu_middle.onnx"), &opts(0)).unwrap();
     let kinds: Vec<Placement> = mid.segments.iter().map(|s| s.kind).collect();
-    assert!(kinds.len() >= 3 && kinds[0] == Placement::Bpu && kinds.contains(&Placement::Cpu), "{kinds:?}");
+    assert!(
+        kinds.len() >= 3 && kinds[0] == Placement::Bpu && kinds.contains(&Placement::Cpu),
+        "{kinds:?}"
+    );
     assert_eq!(*kinds.last().unwrap(), Placement::Bpu, "{kinds:?}");
     let ends = compile_onnx_file(&model("cpu_ends.onnx"), &opts(0)).unwrap();
     let kinds: Vec<Placement> = ends.segments.iter().map(|s| s.kind).collect();

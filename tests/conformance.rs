@@ -49,7 +49,8 @@ fn tensors(dir: &Path, v: &Json) -> Vec<(String, String, PathBuf)> {
 }
 
 fn load_cases(dir: &Path) -> Vec<Case> {
-    let text = std::fs::read_to_string(dir.join("manifest.json")).expect("manifest.json (run scripts/test.sh)");
+    let text = std::fs::read_to_string(dir.join("manifest.json"))
+        .expect("manifest.json (run scripts/test.sh)");
     let root: Json = serde_json::from_str(&text).expect("manifest is JSON");
     root["cases"]
         .as_array()
@@ -73,9 +74,20 @@ enum Outcome {
     Fail(String),
 }
 
-fn compare(name: &str, dtype: &str, got: &[u8], want: &[u8], rtol: f64, atol: f64) -> Result<(), String> {
+fn compare(
+    name: &str,
+    dtype: &str,
+    got: &[u8],
+    want: &[u8],
+    rtol: f64,
+    atol: f64,
+) -> Result<(), String> {
     if got.len() != want.len() {
-        return Err(format!("output '{name}': {} bytes, reference has {}", got.len(), want.len()));
+        return Err(format!(
+            "output '{name}': {} bytes, reference has {}",
+            got.len(),
+            want.len()
+        ));
     }
     if dtype != "f32" {
         if got != want {
@@ -85,7 +97,10 @@ fn compare(name: &str, dtype: &str, got: &[u8], want: &[u8], rtol: f64, atol: f6
         return Ok(());
     }
     let g: &[f32] = bytemuck::cast_slice(got);
-    let w: Vec<f32> = want.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    let w: Vec<f32> = want
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
     let mut worst = (0usize, 0f64);
     for (i, (&a, &b)) in g.iter().zip(&w).enumerate() {
         let (a, b) = (a as f64, b as f64);
@@ -97,12 +112,22 @@ fn compare(name: &str, dtype: &str, got: &[u8], want: &[u8], rtol: f64, atol: f6
         }
         let excess = (a - b).abs() - (atol + rtol * b.abs());
         if excess > worst.1 || a.is_nan() != b.is_nan() {
-            worst = (i, if excess.is_nan() { f64::INFINITY } else { excess.max(f64::MIN_POSITIVE) });
+            worst = (
+                i,
+                if excess.is_nan() {
+                    f64::INFINITY
+                } else {
+                    excess.max(f64::MIN_POSITIVE)
+                },
+            );
         }
     }
     if worst.1 > 0.0 {
         let i = worst.0;
-        return Err(format!("output '{name}' element {i}: got {} want {} (rtol {rtol}, atol {atol})", g[i], w[i]));
+        return Err(format!(
+            "output '{name}' element {i}: got {} want {} (rtol {rtol}, atol {atol})",
+            g[i], w[i]
+        ));
     }
     Ok(())
 }
@@ -111,7 +136,9 @@ fn run_case(c: &Case) -> Outcome {
     let opts = CompileOptions::default();
     let compiled = match compile::compile_onnx_file(&c.model, &opts) {
         Ok(m) => m,
-        Err(e @ (Error::UnsupportedOp { .. } | Error::BadAttribute { .. })) => return Outcome::Unsupported(e.to_string()),
+        Err(e @ (Error::UnsupportedOp { .. } | Error::BadAttribute { .. })) => {
+            return Outcome::Unsupported(e.to_string())
+        }
         Err(e) => return Outcome::Fail(format!("compile: {e}")),
     };
     // Round trip through the file format, as the runtime loads it.
@@ -125,12 +152,18 @@ fn run_case(c: &Case) -> Outcome {
     };
     let plan = match ModelPlan::new(Arc::new(m.graph.clone()), &PlanOptions::default()) {
         Ok(p) => p,
-        Err(e @ (Error::UnsupportedOp { .. } | Error::BadAttribute { .. })) => return Outcome::Unsupported(e.to_string()),
+        Err(e @ (Error::UnsupportedOp { .. } | Error::BadAttribute { .. })) => {
+            return Outcome::Unsupported(e.to_string())
+        }
         Err(e) => return Outcome::Fail(format!("plan: {e}")),
     };
     let mut st = plan.new_state();
     if c.inputs.len() != m.inputs.len() {
-        return Outcome::Fail(format!("model has {} inputs, case {}", m.inputs.len(), c.inputs.len()));
+        return Outcome::Fail(format!(
+            "model has {} inputs, case {}",
+            m.inputs.len(),
+            c.inputs.len()
+        ));
     }
     for (i, (name, _, file)) in c.inputs.iter().enumerate() {
         let data = std::fs::read(file).expect("input file");
@@ -141,7 +174,14 @@ fn run_case(c: &Case) -> Outcome {
     for seg in &m.segments {
         for fc in &seg.fcs {
             for s in &fc.steps {
-                if let Err(e) = plan.run_node(&mut st, s.node, Tile { index: s.tile as usize, count: s.tiles as usize }) {
+                if let Err(e) = plan.run_node(
+                    &mut st,
+                    s.node,
+                    Tile {
+                        index: s.tile as usize,
+                        count: s.tiles as usize,
+                    },
+                ) {
                     let n = &m.graph.nodes[s.node];
                     return Outcome::Fail(format!("node '{}' ({}): {e}", n.name, n.op.name()));
                 }
@@ -164,9 +204,13 @@ fn run_case(c: &Case) -> Outcome {
 #[test]
 #[ignore = "needs generated data: run scripts/test.sh (or set VNPU_CONFORMANCE_DIR)"]
 fn conformance_against_onnxruntime() {
-    let dir = PathBuf::from(std::env::var("VNPU_CONFORMANCE_DIR").expect("set VNPU_CONFORMANCE_DIR (scripts/test.sh does)"));
+    let dir = PathBuf::from(
+        std::env::var("VNPU_CONFORMANCE_DIR")
+            .expect("set VNPU_CONFORMANCE_DIR (scripts/test.sh does)"),
+    );
     let cases = load_cases(&dir);
-    let passing_list = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/conformance/onnx_node_passing.txt");
+    let passing_list =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/conformance/onnx_node_passing.txt");
     let must_pass: BTreeSet<String> = std::fs::read_to_string(&passing_list)
         .unwrap_or_default()
         .lines()
@@ -178,7 +222,8 @@ fn conformance_against_onnxruntime() {
     let mut ours = (0usize, 0usize);
     let mut now_passing = Vec::new();
     for c in &cases {
-        let outcome = std::panic::catch_unwind(|| run_case(c)).unwrap_or_else(|_| Outcome::Fail("panicked".into()));
+        let outcome = std::panic::catch_unwind(|| run_case(c))
+            .unwrap_or_else(|_| Outcome::Fail("panicked".into()));
         match c.kind.as_str() {
             "onnx-node" => match outcome {
                 Outcome::Pass => {
@@ -207,11 +252,22 @@ fn conformance_against_onnxruntime() {
             },
         }
     }
-    println!("conformance: own cases {} passed, {} failed", ours.0, ours.1);
-    println!("conformance: onnx node tests {} passed, {} failed, {} unsupported", node.0, node.1, node.2);
+    println!(
+        "conformance: own cases {} passed, {} failed",
+        ours.0, ours.1
+    );
+    println!(
+        "conformance: onnx node tests {} passed, {} failed, {} unsupported",
+        node.0, node.1, node.2
+    );
     if let Ok(out) = std::env::var("VNPU_CONFORMANCE_PASSING_OUT") {
         let _ = std::fs::write(out, now_passing.join("\n") + "\n");
     }
     assert!(ours.0 + node.0 > 0, "no case ran");
-    assert!(failures.is_empty(), "{} conformance failure(s):\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} conformance failure(s):\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }

@@ -179,36 +179,56 @@ fn yaml_str(v: &serde_yaml::Value) -> Option<String> {
         serde_yaml::Value::String(s) => Some(s.clone()),
         serde_yaml::Value::Number(n) => Some(n.to_string()),
         serde_yaml::Value::Bool(b) => Some(b.to_string()),
-        serde_yaml::Value::Sequence(items) => {
-            Some(items.iter().filter_map(yaml_str).collect::<Vec<_>>().join(";"))
-        }
+        serde_yaml::Value::Sequence(items) => Some(
+            items
+                .iter()
+                .filter_map(yaml_str)
+                .collect::<Vec<_>>()
+                .join(";"),
+        ),
         _ => None,
     }
 }
 
 fn split_list(s: &str) -> Vec<String> {
-    s.split(';').map(|x| x.trim().to_string()).filter(|x| !x.is_empty()).collect()
+    s.split(';')
+        .map(|x| x.trim().to_string())
+        .filter(|x| !x.is_empty())
+        .collect()
 }
 
 /// Reads a YAML compile config.
 pub fn load_config(path: &Path) -> Result<ConfigFile> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Error::Io { path: path.to_path_buf(), reason: e.to_string() })?;
+    let text = std::fs::read_to_string(path).map_err(|e| Error::Io {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
     parse_config(&text, path.parent().unwrap_or(Path::new(".")))
 }
 
 /// Parses YAML config text; relative paths resolve against `base`.
 pub fn parse_config(text: &str, base: &Path) -> Result<ConfigFile> {
-    let bad = |key: &str, reason: String| Error::CompileOption { option: key.into(), reason };
-    let root: serde_yaml::Value = serde_yaml::from_str(text).map_err(|e| bad("config", e.to_string()))?;
+    let bad = |key: &str, reason: String| Error::CompileOption {
+        option: key.into(),
+        reason,
+    };
+    let root: serde_yaml::Value =
+        serde_yaml::from_str(text).map_err(|e| bad("config", e.to_string()))?;
     let section = |name: &str| root.get(name).cloned().unwrap_or(serde_yaml::Value::Null);
     let get = |sec: &serde_yaml::Value, key: &str| sec.get(key).and_then(yaml_str);
-    let known = ["model_parameters", "input_parameters", "compiler_parameters"];
+    let known = [
+        "model_parameters",
+        "input_parameters",
+        "compiler_parameters",
+    ];
     if let Some(map) = root.as_mapping() {
         for k in map.keys() {
             let k = yaml_str(k).unwrap_or_default();
             if !known.contains(&k.as_str()) {
-                return Err(bad("config", format!("unknown section '{k}' (expected {})", known.join(", "))));
+                return Err(bad(
+                    "config",
+                    format!("unknown section '{k}' (expected {})", known.join(", ")),
+                ));
             }
         }
     }
@@ -216,22 +236,44 @@ pub fn parse_config(text: &str, base: &Path) -> Result<ConfigFile> {
     let mp = section("model_parameters");
     let onnx_model = get(&mp, "onnx_model").map(|p| base.join(p));
     let output_prefix = get(&mp, "output_model_file_prefix");
-    o.run_on_cpu = get(&mp, "run_on_cpu").map(|s| split_list(&s)).unwrap_or_default();
-    o.run_on_bpu = get(&mp, "run_on_bpu").map(|s| split_list(&s)).unwrap_or_default();
+    o.run_on_cpu = get(&mp, "run_on_cpu")
+        .map(|s| split_list(&s))
+        .unwrap_or_default();
+    o.run_on_bpu = get(&mp, "run_on_bpu")
+        .map(|s| split_list(&s))
+        .unwrap_or_default();
 
     let ip = section("input_parameters");
-    let names = get(&ip, "input_name").map(|s| split_list(&s)).unwrap_or_default();
-    let per = |key: &str| -> Vec<String> { get(&ip, key).map(|s| split_list(&s)).unwrap_or_default() };
-    let (shapes, types, layouts, train) = (per("input_shape"), per("input_type_rt"), per("input_layout_rt"), per("input_type_train"));
+    let names = get(&ip, "input_name")
+        .map(|s| split_list(&s))
+        .unwrap_or_default();
+    let per =
+        |key: &str| -> Vec<String> { get(&ip, key).map(|s| split_list(&s)).unwrap_or_default() };
+    let (shapes, types, layouts, train) = (
+        per("input_shape"),
+        per("input_type_rt"),
+        per("input_layout_rt"),
+        per("input_type_train"),
+    );
     let (norms, means, scales) = (per("norm_type"), per("mean_value"), per("scale_value"));
     for (i, name) in names.iter().enumerate() {
-        let pick = |v: &Vec<String>| v.get(i).or(if v.len() == 1 { v.first() } else { None }).cloned();
+        let pick = |v: &Vec<String>| {
+            v.get(i)
+                .or(if v.len() == 1 { v.first() } else { None })
+                .cloned()
+        };
         let shape = pick(&shapes).map(|s| parse_shape(&s)).transpose()?;
         if let Some(s) = &shape {
             o.input_shapes.insert(name.clone(), s.clone());
         }
-        let input_type = pick(&types).map(|s| parse_input_type(&s)).transpose()?.unwrap_or(InputType::FeatureMap);
-        let nhwc = pick(&layouts).map(|s| parse_layout(&s)).transpose()?.unwrap_or(false);
+        let input_type = pick(&types)
+            .map(|s| parse_input_type(&s))
+            .transpose()?
+            .unwrap_or(InputType::FeatureMap);
+        let nhwc = pick(&layouts)
+            .map(|s| parse_layout(&s))
+            .transpose()?
+            .unwrap_or(false);
         let train_bgr = match pick(&train).map(|s| s.to_ascii_lowercase()) {
             None => false,
             Some(s) if s == "rgb" || s == "featuremap" => false,
@@ -239,20 +281,42 @@ pub fn parse_config(text: &str, base: &Path) -> Result<ConfigFile> {
             Some(s) => return Err(bad("input_type_train", format!("'{s}' is not rgb or bgr"))),
         };
         let norm = pick(&norms).unwrap_or_else(|| "no_preprocess".into());
-        let mean = pick(&means).map(|s| parse_floats("mean_value", &s)).transpose()?.unwrap_or_default();
-        let scale = pick(&scales).map(|s| parse_floats("scale_value", &s)).transpose()?.unwrap_or_default();
+        let mean = pick(&means)
+            .map(|s| parse_floats("mean_value", &s))
+            .transpose()?
+            .unwrap_or_default();
+        let scale = pick(&scales)
+            .map(|s| parse_floats("scale_value", &s))
+            .transpose()?
+            .unwrap_or_default();
         let (mean, scale) = match norm.as_str() {
             "no_preprocess" => (vec![], vec![]),
             "data_mean" => (mean, vec![]),
             "data_scale" => (vec![], scale),
             "data_mean_and_scale" => (mean, scale),
-            other => return Err(bad("norm_type", format!("'{other}' is not no_preprocess, data_mean, data_scale or data_mean_and_scale"))),
+            other => return Err(bad(
+                "norm_type",
+                format!(
+                    "'{other}' is not no_preprocess, data_mean, data_scale or data_mean_and_scale"
+                ),
+            )),
         };
-        o.inputs.push(InputParams { name: name.clone(), shape, input_type, nhwc, train_bgr, mean, scale });
+        o.inputs.push(InputParams {
+            name: name.clone(),
+            shape,
+            input_type,
+            nhwc,
+            train_bgr,
+            mean,
+            scale,
+        });
     }
     let cp = section("compiler_parameters");
     if let Some(v) = get(&cp, "max_time_per_fc") {
-        let n: u64 = v.trim().parse().map_err(|_| bad("max_time_per_fc", format!("'{v}' is not a number")))?;
+        let n: u64 = v
+            .trim()
+            .parse()
+            .map_err(|_| bad("max_time_per_fc", format!("'{v}' is not a number")))?;
         check_max_time_per_fc(n)?;
         o.max_time_per_fc = n;
     }
@@ -262,7 +326,11 @@ pub fn parse_config(text: &str, base: &Path) -> Result<ConfigFile> {
             _ => return Err(bad("optimize_level", format!("'{v}' is not O0..O3"))),
         };
     }
-    Ok(ConfigFile { options: o, onnx_model, output_prefix })
+    Ok(ConfigFile {
+        options: o,
+        onnx_model,
+        output_prefix,
+    })
 }
 
 #[cfg(test)]
@@ -303,9 +371,17 @@ compiler_parameters:
 
     #[test]
     fn bad_values_name_the_key() {
-        let e = parse_config("compiler_parameters:\n  max_time_per_fc: 500\n", Path::new(".")).unwrap_err();
+        let e = parse_config(
+            "compiler_parameters:\n  max_time_per_fc: 500\n",
+            Path::new("."),
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("1000..=4294967295"), "{e}");
-        let e = parse_config("input_parameters:\n  input_name: x\n  input_type_rt: jpeg\n", Path::new(".")).unwrap_err();
+        let e = parse_config(
+            "input_parameters:\n  input_name: x\n  input_type_rt: jpeg\n",
+            Path::new("."),
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("input_type_rt"), "{e}");
         let e = parse_config("bogus: 1\n", Path::new(".")).unwrap_err();
         assert!(e.to_string().contains("bogus"), "{e}");

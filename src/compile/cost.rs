@@ -30,7 +30,9 @@ impl<'a> CostModel<'a> {
             let bytes: Vec<u8> = match graph.values[v].dtype {
                 DType::F32 => {
                     let n = len / 4;
-                    let vals: Vec<f32> = (0..n).map(|k| ((k * 7919) % 1000) as f32 / 1000.0).collect();
+                    let vals: Vec<f32> = (0..n)
+                        .map(|k| ((k * 7919) % 1000) as f32 / 1000.0)
+                        .collect();
                     bytemuck::cast_slice(&vals).to_vec()
                 }
                 DType::U8 => (0..len).map(|k| (k % 251) as u8).collect(),
@@ -39,7 +41,12 @@ impl<'a> CostModel<'a> {
             // Inputs of the wrong size cannot happen here: lengths come from the plan.
             let _ = plan.set_input(&mut state, i, &bytes);
         }
-        CostModel { plan, graph, state, repeats: repeats.max(1) }
+        CostModel {
+            plan,
+            graph,
+            state,
+            repeats: repeats.max(1),
+        }
     }
 
     /// Best time in µs of running `tile` of `node` (the previous nodes must have run once
@@ -53,7 +60,10 @@ impl<'a> CostModel<'a> {
             let t0 = Instant::now();
             let plan = self.plan;
             let state = &mut self.state;
-            let ok = catch_unwind(AssertUnwindSafe(|| plan.run_node(state, node, tile).is_ok())).unwrap_or(false);
+            let ok = catch_unwind(AssertUnwindSafe(|| {
+                plan.run_node(state, node, tile).is_ok()
+            }))
+            .unwrap_or(false);
             let dt = t0.elapsed().as_secs_f64() * 1e6;
             if !ok {
                 return UNMEASURED_US;
@@ -65,6 +75,8 @@ impl<'a> CostModel<'a> {
 
     /// Whole-node times of every node, in order.
     pub fn measure_all(&mut self) -> Vec<f64> {
-        (0..self.graph.nodes.len()).map(|i| self.measure(i, Tile::WHOLE)).collect()
+        (0..self.graph.nodes.len())
+            .map(|i| self.measure(i, Tile::WHOLE))
+            .collect()
     }
 }

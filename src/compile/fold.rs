@@ -17,7 +17,10 @@ const FOLD_LIMIT: usize = 1 << 24;
 
 /// Ops that must never be evaluated at compile time.
 fn never_fold(op: &Op) -> bool {
-    matches!(op, Op::Spin { .. } | Op::Fail { .. } | Op::Preprocess { .. })
+    matches!(
+        op,
+        Op::Spin { .. } | Op::Fail { .. } | Op::Preprocess { .. }
+    )
 }
 
 /// Infers every value's type and shape and folds constant nodes. Returns the number of
@@ -32,7 +35,11 @@ pub fn infer_and_fold(g: &mut Graph) -> Result<usize> {
             return Err(Error::shape(
                 &node.name,
                 node.op.name(),
-                format!("inference gave {} outputs for {}", types.len(), node.outputs.len()),
+                format!(
+                    "inference gave {} outputs for {}",
+                    types.len(),
+                    node.outputs.len()
+                ),
             ));
         }
         for (&o, (dt, shape)) in node.outputs.iter().zip(types) {
@@ -47,7 +54,9 @@ pub fn infer_and_fold(g: &mut Graph) -> Result<usize> {
         if let Op::Shape { .. } = node.op {
             let out = node.outputs[0];
             let dims = g.values[out].shape.clone().unwrap_or_default();
-            let inp = node.inputs[0].and_then(|v| g.values[v].shape.clone()).unwrap_or_default();
+            let inp = node.inputs[0]
+                .and_then(|v| g.values[v].shape.clone())
+                .unwrap_or_default();
             let (start, end) = match node.op {
                 Op::Shape { start, end } => (start, end),
                 _ => unreachable!(),
@@ -62,16 +71,30 @@ pub fn infer_and_fold(g: &mut Graph) -> Result<usize> {
             folded.push(i);
             continue;
         }
-        let all_const = node.inputs.iter().flatten().all(|&v| g.values[v].konst.is_some());
-        let small = node
-            .outputs
+        let all_const = node
+            .inputs
             .iter()
-            .all(|&o| g.values[o].shape.as_ref().map(|s| s.iter().product::<usize>()).unwrap_or(usize::MAX) <= FOLD_LIMIT);
-        if !all_const || !small || node.inputs.iter().flatten().next().is_none() && !is_source(&node.op) {
+            .flatten()
+            .all(|&v| g.values[v].konst.is_some());
+        let small = node.outputs.iter().all(|&o| {
+            g.values[o]
+                .shape
+                .as_ref()
+                .map(|s| s.iter().product::<usize>())
+                .unwrap_or(usize::MAX)
+                <= FOLD_LIMIT
+        });
+        if !all_const
+            || !small
+            || node.inputs.iter().flatten().next().is_none() && !is_source(&node.op)
+        {
             continue;
         }
-        let inputs: Vec<Option<&Tensor>> =
-            node.inputs.iter().map(|v| v.and_then(|v| g.values[v].konst.as_deref())).collect();
+        let inputs: Vec<Option<&Tensor>> = node
+            .inputs
+            .iter()
+            .map(|v| v.and_then(|v| g.values[v].konst.as_deref()))
+            .collect();
         let outs = crate::exec::eval_node(g, node, &inputs)?;
         let node_outputs = node.outputs.clone();
         for (o, t) in node_outputs.into_iter().zip(outs) {
@@ -91,12 +114,28 @@ fn is_source(op: &Op) -> bool {
 
 /// Resolves `auto_pad` of Conv / ConvTranspose / pooling nodes once the input shape is known.
 fn resolve_geometry(g: &mut Graph, i: usize) -> Result<()> {
-    let Some(Some(x)) = g.nodes[i].inputs.first().copied() else { return Ok(()) };
-    let Some(shape) = g.values[x].shape.clone() else { return Ok(()) };
+    let Some(Some(x)) = g.nodes[i].inputs.first().copied() else {
+        return Ok(());
+    };
+    let Some(shape) = g.values[x].shape.clone() else {
+        return Ok(());
+    };
     let node = &mut g.nodes[i];
-    if let Op::ConvTranspose { geom, output_padding, output_shape, .. } = &mut node.op {
+    if let Op::ConvTranspose {
+        geom,
+        output_padding,
+        output_shape,
+        ..
+    } = &mut node.op
+    {
         if (geom.auto_pad.is_some() || !output_shape.is_empty()) && shape.len() >= 3 {
-            ir::shape::resolve_conv_transpose_pads(&node.name, geom, output_padding, output_shape, &shape[2..])?;
+            ir::shape::resolve_conv_transpose_pads(
+                &node.name,
+                geom,
+                output_padding,
+                output_shape,
+                &shape[2..],
+            )?;
             output_shape.clear();
         }
         return Ok(());
@@ -124,7 +163,13 @@ mod tests {
         let x = b.input("x", &[1, 2, 3, 4]);
         let mut g = b.finish(&[]);
         let mk = |g: &mut Graph, name: &str, dt: DType| {
-            g.add_value(Value { name: name.into(), dtype: dt, shape: None, declared: None, konst: None })
+            g.add_value(Value {
+                name: name.into(),
+                dtype: dt,
+                shape: None,
+                declared: None,
+                konst: None,
+            })
         };
         let shp = mk(&mut g, "shp", DType::I64);
         let idx = g.add_const("idx", Tensor::from_i64(vec![], vec![0]));
@@ -143,7 +188,15 @@ mod tests {
             placement: Some(Placement::Bpu),
         };
         g.nodes = vec![
-            node("shape", Op::Shape { start: 0, end: None }, vec![x], shp),
+            node(
+                "shape",
+                Op::Shape {
+                    start: 0,
+                    end: None,
+                },
+                vec![x],
+                shp,
+            ),
             node("gather", Op::Gather { axis: 0 }, vec![shp, idx], gat),
             node("unsq", Op::Unsqueeze { axes: None }, vec![gat, ax], uns),
             node("concat", Op::Concat { axis: 0 }, vec![uns, m1], cat),
@@ -171,6 +224,9 @@ mod tests {
         let mut g = b.finish(&[y]);
         assert_eq!(infer_and_fold(&mut g).unwrap(), 1);
         assert_eq!(g.nodes.len(), 1);
-        assert_eq!(run_graph(&g, &[vec![1.0, 1.0, 2.0]]), vec![vec![2.0, 3.0, 8.0]]);
+        assert_eq!(
+            run_graph(&g, &[vec![1.0, 1.0, 2.0]]),
+            vec![vec![2.0, 3.0, 8.0]]
+        );
     }
 }

@@ -90,13 +90,25 @@ fn scale_weights(g: &Graph, node: usize, s: &[f32], t: &[f32]) -> Option<(Tensor
             for o in 0..oc {
                 b2[o] = b2[o] * s[o] + t[o];
             }
-            Some((Tensor::from_f32(w.shape.clone(), w2), Tensor::from_f32(vec![oc], b2)))
+            Some((
+                Tensor::from_f32(w.shape.clone(), w2),
+                Tensor::from_f32(vec![oc], b2),
+            ))
         }
-        Op::Gemm { alpha, beta, trans_b, .. } => {
+        Op::Gemm {
+            alpha,
+            beta,
+            trans_b,
+            ..
+        } => {
             if w.shape.len() != 2 {
                 return None;
             }
-            let (k, ncols) = if *trans_b { (w.shape[1], w.shape[0]) } else { (w.shape[0], w.shape[1]) };
+            let (k, ncols) = if *trans_b {
+                (w.shape[1], w.shape[0])
+            } else {
+                (w.shape[0], w.shape[1])
+            };
             if ncols != oc {
                 return None;
             }
@@ -110,12 +122,18 @@ fn scale_weights(g: &Graph, node: usize, s: &[f32], t: &[f32]) -> Option<(Tensor
             b2 = match bias_in {
                 Some(c) => {
                     let cv = per_channel_values(c, &[1, oc], 1)?;
-                    cv.iter().enumerate().map(|(o, &cb)| beta * cb * s[o] + t[o]).collect()
+                    cv.iter()
+                        .enumerate()
+                        .map(|(o, &cb)| beta * cb * s[o] + t[o])
+                        .collect()
                 }
                 None if n.inputs.get(2).copied().flatten().is_none() => t.to_vec(),
                 None => return None,
             };
-            Some((Tensor::from_f32(w.shape.clone(), w2), Tensor::from_f32(vec![oc], b2)))
+            Some((
+                Tensor::from_f32(w.shape.clone(), w2),
+                Tensor::from_f32(vec![oc], b2),
+            ))
         }
         _ => None,
     }
@@ -137,8 +155,12 @@ pub fn fold_batchnorm(g: &mut Graph) -> usize {
     let mut folded = 0;
     'outer: loop {
         for bi in 0..g.nodes.len() {
-            let Op::BatchNorm { epsilon } = g.nodes[bi].op else { continue };
-            let Some(Some(x)) = g.nodes[bi].inputs.first().copied() else { continue };
+            let Op::BatchNorm { epsilon } = g.nodes[bi].op else {
+                continue;
+            };
+            let Some(Some(x)) = g.nodes[bi].inputs.first().copied() else {
+                continue;
+            };
             let Some(ci) = g.producers()[x] else { continue };
             if sole_consumer(g, x) != Some((bi, 0)) {
                 continue;
@@ -151,17 +173,25 @@ pub fn fold_batchnorm(g: &mut Graph) -> usize {
                 continue;
             }
             let bn = &g.nodes[bi];
-            let params: Option<Vec<Vec<f32>>> =
-                (1..5).map(|k| g.const_input(bn, k).and_then(|t| t.as_f32().map(|v| v.to_vec()))).collect();
+            let params: Option<Vec<Vec<f32>>> = (1..5)
+                .map(|k| {
+                    g.const_input(bn, k)
+                        .and_then(|t| t.as_f32().map(|v| v.to_vec()))
+                })
+                .collect();
             let Some(p) = params else { continue };
             let (gamma, beta, mean, var) = (&p[0], &p[1], &p[2], &p[3]);
             let oc = gamma.len();
             if [beta.len(), mean.len(), var.len()].iter().any(|&l| l != oc) {
                 continue;
             }
-            let s: Vec<f32> = (0..oc).map(|c| gamma[c] / (var[c] + epsilon).sqrt()).collect();
+            let s: Vec<f32> = (0..oc)
+                .map(|c| gamma[c] / (var[c] + epsilon).sqrt())
+                .collect();
             let t: Vec<f32> = (0..oc).map(|c| beta[c] - mean[c] * s[c]).collect();
-            let Some((w, b)) = scale_weights(g, ci, &s, &t) else { continue };
+            let Some((w, b)) = scale_weights(g, ci, &s, &t) else {
+                continue;
+            };
             install_weights(g, ci, w, b);
             absorb_consumer(g, ci, bi);
             folded += 1;
@@ -187,13 +217,20 @@ fn classify(g: &Graph, pi: usize, ci: usize, pos: usize, x: ValueId) -> Option<F
     let out_shape = g.values[x].shape.clone()?;
     let axis = channel_axis(g, pi)?;
     let channels = out_shape[axis];
-    let post_empty = producer.op.post_ops().map(|p| p.is_empty()).unwrap_or(false);
+    let post_empty = producer
+        .op
+        .post_ops()
+        .map(|p| p.is_empty())
+        .unwrap_or(false);
     let weights_ok = post_empty && matches!(producer.op, Op::Conv { .. } | Op::Gemm { .. });
     if g.values[consumer.outputs[0]].shape.as_ref() != Some(&out_shape) {
         return None;
     }
     match &consumer.op {
-        Op::Unary(u) if fusable_unary(u) => Some(Fusion::Post { op: PostOp::Unary(*u), extra: None }),
+        Op::Unary(u) if fusable_unary(u) => Some(Fusion::Post {
+            op: PostOp::Unary(*u),
+            extra: None,
+        }),
         Op::Binary(b) => {
             let other_pos = 1 - pos;
             let other = consumer.inputs.get(other_pos).copied().flatten()?;
@@ -201,7 +238,10 @@ fn classify(g: &Graph, pi: usize, ci: usize, pos: usize, x: ValueId) -> Option<F
             match (b, other_const) {
                 (BinaryOp::PRelu, Some(c)) if pos == 0 => {
                     let slope = per_channel_values(&c, &out_shape, axis)?;
-                    Some(Fusion::Post { op: PostOp::ChannelPRelu { slope }, extra: None })
+                    Some(Fusion::Post {
+                        op: PostOp::ChannelPRelu { slope },
+                        extra: None,
+                    })
                 }
                 (BinaryOp::Mul | BinaryOp::Add | BinaryOp::Sub | BinaryOp::Div, Some(c)) => {
                     if matches!(b, BinaryOp::Sub | BinaryOp::Div) && pos != 0 {
@@ -217,7 +257,10 @@ fn classify(g: &Graph, pi: usize, ci: usize, pos: usize, x: ValueId) -> Option<F
                     if weights_ok {
                         Some(Fusion::Weights { s, t })
                     } else {
-                        Some(Fusion::Post { op: PostOp::ChannelAffine { scale: s, shift: t }, extra: None })
+                        Some(Fusion::Post {
+                            op: PostOp::ChannelAffine { scale: s, shift: t },
+                            extra: None,
+                        })
                     }
                 }
                 (BinaryOp::Add, None) => {
@@ -228,7 +271,10 @@ fn classify(g: &Graph, pi: usize, ci: usize, pos: usize, x: ValueId) -> Option<F
                         return None;
                     }
                     let input = producer.inputs.len().max(3);
-                    Some(Fusion::Post { op: PostOp::AddInput { input }, extra: Some(other) })
+                    Some(Fusion::Post {
+                        op: PostOp::AddInput { input },
+                        extra: Some(other),
+                    })
                 }
                 _ => None,
             }
@@ -247,17 +293,25 @@ pub fn fuse_post_ops(g: &mut Graph) -> usize {
                 continue;
             }
             let x = g.nodes[pi].outputs[0];
-            let Some((ci, pos)) = sole_consumer(g, x) else { continue };
-            let Some(f) = classify(g, pi, ci, pos, x) else { continue };
+            let Some((ci, pos)) = sole_consumer(g, x) else {
+                continue;
+            };
+            let Some(f) = classify(g, pi, ci, pos, x) else {
+                continue;
+            };
             match f {
                 Fusion::Weights { s, t } => {
-                    let Some((w, b)) = scale_weights(g, pi, &s, &t) else { continue };
+                    let Some((w, b)) = scale_weights(g, pi, &s, &t) else {
+                        continue;
+                    };
                     install_weights(g, pi, w, b);
                 }
                 Fusion::Post { op, extra } => {
                     let n = &mut g.nodes[pi];
                     if let Some(r) = extra {
-                        let PostOp::AddInput { input } = op else { unreachable!("residual post-op") };
+                        let PostOp::AddInput { input } = op else {
+                            unreachable!("residual post-op")
+                        };
                         n.inputs.resize(input, None);
                         n.inputs.push(Some(r));
                     }
@@ -272,7 +326,6 @@ pub fn fuse_post_ops(g: &mut Graph) -> usize {
     }
     fused
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -294,8 +347,19 @@ mod tests {
         }
     }
 
-    fn conv_graph(b: &mut GraphBuilder, x: ValueId, name: &str, ic: usize, oc: usize, seed: u64) -> ValueId {
-        let w = b.konst(&format!("{name}_w"), &[oc, ic, 3, 3], rand_vec(oc * ic * 9, seed));
+    fn conv_graph(
+        b: &mut GraphBuilder,
+        x: ValueId,
+        name: &str,
+        ic: usize,
+        oc: usize,
+        seed: u64,
+    ) -> ValueId {
+        let w = b.konst(
+            &format!("{name}_w"),
+            &[oc, ic, 3, 3],
+            rand_vec(oc * ic * 9, seed),
+        );
         let bias = b.konst(&format!("{name}_b"), &[oc], rand_vec(oc, seed + 1));
         b.node(name, conv_op(), &[x, w, bias], &[1, oc, 5, 5])
     }
@@ -309,7 +373,12 @@ mod tests {
         let beta = b.konst("be", &[3], vec![0.1, -0.2, 0.3]);
         let mean = b.konst("m", &[3], vec![0.05, 0.1, -0.1]);
         let var = b.konst("v", &[3], vec![0.9, 1.1, 0.5]);
-        let y = b.node("bn", Op::BatchNorm { epsilon: 1e-5 }, &[c, gamma, beta, mean, var], &[1, 3, 5, 5]);
+        let y = b.node(
+            "bn",
+            Op::BatchNorm { epsilon: 1e-5 },
+            &[c, gamma, beta, mean, var],
+            &[1, 3, 5, 5],
+        );
         let mut g = b.finish(&[y]);
         let input = vec![rand_vec(50, 7)];
         let before = run_graph(&g, &input);
@@ -329,7 +398,12 @@ mod tests {
         let r = b.node("relu", Op::Unary(UnaryOp::Relu), &[m], &[1, 3, 5, 5]);
         let c2 = conv_graph(&mut b, r, "conv2", 3, 3, 5);
         let a = b.node("add", Op::Binary(BinaryOp::Add), &[c2, x], &[1, 3, 5, 5]);
-        let y = b.node("clip", Op::Unary(UnaryOp::Clip { min: 0.0, max: 6.0 }), &[a], &[1, 3, 5, 5]);
+        let y = b.node(
+            "clip",
+            Op::Unary(UnaryOp::Clip { min: 0.0, max: 6.0 }),
+            &[a],
+            &[1, 3, 5, 5],
+        );
         let mut g = b.finish(&[y]);
         let input = vec![rand_vec(75, 9)];
         let before = run_graph(&g, &input);
@@ -338,8 +412,14 @@ mod tests {
         assert_eq!(g.nodes[0].absorbed, vec!["conv1", "mul", "relu"]);
         assert_eq!(g.nodes[1].absorbed, vec!["conv2", "add", "clip"]);
         // The scale went into the weights; relu stays an epilogue step.
-        assert_eq!(g.nodes[0].op.post_ops().unwrap(), &vec![PostOp::Unary(UnaryOp::Relu)]);
-        assert!(matches!(g.nodes[1].op.post_ops().unwrap()[0], PostOp::AddInput { input: 3 }));
+        assert_eq!(
+            g.nodes[0].op.post_ops().unwrap(),
+            &vec![PostOp::Unary(UnaryOp::Relu)]
+        );
+        assert!(matches!(
+            g.nodes[1].op.post_ops().unwrap()[0],
+            PostOp::AddInput { input: 3 }
+        ));
         assert_close(&before, &run_graph(&g, &input), 1e-5);
     }
 
@@ -355,7 +435,10 @@ mod tests {
         let input = vec![rand_vec(50, 13)];
         let before = run_graph(&g, &input);
         assert_eq!(fuse_post_ops(&mut g), 2);
-        assert!(matches!(g.nodes[0].op.post_ops().unwrap()[1], PostOp::ChannelAffine { .. }));
+        assert!(matches!(
+            g.nodes[0].op.post_ops().unwrap()[1],
+            PostOp::ChannelAffine { .. }
+        ));
         assert_close(&before, &run_graph(&g, &input), 1e-5);
     }
 
@@ -378,7 +461,13 @@ mod tests {
         let c = b.konst("c", &[3], rand_vec(3, 22));
         let gm = b.node(
             "gemm",
-            Op::Gemm { alpha: 0.5, beta: 2.0, trans_a: false, trans_b: true, post: vec![] },
+            Op::Gemm {
+                alpha: 0.5,
+                beta: 2.0,
+                trans_a: false,
+                trans_b: true,
+                post: vec![],
+            },
             &[x, w, c],
             &[2, 3],
         );
@@ -386,7 +475,12 @@ mod tests {
         let beta = b.konst("be", &[3], vec![0.1, -0.2, 0.3]);
         let mean = b.konst("m", &[3], vec![0.05, 0.1, -0.1]);
         let var = b.konst("v", &[3], vec![0.9, 1.1, 0.5]);
-        let bn = b.node("bn", Op::BatchNorm { epsilon: 1e-5 }, &[gm, gamma, beta, mean, var], &[2, 3]);
+        let bn = b.node(
+            "bn",
+            Op::BatchNorm { epsilon: 1e-5 },
+            &[gm, gamma, beta, mean, var],
+            &[2, 3],
+        );
         let y = b.node("relu", Op::Unary(UnaryOp::Relu), &[bn], &[2, 3]);
         let mut g = b.finish(&[y]);
         let input = vec![rand_vec(8, 23)];

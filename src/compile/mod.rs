@@ -115,11 +115,15 @@ impl CompiledModel {
 
 /// Compiles an ONNX file.
 pub fn compile_onnx_file(path: &Path, opts: &CompileOptions) -> Result<CompiledModel> {
-    let bytes = std::fs::read(path).map_err(|e| Error::Io { path: path.to_path_buf(), reason: e.to_string() })?;
-    let name = opts
-        .name
-        .clone()
-        .unwrap_or_else(|| path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into()));
+    let bytes = std::fs::read(path).map_err(|e| Error::Io {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    let name = opts.name.clone().unwrap_or_else(|| {
+        path.file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "model".into())
+    });
     compile_onnx_bytes(&bytes, path.parent(), &name, opts)
 }
 
@@ -175,20 +179,47 @@ pub fn compile_graph(mut g: Graph, opts: &CompileOptions) -> Result<CompiledMode
     let mut segments = Vec::new();
     for (kind, range) in place::segment_ranges(&graph) {
         let fcs = match kind {
-            Placement::Cpu => partition::partition(range.clone(), 0, |n, _, _| node_est_us[n], |_| 1, &mut over_limit),
+            Placement::Cpu => partition::partition(
+                range.clone(),
+                0,
+                |n, _, _| node_est_us[n],
+                |_| 1,
+                &mut over_limit,
+            ),
             Placement::Bpu => partition::partition(
                 range.clone(),
                 opts.max_time_per_fc,
-                |n, t, k| if k == 1 { node_est_us[n] } else { cost.measure(n, Tile { index: t as usize, count: k as usize }) },
+                |n, t, k| {
+                    if k == 1 {
+                        node_est_us[n]
+                    } else {
+                        cost.measure(
+                            n,
+                            Tile {
+                                index: t as usize,
+                                count: k as usize,
+                            },
+                        )
+                    }
+                },
                 |n| plan.tiles_for(n),
                 &mut over_limit,
             ),
         };
-        segments.push(Segment { kind, start: range.start, end: range.end, fcs });
+        segments.push(Segment {
+            kind,
+            start: range.start,
+            end: range.end,
+            fcs,
+        });
     }
     drop(cost);
     let inputs = boundary_in;
-    let outputs = graph.outputs.iter().map(|&v| tensor_spec(&graph, v)).collect::<Result<Vec<_>>>()?;
+    let outputs = graph
+        .outputs
+        .iter()
+        .map(|&v| tensor_spec(&graph, v))
+        .collect::<Result<Vec<_>>>()?;
     let graph = Arc::try_unwrap(graph).unwrap_or_else(|a| (*a).clone());
     Ok(CompiledModel {
         name: graph.name.clone(),
@@ -211,7 +242,8 @@ fn check_outputs_computed(g: &Graph) -> Result<()> {
             return Err(Error::Shape {
                 node: g.values[o].name.clone(),
                 op: "output".into(),
-                reason: "graph output is a constant or an input; vnpu needs it computed by a node".into(),
+                reason: "graph output is a constant or an input; vnpu needs it computed by a node"
+                    .into(),
             });
         }
     }
@@ -225,7 +257,11 @@ fn tensor_spec(g: &Graph, v: ValueId) -> Result<IoSpec> {
         op: "io".into(),
         reason: "shape is not static".into(),
     })?;
-    let layout = if shape.len() == 4 { IoLayout::Nchw } else { IoLayout::None };
+    let layout = if shape.len() == 4 {
+        IoLayout::Nchw
+    } else {
+        IoLayout::None
+    };
     Ok(IoSpec {
         name: val.name.clone(),
         value: v,
@@ -248,7 +284,11 @@ fn insert_input_conversions(g: &mut Graph, opts: &CompileOptions) -> Result<Vec<
                 reason: format!(
                     "model has no input '{}' (inputs: {})",
                     ip.name,
-                    g.inputs.iter().map(|&v| g.values[v].name.clone()).collect::<Vec<_>>().join(", ")
+                    g.inputs
+                        .iter()
+                        .map(|&v| g.values[v].name.clone())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
             });
         }
@@ -271,7 +311,10 @@ fn insert_input_conversions(g: &mut Graph, opts: &CompileOptions) -> Result<Vec<
         if shape.len() != 4 || g.values[v].dtype != DType::F32 {
             return Err(Error::CompileOption {
                 option: "input_type_rt".into(),
-                reason: format!("input '{}' must be a 4-D f32 NCHW tensor to take images or NHWC, it is {:?}", ip.name, shape),
+                reason: format!(
+                    "input '{}' must be a 4-D f32 NCHW tensor to take images or NHWC, it is {:?}",
+                    ip.name, shape
+                ),
             });
         }
         let (n, c, h, w) = (shape[0], shape[1], shape[2], shape[3]);
@@ -288,7 +331,9 @@ fn insert_input_conversions(g: &mut Graph, opts: &CompileOptions) -> Result<Vec<
                 if fmt == ImageFormat::Nv12 && (h % 2 != 0 || w % 2 != 0) {
                     return Err(Error::CompileOption {
                         option: "input_type_rt".into(),
-                        reason: format!("nv12 input '{name}' needs even height and width, got {h}x{w}"),
+                        reason: format!(
+                            "nv12 input '{name}' needs even height and width, got {h}x{w}"
+                        ),
                     });
                 }
                 let (raw, bytes) = match fmt {
@@ -296,7 +341,11 @@ fn insert_input_conversions(g: &mut Graph, opts: &CompileOptions) -> Result<Vec<
                     _ if ip.nhwc => (vec![n, h, w, c], n * h * w * c),
                     _ => (vec![n, c, h, w], n * h * w * c),
                 };
-                let spec_shape = if ip.nhwc && fmt != ImageFormat::Nv12 { vec![n, h, w, c] } else { vec![n, c, h, w] };
+                let spec_shape = if ip.nhwc && fmt != ImageFormat::Nv12 {
+                    vec![n, h, w, c]
+                } else {
+                    vec![n, c, h, w]
+                };
                 let op = Op::Preprocess {
                     format: fmt,
                     nhwc: ip.nhwc,
@@ -308,7 +357,16 @@ fn insert_input_conversions(g: &mut Graph, opts: &CompileOptions) -> Result<Vec<
             }
             InputType::FeatureMap => {
                 let raw = vec![n, h, w, c];
-                (Op::Transpose { perm: Some(vec![0, 3, 1, 2]) }, DType::F32, raw.clone(), raw, IoKind::Tensor, n * h * w * c * 4)
+                (
+                    Op::Transpose {
+                        perm: Some(vec![0, 3, 1, 2]),
+                    },
+                    DType::F32,
+                    raw.clone(),
+                    raw,
+                    IoKind::Tensor,
+                    n * h * w * c * 4,
+                )
             }
         };
         let raw = g.add_value(Value {
@@ -328,8 +386,20 @@ fn insert_input_conversions(g: &mut Graph, opts: &CompileOptions) -> Result<Vec<
             absorbed: vec![],
             placement: None,
         });
-        let layout = if ip.nhwc && kind != IoKind::Image(ImageFormat::Nv12) { IoLayout::Nhwc } else { IoLayout::Nchw };
-        specs.push(IoSpec { name, value: raw, kind, dtype: raw_dtype, layout, shape: spec_shape, byte_size });
+        let layout = if ip.nhwc && kind != IoKind::Image(ImageFormat::Nv12) {
+            IoLayout::Nhwc
+        } else {
+            IoLayout::Nchw
+        };
+        specs.push(IoSpec {
+            name,
+            value: raw,
+            kind,
+            dtype: raw_dtype,
+            layout,
+            shape: spec_shape,
+            byte_size,
+        });
     }
     new_nodes.append(&mut g.nodes);
     g.nodes = new_nodes;

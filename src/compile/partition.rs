@@ -46,25 +46,55 @@ pub fn partition(
 ) -> Vec<Fc> {
     let limit = limit_us as f64;
     let mut fcs = Vec::new();
-    let mut cur = Fc { steps: Vec::new(), est_us: 0.0 };
+    let mut cur = Fc {
+        steps: Vec::new(),
+        est_us: 0.0,
+    };
     for node in nodes {
         let whole = cost(node, 0, 1);
-        let mut steps: Vec<(Step, f64)> = vec![(Step { node, tile: 0, tiles: 1 }, whole)];
+        let mut steps: Vec<(Step, f64)> = vec![(
+            Step {
+                node,
+                tile: 0,
+                tiles: 1,
+            },
+            whole,
+        )];
         if limit_us > 0 && whole > limit {
             // Aim a little under the limit so measurement noise does not push tiles over.
             let want = (whole / (limit * 0.9)).ceil() as usize;
             let k = want.min(max_tiles(node)).max(1) as u32;
             if k > 1 {
-                steps = (0..k).map(|t| (Step { node, tile: t, tiles: k }, cost(node, t, k))).collect();
+                steps = (0..k)
+                    .map(|t| {
+                        (
+                            Step {
+                                node,
+                                tile: t,
+                                tiles: k,
+                            },
+                            cost(node, t, k),
+                        )
+                    })
+                    .collect();
             }
             let worst = steps.iter().map(|s| s.1).fold(0.0, f64::max);
             if worst > limit {
-                over.push(OverLimit { node, est_us: worst });
+                over.push(OverLimit {
+                    node,
+                    est_us: worst,
+                });
             }
         }
         for (step, t) in steps {
             if limit_us > 0 && !cur.steps.is_empty() && cur.est_us + t > limit {
-                fcs.push(std::mem::replace(&mut cur, Fc { steps: Vec::new(), est_us: 0.0 }));
+                fcs.push(std::mem::replace(
+                    &mut cur,
+                    Fc {
+                        steps: Vec::new(),
+                        est_us: 0.0,
+                    },
+                ));
             }
             cur.steps.push(step);
             cur.est_us += t;
@@ -82,7 +112,13 @@ mod tests {
 
     fn run(times: &[f64], limit: u64, tiles: usize) -> (Vec<Fc>, Vec<OverLimit>) {
         let mut over = Vec::new();
-        let fcs = partition(0..times.len(), limit, |n, _, k| times[n] / k as f64, |_| tiles, &mut over);
+        let fcs = partition(
+            0..times.len(),
+            limit,
+            |n, _, k| times[n] / k as f64,
+            |_| tiles,
+            &mut over,
+        );
         (fcs, over)
     }
 
@@ -102,7 +138,10 @@ mod tests {
         for fc in &fcs {
             assert!(fc.est_us <= 1000.0 + 1e-9, "{fc:?}");
         }
-        let flat: Vec<(usize, u32)> = fcs.iter().flat_map(|f| f.steps.iter().map(|s| (s.node, s.tile))).collect();
+        let flat: Vec<(usize, u32)> = fcs
+            .iter()
+            .flat_map(|f| f.steps.iter().map(|s| (s.node, s.tile)))
+            .collect();
         let mut sorted = flat.clone();
         sorted.sort();
         assert_eq!(flat, sorted);
@@ -115,7 +154,13 @@ mod tests {
     #[test]
     fn unsplittable_node_is_reported() {
         let (fcs, over) = run(&[100.0, 5000.0, 100.0], 1000, 1);
-        assert_eq!(over, vec![OverLimit { node: 1, est_us: 5000.0 }]);
+        assert_eq!(
+            over,
+            vec![OverLimit {
+                node: 1,
+                est_us: 5000.0
+            }]
+        );
         assert_eq!(fcs.len(), 3);
     }
 }

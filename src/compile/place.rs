@@ -22,7 +22,9 @@ pub fn default_placement(g: &Graph, node: usize) -> Placement {
         | Op::Range
         | Op::Fail { .. } => Placement::Cpu,
         Op::Softmax { axis } | Op::LogSoftmax { axis } => {
-            let shape = n.inputs[0].and_then(|v| g.values[v].shape.clone()).unwrap_or_default();
+            let shape = n.inputs[0]
+                .and_then(|v| g.values[v].shape.clone())
+                .unwrap_or_default();
             let r = shape.len() as i64;
             let a = if *axis < 0 { axis + r } else { *axis };
             let len = shape.get(a.max(0) as usize).copied().unwrap_or(0);
@@ -51,7 +53,9 @@ pub fn place_nodes(g: &mut Graph, run_on_cpu: &[String], run_on_bpu: &[String]) 
     for i in 0..g.nodes.len() {
         let mut p = default_placement(g, i);
         let n = &g.nodes[i];
-        let names: Vec<&str> = std::iter::once(n.name.as_str()).chain(n.absorbed.iter().map(|s| s.as_str())).collect();
+        let names: Vec<&str> = std::iter::once(n.name.as_str())
+            .chain(n.absorbed.iter().map(|s| s.as_str()))
+            .collect();
         if names.iter().any(|s| run_on_cpu.iter().any(|c| c == s)) {
             p = Placement::Cpu;
         }
@@ -72,7 +76,11 @@ pub fn place_nodes(g: &mut Graph, run_on_cpu: &[String], run_on_bpu: &[String]) 
     }
     if let Some(name) = unseen_cpu.iter().chain(unseen_bpu.iter()).next() {
         return Err(Error::CompileOption {
-            option: if unseen_cpu.contains(name.as_str()) { "run_on_cpu".into() } else { "run_on_bpu".into() },
+            option: if unseen_cpu.contains(name.as_str()) {
+                "run_on_cpu".into()
+            } else {
+                "run_on_bpu".into()
+            },
             reason: format!("no node named '{name}' in the model"),
         });
     }
@@ -102,7 +110,16 @@ mod tests {
         let mut b = GraphBuilder::new();
         let x = b.input("x", &[1, 8]);
         let a = b.node("a", Op::Unary(UnaryOp::Relu), &[x], &[1, 8]);
-        let c = b.node("argmax", Op::ArgMax { axis: 1, keepdims: true, select_last_index: false }, &[a], &[1, 1]);
+        let c = b.node(
+            "argmax",
+            Op::ArgMax {
+                axis: 1,
+                keepdims: true,
+                select_last_index: false,
+            },
+            &[a],
+            &[1, 1],
+        );
         let d = b.node("d", Op::Unary(UnaryOp::Neg), &[c], &[1, 1]);
         let e = b.node("e", Op::Unary(UnaryOp::Abs), &[d], &[1, 1]);
         b.finish(&[e])
@@ -113,7 +130,14 @@ mod tests {
         let mut g = chain();
         place_nodes(&mut g, &[], &[]).unwrap();
         let segs = segment_ranges(&g);
-        assert_eq!(segs, vec![(Placement::Bpu, 0..1), (Placement::Cpu, 1..2), (Placement::Bpu, 2..4)]);
+        assert_eq!(
+            segs,
+            vec![
+                (Placement::Bpu, 0..1),
+                (Placement::Cpu, 1..2),
+                (Placement::Bpu, 2..4)
+            ]
+        );
     }
 
     #[test]

@@ -58,7 +58,11 @@ pub fn sole_consumer(g: &Graph, v: ValueId) -> Option<(usize, usize)> {
 /// True when the constant `t` holds one value per channel `c` of an output of shape
 /// `out_shape` along `axis` (or a single scalar), broadcasting without changing the
 /// output shape. Returns the per-channel values expanded to `channels`.
-pub fn per_channel_values(t: &crate::ir::Tensor, out_shape: &[usize], axis: usize) -> Option<Vec<f32>> {
+pub fn per_channel_values(
+    t: &crate::ir::Tensor,
+    out_shape: &[usize],
+    axis: usize,
+) -> Option<Vec<f32>> {
     let vals = t.as_f32()?;
     let channels = *out_shape.get(axis)?;
     if vals.len() == 1 && t.shape.len() <= out_shape.len() {

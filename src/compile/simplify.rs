@@ -17,7 +17,11 @@ pub fn canonicalize_clip(g: &mut Graph) -> usize {
         let bound = |k: usize| -> Option<Option<f32>> {
             match n.inputs.get(k).copied().flatten() {
                 None => Some(None),
-                Some(v) => g.values[v].konst.as_ref().and_then(|t| t.to_f32_vec().first().copied()).map(Some),
+                Some(v) => g.values[v]
+                    .konst
+                    .as_ref()
+                    .and_then(|t| t.to_f32_vec().first().copied())
+                    .map(Some),
             }
         };
         if let (Some(lo), Some(hi)) = (bound(1), bound(2)) {
@@ -34,7 +38,9 @@ pub fn canonicalize_clip(g: &mut Graph) -> usize {
 
 /// True when `node` is an identity whose output equals its first input exactly.
 fn is_identity(g: &Graph, node: &Node) -> bool {
-    let Some(Some(x)) = node.inputs.first().copied() else { return false };
+    let Some(Some(x)) = node.inputs.first().copied() else {
+        return false;
+    };
     let out = node.outputs[0];
     let same_shape = g.values[x].shape.is_some() && g.values[x].shape == g.values[out].shape;
     let same_type = g.values[x].dtype == g.values[out].dtype;
@@ -48,14 +54,22 @@ fn is_identity(g: &Graph, node: &Node) -> bool {
     };
     match &node.op {
         Op::Unary(UnaryOp::Identity) => true,
-        Op::Reshape { .. } | Op::Flatten { .. } | Op::Squeeze { .. } | Op::Unsqueeze { .. } | Op::Expand => true,
+        Op::Reshape { .. }
+        | Op::Flatten { .. }
+        | Op::Squeeze { .. }
+        | Op::Unsqueeze { .. }
+        | Op::Expand => true,
         Op::Cast { .. } => true,
         Op::Binary(BinaryOp::Pow) | Op::Binary(BinaryOp::Div) => const_all(1, 1.0),
         Op::Binary(BinaryOp::Mul) => const_all(1, 1.0),
         Op::Binary(BinaryOp::Add) | Op::Binary(BinaryOp::Sub) => const_all(1, 0.0),
         Op::Transpose { perm } => match perm {
             Some(p) => p.iter().enumerate().all(|(i, &d)| i == d),
-            None => g.values[x].shape.as_ref().map(|s| s.len() <= 1).unwrap_or(false),
+            None => g.values[x]
+                .shape
+                .as_ref()
+                .map(|s| s.len() <= 1)
+                .unwrap_or(false),
         },
         _ => false,
     }
@@ -67,9 +81,15 @@ fn is_identity(g: &Graph, node: &Node) -> bool {
 pub fn remove_identities(g: &mut Graph) -> usize {
     // Commuted constants: make `const op x` into `x op const` for Add/Mul.
     for n in &mut g.nodes {
-        if matches!(n.op, Op::Binary(BinaryOp::Add) | Op::Binary(BinaryOp::Mul)) && n.inputs.len() == 2 {
-            let a_const = n.inputs[0].map(|v| g.values[v].konst.is_some()).unwrap_or(false);
-            let b_const = n.inputs[1].map(|v| g.values[v].konst.is_some()).unwrap_or(false);
+        if matches!(n.op, Op::Binary(BinaryOp::Add) | Op::Binary(BinaryOp::Mul))
+            && n.inputs.len() == 2
+        {
+            let a_const = n.inputs[0]
+                .map(|v| g.values[v].konst.is_some())
+                .unwrap_or(false);
+            let b_const = n.inputs[1]
+                .map(|v| g.values[v].konst.is_some())
+                .unwrap_or(false);
             if a_const && !b_const {
                 n.inputs.swap(0, 1);
             }
@@ -160,7 +180,10 @@ mod tests {
         let before = run_graph(&g, &[vec![-1.0, 0.5, 2.0, -3.0]]);
         assert_eq!(remove_identities(&mut g), 4);
         assert_eq!(g.nodes.len(), 2);
-        assert_eq!(g.nodes[0].absorbed, vec!["relu", "id", "mul1", "pow1", "add0"]);
+        assert_eq!(
+            g.nodes[0].absorbed,
+            vec!["relu", "id", "mul1", "pow1", "add0"]
+        );
         let after = run_graph(&g, &[vec![-1.0, 0.5, 2.0, -3.0]]);
         assert_eq!(before, after);
     }
@@ -198,7 +221,10 @@ mod tests {
         let y = b.node("neg", Op::Unary(UnaryOp::Neg), &[a], &[2]);
         let mut g = b.finish(&[y]);
         assert_eq!(eliminate_dead_nodes(&mut g), 1);
-        assert_eq!(g.nodes.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(), vec!["relu", "neg"]);
+        assert_eq!(
+            g.nodes.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(),
+            vec!["relu", "neg"]
+        );
     }
 
     #[test]
@@ -207,10 +233,21 @@ mod tests {
         let x = b.input("x", &[3]);
         let lo = b.konst("lo", &[], vec![0.0]);
         let hi = b.konst("hi", &[], vec![6.0]);
-        let y = b.node_opt("clip", Op::ClipDynamic, &[Some(x), Some(lo), Some(hi)], &[3]);
+        let y = b.node_opt(
+            "clip",
+            Op::ClipDynamic,
+            &[Some(x), Some(lo), Some(hi)],
+            &[3],
+        );
         let mut g = b.finish(&[y]);
         assert_eq!(canonicalize_clip(&mut g), 1);
-        assert_eq!(g.nodes[0].op, Op::Unary(UnaryOp::Clip { min: 0.0, max: 6.0 }));
-        assert_eq!(run_graph(&g, &[vec![-1.0, 3.0, 9.0]]), vec![vec![0.0, 3.0, 6.0]]);
+        assert_eq!(
+            g.nodes[0].op,
+            Op::Unary(UnaryOp::Clip { min: 0.0, max: 6.0 })
+        );
+        assert_eq!(
+            run_graph(&g, &[vec![-1.0, 3.0, 9.0]]),
+            vec![vec![0.0, 3.0, 6.0]]
+        );
     }
 }

@@ -14,7 +14,12 @@ pub struct GraphBuilder {
 impl GraphBuilder {
     /// An empty graph named "test".
     pub fn new() -> Self {
-        GraphBuilder { g: Graph { name: "test".into(), ..Default::default() } }
+        GraphBuilder {
+            g: Graph {
+                name: "test".into(),
+                ..Default::default()
+            },
+        }
     }
 
     /// Adds an f32 graph input.
@@ -30,7 +35,13 @@ impl GraphBuilder {
     }
 
     fn value(&mut self, name: &str, dtype: DType, shape: &[usize]) -> ValueId {
-        self.g.add_value(Value { name: name.into(), dtype, shape: Some(shape.to_vec()), declared: None, konst: None })
+        self.g.add_value(Value {
+            name: name.into(),
+            dtype,
+            shape: Some(shape.to_vec()),
+            declared: None,
+            konst: None,
+        })
     }
 
     /// Adds a node with one f32 output of `shape`.
@@ -40,7 +51,13 @@ impl GraphBuilder {
     }
 
     /// Adds a node with optional inputs and one f32 output of `shape`.
-    pub fn node_opt(&mut self, name: &str, op: Op, inputs: &[Option<ValueId>], shape: &[usize]) -> ValueId {
+    pub fn node_opt(
+        &mut self,
+        name: &str,
+        op: Op,
+        inputs: &[Option<ValueId>],
+        shape: &[usize],
+    ) -> ValueId {
         let out = self.value(&format!("{name}_out"), DType::F32, shape);
         self.g.nodes.push(Node {
             name: name.into(),
@@ -71,7 +88,8 @@ pub fn run_graph(g: &Graph, inputs: &[Vec<f32>]) -> Vec<Vec<f32>> {
     let plan = ModelPlan::new(Arc::new(g.clone()), &PlanOptions::default()).expect("plan");
     let mut st = plan.new_state();
     for (i, x) in inputs.iter().enumerate() {
-        plan.set_input(&mut st, i, bytemuck::cast_slice(x)).expect("input");
+        plan.set_input(&mut st, i, bytemuck::cast_slice(x))
+            .expect("input");
     }
     for n in 0..g.nodes.len() {
         plan.run_node(&mut st, n, Tile::WHOLE).expect("run");
@@ -79,7 +97,8 @@ pub fn run_graph(g: &Graph, inputs: &[Vec<f32>]) -> Vec<Vec<f32>> {
     (0..g.outputs.len())
         .map(|i| {
             let mut out = vec![0f32; plan.output_len(i) / 4];
-            plan.read_output(&st, i, bytemuck::cast_slice_mut(&mut out)).expect("output");
+            plan.read_output(&st, i, bytemuck::cast_slice_mut(&mut out))
+                .expect("output");
             out
         })
         .collect()
@@ -87,10 +106,14 @@ pub fn run_graph(g: &Graph, inputs: &[Vec<f32>]) -> Vec<Vec<f32>> {
 
 /// Deterministic pseudo-random f32 values in [-1, 1).
 pub fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
     (0..n)
         .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
         })
         .collect()

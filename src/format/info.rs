@@ -81,7 +81,10 @@ pub fn model_json(m: &CompiledModel) -> Json {
         .iter()
         .enumerate()
         .map(|(i, n)| {
-            let post: Vec<String> = n.op.post_ops().map(|p| p.iter().map(post_name).collect()).unwrap_or_default();
+            let post: Vec<String> =
+                n.op.post_ops()
+                    .map(|p| p.iter().map(post_name).collect())
+                    .unwrap_or_default();
             json!({
                 "index": i, "name": n.name, "op": n.op.name(),
                 "placement": kind_name(n.placement.unwrap_or(Placement::Bpu)),
@@ -121,14 +124,24 @@ pub fn file_text(models: &[CompiledModel]) -> String {
     use std::fmt::Write;
     let mut s = String::new();
     for m in models {
-        let _ = writeln!(s, "model {}  (max_time_per_fc {} us, estimated {:.0} us)", m.name, m.max_time_per_fc, m.est_us());
+        let _ = writeln!(
+            s,
+            "model {}  (max_time_per_fc {} us, estimated {:.0} us)",
+            m.name,
+            m.max_time_per_fc,
+            m.est_us()
+        );
         for (title, list) in [("input", &m.inputs), ("output", &m.outputs)] {
             for io in list.iter() {
                 let j = io_json(io);
                 let _ = writeln!(
                     s,
                     "  {title:<6} {:<20} shape {:?} layout {} type {} quant none bytes {}",
-                    io.name, io.shape, j["layout"].as_str().unwrap_or(""), j["type"].as_str().unwrap_or(""), io.byte_size
+                    io.name,
+                    io.shape,
+                    j["layout"].as_str().unwrap_or(""),
+                    j["type"].as_str().unwrap_or(""),
+                    io.byte_size
                 );
             }
         }
@@ -147,13 +160,25 @@ pub fn file_text(models: &[CompiledModel]) -> String {
                 for (k, fc) in seg.fcs.iter().enumerate() {
                     let first = fc.steps.first().map(|st| st.node).unwrap_or(0);
                     let last = fc.steps.last().map(|st| st.node).unwrap_or(0);
-                    let _ = writeln!(s, "    fc {k}: nodes {first}..={last}, {} steps, {:.0} us", fc.steps.len(), fc.est_us);
+                    let _ = writeln!(
+                        s,
+                        "    fc {k}: nodes {first}..={last}, {} steps, {:.0} us",
+                        fc.steps.len(),
+                        fc.est_us
+                    );
                 }
             }
         }
         for (i, n) in m.graph.nodes.iter().enumerate() {
-            let post: Vec<String> = n.op.post_ops().map(|p| p.iter().map(post_name).collect()).unwrap_or_default();
-            let fused = if post.is_empty() { String::new() } else { format!(" +{}", post.join("+")) };
+            let post: Vec<String> =
+                n.op.post_ops()
+                    .map(|p| p.iter().map(post_name).collect())
+                    .unwrap_or_default();
+            let fused = if post.is_empty() {
+                String::new()
+            } else {
+                format!(" +{}", post.join("+"))
+            };
             let _ = writeln!(
                 s,
                 "  node {i:>4} {:<3} {:<18} {:>9.1} us  {}  [{}]",
@@ -165,8 +190,17 @@ pub fn file_text(models: &[CompiledModel]) -> String {
             );
         }
         for o in &m.over_limit {
-            let name = m.graph.nodes.get(o.node).map(|n| n.name.as_str()).unwrap_or("?");
-            let _ = writeln!(s, "  WARNING: node {} ({name}) cannot be split below the limit: {:.0} us", o.node, o.est_us);
+            let name = m
+                .graph
+                .nodes
+                .get(o.node)
+                .map(|n| n.name.as_str())
+                .unwrap_or("?");
+            let _ = writeln!(
+                s,
+                "  WARNING: node {} ({name}) cannot be split below the limit: {:.0} us",
+                o.node, o.est_us
+            );
         }
     }
     s

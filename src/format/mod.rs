@@ -105,7 +105,11 @@ pub fn write_models(models: &[CompiledModel]) -> Result<Vec<u8>> {
         consts.push(entries);
         stripped.push(m2);
     }
-    let manifest = Manifest { vnpu_version: crate::VERSION.to_string(), models: stripped, consts };
+    let manifest = Manifest {
+        vnpu_version: crate::VERSION.to_string(),
+        models: stripped,
+        consts,
+    };
     let mbytes = bincode::serialize(&manifest).map_err(|e| Error::ModelFormat {
         path: "<memory>".into(),
         reason: format!("cannot encode manifest: {e}"),
@@ -130,7 +134,10 @@ pub fn write_models(models: &[CompiledModel]) -> Result<Vec<u8>> {
 /// Writes models to a file.
 pub fn save_models(path: &Path, models: &[CompiledModel]) -> Result<()> {
     let bytes = write_models(models)?;
-    std::fs::write(path, bytes).map_err(|e| Error::Io { path: path.to_path_buf(), reason: e.to_string() })
+    std::fs::write(path, bytes).map_err(|e| Error::Io {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })
 }
 
 /// True when the bytes start with our magic.
@@ -150,8 +157,13 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 
 /// Recognisable foreign formats, for a better message.
 fn foreign_kind(bytes: &[u8]) -> Option<&'static str> {
-    if bytes.starts_with(b"HBM") || bytes.starts_with(b"HORIZON") || bytes.windows(7).take(256).any(|w| w == b"HORIZON") {
-        return Some("a vendor NPU model (.bin/.hbm); recompile the ONNX model with `vnpu compile`");
+    if bytes.starts_with(b"HBM")
+        || bytes.starts_with(b"HORIZON")
+        || bytes.windows(7).take(256).any(|w| w == b"HORIZON")
+    {
+        return Some(
+            "a vendor NPU model (.bin/.hbm); recompile the ONNX model with `vnpu compile`",
+        );
     }
     if bytes.starts_with(b"\x7fELF") {
         return Some("an ELF binary");
@@ -164,7 +176,10 @@ fn foreign_kind(bytes: &[u8]) -> Option<&'static str> {
 
 /// Loads and validates models from file bytes; `path` is used in messages only.
 pub fn read_models(bytes: &[u8], path: &str) -> Result<Vec<CompiledModel>> {
-    let bad = |reason: String| Error::ModelFormat { path: path.to_string(), reason };
+    let bad = |reason: String| Error::ModelFormat {
+        path: path.to_string(),
+        reason,
+    };
     if bytes.is_empty() {
         return Err(bad("the file is empty".into()));
     }
@@ -173,11 +188,18 @@ pub fn read_models(bytes: &[u8], path: &str) -> Result<Vec<CompiledModel>> {
         return Err(bad(what.into()));
     }
     if bytes.len() < HEADER_LEN {
-        return Err(bad(format!("truncated: {} bytes, the header alone is {HEADER_LEN}", bytes.len())));
+        return Err(bad(format!(
+            "truncated: {} bytes, the header alone is {HEADER_LEN}",
+            bytes.len()
+        )));
     }
     let version = u32_at(bytes, 8);
     if version > FORMAT_VERSION {
-        return Err(Error::IncompatibleModel { path: path.to_string(), found: version, supported: FORMAT_VERSION });
+        return Err(Error::IncompatibleModel {
+            path: path.to_string(),
+            found: version,
+            supported: FORMAT_VERSION,
+        });
     }
     if version == 0 || u32_at(bytes, 12) as usize != HEADER_LEN {
         return Err(bad("corrupted header".into()));
@@ -187,7 +209,9 @@ pub fn read_models(bytes: &[u8], path: &str) -> Result<Vec<CompiledModel>> {
     let total = bytes.len() as u64;
     let end_of = |off: u64, len: u64| off.checked_add(len).filter(|&e| e <= total);
     let (Some(mend), Some(wend)) = (end_of(moff, mlen), end_of(woff, wlen)) else {
-        return Err(bad(format!("truncated: sections end past the file's {total} bytes")));
+        return Err(bad(format!(
+            "truncated: sections end past the file's {total} bytes"
+        )));
     };
     if moff < HEADER_LEN as u64 || woff < mend || wend != total || woff % WEIGHT_ALIGN as u64 != 0 {
         return Err(bad("corrupted header: inconsistent section offsets".into()));
@@ -203,7 +227,9 @@ pub fn read_models(bytes: &[u8], path: &str) -> Result<Vec<CompiledModel>> {
         .deserialize(&bytes[moff as usize..mend as usize])
         .map_err(|e| bad(format!("manifest cannot be decoded: {e}")))?;
     if manifest.models.len() != manifest.consts.len() || manifest.models.is_empty() {
-        return Err(bad("manifest holds no model or mismatched constant tables".into()));
+        return Err(bad(
+            "manifest holds no model or mismatched constant tables".into()
+        ));
     }
     let weights = &bytes[woff as usize..wend as usize];
     let mut models = manifest.models;
@@ -214,18 +240,36 @@ pub fn read_models(bytes: &[u8], path: &str) -> Result<Vec<CompiledModel>> {
                 && e.offset.checked_add(e.len).is_some_and(|x| x <= wlen)
                 && e.value < m.graph.values.len();
             if !ok {
-                return Err(bad(format!("constant #{} of model '{}' is out of bounds", e.value, m.name)));
+                return Err(bad(format!(
+                    "constant #{} of model '{}' is out of bounds",
+                    e.value, m.name
+                )));
             }
             let raw = &weights[e.offset as usize..(e.offset + e.len) as usize];
             let data = match e.dtype {
-                DType::F32 => TensorData::F32(raw.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()),
-                DType::I32 => TensorData::I32(raw.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()),
-                DType::I64 => TensorData::I64(raw.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect()),
+                DType::F32 => TensorData::F32(
+                    raw.chunks_exact(4)
+                        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                        .collect(),
+                ),
+                DType::I32 => TensorData::I32(
+                    raw.chunks_exact(4)
+                        .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                        .collect(),
+                ),
+                DType::I64 => TensorData::I64(
+                    raw.chunks_exact(8)
+                        .map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+                        .collect(),
+                ),
                 DType::U8 => TensorData::U8(raw.to_vec()),
                 DType::Bool => TensorData::Bool(raw.to_vec()),
                 DType::I8 => TensorData::I8(raw.iter().map(|&b| b as i8).collect()),
             };
-            m.graph.values[e.value].konst = Some(Arc::new(Tensor { shape: e.shape, data }));
+            m.graph.values[e.value].konst = Some(Arc::new(Tensor {
+                shape: e.shape,
+                data,
+            }));
         }
         validate_model(m).map_err(|r| bad(format!("model '{}': {r}", m.name)))?;
     }
@@ -237,11 +281,21 @@ fn validate_model(m: &CompiledModel) -> std::result::Result<(), String> {
     let nv = m.graph.values.len();
     let nn = m.graph.nodes.len();
     for n in &m.graph.nodes {
-        if n.inputs.iter().flatten().chain(n.outputs.iter()).any(|&v| v >= nv) {
+        if n.inputs
+            .iter()
+            .flatten()
+            .chain(n.outputs.iter())
+            .any(|&v| v >= nv)
+        {
             return Err(format!("node '{}' references a missing value", n.name));
         }
     }
-    if m.graph.inputs.iter().chain(&m.graph.outputs).any(|&v| v >= nv) {
+    if m.graph
+        .inputs
+        .iter()
+        .chain(&m.graph.outputs)
+        .any(|&v| v >= nv)
+    {
         return Err("graph inputs/outputs reference missing values".into());
     }
     if m.inputs.len() != m.graph.inputs.len() || m.outputs.len() != m.graph.outputs.len() {
@@ -272,7 +326,10 @@ fn validate_model(m: &CompiledModel) -> std::result::Result<(), String> {
 
 /// Reads and validates a compiled model file through a read-only memory map.
 pub fn load_file(path: &Path) -> Result<Vec<CompiledModel>> {
-    let file = std::fs::File::open(path).map_err(|e| Error::Io { path: path.to_path_buf(), reason: e.to_string() })?;
+    let file = std::fs::File::open(path).map_err(|e| Error::Io {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
     let len = file.metadata().map(|m| m.len()).unwrap_or(0);
     let shown = path.display().to_string();
     if len == 0 {
@@ -281,23 +338,40 @@ pub fn load_file(path: &Path) -> Result<Vec<CompiledModel>> {
     // SAFETY: the map is read-only and private to this call; the bytes are treated as
     // untrusted input and fully validated. A concurrent truncation of the file by another
     // process could fault; model files are not expected to change while loading.
-    let map = unsafe { memmap2::Mmap::map(&file) }
-        .map_err(|e| Error::Io { path: path.to_path_buf(), reason: e.to_string() })?;
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::Io {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
     read_models(&map, &shown)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compile::{IoKind, IoLayout, IoSpec, Segment};
     use crate::compile::{Fc, Step};
+    use crate::compile::{IoKind, IoLayout, IoSpec, Segment};
     use crate::ir::{Graph, Node, Op, Placement, UnaryOp, Value};
 
     fn model(name: &str) -> CompiledModel {
-        let mut g = Graph { name: name.into(), ..Default::default() };
-        let x = g.add_value(Value { name: "x".into(), dtype: DType::F32, shape: Some(vec![1, 4]), declared: None, konst: None });
+        let mut g = Graph {
+            name: name.into(),
+            ..Default::default()
+        };
+        let x = g.add_value(Value {
+            name: "x".into(),
+            dtype: DType::F32,
+            shape: Some(vec![1, 4]),
+            declared: None,
+            konst: None,
+        });
         let w = g.add_const("w", Tensor::from_f32(vec![4], vec![1.0, 2.0, 3.0, 4.0]));
-        let y = g.add_value(Value { name: "y".into(), dtype: DType::F32, shape: Some(vec![1, 4]), declared: None, konst: None });
+        let y = g.add_value(Value {
+            name: "y".into(),
+            dtype: DType::F32,
+            shape: Some(vec![1, 4]),
+            declared: None,
+            konst: None,
+        });
         g.nodes.push(Node {
             name: "mul".into(),
             op: Op::Binary(crate::ir::BinaryOp::Mul),
@@ -306,7 +380,13 @@ mod tests {
             absorbed: vec!["mul".into()],
             placement: Some(Placement::Bpu),
         });
-        let z = g.add_value(Value { name: "z".into(), dtype: DType::F32, shape: Some(vec![1, 4]), declared: None, konst: None });
+        let z = g.add_value(Value {
+            name: "z".into(),
+            dtype: DType::F32,
+            shape: Some(vec![1, 4]),
+            declared: None,
+            konst: None,
+        });
         g.nodes.push(Node {
             name: "relu".into(),
             op: Op::Unary(UnaryOp::Relu),
@@ -317,7 +397,15 @@ mod tests {
         });
         g.inputs = vec![x];
         g.outputs = vec![z];
-        let spec = |n: &str, v| IoSpec { name: n.into(), value: v, kind: IoKind::Tensor, dtype: DType::F32, layout: IoLayout::None, shape: vec![1, 4], byte_size: 16 };
+        let spec = |n: &str, v| IoSpec {
+            name: n.into(),
+            value: v,
+            kind: IoKind::Tensor,
+            dtype: DType::F32,
+            layout: IoLayout::None,
+            shape: vec![1, 4],
+            byte_size: 16,
+        };
         CompiledModel {
             name: name.into(),
             inputs: vec![spec("x", x)],
@@ -328,8 +416,22 @@ mod tests {
                 start: 0,
                 end: 2,
                 fcs: vec![
-                    Fc { steps: vec![Step { node: 0, tile: 0, tiles: 1 }], est_us: 1.0 },
-                    Fc { steps: vec![Step { node: 1, tile: 0, tiles: 1 }], est_us: 1.0 },
+                    Fc {
+                        steps: vec![Step {
+                            node: 0,
+                            tile: 0,
+                            tiles: 1,
+                        }],
+                        est_us: 1.0,
+                    },
+                    Fc {
+                        steps: vec![Step {
+                            node: 1,
+                            tile: 0,
+                            tiles: 1,
+                        }],
+                        est_us: 1.0,
+                    },
                 ],
             }],
             max_time_per_fc: 1000,
@@ -389,6 +491,9 @@ mod tests {
             with_magic.extend_from_slice(&junk);
             assert!(read_models(&with_magic, "r").is_err());
         }
-        assert!(read_models(&[], "empty").unwrap_err().to_string().contains("empty"));
+        assert!(read_models(&[], "empty")
+            .unwrap_err()
+            .to_string()
+            .contains("empty"));
     }
 }

@@ -34,7 +34,9 @@ pub fn cache_key(onnx: &[u8], opts: &CompileOptions) -> String {
 
 /// Where compiled ONNX models are cached (`VNPU_CACHE_DIR`), if configured.
 pub fn cache_dir() -> Option<PathBuf> {
-    std::env::var_os("VNPU_CACHE_DIR").filter(|v| !v.is_empty()).map(PathBuf::from)
+    std::env::var_os("VNPU_CACHE_DIR")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
 }
 
 /// How a model was obtained, for `vnpu` output and tests.
@@ -65,7 +67,10 @@ pub fn compile_cached(
         if file.exists() {
             match format::load_file(&file) {
                 Ok(models) => return Ok((models, LoadSource::Cache)),
-                Err(e) => eprintln!("vnpu: warning: ignoring bad cache entry {}: {e}", file.display()),
+                Err(e) => eprintln!(
+                    "vnpu: warning: ignoring bad cache entry {}: {e}",
+                    file.display()
+                ),
             }
         }
         let model = compile::compile_onnx_bytes(bytes, base_dir, name, &opts)?;
@@ -75,7 +80,10 @@ pub fn compile_cached(
             .and_then(|_| std::fs::write(&tmp, &out))
             .and_then(|_| std::fs::rename(&tmp, &file));
         if let Err(e) = stored {
-            eprintln!("vnpu: warning: cannot write cache entry {}: {e}", file.display());
+            eprintln!(
+                "vnpu: warning: cannot write cache entry {}: {e}",
+                file.display()
+            );
         }
         return Ok((vec![model], LoadSource::CompiledNow));
     }
@@ -85,9 +93,15 @@ pub fn compile_cached(
 
 /// Loads the models of one file: a compiled file, or an ONNX file compiled on load.
 pub fn load_path(path: &Path, opts: &CompileOptions) -> Result<(Vec<CompiledModel>, LoadSource)> {
-    let bytes = std::fs::read(path).map_err(|e| Error::Io { path: path.to_path_buf(), reason: e.to_string() })?;
+    let bytes = std::fs::read(path).map_err(|e| Error::Io {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
     if looks_like_onnx(Some(path), &bytes) {
-        let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
+        let name = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "model".into());
         return compile_cached(&bytes, path.parent(), &name, opts, cache_dir().as_deref());
     }
     drop(bytes);
@@ -95,12 +109,19 @@ pub fn load_path(path: &Path, opts: &CompileOptions) -> Result<(Vec<CompiledMode
 }
 
 /// Loads models from bytes in memory (compiled, or ONNX compiled on load).
-pub fn load_bytes(bytes: &[u8], index: usize, opts: &CompileOptions) -> Result<(Vec<CompiledModel>, LoadSource)> {
+pub fn load_bytes(
+    bytes: &[u8],
+    index: usize,
+    opts: &CompileOptions,
+) -> Result<(Vec<CompiledModel>, LoadSource)> {
     if looks_like_onnx(None, bytes) {
         let name = format!("model{index}");
         return compile_cached(bytes, None, &name, opts, cache_dir().as_deref());
     }
-    Ok((format::read_models(bytes, &format!("<memory #{index}>"))?, LoadSource::Compiled))
+    Ok((
+        format::read_models(bytes, &format!("<memory #{index}>"))?,
+        LoadSource::Compiled,
+    ))
 }
 
 #[cfg(test)]

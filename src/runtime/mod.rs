@@ -3,12 +3,14 @@
 //! This is the Rust API under the C ABI (`ffi`). Everything here is thread-safe.
 
 pub mod config;
-mod model;
 pub mod loader;
+mod model;
 pub mod roi;
 mod task;
 
 pub use config::RuntimeConfig;
 pub use loader::LoadSource;
 pub use model::{ElemType, Model, PackedModel, Quant, TensorDesc, TensorLayout};
-pub use task::{CtrlParams, IoBuffer, ModelRequest, Roi, RoiFrame, Runtime, Task, TaskDoneCallback};
+pub use task::{
+    CtrlParams, IoBuffer, ModelRequest, Roi, RoiFrame, Runtime, Task, TaskDoneCallback,
+};

@@ -92,7 +92,10 @@ pub struct Model {
 
 impl std::fmt::Debug for Model {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Model").field("name", &self.name).field("id", &self.id).finish_non_exhaustive()
+        f.debug_struct("Model")
+            .field("name", &self.name)
+            .field("id", &self.id)
+            .finish_non_exhaustive()
     }
 }
 
@@ -123,7 +126,10 @@ impl Model {
 
     /// Takes an execution state from the pool (or makes one).
     pub fn take_state(&self) -> ExecState {
-        self.states.lock().pop().unwrap_or_else(|| self.plan.new_state())
+        self.states
+            .lock()
+            .pop()
+            .unwrap_or_else(|| self.plan.new_state())
     }
 
     /// Returns an execution state to the pool.
@@ -207,7 +213,10 @@ impl PackedModel {
     /// As [`PackedModel::load_files`], with compile options for ONNX files.
     pub fn load_files_with(paths: &[PathBuf], opts: &CompileOptions) -> Result<PackedModel> {
         if paths.is_empty() {
-            return Err(Error::InvalidArgument { name: "modelFileNames".into(), reason: "no model file given".into() });
+            return Err(Error::InvalidArgument {
+                name: "modelFileNames".into(),
+                reason: "no model file given".into(),
+            });
         }
         let mut compiled = Vec::new();
         let mut sources = Vec::new();
@@ -222,7 +231,10 @@ impl PackedModel {
     /// Loads compiled models (or ONNX bytes) from memory.
     pub fn load_bytes(blobs: &[&[u8]]) -> Result<PackedModel> {
         if blobs.is_empty() {
-            return Err(Error::InvalidArgument { name: "modelData".into(), reason: "no model given".into() });
+            return Err(Error::InvalidArgument {
+                name: "modelData".into(),
+                reason: "no model given".into(),
+            });
         }
         let mut compiled = Vec::new();
         let mut sources = Vec::new();
@@ -235,7 +247,10 @@ impl PackedModel {
     }
 
     /// Wraps compiled models; names must be unique.
-    pub fn from_compiled(compiled: Vec<CompiledModel>, sources: Vec<LoadSource>) -> Result<PackedModel> {
+    pub fn from_compiled(
+        compiled: Vec<CompiledModel>,
+        sources: Vec<LoadSource>,
+    ) -> Result<PackedModel> {
         let mut models = Vec::new();
         for c in compiled {
             if models.iter().any(|m: &Arc<Model>| m.name == c.name) {
@@ -256,9 +271,13 @@ impl PackedModel {
 
     /// The model with this name.
     pub fn model(&self, name: &str) -> Result<Arc<Model>> {
-        self.models.iter().find(|m| m.name == name).cloned().ok_or_else(|| Error::UnknownModel {
-            name: name.into(),
-            available: self.model_names().join(", "),
-        })
+        self.models
+            .iter()
+            .find(|m| m.name == name)
+            .cloned()
+            .ok_or_else(|| Error::UnknownModel {
+                name: name.into(),
+                available: self.model_names().join(", "),
+            })
     }
 }

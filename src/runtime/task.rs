@@ -40,7 +40,10 @@ impl IoBuffer {
     /// A buffer over a Rust slice (for Rust callers and tests; the slice must outlive
     /// the task).
     pub fn from_slice(s: &mut [u8]) -> IoBuffer {
-        IoBuffer { ptr: s.as_mut_ptr(), len: s.len() }
+        IoBuffer {
+            ptr: s.as_mut_ptr(),
+            len: s.len(),
+        }
     }
 }
 
@@ -136,7 +139,9 @@ pub struct RoiFrame {
 fn part_of(r: &ModelRequest) -> Result<PartSpec> {
     let m = &r.model;
     if !r.rois.is_empty() {
-        return Err(Error::ApiUse("ROI requests go through Runtime::submit_roi".into()));
+        return Err(Error::ApiUse(
+            "ROI requests go through Runtime::submit_roi".into(),
+        ));
     }
     if r.inputs.len() != m.inputs.len() || r.outputs.len() != m.outputs.len() {
         return Err(Error::InvalidArgument {
@@ -164,7 +169,10 @@ fn part_of(r: &ModelRequest) -> Result<PartSpec> {
             });
         }
         inputs.push(if planes.len() == 1 {
-            InputSource::Caller(IoBuffer { ptr: planes[0].ptr, len: want })
+            InputSource::Caller(IoBuffer {
+                ptr: planes[0].ptr,
+                len: want,
+            })
         } else {
             let mut v = Vec::with_capacity(want);
             for p in planes {
@@ -178,7 +186,11 @@ fn part_of(r: &ModelRequest) -> Result<PartSpec> {
         });
     }
     check_outputs(m, &r.outputs)?;
-    Ok(PartSpec { model: m.clone(), inputs, outputs: r.outputs.clone() })
+    Ok(PartSpec {
+        model: m.clone(),
+        inputs,
+        outputs: r.outputs.clone(),
+    })
 }
 
 fn check_outputs(m: &Model, outputs: &[IoBuffer]) -> Result<()> {
@@ -211,10 +223,20 @@ impl InferBody {
             if labels.last() != Some(&m.name) {
                 labels.push(m.name.clone());
             }
-            parts.push(PartExec { model: r.model, inputs: r.inputs, outputs: r.outputs, state: Mutex::new(None) });
+            parts.push(PartExec {
+                model: r.model,
+                inputs: r.inputs,
+                outputs: r.outputs,
+                state: Mutex::new(None),
+            });
         }
         let label = labels.join("+");
-        InferBody { parts, segments, seg_map, label }
+        InferBody {
+            parts,
+            segments,
+            seg_map,
+            label,
+        }
     }
 
     /// Runs FC `fc` of task segment `seg`.
@@ -239,7 +261,14 @@ impl InferBody {
         }
         let st = guard.as_mut().expect("state set above");
         for step in &segment.fcs[fc].steps {
-            m.plan.run_node(st, step.node, Tile { index: step.tile as usize, count: step.tiles as usize })?;
+            m.plan.run_node(
+                st,
+                step.node,
+                Tile {
+                    index: step.tile as usize,
+                    count: step.tiles as usize,
+                },
+            )?;
         }
         let last = si + 1 == m.compiled.segments.len() && fc + 1 == segment.fcs.len();
         if last {
@@ -262,7 +291,11 @@ fn segment_info(m: &Model, si: usize, s: &Segment) -> SegmentInfo {
     match s.kind {
         Placement::Bpu => SegmentInfo {
             kind: SegmentKind::Bpu,
-            fc_est_us: s.fcs.iter().map(|f| f.est_us.round().max(1.0) as u64).collect(),
+            fc_est_us: s
+                .fcs
+                .iter()
+                .map(|f| f.est_us.round().max(1.0) as u64)
+                .collect(),
             estimator_key: key,
         },
         Placement::Cpu => SegmentInfo {
@@ -299,7 +332,8 @@ pub struct Task {
 impl Task {
     /// Blocks until the task ends (`None` = no limit). A timeout leaves the task intact.
     pub fn wait(&self, timeout_ms: Option<u64>) -> Result<()> {
-        self.handle.wait(timeout_ms.map(std::time::Duration::from_millis))
+        self.handle
+            .wait(timeout_ms.map(std::time::Duration::from_millis))
     }
 
     /// Registers the callback run when the task ends (at once if it already has).
@@ -335,13 +369,17 @@ impl Runtime {
     pub fn global() -> Result<&'static Runtime> {
         GLOBAL.get_or_try_init(|| {
             let cfg = crate::sched::SchedConfig::from_env()?;
-            Ok(Runtime { sched: Scheduler::new(cfg)? })
+            Ok(Runtime {
+                sched: Scheduler::new(cfg)?,
+            })
         })
     }
 
     /// A private runtime with its own cores (tests, benchmarks, the demo).
     pub fn with_config(cfg: crate::sched::SchedConfig) -> Result<Runtime> {
-        Ok(Runtime { sched: Scheduler::new(cfg)? })
+        Ok(Runtime {
+            sched: Scheduler::new(cfg)?,
+        })
     }
 
     /// The scheduler.
@@ -365,7 +403,11 @@ impl Runtime {
         let body = Arc::new(InferBody::new(specs));
         let handle = self.sched.submit(
             body,
-            TaskCtrl { core_mask: ctrl.core_mask, priority: ctrl.priority, custom_id: ctrl.custom_id },
+            TaskCtrl {
+                core_mask: ctrl.core_mask,
+                priority: ctrl.priority,
+                custom_id: ctrl.custom_id,
+            },
         )?;
         Ok(Arc::new(Task { handle }))
     }
@@ -385,9 +427,15 @@ impl Runtime {
         use super::roi::{crop_resize, Nv12Frame, RoiOutput};
         use super::ElemType;
         if rois.is_empty() || rois.len() > 255 {
-            return Err(Error::InvalidArgument { name: "roiCount".into(), reason: format!("{} ROIs; use 1..=255", rois.len()) });
+            return Err(Error::InvalidArgument {
+                name: "roiCount".into(),
+                reason: format!("{} ROIs; use 1..=255", rois.len()),
+            });
         }
-        let d = model.inputs.first().ok_or_else(|| Error::ApiUse("model has no input".into()))?;
+        let d = model
+            .inputs
+            .first()
+            .ok_or_else(|| Error::ApiUse("model has no input".into()))?;
         let kind = match d.elem {
             ElemType::ImgNv12 | ElemType::ImgNv12Separate => RoiOutput::Nv12,
             ElemType::ImgY => RoiOutput::Y,
@@ -401,24 +449,43 @@ impl Runtime {
         if model.inputs.len() != 1 || outputs.len() != model.outputs.len() {
             return Err(Error::InvalidArgument {
                 name: "tensors".into(),
-                reason: format!("ROI inference needs a one-input model and {} outputs", model.outputs.len()),
+                reason: format!(
+                    "ROI inference needs a one-input model and {} outputs",
+                    model.outputs.len()
+                ),
             });
         }
         let (h, w) = (d.valid_shape[2] as usize, d.valid_shape[3] as usize);
         if frame.y.ptr.is_null() || frame.uv.ptr.is_null() {
-            return Err(Error::InvalidArgument { name: "input".into(), reason: "frame memory is null".into() });
+            return Err(Error::InvalidArgument {
+                name: "input".into(),
+                reason: "frame memory is null".into(),
+            });
         }
         // SAFETY: the caller guarantees the frame planes are readable for their lengths
         // (hbDNN contract; checked non-null above). Only read during this call.
         let (y, uv) = unsafe {
-            (std::slice::from_raw_parts(frame.y.ptr, frame.y.len), std::slice::from_raw_parts(frame.uv.ptr, frame.uv.len))
+            (
+                std::slice::from_raw_parts(frame.y.ptr, frame.y.len),
+                std::slice::from_raw_parts(frame.uv.ptr, frame.uv.len),
+            )
         };
-        let f = Nv12Frame::new(y, uv, frame.width, frame.height, frame.y_stride, frame.uv_stride)?;
+        let f = Nv12Frame::new(
+            y,
+            uv,
+            frame.width,
+            frame.height,
+            frame.y_stride,
+            frame.uv_stride,
+        )?;
         let mut specs = Vec::with_capacity(rois.len());
         for (k, roi) in rois.iter().enumerate() {
             let mut buf = vec![0u8; kind.byte_size(w, h)];
             crop_resize(&f, roi, kind, w, h, &mut buf).map_err(|e| match e {
-                Error::InvalidArgument { name, reason } => Error::InvalidArgument { name: format!("rois[{k}] ({name})"), reason },
+                Error::InvalidArgument { name, reason } => Error::InvalidArgument {
+                    name: format!("rois[{k}] ({name})"),
+                    reason,
+                },
                 other => other,
             })?;
             let outs = (0..outputs.len())
@@ -434,10 +501,17 @@ impl Runtime {
                         });
                     }
                     // SAFETY: in bounds: k * n + n <= rois.len() * n <= o.len.
-                    Ok(IoBuffer { ptr: unsafe { o.ptr.add(k * n) }, len: n })
+                    Ok(IoBuffer {
+                        ptr: unsafe { o.ptr.add(k * n) },
+                        len: n,
+                    })
                 })
                 .collect::<Result<Vec<_>>>()?;
-            specs.push(PartSpec { model: model.clone(), inputs: vec![InputSource::Owned(buf)], outputs: outs });
+            specs.push(PartSpec {
+                model: model.clone(),
+                inputs: vec![InputSource::Owned(buf)],
+                outputs: outs,
+            });
         }
         self.submit_parts(specs, ctrl)
     }

@@ -15,7 +15,11 @@ impl Args {
     /// Parses `argv` (after the subcommand). `valued` lists flags that take a value,
     /// `switches` the boolean ones; anything else starting with `-` is an error.
     pub fn parse(argv: &[String], valued: &[&str], switches: &[&str]) -> Result<Args, String> {
-        let mut a = Args { positional: Vec::new(), values: HashMap::new(), switches: Vec::new() };
+        let mut a = Args {
+            positional: Vec::new(),
+            values: HashMap::new(),
+            switches: Vec::new(),
+        };
         let mut i = 0;
         while i < argv.len() {
             let arg = &argv[i];
@@ -30,7 +34,9 @@ impl Args {
                         Some(v) => v,
                         None => {
                             i += 1;
-                            argv.get(i).cloned().ok_or_else(|| format!("{name} needs a value"))?
+                            argv.get(i)
+                                .cloned()
+                                .ok_or_else(|| format!("{name} needs a value"))?
                         }
                     };
                     a.values.entry(key).or_default().push(v);
@@ -49,7 +55,10 @@ impl Args {
 
     /// The last value of a flag (`--max-time-per-fc` is looked up as `max_time_per_fc`).
     pub fn get(&self, key: &str) -> Option<&str> {
-        self.values.get(key).and_then(|v| v.last()).map(|s| s.as_str())
+        self.values
+            .get(key)
+            .and_then(|v| v.last())
+            .map(|s| s.as_str())
     }
 
     /// Every value of a repeatable flag.
@@ -66,12 +75,19 @@ impl Args {
     pub fn num<T: std::str::FromStr>(&self, key: &str) -> Result<Option<T>, String> {
         match self.get(key) {
             None => Ok(None),
-            Some(v) => v.parse::<T>().map(Some).map_err(|_| format!("--{} expects a number, got '{v}'", key.replace('_', "-"))),
+            Some(v) => v
+                .parse::<T>()
+                .map(Some)
+                .map_err(|_| format!("--{} expects a number, got '{v}'", key.replace('_', "-"))),
         }
     }
 
     /// A comma list flag.
     pub fn list(&self, key: &str) -> Vec<String> {
-        self.all(key).iter().flat_map(|v| v.split(',').map(|s| s.trim().to_string())).filter(|s| !s.is_empty()).collect()
+        self.all(key)
+            .iter()
+            .flat_map(|v| v.split(',').map(|s| s.trim().to_string()))
+            .filter(|s| !s.is_empty())
+            .collect()
     }
 }

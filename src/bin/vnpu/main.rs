@@ -20,7 +20,7 @@ commands:
       [--priority P] [--custom_id ID] [--frame_count N] [--enable_dump] [--dump_format bin|txt]
   perf --model_file a.bin[,b.bin] [--model_name m1,m2] [--priority 0,255] [--perf_fps 0,30]
       [--thread_num 1,1] [--core_id 0,0] [--frame_count N] [--perf_time S] [--profile_path DIR]
-  trace TRACE.json -o timeline.svg            draw a scheduler trace
+  trace TRACE.json -o timeline.svg [--from-ms A --to-ms B]   draw a scheduler trace
   demo [--seconds S] [--fps F] [--out DIR]    priority scenario on the bundled models
 
 environment: VNPU_CORES, VNPU_CPU_THREADS, BPLAT_CORELIMIT, VNPU_TRACE, VNPU_CACHE_DIR,
@@ -65,7 +65,6 @@ fn main() {
             std::process::exit(1);
         }
         Err(_) => {
-            
             std::process::exit(101);
         }
     }

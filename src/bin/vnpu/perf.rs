@@ -77,7 +77,9 @@ pub fn pattern_inputs(m: &Model) -> Vec<Vec<u8>> {
             let n = m.plan.input_len(i);
             match m.inputs[i].elem {
                 vnpu::runtime::ElemType::F32 => {
-                    let v: Vec<f32> = (0..n / 4).map(|k| ((k * 37) % 255) as f32 / 255.0).collect();
+                    let v: Vec<f32> = (0..n / 4)
+                        .map(|k| ((k * 37) % 255) as f32 / 255.0)
+                        .collect();
                     bytemuck::cast_slice(&v).to_vec()
                 }
                 _ => (0..n).map(|k| (k * 37 % 251) as u8).collect(),
@@ -87,26 +89,51 @@ pub fn pattern_inputs(m: &Model) -> Vec<Vec<u8>> {
 }
 
 /// Runs one inference and returns (latency from `since`, pending, running) in µs.
-pub fn infer_once(rt: &Runtime, l: &Load, inputs: &mut [Vec<u8>], outputs: &mut [Vec<u8>], since: Instant) -> Result<(f64, f64, f64), String> {
+pub fn infer_once(
+    rt: &Runtime,
+    l: &Load,
+    inputs: &mut [Vec<u8>],
+    outputs: &mut [Vec<u8>],
+    since: Instant,
+) -> Result<(f64, f64, f64), String> {
     let req = ModelRequest {
         model: l.model.clone(),
-        inputs: inputs.iter_mut().map(|b| vec![IoBuffer::from_slice(b)]).collect(),
-        outputs: outputs.iter_mut().map(|b| IoBuffer::from_slice(b)).collect(),
+        inputs: inputs
+            .iter_mut()
+            .map(|b| vec![IoBuffer::from_slice(b)])
+            .collect(),
+        outputs: outputs
+            .iter_mut()
+            .map(|b| IoBuffer::from_slice(b))
+            .collect(),
         rois: vec![],
     };
-    let ctrl = CtrlParams { core_mask: l.core_mask, priority: l.priority, custom_id: l.custom_id };
+    let ctrl = CtrlParams {
+        core_mask: l.core_mask,
+        priority: l.priority,
+        custom_id: l.custom_id,
+    };
     let task = rt.submit(vec![req], ctrl).map_err(|e| e.to_string())?;
     let r = task.wait(None);
     let lat = since.elapsed().as_secs_f64() * 1e6;
     let t = task.handle().timings();
     let _ = task.release();
     r.map_err(|e| e.to_string())?;
-    Ok((lat, t.pending.as_secs_f64() * 1e6, t.running.as_secs_f64() * 1e6))
+    Ok((
+        lat,
+        t.pending.as_secs_f64() * 1e6,
+        t.running.as_secs_f64() * 1e6,
+    ))
 }
 
 /// Runs all loads concurrently for `duration` (or until each thread did `frames`),
 /// calling `progress(elapsed fraction)` about 10 times a second.
-pub fn run_loads(rt: &Runtime, loads: &[Load], duration: Duration, mut progress: impl FnMut(f64)) -> Vec<LoadResult> {
+pub fn run_loads(
+    rt: &Runtime,
+    loads: &[Load],
+    duration: Duration,
+    mut progress: impl FnMut(f64),
+) -> Vec<LoadResult> {
     let stop = Arc::new(AtomicBool::new(false));
     let t_start = Instant::now();
     let results: Vec<LoadResult> = std::thread::scope(|sc| {
@@ -117,13 +144,24 @@ pub fn run_loads(rt: &Runtime, loads: &[Load], duration: Duration, mut progress:
                 let stop = stop.clone();
                 per_thread.push(sc.spawn(move || {
                     let mut inputs = l.inputs.clone().unwrap_or_else(|| pattern_inputs(&l.model));
-                    let mut outputs: Vec<Vec<u8>> = (0..l.model.outputs.len()).map(|i| vec![0u8; l.model.plan.output_len(i)]).collect();
+                    let mut outputs: Vec<Vec<u8>> = (0..l.model.outputs.len())
+                        .map(|i| vec![0u8; l.model.plan.output_len(i)])
+                        .collect();
                     let mut r = LoadResult::default();
-                    let period = if l.fps > 0.0 { Some(Duration::from_secs_f64(l.threads.max(1) as f64 / l.fps)) } else { None };
+                    let period = if l.fps > 0.0 {
+                        Some(Duration::from_secs_f64(l.threads.max(1) as f64 / l.fps))
+                    } else {
+                        None
+                    };
                     // Spread open-loop threads over the period.
-                    let mut next = Instant::now() + period.map(|p| p.mul_f64(th as f64 / l.threads.max(1) as f64)).unwrap_or_default();
+                    let mut next = Instant::now()
+                        + period
+                            .map(|p| p.mul_f64(th as f64 / l.threads.max(1) as f64))
+                            .unwrap_or_default();
                     let t0 = Instant::now();
-                    while !stop.load(Ordering::Relaxed) && (l.frames == 0 || r.frames + r.errors < l.frames) {
+                    while !stop.load(Ordering::Relaxed)
+                        && (l.frames == 0 || r.frames + r.errors < l.frames)
+                    {
                         let since = match period {
                             Some(p) => {
                                 let now = Instant::now();

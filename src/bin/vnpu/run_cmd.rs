@@ -28,15 +28,25 @@ fn pick_models(pack: &PackedModel, names: &[String]) -> Result<Vec<Arc<Model>>, 
     if names.is_empty() {
         return Ok(pack.models.clone());
     }
-    names.iter().map(|n| pack.model(n).map_err(|e| e.to_string())).collect()
+    names
+        .iter()
+        .map(|n| pack.model(n).map_err(|e| e.to_string()))
+        .collect()
 }
 
 /// Reads one input file: raw `.bin` bytes or `.npy` (little-endian, C order).
 fn read_input(path: &str, want: usize) -> Result<Vec<u8>, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("cannot open {path}: {e}"))?;
-    let data = if path.ends_with(".npy") { npy_payload(&bytes).map_err(|e| format!("{path}: {e}"))? } else { bytes };
+    let data = if path.ends_with(".npy") {
+        npy_payload(&bytes).map_err(|e| format!("{path}: {e}"))?
+    } else {
+        bytes
+    };
     if data.len() != want {
-        return Err(format!("{path}: input has {} bytes, the model input needs {want}", data.len()));
+        return Err(format!(
+            "{path}: input has {} bytes, the model input needs {want}",
+            data.len()
+        ));
     }
     Ok(data)
 }
@@ -62,19 +72,30 @@ fn npy_payload(b: &[u8]) -> Result<Vec<u8>, String> {
     Ok(b[start + hlen..].to_vec())
 }
 
-fn ctrl_list<T: std::str::FromStr + Copy>(a: &Args, key: &str, n: usize, default: T) -> Result<Vec<T>, String> {
+fn ctrl_list<T: std::str::FromStr + Copy>(
+    a: &Args,
+    key: &str,
+    n: usize,
+    default: T,
+) -> Result<Vec<T>, String> {
     let vals = a.list(key);
     if vals.is_empty() {
         return Ok(vec![default; n]);
     }
     let parsed: Vec<T> = vals
         .iter()
-        .map(|v| v.parse::<T>().map_err(|_| format!("--{}: '{v}' is not a valid number", key.replace('_', "-"))))
+        .map(|v| {
+            v.parse::<T>()
+                .map_err(|_| format!("--{}: '{v}' is not a valid number", key.replace('_', "-")))
+        })
         .collect::<Result<_, _>>()?;
     match parsed.len() {
         1 => Ok(vec![parsed[0]; n]),
         k if k == n => Ok(parsed),
-        k => Err(format!("--{} has {k} values for {n} models", key.replace('_', "-"))),
+        k => Err(format!(
+            "--{} has {k} values for {n} models",
+            key.replace('_', "-")
+        )),
     }
 }
 
@@ -105,9 +126,18 @@ pub fn run_infer(argv: &[String]) -> Result<(), String> {
         perf::pattern_inputs(&m)
     } else {
         if files.len() != m.inputs.len() {
-            return Err(format!("model '{}' has {} inputs, --input_file gave {}", m.name, m.inputs.len(), files.len()));
+            return Err(format!(
+                "model '{}' has {} inputs, --input_file gave {}",
+                m.name,
+                m.inputs.len(),
+                files.len()
+            ));
         }
-        files.iter().enumerate().map(|(i, f)| read_input(f, m.plan.input_len(i))).collect::<Result<_, _>>()?
+        files
+            .iter()
+            .enumerate()
+            .map(|(i, f)| read_input(f, m.plan.input_len(i)))
+            .collect::<Result<_, _>>()?
     };
     let rt = Runtime::global().map_err(|e| e.to_string())?;
     let load = Load {
@@ -122,25 +152,48 @@ pub fn run_infer(argv: &[String]) -> Result<(), String> {
     };
     let frames = a.num::<usize>("frame_count")?.unwrap_or(1).max(1);
     let mut inputs = load.inputs.clone().unwrap_or_default();
-    let mut outputs: Vec<Vec<u8>> = (0..m.outputs.len()).map(|i| vec![0u8; m.plan.output_len(i)]).collect();
+    let mut outputs: Vec<Vec<u8>> = (0..m.outputs.len())
+        .map(|i| vec![0u8; m.plan.output_len(i)])
+        .collect();
     let mut lats = Vec::new();
     for _ in 0..frames {
-        let (lat, _, _) = perf::infer_once(rt, &load, &mut inputs, &mut outputs, std::time::Instant::now())?;
+        let (lat, _, _) = perf::infer_once(
+            rt,
+            &load,
+            &mut inputs,
+            &mut outputs,
+            std::time::Instant::now(),
+        )?;
         lats.push(lat);
     }
-    println!("model {}: {} frame(s), latency p50 {:.3} ms", m.name, frames, percentile(&lats, 50.0) / 1000.0);
+    println!(
+        "model {}: {} frame(s), latency p50 {:.3} ms",
+        m.name,
+        frames,
+        percentile(&lats, 50.0) / 1000.0
+    );
     for (i, o) in outputs.iter().enumerate() {
         let d = &m.outputs[i];
         let preview: Vec<String> = if d.elem == vnpu::runtime::ElemType::F32 {
-            bytemuck::cast_slice::<u8, f32>(o).iter().take(8).map(|v| format!("{v:.5}")).collect()
+            bytemuck::cast_slice::<u8, f32>(o)
+                .iter()
+                .take(8)
+                .map(|v| format!("{v:.5}"))
+                .collect()
         } else {
             o.iter().take(8).map(|v| v.to_string()).collect()
         };
-        println!("  output {} {:?}: [{} ...]", d.name, d.valid_shape, preview.join(", "));
+        println!(
+            "  output {} {:?}: [{} ...]",
+            d.name,
+            d.valid_shape,
+            preview.join(", ")
+        );
     }
     if a.has("enable_dump") {
         let dir = PathBuf::from(a.get("dump_path").unwrap_or("."));
-        std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         let txt = match a.get("dump_format").unwrap_or("bin") {
             "bin" => false,
             "txt" => true,
@@ -150,10 +203,16 @@ pub fn run_infer(argv: &[String]) -> Result<(), String> {
             let name = format!("{}_output_{i}.{}", m.name, if txt { "txt" } else { "bin" });
             let path = dir.join(name);
             let res = if txt && m.outputs[i].elem == vnpu::runtime::ElemType::F32 {
-                let s: String = bytemuck::cast_slice::<u8, f32>(o).iter().map(|v| format!("{v}\n")).collect();
+                let s: String = bytemuck::cast_slice::<u8, f32>(o)
+                    .iter()
+                    .map(|v| format!("{v}\n"))
+                    .collect();
                 std::fs::write(&path, s)
             } else if txt {
-                std::fs::write(&path, o.iter().map(|v| format!("{v}\n")).collect::<String>())
+                std::fs::write(
+                    &path,
+                    o.iter().map(|v| format!("{v}\n")).collect::<String>(),
+                )
             } else {
                 std::fs::write(&path, o)
             };
@@ -167,21 +226,37 @@ pub fn run_infer(argv: &[String]) -> Result<(), String> {
 fn core_mask(v: Option<&str>) -> Result<u32, String> {
     match v {
         None => Ok(0),
-        Some(s) => s.parse::<u32>().map_err(|_| format!("--core_id: '{s}' is not a core mask (0 = any, 1 = core 0, 2 = core 1, ...)")),
+        Some(s) => s.parse::<u32>().map_err(|_| {
+            format!("--core_id: '{s}' is not a core mask (0 = any, 1 = core 0, 2 = core 1, ...)")
+        }),
     }
 }
 
 fn print_table(loads: &[Load], results: &[LoadResult]) {
     println!(
         "{:<20} {:>4} {:>6} {:>8} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10} {:>6}",
-        "model", "prio", "fps_in", "frames", "p50 ms", "p90 ms", "p99 ms", "max ms", "pend p99", "run p99", "FPS"
+        "model",
+        "prio",
+        "fps_in",
+        "frames",
+        "p50 ms",
+        "p90 ms",
+        "p99 ms",
+        "max ms",
+        "pend p99",
+        "run p99",
+        "FPS"
     );
     for (l, r) in loads.iter().zip(results) {
         println!(
             "{:<20} {:>4} {:>6} {:>8} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>10.3} {:>10.3} {:>6.1}",
             l.model.name,
             l.priority,
-            if l.fps > 0.0 { format!("{:.0}", l.fps) } else { "max".into() },
+            if l.fps > 0.0 {
+                format!("{:.0}", l.fps)
+            } else {
+                "max".into()
+            },
             r.frames,
             percentile(&r.latency_us, 50.0) / 1e3,
             percentile(&r.latency_us, 90.0) / 1e3,
@@ -205,7 +280,11 @@ fn progress_bar(label: &str) -> impl FnMut(f64) {
         if pct != last {
             last = pct;
             let n = (f * 30.0) as usize;
-            eprint!("\r{label} [{}{}] {pct:>3}%", "#".repeat(n), " ".repeat(30 - n));
+            eprint!(
+                "\r{label} [{}{}] {pct:>3}%",
+                "#".repeat(n),
+                " ".repeat(30 - n)
+            );
             if pct >= 100 {
                 eprintln!();
             }
@@ -226,7 +305,9 @@ pub fn run_perf(argv: &[String]) -> Result<(), String> {
     let threads = ctrl_list(&a, "thread_num", n, 1usize)?;
     let cores = ctrl_list(&a, "core_id", n, 0u32)?;
     let frames = a.num::<usize>("frame_count")?.unwrap_or(0);
-    let secs = a.num::<f64>("perf_time")?.unwrap_or(if frames > 0 { 0.0 } else { 5.0 });
+    let secs = a
+        .num::<f64>("perf_time")?
+        .unwrap_or(if frames > 0 { 0.0 } else { 5.0 });
     if secs < 0.0 || !secs.is_finite() {
         return Err("--perf_time must be a positive number of seconds".into());
     }
@@ -281,7 +362,8 @@ fn write_profile(dir: &Path, loads: &[Load], results: &[LoadResult]) -> Result<(
     }
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let path = dir.join("profiler.log");
-    let text = serde_json::to_string_pretty(&json!({"unit": "ms", "models": models})).map_err(|e| e.to_string())?;
+    let text = serde_json::to_string_pretty(&json!({"unit": "ms", "models": models}))
+        .map_err(|e| e.to_string())?;
     std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     eprintln!("wrote {}", path.display());
     Ok(())
@@ -293,15 +375,27 @@ pub fn run_demo(argv: &[String]) -> Result<(), String> {
     let secs = a.num::<f64>("seconds")?.unwrap_or(5.0);
     let fps = a.num::<f64>("fps")?.unwrap_or(33.0);
     let out_dir = PathBuf::from(a.get("out").unwrap_or("vnpu-demo"));
-    std::fs::create_dir_all(&out_dir).map_err(|e| format!("cannot create {}: {e}", out_dir.display()))?;
+    std::fs::create_dir_all(&out_dir)
+        .map_err(|e| format!("cannot create {}: {e}", out_dir.display()))?;
     eprintln!("compiling the bundled detector (max_time_per_fc 1000 us) and classifier ...");
-    let det_opts = CompileOptions { name: Some("detector".into()), max_time_per_fc: 1000, ..Default::default() };
-    let cls_opts = CompileOptions { name: Some("classifier".into()), max_time_per_fc: 1000, ..Default::default() };
-    let det = compile::compile_onnx_bytes(DEMO_DETECTOR, None, "detector", &det_opts).map_err(|e| e.to_string())?;
-    let cls = compile::compile_onnx_bytes(DEMO_CLASSIFIER, None, "classifier", &cls_opts).map_err(|e| e.to_string())?;
+    let det_opts = CompileOptions {
+        name: Some("detector".into()),
+        max_time_per_fc: 1000,
+        ..Default::default()
+    };
+    let cls_opts = CompileOptions {
+        name: Some("classifier".into()),
+        max_time_per_fc: 1000,
+        ..Default::default()
+    };
+    let det = compile::compile_onnx_bytes(DEMO_DETECTOR, None, "detector", &det_opts)
+        .map_err(|e| e.to_string())?;
+    let cls = compile::compile_onnx_bytes(DEMO_CLASSIFIER, None, "classifier", &cls_opts)
+        .map_err(|e| e.to_string())?;
     let packed_file = out_dir.join("demo_models.bin");
     vnpu::format::save_models(&packed_file, &[det, cls]).map_err(|e| e.to_string())?;
-    let pack = PackedModel::load_files(std::slice::from_ref(&packed_file)).map_err(|e| e.to_string())?;
+    let pack =
+        PackedModel::load_files(std::slice::from_ref(&packed_file)).map_err(|e| e.to_string())?;
     let det = pack.model("detector").map_err(|e| e.to_string())?;
     let cls = pack.model("classifier").map_err(|e| e.to_string())?;
     let det_fcs: usize = det.compiled.segments.iter().map(|s| s.fcs.len()).sum();
@@ -323,7 +417,16 @@ pub fn run_demo(argv: &[String]) -> Result<(), String> {
         frames,
         inputs: None,
     };
-    let bg = Load { model: det.clone(), priority: 0, custom_id: 0, core_mask: 0, fps: 0.0, threads: base.cores.max(1) + 1, frames: 0, inputs: None };
+    let bg = Load {
+        model: det.clone(),
+        priority: 0,
+        custom_id: 0,
+        core_mask: 0,
+        fps: 0.0,
+        threads: base.cores.max(1) + 1,
+        frames: 0,
+        inputs: None,
+    };
 
     // Isolated latency of the classifier.
     let rt = Runtime::with_config(base.clone()).map_err(|e| e.to_string())?;
@@ -339,11 +442,18 @@ pub fn run_demo(argv: &[String]) -> Result<(), String> {
         if limit == 1 {
             rt.scheduler().trace_start();
         }
-        let res = perf::run_loads(&rt, &[fg(fps, 0), bg.clone()], Duration::from_secs_f64(secs), progress_bar(&format!("BPLAT_CORELIMIT={limit}")));
+        let res = perf::run_loads(
+            &rt,
+            &[fg(fps, 0), bg.clone()],
+            Duration::from_secs_f64(secs),
+            progress_bar(&format!("BPLAT_CORELIMIT={limit}")),
+        );
         if limit == 1 {
             rt.scheduler().trace_stop();
             let p = out_dir.join("demo_trace.json");
-            rt.scheduler().dump_trace_to(&p).map_err(|e| e.to_string())?;
+            rt.scheduler()
+                .dump_trace_to(&p)
+                .map_err(|e| e.to_string())?;
             trace_path = Some(p);
         }
         for r in &res {
@@ -355,9 +465,22 @@ pub fn run_demo(argv: &[String]) -> Result<(), String> {
     }
     println!();
     println!("vnpu demo: classifier (priority 255, {fps:.0} req/s, open loop) vs detector (priority 0, flat out, {} threads)", bg.threads);
-    println!("cores: {}, detector FCs: {det_fcs} (max_time_per_fc 1000 us)", base.cores);
-    println!("{:<26} {:>12} {:>12} {:>12} {:>16}", "setting", "cls p50 ms", "cls p99 ms", "cls max ms", "detector FPS");
-    println!("{:<26} {:>12.3} {:>12} {:>12} {:>16}", "classifier alone", iso_p50 / 1e3, "-", "-", "-");
+    println!(
+        "cores: {}, detector FCs: {det_fcs} (max_time_per_fc 1000 us)",
+        base.cores
+    );
+    println!(
+        "{:<26} {:>12} {:>12} {:>12} {:>16}",
+        "setting", "cls p50 ms", "cls p99 ms", "cls max ms", "detector FPS"
+    );
+    println!(
+        "{:<26} {:>12.3} {:>12} {:>12} {:>16}",
+        "classifier alone",
+        iso_p50 / 1e3,
+        "-",
+        "-",
+        "-"
+    );
     for (limit, res) in &rows {
         let f = &res[0];
         println!(
@@ -371,7 +494,7 @@ pub fn run_demo(argv: &[String]) -> Result<(), String> {
     }
     if let Some(tp) = trace_path {
         let text = std::fs::read_to_string(&tp).map_err(|e| e.to_string())?;
-        let svg = crate::timeline::render(&text)?;
+        let svg = crate::timeline::render(&text, None)?;
         let svg_path = out_dir.join("demo_timeline.svg");
         std::fs::write(&svg_path, svg).map_err(|e| e.to_string())?;
         println!("trace: {}", tp.display());

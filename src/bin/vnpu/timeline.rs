@@ -18,23 +18,36 @@ struct Slice {
     dur_us: f64,
 }
 
-const PALETTE: [&str; 10] =
-    ["#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#ff9da7", "#9c755f", "#bab0ac", "#e15759"];
+const PALETTE: [&str; 10] = [
+    "#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#ff9da7", "#9c755f",
+    "#bab0ac", "#e15759",
+];
 
 fn escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
-/// Renders trace JSON text as SVG.
-pub fn render(trace_json: &str) -> Result<String, String> {
-    let root: Json = serde_json::from_str(trace_json).map_err(|e| format!("not a JSON trace: {e}"))?;
+/// Most slices drawn before the picture zooms into a window by itself.
+const AUTO_WINDOW_SLICES: usize = 1500;
+/// Length of the automatic window.
+const AUTO_WINDOW_US: f64 = 40_000.0;
+
+/// Renders trace JSON text as SVG. `window_ms` limits the picture to `[from, to)` ms after
+/// the first event; without it, a long trace is shown as a 40 ms window around the third
+/// priority-255 FC (so the preemption is visible), and the title says so.
+pub fn render(trace_json: &str, window_ms: Option<(f64, f64)>) -> Result<String, String> {
+    let root: Json =
+        serde_json::from_str(trace_json).map_err(|e| format!("not a JSON trace: {e}"))?;
     let events = root
         .get("traceEvents")
         .and_then(|v| v.as_array())
         .or_else(|| root.as_array())
         .ok_or("no traceEvents array in the trace")?;
     let mut lane_names: BTreeMap<(i64, i64), String> = BTreeMap::new();
-    let mut slices = Vec::new();
+    let mut slices: Vec<Slice> = Vec::new();
     for e in events {
         let pid = e.get("pid").and_then(|v| v.as_i64()).unwrap_or(0);
         let tid = e.get("tid").and_then(|v| v.as_i64()).unwrap_or(0);
@@ -46,17 +59,30 @@ pub fn render(trace_json: &str) -> Result<String, String> {
             }
             Some("X") => {
                 let args = e.get("args");
-                let get_str = |k: &str| args.and_then(|a| a.get(k)).and_then(|v| v.as_str()).map(|s| s.to_string());
-                let name = e.get("name").and_then(|v| v.as_str()).unwrap_or("").to_string();
+                let get_str = |k: &str| {
+                    args.and_then(|a| a.get(k))
+                        .and_then(|v| v.as_str())
+                        .map(|s| s.to_string())
+                };
+                let name = e
+                    .get("name")
+                    .and_then(|v| v.as_str())
+                    .unwrap_or("")
+                    .to_string();
                 slices.push(Slice {
                     lane: (pid, tid),
                     model: get_str("model").unwrap_or_else(|| name.clone()),
                     name,
-                    priority: args.and_then(|a| a.get("priority")).and_then(|v| v.as_i64()).unwrap_or(0),
+                    priority: args
+                        .and_then(|a| a.get("priority"))
+                        .and_then(|v| v.as_i64())
+                        .unwrap_or(0),
                     start_us: e.get("ts").and_then(|v| v.as_f64()).unwrap_or(0.0),
                     dur_us: e.get("dur").and_then(|v| v.as_f64()).unwrap_or(0.0),
                 });
-                lane_names.entry((pid, tid)).or_insert_with(|| format!("thread {tid}"));
+                lane_names
+                    .entry((pid, tid))
+                    .or_insert_with(|| format!("thread {tid}"));
             }
             _ => {}
         }
@@ -64,8 +90,50 @@ pub fn render(trace_json: &str) -> Result<String, String> {
     if slices.is_empty() {
         return Err("the trace holds no complete events (ph \"X\"); was tracing on?".into());
     }
-    let t0 = slices.iter().map(|s| s.start_us).fold(f64::INFINITY, f64::min);
-    let t1 = slices.iter().map(|s| s.start_us + s.dur_us).fold(f64::NEG_INFINITY, f64::max);
+    let first = slices
+        .iter()
+        .map(|s| s.start_us)
+        .fold(f64::INFINITY, f64::min);
+    let mut note = String::new();
+    let window = match window_ms {
+        Some((a, b)) if b > a => Some((first + a * 1000.0, first + b * 1000.0)),
+        Some((a, b)) => return Err(format!("empty window {a}..{b} ms")),
+        None if slices.len() > AUTO_WINDOW_SLICES => {
+            let mut hi: Vec<f64> = slices
+                .iter()
+                .filter(|s| s.priority >= 255)
+                .map(|s| s.start_us)
+                .collect();
+            hi.sort_by(|a, b| a.total_cmp(b));
+            let anchor = hi.get(2).or(hi.first()).copied().unwrap_or(first);
+            let a = (anchor - 5_000.0).max(first);
+            Some((a, a + AUTO_WINDOW_US))
+        }
+        None => None,
+    };
+    if let Some((a, b)) = window {
+        slices.retain(|s| s.start_us < b && s.start_us + s.dur_us > a);
+        for s in &mut slices {
+            let end = (s.start_us + s.dur_us).min(b);
+            s.start_us = s.start_us.max(a);
+            s.dur_us = end - s.start_us;
+        }
+        note = format!(
+            ", window {:.1}..{:.1} ms of the trace",
+            (a - first) / 1000.0,
+            (b - first) / 1000.0
+        );
+        if slices.is_empty() {
+            return Err("no event in the requested window".into());
+        }
+    }
+    let t0 = window.map(|w| w.0).unwrap_or(first);
+    let t1 = window.map(|w| w.1).unwrap_or_else(|| {
+        slices
+            .iter()
+            .map(|s| s.start_us + s.dur_us)
+            .fold(f64::NEG_INFINITY, f64::max)
+    });
     let span = (t1 - t0).max(1.0);
     let lanes: Vec<(i64, i64)> = lane_names.keys().copied().collect();
     let mut models: Vec<String> = slices.iter().map(|s| s.model.clone()).collect();
@@ -83,8 +151,15 @@ pub fn render(trace_json: &str) -> Result<String, String> {
         s,
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">"#
     );
-    let _ = writeln!(s, r#"<rect x="0" y="0" width="{width}" height="{height}" fill="white"/>"#);
-    let _ = writeln!(s, r#"<text x="10" y="22" font-size="15" font-weight="bold">vnpu schedule ({:.1} ms)</text>"#, span / 1000.0);
+    let _ = writeln!(
+        s,
+        r#"<rect x="0" y="0" width="{width}" height="{height}" fill="white"/>"#
+    );
+    let _ = writeln!(
+        s,
+        r#"<text x="10" y="22" font-size="15" font-weight="bold">vnpu schedule ({:.1} ms{note})</text>"#,
+        span / 1000.0
+    );
     for (i, lane) in lanes.iter().enumerate() {
         let y = top + lane_h * i as f64;
         let fill = if i % 2 == 0 { "#f4f4f4" } else { "#ffffff" };
@@ -101,7 +176,11 @@ pub fn render(trace_json: &str) -> Result<String, String> {
         let y = top + lane_h * li as f64 + 6.0;
         let w = (sl.dur_us / span * plot_w).max(0.8);
         let hi = sl.priority >= 255;
-        let stroke = if hi { r##" stroke="#d00000" stroke-width="2""## } else { "" };
+        let stroke = if hi {
+            r##" stroke="#d00000" stroke-width="2""##
+        } else {
+            ""
+        };
         let _ = writeln!(
             s,
             r#"<rect x="{:.2}" y="{y}" width="{w:.2}" height="{}" fill="{}"{stroke}><title>{} ({}) prio {} {:.0} us</title></rect>"#,
@@ -123,7 +202,11 @@ pub fn render(trace_json: &str) -> Result<String, String> {
         }
     }
     let axis_y = top + lane_h * lanes.len() as f64 + 8.0;
-    let _ = writeln!(s, r#"<line x1="{left}" y1="{axis_y}" x2="{}" y2="{axis_y}" stroke="black"/>"#, left + plot_w);
+    let _ = writeln!(
+        s,
+        r#"<line x1="{left}" y1="{axis_y}" x2="{}" y2="{axis_y}" stroke="black"/>"#,
+        left + plot_w
+    );
     let step_ms = nice_step(span / 1000.0 / 10.0);
     let mut t = 0.0;
     while t <= span / 1000.0 + 1e-9 {
@@ -180,11 +263,22 @@ fn trim(t: f64) -> String {
 
 /// `vnpu trace FILE.json -o timeline.svg`
 pub fn run_trace(argv: &[String]) -> Result<(), String> {
-    let a = crate::args::Args::parse(argv, &["o", "output"], &[])?;
-    let input = a.positional.first().ok_or("usage: vnpu trace TRACE.json -o timeline.svg")?;
-    let out = a.get("o").or(a.get("output")).map(|s| s.to_string()).unwrap_or_else(|| format!("{input}.svg"));
+    let a = crate::args::Args::parse(argv, &["o", "output", "from_ms", "to_ms"], &[])?;
+    let input = a
+        .positional
+        .first()
+        .ok_or("usage: vnpu trace TRACE.json -o timeline.svg")?;
+    let out = a
+        .get("o")
+        .or(a.get("output"))
+        .map(|s| s.to_string())
+        .unwrap_or_else(|| format!("{input}.svg"));
     let text = std::fs::read_to_string(input).map_err(|e| format!("cannot open {input}: {e}"))?;
-    let svg = render(&text)?;
+    let window = match (a.num::<f64>("from_ms")?, a.num::<f64>("to_ms")?) {
+        (None, None) => None,
+        (f, t) => Some((f.unwrap_or(0.0), t.unwrap_or(f64::MAX / 4.0))),
+    };
+    let svg = render(&text, window)?;
     std::fs::write(&out, svg).map_err(|e| format!("cannot write {out}: {e}"))?;
     eprintln!("wrote {out}");
     Ok(())
