@@ -176,6 +176,8 @@ pub(crate) struct SchedInner {
     all_cores: u32,
     state: Mutex<State>,
     core_cv: Vec<Condvar>,
+    /// Bumped (under the lock) whenever FCs are pushed to core k: an idle core polls it.
+    core_work: Vec<AtomicU64>,
     cpu_tx: Sender<CpuMsg>,
     tracer: Tracer,
     next_id: AtomicU64,
@@ -222,6 +224,7 @@ impl Scheduler {
                 shutdown: false,
             }),
             core_cv: (0..cfg.cores).map(|_| Condvar::new()).collect(),
+            core_work: (0..cfg.cores).map(|_| AtomicU64::new(0)).collect(),
             cpu_tx,
             tracer: Tracer::new(cfg.trace_capacity),
             next_id: AtomicU64::new(1),
@@ -336,6 +339,9 @@ impl Drop for Scheduler {
         {
             let mut st = self.inner.state.lock();
             st.shutdown = true;
+            for w in &self.inner.core_work {
+                w.fetch_add(1, Ordering::Release);
+            }
         }
         for cv in &self.inner.core_cv {
             cv.notify_all();
@@ -635,6 +641,7 @@ impl SchedInner {
                         high,
                         est_us: est,
                     }));
+                self.core_work[core].fetch_add(1, Ordering::Release);
                 self.core_cv[core].notify_one();
             }
         }
@@ -802,6 +809,10 @@ impl SchedInner {
         Ok(())
     }
 
+    pub(crate) fn spin_us(&self) -> u64 {
+        self.cfg.spin_us
+    }
+
     fn estimate_remaining_us(&self, t: &TaskShared) -> u64 {
         let st = self.state.lock();
         let from = match t.phase.load(Ordering::Acquire) {
@@ -819,15 +830,29 @@ impl SchedInner {
 fn core_main(inner: Arc<SchedInner>, k: usize) {
     os::place_core_thread(k, inner.cfg.pin_cores, inner.cfg.rt_priority);
     let mut done: Done = Vec::new();
+    let spin = Duration::from_micros(inner.cfg.spin_us);
+    let mut spun = false;
     let mut st = inner.state.lock();
     loop {
         if st.shutdown {
             return;
         }
         let Some(item) = st.cores[k].fcs.take_next() else {
-            inner.core_cv[k].wait(&mut st);
+            if spun || spin.is_zero() {
+                inner.core_cv[k].wait(&mut st);
+                spun = false;
+            } else {
+                // Poll for new work unlocked for a moment before sleeping: a futex wake-up
+                // costs more than a short FC.
+                let seen = inner.core_work[k].load(Ordering::Acquire);
+                MutexGuard::unlocked(&mut st, || {
+                    spin_until(spin, || inner.core_work[k].load(Ordering::Acquire) != seen)
+                });
+                spun = true;
+            }
             continue;
         };
+        spun = false;
         let (t, seg, fc) = (item.task.clone(), item.seg, item.fc);
         inner.trace(TraceKind::FcStart, &t, Some(k), seg, fc, 0);
         let (result, elapsed) = MutexGuard::unlocked(&mut st, || {
@@ -839,6 +864,27 @@ fn core_main(inner: Arc<SchedInner>, k: usize) {
         if !done.is_empty() {
             MutexGuard::unlocked(&mut st, || complete_all(std::mem::take(&mut done)));
         }
+    }
+}
+
+/// Polls `done` until it holds or `limit` passes; true when it held.
+pub(crate) fn spin_until(limit: Duration, done: impl Fn() -> bool) -> bool {
+    if limit.is_zero() {
+        return done();
+    }
+    let start = Instant::now();
+    loop {
+        for _ in 0..64 {
+            if done() {
+                return true;
+            }
+            std::hint::spin_loop();
+        }
+        if start.elapsed() >= limit {
+            return done();
+        }
+        // Let a thread that shares this CPU (e.g. the one that will publish) run.
+        std::thread::yield_now();
     }
 }
 

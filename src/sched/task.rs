@@ -131,6 +131,8 @@ pub(crate) struct TaskShared {
     pub(crate) bpu_span: Option<(usize, usize)>,
     pub(crate) phase: AtomicU8,
     pub(crate) released: AtomicBool,
+    /// Set once `done.result` is set (lets `wait` poll without the lock).
+    pub(crate) published: AtomicBool,
     pub(crate) done: Mutex<DoneState>,
     pub(crate) done_cv: Condvar,
     pub(crate) timings: Mutex<TimingState>,
@@ -148,6 +150,7 @@ impl TaskShared {
             bpu_span: first.zip(last),
             phase: AtomicU8::new(PHASE_QUEUED),
             released: AtomicBool::new(false),
+            published: AtomicBool::new(false),
             done: Mutex::new(DoneState {
                 result: None,
                 finishing: false,
@@ -185,6 +188,7 @@ impl TaskShared {
             run_callback(cb, code);
         }
         self.done.lock().result = Some(result);
+        self.published.store(true, Ordering::Release);
         self.done_cv.notify_all();
     }
 }
@@ -222,6 +226,9 @@ impl TaskHandle {
     /// [`Error::Timeout`] and leaves the task intact; a failed task returns its error.
     /// Do not call it from the task's own done callback.
     pub fn wait(&self, timeout: Option<Duration>) -> Result<()> {
+        let spin = Duration::from_micros(self.sched.spin_us());
+        let spin = timeout.map_or(spin, |t| t.min(spin));
+        super::spin_until(spin, || self.shared.published.load(Ordering::Acquire));
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut d = self.shared.done.lock();
         loop {
