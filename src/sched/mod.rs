@@ -18,10 +18,14 @@
 //!    the queue in order; each task takes the lowest free core its mask allows; else, for
 //!    each insertable core its mask allows (in index order), the core is *claimed* by this
 //!    task (no task behind it may be inserted there) and the task is inserted if one of the
-//!    three conditions ([`insert_reason`]) holds. So a task never takes a core that a
-//!    task ahead of it in the queue may also use. Dispatch runs after every event.
+//!    three conditions ([`insert_reason`]) holds, with `cpu(A)` = the estimate of the
+//!    holder's CPU segments up to its next BPU segment and `bpu(B)` = all BPU segments of
+//!    the candidate. So a task never takes a core that a task ahead of it in the queue may
+//!    also use. One task is inserted at a time; when it ends while the holder is still in
+//!    its CPU segment, the next one may be. Dispatch runs after every event.
 //! 3. **Start.** A dequeued task holds its core (`holder`, or `inserted` for an insertion)
-//!    until it ends, and runs its segments in order (step 4).
+//!    until it ends — through its leading and trailing CPU segments too; only a middle CPU
+//!    segment lends the core to an inserted task — and runs its segments in order (step 4).
 //! 4. **Segments.** A CPU segment goes to the CPU pool. A BPU segment goes to its core as
 //!    all of its FCs at once (see [`core`](self::core) for the FC queues): the held core, or
 //!    for a coreless priority-255 task the allowed core where a high FC starts soonest.
@@ -664,7 +668,7 @@ impl SchedInner {
         let Some(e) = st.running.remove(&id) else {
             return;
         };
-        for c in st.cores.iter_mut() {
+        for (k, c) in st.cores.iter_mut().enumerate() {
             if c.holder == Some(id) {
                 c.holder = None;
             }
@@ -672,7 +676,10 @@ impl SchedInner {
                 c.inserted = None;
             }
             if result.is_err() {
+                // Dropping its FCs may let others into the committed window.
                 c.fcs.remove_task(id);
+                self.core_work[k].fetch_add(1, Ordering::Release);
+                self.core_cv[k].notify_one();
             }
         }
         let t = e.shared;
