@@ -50,6 +50,8 @@
 //!   go to the high FC queue (see [`core`](self::core) for the `BPLAT_CORELIMIT` bound).
 //! - Trace events recorded under the lock are in the order of the state changes.
 
+#![warn(missing_docs)]
+
 mod config;
 mod core;
 mod estimator;
@@ -692,7 +694,8 @@ impl SchedInner {
         done.push((t, result));
     }
 
-    /// Records the end of segment `seg` of the task in `e` and moves it to the next one.
+    /// Records the end of the current segment of task `id` (its core, if a BPU segment, and
+    /// its busy time) and starts the next one.
     fn end_segment(
         &self,
         st: &mut State,
