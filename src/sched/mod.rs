@@ -430,8 +430,16 @@ impl SchedInner {
         fc: usize,
         status: i32,
     ) {
-        self.tracer
-            .record(kind, t.id, core, seg, fc, t.ctrl.priority, status);
+        self.tracer.record(
+            kind,
+            t.id,
+            core,
+            seg,
+            fc,
+            t.ctrl.priority,
+            status,
+            t.label_id.load(Ordering::Relaxed),
+        );
     }
 
     fn submit(self: &Arc<Self>, body: Arc<dyn TaskBody>, ctrl: TaskCtrl) -> Result<TaskHandle> {
@@ -472,7 +480,8 @@ impl SchedInner {
                 });
             }
             st.live += 1;
-            self.tracer.label(id, shared.body.label());
+            let label = self.tracer.intern(shared.body.label());
+            shared.label_id.store(label, Ordering::Relaxed);
             self.trace(TraceKind::Submit, &shared, None, 0, 0, 0);
             if ctrl.priority == PRIORITY_HIGH || shared.bpu_span.is_none() {
                 self.start_task(&mut st, shared, None, None, &mut done);

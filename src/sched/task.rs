@@ -6,7 +6,7 @@
 //! callback (if any) has returned, so `wait` returning implies the callback ran.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -133,6 +133,8 @@ pub(crate) struct TaskShared {
     pub(crate) released: AtomicBool,
     /// Set once `done.result` is set (lets `wait` poll without the lock).
     pub(crate) published: AtomicBool,
+    /// The tracer's interned label id (0 = submitted while tracing was off).
+    pub(crate) label_id: AtomicU32,
     pub(crate) done: Mutex<DoneState>,
     pub(crate) done_cv: Condvar,
     pub(crate) timings: Mutex<TimingState>,
@@ -151,6 +153,7 @@ impl TaskShared {
             phase: AtomicU8::new(PHASE_QUEUED),
             released: AtomicBool::new(false),
             published: AtomicBool::new(false),
+            label_id: AtomicU32::new(0),
             done: Mutex::new(DoneState {
                 result: None,
                 finishing: false,
