@@ -77,8 +77,14 @@ impl Lcg {
 
 #[test]
 fn concurrent_mixed_load_keeps_every_invariant() {
-    for limit in [0usize, 1, 2] {
-        let s = sched_with(3, limit, |c| c.max_tasks = 64);
+    // (corelimit, insertion allowed)
+    for (limit, insertion) in [(0usize, false), (1, false), (2, false), (1, true)] {
+        let s = sched_with(3, limit, |c| {
+            c.max_tasks = 64;
+            if insertion {
+                c.insert_fc_max_time_ms = 1000;
+            }
+        });
         let violations = Arc::new(Mutex::new(Vec::new()));
         let masks: Arc<Mutex<HashMap<u64, (u32, u8)>>> = Arc::new(Mutex::new(HashMap::new()));
         std::thread::scope(|scope| {
@@ -136,6 +142,10 @@ fn concurrent_mixed_load_keeps_every_invariant() {
         let ev = s.trace_events();
         let masks = masks.lock();
         assert_eq!(ev.iter().filter(|e| e.kind == TraceKind::Done).count(), 240);
+        let inserted = ev.iter().filter(|e| e.kind == TraceKind::Insert).count();
+        if !insertion {
+            assert_eq!(inserted, 0);
+        }
         // FCs of one core never overlap; cores respect masks.
         let mut running: HashMap<usize, u64> = HashMap::new();
         // Normal tasks hold their core: their FCs on a core come in contiguous groups.
@@ -154,7 +164,7 @@ fn concurrent_mixed_load_keeps_every_invariant() {
                         mask == 0 || mask & (1 << core) != 0,
                         "task outside its mask"
                     );
-                    if prio != 255 {
+                    if prio != 255 && !insertion {
                         if let Some(prev) = last_normal.insert(core, e.task) {
                             if prev != e.task {
                                 assert!(
