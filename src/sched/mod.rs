@@ -27,8 +27,8 @@
 //!    until it ends — through its leading and trailing CPU segments too; only a middle CPU
 //!    segment lends the core to an inserted task — and runs its segments in order (step 4).
 //! 4. **Segments.** A CPU segment goes to the CPU pool. A BPU segment goes to its core as
-//!    all of its FCs at once (see [`core`](self::core) for the FC queues): the held core, or
-//!    for a coreless priority-255 task the allowed core where a high FC starts soonest.
+//!    all of its FCs at once (steps 7-9): the held core, or for a coreless priority-255
+//!    task the allowed core where a high FC starts soonest.
 //!    When the last FC of the segment (or the CPU segment) ends, its measured time updates
 //!    the estimator and the next segment starts; after the last one the task ends.
 //! 5. **End.** The task leaves its core (holder/inserted slot), its remaining FCs are
@@ -37,6 +37,16 @@
 //!    (caught) fails only its task; the core or pool thread goes on.
 //! 6. **Release.** A queued task is removed and cancelled (`Cancel` event, an error for its
 //!    waiters); a running one is marked and freed at step 5; an ended one is freed now.
+//!
+//! Core level ("system software", one `FcQueue` per core, in `sched/core.rs`):
+//!
+//! 7. FCs of priority-255 tasks join the back of the core's *high* queue, all others the
+//!    back of its *normal* queue (FIFO whatever the priority).
+//! 8. The core's *committed* window holds at most `core_limit` FCs (the running one
+//!    included; unbounded when `core_limit == 0`); whenever it has room it takes the front
+//!    of *high* first, else the front of *normal*. A committed FC is never overtaken.
+//! 9. The core thread runs the front of the window, one FC at a time, never interrupting
+//!    one; when it ends, the window refills (step 8) and the next FC runs.
 //!
 //! # Invariants
 //!
@@ -47,7 +57,8 @@
 //!   task may also use.
 //! - A task runs on no core outside its mask; its FCs run one at a time and in order.
 //! - Priority-255 tasks never wait in the library queue and never hold a core; their FCs
-//!   go to the high FC queue (see [`core`](self::core) for the `BPLAT_CORELIMIT` bound).
+//!   go to the high FC queue and wait for at most `core_limit` normal FCs
+//!   (all FCs queued before them when `core_limit == 0`).
 //! - Trace events recorded under the lock are in the order of the state changes.
 
 #![warn(missing_docs)]
