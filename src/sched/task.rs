@@ -115,6 +115,8 @@ pub type DoneCallback = Box<dyn FnOnce(i32) + Send>;
 pub(crate) struct DoneState {
     pub(crate) result: Option<std::result::Result<(), Error>>,
     pub(crate) finishing: bool,
+    /// The status code, valid once `finishing`.
+    pub(crate) code: i32,
     pub(crate) callback: Option<DoneCallback>,
 }
 
@@ -157,6 +159,7 @@ impl TaskShared {
             done: Mutex::new(DoneState {
                 result: None,
                 finishing: false,
+                code: 0,
                 callback: None,
             }),
             done_cv: Condvar::new(),
@@ -185,6 +188,7 @@ impl TaskShared {
         let cb = {
             let mut d = self.done.lock();
             d.finishing = true;
+            d.code = code;
             d.callback.take()
         };
         if let Some(cb) = cb {
@@ -262,26 +266,13 @@ impl TaskHandle {
         let run_now = {
             let mut d = self.shared.done.lock();
             if d.finishing {
-                let code = match &d.result {
-                    Some(Err(e)) => e.code(),
-                    _ => 0,
-                };
-                Some((cb, code))
+                Some((cb, d.code))
             } else {
                 d.callback = Some(cb);
                 None
             }
         };
         if let Some((cb, code)) = run_now {
-            let code = if code == 0 {
-                // Finishing but not yet published: wait for the result to know the code.
-                match self.wait(None) {
-                    Ok(()) => 0,
-                    Err(e) => e.code(),
-                }
-            } else {
-                code
-            };
             run_callback(cb, code);
         }
     }
