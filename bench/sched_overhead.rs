@@ -83,6 +83,16 @@ fn main() {
         t.release().expect("release");
     }
     let pipelined_rate = n as f64 / start.elapsed().as_secs_f64();
+    // 3. Round trip with tracing on (7 events per task).
+    sched.trace_start();
+    let mut traced = Vec::with_capacity(n / 4);
+    for _ in 0..n / 4 {
+        let t0 = Instant::now();
+        run_one();
+        traced.push(t0.elapsed());
+    }
+    sched.trace_stop();
+    traced.sort();
     println!("scheduler overhead: trivial 1-FC task, {n} tasks, 2 cores");
     println!("| metric                         | value      | goal      |");
     println!("|--------------------------------|------------|-----------|");
@@ -93,6 +103,10 @@ fn main() {
     println!(
         "| round trip p99 (µs)            | {:>10.2} |           |",
         percentile(&lat, 0.99)
+    );
+    println!(
+        "| round trip p50, tracing on (µs)| {:>10.2} |           |",
+        percentile(&traced, 0.50)
     );
     println!(
         "| tasks/s, one at a time         | {:>10.0} |           |",

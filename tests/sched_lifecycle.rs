@@ -176,6 +176,11 @@ fn a_failing_task_fails_alone_and_the_core_keeps_serving() {
             Fail::Err => assert_eq!(err.code(), codes::HB_DNN_INVALID_ARGUMENT),
         }
         assert_eq!(bad.status(), TaskStatus::Failed(err.code()));
+        // A callback set after the end gets the failure code at once.
+        let late = Arc::new(Mutex::new(None));
+        let l2 = late.clone();
+        bad.set_done_callback(Box::new(move |c| *l2.lock() = Some(c)));
+        assert_eq!(*late.lock(), Some(err.code()));
         ok.wait(None).unwrap();
         // Nothing of the failed task ran after the failing step.
         let steps: Vec<(usize, usize)> = g

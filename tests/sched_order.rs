@@ -371,6 +371,33 @@ fn queued_tasks_are_inserted_in_queue_order_one_at_a_time_when_the_holder_enters
 }
 
 #[test]
+fn a_waiting_task_that_fails_the_insertion_conditions_blocks_insertion_of_lower_ones() {
+    let g = Gates::new();
+    let s = sched_with(1, 0, |c| c.insert_fc_max_time_ms = 2);
+    g.gate("A", 1, 0);
+    let a = submit(
+        &s,
+        &body("A", &g, &[S::B(&[100]), S::C(100), S::B(&[100])]),
+        ctrl(0, 0, 0),
+    );
+    g.wait_started("A", 1, 0);
+    // H is next for the core but too long to insert (5 ms >= 2 ms); L would qualify but
+    // must not jump ahead of H.
+    let h = submit(&s, &body("H", &g, &[S::B(&[5_000])]), ctrl(9, 0, 0));
+    let l = submit(&s, &body("L", &g, &[S::B(&[100])]), ctrl(1, 0, 0));
+    assert_eq!(h.status(), TaskStatus::Queued);
+    assert_eq!(l.status(), TaskStatus::Queued);
+    g.open("A", 1, 0);
+    for t in [&a, &h, &l] {
+        t.wait(None).unwrap();
+    }
+    let ev = s.trace_events();
+    assert!(!ev.iter().any(|e| e.kind == TraceKind::Insert));
+    assert!(pos(&ev, TraceKind::Done, a.id()) < pos(&ev, TraceKind::Dequeue, h.id()));
+    assert!(pos(&ev, TraceKind::Dequeue, h.id()) < pos(&ev, TraceKind::Dequeue, l.id()));
+}
+
+#[test]
 fn cpu_segments_at_start_middle_and_end_hold_the_core() {
     let g = Gates::new();
     let s = sched_with(1, 0, |_| {});

@@ -201,7 +201,7 @@ pub fn read_models(bytes: &[u8], path: &str) -> Result<Vec<CompiledModel>> {
             supported: FORMAT_VERSION,
         });
     }
-    if version == 0 || u32_at(bytes, 12) as usize != HEADER_LEN {
+    if version == 0 || u32_at(bytes, 12) as usize != HEADER_LEN || u64_at(bytes, 56) != 0 {
         return Err(bad("corrupted header".into()));
     }
     let (moff, mlen) = (u64_at(bytes, 16), u64_at(bytes, 24));

@@ -38,6 +38,9 @@ pub struct SchedConfig {
     pub trace_path: Option<PathBuf>,
     /// `VNPU_TRACE_CAPACITY`: events kept by the trace ring buffer (default 65536).
     pub trace_capacity: usize,
+    /// `VNPU_SPIN_US`: how long an idle core thread, and a thread in `wait`, polls before
+    /// sleeping (µs, default 50; 0 = sleep at once). Trades a little CPU for wake-up latency.
+    pub spin_us: u64,
 }
 
 impl Default for SchedConfig {
@@ -56,6 +59,7 @@ impl Default for SchedConfig {
             rt_priority: false,
             trace_path: None,
             trace_capacity: 1 << 16,
+            spin_us: 50,
         }
     }
 }
@@ -132,6 +136,9 @@ impl SchedConfig {
         }
         if let Some(v) = num("VNPU_TRACE_CAPACITY")? {
             cfg.trace_capacity = to_usize(v);
+        }
+        if let Some(v) = num("VNPU_SPIN_US")? {
+            cfg.spin_us = v;
         }
         cfg.validate()?;
         Ok(cfg)

@@ -18,13 +18,17 @@
 //!    the queue in order; each task takes the lowest free core its mask allows; else, for
 //!    each insertable core its mask allows (in index order), the core is *claimed* by this
 //!    task (no task behind it may be inserted there) and the task is inserted if one of the
-//!    three conditions ([`insert_reason`]) holds. So a task never takes a core that a
-//!    task ahead of it in the queue may also use. Dispatch runs after every event.
+//!    three conditions ([`insert_reason`]) holds, with `cpu(A)` = the estimate of the
+//!    holder's CPU segments up to its next BPU segment and `bpu(B)` = all BPU segments of
+//!    the candidate. So a task never takes a core that a task ahead of it in the queue may
+//!    also use. One task is inserted at a time; when it ends while the holder is still in
+//!    its CPU segment, the next one may be. Dispatch runs after every event.
 //! 3. **Start.** A dequeued task holds its core (`holder`, or `inserted` for an insertion)
-//!    until it ends, and runs its segments in order (step 4).
+//!    until it ends — through its leading and trailing CPU segments too; only a middle CPU
+//!    segment lends the core to an inserted task — and runs its segments in order (step 4).
 //! 4. **Segments.** A CPU segment goes to the CPU pool. A BPU segment goes to its core as
-//!    all of its FCs at once (see [`core`](self::core) for the FC queues): the held core, or
-//!    for a coreless priority-255 task the allowed core where a high FC starts soonest.
+//!    all of its FCs at once (steps 7-9): the held core, or for a coreless priority-255
+//!    task the allowed core where a high FC starts soonest.
 //!    When the last FC of the segment (or the CPU segment) ends, its measured time updates
 //!    the estimator and the next segment starts; after the last one the task ends.
 //! 5. **End.** The task leaves its core (holder/inserted slot), its remaining FCs are
@@ -33,6 +37,16 @@
 //!    (caught) fails only its task; the core or pool thread goes on.
 //! 6. **Release.** A queued task is removed and cancelled (`Cancel` event, an error for its
 //!    waiters); a running one is marked and freed at step 5; an ended one is freed now.
+//!
+//! Core level ("system software", one `FcQueue` per core, in `sched/core.rs`):
+//!
+//! 7. FCs of priority-255 tasks join the back of the core's *high* queue, all others the
+//!    back of its *normal* queue (FIFO whatever the priority).
+//! 8. The core's *committed* window holds at most `core_limit` FCs (the running one
+//!    included; unbounded when `core_limit == 0`); whenever it has room it takes the front
+//!    of *high* first, else the front of *normal*. A committed FC is never overtaken.
+//! 9. The core thread runs the front of the window, one FC at a time, never interrupting
+//!    one; when it ends, the window refills (step 8) and the next FC runs.
 //!
 //! # Invariants
 //!
@@ -43,8 +57,11 @@
 //!   task may also use.
 //! - A task runs on no core outside its mask; its FCs run one at a time and in order.
 //! - Priority-255 tasks never wait in the library queue and never hold a core; their FCs
-//!   go to the high FC queue (see [`core`](self::core) for the `BPLAT_CORELIMIT` bound).
+//!   go to the high FC queue and wait for at most `core_limit` normal FCs
+//!   (all FCs queued before them when `core_limit == 0`).
 //! - Trace events recorded under the lock are in the order of the state changes.
+
+#![warn(missing_docs)]
 
 mod config;
 mod core;
@@ -176,6 +193,8 @@ pub(crate) struct SchedInner {
     all_cores: u32,
     state: Mutex<State>,
     core_cv: Vec<Condvar>,
+    /// Bumped (under the lock) whenever FCs are pushed to core k: an idle core polls it.
+    core_work: Vec<AtomicU64>,
     cpu_tx: Sender<CpuMsg>,
     tracer: Tracer,
     next_id: AtomicU64,
@@ -222,6 +241,7 @@ impl Scheduler {
                 shutdown: false,
             }),
             core_cv: (0..cfg.cores).map(|_| Condvar::new()).collect(),
+            core_work: (0..cfg.cores).map(|_| AtomicU64::new(0)).collect(),
             cpu_tx,
             tracer: Tracer::new(cfg.trace_capacity),
             next_id: AtomicU64::new(1),
@@ -336,6 +356,9 @@ impl Drop for Scheduler {
         {
             let mut st = self.inner.state.lock();
             st.shutdown = true;
+            for w in &self.inner.core_work {
+                w.fetch_add(1, Ordering::Release);
+            }
         }
         for cv in &self.inner.core_cv {
             cv.notify_all();
@@ -418,8 +441,16 @@ impl SchedInner {
         fc: usize,
         status: i32,
     ) {
-        self.tracer
-            .record(kind, t.id, core, seg, fc, t.ctrl.priority, status);
+        self.tracer.record(
+            kind,
+            t.id,
+            core,
+            seg,
+            fc,
+            t.ctrl.priority,
+            status,
+            t.label_id.load(Ordering::Relaxed),
+        );
     }
 
     fn submit(self: &Arc<Self>, body: Arc<dyn TaskBody>, ctrl: TaskCtrl) -> Result<TaskHandle> {
@@ -460,7 +491,8 @@ impl SchedInner {
                 });
             }
             st.live += 1;
-            self.tracer.label(id, shared.body.label());
+            let label = self.tracer.intern(shared.body.label());
+            shared.label_id.store(label, Ordering::Relaxed);
             self.trace(TraceKind::Submit, &shared, None, 0, 0, 0);
             if ctrl.priority == PRIORITY_HIGH || shared.bpu_span.is_none() {
                 self.start_task(&mut st, shared, None, None, &mut done);
@@ -635,6 +667,7 @@ impl SchedInner {
                         high,
                         est_us: est,
                     }));
+                self.core_work[core].fetch_add(1, Ordering::Release);
                 self.core_cv[core].notify_one();
             }
         }
@@ -657,7 +690,7 @@ impl SchedInner {
         let Some(e) = st.running.remove(&id) else {
             return;
         };
-        for c in st.cores.iter_mut() {
+        for (k, c) in st.cores.iter_mut().enumerate() {
             if c.holder == Some(id) {
                 c.holder = None;
             }
@@ -665,7 +698,10 @@ impl SchedInner {
                 c.inserted = None;
             }
             if result.is_err() {
+                // Dropping its FCs may let others into the committed window.
                 c.fcs.remove_task(id);
+                self.core_work[k].fetch_add(1, Ordering::Release);
+                self.core_cv[k].notify_one();
             }
         }
         let t = e.shared;
@@ -678,7 +714,8 @@ impl SchedInner {
         done.push((t, result));
     }
 
-    /// Records the end of segment `seg` of the task in `e` and moves it to the next one.
+    /// Records the end of the current segment of task `id` (its core, if a BPU segment, and
+    /// its busy time) and starts the next one.
     fn end_segment(
         &self,
         st: &mut State,
@@ -802,6 +839,10 @@ impl SchedInner {
         Ok(())
     }
 
+    pub(crate) fn spin_us(&self) -> u64 {
+        self.cfg.spin_us
+    }
+
     fn estimate_remaining_us(&self, t: &TaskShared) -> u64 {
         let st = self.state.lock();
         let from = match t.phase.load(Ordering::Acquire) {
@@ -819,15 +860,29 @@ impl SchedInner {
 fn core_main(inner: Arc<SchedInner>, k: usize) {
     os::place_core_thread(k, inner.cfg.pin_cores, inner.cfg.rt_priority);
     let mut done: Done = Vec::new();
+    let spin = Duration::from_micros(inner.cfg.spin_us);
+    let mut spun = false;
     let mut st = inner.state.lock();
     loop {
         if st.shutdown {
             return;
         }
         let Some(item) = st.cores[k].fcs.take_next() else {
-            inner.core_cv[k].wait(&mut st);
+            if spun || spin.is_zero() {
+                inner.core_cv[k].wait(&mut st);
+                spun = false;
+            } else {
+                // Poll for new work unlocked for a moment before sleeping: a futex wake-up
+                // costs more than a short FC.
+                let seen = inner.core_work[k].load(Ordering::Acquire);
+                MutexGuard::unlocked(&mut st, || {
+                    spin_until(spin, || inner.core_work[k].load(Ordering::Acquire) != seen)
+                });
+                spun = true;
+            }
             continue;
         };
+        spun = false;
         let (t, seg, fc) = (item.task.clone(), item.seg, item.fc);
         inner.trace(TraceKind::FcStart, &t, Some(k), seg, fc, 0);
         let (result, elapsed) = MutexGuard::unlocked(&mut st, || {
@@ -839,6 +894,27 @@ fn core_main(inner: Arc<SchedInner>, k: usize) {
         if !done.is_empty() {
             MutexGuard::unlocked(&mut st, || complete_all(std::mem::take(&mut done)));
         }
+    }
+}
+
+/// Polls `done` until it holds or `limit` passes; true when it held.
+pub(crate) fn spin_until(limit: Duration, done: impl Fn() -> bool) -> bool {
+    if limit.is_zero() {
+        return done();
+    }
+    let start = Instant::now();
+    loop {
+        for _ in 0..64 {
+            if done() {
+                return true;
+            }
+            std::hint::spin_loop();
+        }
+        if start.elapsed() >= limit {
+            return done();
+        }
+        // Let a thread that shares this CPU (e.g. the one that will publish) run.
+        std::thread::yield_now();
     }
 }
 

@@ -6,7 +6,7 @@
 //! callback (if any) has returned, so `wait` returning implies the callback ran.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -115,6 +115,8 @@ pub type DoneCallback = Box<dyn FnOnce(i32) + Send>;
 pub(crate) struct DoneState {
     pub(crate) result: Option<std::result::Result<(), Error>>,
     pub(crate) finishing: bool,
+    /// The status code, valid once `finishing`.
+    pub(crate) code: i32,
     pub(crate) callback: Option<DoneCallback>,
 }
 
@@ -131,6 +133,10 @@ pub(crate) struct TaskShared {
     pub(crate) bpu_span: Option<(usize, usize)>,
     pub(crate) phase: AtomicU8,
     pub(crate) released: AtomicBool,
+    /// Set once `done.result` is set (lets `wait` poll without the lock).
+    pub(crate) published: AtomicBool,
+    /// The tracer's interned label id (0 = submitted while tracing was off).
+    pub(crate) label_id: AtomicU32,
     pub(crate) done: Mutex<DoneState>,
     pub(crate) done_cv: Condvar,
     pub(crate) timings: Mutex<TimingState>,
@@ -148,9 +154,12 @@ impl TaskShared {
             bpu_span: first.zip(last),
             phase: AtomicU8::new(PHASE_QUEUED),
             released: AtomicBool::new(false),
+            published: AtomicBool::new(false),
+            label_id: AtomicU32::new(0),
             done: Mutex::new(DoneState {
                 result: None,
                 finishing: false,
+                code: 0,
                 callback: None,
             }),
             done_cv: Condvar::new(),
@@ -179,12 +188,14 @@ impl TaskShared {
         let cb = {
             let mut d = self.done.lock();
             d.finishing = true;
+            d.code = code;
             d.callback.take()
         };
         if let Some(cb) = cb {
             run_callback(cb, code);
         }
         self.done.lock().result = Some(result);
+        self.published.store(true, Ordering::Release);
         self.done_cv.notify_all();
     }
 }
@@ -222,6 +233,9 @@ impl TaskHandle {
     /// [`Error::Timeout`] and leaves the task intact; a failed task returns its error.
     /// Do not call it from the task's own done callback.
     pub fn wait(&self, timeout: Option<Duration>) -> Result<()> {
+        let spin = Duration::from_micros(self.sched.spin_us());
+        let spin = timeout.map_or(spin, |t| t.min(spin));
+        super::spin_until(spin, || self.shared.published.load(Ordering::Acquire));
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut d = self.shared.done.lock();
         loop {
@@ -252,26 +266,13 @@ impl TaskHandle {
         let run_now = {
             let mut d = self.shared.done.lock();
             if d.finishing {
-                let code = match &d.result {
-                    Some(Err(e)) => e.code(),
-                    _ => 0,
-                };
-                Some((cb, code))
+                Some((cb, d.code))
             } else {
                 d.callback = Some(cb);
                 None
             }
         };
         if let Some((cb, code)) = run_now {
-            let code = if code == 0 {
-                // Finishing but not yet published: wait for the result to know the code.
-                match self.wait(None) {
-                    Ok(()) => 0,
-                    Err(e) => e.code(),
-                }
-            } else {
-                code
-            };
             run_callback(cb, code);
         }
     }

@@ -103,6 +103,9 @@ pub struct TraceEvent {
     pub priority: u8,
     /// A status code or, for `Insert`, the reason code.
     pub status: i32,
+    /// The task's label (model names) interned by the tracer; 0 when unknown (the task
+    /// was submitted while tracing was off). The JSON dump resolves it.
+    pub label: u32,
 }
 
 #[derive(Default)]
@@ -114,6 +117,7 @@ struct Slot {
     packed: AtomicU64,
     /// seg (32) | fc (32)
     pos: AtomicU64,
+    label: AtomicU64,
 }
 
 /// The trace recorder of one scheduler.
@@ -123,7 +127,8 @@ pub(crate) struct Tracer {
     capacity: usize,
     slots: OnceLock<Box<[Slot]>>,
     epoch: Instant,
-    labels: Mutex<HashMap<u64, String>>,
+    /// Interned labels: id - 1 indexes the `Vec`.
+    labels: Mutex<(HashMap<String, u32>, Vec<String>)>,
 }
 
 impl Tracer {
@@ -135,7 +140,7 @@ impl Tracer {
             capacity: capacity.max(1),
             slots: OnceLock::new(),
             epoch: Instant::now(),
-            labels: Mutex::new(HashMap::new()),
+            labels: Mutex::new((HashMap::new(), Vec::new())),
         }
     }
 
@@ -161,7 +166,7 @@ impl Tracer {
         self.enabled.store(false, Ordering::Release);
     }
 
-    /// Forgets every recorded event and label.
+    /// Forgets every recorded event (interned labels stay valid for tasks in flight).
     pub(crate) fn clear(&self) {
         // Readers skip slots whose seq does not match, so moving head forward past every
         // written index empties the buffer without touching the slots.
@@ -174,14 +179,21 @@ impl Tracer {
                 s.seq.store(0, Ordering::Release);
             }
         }
-        self.labels.lock().clear();
     }
 
-    /// Remembers a task's label for the JSON dump (only while enabled).
-    pub(crate) fn label(&self, task: u64, label: &str) {
-        if self.enabled() {
-            self.labels.lock().insert(task, label.to_owned());
+    /// The interned id of `label` for the events of a task (0 while tracing is off).
+    pub(crate) fn intern(&self, label: &str) -> u32 {
+        if !self.enabled() {
+            return 0;
         }
+        let mut l = self.labels.lock();
+        if let Some(&id) = l.0.get(label) {
+            return id;
+        }
+        l.1.push(label.to_owned());
+        let id = u32::try_from(l.1.len()).unwrap_or(u32::MAX);
+        l.0.insert(label.to_owned(), id);
+        id
     }
 
     /// Records one event (one relaxed load when tracing is off).
@@ -196,6 +208,7 @@ impl Tracer {
         fc: usize,
         priority: u8,
         status: i32,
+        label: u32,
     ) {
         if !self.enabled() {
             return;
@@ -218,6 +231,7 @@ impl Tracer {
         slot.task.store(task, Ordering::Relaxed);
         slot.packed.store(packed, Ordering::Relaxed);
         slot.pos.store(pos, Ordering::Relaxed);
+        slot.label.store(u64::from(label), Ordering::Relaxed);
         slot.seq.store(i + 1, Ordering::Release);
     }
 
@@ -240,6 +254,7 @@ impl Tracer {
             let task = slot.task.load(Ordering::Relaxed);
             let packed = slot.packed.load(Ordering::Relaxed);
             let pos = slot.pos.load(Ordering::Relaxed);
+            let label = slot.label.load(Ordering::Relaxed);
             fence(Ordering::Acquire);
             if slot.seq.load(Ordering::Relaxed) != s1 {
                 continue;
@@ -257,6 +272,7 @@ impl Tracer {
                 fc: (pos & 0xffff_ffff) as u32,
                 priority: ((packed >> 8) & 0xff) as u8,
                 status: (packed >> 32) as u32 as i32,
+                label: label as u32,
             });
         }
         out
@@ -266,12 +282,12 @@ impl Tracer {
     /// events), tid 1 = CPU pool (CPU segments), tid 2 + k = core k (FCs).
     pub(crate) fn chrome_json(&self, cores: usize) -> Value {
         let events = self.events();
-        let labels = self.labels.lock().clone();
-        let label = |t: u64| {
-            labels
-                .get(&t)
-                .cloned()
-                .unwrap_or_else(|| format!("task {t}"))
+        let labels = self.labels.lock().1.clone();
+        let label = |e: &TraceEvent| {
+            (e.label as usize)
+                .checked_sub(1)
+                .and_then(|i| labels.get(i).cloned())
+                .unwrap_or_else(|| format!("task {}", e.task))
         };
         let us = |ns: u64| ns as f64 / 1000.0;
         let mut out = vec![
@@ -303,15 +319,15 @@ impl Tracer {
                     if let Some(s) = open.remove(&(e.task, e.seg, fc, is_fc)) {
                         let tid = if is_fc { 2 + e.core.unwrap_or(0) } else { 1 };
                         let name = if is_fc {
-                            format!("{} s{} fc{}", label(e.task), e.seg, e.fc)
+                            format!("{} s{} fc{}", label(e), e.seg, e.fc)
                         } else {
-                            format!("{} s{} cpu", label(e.task), e.seg)
+                            format!("{} s{} cpu", label(e), e.seg)
                         };
                         out.push(json!({
                             "ph": "X", "pid": 1, "tid": tid, "name": name,
                             "cat": if is_fc { "fc" } else { "cpu" },
                             "ts": us(s.ts_ns), "dur": us(e.ts_ns.saturating_sub(s.ts_ns)),
-                            "args": {"task": e.task, "model": label(e.task), "priority": e.priority,
+                            "args": {"task": e.task, "model": label(e), "priority": e.priority,
                                      "segment": e.seg, "fc": e.fc, "status": e.status}
                         }));
                     }
@@ -323,9 +339,9 @@ impl Tracer {
                 | TraceKind::Cancel => {
                     out.push(json!({
                         "ph": "i", "s": "t", "pid": 1, "tid": 0, "cat": "task",
-                        "name": format!("{} {}", e.kind.name(), label(e.task)),
+                        "name": format!("{} {}", e.kind.name(), label(e)),
                         "ts": us(e.ts_ns),
-                        "args": {"task": e.task, "model": label(e.task), "priority": e.priority,
+                        "args": {"task": e.task, "model": label(e), "priority": e.priority,
                                  "core": e.core, "status": e.status}
                     }));
                 }
@@ -355,12 +371,12 @@ mod tests {
     #[test]
     fn off_records_nothing_and_on_keeps_order() {
         let t = Tracer::new(8);
-        t.record(TraceKind::Submit, 1, None, 0, 0, 0, 0);
+        t.record(TraceKind::Submit, 1, None, 0, 0, 0, 0, 0);
         assert!(t.events().is_empty());
         t.start();
-        t.record(TraceKind::Submit, 1, None, 0, 0, 7, 0);
-        t.record(TraceKind::FcStart, 1, Some(3), 2, 5, 7, 0);
-        t.record(TraceKind::Done, 1, None, 0, 0, 7, -6000012);
+        t.record(TraceKind::Submit, 1, None, 0, 0, 7, 0, 0);
+        t.record(TraceKind::FcStart, 1, Some(3), 2, 5, 7, 0, 0);
+        t.record(TraceKind::Done, 1, None, 0, 0, 7, -6000012, 0);
         let ev = t.events();
         assert_eq!(
             ev.iter().map(|e| e.kind).collect::<Vec<_>>(),
@@ -379,13 +395,13 @@ mod tests {
         let t = Tracer::new(4);
         t.start();
         for i in 0..10 {
-            t.record(TraceKind::Submit, i, None, 0, 0, 0, 0);
+            t.record(TraceKind::Submit, i, None, 0, 0, 0, 0, 0);
         }
         let ids: Vec<u64> = t.events().iter().map(|e| e.task).collect();
         assert_eq!(ids, vec![6, 7, 8, 9]);
         t.clear();
         assert!(t.events().is_empty());
-        t.record(TraceKind::Submit, 42, None, 0, 0, 0, 0);
+        t.record(TraceKind::Submit, 42, None, 0, 0, 0, 0, 0);
         assert_eq!(t.events().len(), 1);
     }
 
@@ -393,12 +409,14 @@ mod tests {
     fn chrome_json_pairs_fcs_and_cpu_segments() {
         let t = Tracer::new(64);
         t.start();
-        t.label(5, "resnet");
-        t.record(TraceKind::Submit, 5, None, 0, 0, 1, 0);
-        t.record(TraceKind::SegmentStart, 5, None, 0, 0, 1, 0);
-        t.record(TraceKind::SegmentEnd, 5, None, 0, 0, 1, 0);
-        t.record(TraceKind::FcStart, 5, Some(1), 1, 0, 1, 0);
-        t.record(TraceKind::FcEnd, 5, Some(1), 1, 0, 1, 0);
+        let l = t.intern("resnet");
+        assert_eq!(t.intern("resnet"), l);
+        assert_ne!(t.intern("mobilenet"), l);
+        t.record(TraceKind::Submit, 5, None, 0, 0, 1, 0, l);
+        t.record(TraceKind::SegmentStart, 5, None, 0, 0, 1, 0, l);
+        t.record(TraceKind::SegmentEnd, 5, None, 0, 0, 1, 0, l);
+        t.record(TraceKind::FcStart, 5, Some(1), 1, 0, 1, 0, l);
+        t.record(TraceKind::FcEnd, 5, Some(1), 1, 0, 1, 0, l);
         let v = t.chrome_json(2);
         let evs = v["traceEvents"].as_array().unwrap();
         let fc = evs.iter().find(|e| e["cat"] == "fc").expect("an FC slice");
