@@ -364,6 +364,17 @@ pub struct Runtime {
 
 static GLOBAL: once_cell::sync::OnceCell<Runtime> = once_cell::sync::OnceCell::new();
 
+/// Writes the global runtime's trace to `VNPU_TRACE` (registered with `atexit`).
+extern "C" fn dump_global_trace() {
+    let _ = std::panic::catch_unwind(|| {
+        if let Some(rt) = GLOBAL.get() {
+            if let Err(e) = rt.sched.dump_trace() {
+                eprintln!("vnpu: warning: cannot write the trace: {e}");
+            }
+        }
+    });
+}
+
 impl Runtime {
     /// The process-wide runtime, created on first use from the environment.
     pub fn global() -> Result<&'static Runtime> {
