@@ -132,13 +132,22 @@ fn compare(
     Ok(())
 }
 
+/// Errors that mean "vnpu does not support this model" rather than "vnpu is wrong":
+/// unsupported ops/attributes, opsets outside 11..=21, and shapes that depend on runtime
+/// values (vnpu compiles static shapes).
+fn unsupported(e: &Error) -> bool {
+    let msg = e.to_string();
+    matches!(e, Error::UnsupportedOp { .. } | Error::BadAttribute { .. })
+        || (matches!(e, Error::OnnxFormat { .. }) && (msg.contains("opset") && msg.contains("not supported")))
+        || msg.contains("vnpu needs static shapes")
+        || msg.contains("imports no default-domain opset")
+}
+
 fn run_case(c: &Case) -> Outcome {
     let opts = CompileOptions::default();
     let compiled = match compile::compile_onnx_file(&c.model, &opts) {
         Ok(m) => m,
-        Err(e @ (Error::UnsupportedOp { .. } | Error::BadAttribute { .. })) => {
-            return Outcome::Unsupported(e.to_string())
-        }
+        Err(e) if unsupported(&e) => return Outcome::Unsupported(e.to_string()),
         Err(e) => return Outcome::Fail(format!("compile: {e}")),
     };
     // Round trip through the file format, as the runtime loads it.
@@ -152,9 +161,7 @@ fn run_case(c: &Case) -> Outcome {
     };
     let plan = match ModelPlan::new(Arc::new(m.graph.clone()), &PlanOptions::default()) {
         Ok(p) => p,
-        Err(e @ (Error::UnsupportedOp { .. } | Error::BadAttribute { .. })) => {
-            return Outcome::Unsupported(e.to_string())
-        }
+        Err(e) if unsupported(&e) => return Outcome::Unsupported(e.to_string()),
         Err(e) => return Outcome::Fail(format!("plan: {e}")),
     };
     let mut st = plan.new_state();
@@ -217,6 +224,7 @@ fn conformance_against_onnxruntime() {
         .map(|l| l.trim().to_string())
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
         .collect();
+    let verbose = std::env::var_os("VNPU_CONFORMANCE_VERBOSE").is_some();
     let mut failures = Vec::new();
     let mut node = (0usize, 0usize, 0usize);
     let mut ours = (0usize, 0usize);
@@ -232,12 +240,18 @@ fn conformance_against_onnxruntime() {
                 }
                 Outcome::Fail(e) => {
                     node.1 += 1;
+                    if verbose {
+                        println!("onnx-node FAIL {}: {e}", c.name);
+                    }
                     if must_pass.contains(&c.name) {
                         failures.push(format!("{} (listed as passing): {e}", c.name));
                     }
                 }
                 Outcome::Unsupported(e) => {
                     node.2 += 1;
+                    if verbose {
+                        println!("onnx-node UNSUPPORTED {}: {e}", c.name);
+                    }
                     if must_pass.contains(&c.name) {
                         failures.push(format!("{} (listed as passing): unsupported: {e}", c.name));
                     }
