@@ -138,7 +138,8 @@ fn compare(
 fn unsupported(e: &Error) -> bool {
     let msg = e.to_string();
     matches!(e, Error::UnsupportedOp { .. } | Error::BadAttribute { .. })
-        || (matches!(e, Error::OnnxFormat { .. }) && (msg.contains("opset") && msg.contains("not supported")))
+        || (matches!(e, Error::OnnxFormat { .. })
+            && (msg.contains("opset") && msg.contains("not supported")))
         || msg.contains("vnpu needs static shapes")
         || msg.contains("imports no default-domain opset")
 }

@@ -74,6 +74,7 @@ pub fn place_nodes(g: &mut Graph, run_on_cpu: &[String], run_on_bpu: &[String]) 
         }
         g.nodes[i].placement = Some(p);
     }
+    follow_cpu_neighbours(g, run_on_bpu);
     if let Some(name) = unseen_cpu.iter().chain(unseen_bpu.iter()).next() {
         return Err(Error::CompileOption {
             option: if unseen_cpu.contains(name.as_str()) {
@@ -85,6 +86,59 @@ pub fn place_nodes(g: &mut Graph, run_on_cpu: &[String], run_on_bpu: &[String]) 
         });
     }
     Ok(())
+}
+
+/// Pure data-movement nodes (reshapes) cost nothing anywhere: one that is fed by a CPU
+/// node, or whose every consumer is a CPU node, runs on the CPU too, so it does not make
+/// a pointless BPU segment of its own (e.g. the Reshape in front of a CPU LogSoftmax).
+fn follow_cpu_neighbours(g: &mut Graph, forced_bpu: &[String]) {
+    let reshape_like = |op: &Op| {
+        matches!(
+            op,
+            Op::Reshape { .. } | Op::Flatten { .. } | Op::Squeeze { .. } | Op::Unsqueeze { .. }
+        )
+    };
+    loop {
+        let producers = g.producers();
+        let mut changed = false;
+        for i in 0..g.nodes.len() {
+            let n = &g.nodes[i];
+            if n.placement != Some(Placement::Bpu)
+                || !reshape_like(&n.op)
+                || forced_bpu
+                    .iter()
+                    .any(|f| f == &n.name || n.absorbed.contains(f))
+            {
+                continue;
+            }
+            let fed_by_cpu = n
+                .inputs
+                .first()
+                .copied()
+                .flatten()
+                .and_then(|v| producers[v])
+                .map(|p| g.nodes[p].placement == Some(Placement::Cpu))
+                .unwrap_or(false);
+            let out = n.outputs[0];
+            let consumers: Vec<&crate::ir::Node> = g
+                .nodes
+                .iter()
+                .filter(|c| c.inputs.contains(&Some(out)))
+                .collect();
+            let feeds_cpu_only = !consumers.is_empty()
+                && !g.outputs.contains(&out)
+                && consumers
+                    .iter()
+                    .all(|c| c.placement == Some(Placement::Cpu));
+            if fed_by_cpu || feeds_cpu_only {
+                g.nodes[i].placement = Some(Placement::Cpu);
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
 }
 
 /// Consecutive runs of nodes with one placement: `(placement, node index range)`.
@@ -137,6 +191,31 @@ mod tests {
                 (Placement::Cpu, 1..2),
                 (Placement::Bpu, 2..4)
             ]
+        );
+    }
+
+    #[test]
+    fn reshape_next_to_a_cpu_op_joins_its_segment() {
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", &[1, 8]);
+        let r = b.node("flat", Op::Reshape { allowzero: false }, &[x], &[8]);
+        let c = b.node(
+            "argmax",
+            Op::ArgMax {
+                axis: 0,
+                keepdims: true,
+                select_last_index: false,
+            },
+            &[r],
+            &[1],
+        );
+        let r2 = b.node("unsq", Op::Reshape { allowzero: false }, &[c], &[1, 1]);
+        let e = b.node("e", Op::Unary(UnaryOp::Abs), &[r2], &[1, 1]);
+        let mut g = b.finish(&[e]);
+        place_nodes(&mut g, &[], &[]).unwrap();
+        assert_eq!(
+            segment_ranges(&g),
+            vec![(Placement::Cpu, 0..3), (Placement::Bpu, 3..4)]
         );
     }
 
