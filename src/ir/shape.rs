@@ -104,11 +104,13 @@ pub fn resolve_auto_pad(geom: &mut ConvGeom, input_spatial: &[usize]) {
 /// For ConvTranspose: turns `output_shape` and/or `auto_pad` into explicit pads for an
 /// input of spatial size `input_spatial`, clears `auto_pad`, and returns the spatial
 /// output size. After this the output is `s*(x-1) + output_padding + eff - pads`, so a
-/// kernel only needs explicit pads. `node` names the node in errors.
+/// kernel only needs explicit pads and output_padding; an `output_shape` larger than
+/// the kernel can reach becomes extra `output_padding` (trailing rows that only get the
+/// bias), so `output_padding` may then exceed the stride. `node` names the node in errors.
 pub fn resolve_conv_transpose_pads(
     node: &str,
     geom: &mut ConvGeom,
-    output_padding: &[usize],
+    output_padding: &mut [usize],
     output_shape: &[usize],
     input_spatial: &[usize],
 ) -> Result<Vec<usize>> {
@@ -143,9 +145,13 @@ pub fn resolve_conv_transpose_pads(
             Some(t) => {
                 let total = full - t;
                 if total < 0 {
-                    return Err(err(format!(
-                        "output size {t} in dim {i} exceeds the {full} the kernel can produce"
-                    )));
+                    // A larger requested output gets trailing rows (as onnxruntime
+                    // does): no pads, the excess added to output_padding.
+                    geom.pads[i] = 0;
+                    geom.pads[i + ns] = 0;
+                    output_padding[i] += (-total) as usize;
+                    out.push(t as usize);
+                    continue;
                 }
                 let (small, big) = ((total / 2) as usize, (total - total / 2) as usize);
                 if mode.as_deref() == Some("SAME_UPPER") {
@@ -930,13 +936,8 @@ impl<'a> Cx<'a> {
             }
         }
         let mut g = geom.clone();
-        let sp = resolve_conv_transpose_pads(
-            &self.n.name,
-            &mut g,
-            output_padding,
-            output_shape,
-            &x[2..],
-        )?;
+        let mut op = output_padding.to_vec();
+        let sp = resolve_conv_transpose_pads(&self.n.name, &mut g, &mut op, output_shape, &x[2..])?;
         let mut out = vec![x[0], m];
         out.extend(sp);
         Ok(vec![(DType::F32, out)])
@@ -1456,13 +1457,19 @@ mod tests {
         );
         let mut r = same;
         let out =
-            resolve_conv_transpose_pads("n", &mut r, &[0, 0], &[], &[3, 3]).expect("resolves");
+            resolve_conv_transpose_pads("n", &mut r, &mut [0, 0], &[], &[3, 3]).expect("resolves");
         assert_eq!(
             (out, r.pads, r.auto_pad),
             (vec![6, 6], vec![0, 0, 1, 1], None)
         );
+        // Larger than reachable (7): trailing rows through output_padding.
         let mut r = g;
-        assert!(resolve_conv_transpose_pads("n", &mut r, &[0, 0], &[9, 9], &[3, 3]).is_err());
+        let mut op = [0, 0];
+        let out =
+            resolve_conv_transpose_pads("n", &mut r, &mut op, &[9, 6], &[3, 3]).expect("resolves");
+        assert_eq!((out, op, r.pads), (vec![9, 6], [2, 0], vec![0, 1, 0, 0]));
+        let mut r = geom(&[3, 3], &[1, 1], &[3, 3, 3, 3], None);
+        assert!(resolve_conv_transpose_pads("n", &mut r, &mut [0, 0], &[], &[1, 1]).is_err());
     }
 
     #[test]

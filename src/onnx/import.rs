@@ -549,7 +549,7 @@ impl<'a> Importer<'a> {
     /// Exactly `keep` output values for node `n`: named ones are created, omitted ones
     /// get fresh unused values. Outputs past `keep` must be unused.
     fn outputs(&mut self, n: &'a NodeProto, node: &str, keep: usize) -> Result<Vec<ValueId>> {
-        if n.output.first().map_or(true, |o| o.is_empty()) {
+        if n.output.iter().all(String::is_empty) {
             return Err(self.fmt(format!("node '{node}' ({}) has no output", n.op_type)));
         }
         for (i, o) in n.output.iter().enumerate().skip(keep) {
@@ -1198,12 +1198,14 @@ impl<'a> Importer<'a> {
                 .iter()
                 .map(|&d| a.positive("kernel_shape", d))
                 .collect::<Result<_>>()?,
-            None => match weight.and_then(|w| self.g.values[w].konst.as_ref()) {
-                Some(w) if w.shape.len() >= 3 => w.shape[2..].to_vec(),
+            // Absent: the spatial dims of the weights, when their shape is known
+            // (an initializer or a graph input).
+            None => match weight.and_then(|w| self.g.values[w].shape.as_ref()) {
+                Some(s) if s.len() >= 3 => s[2..].to_vec(),
                 _ => {
                     return Err(a.err(
                         "kernel_shape",
-                        "missing, and the weights are not a constant to take it from",
+                        "missing, and the weights have no known shape to take it from",
                     ))
                 }
             },
