@@ -504,7 +504,9 @@ impl<'a> Cx<'a> {
                             "input #{i} {s:?} does not concat with {first:?} on axis {ax}"
                         )));
                     }
-                    out[ax] += s[ax];
+                    out[ax] = out[ax]
+                        .checked_add(s[ax])
+                        .ok_or_else(|| self.err("concatenated dim overflows"))?;
                 }
                 one(dt, out)
             }
@@ -702,9 +704,10 @@ impl<'a> Cx<'a> {
                 let (dt, x) = self.req(0)?;
                 let b = *blocksize;
                 match *x {
-                    [n, c, h, w] if b > 0 && c % (b * b) == 0 => {
-                        one(dt, vec![n, c / (b * b), h * b, w * b])
-                    }
+                    [n, c, h, w] if b > 0 && c % b.saturating_mul(b) == 0 => one(
+                        dt,
+                        vec![n, c / (b * b), h.saturating_mul(b), w.saturating_mul(b)],
+                    ),
                     _ => Err(self.err(format!(
                         "input {x:?} is not 4-D with channels divisible by {b}²"
                     ))),
@@ -714,9 +717,10 @@ impl<'a> Cx<'a> {
                 let (dt, x) = self.req(0)?;
                 let b = *blocksize;
                 match *x {
-                    [n, c, h, w] if b > 0 && h % b == 0 && w % b == 0 => {
-                        one(dt, vec![n, c * b * b, h / b, w / b])
-                    }
+                    [n, c, h, w] if b > 0 && h % b == 0 && w % b == 0 => one(
+                        dt,
+                        vec![n, c.saturating_mul(b).saturating_mul(b), h / b, w / b],
+                    ),
                     _ => {
                         Err(self.err(format!("input {x:?} is not 4-D with H, W divisible by {b}")))
                     }
@@ -882,7 +886,7 @@ impl<'a> Cx<'a> {
                 geom.kernel
             )));
         }
-        if group == 0 || w[0] % group != 0 || x[1] != w[1] * group {
+        if group == 0 || w[0] % group != 0 || Some(x[1]) != w[1].checked_mul(group) {
             return Err(self.err(format!(
                 "input channels {} do not match weights {w:?} with group {group}",
                 x[1]
@@ -929,7 +933,9 @@ impl<'a> Cx<'a> {
                 x[1]
             )));
         }
-        let m = w[1] * group;
+        let m = w[1]
+            .checked_mul(group)
+            .ok_or_else(|| self.err("output channels overflow"))?;
         if let Some((_, b)) = self.opt(2)? {
             if b != [m] {
                 return Err(self.err(format!("bias {b:?} does not match {m} output channels")));
@@ -990,7 +996,7 @@ impl<'a> Cx<'a> {
                 }
                 let chunk = d.div_ceil(n);
                 (0..n)
-                    .map(|i| chunk.min(d.saturating_sub(i * chunk)))
+                    .map(|i| chunk.min(d.saturating_sub(i.saturating_mul(chunk))))
                     .collect()
             }
         };
@@ -1194,11 +1200,13 @@ impl<'a> Cx<'a> {
         };
         let w = self.shape(1)?;
         let r = self.shape(2)?;
-        if w != [nd, gates * h, input] || r != [nd, gates * h, h] {
+        let gh = gates
+            .checked_mul(h)
+            .ok_or_else(|| self.err("hidden_size too large"))?;
+        if w != [nd, gh, input] || r != [nd, gh, h] {
             return Err(self.err(format!(
                 "W {w:?} / R {r:?} do not match [{nd}, {}, {input}] / [{nd}, {}, {h}]",
-                gates * h,
-                gates * h
+                gh, gh
             )));
         }
         let (y, yh) = if layout == 0 {
@@ -1228,19 +1236,24 @@ fn reduce_shape(x: &[usize], red: &[bool], keepdims: bool) -> Vec<usize> {
 
 /// Number of elements ONNX Slice takes from a dim of size `d` (clamping per the spec).
 fn slice_len(d: i64, start: i64, end: i64, step: i64) -> usize {
-    let norm = |v: i64| if v < 0 { v.saturating_add(d) } else { v };
-    let (s, e) = (norm(start), norm(end));
-    let (s, e) = if step > 0 {
-        (s.clamp(0, d), e.clamp(0, d))
-    } else {
-        (s.clamp(-1, d - 1), e.clamp(-1, d - 1))
+    let (d, step) = (d as i128, step as i128);
+    let norm = |v: i64| {
+        let v = v as i128;
+        if v < 0 {
+            v + d
+        } else {
+            v
+        }
     };
+    let (s, e) = (norm(start), norm(end));
     let n = if step > 0 {
+        let (s, e) = (s.clamp(0, d), e.clamp(0, d));
         (e - s + step - 1).div_euclid(step)
     } else {
-        (s - e + (-step) - 1).div_euclid(-step)
+        let (s, e) = (s.clamp(-1, d - 1), e.clamp(-1, d - 1));
+        (s - e - step - 1).div_euclid(-step)
     };
-    n.max(0) as usize
+    usize::try_from(n.max(0)).unwrap_or(usize::MAX)
 }
 
 #[cfg(test)]
@@ -1995,5 +2008,9 @@ mod tests {
                 }
             }
         }
+        // Extreme steps and bounds do not overflow.
+        assert_eq!(slice_len(10, 0, i64::MAX, i64::MAX), 1);
+        assert_eq!(slice_len(10, i64::MAX, i64::MIN, i64::MIN), 1);
+        assert_eq!(slice_len(10, i64::MIN, i64::MAX, 1), 10);
     }
 }
