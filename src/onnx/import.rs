@@ -1579,43 +1579,12 @@ fn infer_best_effort(g: &mut Graph) {
 mod tests {
     use super::*;
     use crate::ir::TensorData;
+    use crate::onnx::builder::{attr, tensor_proto};
     use crate::onnx::proto::{
         attr_type, data_type, tensor_shape_proto::Dimension, type_proto, AttributeProto,
         OperatorSetIdProto, StringStringEntryProto, TensorProto, TensorShapeProto, TypeProto,
     };
 
-    fn ai(name: &str, i: i64) -> AttributeProto {
-        AttributeProto {
-            name: name.into(),
-            r#type: attr_type::INT,
-            i,
-            ..Default::default()
-        }
-    }
-    fn af(name: &str, f: f32) -> AttributeProto {
-        AttributeProto {
-            name: name.into(),
-            r#type: attr_type::FLOAT,
-            f,
-            ..Default::default()
-        }
-    }
-    fn astr(name: &str, s: &str) -> AttributeProto {
-        AttributeProto {
-            name: name.into(),
-            r#type: attr_type::STRING,
-            s: s.as_bytes().to_vec(),
-            ..Default::default()
-        }
-    }
-    fn aints(name: &str, v: &[i64]) -> AttributeProto {
-        AttributeProto {
-            name: name.into(),
-            r#type: attr_type::INTS,
-            ints: v.to_vec(),
-            ..Default::default()
-        }
-    }
     fn node(
         op: &str,
         name: &str,
@@ -1657,13 +1626,8 @@ mod tests {
         }
     }
     fn f32_init(name: &str, dims: &[i64], v: &[f32]) -> TensorProto {
-        TensorProto {
-            name: name.into(),
-            dims: dims.to_vec(),
-            data_type: data_type::FLOAT,
-            raw_data: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-            ..Default::default()
-        }
+        let dims = dims.iter().map(|&d| d as usize).collect();
+        tensor_proto(name, &Tensor::from_f32(dims, v.to_vec()))
     }
     fn i64_init(name: &str, v: &[i64]) -> TensorProto {
         TensorProto {
@@ -1731,7 +1695,7 @@ mod tests {
                     "conv",
                     &["x", "w", "b"],
                     &["c"],
-                    vec![aints("pads", &[1, 1, 1, 1])],
+                    vec![attr::ints("pads", &[1, 1, 1, 1])],
                 ),
                 node("Relu", "", &["c"], &["y"], vec![]),
             ],
@@ -1837,14 +1801,14 @@ mod tests {
         let msg = e.to_string();
         assert!(msg.contains("my_node") && msg.contains("FancyOp"), "{msg}");
 
-        let mut n = node("Relu", "r", &["x"], &["y"], vec![ai("bogus", 1)]);
+        let mut n = node("Relu", "r", &["x"], &["y"], vec![attr::int("bogus", 1)]);
         let m = model(13, vec![n.clone()], vec![], x_input(&[Some(1)]), &["y"]);
         let msg = import(&m).expect_err("unknown attr").to_string();
         assert!(msg.contains("'r'") && msg.contains("bogus"), "{msg}");
 
         n.attribute = vec![
-            astr("auto_pad", "SAME_SIDEWAYS"),
-            aints("kernel_shape", &[2, 2]),
+            attr::string("auto_pad", "SAME_SIDEWAYS"),
+            attr::ints("kernel_shape", &[2, 2]),
         ];
         n.op_type = "MaxPool".into();
         let m = model(
@@ -1874,13 +1838,19 @@ mod tests {
         let m = model(
             11,
             vec![
-                node("Squeeze", "sq", &["x"], &["s"], vec![aints("axes", &[1])]),
+                node(
+                    "Squeeze",
+                    "sq",
+                    &["x"],
+                    &["s"],
+                    vec![attr::ints("axes", &[1])],
+                ),
                 node(
                     "ReduceMean",
                     "rm",
                     &["s"],
                     &["y"],
-                    vec![aints("axes", &[-1]), ai("keepdims", 0)],
+                    vec![attr::ints("axes", &[-1]), attr::int("keepdims", 0)],
                 ),
             ],
             vec![],
@@ -1905,7 +1875,7 @@ mod tests {
                     "rm",
                     &["s", "a2"],
                     &["y"],
-                    vec![ai("keepdims", 1)],
+                    vec![attr::int("keepdims", 1)],
                 ),
             ],
             vec![i64_init("a1", &[1]), i64_init("a2", &[-1])],
@@ -1936,7 +1906,7 @@ mod tests {
                 "s",
                 &["x"],
                 &["a", "b"],
-                vec![ai("axis", 1), aints("split", &[2, 4])],
+                vec![attr::int("axis", 1), attr::ints("split", &[2, 4])],
             )],
             vec![],
             x.clone(),
@@ -1954,7 +1924,7 @@ mod tests {
                 "s",
                 &["x", "sp"],
                 &["a", "b"],
-                vec![ai("axis", -1)],
+                vec![attr::int("axis", -1)],
             )],
             vec![i64_init("sp", &[5, 1])],
             x.clone(),
@@ -1969,7 +1939,7 @@ mod tests {
                 "s",
                 &["x"],
                 &["a", "b", "c", "d"],
-                vec![ai("axis", 1), ai("num_outputs", 4)],
+                vec![attr::int("axis", 1), attr::int("num_outputs", 4)],
             )],
             vec![],
             x,
@@ -2004,7 +1974,13 @@ mod tests {
         );
         let m = model(
             13,
-            vec![node("Softmax", "sm", &["x"], &["y"], vec![ai("axis", 1)])],
+            vec![node(
+                "Softmax",
+                "sm",
+                &["x"],
+                &["y"],
+                vec![attr::int("axis", 1)],
+            )],
             vec![],
             x.clone(),
             &["y"],
@@ -2020,7 +1996,7 @@ mod tests {
                 "sm",
                 &["x"],
                 &["y"],
-                vec![ai("axis", 3)],
+                vec![attr::int("axis", 3)],
             )],
             vec![],
             x,
@@ -2043,8 +2019,8 @@ mod tests {
                 &["x", "roi", "sc"],
                 &["y"],
                 vec![
-                    astr("mode", "linear"),
-                    astr("coordinate_transformation_mode", "align_corners"),
+                    attr::string("mode", "linear"),
+                    attr::string("coordinate_transformation_mode", "align_corners"),
                 ],
             )],
             vec![scales.clone(), empty_roi],
@@ -2090,7 +2066,7 @@ mod tests {
                 "rs",
                 &["x", "", "sc"],
                 &["y"],
-                vec![ai("antialias", 1)],
+                vec![attr::int("antialias", 1)],
             )],
             vec![scales],
             x,
@@ -2106,13 +2082,19 @@ mod tests {
         let m = model(
             13,
             vec![
-                node("Constant", "k", &[], &["lo"], vec![af("value_float", -1.0)]),
+                node(
+                    "Constant",
+                    "k",
+                    &[],
+                    &["lo"],
+                    vec![attr::float("value_float", -1.0)],
+                ),
                 node(
                     "Constant",
                     "k2",
                     &[],
                     &["ints"],
-                    vec![aints("value_ints", &[2])],
+                    vec![attr::ints("value_ints", &[2])],
                 ),
                 node("Add", "add", &["x", "w"], &["s"], vec![]),
                 node("Clip", "clip", &["s", "lo", ""], &["c"], vec![]),
@@ -2224,7 +2206,7 @@ mod tests {
             "bn",
             &["x", "s", "b", "m", "v"],
             &["y", "rm", "rv"],
-            vec![af("epsilon", 1e-3), af("momentum", 0.9)],
+            vec![attr::float("epsilon", 1e-3), attr::float("momentum", 0.9)],
         );
         let g = import(&model(
             14,
@@ -2249,9 +2231,15 @@ mod tests {
 
     #[test]
     fn test_domain_and_variadic_ops() {
-        let mut spin = node("Spin", "spin", &["x"], &["s"], vec![ai("micros", 250)]);
+        let mut spin = node(
+            "Spin",
+            "spin",
+            &["x"],
+            &["s"],
+            vec![attr::int("micros", 250)],
+        );
         spin.domain = TEST_DOMAIN.into();
-        let mut fail = node("Fail", "fail", &["s"], &["f"], vec![ai("panic", 1)]);
+        let mut fail = node("Fail", "fail", &["s"], &["f"], vec![attr::int("panic", 1)]);
         fail.domain = TEST_DOMAIN.into();
         let sum = node("Sum", "sum", &["x", "f", "x"], &["y"], vec![]);
         let mean = node("Mean", "mean", &["x", "y"], &["z"], vec![]);
@@ -2284,9 +2272,9 @@ mod tests {
                     &["x"],
                     &["a"],
                     vec![
-                        aints("kernel_shape", &[3, 3]),
-                        aints("strides", &[2, 2]),
-                        ai("ceil_mode", 1),
+                        attr::ints("kernel_shape", &[3, 3]),
+                        attr::ints("strides", &[2, 2]),
+                        attr::int("ceil_mode", 1),
                     ],
                 ),
                 node(
@@ -2295,19 +2283,25 @@ mod tests {
                     &["a"],
                     &["b"],
                     vec![
-                        aints("kernel_shape", &[2, 2]),
-                        astr("auto_pad", "SAME_UPPER"),
-                        ai("count_include_pad", 1),
+                        attr::ints("kernel_shape", &[2, 2]),
+                        attr::string("auto_pad", "SAME_UPPER"),
+                        attr::int("count_include_pad", 1),
                     ],
                 ),
                 node("LeakyRelu", "lr", &["b"], &["c"], vec![]),
-                node("HardSigmoid", "hs", &["c"], &["d"], vec![af("alpha", 0.3)]),
+                node(
+                    "HardSigmoid",
+                    "hs",
+                    &["c"],
+                    &["d"],
+                    vec![attr::float("alpha", 0.3)],
+                ),
                 node(
                     "Gemm",
                     "gm",
                     &["e", "w"],
                     &["f"],
-                    vec![ai("transB", 1), af("alpha", 2.0)],
+                    vec![attr::int("transB", 1), attr::float("alpha", 2.0)],
                 ),
                 node("Flatten", "fl", &["d"], &["e"], vec![]),
                 node(
@@ -2315,14 +2309,14 @@ mod tests {
                     "ca",
                     &["f"],
                     &["g"],
-                    vec![ai("to", data_type::INT64 as i64)],
+                    vec![attr::int("to", data_type::INT64 as i64)],
                 ),
                 node(
                     "ArgMax",
                     "am",
                     &["g"],
                     &["y"],
-                    vec![ai("axis", 1), ai("keepdims", 0)],
+                    vec![attr::int("axis", 1), attr::int("keepdims", 0)],
                 ),
             ],
             vec![f32_init("w", &[5, 36], &[0.0; 180])],
@@ -2372,7 +2366,10 @@ mod tests {
             "l",
             &["x", "w", "r"],
             &["y", "", "yc"],
-            vec![ai("hidden_size", 4), astr("direction", "bidirectional")],
+            vec![
+                attr::int("hidden_size", 4),
+                attr::string("direction", "bidirectional"),
+            ],
         );
         let g = import(&model(
             14,
@@ -2399,7 +2396,7 @@ mod tests {
             &["x", "w", "r"],
             &["y"],
             vec![
-                ai("hidden_size", 4),
+                attr::int("hidden_size", 4),
                 AttributeProto {
                     name: "activations".into(),
                     r#type: attr_type::STRINGS,
