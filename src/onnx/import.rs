@@ -127,6 +127,7 @@ pub fn import_model(bytes: &[u8], opts: &ImportOptions) -> Result<Graph> {
         node_names: HashSet::new(),
         used: HashSet::new(),
         declared: HashMap::new(),
+        reserved: HashSet::new(),
     };
     imp.run(gp)?;
     Ok(imp.g)
@@ -143,6 +144,8 @@ struct Importer<'a> {
     used: HashSet<&'a str>,
     /// Element types declared in `value_info` / graph outputs.
     declared: HashMap<&'a str, DType>,
+    /// Every value name the file uses, so generated names never collide with one.
+    reserved: HashSet<&'a str>,
 }
 
 /// What one ONNX node converts to in the common case: an op, its input arity and how
@@ -288,6 +291,7 @@ impl<'a> Importer<'a> {
             for i in &n.input {
                 self.used.insert(i.as_str());
             }
+            self.reserved.extend(n.output.iter().map(String::as_str));
         }
         for o in &gp.output {
             self.used.insert(o.name.as_str());
@@ -318,7 +322,6 @@ impl<'a> Importer<'a> {
         if self.g.outputs.is_empty() {
             return Err(self.fmt("the graph has no outputs"));
         }
-        infer_best_effort(&mut self.g);
         Ok(())
     }
 
@@ -570,7 +573,7 @@ impl<'a> Importer<'a> {
                     self.new_value(o, dt)
                 }
                 None => {
-                    let fresh = self.g.fresh_name(&format!("{node}_unused_out{i}"));
+                    let fresh = self.fresh(&format!("{node}_unused_out{i}"));
                     self.new_value(fresh, DType::F32)
                 }
             };
@@ -595,11 +598,24 @@ impl<'a> Importer<'a> {
             absorbed: vec![orig.to_string()],
             placement: None,
         });
+        infer_last(&mut self.g);
+    }
+
+    /// A value name based on `base` that no value of the graph or the file uses.
+    fn fresh(&self, base: &str) -> String {
+        let taken = |n: &str| self.by_name.contains_key(n) || self.reserved.contains(n);
+        if !taken(base) {
+            return base.to_string();
+        }
+        (1..)
+            .map(|k| format!("{base}__{k}"))
+            .find(|c| !taken(c))
+            .unwrap_or_else(|| base.to_string())
     }
 
     /// A value for an intermediate result of a multi-node expansion.
     fn temp(&mut self, node: &str, what: &str, dtype: DType) -> ValueId {
-        let name = self.g.fresh_name(&format!("{node}/{what}"));
+        let name = self.fresh(&format!("{node}/{what}"));
         self.new_value(name, dtype)
     }
 
@@ -1413,19 +1429,29 @@ impl<'a> Importer<'a> {
             return Ok(());
         }
         let dt = self.g.values[outs[0]].dtype;
-        let shape = self.temp(&name, "shape", DType::I64);
+        // The original shape: a constant when already known, else computed.
+        let shape = match self.g.values[x].shape.clone() {
+            Some(s) => {
+                let dims = s.iter().map(|&d| d as i64).collect();
+                let c = self.fresh(&format!("{name}/shape"));
+                let id = self
+                    .g
+                    .add_const(c.clone(), Tensor::from_i64(vec![s.len()], dims));
+                self.by_name.insert(c, id);
+                id
+            }
+            None => {
+                let id = self.temp(&name, "shape", DType::I64);
+                let op = Op::Shape {
+                    start: 0,
+                    end: None,
+                };
+                self.push(format!("{name}/shape"), op, vec![Some(x)], vec![id], &name);
+                id
+            }
+        };
         let flat = self.temp(&name, "flat", dt);
         let soft = self.temp(&name, "soft2d", dt);
-        self.push(
-            format!("{name}/shape"),
-            Op::Shape {
-                start: 0,
-                end: None,
-            },
-            vec![Some(x)],
-            vec![shape],
-            &name,
-        );
         self.push(
             format!("{name}/flatten"),
             Op::Flatten { axis },
@@ -1495,7 +1521,7 @@ impl<'a> Importer<'a> {
         }
         if is_mean {
             let count = ins.len() as f32;
-            let c = self.g.fresh_name(&format!("{name}/count"));
+            let c = self.fresh(&format!("{name}/count"));
             let cid = self
                 .g
                 .add_const(c.clone(), Tensor::from_f32(vec![], vec![count]));
@@ -1547,30 +1573,28 @@ impl<'a> Importer<'a> {
     }
 }
 
-/// Runs shape inference over the nodes in order, recording dtypes and shapes. A node that
-/// cannot be inferred before constant folding (e.g. a Reshape whose shape is computed)
-/// is skipped, and so is everything that depends on it: those values keep their
-/// provisional type until the compiler re-runs inference after folding.
-fn infer_best_effort(g: &mut Graph) {
-    for i in 0..g.nodes.len() {
-        let node = &g.nodes[i];
-        let ready = node
-            .inputs
-            .iter()
-            .flatten()
-            .all(|&v| g.values[v].shape.is_some());
-        if !ready {
-            continue;
-        }
-        match ir::shape::infer_node(g, node) {
-            Ok(outs) => {
-                let ids = g.nodes[i].outputs.clone();
-                for (id, (dt, shape)) in ids.into_iter().zip(outs) {
-                    g.values[id].dtype = dt;
-                    g.values[id].shape = Some(shape);
-                }
-            }
-            Err(_) => continue,
+/// Best-effort shape inference of the node just added: records the dtypes and shapes of
+/// its outputs when every input has a shape and nothing needs constant folding first
+/// (e.g. a Reshape whose shape is computed). Values it cannot infer keep their
+/// provisional type until the compiler re-runs inference after folding; inference
+/// errors are left for the compiler to report at that point.
+fn infer_last(g: &mut Graph) {
+    let Some(node) = g.nodes.last() else {
+        return;
+    };
+    let ready = node
+        .inputs
+        .iter()
+        .flatten()
+        .all(|&v| g.values[v].shape.is_some());
+    if !ready {
+        return;
+    }
+    if let Ok(outs) = ir::shape::infer_node(g, node) {
+        let ids = node.outputs.clone();
+        for (id, (dt, shape)) in ids.into_iter().zip(outs) {
+            g.values[id].dtype = dt;
+            g.values[id].shape = Some(shape);
         }
     }
 }
@@ -1965,13 +1989,14 @@ mod tests {
         );
         let g = import(&m).expect("opset 11");
         let ops: Vec<&str> = g.nodes.iter().map(|n| n.op.name()).collect();
-        assert_eq!(ops, ["Shape", "Flatten", "Softmax", "Reshape"]);
+        assert_eq!(ops, ["Flatten", "Softmax", "Reshape"]);
         assert!(g.nodes.iter().all(|n| n.absorbed == ["sm"]));
-        assert_eq!(g.nodes[2].op, Op::Softmax { axis: 1 });
+        assert_eq!(g.nodes[1].op, Op::Softmax { axis: 1 });
         assert_eq!(
-            g.value(g.nodes[1].outputs[0]).shape.as_deref(),
+            g.value(g.nodes[0].outputs[0]).shape.as_deref(),
             Some(&[1, 12][..])
         );
+        assert_eq!(out_shape(&g, 0), Some(&[1, 3, 2, 2][..]));
         let m = model(
             13,
             vec![node(
@@ -2004,6 +2029,52 @@ mod tests {
         );
         let g = import(&m).expect("opset 11 last axis");
         assert_eq!(g.nodes[0].op, Op::LogSoftmax { axis: 3 });
+    }
+
+    #[test]
+    fn legacy_softmax_of_an_unknown_shape_computes_it() {
+        // `r` has no shape until the compiler folds `s`: the expansion uses Shape.
+        let m = model(
+            12,
+            vec![
+                node("Shape", "s", &["x"], &["sh"], vec![]),
+                node("Reshape", "r", &["x", "sh"], &["r"], vec![]),
+                node("Softmax", "sm", &["r"], &["y"], vec![]),
+            ],
+            vec![],
+            x_input(&[Some(2), Some(3), Some(4)]),
+            &["y"],
+        );
+        let g = import(&m).expect("imports");
+        let ops: Vec<&str> = g.nodes.iter().map(|n| n.op.name()).collect();
+        assert_eq!(
+            ops,
+            ["Shape", "Reshape", "Shape", "Flatten", "Softmax", "Reshape"]
+        );
+        assert_eq!(g.nodes[2].inputs, g.nodes[3].inputs);
+        assert_eq!(out_shape(&g, 0), None, "known only after folding");
+    }
+
+    #[test]
+    fn generated_names_avoid_names_used_later_in_the_file() {
+        let x = x_input(&[Some(1), Some(3), Some(2)]);
+        let m = model(
+            11,
+            vec![
+                node("Softmax", "sm", &["x"], &["y"], vec![]),
+                node("Neg", "n", &["y"], &["sm/shape"], vec![]),
+            ],
+            vec![],
+            x,
+            &["sm/shape"],
+        );
+        let g = import(&m).expect("imports");
+        let names: HashSet<&str> = g.values.iter().map(|v| v.name.as_str()).collect();
+        assert_eq!(names.len(), g.values.len(), "value names are unique");
+        let neg = g.nodes.last().expect("neg");
+        assert_eq!(g.value(neg.outputs[0]).name, "sm/shape");
+        assert_eq!(g.value(neg.inputs[0].expect("y")).name, "y");
+        assert_eq!(out_shape(&g, 0), Some(&[1, 3, 2][..]));
     }
 
     #[test]
