@@ -797,7 +797,7 @@ impl<'a> Cx<'a> {
                 }
                 let out = match (format, x) {
                     (ImageFormat::Nv12, &[n, rows, w]) => {
-                        if rows % 3 != 0 || (rows / 3 * 2) % 2 != 0 || w % 2 != 0 {
+                        if rows % 3 != 0 || w % 2 != 0 {
                             return Err(self.err(format!(
                                 "NV12 input {x:?} needs [N, H*3/2, W] with even H and W"
                             )));
