@@ -702,6 +702,11 @@ impl<'a> Importer<'a> {
             "Upsample" => return self.upsample(n, name.clone(), &a, ins),
             _ => self.plain(n, &name, &a, &ins)?,
         };
+        let resize_axes = if op_type == "Resize" {
+            a.ints("axes")?
+        } else {
+            None
+        };
         a.finish()?;
         let mut ins = ins;
         self.check_arity(&name, op_type, &ins, p.min_in, p.max_in)?;
@@ -720,6 +725,9 @@ impl<'a> Importer<'a> {
                 }) {
                     *slot = None;
                 }
+            }
+            if let Some(axes) = resize_axes {
+                self.expand_resize_axes(&a, &mut ins, &axes)?;
             }
         }
         let outs = self.outputs(n, &name, p.nout)?;
@@ -1307,9 +1315,6 @@ impl<'a> Importer<'a> {
                 format!("'{policy}' is not supported"),
             ));
         }
-        if a.ints("axes")?.is_some() {
-            return Err(a.err("axes", "Resize over a subset of axes is not supported"));
-        }
         Ok(Op::Resize {
             mode,
             coord,
@@ -1318,6 +1323,82 @@ impl<'a> Importer<'a> {
             exclude_outside: a.bool_or("exclude_outside", false)?,
             extrapolation_value: a.float_or("extrapolation_value", 0.0)?,
         })
+    }
+
+    /// Resize with an `axes` attribute (opset 18+): rewrites its constant roi / scales /
+    /// sizes to cover every axis (identity on the axes not listed), so the IR op always
+    /// works on all axes. Needs the input shape and those arguments to be known here.
+    fn expand_resize_axes(
+        &mut self,
+        a: &Attrs<'_>,
+        ins: &mut [Option<ValueId>],
+        axes: &[i64],
+    ) -> Result<()> {
+        let x = ins.first().copied().flatten();
+        let Some(shape) = x.and_then(|x| self.g.values[x].shape.clone()) else {
+            return Err(a.err("axes", "needs the input shape to be known at import"));
+        };
+        let rank = shape.len();
+        let mut pos = vec![None; rank];
+        for (k, &ax) in axes.iter().enumerate() {
+            match ir::shape::norm_axis(ax, rank) {
+                Some(i) if pos[i].is_none() => pos[i] = Some(k),
+                _ => {
+                    return Err(a.err(
+                        "axes",
+                        format!("{axes:?} is not a set of axes of rank {rank}"),
+                    ))
+                }
+            }
+        }
+        for slot in 1..ins.len().min(4) {
+            let Some(v) = ins[slot] else { continue };
+            let Some(t) = self.g.values[v].konst.clone() else {
+                return Err(a.err("axes", "roi, scales and sizes must be constants"));
+            };
+            let k = axes.len();
+            let full = match slot {
+                // roi: starts of the listed axes then their ends.
+                1 => {
+                    let r = t.to_f32_vec();
+                    if r.len() != 2 * k {
+                        return Err(
+                            a.err("axes", format!("roi has {} values for {k} axes", r.len()))
+                        );
+                    }
+                    let mut v: Vec<f32> = pos.iter().map(|p| p.map_or(0.0, |j| r[j])).collect();
+                    v.extend(pos.iter().map(|p| p.map_or(1.0, |j| r[k + j])));
+                    Tensor::from_f32(vec![2 * rank], v)
+                }
+                2 => {
+                    let sc = t.to_f32_vec();
+                    if sc.len() != k {
+                        return Err(a.err("axes", format!("{} scales for {k} axes", sc.len())));
+                    }
+                    let v = pos.iter().map(|p| p.map_or(1.0, |j| sc[j])).collect();
+                    Tensor::from_f32(vec![rank], v)
+                }
+                _ => {
+                    let sz = t
+                        .to_i64_vec()
+                        .ok_or_else(|| a.err("axes", "sizes must be integers"))?;
+                    if sz.len() != k {
+                        return Err(a.err("axes", format!("{} sizes for {k} axes", sz.len())));
+                    }
+                    let v = pos
+                        .iter()
+                        .zip(&shape)
+                        .map(|(p, &d)| p.map_or(d as i64, |j| sz[j]))
+                        .collect();
+                    Tensor::from_i64(vec![rank], v)
+                }
+            };
+            let name = self.fresh(&format!("{}/all_axes", self.g.values[v].name));
+            let id = self.g.add_const(name.clone(), full);
+            self.by_name.insert(name, id);
+            ins[slot] = Some(id);
+        }
+        Ok(())
     }
 
     fn rnn(&self, op_type: &str, a: &Attrs<'_>) -> Result<Plain> {
@@ -2140,6 +2221,54 @@ mod tests {
                 vec![attr::int("antialias", 1)],
             )],
             vec![scales],
+            x.clone(),
+            &["y"],
+        );
+        assert!(matches!(import(&m), Err(Error::BadAttribute { .. })));
+        // Opset 18 axes: scales / sizes for a subset of axes cover all axes in the IR.
+        let resize_axes = |inp: &str, axes: &[i64]| {
+            node(
+                "Resize",
+                "rs",
+                &[
+                    "x",
+                    "",
+                    if inp == "s2" { "s2" } else { "" },
+                    if inp == "z2" { "z2" } else { "" },
+                ],
+                &["y"],
+                vec![attr::ints("axes", axes)],
+            )
+        };
+        let s2 = f32_init("s2", &[2], &[3.0, 0.5]);
+        let z2 = i64_init("z2", &[5, 6]);
+        let m = model(
+            18,
+            vec![resize_axes("s2", &[3, -2])],
+            vec![s2.clone(), z2.clone()],
+            x.clone(),
+            &["y"],
+        );
+        let g = import(&m).expect("scales with axes");
+        let sc = g.value(g.nodes[0].inputs[2].expect("scales"));
+        assert_eq!(
+            sc.konst.as_ref().map(|k| k.to_f32_vec()),
+            Some(vec![1.0, 1.0, 0.5, 3.0])
+        );
+        assert_eq!(out_shape(&g, 0), Some(&[1, 2, 2, 12][..]));
+        let m = model(
+            18,
+            vec![resize_axes("z2", &[2, 3])],
+            vec![s2.clone(), z2.clone()],
+            x.clone(),
+            &["y"],
+        );
+        let g = import(&m).expect("sizes with axes");
+        assert_eq!(out_shape(&g, 0), Some(&[1, 2, 5, 6][..]));
+        let m = model(
+            18,
+            vec![resize_axes("s2", &[2, 2])],
+            vec![s2, z2],
             x,
             &["y"],
         );
