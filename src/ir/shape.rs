@@ -149,7 +149,7 @@ pub fn resolve_conv_transpose_pads(
                     // does): no pads, the excess added to output_padding.
                     geom.pads[i] = 0;
                     geom.pads[i + ns] = 0;
-                    output_padding[i] += (-total) as usize;
+                    output_padding[i] = output_padding[i].saturating_add((-total) as usize);
                     out.push(t as usize);
                     continue;
                 }
