@@ -6,8 +6,9 @@
 //! first dim defaults to 1); turn `Constant` nodes into constant values; sort the other
 //! nodes topologically; convert each into one typed [`ir::Node`] (a few ONNX forms
 //! expand to a short chain: variadic Sum/Max/Min/Mean, and opset < 13 Softmax, which
-//! coerces to 2-D); finally run shape inference node by node as far as it goes without
-//! constant folding, which fixes the dtype and shape of intermediate values.
+//! coerces to 2-D). Each node's output dtypes and shapes are inferred as it is added,
+//! as far as that goes without constant folding; conversions that need a shape (legacy
+//! Softmax, Resize `axes`) use what is known at that point.
 //!
 //! Invariants: every attribute of every node is either interpreted, checked to have its
 //! one supported value, or explicitly marked as a documented no-op; anything else is an
