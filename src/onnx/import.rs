@@ -711,8 +711,9 @@ impl<'a> Importer<'a> {
         a.finish()?;
         let mut ins = ins;
         self.check_arity(&name, op_type, &ins, p.min_in, p.max_in)?;
-        if matches!(p.op, Op::Unary(UnaryOp::Identity)) {
-            // Dropout's ratio / training_mode inputs mean nothing at inference.
+        if matches!(p.op, Op::Unary(UnaryOp::Identity) | Op::Cast { .. }) {
+            // Dropout's ratio / training_mode inputs mean nothing at inference;
+            // CastLike's second input only carried its type.
             ins.truncate(1);
         }
         if matches!(p.op, Op::Resize { .. }) {
@@ -1120,21 +1121,39 @@ impl<'a> Importer<'a> {
             "Expand" => plain(Op::Expand, 2, 2),
             "Cast" => {
                 let code = a.int_req("to")?;
-                let to = i32::try_from(code)
-                    .ok()
-                    .and_then(DType::from_onnx_code)
-                    .ok_or_else(|| {
-                        a.err(
-                            "to",
-                            format!(
-                                "cast to {} is not supported",
-                                proto::data_type::name(i32::try_from(code).unwrap_or(0))
-                            ),
-                        )
-                    })?;
+                let code = i32::try_from(code).unwrap_or(0);
+                let to = match code {
+                    // The IR computes floats in f32: casts to other float widths keep
+                    // the value in f32 (more precise than the model asked for).
+                    proto::data_type::FLOAT16
+                    | proto::data_type::BFLOAT16
+                    | proto::data_type::DOUBLE => Some(DType::F32),
+                    c => DType::from_onnx_code(c),
+                };
+                let to = to.ok_or_else(|| {
+                    a.err(
+                        "to",
+                        format!("cast to {} is not supported", proto::data_type::name(code)),
+                    )
+                })?;
                 // saturate only concerns float8 targets, which we reject above.
                 a.ignore(&["saturate"]);
                 plain(Op::Cast { to }, 1, 1)
+            }
+            "CastLike" => {
+                // The target type must be known here (input, constant or inferred).
+                let target = ins.get(1).copied().flatten();
+                let to = target
+                    .map(|t| &self.g.values[t])
+                    .filter(|v| v.shape.is_some())
+                    .map(|v| v.dtype)
+                    .ok_or_else(|| Error::UnsupportedOp {
+                        node: name.into(),
+                        op: op_type.into(),
+                        detail: "the type of target_type is not known at import".into(),
+                    })?;
+                a.ignore(&["saturate"]);
+                plain(Op::Cast { to }, 2, 2)
             }
             "LSTM" | "GRU" => return self.rnn(op_type, a),
             "DepthToSpace" => {
@@ -2555,6 +2574,57 @@ mod tests {
         // 6 -> ceil((6-3)/2)+1 = 3 -> SAME 3 -> flatten 4*9=36 -> gemm 5.
         assert_eq!(out_shape(&g, 0), Some(&[1][..]));
         assert_eq!(g.value(g.outputs[0]).dtype, DType::I64);
+    }
+
+    #[test]
+    fn cast_widths_and_cast_like() {
+        let x = x_input(&[Some(2)]);
+        let m = model(
+            15,
+            vec![
+                node(
+                    "Cast",
+                    "h",
+                    &["x"],
+                    &["h"],
+                    vec![attr::int("to", data_type::FLOAT16 as i64)],
+                ),
+                node(
+                    "Cast",
+                    "i",
+                    &["h"],
+                    &["i"],
+                    vec![attr::int("to", data_type::INT32 as i64)],
+                ),
+                node("CastLike", "l", &["i", "x"], &["y"], vec![]),
+            ],
+            vec![],
+            x.clone(),
+            &["y"],
+        );
+        let g = import(&m).expect("imports");
+        assert_eq!(g.nodes[0].op, Op::Cast { to: DType::F32 });
+        assert_eq!(g.nodes[2].op, Op::Cast { to: DType::F32 });
+        assert_eq!(g.nodes[2].inputs.len(), 1);
+        assert_eq!(g.value(g.nodes[1].outputs[0]).dtype, DType::I32);
+        let m = model(
+            13,
+            vec![node(
+                "Cast",
+                "s",
+                &["x"],
+                &["y"],
+                vec![attr::int("to", data_type::STRING as i64)],
+            )],
+            vec![],
+            x,
+            &["y"],
+        );
+        let e = import(&m).expect_err("string");
+        assert!(
+            matches!(&e, Error::BadAttribute { attr, .. } if attr == "to"),
+            "{e}"
+        );
     }
 
     #[test]
