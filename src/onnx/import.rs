@@ -1866,6 +1866,48 @@ mod tests {
         assert!(g.value(g.nodes[0].inputs[1].expect("w")).konst.is_some());
     }
 
+    /// Files written by the official serializer (see testdata/README.md).
+    #[test]
+    fn real_onnx_files_import_with_expected_shapes() {
+        let cases: [(&[u8], &[usize]); 4] = [
+            (
+                include_bytes!("testdata/conv_with_autopad_same.onnx"),
+                &[1, 1, 3, 3],
+            ),
+            (
+                include_bytes!("testdata/maxpool_2d_ceil.onnx"),
+                &[1, 1, 2, 2],
+            ),
+            (include_bytes!("testdata/lstm_defaults.onnx"), &[1, 3, 3]),
+            (
+                include_bytes!("testdata/convtranspose_autopad_same.onnx"),
+                &[1, 2, 6, 6],
+            ),
+        ];
+        for (i, (bytes, want)) in cases.iter().enumerate() {
+            let g = import_model(bytes, &ImportOptions::default())
+                .unwrap_or_else(|e| panic!("case {i}: {e}"));
+            assert_eq!(out_shape(&g, 0), Some(*want), "case {i}");
+        }
+        let g = import_model(
+            include_bytes!("testdata/squeezenet_light_opset13.onnx"),
+            &ImportOptions::default(),
+        )
+        .expect("squeezenet");
+        let count = |name: &str| g.nodes.iter().filter(|n| n.op.name() == name).count();
+        assert_eq!(
+            (count("Conv"), count("Concat"), count("MaxPool")),
+            (26, 8, 3)
+        );
+        assert!(g.nodes.iter().all(|n| n.absorbed.len() == 1));
+        // The converter's Softmax ends in Reshape(x, Shape(input)): every shape up to it is
+        // known at import; the last one once the compiler has folded the Shape node.
+        let (last, before) = (&g.nodes[g.nodes.len() - 1], &g.nodes[g.nodes.len() - 2]);
+        assert_eq!((before.op.name(), last.op.name()), ("Softmax", "Reshape"));
+        assert_eq!(g.shape(before.outputs[0]), Some(&[1, 1000][..]));
+        assert_eq!(out_shape(&g, 0), None);
+    }
+
     #[test]
     fn opsets_outside_11_to_21_are_rejected() {
         for v in [1, 10, 22] {
