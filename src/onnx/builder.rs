@@ -58,7 +58,7 @@ impl ModelBuilder {
         self.input_dynamic(name, dtype, &dims)
     }
 
-    /// Adds a graph input; `None` dims are symbolic (`dim_param` "d<i>").
+    /// Adds a graph input; `None` dims are symbolic (`dim_param` `"d<index>"`).
     pub fn input_dynamic(
         mut self,
         name: &str,
@@ -130,7 +130,7 @@ impl ModelBuilder {
     }
 }
 
-/// A `ValueInfoProto`; `dims` entries that are `None` become `dim_param` "d<i>".
+/// A `ValueInfoProto`; `dims` entries that are `None` become `dim_param` `"d<index>"`.
 pub fn value_info(
     name: &str,
     dtype: Option<DType>,
