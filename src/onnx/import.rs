@@ -6,8 +6,9 @@
 //! first dim defaults to 1); turn `Constant` nodes into constant values; sort the other
 //! nodes topologically; convert each into one typed [`ir::Node`] (a few ONNX forms
 //! expand to a short chain: variadic Sum/Max/Min/Mean, and opset < 13 Softmax, which
-//! coerces to 2-D); finally run shape inference node by node as far as it goes without
-//! constant folding, which fixes the dtype and shape of intermediate values.
+//! coerces to 2-D). Each node's output dtypes and shapes are inferred as it is added,
+//! as far as that goes without constant folding; conversions that need a shape (legacy
+//! Softmax, Resize `axes`) use what is known at that point.
 //!
 //! Invariants: every attribute of every node is either interpreted, checked to have its
 //! one supported value, or explicitly marked as a documented no-op; anything else is an
@@ -127,6 +128,7 @@ pub fn import_model(bytes: &[u8], opts: &ImportOptions) -> Result<Graph> {
         node_names: HashSet::new(),
         used: HashSet::new(),
         declared: HashMap::new(),
+        reserved: HashSet::new(),
     };
     imp.run(gp)?;
     Ok(imp.g)
@@ -143,6 +145,8 @@ struct Importer<'a> {
     used: HashSet<&'a str>,
     /// Element types declared in `value_info` / graph outputs.
     declared: HashMap<&'a str, DType>,
+    /// Every value name the file uses, so generated names never collide with one.
+    reserved: HashSet<&'a str>,
 }
 
 /// What one ONNX node converts to in the common case: an op, its input arity and how
@@ -288,6 +292,7 @@ impl<'a> Importer<'a> {
             for i in &n.input {
                 self.used.insert(i.as_str());
             }
+            self.reserved.extend(n.output.iter().map(String::as_str));
         }
         for o in &gp.output {
             self.used.insert(o.name.as_str());
@@ -318,7 +323,6 @@ impl<'a> Importer<'a> {
         if self.g.outputs.is_empty() {
             return Err(self.fmt("the graph has no outputs"));
         }
-        infer_best_effort(&mut self.g);
         Ok(())
     }
 
@@ -549,7 +553,7 @@ impl<'a> Importer<'a> {
     /// Exactly `keep` output values for node `n`: named ones are created, omitted ones
     /// get fresh unused values. Outputs past `keep` must be unused.
     fn outputs(&mut self, n: &'a NodeProto, node: &str, keep: usize) -> Result<Vec<ValueId>> {
-        if n.output.first().map_or(true, |o| o.is_empty()) {
+        if n.output.iter().all(String::is_empty) {
             return Err(self.fmt(format!("node '{node}' ({}) has no output", n.op_type)));
         }
         for (i, o) in n.output.iter().enumerate().skip(keep) {
@@ -570,7 +574,7 @@ impl<'a> Importer<'a> {
                     self.new_value(o, dt)
                 }
                 None => {
-                    let fresh = self.g.fresh_name(&format!("{node}_unused_out{i}"));
+                    let fresh = self.fresh(&format!("{node}_unused_out{i}"));
                     self.new_value(fresh, DType::F32)
                 }
             };
@@ -595,11 +599,24 @@ impl<'a> Importer<'a> {
             absorbed: vec![orig.to_string()],
             placement: None,
         });
+        infer_last(&mut self.g);
+    }
+
+    /// A value name based on `base` that no value of the graph or the file uses.
+    fn fresh(&self, base: &str) -> String {
+        let taken = |n: &str| self.by_name.contains_key(n) || self.reserved.contains(n);
+        if !taken(base) {
+            return base.to_string();
+        }
+        (1..)
+            .map(|k| format!("{base}__{k}"))
+            .find(|c| !taken(c))
+            .unwrap_or_else(|| base.to_string())
     }
 
     /// A value for an intermediate result of a multi-node expansion.
     fn temp(&mut self, node: &str, what: &str, dtype: DType) -> ValueId {
-        let name = self.g.fresh_name(&format!("{node}/{what}"));
+        let name = self.fresh(&format!("{node}/{what}"));
         self.new_value(name, dtype)
     }
 
@@ -686,11 +703,17 @@ impl<'a> Importer<'a> {
             "Upsample" => return self.upsample(n, name.clone(), &a, ins),
             _ => self.plain(n, &name, &a, &ins)?,
         };
+        let resize_axes = if op_type == "Resize" {
+            a.ints("axes")?
+        } else {
+            None
+        };
         a.finish()?;
         let mut ins = ins;
         self.check_arity(&name, op_type, &ins, p.min_in, p.max_in)?;
-        if matches!(p.op, Op::Unary(UnaryOp::Identity)) {
-            // Dropout's ratio / training_mode inputs mean nothing at inference.
+        if matches!(p.op, Op::Unary(UnaryOp::Identity) | Op::Cast { .. }) {
+            // Dropout's ratio / training_mode inputs mean nothing at inference;
+            // CastLike's second input only carried its type.
             ins.truncate(1);
         }
         if matches!(p.op, Op::Resize { .. }) {
@@ -704,6 +727,9 @@ impl<'a> Importer<'a> {
                 }) {
                     *slot = None;
                 }
+            }
+            if let Some(axes) = resize_axes {
+                self.expand_resize_axes(&a, &mut ins, &axes)?;
             }
         }
         let outs = self.outputs(n, &name, p.nout)?;
@@ -1095,21 +1121,39 @@ impl<'a> Importer<'a> {
             "Expand" => plain(Op::Expand, 2, 2),
             "Cast" => {
                 let code = a.int_req("to")?;
-                let to = i32::try_from(code)
-                    .ok()
-                    .and_then(DType::from_onnx_code)
-                    .ok_or_else(|| {
-                        a.err(
-                            "to",
-                            format!(
-                                "cast to {} is not supported",
-                                proto::data_type::name(i32::try_from(code).unwrap_or(0))
-                            ),
-                        )
-                    })?;
+                let code = i32::try_from(code).unwrap_or(0);
+                let to = match code {
+                    // The IR computes floats in f32: casts to other float widths keep
+                    // the value in f32 (more precise than the model asked for).
+                    proto::data_type::FLOAT16
+                    | proto::data_type::BFLOAT16
+                    | proto::data_type::DOUBLE => Some(DType::F32),
+                    c => DType::from_onnx_code(c),
+                };
+                let to = to.ok_or_else(|| {
+                    a.err(
+                        "to",
+                        format!("cast to {} is not supported", proto::data_type::name(code)),
+                    )
+                })?;
                 // saturate only concerns float8 targets, which we reject above.
                 a.ignore(&["saturate"]);
                 plain(Op::Cast { to }, 1, 1)
+            }
+            "CastLike" => {
+                // The target type must be known here (input, constant or inferred).
+                let target = ins.get(1).copied().flatten();
+                let to = target
+                    .map(|t| &self.g.values[t])
+                    .filter(|v| v.shape.is_some())
+                    .map(|v| v.dtype)
+                    .ok_or_else(|| Error::UnsupportedOp {
+                        node: name.into(),
+                        op: op_type.into(),
+                        detail: "the type of target_type is not known at import".into(),
+                    })?;
+                a.ignore(&["saturate"]);
+                plain(Op::Cast { to }, 2, 2)
             }
             "LSTM" | "GRU" => return self.rnn(op_type, a),
             "DepthToSpace" => {
@@ -1198,12 +1242,14 @@ impl<'a> Importer<'a> {
                 .iter()
                 .map(|&d| a.positive("kernel_shape", d))
                 .collect::<Result<_>>()?,
-            None => match weight.and_then(|w| self.g.values[w].konst.as_ref()) {
-                Some(w) if w.shape.len() >= 3 => w.shape[2..].to_vec(),
+            // Absent: the spatial dims of the weights, when their shape is known
+            // (an initializer or a graph input).
+            None => match weight.and_then(|w| self.g.values[w].shape.as_ref()) {
+                Some(s) if s.len() >= 3 => s[2..].to_vec(),
                 _ => {
                     return Err(a.err(
                         "kernel_shape",
-                        "missing, and the weights are not a constant to take it from",
+                        "missing, and the weights have no known shape to take it from",
                     ))
                 }
             },
@@ -1289,9 +1335,6 @@ impl<'a> Importer<'a> {
                 format!("'{policy}' is not supported"),
             ));
         }
-        if a.ints("axes")?.is_some() {
-            return Err(a.err("axes", "Resize over a subset of axes is not supported"));
-        }
         Ok(Op::Resize {
             mode,
             coord,
@@ -1300,6 +1343,82 @@ impl<'a> Importer<'a> {
             exclude_outside: a.bool_or("exclude_outside", false)?,
             extrapolation_value: a.float_or("extrapolation_value", 0.0)?,
         })
+    }
+
+    /// Resize with an `axes` attribute (opset 18+): rewrites its constant roi / scales /
+    /// sizes to cover every axis (identity on the axes not listed), so the IR op always
+    /// works on all axes. Needs the input shape and those arguments to be known here.
+    fn expand_resize_axes(
+        &mut self,
+        a: &Attrs<'_>,
+        ins: &mut [Option<ValueId>],
+        axes: &[i64],
+    ) -> Result<()> {
+        let x = ins.first().copied().flatten();
+        let Some(shape) = x.and_then(|x| self.g.values[x].shape.clone()) else {
+            return Err(a.err("axes", "needs the input shape to be known at import"));
+        };
+        let rank = shape.len();
+        let mut pos = vec![None; rank];
+        for (k, &ax) in axes.iter().enumerate() {
+            match ir::shape::norm_axis(ax, rank) {
+                Some(i) if pos[i].is_none() => pos[i] = Some(k),
+                _ => {
+                    return Err(a.err(
+                        "axes",
+                        format!("{axes:?} is not a set of axes of rank {rank}"),
+                    ))
+                }
+            }
+        }
+        for slot in 1..ins.len().min(4) {
+            let Some(v) = ins[slot] else { continue };
+            let Some(t) = self.g.values[v].konst.clone() else {
+                return Err(a.err("axes", "roi, scales and sizes must be constants"));
+            };
+            let k = axes.len();
+            let full = match slot {
+                // roi: starts of the listed axes then their ends.
+                1 => {
+                    let r = t.to_f32_vec();
+                    if r.len() != 2 * k {
+                        return Err(
+                            a.err("axes", format!("roi has {} values for {k} axes", r.len()))
+                        );
+                    }
+                    let mut v: Vec<f32> = pos.iter().map(|p| p.map_or(0.0, |j| r[j])).collect();
+                    v.extend(pos.iter().map(|p| p.map_or(1.0, |j| r[k + j])));
+                    Tensor::from_f32(vec![2 * rank], v)
+                }
+                2 => {
+                    let sc = t.to_f32_vec();
+                    if sc.len() != k {
+                        return Err(a.err("axes", format!("{} scales for {k} axes", sc.len())));
+                    }
+                    let v = pos.iter().map(|p| p.map_or(1.0, |j| sc[j])).collect();
+                    Tensor::from_f32(vec![rank], v)
+                }
+                _ => {
+                    let sz = t
+                        .to_i64_vec()
+                        .ok_or_else(|| a.err("axes", "sizes must be integers"))?;
+                    if sz.len() != k {
+                        return Err(a.err("axes", format!("{} sizes for {k} axes", sz.len())));
+                    }
+                    let v = pos
+                        .iter()
+                        .zip(&shape)
+                        .map(|(p, &d)| p.map_or(d as i64, |j| sz[j]))
+                        .collect();
+                    Tensor::from_i64(vec![rank], v)
+                }
+            };
+            let name = self.fresh(&format!("{}/all_axes", self.g.values[v].name));
+            let id = self.g.add_const(name.clone(), full);
+            self.by_name.insert(name, id);
+            ins[slot] = Some(id);
+        }
+        Ok(())
     }
 
     fn rnn(&self, op_type: &str, a: &Attrs<'_>) -> Result<Plain> {
@@ -1411,19 +1530,29 @@ impl<'a> Importer<'a> {
             return Ok(());
         }
         let dt = self.g.values[outs[0]].dtype;
-        let shape = self.temp(&name, "shape", DType::I64);
+        // The original shape: a constant when already known, else computed.
+        let shape = match self.g.values[x].shape.clone() {
+            Some(s) => {
+                let dims = s.iter().map(|&d| d as i64).collect();
+                let c = self.fresh(&format!("{name}/shape"));
+                let id = self
+                    .g
+                    .add_const(c.clone(), Tensor::from_i64(vec![s.len()], dims));
+                self.by_name.insert(c, id);
+                id
+            }
+            None => {
+                let id = self.temp(&name, "shape", DType::I64);
+                let op = Op::Shape {
+                    start: 0,
+                    end: None,
+                };
+                self.push(format!("{name}/shape"), op, vec![Some(x)], vec![id], &name);
+                id
+            }
+        };
         let flat = self.temp(&name, "flat", dt);
         let soft = self.temp(&name, "soft2d", dt);
-        self.push(
-            format!("{name}/shape"),
-            Op::Shape {
-                start: 0,
-                end: None,
-            },
-            vec![Some(x)],
-            vec![shape],
-            &name,
-        );
         self.push(
             format!("{name}/flatten"),
             Op::Flatten { axis },
@@ -1493,7 +1622,7 @@ impl<'a> Importer<'a> {
         }
         if is_mean {
             let count = ins.len() as f32;
-            let c = self.g.fresh_name(&format!("{name}/count"));
+            let c = self.fresh(&format!("{name}/count"));
             let cid = self
                 .g
                 .add_const(c.clone(), Tensor::from_f32(vec![], vec![count]));
@@ -1545,30 +1674,28 @@ impl<'a> Importer<'a> {
     }
 }
 
-/// Runs shape inference over the nodes in order, recording dtypes and shapes. A node that
-/// cannot be inferred before constant folding (e.g. a Reshape whose shape is computed)
-/// is skipped, and so is everything that depends on it: those values keep their
-/// provisional type until the compiler re-runs inference after folding.
-fn infer_best_effort(g: &mut Graph) {
-    for i in 0..g.nodes.len() {
-        let node = &g.nodes[i];
-        let ready = node
-            .inputs
-            .iter()
-            .flatten()
-            .all(|&v| g.values[v].shape.is_some());
-        if !ready {
-            continue;
-        }
-        match ir::shape::infer_node(g, node) {
-            Ok(outs) => {
-                let ids = g.nodes[i].outputs.clone();
-                for (id, (dt, shape)) in ids.into_iter().zip(outs) {
-                    g.values[id].dtype = dt;
-                    g.values[id].shape = Some(shape);
-                }
-            }
-            Err(_) => continue,
+/// Best-effort shape inference of the node just added: records the dtypes and shapes of
+/// its outputs when every input has a shape and nothing needs constant folding first
+/// (e.g. a Reshape whose shape is computed). Values it cannot infer keep their
+/// provisional type until the compiler re-runs inference after folding; inference
+/// errors are left for the compiler to report at that point.
+fn infer_last(g: &mut Graph) {
+    let Some(node) = g.nodes.last() else {
+        return;
+    };
+    let ready = node
+        .inputs
+        .iter()
+        .flatten()
+        .all(|&v| g.values[v].shape.is_some());
+    if !ready {
+        return;
+    }
+    if let Ok(outs) = ir::shape::infer_node(g, node) {
+        let ids = node.outputs.clone();
+        for (id, (dt, shape)) in ids.into_iter().zip(outs) {
+            g.values[id].dtype = dt;
+            g.values[id].shape = Some(shape);
         }
     }
 }
@@ -1577,43 +1704,12 @@ fn infer_best_effort(g: &mut Graph) {
 mod tests {
     use super::*;
     use crate::ir::TensorData;
+    use crate::onnx::builder::{attr, tensor_proto};
     use crate::onnx::proto::{
         attr_type, data_type, tensor_shape_proto::Dimension, type_proto, AttributeProto,
         OperatorSetIdProto, StringStringEntryProto, TensorProto, TensorShapeProto, TypeProto,
     };
 
-    fn ai(name: &str, i: i64) -> AttributeProto {
-        AttributeProto {
-            name: name.into(),
-            r#type: attr_type::INT,
-            i,
-            ..Default::default()
-        }
-    }
-    fn af(name: &str, f: f32) -> AttributeProto {
-        AttributeProto {
-            name: name.into(),
-            r#type: attr_type::FLOAT,
-            f,
-            ..Default::default()
-        }
-    }
-    fn astr(name: &str, s: &str) -> AttributeProto {
-        AttributeProto {
-            name: name.into(),
-            r#type: attr_type::STRING,
-            s: s.as_bytes().to_vec(),
-            ..Default::default()
-        }
-    }
-    fn aints(name: &str, v: &[i64]) -> AttributeProto {
-        AttributeProto {
-            name: name.into(),
-            r#type: attr_type::INTS,
-            ints: v.to_vec(),
-            ..Default::default()
-        }
-    }
     fn node(
         op: &str,
         name: &str,
@@ -1655,13 +1751,8 @@ mod tests {
         }
     }
     fn f32_init(name: &str, dims: &[i64], v: &[f32]) -> TensorProto {
-        TensorProto {
-            name: name.into(),
-            dims: dims.to_vec(),
-            data_type: data_type::FLOAT,
-            raw_data: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-            ..Default::default()
-        }
+        let dims = dims.iter().map(|&d| d as usize).collect();
+        tensor_proto(name, &Tensor::from_f32(dims, v.to_vec()))
     }
     fn i64_init(name: &str, v: &[i64]) -> TensorProto {
         TensorProto {
@@ -1729,7 +1820,7 @@ mod tests {
                     "conv",
                     &["x", "w", "b"],
                     &["c"],
-                    vec![aints("pads", &[1, 1, 1, 1])],
+                    vec![attr::ints("pads", &[1, 1, 1, 1])],
                 ),
                 node("Relu", "", &["c"], &["y"], vec![]),
             ],
@@ -1773,6 +1864,48 @@ mod tests {
         assert_eq!(x.declared, Some(vec![None, Some(3), Some(8), Some(8)]));
         assert_eq!(out_shape(&g, 0), Some(&[1, 4, 8, 8][..]));
         assert!(g.value(g.nodes[0].inputs[1].expect("w")).konst.is_some());
+    }
+
+    /// Files written by the official serializer (see testdata/README.md).
+    #[test]
+    fn real_onnx_files_import_with_expected_shapes() {
+        let cases: [(&[u8], &[usize]); 4] = [
+            (
+                include_bytes!("testdata/conv_with_autopad_same.onnx"),
+                &[1, 1, 3, 3],
+            ),
+            (
+                include_bytes!("testdata/maxpool_2d_ceil.onnx"),
+                &[1, 1, 2, 2],
+            ),
+            (include_bytes!("testdata/lstm_defaults.onnx"), &[1, 3, 3]),
+            (
+                include_bytes!("testdata/convtranspose_autopad_same.onnx"),
+                &[1, 2, 6, 6],
+            ),
+        ];
+        for (i, (bytes, want)) in cases.iter().enumerate() {
+            let g = import_model(bytes, &ImportOptions::default())
+                .unwrap_or_else(|e| panic!("case {i}: {e}"));
+            assert_eq!(out_shape(&g, 0), Some(*want), "case {i}");
+        }
+        let g = import_model(
+            include_bytes!("testdata/squeezenet_light_opset13.onnx"),
+            &ImportOptions::default(),
+        )
+        .expect("squeezenet");
+        let count = |name: &str| g.nodes.iter().filter(|n| n.op.name() == name).count();
+        assert_eq!(
+            (count("Conv"), count("Concat"), count("MaxPool")),
+            (26, 8, 3)
+        );
+        assert!(g.nodes.iter().all(|n| n.absorbed.len() == 1));
+        // The converter's Softmax ends in Reshape(x, Shape(input)): every shape up to it is
+        // known at import; the last one once the compiler has folded the Shape node.
+        let (last, before) = (&g.nodes[g.nodes.len() - 1], &g.nodes[g.nodes.len() - 2]);
+        assert_eq!((before.op.name(), last.op.name()), ("Softmax", "Reshape"));
+        assert_eq!(g.shape(before.outputs[0]), Some(&[1, 1000][..]));
+        assert_eq!(out_shape(&g, 0), None);
     }
 
     #[test]
@@ -1835,14 +1968,14 @@ mod tests {
         let msg = e.to_string();
         assert!(msg.contains("my_node") && msg.contains("FancyOp"), "{msg}");
 
-        let mut n = node("Relu", "r", &["x"], &["y"], vec![ai("bogus", 1)]);
+        let mut n = node("Relu", "r", &["x"], &["y"], vec![attr::int("bogus", 1)]);
         let m = model(13, vec![n.clone()], vec![], x_input(&[Some(1)]), &["y"]);
         let msg = import(&m).expect_err("unknown attr").to_string();
         assert!(msg.contains("'r'") && msg.contains("bogus"), "{msg}");
 
         n.attribute = vec![
-            astr("auto_pad", "SAME_SIDEWAYS"),
-            aints("kernel_shape", &[2, 2]),
+            attr::string("auto_pad", "SAME_SIDEWAYS"),
+            attr::ints("kernel_shape", &[2, 2]),
         ];
         n.op_type = "MaxPool".into();
         let m = model(
@@ -1872,13 +2005,19 @@ mod tests {
         let m = model(
             11,
             vec![
-                node("Squeeze", "sq", &["x"], &["s"], vec![aints("axes", &[1])]),
+                node(
+                    "Squeeze",
+                    "sq",
+                    &["x"],
+                    &["s"],
+                    vec![attr::ints("axes", &[1])],
+                ),
                 node(
                     "ReduceMean",
                     "rm",
                     &["s"],
                     &["y"],
-                    vec![aints("axes", &[-1]), ai("keepdims", 0)],
+                    vec![attr::ints("axes", &[-1]), attr::int("keepdims", 0)],
                 ),
             ],
             vec![],
@@ -1903,7 +2042,7 @@ mod tests {
                     "rm",
                     &["s", "a2"],
                     &["y"],
-                    vec![ai("keepdims", 1)],
+                    vec![attr::int("keepdims", 1)],
                 ),
             ],
             vec![i64_init("a1", &[1]), i64_init("a2", &[-1])],
@@ -1934,7 +2073,7 @@ mod tests {
                 "s",
                 &["x"],
                 &["a", "b"],
-                vec![ai("axis", 1), aints("split", &[2, 4])],
+                vec![attr::int("axis", 1), attr::ints("split", &[2, 4])],
             )],
             vec![],
             x.clone(),
@@ -1952,7 +2091,7 @@ mod tests {
                 "s",
                 &["x", "sp"],
                 &["a", "b"],
-                vec![ai("axis", -1)],
+                vec![attr::int("axis", -1)],
             )],
             vec![i64_init("sp", &[5, 1])],
             x.clone(),
@@ -1967,7 +2106,7 @@ mod tests {
                 "s",
                 &["x"],
                 &["a", "b", "c", "d"],
-                vec![ai("axis", 1), ai("num_outputs", 4)],
+                vec![attr::int("axis", 1), attr::int("num_outputs", 4)],
             )],
             vec![],
             x,
@@ -1993,16 +2132,23 @@ mod tests {
         );
         let g = import(&m).expect("opset 11");
         let ops: Vec<&str> = g.nodes.iter().map(|n| n.op.name()).collect();
-        assert_eq!(ops, ["Shape", "Flatten", "Softmax", "Reshape"]);
+        assert_eq!(ops, ["Flatten", "Softmax", "Reshape"]);
         assert!(g.nodes.iter().all(|n| n.absorbed == ["sm"]));
-        assert_eq!(g.nodes[2].op, Op::Softmax { axis: 1 });
+        assert_eq!(g.nodes[1].op, Op::Softmax { axis: 1 });
         assert_eq!(
-            g.value(g.nodes[1].outputs[0]).shape.as_deref(),
+            g.value(g.nodes[0].outputs[0]).shape.as_deref(),
             Some(&[1, 12][..])
         );
+        assert_eq!(out_shape(&g, 0), Some(&[1, 3, 2, 2][..]));
         let m = model(
             13,
-            vec![node("Softmax", "sm", &["x"], &["y"], vec![ai("axis", 1)])],
+            vec![node(
+                "Softmax",
+                "sm",
+                &["x"],
+                &["y"],
+                vec![attr::int("axis", 1)],
+            )],
             vec![],
             x.clone(),
             &["y"],
@@ -2018,7 +2164,7 @@ mod tests {
                 "sm",
                 &["x"],
                 &["y"],
-                vec![ai("axis", 3)],
+                vec![attr::int("axis", 3)],
             )],
             vec![],
             x,
@@ -2026,6 +2172,52 @@ mod tests {
         );
         let g = import(&m).expect("opset 11 last axis");
         assert_eq!(g.nodes[0].op, Op::LogSoftmax { axis: 3 });
+    }
+
+    #[test]
+    fn legacy_softmax_of_an_unknown_shape_computes_it() {
+        // `r` has no shape until the compiler folds `s`: the expansion uses Shape.
+        let m = model(
+            12,
+            vec![
+                node("Shape", "s", &["x"], &["sh"], vec![]),
+                node("Reshape", "r", &["x", "sh"], &["r"], vec![]),
+                node("Softmax", "sm", &["r"], &["y"], vec![]),
+            ],
+            vec![],
+            x_input(&[Some(2), Some(3), Some(4)]),
+            &["y"],
+        );
+        let g = import(&m).expect("imports");
+        let ops: Vec<&str> = g.nodes.iter().map(|n| n.op.name()).collect();
+        assert_eq!(
+            ops,
+            ["Shape", "Reshape", "Shape", "Flatten", "Softmax", "Reshape"]
+        );
+        assert_eq!(g.nodes[2].inputs, g.nodes[3].inputs);
+        assert_eq!(out_shape(&g, 0), None, "known only after folding");
+    }
+
+    #[test]
+    fn generated_names_avoid_names_used_later_in_the_file() {
+        let x = x_input(&[Some(1), Some(3), Some(2)]);
+        let m = model(
+            11,
+            vec![
+                node("Softmax", "sm", &["x"], &["y"], vec![]),
+                node("Neg", "n", &["y"], &["sm/shape"], vec![]),
+            ],
+            vec![],
+            x,
+            &["sm/shape"],
+        );
+        let g = import(&m).expect("imports");
+        let names: HashSet<&str> = g.values.iter().map(|v| v.name.as_str()).collect();
+        assert_eq!(names.len(), g.values.len(), "value names are unique");
+        let neg = g.nodes.last().expect("neg");
+        assert_eq!(g.value(neg.outputs[0]).name, "sm/shape");
+        assert_eq!(g.value(neg.inputs[0].expect("y")).name, "y");
+        assert_eq!(out_shape(&g, 0), Some(&[1, 3, 2][..]));
     }
 
     #[test]
@@ -2041,8 +2233,8 @@ mod tests {
                 &["x", "roi", "sc"],
                 &["y"],
                 vec![
-                    astr("mode", "linear"),
-                    astr("coordinate_transformation_mode", "align_corners"),
+                    attr::string("mode", "linear"),
+                    attr::string("coordinate_transformation_mode", "align_corners"),
                 ],
             )],
             vec![scales.clone(), empty_roi],
@@ -2088,9 +2280,57 @@ mod tests {
                 "rs",
                 &["x", "", "sc"],
                 &["y"],
-                vec![ai("antialias", 1)],
+                vec![attr::int("antialias", 1)],
             )],
             vec![scales],
+            x.clone(),
+            &["y"],
+        );
+        assert!(matches!(import(&m), Err(Error::BadAttribute { .. })));
+        // Opset 18 axes: scales / sizes for a subset of axes cover all axes in the IR.
+        let resize_axes = |inp: &str, axes: &[i64]| {
+            node(
+                "Resize",
+                "rs",
+                &[
+                    "x",
+                    "",
+                    if inp == "s2" { "s2" } else { "" },
+                    if inp == "z2" { "z2" } else { "" },
+                ],
+                &["y"],
+                vec![attr::ints("axes", axes)],
+            )
+        };
+        let s2 = f32_init("s2", &[2], &[3.0, 0.5]);
+        let z2 = i64_init("z2", &[5, 6]);
+        let m = model(
+            18,
+            vec![resize_axes("s2", &[3, -2])],
+            vec![s2.clone(), z2.clone()],
+            x.clone(),
+            &["y"],
+        );
+        let g = import(&m).expect("scales with axes");
+        let sc = g.value(g.nodes[0].inputs[2].expect("scales"));
+        assert_eq!(
+            sc.konst.as_ref().map(|k| k.to_f32_vec()),
+            Some(vec![1.0, 1.0, 0.5, 3.0])
+        );
+        assert_eq!(out_shape(&g, 0), Some(&[1, 2, 2, 12][..]));
+        let m = model(
+            18,
+            vec![resize_axes("z2", &[2, 3])],
+            vec![s2.clone(), z2.clone()],
+            x.clone(),
+            &["y"],
+        );
+        let g = import(&m).expect("sizes with axes");
+        assert_eq!(out_shape(&g, 0), Some(&[1, 2, 5, 6][..]));
+        let m = model(
+            18,
+            vec![resize_axes("s2", &[2, 2])],
+            vec![s2, z2],
             x,
             &["y"],
         );
@@ -2104,13 +2344,19 @@ mod tests {
         let m = model(
             13,
             vec![
-                node("Constant", "k", &[], &["lo"], vec![af("value_float", -1.0)]),
+                node(
+                    "Constant",
+                    "k",
+                    &[],
+                    &["lo"],
+                    vec![attr::float("value_float", -1.0)],
+                ),
                 node(
                     "Constant",
                     "k2",
                     &[],
                     &["ints"],
-                    vec![aints("value_ints", &[2])],
+                    vec![attr::ints("value_ints", &[2])],
                 ),
                 node("Add", "add", &["x", "w"], &["s"], vec![]),
                 node("Clip", "clip", &["s", "lo", ""], &["c"], vec![]),
@@ -2222,7 +2468,7 @@ mod tests {
             "bn",
             &["x", "s", "b", "m", "v"],
             &["y", "rm", "rv"],
-            vec![af("epsilon", 1e-3), af("momentum", 0.9)],
+            vec![attr::float("epsilon", 1e-3), attr::float("momentum", 0.9)],
         );
         let g = import(&model(
             14,
@@ -2247,9 +2493,15 @@ mod tests {
 
     #[test]
     fn test_domain_and_variadic_ops() {
-        let mut spin = node("Spin", "spin", &["x"], &["s"], vec![ai("micros", 250)]);
+        let mut spin = node(
+            "Spin",
+            "spin",
+            &["x"],
+            &["s"],
+            vec![attr::int("micros", 250)],
+        );
         spin.domain = TEST_DOMAIN.into();
-        let mut fail = node("Fail", "fail", &["s"], &["f"], vec![ai("panic", 1)]);
+        let mut fail = node("Fail", "fail", &["s"], &["f"], vec![attr::int("panic", 1)]);
         fail.domain = TEST_DOMAIN.into();
         let sum = node("Sum", "sum", &["x", "f", "x"], &["y"], vec![]);
         let mean = node("Mean", "mean", &["x", "y"], &["z"], vec![]);
@@ -2282,9 +2534,9 @@ mod tests {
                     &["x"],
                     &["a"],
                     vec![
-                        aints("kernel_shape", &[3, 3]),
-                        aints("strides", &[2, 2]),
-                        ai("ceil_mode", 1),
+                        attr::ints("kernel_shape", &[3, 3]),
+                        attr::ints("strides", &[2, 2]),
+                        attr::int("ceil_mode", 1),
                     ],
                 ),
                 node(
@@ -2293,19 +2545,25 @@ mod tests {
                     &["a"],
                     &["b"],
                     vec![
-                        aints("kernel_shape", &[2, 2]),
-                        astr("auto_pad", "SAME_UPPER"),
-                        ai("count_include_pad", 1),
+                        attr::ints("kernel_shape", &[2, 2]),
+                        attr::string("auto_pad", "SAME_UPPER"),
+                        attr::int("count_include_pad", 1),
                     ],
                 ),
                 node("LeakyRelu", "lr", &["b"], &["c"], vec![]),
-                node("HardSigmoid", "hs", &["c"], &["d"], vec![af("alpha", 0.3)]),
+                node(
+                    "HardSigmoid",
+                    "hs",
+                    &["c"],
+                    &["d"],
+                    vec![attr::float("alpha", 0.3)],
+                ),
                 node(
                     "Gemm",
                     "gm",
                     &["e", "w"],
                     &["f"],
-                    vec![ai("transB", 1), af("alpha", 2.0)],
+                    vec![attr::int("transB", 1), attr::float("alpha", 2.0)],
                 ),
                 node("Flatten", "fl", &["d"], &["e"], vec![]),
                 node(
@@ -2313,14 +2571,14 @@ mod tests {
                     "ca",
                     &["f"],
                     &["g"],
-                    vec![ai("to", data_type::INT64 as i64)],
+                    vec![attr::int("to", data_type::INT64 as i64)],
                 ),
                 node(
                     "ArgMax",
                     "am",
                     &["g"],
                     &["y"],
-                    vec![ai("axis", 1), ai("keepdims", 0)],
+                    vec![attr::int("axis", 1), attr::int("keepdims", 0)],
                 ),
             ],
             vec![f32_init("w", &[5, 36], &[0.0; 180])],
@@ -2361,6 +2619,57 @@ mod tests {
     }
 
     #[test]
+    fn cast_widths_and_cast_like() {
+        let x = x_input(&[Some(2)]);
+        let m = model(
+            15,
+            vec![
+                node(
+                    "Cast",
+                    "h",
+                    &["x"],
+                    &["h"],
+                    vec![attr::int("to", data_type::FLOAT16 as i64)],
+                ),
+                node(
+                    "Cast",
+                    "i",
+                    &["h"],
+                    &["i"],
+                    vec![attr::int("to", data_type::INT32 as i64)],
+                ),
+                node("CastLike", "l", &["i", "x"], &["y"], vec![]),
+            ],
+            vec![],
+            x.clone(),
+            &["y"],
+        );
+        let g = import(&m).expect("imports");
+        assert_eq!(g.nodes[0].op, Op::Cast { to: DType::F32 });
+        assert_eq!(g.nodes[2].op, Op::Cast { to: DType::F32 });
+        assert_eq!(g.nodes[2].inputs.len(), 1);
+        assert_eq!(g.value(g.nodes[1].outputs[0]).dtype, DType::I32);
+        let m = model(
+            13,
+            vec![node(
+                "Cast",
+                "s",
+                &["x"],
+                &["y"],
+                vec![attr::int("to", data_type::STRING as i64)],
+            )],
+            vec![],
+            x,
+            &["y"],
+        );
+        let e = import(&m).expect_err("string");
+        assert!(
+            matches!(&e, Error::BadAttribute { attr, .. } if attr == "to"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn rnn_attributes() {
         let x = x_input(&[Some(5), Some(1), Some(3)]);
         let w = f32_init("w", &[2, 16, 3], &[0.0; 96]);
@@ -2370,7 +2679,10 @@ mod tests {
             "l",
             &["x", "w", "r"],
             &["y", "", "yc"],
-            vec![ai("hidden_size", 4), astr("direction", "bidirectional")],
+            vec![
+                attr::int("hidden_size", 4),
+                attr::string("direction", "bidirectional"),
+            ],
         );
         let g = import(&model(
             14,
@@ -2397,7 +2709,7 @@ mod tests {
             &["x", "w", "r"],
             &["y"],
             vec![
-                ai("hidden_size", 4),
+                attr::int("hidden_size", 4),
                 AttributeProto {
                     name: "activations".into(),
                     r#type: attr_type::STRINGS,

@@ -10,6 +10,7 @@
 //! target: see [`import_model`]).
 
 mod attrs;
+pub mod builder;
 mod import;
 pub mod proto;
 mod tensor;

@@ -139,6 +139,17 @@ fn no_typed_data(t: &TensorProto) -> bool {
         && t.uint64_data.is_empty()
 }
 
+/// Little-endian bytes to a vector of `T`: one `memcpy` when the bytes happen to be
+/// aligned for `T` on a little-endian host (the usual case for a large `raw_data`),
+/// element-wise decoding otherwise.
+fn le_vec<T: bytemuck::Pod, const N: usize>(b: &[u8], from_le: fn([u8; N]) -> T) -> Vec<T> {
+    #[cfg(target_endian = "little")]
+    if let Ok(v) = bytemuck::try_cast_slice::<u8, T>(b) {
+        return v.to_vec();
+    }
+    chunks::<N>(b).map(from_le).collect()
+}
+
 fn chunks<const N: usize>(b: &[u8]) -> impl Iterator<Item = [u8; N]> + '_ {
     b.chunks_exact(N).map(|c| {
         let mut a = [0u8; N];
@@ -151,7 +162,7 @@ fn chunks<const N: usize>(b: &[u8]) -> impl Iterator<Item = [u8; N]> + '_ {
 /// value that does not fit i64.
 fn from_raw(code: i32, b: &[u8]) -> Option<TensorData> {
     Some(match code {
-        dt::FLOAT => TensorData::F32(chunks::<4>(b).map(f32::from_le_bytes).collect()),
+        dt::FLOAT => TensorData::F32(le_vec(b, f32::from_le_bytes)),
         dt::UINT8 => TensorData::U8(b.to_vec()),
         dt::INT8 => TensorData::I8(b.iter().map(|&x| x as i8).collect()),
         dt::BOOL => TensorData::Bool(b.iter().map(|&x| u8::from(x != 0)).collect()),
@@ -175,13 +186,13 @@ fn from_raw(code: i32, b: &[u8]) -> Option<TensorData> {
                 .map(|c| f32::from_bits((u16::from_le_bytes(c) as u32) << 16))
                 .collect(),
         ),
-        dt::INT32 => TensorData::I32(chunks::<4>(b).map(i32::from_le_bytes).collect()),
+        dt::INT32 => TensorData::I32(le_vec(b, i32::from_le_bytes)),
         dt::UINT32 => TensorData::I64(
             chunks::<4>(b)
                 .map(|c| u32::from_le_bytes(c) as i64)
                 .collect(),
         ),
-        dt::INT64 => TensorData::I64(chunks::<8>(b).map(i64::from_le_bytes).collect()),
+        dt::INT64 => TensorData::I64(le_vec(b, i64::from_le_bytes)),
         dt::DOUBLE => TensorData::F32(
             chunks::<8>(b)
                 .map(|c| f64::from_le_bytes(c) as f32)
@@ -446,6 +457,23 @@ mod tests {
             ..Default::default()
         };
         assert!(decode_tensor(&u64t, &cx()).is_err());
+    }
+
+    #[test]
+    fn aligned_and_unaligned_raw_bytes_agree() {
+        let vals = [1.0f32, -0.5, 3.25, f32::MAX];
+        let mut buf = vec![0u8];
+        buf.extend(vals.iter().flat_map(|x| x.to_le_bytes()));
+        buf.push(0);
+        // One of the two offsets is misaligned for f32, whatever the allocation.
+        for off in [1, 2] {
+            let got = le_vec(&buf[off..off + 16], f32::from_le_bytes);
+            let want: Vec<f32> = chunks::<4>(&buf[off..off + 16])
+                .map(f32::from_le_bytes)
+                .collect();
+            assert_eq!(got, want);
+        }
+        assert_eq!(le_vec(&buf[1..17], f32::from_le_bytes), vals);
     }
 
     #[test]
