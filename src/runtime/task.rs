@@ -380,9 +380,14 @@ impl Runtime {
     pub fn global() -> Result<&'static Runtime> {
         GLOBAL.get_or_try_init(|| {
             let cfg = crate::sched::SchedConfig::from_env()?;
-            Ok(Runtime {
-                sched: Scheduler::new(cfg)?,
-            })
+            let tracing = cfg.trace_path.is_some();
+            let rt = Runtime { sched: Scheduler::new(cfg)? };
+            if tracing {
+                // The global runtime is never dropped: write `VNPU_TRACE` at process exit.
+                // SAFETY: registers a plain `extern "C"` function without arguments.
+                unsafe { libc::atexit(dump_global_trace) };
+            }
+            Ok(rt)
         })
     }
 
