@@ -168,7 +168,7 @@ pub fn compile_graph(mut g: Graph, opts: &CompileOptions) -> Result<CompiledMode
         }
     }
     simplify::eliminate_dead_nodes(&mut g);
-    check_outputs_computed(&g)?;
+    ensure_outputs_computed(&mut g);
     place::place_nodes(&mut g, &opts.run_on_cpu, &opts.run_on_bpu)?;
 
     let graph = Arc::new(g);
@@ -233,21 +233,48 @@ pub fn compile_graph(mut g: Graph, opts: &CompileOptions) -> Result<CompiledMode
     })
 }
 
-/// Every graph output must be produced by a node (a constant or pass-through output
-/// keeps an explicit copy so the executor writes it).
-fn check_outputs_computed(g: &Graph) -> Result<()> {
+/// Makes every graph output the output of a node: an output that folded to a constant or
+/// that is a graph input directly gets an explicit copy node, so the executor writes it.
+fn ensure_outputs_computed(g: &mut Graph) {
     let producers = g.producers();
-    for &o in &g.outputs {
-        if producers[o].is_none() {
-            return Err(Error::Shape {
-                node: g.values[o].name.clone(),
-                op: "output".into(),
-                reason: "graph output is a constant or an input; vnpu needs it computed by a node"
-                    .into(),
-            });
+    for k in 0..g.outputs.len() {
+        let o = g.outputs[k];
+        if producers[o].is_some() {
+            continue;
         }
+        let name = g.values[o].name.clone();
+        let (dtype, shape) = (g.values[o].dtype, g.values[o].shape.clone());
+        let from = if g.inputs.contains(&o) {
+            // A graph input keeps its id (it is listed in `inputs`); the copy reads it.
+            let v = g.add_value(Value {
+                name: name.clone(),
+                dtype,
+                shape,
+                declared: None,
+                konst: None,
+            });
+            g.outputs[k] = v;
+            (o, v)
+        } else {
+            let konst = g.values[o].konst.take();
+            let src = g.add_value(Value {
+                name: format!("{name}__source"),
+                dtype,
+                shape,
+                declared: None,
+                konst,
+            });
+            (src, o)
+        };
+        g.nodes.push(Node {
+            name: format!("{name}__output_copy"),
+            op: Op::Unary(crate::ir::UnaryOp::Identity),
+            inputs: vec![Some(from.0)],
+            outputs: vec![from.1],
+            absorbed: vec![],
+            placement: None,
+        });
     }
-    Ok(())
 }
 
 fn tensor_spec(g: &Graph, v: ValueId) -> Result<IoSpec> {

@@ -1,6 +1,6 @@
 //! The ONNX importer: `ModelProto` bytes → [`ir::Graph`].
 //!
-//! Steps: decode the protobuf; check the default-domain opset (11..=21); decode the
+//! Steps: decode the protobuf; check the default-domain opset (11..=28); decode the
 //! initializers (constants, also when listed as graph inputs); give every real graph
 //! input a static shape (dynamic dims fixed by [`ImportOptions::input_shapes`], a dynamic
 //! first dim defaults to 1); turn `Constant` nodes into constant values; sort the other
@@ -33,7 +33,7 @@ use crate::{Error, Result};
 /// Oldest default-domain opset accepted.
 pub const MIN_OPSET: i64 = 11;
 /// Newest default-domain opset accepted.
-pub const MAX_OPSET: i64 = 21;
+pub const MAX_OPSET: i64 = 28;
 /// Domain of vnpu's test-only operators (`Spin`, `Fail`).
 pub const TEST_DOMAIN: &str = "ai.vnpu.test";
 
@@ -711,6 +711,24 @@ impl<'a> Importer<'a> {
         a.finish()?;
         let mut ins = ins;
         self.check_arity(&name, op_type, &ins, p.min_in, p.max_in)?;
+        if op_type == "Dropout" {
+            // Dropout in training mode drops values at random: not an inference op.
+            let training = ins.get(2).copied().flatten().map(|v| {
+                self.g.values[v]
+                    .konst
+                    .as_ref()
+                    .map(|k| k.to_f32_vec().first().copied().unwrap_or(0.0) != 0.0)
+            });
+            if matches!(training, Some(Some(true)) | Some(None)) {
+                return Err(Error::BadAttribute {
+                    node: name.clone(),
+                    op: op_type.to_string(),
+                    attr: "training_mode".into(),
+                    reason: "training mode (random dropping) is not supported; vnpu runs inference"
+                        .into(),
+                });
+            }
+        }
         if matches!(p.op, Op::Unary(UnaryOp::Identity) | Op::Cast { .. }) {
             // Dropout's ratio / training_mode inputs mean nothing at inference;
             // CastLike's second input only carried its type.

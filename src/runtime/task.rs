@@ -381,7 +381,9 @@ impl Runtime {
         GLOBAL.get_or_try_init(|| {
             let cfg = crate::sched::SchedConfig::from_env()?;
             let tracing = cfg.trace_path.is_some();
-            let rt = Runtime { sched: Scheduler::new(cfg)? };
+            let rt = Runtime {
+                sched: Scheduler::new(cfg)?,
+            };
             if tracing {
                 // The global runtime is never dropped: write `VNPU_TRACE` at process exit.
                 // SAFETY: registers a plain `extern "C"` function without arguments.
