@@ -113,9 +113,9 @@ fn scale_weights(g: &Graph, node: usize, s: &[f32], t: &[f32]) -> Option<(Tensor
                 return None;
             }
             for kk in 0..k {
-                for o in 0..oc {
+                for (o, &so) in s.iter().enumerate() {
                     let idx = if *trans_b { o * k + kk } else { kk * oc + o };
-                    w2[idx] *= s[o] * alpha;
+                    w2[idx] *= so * alpha;
                 }
             }
             // New bias: beta*C*s + t, broadcast to [oc] only when C is per-column.
