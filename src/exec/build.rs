@@ -1823,7 +1823,7 @@ fn plan_pad(c: &Ctx<'_>, mode: ir::PadMode) -> Result<Kernel> {
             .collect();
         maps.push(map);
     }
-    if mode != ir::PadMode::Constant && s.iter().any(|&d| d == 0) {
+    if mode != ir::PadMode::Constant && s.contains(&0) {
         return Err(shape_err(n, "cannot reflect/edge/wrap-pad an empty dim"));
     }
     index_map(c, o, maps, fill)
@@ -1894,7 +1894,7 @@ fn plan_resize(
         ir::ResizeMode::Linear => {
             c.require_f32(0)?;
             let r = s.len();
-            if r < 2 || s[..r - 2] != o[..r - 2] || s.iter().any(|&d| d == 0) {
+            if r < 2 || s[..r - 2] != o[..r - 2] || s.contains(&0) {
                 return Err(unsup(
                     n,
                     "linear resize of dims other than the two innermost",

@@ -568,7 +568,7 @@ fn layer_and_instance_norm() {
 #[test]
 fn binary_broadcast_compare_where_and_int_math() {
     let a = rand_vec(2 * 3 * 4, 40);
-    let c = rand_vec(3 * 1, 41);
+    let c = rand_vec(3, 41);
     let mut b = B::default();
     let ai = b.input(DType::F32, &[2, 3, 4]);
     let ci = b.input(DType::F32, &[3, 1]);

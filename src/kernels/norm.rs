@@ -2,6 +2,7 @@
 //! each plane, LayerNorm over trailing axes. Statistics are accumulated in f64.
 
 /// `y = x * scale[c] + shift[c]` over `[N, C, inner]`, planes `[lo, hi)` of `N*C`.
+#[allow(clippy::too_many_arguments)]
 pub fn channel_affine(
     c: usize,
     inner: usize,
