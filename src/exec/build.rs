@@ -361,7 +361,7 @@ impl GemmPlan {
             + if self.b_packed.is_some() {
                 0
             } else {
-                gemm::packed_b_len(self.k, self.n) + self.n
+                gemm::block_scratch_len(self.k, self.n)
             }
     }
 }
@@ -2567,13 +2567,20 @@ fn run_gemm(ctx: &RunCtx<'_>, g: &GemmPlan, io: &Inputs<'_>, c: &mut [f32], scra
     let mn = g.m * g.n;
     for (bi, &(ao, bo)) in g.batches.iter().enumerate() {
         gemm::pack_a(&a[ao..], g.a_rs, g.a_cs, g.m, g.k, g.alpha, pa);
-        let pb: &[f32] = match &g.b_packed {
-            Some(p) => p,
-            None => {
-                let (pb, row) = rest.split_at_mut(gemm::packed_b_len(g.k, g.n));
-                gemm::pack_b(&b[bo..], g.b_rs, g.b_cs, g.k, g.n, 1.0, pb, row);
-                pb
+        let bm = &b[bo..];
+        let (rs, cs) = (g.b_rs, g.b_cs);
+        let fill = |p: usize, j0: usize, len: usize, row: &mut [f32]| {
+            if cs == 1 {
+                return Some(&bm[p * rs + j0..p * rs + j0 + len]);
             }
+            for (j, d) in row[..len].iter_mut().enumerate() {
+                *d = bm[p * rs + (j0 + j) * cs];
+            }
+            None
+        };
+        let bsrc = match &g.b_packed {
+            Some(p) => gemm::BSource::Packed(p),
+            None => gemm::BSource::Rows(&fill),
         };
         let mut resid: [&[f32]; MAX_RESIDUALS] = [&[]; MAX_RESIDUALS];
         for (d, &i) in resid.iter_mut().zip(&g.res) {
@@ -2599,7 +2606,8 @@ fn run_gemm(ctx: &RunCtx<'_>, g: &GemmPlan, io: &Inputs<'_>, c: &mut [f32], scra
             g.n,
             g.k,
             pa,
-            pb,
+            bsrc,
+            rest,
             cb,
             g.n,
             (0, g.m),

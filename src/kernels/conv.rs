@@ -11,7 +11,7 @@
 //! A call computes output channels `[c_lo, c_hi)` only; the epilogue (bias, post-ops,
 //! residuals) runs inside the GEMM / per channel plane while it is hot.
 
-use super::gemm::{self, gemm_packed, Epilogue, MR};
+use super::gemm::{self, gemm_packed, BSource, Epilogue, MR};
 use super::simd::{self, Isa};
 
 /// Geometry of a 2-D convolution (1-D uses `h = kh = oh = 1`).
@@ -75,8 +75,7 @@ impl ConvShape {
         if self.is_depthwise() {
             0
         } else {
-            let n = self.oh * self.ow;
-            gemm::packed_b_len(self.k(), n) + n
+            gemm::block_scratch_len(self.k(), self.oh * self.ow)
         }
     }
 }
@@ -158,9 +157,16 @@ pub fn conv2d(
         for g in g_lo..g_hi {
             let m_lo = c_lo.max(g * mg) - g * mg;
             let m_hi = c_hi.min((g + 1) * mg) - g * mg;
-            let (pb, row) = scratch.split_at_mut(gemm::packed_b_len(k, ohw));
             let xg = &xb[g * s.cin_g() * hw..(g + 1) * s.cin_g() * hw];
-            pack_im2col(s, xg, pb, row);
+            let pointwise = s.is_pointwise();
+            let fill = |p: usize, j0: usize, len: usize, row: &mut [f32]| {
+                if pointwise {
+                    Some(&xg[p * hw + j0..p * hw + j0 + len])
+                } else {
+                    im2col_segment(s, xg, p, j0, &mut row[..len]);
+                    None
+                }
+            };
             let yg = &mut yb[g * mg * ohw..(g + 1) * mg * ohw];
             let mut res_g: [&[f32]; 4] = [&[]; 4];
             for (d, r) in res_g.iter_mut().zip(epi_b.residuals) {
@@ -177,7 +183,8 @@ pub fn conv2d(
                 ohw,
                 k,
                 &wts.groups[g],
-                pb,
+                BSource::Rows(&fill),
+                scratch,
                 yg,
                 ohw,
                 (m_lo, m_hi),
@@ -188,42 +195,41 @@ pub fn conv2d(
     }
 }
 
-/// Writes the im2col matrix of one image and group (`[Cin_g*KH*KW, OH*OW]`) into packed
-/// B panels `pb`, using `row` (OH*OW floats) as scratch.
-fn pack_im2col(s: &ConvShape, xg: &[f32], pb: &mut [f32], row: &mut [f32]) {
-    let (ohw, hw, k) = (s.oh * s.ow, s.h * s.w, s.k());
-    if s.is_pointwise() {
-        gemm::pack_b_rows(k, ohw, pb, row, |p, _| Some(&xg[p * hw..(p + 1) * hw]));
-        return;
-    }
-    let khw = s.kh * s.kw;
-    gemm::pack_b_rows(k, ohw, pb, row, |p, row| {
-        let ci = p / khw;
-        let ky = (p % khw) / s.kw;
-        let kx = p % s.kw;
-        let plane = &xg[ci * hw..(ci + 1) * hw];
-        let (ox_lo, ox_hi) = valid_range(s.ow, s.sw, s.pw, kx * s.dw, s.w);
-        for oy in 0..s.oh {
-            let out = &mut row[oy * s.ow..(oy + 1) * s.ow];
-            let iy = (oy * s.sh + ky * s.dh) as isize - s.ph as isize;
-            if iy < 0 || iy >= s.h as isize || ox_lo >= ox_hi {
-                out.fill(0.0);
-                continue;
-            }
-            let src = &plane[iy as usize * s.w..(iy as usize + 1) * s.w];
-            out[..ox_lo].fill(0.0);
-            out[ox_hi..].fill(0.0);
-            let ix0 = ox_lo * s.sw + kx * s.dw - s.pw;
-            if s.sw == 1 {
-                out[ox_lo..ox_hi].copy_from_slice(&src[ix0..ix0 + (ox_hi - ox_lo)]);
-            } else {
-                for (i, o) in out[ox_lo..ox_hi].iter_mut().enumerate() {
-                    *o = src[ix0 + i * s.sw];
-                }
+/// Writes columns `j0..j0 + out.len()` of im2col row `p` (`p = (ci, ky, kx)`, columns
+/// = output positions `oy * OW + ox`) of one image and group into `out`.
+fn im2col_segment(s: &ConvShape, xg: &[f32], p: usize, j0: usize, out: &mut [f32]) {
+    let (hw, khw) = (s.h * s.w, s.kh * s.kw);
+    let ci = p / khw;
+    let ky = (p % khw) / s.kw;
+    let kx = p % s.kw;
+    let plane = &xg[ci * hw..(ci + 1) * hw];
+    let (vlo, vhi) = valid_range(s.ow, s.sw, s.pw, kx * s.dw, s.w);
+    let mut j = j0;
+    let end = j0 + out.len();
+    while j < end {
+        let (oy, ox0) = (j / s.ow, j % s.ow);
+        let ox1 = s.ow.min(ox0 + (end - j));
+        let seg = &mut out[j - j0..j - j0 + (ox1 - ox0)];
+        j += ox1 - ox0;
+        let iy = (oy * s.sh + ky * s.dh) as isize - s.ph as isize;
+        let (lo, hi) = (vlo.clamp(ox0, ox1), vhi.clamp(ox0, ox1));
+        if iy < 0 || iy >= s.h as isize || lo >= hi {
+            seg.fill(0.0);
+            continue;
+        }
+        let src = &plane[iy as usize * s.w..(iy as usize + 1) * s.w];
+        seg[..lo - ox0].fill(0.0);
+        seg[hi - ox0..].fill(0.0);
+        let ix0 = lo * s.sw + kx * s.dw - s.pw;
+        let dst = &mut seg[lo - ox0..hi - ox0];
+        if s.sw == 1 {
+            dst.copy_from_slice(&src[ix0..ix0 + dst.len()]);
+        } else {
+            for (i, o) in dst.iter_mut().enumerate() {
+                *o = src[ix0 + i * s.sw];
             }
         }
-        None
-    });
+    }
 }
 
 /// Output positions `[lo, hi)` whose input index `o*stride + off - pad` lies in `[0, len)`.
@@ -317,7 +323,7 @@ impl DeconvPlan {
         let s = &self.s;
         let hw = s.h * s.w;
         let m = s.cout_g() * s.kh * s.kw;
-        gemm::packed_b_len(s.cin_g(), hw) + hw + m.div_ceil(MR) * MR * hw
+        gemm::block_scratch_len(s.cin_g(), hw) + m.div_ceil(MR) * MR * hw
     }
 
     /// Computes output channels `[c_lo, c_hi)` of `y` (`[N, Cout, OH, OW]`) from `x`
@@ -337,8 +343,7 @@ impl DeconvPlan {
         let (hw, ohw) = (s.h * s.w, s.oh * s.ow);
         let (cin_g, cout_g, khw) = (s.cin_g(), s.cout_g(), s.kh * s.kw);
         let m = cout_g * khw;
-        let (pb, rest) = scratch.split_at_mut(gemm::packed_b_len(cin_g, hw));
-        let (row, cols) = rest.split_at_mut(hw);
+        let (bscratch, cols) = scratch.split_at_mut(gemm::block_scratch_len(cin_g, hw));
         for b in 0..s.n {
             let xb = &x[b * s.c_in * hw..(b + 1) * s.c_in * hw];
             let yb = &mut y[b * s.c_out * ohw..(b + 1) * s.c_out * ohw];
@@ -346,7 +351,9 @@ impl DeconvPlan {
                 let lo = c_lo.max(g * cout_g) - g * cout_g;
                 let hi = c_hi.min((g + 1) * cout_g) - g * cout_g;
                 let xg = &xb[g * cin_g * hw..(g + 1) * cin_g * hw];
-                gemm::pack_b_rows(cin_g, hw, pb, row, |p, _| Some(&xg[p * hw..(p + 1) * hw]));
+                let fill = |p: usize, j0: usize, len: usize, _: &mut [f32]| {
+                    Some(&xg[p * hw + j0..p * hw + j0 + len])
+                };
                 let (r_lo, r_hi) = (lo * khw / MR * MR, hi * khw);
                 gemm_packed(
                     isa,
@@ -354,7 +361,8 @@ impl DeconvPlan {
                     hw,
                     cin_g,
                     &self.packed[g],
-                    pb,
+                    BSource::Rows(&fill),
+                    bscratch,
                     cols,
                     hw,
                     (r_lo, r_hi),

@@ -21,7 +21,7 @@ pub fn channel_affine(
             &mut y[p * inner..(p + 1) * inner],
         );
         for (d, v) in ys.iter_mut().zip(xs) {
-            *d = v.mul_add(s, t);
+            *d = v * s + t;
         }
     }
 }

@@ -105,8 +105,9 @@ pub fn axpy(isa: Isa, alpha: f32, x: &[f32], y: &mut [f32]) {
 
 #[inline(always)]
 fn axpy_body(alpha: f32, x: &[f32], y: &mut [f32]) {
+    // A plain multiply-add: `mul_add` would become a libm call where FMA is not enabled.
     for (d, s) in y.iter_mut().zip(x) {
-        *d = s.mul_add(alpha, *d);
+        *d += *s * alpha;
     }
 }
 
@@ -117,7 +118,7 @@ pub fn axpy_strided(isa: Isa, alpha: f32, x: &[f32], stride: usize, y: &mut [f32
         return axpy(isa, alpha, x, y);
     }
     for (i, d) in y.iter_mut().enumerate() {
-        *d = x[i * stride].mul_add(alpha, *d);
+        *d += x[i * stride] * alpha;
     }
 }
 
