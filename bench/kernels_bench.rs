@@ -58,15 +58,20 @@ fn bench_gemm(reps: usize) {
         gemm::pack_a(&a, k, 1, m, k, 1.0, &mut pa);
         gemm::pack_b(&b, n, 1, k, n, 1.0, &mut pb, &mut vec![0.0; n]);
         let mut c = vec![0.0; m * n];
+        let mut scratch = vec![0.0; gemm::block_scratch_len(k, n)];
+        let fill =
+            |p: usize, j0: usize, len: usize, _: &mut [f32]| Some(&b[p * n + j0..p * n + j0 + len]);
         for isa in simd::available_isas() {
             let t = best(reps, || {
+                let src = gemm::BSource::Packed(&pb);
                 gemm::gemm_packed(
                     isa,
                     m,
                     n,
                     k,
                     &pa,
-                    &pb,
+                    src,
+                    &mut [],
                     &mut c,
                     n,
                     (0, m),
@@ -74,10 +79,29 @@ fn bench_gemm(reps: usize) {
                     &gemm::Epilogue::NONE,
                 )
             });
+            let t2 = best(reps, || {
+                let src = gemm::BSource::Rows(&fill);
+                gemm::gemm_packed(
+                    isa,
+                    m,
+                    n,
+                    k,
+                    &pa,
+                    src,
+                    &mut scratch,
+                    &mut c,
+                    n,
+                    (0, m),
+                    (0, n),
+                    &gemm::Epilogue::NONE,
+                )
+            });
+            let gf = |t: f64| 2.0 * (m * n * k) as f64 / t / 1e9;
             println!(
-                "{m:>6} {n:>6} {k:>6} {:>10} {:>10.1}",
+                "{m:>6} {n:>6} {k:>6} {:>10} {:>10.1} {:>12.1}",
                 format!("{isa:?}"),
-                2.0 * (m * n * k) as f64 / t / 1e9
+                gf(t),
+                gf(t2)
             );
         }
     }
