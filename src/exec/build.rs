@@ -2268,7 +2268,7 @@ impl Kernel {
             }
             Kernel::MaxPool(s) => {
                 let (lo, hi) = tile.range(s.planes, 1);
-                pool::max_pool(s, io.f32(0), out_f32(out, outs, 0), lo, hi);
+                pool::max_pool(ctx.isa, s, io.f32(0), out_f32(out, outs, 0), lo, hi);
             }
             Kernel::AvgPool(s, inc) => {
                 let (lo, hi) = tile.range(s.planes, 1);

@@ -270,25 +270,45 @@ fn depthwise(
     for c in c_lo..c_hi {
         let plane = &xb[c * hw..(c + 1) * hw];
         let out = &mut yb[c * ohw..(c + 1) * ohw];
-        out.fill(0.0);
+        simd::depthwise_plane(isa, s, &w[c * khw..(c + 1) * khw], plane, out);
+        epi.apply(yb, ohw, c, 1, 0, ohw);
+    }
+}
+
+/// One depthwise plane: `out[oy, ox] = sum_{ky,kx} w[ky, kx] * x[iy, ix]` (zero padding).
+/// Shared body of the AVX2 and portable builds ([`simd::depthwise_plane`]): output rows
+/// accumulate one kernel tap at a time over the valid column range, which vectorises
+/// for unit stride.
+#[inline(always)]
+pub(crate) fn depthwise_plane_body(s: &ConvShape, w: &[f32], plane: &[f32], out: &mut [f32]) {
+    for oy in 0..s.oh {
+        let row = &mut out[oy * s.ow..(oy + 1) * s.ow];
+        row.fill(0.0);
         for ky in 0..s.kh {
+            let iy = (oy * s.sh + ky * s.dh) as isize - s.ph as isize;
+            if iy < 0 || iy >= s.h as isize {
+                continue;
+            }
+            let src = &plane[iy as usize * s.w..(iy as usize + 1) * s.w];
             for kx in 0..s.kw {
-                let wv = w[c * khw + ky * s.kw + kx];
-                let (ox_lo, ox_hi) = valid_range(s.ow, s.sw, s.pw, kx * s.dw, s.w);
-                if ox_lo >= ox_hi {
+                let wv = w[ky * s.kw + kx];
+                let (lo, hi) = valid_range(s.ow, s.sw, s.pw, kx * s.dw, s.w);
+                if lo >= hi {
                     continue;
                 }
-                let ix0 = ox_lo * s.sw + kx * s.dw - s.pw;
-                let (oy_lo, oy_hi) = valid_range(s.oh, s.sh, s.ph, ky * s.dh, s.h);
-                for oy in oy_lo..oy_hi {
-                    let iy = oy * s.sh + ky * s.dh - s.ph;
-                    let src = &plane[iy * s.w + ix0..(iy + 1) * s.w];
-                    let dst = &mut out[oy * s.ow + ox_lo..oy * s.ow + ox_hi];
-                    simd::axpy_strided(isa, wv, src, s.sw, dst);
+                let ix0 = lo * s.sw + kx * s.dw - s.pw;
+                let dst = &mut row[lo..hi];
+                if s.sw == 1 {
+                    for (d, x) in dst.iter_mut().zip(&src[ix0..]) {
+                        *d += wv * *x;
+                    }
+                } else {
+                    for (d, x) in dst.iter_mut().zip(src[ix0..].iter().step_by(s.sw)) {
+                        *d += wv * *x;
+                    }
                 }
             }
         }
-        epi.apply(yb, ohw, c, 1, 0, ohw);
     }
 }
 

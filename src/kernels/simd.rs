@@ -6,7 +6,9 @@
 //! `is_x86_feature_detected!` confirmed both features, so calling the `target_feature`
 //! functions with it is sound.
 
+use super::conv::{depthwise_plane_body, ConvShape};
 use super::gemm::{MR, NR};
+use super::pool::{max_pool_plane_body, PoolShape};
 
 /// Instruction set used by the kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -162,8 +164,35 @@ fn clamp_body(x: &mut [f32], lo: f32, hi: f32) {
     }
 }
 
+/// One depthwise conv plane (see [`super::conv::depthwise_plane_body`]).
+#[inline]
+pub fn depthwise_plane(isa: Isa, s: &ConvShape, w: &[f32], plane: &[f32], out: &mut [f32]) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2Fma => {
+            // SAFETY: AVX2+FMA were detected (see `Isa`); safe indexing only.
+            unsafe { avx2::depthwise_plane(s, w, plane, out) }
+        }
+        _ => depthwise_plane_body(s, w, plane, out),
+    }
+}
+
+/// Max pooling of one plane (see [`super::pool::max_pool_plane_body`]).
+#[inline]
+pub fn max_pool_plane(isa: Isa, s: &PoolShape, x: &[f32], y: &mut [f32]) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2Fma => {
+            // SAFETY: AVX2+FMA were detected (see `Isa`); safe indexing only.
+            unsafe { avx2::max_pool_plane(s, x, y) }
+        }
+        _ => max_pool_plane_body(s, x, y),
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
+    use super::{depthwise_plane_body, max_pool_plane_body, ConvShape, PoolShape};
     use super::{MR, NR};
     use std::arch::x86_64::*;
 
@@ -222,6 +251,24 @@ mod avx2 {
         super::axpy_body(alpha, x, y)
     }
 
+    /// AVX2 build of [`depthwise_plane_body`].
+    ///
+    /// # Safety
+    /// AVX2 and FMA must be available.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn depthwise_plane(s: &ConvShape, w: &[f32], plane: &[f32], out: &mut [f32]) {
+        depthwise_plane_body(s, w, plane, out)
+    }
+
+    /// AVX2 build of [`max_pool_plane_body`].
+    ///
+    /// # Safety
+    /// AVX2 and FMA must be available.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn max_pool_plane(s: &PoolShape, x: &[f32], y: &mut [f32]) {
+        max_pool_plane_body(s, x, y)
+    }
+
     /// AVX2 build of [`super::add_body`].
     ///
     /// # Safety
@@ -276,6 +323,56 @@ mod tests {
                 clamp(isa, &mut c1, 0.0, 0.5);
                 clamp_body(&mut c2, 0.0, 0.5);
                 assert_close(&c1, &c2, 0.0);
+            }
+            for (hw, k, st, d, p) in [
+                (1, 1, 1, 1, 0),
+                (7, 3, 1, 1, 1),
+                (9, 3, 2, 1, 1),
+                (8, 5, 2, 2, 4),
+                (17, 3, 1, 2, 0),
+            ] {
+                let oh = (hw + 2 * p - d * (k - 1) - 1) / st + 1;
+                let s = ConvShape {
+                    n: 1,
+                    c_in: 2,
+                    h: hw,
+                    w: hw,
+                    c_out: 2,
+                    oh,
+                    ow: oh,
+                    kh: k,
+                    kw: k,
+                    sh: st,
+                    sw: st,
+                    dh: d,
+                    dw: d,
+                    ph: p,
+                    pw: p,
+                    group: 2,
+                };
+                let x = rand_vec(hw * hw, 6);
+                let w = rand_vec(k * k, 7);
+                let (mut y1, mut y2) = (vec![0.0; oh * oh], vec![0.0; oh * oh]);
+                depthwise_plane(isa, &s, &w, &x, &mut y1);
+                depthwise_plane_body(&s, &w, &x, &mut y2);
+                assert_close(&y1, &y2, 1e-6);
+                let ps = PoolShape {
+                    planes: 1,
+                    h: hw,
+                    w: hw,
+                    oh,
+                    ow: oh,
+                    kh: k,
+                    kw: k,
+                    sh: st,
+                    sw: st,
+                    dh: d,
+                    dw: d,
+                    pads: [p, p, p, p],
+                };
+                max_pool_plane(isa, &ps, &x, &mut y1);
+                max_pool_plane_body(&ps, &x, &mut y2);
+                assert_close(&y1, &y2, 0.0);
             }
         }
     }
