@@ -73,7 +73,7 @@ impl ConvShape {
     /// Scratch floats a forward conv call needs.
     pub fn scratch_len(&self) -> usize {
         if self.is_depthwise() {
-            0
+            depthwise_scratch_len(self)
         } else {
             gemm::block_scratch_len(self.k(), self.oh * self.ow)
         }
@@ -148,7 +148,7 @@ pub fn conv2d(
             ..*epi
         };
         if s.is_depthwise() {
-            depthwise(isa, s, &wts.groups[0], xb, yb, c_lo, c_hi, &epi_b);
+            depthwise(isa, s, &wts.groups[0], xb, yb, c_lo, c_hi, &epi_b, scratch);
             continue;
         }
         let (mg, k) = (s.cout_g(), s.k());
@@ -265,45 +265,78 @@ fn depthwise(
     c_lo: usize,
     c_hi: usize,
     epi: &Epilogue<'_>,
+    scratch: &mut [f32],
 ) {
     let (ohw, hw, khw) = (s.oh * s.ow, s.h * s.w, s.kh * s.kw);
     for c in c_lo..c_hi {
         let plane = &xb[c * hw..(c + 1) * hw];
         let out = &mut yb[c * ohw..(c + 1) * ohw];
-        simd::depthwise_plane(isa, s, &w[c * khw..(c + 1) * khw], plane, out);
-        epi.apply(yb, ohw, c, 1, 0, ohw);
+        simd::depthwise_plane(isa, s, &w[c * khw..(c + 1) * khw], plane, out, scratch);
+        epi.apply(isa, yb, ohw, c, 1, 0, ohw);
     }
 }
 
+/// Geometry of the zero-padded, column-phase-split copy of a depthwise input plane:
+/// `(phase_len, row_len)`; there are `sw` phases.
+fn dw_padded(s: &ConvShape) -> (usize, usize) {
+    let hp = (s.h + s.ph).max((s.oh.max(1) - 1) * s.sh + (s.kh - 1) * s.dh + 1);
+    let wp = (s.w + s.pw).max((s.ow.max(1) - 1) * s.sw + (s.kw - 1) * s.dw + 1);
+    let wps = wp.div_ceil(s.sw);
+    ((hp + 1) * wps, wps)
+}
+
+/// Scratch floats [`depthwise_plane_body`] needs.
+pub fn depthwise_scratch_len(s: &ConvShape) -> usize {
+    s.sw * dw_padded(s).0
+}
+
 /// One depthwise plane: `out[oy, ox] = sum_{ky,kx} w[ky, kx] * x[iy, ix]` (zero padding).
-/// Shared body of the AVX2 and portable builds ([`simd::depthwise_plane`]): output rows
-/// accumulate one kernel tap at a time over the valid column range, which vectorises
-/// for unit stride.
+/// Shared body of the AVX2 and portable builds ([`simd::depthwise_plane`]).
+///
+/// The plane is first copied into `scratch` with its zero border and its columns split
+/// into `sw` phases (column `c` goes to phase `c % sw`, position `c / sw`), so every
+/// kernel tap becomes a contiguous, bounds-free multiply-add over an output row.
 #[inline(always)]
-pub(crate) fn depthwise_plane_body(s: &ConvShape, w: &[f32], plane: &[f32], out: &mut [f32]) {
-    for oy in 0..s.oh {
-        let row = &mut out[oy * s.ow..(oy + 1) * s.ow];
-        row.fill(0.0);
-        for ky in 0..s.kh {
-            let iy = (oy * s.sh + ky * s.dh) as isize - s.ph as isize;
-            if iy < 0 || iy >= s.h as isize {
-                continue;
+pub(crate) fn depthwise_plane_body(
+    s: &ConvShape,
+    w: &[f32],
+    plane: &[f32],
+    out: &mut [f32],
+    scratch: &mut [f32],
+) {
+    let (plen, wps) = dw_padded(s);
+    let sw = s.sw;
+    let pad = &mut scratch[..sw * plen];
+    pad.fill(0.0);
+    for iy in 0..s.h {
+        let src = &plane[iy * s.w..(iy + 1) * s.w];
+        let r = (iy + s.ph) * wps;
+        if sw == 1 {
+            pad[r + s.pw..r + s.pw + s.w].copy_from_slice(src);
+        } else {
+            for (ix, v) in src.iter().enumerate() {
+                let col = ix + s.pw;
+                pad[(col % sw) * plen + r + col / sw] = *v;
             }
-            let src = &plane[iy as usize * s.w..(iy as usize + 1) * s.w];
+        }
+    }
+    let ow = s.ow;
+    for oy in 0..s.oh {
+        let row = &mut out[oy * ow..(oy + 1) * ow];
+        let mut first = true;
+        for ky in 0..s.kh {
+            let r = (oy * s.sh + ky * s.dh) * wps;
             for kx in 0..s.kw {
                 let wv = w[ky * s.kw + kx];
-                let (lo, hi) = valid_range(s.ow, s.sw, s.pw, kx * s.dw, s.w);
-                if lo >= hi {
-                    continue;
-                }
-                let ix0 = lo * s.sw + kx * s.dw - s.pw;
-                let dst = &mut row[lo..hi];
-                if s.sw == 1 {
-                    for (d, x) in dst.iter_mut().zip(&src[ix0..]) {
-                        *d += wv * *x;
+                let off = (kx * s.dw) % sw * plen + r + (kx * s.dw) / sw;
+                let src = &pad[off..off + ow];
+                if first {
+                    for (d, x) in row.iter_mut().zip(src) {
+                        *d = wv * *x;
                     }
+                    first = false;
                 } else {
-                    for (d, x) in dst.iter_mut().zip(src[ix0..].iter().step_by(s.sw)) {
+                    for (d, x) in row.iter_mut().zip(src) {
                         *d += wv * *x;
                     }
                 }

@@ -11,7 +11,7 @@
 //! C, which lets the executor split a node into disjoint tiles.
 
 use super::simd::{self, Isa};
-use super::unary::{apply_unary, PostOpRt};
+use super::unary::{apply_unary_body, PostOpRt};
 
 /// Rows of one micro-tile (and of one packed A panel).
 pub const MR: usize = 6;
@@ -171,7 +171,24 @@ impl Epilogue<'_> {
     }
 
     /// Applies the epilogue to rows `i0..i0+mr`, columns `j0..j0+nr` of C.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
     pub(crate) fn apply(
+        &self,
+        isa: Isa,
+        c: &mut [f32],
+        ldc: usize,
+        i0: usize,
+        mr: usize,
+        j0: usize,
+        nr: usize,
+    ) {
+        simd::epilogue(isa, self, c, ldc, i0, mr, j0, nr)
+    }
+
+    /// Shared body of the epilogue builds ([`simd::epilogue`]).
+    #[inline(always)]
+    pub(crate) fn apply_body(
         &self,
         c: &mut [f32],
         ldc: usize,
@@ -203,7 +220,7 @@ impl Epilogue<'_> {
             }
             for p in self.post {
                 match p {
-                    PostOpRt::Unary(u) => apply_unary(*u, row),
+                    PostOpRt::Unary(u) => apply_unary_body(*u, row),
                     PostOpRt::Affine { scale, shift } => {
                         if self.channel_is_row {
                             let ch = self.channel_offset + i;
@@ -328,7 +345,7 @@ pub fn gemm_packed(
             c[i * ldc + n_lo..i * ldc + n_hi].fill(0.0);
         }
         if !epi.is_empty() {
-            epi.apply(c, ldc, m_lo, m_hi - m_lo, n_lo, n_hi - n_lo);
+            epi.apply(isa, c, ldc, m_lo, m_hi - m_lo, n_lo, n_hi - n_lo);
         }
         return;
     }
@@ -381,7 +398,7 @@ pub fn gemm_packed(
                             }
                         }
                         if last && !epi.is_empty() {
-                            epi.apply(c, ldc, i, mr, j, nr);
+                            epi.apply(isa, c, ldc, i, mr, j, nr);
                         }
                         i += mr;
                     }

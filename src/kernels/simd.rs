@@ -7,8 +7,10 @@
 //! functions with it is sound.
 
 use super::conv::{depthwise_plane_body, ConvShape};
-use super::gemm::{MR, NR};
+use super::gemm::{Epilogue, MR, NR};
 use super::pool::{max_pool_plane_body, PoolShape};
+use super::unary::{apply_unary_body, PostOpRt};
+use crate::ir::UnaryOp;
 
 /// Instruction set used by the kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,14 +168,57 @@ fn clamp_body(x: &mut [f32], lo: f32, hi: f32) {
 
 /// One depthwise conv plane (see [`super::conv::depthwise_plane_body`]).
 #[inline]
-pub fn depthwise_plane(isa: Isa, s: &ConvShape, w: &[f32], plane: &[f32], out: &mut [f32]) {
+pub fn depthwise_plane(
+    isa: Isa,
+    s: &ConvShape,
+    w: &[f32],
+    plane: &[f32],
+    out: &mut [f32],
+    scratch: &mut [f32],
+) {
     match isa {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2Fma => {
             // SAFETY: AVX2+FMA were detected (see `Isa`); safe indexing only.
-            unsafe { avx2::depthwise_plane(s, w, plane, out) }
+            unsafe { avx2::depthwise_plane(s, w, plane, out, scratch) }
         }
-        _ => depthwise_plane_body(s, w, plane, out),
+        _ => depthwise_plane_body(s, w, plane, out, scratch),
+    }
+}
+
+/// Fused epilogue on a tile of C (see [`Epilogue::apply_body`]).
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub fn epilogue(
+    isa: Isa,
+    e: &Epilogue<'_>,
+    c: &mut [f32],
+    ldc: usize,
+    i0: usize,
+    mr: usize,
+    j0: usize,
+    nr: usize,
+) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2Fma => {
+            // SAFETY: AVX2+FMA were detected (see `Isa`); safe indexing only.
+            unsafe { avx2::epilogue(e, c, ldc, i0, mr, j0, nr) }
+        }
+        _ => e.apply_body(c, ldc, i0, mr, j0, nr),
+    }
+}
+
+/// Element-wise function in place (see [`apply_unary_body`]).
+#[inline]
+pub fn unary(isa: Isa, op: UnaryOp, x: &mut [f32]) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2Fma => {
+            // SAFETY: AVX2+FMA were detected (see `Isa`); safe indexing only.
+            unsafe { avx2::unary(op, x) }
+        }
+        _ => apply_unary_body(op, x),
     }
 }
 
@@ -192,7 +237,37 @@ pub fn max_pool_plane(isa: Isa, s: &PoolShape, x: &[f32], y: &mut [f32]) {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::{depthwise_plane_body, max_pool_plane_body, ConvShape, PoolShape};
+    use super::{
+        apply_unary_body, depthwise_plane_body, max_pool_plane_body, ConvShape, Epilogue,
+        PoolShape, UnaryOp,
+    };
+
+    /// AVX2 build of [`Epilogue::apply_body`].
+    ///
+    /// # Safety
+    /// AVX2 and FMA must be available.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn epilogue(
+        e: &Epilogue<'_>,
+        c: &mut [f32],
+        ldc: usize,
+        i0: usize,
+        mr: usize,
+        j0: usize,
+        nr: usize,
+    ) {
+        e.apply_body(c, ldc, i0, mr, j0, nr)
+    }
+
+    /// AVX2 build of [`apply_unary_body`].
+    ///
+    /// # Safety
+    /// AVX2 and FMA must be available.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn unary(op: UnaryOp, x: &mut [f32]) {
+        apply_unary_body(op, x)
+    }
     use super::{MR, NR};
     use std::arch::x86_64::*;
 
@@ -256,8 +331,14 @@ mod avx2 {
     /// # Safety
     /// AVX2 and FMA must be available.
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn depthwise_plane(s: &ConvShape, w: &[f32], plane: &[f32], out: &mut [f32]) {
-        depthwise_plane_body(s, w, plane, out)
+    pub unsafe fn depthwise_plane(
+        s: &ConvShape,
+        w: &[f32],
+        plane: &[f32],
+        out: &mut [f32],
+        scratch: &mut [f32],
+    ) {
+        depthwise_plane_body(s, w, plane, out, scratch)
     }
 
     /// AVX2 build of [`max_pool_plane_body`].
@@ -324,6 +405,56 @@ mod tests {
                 clamp_body(&mut c2, 0.0, 0.5);
                 assert_close(&c1, &c2, 0.0);
             }
+            let ops = [
+                UnaryOp::Relu,
+                UnaryOp::Clip {
+                    min: -0.2,
+                    max: 0.3,
+                },
+                UnaryOp::HardSwish,
+                UnaryOp::Sigmoid,
+                UnaryOp::LeakyRelu { alpha: 0.1 },
+            ];
+            for op in ops {
+                let x = rand_vec(37, 8);
+                let (mut a, mut b) = (x.clone(), x.clone());
+                unary(isa, op, &mut a);
+                apply_unary_body(op, &mut b);
+                assert_close(&a, &b, 1e-6);
+            }
+            let (bias, scale, shift, res) = (
+                rand_vec(12, 9),
+                rand_vec(12, 10),
+                rand_vec(12, 11),
+                rand_vec(12 * 20, 12),
+            );
+            let post = [
+                PostOpRt::Affine { scale, shift },
+                PostOpRt::AddInput { slot: 0 },
+                PostOpRt::PRelu {
+                    slope: bias.clone(),
+                },
+                PostOpRt::Unary(UnaryOp::Clip {
+                    min: -0.5,
+                    max: 0.5,
+                }),
+            ];
+            let residuals: [&[f32]; 1] = [&res];
+            for row in [true, false] {
+                let e = Epilogue {
+                    bias: Some(&bias),
+                    channel_is_row: row,
+                    channel_offset: usize::from(row),
+                    addend: Some(&res),
+                    post: &post,
+                    residuals: &residuals,
+                };
+                let c0 = rand_vec(12 * 20, 13);
+                let (mut a, mut b) = (c0.clone(), c0.clone());
+                e.apply(isa, &mut a, 20, 2, 5, 1, 11);
+                e.apply_body(&mut b, 20, 2, 5, 1, 11);
+                assert_close(&a, &b, 1e-6);
+            }
             for (hw, k, st, d, p) in [
                 (1, 1, 1, 1, 0),
                 (7, 3, 1, 1, 1),
@@ -353,8 +484,9 @@ mod tests {
                 let x = rand_vec(hw * hw, 6);
                 let w = rand_vec(k * k, 7);
                 let (mut y1, mut y2) = (vec![0.0; oh * oh], vec![0.0; oh * oh]);
-                depthwise_plane(isa, &s, &w, &x, &mut y1);
-                depthwise_plane_body(&s, &w, &x, &mut y2);
+                let mut scratch = vec![0.0; crate::kernels::conv::depthwise_scratch_len(&s)];
+                depthwise_plane(isa, &s, &w, &x, &mut y1, &mut scratch);
+                depthwise_plane_body(&s, &w, &x, &mut y2, &mut scratch);
                 assert_close(&y1, &y2, 1e-6);
                 let ps = PoolShape {
                     planes: 1,
