@@ -268,6 +268,9 @@ impl Epilogue<'_> {
     }
 }
 
+/// Produces `B[p, j0..j0 + len]` for [`BSource::Rows`]: `fill(p, j0, len, row)`.
+pub type RowFill<'a> = dyn Fn(usize, usize, usize, &mut [f32]) -> Option<&'a [f32]> + 'a;
+
 /// Where the B operand of [`gemm_packed`] comes from.
 #[derive(Clone, Copy)]
 pub enum BSource<'a> {
@@ -276,7 +279,7 @@ pub enum BSource<'a> {
     /// B generated on the fly, one `KC x NC` block at a time, into scratch:
     /// `fill(p, j0, len, row)` returns `B[p, j0..j0 + len]`, either as a slice of its
     /// source or by writing it into `row` (then returning `None`).
-    Rows(&'a dyn Fn(usize, usize, usize, &mut [f32]) -> Option<&'a [f32]>),
+    Rows(&'a RowFill<'a>),
 }
 
 /// Scratch floats [`gemm_packed`] needs for a [`BSource::Rows`] operand of depth `k`
@@ -288,7 +291,7 @@ pub fn block_scratch_len(k: usize, n: usize) -> usize {
 
 /// Packs rows `k0..k0+kc`, columns `jc..jc+nc` of B into NR-column panels in `buf`.
 fn pack_block<'b>(
-    fill: &(dyn Fn(usize, usize, usize, &mut [f32]) -> Option<&'b [f32]> + 'b),
+    fill: &RowFill<'b>,
     k0: usize,
     kc: usize,
     jc: usize,

@@ -9,7 +9,7 @@
 use super::conv::{depthwise_plane_body, ConvShape};
 use super::gemm::{Epilogue, MR, NR};
 use super::pool::{max_pool_plane_body, PoolShape};
-use super::unary::{apply_unary_body, PostOpRt};
+use super::unary::apply_unary_body;
 use crate::ir::UnaryOp;
 
 /// Instruction set used by the kernels.
@@ -373,6 +373,7 @@ mod avx2 {
 mod tests {
     use super::*;
     use crate::kernels::testutil::{assert_close, rand_vec};
+    use crate::kernels::unary::PostOpRt;
 
     /// The shared twin test: every routine, every ISA, edge sizes, against the portable one.
     #[test]
