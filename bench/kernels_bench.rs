@@ -107,6 +107,66 @@ fn bench_gemm(reps: usize) {
     }
 }
 
+/// Single conv layers (best of `reps`), through the kernel API.
+fn bench_conv(reps: usize) {
+    use vnpu::kernels::conv::{conv2d, ConvShape, ConvWeights};
+    println!("Conv layers");
+    println!("{:<34} {:>10} {:>10}", "layer", "us", "GFLOP/s");
+    let layers: [(&str, usize, usize, usize, usize, usize, usize); 7] = [
+        ("3x3 64->64 @56 (ResNet)", 64, 56, 64, 3, 1, 1),
+        ("3x3 256->256 @14 (ResNet)", 256, 14, 256, 3, 1, 1),
+        ("7x7/2 3->64 @224 (ResNet stem)", 3, 224, 64, 7, 2, 1),
+        ("1x1 16->96 @112 (MobileNetV2)", 16, 112, 96, 1, 1, 1),
+        ("1x1 96->24 @56 (MobileNetV2)", 96, 56, 24, 1, 1, 1),
+        ("dw3x3 192 @28 (MobileNetV2)", 192, 28, 192, 3, 1, 192),
+        ("dw3x3/2 96 @112 (MobileNetV2)", 96, 112, 96, 3, 2, 96),
+    ];
+    for (name, ci, hw, co, k, st, group) in layers {
+        let p = k / 2;
+        let o = (hw + 2 * p - k) / st + 1;
+        let s = ConvShape {
+            n: 1,
+            c_in: ci,
+            h: hw,
+            w: hw,
+            c_out: co,
+            oh: o,
+            ow: o,
+            kh: k,
+            kw: k,
+            sh: st,
+            sw: st,
+            dh: 1,
+            dw: 1,
+            ph: p,
+            pw: p,
+            group,
+        };
+        let w = ConvWeights::pack(&s, &rand(co * ci / group * k * k, 3));
+        let x = rand(ci * hw * hw, 4);
+        let mut y = vec![0.0; co * o * o];
+        let mut scratch = vec![0.0; s.scratch_len()];
+        let t = best(reps, || {
+            conv2d(
+                simd::best_isa(),
+                &s,
+                &w,
+                &x,
+                &mut y,
+                0,
+                co,
+                &gemm::Epilogue::NONE,
+                &mut scratch,
+            )
+        });
+        println!(
+            "{name:<34} {:>10.1} {:>10.1}",
+            t * 1e6,
+            2.0 * s.macs() as f64 / t / 1e9
+        );
+    }
+}
+
 /// Hand-built CNN graphs.
 struct Net {
     g: Graph,
@@ -350,6 +410,8 @@ fn main() {
     let reps = if quick { 3 } else { 10 };
     println!("isa: {:?}", simd::best_isa());
     bench_gemm(reps);
+    println!();
+    bench_conv(reps * 3);
     println!();
     bench_net("ResNet-18", resnet18(), reps, 44.0);
     bench_net("MobileNetV2", mobilenet_v2(), reps, 9.0);

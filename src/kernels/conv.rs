@@ -225,9 +225,27 @@ fn im2col_segment(s: &ConvShape, xg: &[f32], p: usize, j0: usize, out: &mut [f32
         if s.sw == 1 {
             dst.copy_from_slice(&src[ix0..ix0 + dst.len()]);
         } else {
-            for (i, o) in dst.iter_mut().enumerate() {
-                *o = src[ix0 + i * s.sw];
-            }
+            strided_copy(&src[ix0..], s.sw, dst);
+        }
+    }
+}
+
+/// `dst[i] = src[i * stride]` for as many elements as both allow (stride 2 has a
+/// fixed-size fast path the compiler vectorises).
+#[inline(always)]
+fn strided_copy(src: &[f32], stride: usize, dst: &mut [f32]) {
+    if stride == 2 {
+        for (d, pair) in dst.iter_mut().zip(src.chunks_exact(2)) {
+            *d = pair[0];
+        }
+        // An odd-length source leaves one last element outside the exact chunks.
+        let done = src.len() / 2;
+        if done < dst.len() && src.len() % 2 == 1 {
+            dst[done] = src[src.len() - 1];
+        }
+    } else {
+        for (d, c) in dst.iter_mut().zip(src.chunks(stride)) {
+            *d = c[0];
         }
     }
 }
@@ -276,26 +294,33 @@ fn depthwise(
     }
 }
 
-/// Geometry of the zero-padded, column-phase-split copy of a depthwise input plane:
-/// `(phase_len, row_len)`; there are `sw` phases.
+/// Geometry of the zero-padded, phase-split copy of a depthwise input plane:
+/// `(phase_len, phase_row_len)`; there are `sh * sw` phases.
 fn dw_padded(s: &ConvShape) -> (usize, usize) {
     let hp = (s.h + s.ph).max((s.oh.max(1) - 1) * s.sh + (s.kh - 1) * s.dh + 1);
     let wp = (s.w + s.pw).max((s.ow.max(1) - 1) * s.sw + (s.kw - 1) * s.dw + 1);
-    let wps = wp.div_ceil(s.sw);
-    ((hp + 1) * wps, wps)
+    let (hps, wps) = (hp.div_ceil(s.sh), wp.div_ceil(s.sw));
+    ((hps + 1) * wps, wps)
 }
 
 /// Scratch floats [`depthwise_plane_body`] needs.
 pub fn depthwise_scratch_len(s: &ConvShape) -> usize {
-    s.sw * dw_padded(s).0
+    let (plen, wps) = dw_padded(s);
+    s.sh * s.sw * plen + s.oh * wps
 }
+
+/// Output elements accumulated per block in [`depthwise_plane_body`] (stays in L1).
+const DW_BLOCK: usize = 1024;
 
 /// One depthwise plane: `out[oy, ox] = sum_{ky,kx} w[ky, kx] * x[iy, ix]` (zero padding).
 /// Shared body of the AVX2 and portable builds ([`simd::depthwise_plane`]).
 ///
-/// The plane is first copied into `scratch` with its zero border and its columns split
-/// into `sw` phases (column `c` goes to phase `c % sw`, position `c / sw`), so every
-/// kernel tap becomes a contiguous, bounds-free multiply-add over an output row.
+/// The plane is first copied into `scratch` with its zero border, split into `sh * sw`
+/// phases (padded position `(r, c)` goes to phase `(r % sh, c % sw)` at `(r / sh, c / sw)`).
+/// Output `(oy, ox)` of tap `(ky, kx)` then reads phase position `(oy + ky*dh / sh,
+/// ox + kx*dw / sw)`, so over a "wide" output of rows of the phase width each tap is one
+/// contiguous, bounds-free multiply-add over the whole plane; the wide rows are then
+/// trimmed into `out`.
 #[inline(always)]
 pub(crate) fn depthwise_plane_body(
     s: &ConvShape,
@@ -305,43 +330,57 @@ pub(crate) fn depthwise_plane_body(
     scratch: &mut [f32],
 ) {
     let (plen, wps) = dw_padded(s);
-    let sw = s.sw;
-    let pad = &mut scratch[..sw * plen];
-    pad.fill(0.0);
+    let (sh, sw) = (s.sh, s.sw);
+    let (pads, wide) = scratch.split_at_mut(sh * sw * plen);
+    pads.fill(0.0);
     for iy in 0..s.h {
         let src = &plane[iy * s.w..(iy + 1) * s.w];
-        let r = (iy + s.ph) * wps;
+        let r = iy + s.ph;
+        let base = (r % sh) * sw * plen + (r / sh) * wps;
         if sw == 1 {
-            pad[r + s.pw..r + s.pw + s.w].copy_from_slice(src);
+            pads[base + s.pw..base + s.pw + s.w].copy_from_slice(src);
         } else {
-            for (ix, v) in src.iter().enumerate() {
-                let col = ix + s.pw;
-                pad[(col % sw) * plen + r + col / sw] = *v;
+            for qx in 0..sw {
+                // First padded column of this phase that holds input: c0 >= pw, c0 % sw == qx.
+                let c0 = s.pw + (qx + sw - s.pw % sw) % sw;
+                if c0 - s.pw >= s.w {
+                    continue;
+                }
+                let dst = &mut pads[base + qx * plen + c0 / sw..];
+                strided_copy(&src[c0 - s.pw..], sw, dst);
             }
         }
     }
-    let ow = s.ow;
-    for oy in 0..s.oh {
-        let row = &mut out[oy * ow..(oy + 1) * ow];
+    let n = s.oh * wps;
+    let wide = &mut wide[..n];
+    let mut b0 = 0;
+    while b0 < n {
+        let len = DW_BLOCK.min(n - b0);
+        let acc = &mut wide[b0..b0 + len];
         let mut first = true;
         for ky in 0..s.kh {
-            let r = (oy * s.sh + ky * s.dh) * wps;
+            let (qy, ry) = ((ky * s.dh) % sh, (ky * s.dh) / sh);
             for kx in 0..s.kw {
+                let (qx, cx) = ((kx * s.dw) % sw, (kx * s.dw) / sw);
+                let off = (qy * sw + qx) * plen + ry * wps + cx + b0;
                 let wv = w[ky * s.kw + kx];
-                let off = (kx * s.dw) % sw * plen + r + (kx * s.dw) / sw;
-                let src = &pad[off..off + ow];
+                let src = &pads[off..off + len];
                 if first {
-                    for (d, x) in row.iter_mut().zip(src) {
+                    for (d, x) in acc.iter_mut().zip(src) {
                         *d = wv * *x;
                     }
                     first = false;
                 } else {
-                    for (d, x) in row.iter_mut().zip(src) {
+                    for (d, x) in acc.iter_mut().zip(src) {
                         *d += wv * *x;
                     }
                 }
             }
         }
+        b0 += len;
+    }
+    for oy in 0..s.oh {
+        out[oy * s.ow..(oy + 1) * s.ow].copy_from_slice(&wide[oy * wps..oy * wps + s.ow]);
     }
 }
 
