@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Instant;
 use vnpu::exec::{ModelPlan, PlanOptions};
 use vnpu::ir::{ConvGeom, DType, Graph, Node, Op, Placement, PostOp, Tensor, UnaryOp, Value};
+use vnpu::kernels::unary::PostOpRt;
 use vnpu::kernels::{gemm, simd};
 
 fn rand(n: usize, seed: u64) -> Vec<f32> {
@@ -111,7 +112,10 @@ fn bench_gemm(reps: usize) {
 fn bench_conv(reps: usize) {
     use vnpu::kernels::conv::{conv2d, ConvShape, ConvWeights};
     println!("Conv layers");
-    println!("{:<34} {:>10} {:>10}", "layer", "us", "GFLOP/s");
+    println!(
+        "{:<34} {:>10} {:>10} {:>16}",
+        "layer", "us", "GFLOP/s", "us +bias+relu6"
+    );
     let layers: [(&str, usize, usize, usize, usize, usize, usize); 7] = [
         ("3x3 64->64 @56 (ResNet)", 64, 56, 64, 3, 1, 1),
         ("3x3 256->256 @14 (ResNet)", 256, 14, 256, 3, 1, 1),
@@ -146,23 +150,27 @@ fn bench_conv(reps: usize) {
         let x = rand(ci * hw * hw, 4);
         let mut y = vec![0.0; co * o * o];
         let mut scratch = vec![0.0; s.scratch_len()];
+        let isa = simd::best_isa();
+        let none = gemm::Epilogue::NONE;
         let t = best(reps, || {
-            conv2d(
-                simd::best_isa(),
-                &s,
-                &w,
-                &x,
-                &mut y,
-                0,
-                co,
-                &gemm::Epilogue::NONE,
-                &mut scratch,
-            )
+            conv2d(isa, &s, &w, &x, &mut y, 0, co, &none, &mut scratch)
         });
+        let bias = rand(co, 5);
+        let post = [PostOpRt::Unary(UnaryOp::Clip { min: 0.0, max: 6.0 })];
+        let epi = gemm::Epilogue {
+            bias: Some(&bias),
+            post: &post,
+            ..gemm::Epilogue::NONE
+        };
+        let t2 = best(reps, || {
+            conv2d(isa, &s, &w, &x, &mut y, 0, co, &epi, &mut scratch)
+        });
+        let gf = 2.0 * s.macs() as f64 / t / 1e9;
         println!(
-            "{name:<34} {:>10.1} {:>10.1}",
+            "{name:<34} {:>10.1} {:>10.1} {:>16.1}",
             t * 1e6,
-            2.0 * s.macs() as f64 / t / 1e9
+            gf,
+            t2 * 1e6
         );
     }
 }

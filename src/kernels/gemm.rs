@@ -4,7 +4,8 @@
 //! panels of [`NR`] columns, each split into blocks of at most [`KC`] along K. Weights are
 //! packed once when a plan is built; activations are packed per run into scratch memory.
 //! A 6x16 micro-kernel (AVX2+FMA, or its portable twin) accumulates one tile of C; after
-//! the last K block the [`Epilogue`] runs on the tile while it is still in L1.
+//! the last K block the [`Epilogue`] runs on each finished MC x NC block of C while it is
+//! still in cache.
 //!
 //! Invariants: packed buffers are zero-padded to whole panels, so the micro-kernel never
 //! reads out of bounds; a call computes only the rows `m_range` and columns `n_range` of
@@ -400,12 +401,14 @@ pub fn gemm_packed(
                                 }
                             }
                         }
-                        if last && !epi.is_empty() {
-                            epi.apply(isa, c, ldc, i, mr, j, nr);
-                        }
                         i += mr;
                     }
                     j += nr;
+                }
+                // The epilogue runs once per finished MC x NC block, row segments of up
+                // to NC contiguous elements, while the block is still in cache.
+                if last && !epi.is_empty() {
+                    epi.apply(isa, c, ldc, ic, ic_end - ic, jc, jc_end - jc);
                 }
                 ic = ic_end;
             }
