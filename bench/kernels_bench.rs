@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 use std::time::Instant;
-use vnpu::exec::{ModelPlan, PlanOptions};
+use vnpu::exec::{ModelPlan, PlanOptions, Tile};
 use vnpu::ir::{ConvGeom, DType, Graph, Node, Op, Placement, PostOp, Tensor, UnaryOp, Value};
 use vnpu::kernels::unary::PostOpRt;
 use vnpu::kernels::{gemm, simd};
@@ -153,7 +153,18 @@ fn bench_conv(reps: usize) {
         let isa = simd::best_isa();
         let none = gemm::Epilogue::NONE;
         let t = best(reps, || {
-            conv2d(isa, &s, &w, &x, &mut y, 0, co, &none, &mut scratch)
+            conv2d(
+                isa,
+                &s,
+                &w,
+                &x,
+                &mut y,
+                0,
+                co,
+                (0, o * o),
+                &none,
+                &mut scratch,
+            )
         });
         let bias = rand(co, 5);
         let post = [PostOpRt::Unary(UnaryOp::Clip { min: 0.0, max: 6.0 })];
@@ -163,7 +174,18 @@ fn bench_conv(reps: usize) {
             ..gemm::Epilogue::NONE
         };
         let t2 = best(reps, || {
-            conv2d(isa, &s, &w, &x, &mut y, 0, co, &epi, &mut scratch)
+            conv2d(
+                isa,
+                &s,
+                &w,
+                &x,
+                &mut y,
+                0,
+                co,
+                (0, o * o),
+                &epi,
+                &mut scratch,
+            )
         });
         let gf = 2.0 * s.macs() as f64 / t / 1e9;
         println!(
@@ -382,6 +404,27 @@ fn bench_net(name: &str, g: Graph, reps: usize, ort_ms: f64) {
         2.0 * macs as f64 / secs / 1e9,
         secs * 1e3 / ort_ms,
         plan.arena_bytes() as f64 / (1 << 20) as f64,
+    );
+    // Tile overhead: every node split into up to 8 tiles vs whole, runs interleaved.
+    let (mut whole, mut tiled) = (f64::INFINITY, f64::INFINITY);
+    for _ in 0..reps {
+        whole = whole.min(best(1, || plan.run_all(&mut st).expect("run")));
+        tiled = tiled.min(best(1, || {
+            for node in 0..g.nodes.len() {
+                let count = plan.tiles_for(node).min(8);
+                for index in 0..count {
+                    plan.run_node(&mut st, node, Tile { index, count })
+                        .expect("tile");
+                }
+            }
+        }));
+    }
+    println!(
+        "{:<12} tiles (<= 8 per node): {:.2} ms vs whole {:.2} ms ({:+.1} %)",
+        "",
+        tiled * 1e3,
+        whole * 1e3,
+        (tiled / whole - 1.0) * 100.0
     );
     if std::env::args().any(|a| a == "profile") {
         let pplan = ModelPlan::new(

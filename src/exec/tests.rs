@@ -1526,3 +1526,44 @@ fn eval_node_folds_shape_math_without_graph_shapes() {
     )
     .is_err());
 }
+
+#[test]
+fn gemm_row_tiles_with_residual_and_addend() {
+    // More rows than columns: tiles split rows of C, residual and C sliced to match.
+    let (m, k, n) = (20, 7, 5);
+    let a = rand_vec(m * k, 100);
+    let bm = rand_vec(k * n, 101);
+    let cm = rand_vec(m * n, 102);
+    let res = rand_vec(m * n, 103);
+    let mut b = B::default();
+    let ai = b.input(DType::F32, &[m, k]);
+    let ri = b.input(DType::F32, &[m, n]);
+    let bi = b.kf(&[k, n], bm.clone());
+    let ci = b.kf(&[m, n], cm.clone());
+    let op = Op::Gemm {
+        alpha: 1.0,
+        beta: 0.5,
+        trans_a: false,
+        trans_b: false,
+        post: vec![PostOp::AddInput { input: 3 }],
+    };
+    let y = b.n1(op, &[ai, bi, ci, ri], DType::F32, &[m, n]);
+    b.out(y);
+    let plan_tiles = {
+        let g = Arc::new(b.g.clone());
+        ModelPlan::new(g, &PlanOptions::default())
+            .expect("plan")
+            .tiles_for(0)
+    };
+    assert_eq!(plan_tiles, 4, "20 rows in panels of 6");
+    let out = run(
+        b.g,
+        &[
+            Tensor::from_f32(vec![m, k], a.clone()),
+            Tensor::from_f32(vec![m, n], res.clone()),
+        ],
+    );
+    let base = matmul_ref(&a, &bm, m, k, n);
+    let want: Vec<f32> = (0..m * n).map(|i| base[i] + 0.5 * cm[i] + res[i]).collect();
+    assert_close(f32s(&out[0]), &want, 1e-5);
+}

@@ -119,8 +119,9 @@ pub fn channel_align(s: &ConvShape) -> usize {
     }
 }
 
-/// Forward conv of output channels `[c_lo, c_hi)`. `x`: `[N, Cin, H, W]`, `y`:
-/// `[N, Cout, OH, OW]`. `epi.residuals` are laid out like `y` (the whole tensor); `bias`
+/// Forward conv of output channels `[c_lo, c_hi)` and output positions `cols`
+/// (`oy * OW + ox`; must be the whole plane for depthwise convs, and start at a multiple
+/// of the GEMM column panel otherwise). `x`: `[N, Cin, H, W]`, `y`: `[N, Cout, OH, OW]`. `epi.residuals` are laid out like `y` (the whole tensor); `bias`
 /// and channel post-ops are indexed by output channel.
 #[allow(clippy::too_many_arguments)]
 pub fn conv2d(
@@ -131,6 +132,7 @@ pub fn conv2d(
     y: &mut [f32],
     c_lo: usize,
     c_hi: usize,
+    cols: (usize, usize),
     epi: &Epilogue<'_>,
     scratch: &mut [f32],
 ) {
@@ -188,7 +190,7 @@ pub fn conv2d(
                 yg,
                 ohw,
                 (m_lo, m_hi),
-                (0, ohw),
+                cols,
                 &epi_g,
             );
         }
@@ -590,9 +592,63 @@ mod tests {
                 // Two tiles on an aligned boundary must equal the whole.
                 let al = channel_align(s);
                 let mid = (s.c_out / 2 / al * al).min(s.c_out);
-                conv2d(isa, s, &wts, &x, &mut y, 0, mid, &epi, &mut scratch);
-                conv2d(isa, s, &wts, &x, &mut y, mid, s.c_out, &epi, &mut scratch);
-                assert_close(&y, &conv_naive(s, &x, &w, &bias), 1e-4);
+                conv2d(
+                    isa,
+                    s,
+                    &wts,
+                    &x,
+                    &mut y,
+                    0,
+                    mid,
+                    (0, s.oh * s.ow),
+                    &epi,
+                    &mut scratch,
+                );
+                conv2d(
+                    isa,
+                    s,
+                    &wts,
+                    &x,
+                    &mut y,
+                    mid,
+                    s.c_out,
+                    (0, s.oh * s.ow),
+                    &epi,
+                    &mut scratch,
+                );
+                let want = conv_naive(s, &x, &w, &bias);
+                assert_close(&y, &want, 1e-4);
+                if s.group == 1 {
+                    // Output-position tiles on a column-panel boundary.
+                    let ohw = s.oh * s.ow;
+                    let midc = ohw / 2 / gemm::NR * gemm::NR;
+                    y.fill(f32::NAN);
+                    conv2d(
+                        isa,
+                        s,
+                        &wts,
+                        &x,
+                        &mut y,
+                        0,
+                        s.c_out,
+                        (0, midc),
+                        &epi,
+                        &mut scratch,
+                    );
+                    conv2d(
+                        isa,
+                        s,
+                        &wts,
+                        &x,
+                        &mut y,
+                        0,
+                        s.c_out,
+                        (midc, ohw),
+                        &epi,
+                        &mut scratch,
+                    );
+                    assert_close(&y, &want, 1e-4);
+                }
             }
         }
     }
