@@ -204,6 +204,7 @@ pub(crate) enum Kernel {
         bias: Option<Vec<f32>>,
         post: Vec<PostOpRt>,
         res: Vec<usize>,
+        by_cols: bool,
     },
     Deconv {
         p: DeconvPlan,
@@ -356,12 +357,17 @@ pub(crate) struct GemmPlan {
 }
 
 impl GemmPlan {
+    /// Tiles split rows of C (else columns).
+    fn by_rows(&self) -> bool {
+        self.m > self.n
+    }
+
     fn scratch(&self) -> usize {
         gemm::packed_a_len(self.m, self.k)
             + if self.b_packed.is_some() {
                 0
             } else {
-                gemm::packed_b_len(self.k, self.n) + self.n
+                gemm::block_scratch_len(self.k, self.n)
             }
     }
 }
@@ -1337,6 +1343,9 @@ fn plan_conv(
     let (post, res) = post_ops(c, post, cout)?;
     let wts = ConvWeights::pack(&s, &wt);
     let scratch = s.scratch_len();
+    // Tiles split whichever GEMM dimension is larger, so that what each tile repeats
+    // (packing B for channel tiles, streaming A for position tiles) stays negligible.
+    let by_cols = !s.is_depthwise() && s.group == 1 && s.oh * s.ow > s.c_out;
     Ok((
         Kernel::Conv {
             s,
@@ -1344,6 +1353,7 @@ fn plan_conv(
             bias,
             post,
             res,
+            by_cols,
         },
         scratch,
         0,
@@ -1445,7 +1455,7 @@ fn plan_gemm(
                 if cs.iter().product::<usize>() == nn && cs.last() == Some(&nn) {
                     bias = Some(v.iter().map(|x| x * beta).collect());
                 } else {
-                    let bc = Bcast::new(&[cs], &[m, nn])
+                    let bc = Bcast::new(&[cs, &[]], &[m, nn])
                         .ok_or_else(|| shape_err(n, "C does not broadcast to [M, N]"))?;
                     let mut full = vec![0.0f32; m * nn];
                     eltwise::map2(&bc, &v, &[0.0f32], &mut full, 0, bc.outer(), |x, _| {
@@ -1823,7 +1833,7 @@ fn plan_pad(c: &Ctx<'_>, mode: ir::PadMode) -> Result<Kernel> {
             .collect();
         maps.push(map);
     }
-    if mode != ir::PadMode::Constant && s.iter().any(|&d| d == 0) {
+    if mode != ir::PadMode::Constant && s.contains(&0) {
         return Err(shape_err(n, "cannot reflect/edge/wrap-pad an empty dim"));
     }
     index_map(c, o, maps, fill)
@@ -1894,7 +1904,7 @@ fn plan_resize(
         ir::ResizeMode::Linear => {
             c.require_f32(0)?;
             let r = s.len();
-            if r < 2 || s[..r - 2] != o[..r - 2] || s.iter().any(|&d| d == 0) {
+            if r < 2 || s[..r - 2] != o[..r - 2] || s.contains(&0) {
                 return Err(unsup(
                     n,
                     "linear resize of dims other than the two innermost",
@@ -2036,9 +2046,21 @@ impl Kernel {
     /// Most tiles this kernel can be split into.
     pub fn tiles(&self) -> usize {
         let t = match self {
-            Kernel::Conv { s, .. } => s.c_out.div_ceil(conv::channel_align(s)),
+            Kernel::Conv { s, by_cols, .. } => {
+                if *by_cols {
+                    (s.oh * s.ow).div_ceil(NR)
+                } else {
+                    s.c_out.div_ceil(conv::channel_align(s))
+                }
+            }
             Kernel::Deconv { p, .. } => p.s.c_out,
-            Kernel::Gemm(g) => g.n.div_ceil(NR),
+            Kernel::Gemm(g) => {
+                if g.by_rows() {
+                    g.m.div_ceil(gemm::MR)
+                } else {
+                    g.n.div_ceil(NR)
+                }
+            }
             Kernel::Affine { planes, .. } | Kernel::InstanceNorm { planes, .. } => *planes,
             Kernel::LayerNorm { rows, .. } => *rows,
             Kernel::Unary { n, .. } | Kernel::ClipDyn { n } | Kernel::Cast { n, .. } => {
@@ -2088,8 +2110,14 @@ impl Kernel {
                 bias,
                 post,
                 res,
+                by_cols,
             } => {
-                let (lo, hi) = tile.range(s.c_out, conv::channel_align(s));
+                let ohw = s.oh * s.ow;
+                let ((lo, hi), cols) = if *by_cols {
+                    ((0, s.c_out), tile.range(ohw, NR))
+                } else {
+                    (tile.range(s.c_out, conv::channel_align(s)), (0, ohw))
+                };
                 let mut resid: [&[f32]; MAX_RESIDUALS] = [&[]; MAX_RESIDUALS];
                 for (d, &i) in resid.iter_mut().zip(res) {
                     *d = io.f32(i);
@@ -2110,6 +2138,7 @@ impl Kernel {
                     out_f32(out, outs, 0),
                     lo,
                     hi,
+                    cols,
                     &epi,
                     scratch,
                 );
@@ -2268,7 +2297,7 @@ impl Kernel {
             }
             Kernel::MaxPool(s) => {
                 let (lo, hi) = tile.range(s.planes, 1);
-                pool::max_pool(s, io.f32(0), out_f32(out, outs, 0), lo, hi);
+                pool::max_pool(ctx.isa, s, io.f32(0), out_f32(out, outs, 0), lo, hi);
             }
             Kernel::AvgPool(s, inc) => {
                 let (lo, hi) = tile.range(s.planes, 1);
@@ -2560,28 +2589,51 @@ fn run_unary(op: UnaryOp, t: DType, x: &[u8], y: &mut [u8], lo: usize, hi: usize
 }
 
 fn run_gemm(ctx: &RunCtx<'_>, g: &GemmPlan, io: &Inputs<'_>, c: &mut [f32], scratch: &mut [f32]) {
-    let (lo, hi) = ctx.tile.range(g.n, NR);
+    // Tiles split rows of C when there are more rows than columns, else columns (see
+    // `GemmPlan::by_rows`); a row tile packs only its own rows of A.
+    let ((r0, r1), (lo, hi)) = if g.by_rows() {
+        (ctx.tile.range(g.m, gemm::MR), (0, g.n))
+    } else {
+        ((0, g.m), ctx.tile.range(g.n, NR))
+    };
+    let rows = r1 - r0;
     let a = io.f32(0);
     let b = io.f32(1);
     let (pa, rest) = scratch.split_at_mut(gemm::packed_a_len(g.m, g.k));
     let mn = g.m * g.n;
+    let sub = r0 * g.n..r1 * g.n;
     for (bi, &(ao, bo)) in g.batches.iter().enumerate() {
-        gemm::pack_a(&a[ao..], g.a_rs, g.a_cs, g.m, g.k, g.alpha, pa);
-        let pb: &[f32] = match &g.b_packed {
-            Some(p) => p,
-            None => {
-                let (pb, row) = rest.split_at_mut(gemm::packed_b_len(g.k, g.n));
-                gemm::pack_b(&b[bo..], g.b_rs, g.b_cs, g.k, g.n, 1.0, pb, row);
-                pb
+        gemm::pack_a(
+            &a[ao + r0 * g.a_rs..],
+            g.a_rs,
+            g.a_cs,
+            rows,
+            g.k,
+            g.alpha,
+            pa,
+        );
+        let bm = &b[bo..];
+        let (rs, cs) = (g.b_rs, g.b_cs);
+        let fill = |p: usize, j0: usize, len: usize, row: &mut [f32]| {
+            if cs == 1 {
+                return Some(&bm[p * rs + j0..p * rs + j0 + len]);
             }
+            for (j, d) in row[..len].iter_mut().enumerate() {
+                *d = bm[p * rs + (j0 + j) * cs];
+            }
+            None
+        };
+        let bsrc = match &g.b_packed {
+            Some(p) => gemm::BSource::Packed(p),
+            None => gemm::BSource::Rows(&fill),
         };
         let mut resid: [&[f32]; MAX_RESIDUALS] = [&[]; MAX_RESIDUALS];
         for (d, &i) in resid.iter_mut().zip(&g.res) {
-            *d = &io.f32(i)[bi * mn..(bi + 1) * mn];
+            *d = &io.f32(i)[bi * mn..(bi + 1) * mn][sub.clone()];
         }
         let addend = match (&g.addend, g.addend_input) {
-            (Some(v), _) => Some(v.as_slice()),
-            (None, Some(i)) => Some(io.f32(i)),
+            (Some(v), _) => Some(&v[sub.clone()]),
+            (None, Some(i)) => Some(&io.f32(i)[sub.clone()]),
             _ => None,
         };
         let epi = Epilogue {
@@ -2592,17 +2644,18 @@ fn run_gemm(ctx: &RunCtx<'_>, g: &GemmPlan, io: &Inputs<'_>, c: &mut [f32], scra
             post: &g.post,
             residuals: &resid[..g.res.len()],
         };
-        let cb = &mut c[bi * mn..(bi + 1) * mn];
+        let cb = &mut c[bi * mn..(bi + 1) * mn][sub.clone()];
         gemm::gemm_packed(
             ctx.isa,
-            g.m,
+            rows,
             g.n,
             g.k,
             pa,
-            pb,
+            bsrc,
+            rest,
             cb,
             g.n,
-            (0, g.m),
+            (0, rows),
             (lo, hi),
             &epi,
         );

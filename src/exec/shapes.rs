@@ -134,7 +134,7 @@ pub(super) fn infer(node: &Node, ins: &[Option<&Tensor>]) -> Out {
             }
             if let Some(i) = infer_at {
                 let rest: usize = s.iter().product();
-                s[i] = if rest == 0 { 0 } else { numel / rest };
+                s[i] = numel.checked_div(rest).unwrap_or(0);
             }
             (s.iter().product::<usize>() == numel).then_some(())?;
             one(s, t(0)?.dtype())
@@ -233,6 +233,7 @@ pub(super) fn infer(node: &Node, ins: &[Option<&Tensor>]) -> Out {
                 vec![1; st.len()]
             };
             let mut s = d.clone();
+            #[allow(clippy::needless_range_loop)]
             for j in 0..st.len() {
                 let a = norm(*ax.get(j)?, d.len())?;
                 let n = d[a] as i64;

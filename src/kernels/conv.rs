@@ -11,7 +11,7 @@
 //! A call computes output channels `[c_lo, c_hi)` only; the epilogue (bias, post-ops,
 //! residuals) runs inside the GEMM / per channel plane while it is hot.
 
-use super::gemm::{self, gemm_packed, Epilogue, MR};
+use super::gemm::{self, gemm_packed, BSource, Epilogue, MR};
 use super::simd::{self, Isa};
 
 /// Geometry of a 2-D convolution (1-D uses `h = kh = oh = 1`).
@@ -73,10 +73,9 @@ impl ConvShape {
     /// Scratch floats a forward conv call needs.
     pub fn scratch_len(&self) -> usize {
         if self.is_depthwise() {
-            0
+            depthwise_scratch_len(self)
         } else {
-            let n = self.oh * self.ow;
-            gemm::packed_b_len(self.k(), n) + n
+            gemm::block_scratch_len(self.k(), self.oh * self.ow)
         }
     }
 }
@@ -120,8 +119,9 @@ pub fn channel_align(s: &ConvShape) -> usize {
     }
 }
 
-/// Forward conv of output channels `[c_lo, c_hi)`. `x`: `[N, Cin, H, W]`, `y`:
-/// `[N, Cout, OH, OW]`. `epi.residuals` are laid out like `y` (the whole tensor); `bias`
+/// Forward conv of output channels `[c_lo, c_hi)` and output positions `cols`
+/// (`oy * OW + ox`; must be the whole plane for depthwise convs, and start at a multiple
+/// of the GEMM column panel otherwise). `x`: `[N, Cin, H, W]`, `y`: `[N, Cout, OH, OW]`. `epi.residuals` are laid out like `y` (the whole tensor); `bias`
 /// and channel post-ops are indexed by output channel.
 #[allow(clippy::too_many_arguments)]
 pub fn conv2d(
@@ -132,6 +132,7 @@ pub fn conv2d(
     y: &mut [f32],
     c_lo: usize,
     c_hi: usize,
+    cols: (usize, usize),
     epi: &Epilogue<'_>,
     scratch: &mut [f32],
 ) {
@@ -149,7 +150,7 @@ pub fn conv2d(
             ..*epi
         };
         if s.is_depthwise() {
-            depthwise(isa, s, &wts.groups[0], xb, yb, c_lo, c_hi, &epi_b);
+            depthwise(isa, s, &wts.groups[0], xb, yb, c_lo, c_hi, &epi_b, scratch);
             continue;
         }
         let (mg, k) = (s.cout_g(), s.k());
@@ -158,9 +159,16 @@ pub fn conv2d(
         for g in g_lo..g_hi {
             let m_lo = c_lo.max(g * mg) - g * mg;
             let m_hi = c_hi.min((g + 1) * mg) - g * mg;
-            let (pb, row) = scratch.split_at_mut(gemm::packed_b_len(k, ohw));
             let xg = &xb[g * s.cin_g() * hw..(g + 1) * s.cin_g() * hw];
-            pack_im2col(s, xg, pb, row);
+            let pointwise = s.is_pointwise();
+            let fill = |p: usize, j0: usize, len: usize, row: &mut [f32]| {
+                if pointwise {
+                    Some(&xg[p * hw + j0..p * hw + j0 + len])
+                } else {
+                    im2col_segment(s, xg, p, j0, &mut row[..len]);
+                    None
+                }
+            };
             let yg = &mut yb[g * mg * ohw..(g + 1) * mg * ohw];
             let mut res_g: [&[f32]; 4] = [&[]; 4];
             for (d, r) in res_g.iter_mut().zip(epi_b.residuals) {
@@ -177,53 +185,71 @@ pub fn conv2d(
                 ohw,
                 k,
                 &wts.groups[g],
-                pb,
+                BSource::Rows(&fill),
+                scratch,
                 yg,
                 ohw,
                 (m_lo, m_hi),
-                (0, ohw),
+                cols,
                 &epi_g,
             );
         }
     }
 }
 
-/// Writes the im2col matrix of one image and group (`[Cin_g*KH*KW, OH*OW]`) into packed
-/// B panels `pb`, using `row` (OH*OW floats) as scratch.
-fn pack_im2col(s: &ConvShape, xg: &[f32], pb: &mut [f32], row: &mut [f32]) {
-    let (ohw, hw, k) = (s.oh * s.ow, s.h * s.w, s.k());
-    if s.is_pointwise() {
-        gemm::pack_b_rows(k, ohw, pb, row, |p, _| Some(&xg[p * hw..(p + 1) * hw]));
-        return;
-    }
-    let khw = s.kh * s.kw;
-    gemm::pack_b_rows(k, ohw, pb, row, |p, row| {
-        let ci = p / khw;
-        let ky = (p % khw) / s.kw;
-        let kx = p % s.kw;
-        let plane = &xg[ci * hw..(ci + 1) * hw];
-        let (ox_lo, ox_hi) = valid_range(s.ow, s.sw, s.pw, kx * s.dw, s.w);
-        for oy in 0..s.oh {
-            let out = &mut row[oy * s.ow..(oy + 1) * s.ow];
-            let iy = (oy * s.sh + ky * s.dh) as isize - s.ph as isize;
-            if iy < 0 || iy >= s.h as isize || ox_lo >= ox_hi {
-                out.fill(0.0);
-                continue;
-            }
-            let src = &plane[iy as usize * s.w..(iy as usize + 1) * s.w];
-            out[..ox_lo].fill(0.0);
-            out[ox_hi..].fill(0.0);
-            let ix0 = ox_lo * s.sw + kx * s.dw - s.pw;
-            if s.sw == 1 {
-                out[ox_lo..ox_hi].copy_from_slice(&src[ix0..ix0 + (ox_hi - ox_lo)]);
-            } else {
-                for (i, o) in out[ox_lo..ox_hi].iter_mut().enumerate() {
-                    *o = src[ix0 + i * s.sw];
-                }
-            }
+/// Writes columns `j0..j0 + out.len()` of im2col row `p` (`p = (ci, ky, kx)`, columns
+/// = output positions `oy * OW + ox`) of one image and group into `out`.
+fn im2col_segment(s: &ConvShape, xg: &[f32], p: usize, j0: usize, out: &mut [f32]) {
+    let (hw, khw) = (s.h * s.w, s.kh * s.kw);
+    let ci = p / khw;
+    let ky = (p % khw) / s.kw;
+    let kx = p % s.kw;
+    let plane = &xg[ci * hw..(ci + 1) * hw];
+    let (vlo, vhi) = valid_range(s.ow, s.sw, s.pw, kx * s.dw, s.w);
+    let mut j = j0;
+    let end = j0 + out.len();
+    while j < end {
+        let (oy, ox0) = (j / s.ow, j % s.ow);
+        let ox1 = s.ow.min(ox0 + (end - j));
+        let seg = &mut out[j - j0..j - j0 + (ox1 - ox0)];
+        j += ox1 - ox0;
+        let iy = (oy * s.sh + ky * s.dh) as isize - s.ph as isize;
+        let (lo, hi) = (vlo.clamp(ox0, ox1), vhi.clamp(ox0, ox1));
+        if iy < 0 || iy >= s.h as isize || lo >= hi {
+            seg.fill(0.0);
+            continue;
         }
-        None
-    });
+        let src = &plane[iy as usize * s.w..(iy as usize + 1) * s.w];
+        seg[..lo - ox0].fill(0.0);
+        seg[hi - ox0..].fill(0.0);
+        let ix0 = lo * s.sw + kx * s.dw - s.pw;
+        let dst = &mut seg[lo - ox0..hi - ox0];
+        if s.sw == 1 {
+            dst.copy_from_slice(&src[ix0..ix0 + dst.len()]);
+        } else {
+            strided_copy(&src[ix0..], s.sw, dst);
+        }
+    }
+}
+
+/// `dst[i] = src[i * stride]` for as many elements as both allow (stride 2 has a
+/// fixed-size fast path the compiler vectorises).
+#[inline(always)]
+fn strided_copy(src: &[f32], stride: usize, dst: &mut [f32]) {
+    if stride == 2 {
+        for (d, pair) in dst.iter_mut().zip(src.chunks_exact(2)) {
+            *d = pair[0];
+        }
+        // An odd-length source leaves one last element outside the exact chunks.
+        let done = src.len() / 2;
+        if done < dst.len() && src.len() % 2 == 1 {
+            dst[done] = src[src.len() - 1];
+        }
+    } else {
+        for (d, c) in dst.iter_mut().zip(src.chunks(stride)) {
+            *d = c[0];
+        }
+    }
 }
 
 /// Output positions `[lo, hi)` whose input index `o*stride + off - pad` lies in `[0, len)`.
@@ -259,30 +285,104 @@ fn depthwise(
     c_lo: usize,
     c_hi: usize,
     epi: &Epilogue<'_>,
+    scratch: &mut [f32],
 ) {
     let (ohw, hw, khw) = (s.oh * s.ow, s.h * s.w, s.kh * s.kw);
     for c in c_lo..c_hi {
         let plane = &xb[c * hw..(c + 1) * hw];
         let out = &mut yb[c * ohw..(c + 1) * ohw];
-        out.fill(0.0);
-        for ky in 0..s.kh {
-            for kx in 0..s.kw {
-                let wv = w[c * khw + ky * s.kw + kx];
-                let (ox_lo, ox_hi) = valid_range(s.ow, s.sw, s.pw, kx * s.dw, s.w);
-                if ox_lo >= ox_hi {
+        simd::depthwise_plane(isa, s, &w[c * khw..(c + 1) * khw], plane, out, scratch);
+        epi.apply(isa, yb, ohw, c, 1, 0, ohw);
+    }
+}
+
+/// Geometry of the zero-padded, phase-split copy of a depthwise input plane:
+/// `(phase_len, phase_row_len)`; there are `sh * sw` phases.
+fn dw_padded(s: &ConvShape) -> (usize, usize) {
+    let hp = (s.h + s.ph).max((s.oh.max(1) - 1) * s.sh + (s.kh - 1) * s.dh + 1);
+    let wp = (s.w + s.pw).max((s.ow.max(1) - 1) * s.sw + (s.kw - 1) * s.dw + 1);
+    let (hps, wps) = (hp.div_ceil(s.sh), wp.div_ceil(s.sw));
+    ((hps + 1) * wps, wps)
+}
+
+/// Scratch floats [`depthwise_plane_body`] needs.
+pub fn depthwise_scratch_len(s: &ConvShape) -> usize {
+    let (plen, wps) = dw_padded(s);
+    s.sh * s.sw * plen + s.oh * wps
+}
+
+/// Output elements accumulated per block in [`depthwise_plane_body`] (stays in L1).
+const DW_BLOCK: usize = 1024;
+
+/// One depthwise plane: `out[oy, ox] = sum_{ky,kx} w[ky, kx] * x[iy, ix]` (zero padding).
+/// Shared body of the AVX2 and portable builds ([`simd::depthwise_plane`]).
+///
+/// The plane is first copied into `scratch` with its zero border, split into `sh * sw`
+/// phases (padded position `(r, c)` goes to phase `(r % sh, c % sw)` at `(r / sh, c / sw)`).
+/// Output `(oy, ox)` of tap `(ky, kx)` then reads phase position `(oy + ky*dh / sh,
+/// ox + kx*dw / sw)`, so over a "wide" output of rows of the phase width each tap is one
+/// contiguous, bounds-free multiply-add over the whole plane; the wide rows are then
+/// trimmed into `out`.
+#[inline(always)]
+pub(crate) fn depthwise_plane_body(
+    s: &ConvShape,
+    w: &[f32],
+    plane: &[f32],
+    out: &mut [f32],
+    scratch: &mut [f32],
+) {
+    let (plen, wps) = dw_padded(s);
+    let (sh, sw) = (s.sh, s.sw);
+    let (pads, wide) = scratch.split_at_mut(sh * sw * plen);
+    pads.fill(0.0);
+    for iy in 0..s.h {
+        let src = &plane[iy * s.w..(iy + 1) * s.w];
+        let r = iy + s.ph;
+        let base = (r % sh) * sw * plen + (r / sh) * wps;
+        if sw == 1 {
+            pads[base + s.pw..base + s.pw + s.w].copy_from_slice(src);
+        } else {
+            for qx in 0..sw {
+                // First padded column of this phase that holds input: c0 >= pw, c0 % sw == qx.
+                let c0 = s.pw + (qx + sw - s.pw % sw) % sw;
+                if c0 - s.pw >= s.w {
                     continue;
                 }
-                let ix0 = ox_lo * s.sw + kx * s.dw - s.pw;
-                let (oy_lo, oy_hi) = valid_range(s.oh, s.sh, s.ph, ky * s.dh, s.h);
-                for oy in oy_lo..oy_hi {
-                    let iy = oy * s.sh + ky * s.dh - s.ph;
-                    let src = &plane[iy * s.w + ix0..(iy + 1) * s.w];
-                    let dst = &mut out[oy * s.ow + ox_lo..oy * s.ow + ox_hi];
-                    simd::axpy_strided(isa, wv, src, s.sw, dst);
+                let dst = &mut pads[base + qx * plen + c0 / sw..];
+                strided_copy(&src[c0 - s.pw..], sw, dst);
+            }
+        }
+    }
+    let n = s.oh * wps;
+    let wide = &mut wide[..n];
+    let mut b0 = 0;
+    while b0 < n {
+        let len = DW_BLOCK.min(n - b0);
+        let acc = &mut wide[b0..b0 + len];
+        let mut first = true;
+        for ky in 0..s.kh {
+            let (qy, ry) = ((ky * s.dh) % sh, (ky * s.dh) / sh);
+            for kx in 0..s.kw {
+                let (qx, cx) = ((kx * s.dw) % sw, (kx * s.dw) / sw);
+                let off = (qy * sw + qx) * plen + ry * wps + cx + b0;
+                let wv = w[ky * s.kw + kx];
+                let src = &pads[off..off + len];
+                if first {
+                    for (d, x) in acc.iter_mut().zip(src) {
+                        *d = wv * *x;
+                    }
+                    first = false;
+                } else {
+                    for (d, x) in acc.iter_mut().zip(src) {
+                        *d += wv * *x;
+                    }
                 }
             }
         }
-        epi.apply(yb, ohw, c, 1, 0, ohw);
+        b0 += len;
+    }
+    for oy in 0..s.oh {
+        out[oy * s.ow..(oy + 1) * s.ow].copy_from_slice(&wide[oy * wps..oy * wps + s.ow]);
     }
 }
 
@@ -317,7 +417,7 @@ impl DeconvPlan {
         let s = &self.s;
         let hw = s.h * s.w;
         let m = s.cout_g() * s.kh * s.kw;
-        gemm::packed_b_len(s.cin_g(), hw) + hw + m.div_ceil(MR) * MR * hw
+        gemm::block_scratch_len(s.cin_g(), hw) + m.div_ceil(MR) * MR * hw
     }
 
     /// Computes output channels `[c_lo, c_hi)` of `y` (`[N, Cout, OH, OW]`) from `x`
@@ -337,8 +437,7 @@ impl DeconvPlan {
         let (hw, ohw) = (s.h * s.w, s.oh * s.ow);
         let (cin_g, cout_g, khw) = (s.cin_g(), s.cout_g(), s.kh * s.kw);
         let m = cout_g * khw;
-        let (pb, rest) = scratch.split_at_mut(gemm::packed_b_len(cin_g, hw));
-        let (row, cols) = rest.split_at_mut(hw);
+        let (bscratch, cols) = scratch.split_at_mut(gemm::block_scratch_len(cin_g, hw));
         for b in 0..s.n {
             let xb = &x[b * s.c_in * hw..(b + 1) * s.c_in * hw];
             let yb = &mut y[b * s.c_out * ohw..(b + 1) * s.c_out * ohw];
@@ -346,7 +445,9 @@ impl DeconvPlan {
                 let lo = c_lo.max(g * cout_g) - g * cout_g;
                 let hi = c_hi.min((g + 1) * cout_g) - g * cout_g;
                 let xg = &xb[g * cin_g * hw..(g + 1) * cin_g * hw];
-                gemm::pack_b_rows(cin_g, hw, pb, row, |p, _| Some(&xg[p * hw..(p + 1) * hw]));
+                let fill = |p: usize, j0: usize, len: usize, _: &mut [f32]| {
+                    Some(&xg[p * hw + j0..p * hw + j0 + len])
+                };
                 let (r_lo, r_hi) = (lo * khw / MR * MR, hi * khw);
                 gemm_packed(
                     isa,
@@ -354,7 +455,8 @@ impl DeconvPlan {
                     hw,
                     cin_g,
                     &self.packed[g],
-                    pb,
+                    BSource::Rows(&fill),
+                    bscratch,
                     cols,
                     hw,
                     (r_lo, r_hi),
@@ -490,9 +592,63 @@ mod tests {
                 // Two tiles on an aligned boundary must equal the whole.
                 let al = channel_align(s);
                 let mid = (s.c_out / 2 / al * al).min(s.c_out);
-                conv2d(isa, s, &wts, &x, &mut y, 0, mid, &epi, &mut scratch);
-                conv2d(isa, s, &wts, &x, &mut y, mid, s.c_out, &epi, &mut scratch);
-                assert_close(&y, &conv_naive(s, &x, &w, &bias), 1e-4);
+                conv2d(
+                    isa,
+                    s,
+                    &wts,
+                    &x,
+                    &mut y,
+                    0,
+                    mid,
+                    (0, s.oh * s.ow),
+                    &epi,
+                    &mut scratch,
+                );
+                conv2d(
+                    isa,
+                    s,
+                    &wts,
+                    &x,
+                    &mut y,
+                    mid,
+                    s.c_out,
+                    (0, s.oh * s.ow),
+                    &epi,
+                    &mut scratch,
+                );
+                let want = conv_naive(s, &x, &w, &bias);
+                assert_close(&y, &want, 1e-4);
+                if s.group == 1 {
+                    // Output-position tiles on a column-panel boundary.
+                    let ohw = s.oh * s.ow;
+                    let midc = ohw / 2 / gemm::NR * gemm::NR;
+                    y.fill(f32::NAN);
+                    conv2d(
+                        isa,
+                        s,
+                        &wts,
+                        &x,
+                        &mut y,
+                        0,
+                        s.c_out,
+                        (0, midc),
+                        &epi,
+                        &mut scratch,
+                    );
+                    conv2d(
+                        isa,
+                        s,
+                        &wts,
+                        &x,
+                        &mut y,
+                        0,
+                        s.c_out,
+                        (midc, ohw),
+                        &epi,
+                        &mut scratch,
+                    );
+                    assert_close(&y, &want, 1e-4);
+                }
             }
         }
     }

@@ -127,6 +127,7 @@ pub fn binary_types(op: BinaryOp, t: DType) -> Option<DType> {
 }
 
 /// f32 binary op.
+#[allow(clippy::too_many_arguments)]
 pub fn binary_f32(
     isa: Isa,
     op: BinaryOp,
@@ -339,6 +340,7 @@ impl_int!(i32);
 
 /// Where: `out = cond ? x : y` over bytes of `elem`-sized elements; `bc` has operands
 /// (cond, x, y, out).
+#[allow(clippy::too_many_arguments)]
 pub fn where_select(
     bc: &Bcast,
     elem: usize,
@@ -436,10 +438,10 @@ mod tests {
             bc.outer(),
         );
         for i in 0..2 {
-            for j in 0..3 {
+            for (j, bj) in b.iter().enumerate() {
                 for k in 0..4 {
                     let o = (i * 3 + j) * 4 + k;
-                    assert_eq!(out[o], a[o] + b[j]);
+                    assert_eq!(out[o], a[o] + bj);
                 }
             }
         }

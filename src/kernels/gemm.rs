@@ -4,14 +4,15 @@
 //! panels of [`NR`] columns, each split into blocks of at most [`KC`] along K. Weights are
 //! packed once when a plan is built; activations are packed per run into scratch memory.
 //! A 6x16 micro-kernel (AVX2+FMA, or its portable twin) accumulates one tile of C; after
-//! the last K block the [`Epilogue`] runs on the tile while it is still in L1.
+//! the last K block the [`Epilogue`] runs on each finished MC x NC block of C while it is
+//! still in cache.
 //!
 //! Invariants: packed buffers are zero-padded to whole panels, so the micro-kernel never
 //! reads out of bounds; a call computes only the rows `m_range` and columns `n_range` of
 //! C, which lets the executor split a node into disjoint tiles.
 
 use super::simd::{self, Isa};
-use super::unary::{apply_unary, PostOpRt};
+use super::unary::{apply_unary_body, PostOpRt};
 
 /// Rows of one micro-tile (and of one packed A panel).
 pub const MR: usize = 6;
@@ -171,7 +172,24 @@ impl Epilogue<'_> {
     }
 
     /// Applies the epilogue to rows `i0..i0+mr`, columns `j0..j0+nr` of C.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
     pub(crate) fn apply(
+        &self,
+        isa: Isa,
+        c: &mut [f32],
+        ldc: usize,
+        i0: usize,
+        mr: usize,
+        j0: usize,
+        nr: usize,
+    ) {
+        simd::epilogue(isa, self, c, ldc, i0, mr, j0, nr)
+    }
+
+    /// Shared body of the epilogue builds ([`simd::epilogue`]).
+    #[inline(always)]
+    pub(crate) fn apply_body(
         &self,
         c: &mut [f32],
         ldc: usize,
@@ -203,7 +221,7 @@ impl Epilogue<'_> {
             }
             for p in self.post {
                 match p {
-                    PostOpRt::Unary(u) => apply_unary(*u, row),
+                    PostOpRt::Unary(u) => apply_unary_body(*u, row),
                     PostOpRt::Affine { scale, shift } => {
                         if self.channel_is_row {
                             let ch = self.channel_offset + i;
@@ -251,9 +269,61 @@ impl Epilogue<'_> {
     }
 }
 
-/// Computes rows `m_range` x columns `n_range` of `C = A · B` from packed operands, then
-/// applies `epi`. Ranges must start at multiples of MR / NR (ends may be ragged only at
-/// `m` / `n`). `c` holds C with row stride `ldc`.
+/// Produces `B[p, j0..j0 + len]` for [`BSource::Rows`]: `fill(p, j0, len, row)`.
+pub type RowFill<'a> = dyn Fn(usize, usize, usize, &mut [f32]) -> Option<&'a [f32]> + 'a;
+
+/// Where the B operand of [`gemm_packed`] comes from.
+#[derive(Clone, Copy)]
+pub enum BSource<'a> {
+    /// B fully packed by [`pack_b`] (constant weights).
+    Packed(&'a [f32]),
+    /// B generated on the fly, one `KC x NC` block at a time, into scratch:
+    /// `fill(p, j0, len, row)` returns `B[p, j0..j0 + len]`, either as a slice of its
+    /// source or by writing it into `row` (then returning `None`).
+    Rows(&'a RowFill<'a>),
+}
+
+/// Scratch floats [`gemm_packed`] needs for a [`BSource::Rows`] operand of depth `k`
+/// and `n` columns.
+pub fn block_scratch_len(k: usize, n: usize) -> usize {
+    let nc = NC.min(n.div_ceil(NR) * NR);
+    KC.min(k) * nc + nc
+}
+
+/// Packs rows `k0..k0+kc`, columns `jc..jc+nc` of B into NR-column panels in `buf`.
+fn pack_block<'b>(
+    fill: &RowFill<'b>,
+    k0: usize,
+    kc: usize,
+    jc: usize,
+    nc: usize,
+    buf: &mut [f32],
+    row: &mut [f32],
+) {
+    let full = nc / NR * NR;
+    let row = &mut row[..nc];
+    for p in 0..kc {
+        let src: &[f32] = match fill(k0 + p, jc, nc, row) {
+            Some(s) => s,
+            None => row,
+        };
+        for j0 in (0..full).step_by(NR) {
+            let dst = j0 * kc + p * NR;
+            buf[dst..dst + NR].copy_from_slice(&src[j0..j0 + NR]);
+        }
+        if full < nc {
+            let dst = full * kc + p * NR;
+            let d = &mut buf[dst..dst + NR];
+            d[..nc - full].copy_from_slice(&src[full..nc]);
+            d[nc - full..].fill(0.0);
+        }
+    }
+}
+
+/// Computes rows `m_range` x columns `n_range` of `C = A · B` (A packed by [`pack_a`],
+/// B from `b`), then applies `epi`. Ranges must start at multiples of MR / NR (ends may
+/// be ragged only at `m` / `n`). `c` holds C with row stride `ldc`; `scratch` holds
+/// [`block_scratch_len`] floats when `b` is [`BSource::Rows`].
 #[allow(clippy::too_many_arguments)]
 pub fn gemm_packed(
     isa: Isa,
@@ -261,7 +331,8 @@ pub fn gemm_packed(
     n: usize,
     k: usize,
     pa: &[f32],
-    pb: &[f32],
+    b: BSource<'_>,
+    scratch: &mut [f32],
     c: &mut [f32],
     ldc: usize,
     m_range: (usize, usize),
@@ -278,10 +349,15 @@ pub fn gemm_packed(
             c[i * ldc + n_lo..i * ldc + n_hi].fill(0.0);
         }
         if !epi.is_empty() {
-            epi.apply(c, ldc, m_lo, m_hi - m_lo, n_lo, n_hi - n_lo);
+            epi.apply(isa, c, ldc, m_lo, m_hi - m_lo, n_lo, n_hi - n_lo);
         }
         return;
     }
+    let nc_max = NC.min(n_pad);
+    let (buf, row) = match b {
+        BSource::Rows(_) => scratch.split_at_mut(KC.min(k) * nc_max),
+        BSource::Packed(_) => (&mut [][..], &mut [][..]),
+    };
     let mut tile = [0.0f32; MR * NR];
     let mut jc = n_lo;
     while jc < n_hi {
@@ -291,13 +367,19 @@ pub fn gemm_packed(
             let kc = KC.min(k - k0);
             let first = k0 == 0;
             let last = k0 + kc == k;
+            if let BSource::Rows(fill) = b {
+                pack_block(fill, k0, kc, jc, jc_end - jc, buf, row);
+            }
             let mut ic = m_lo;
             while ic < m_hi {
                 let ic_end = (ic + MC).min(m_hi);
                 let mut j = jc;
                 while j < jc_end {
                     let nr = NR.min(jc_end - j);
-                    let bp = &pb[b_panel(n_pad, k, k0, j)..][..kc * NR];
+                    let bp: &[f32] = match b {
+                        BSource::Packed(pb) => &pb[b_panel(n_pad, k, k0, j)..][..kc * NR],
+                        BSource::Rows(_) => &buf[(j - jc) * kc..][..kc * NR],
+                    };
                     let mut i = ic;
                     while i < ic_end {
                         let mr = MR.min(ic_end - i);
@@ -319,12 +401,14 @@ pub fn gemm_packed(
                                 }
                             }
                         }
-                        if last && !epi.is_empty() {
-                            epi.apply(c, ldc, i, mr, j, nr);
-                        }
                         i += mr;
                     }
                     j += nr;
+                }
+                // The epilogue runs once per finished MC x NC block, row segments of up
+                // to NC contiguous elements, while the block is still in cache.
+                if last && !epi.is_empty() {
+                    epi.apply(isa, c, ldc, ic, ic_end - ic, jc, jc_end - jc);
                 }
                 ic = ic_end;
             }
@@ -369,14 +453,36 @@ mod tests {
             n,
             k,
             &pa,
-            &pb,
+            BSource::Packed(&pb),
+            &mut [],
             &mut c,
             n,
             (0, m),
             (0, n),
             &Epilogue::NONE,
         );
-        assert_close(&c, &gemm_naive(m, n, k, &a, &b), 1e-4);
+        let want = gemm_naive(m, n, k, &a, &b);
+        assert_close(&c, &want, 1e-4);
+        // The same product with B generated block by block.
+        let fill =
+            |p: usize, j0: usize, len: usize, _: &mut [f32]| Some(&b[p * n + j0..p * n + j0 + len]);
+        let mut scratch = vec![0.0; block_scratch_len(k, n)];
+        let mut c2 = vec![f32::NAN; m * n];
+        gemm_packed(
+            isa,
+            m,
+            n,
+            k,
+            &pa,
+            BSource::Rows(&fill),
+            &mut scratch,
+            &mut c2,
+            n,
+            (0, m),
+            (0, n),
+            &Epilogue::NONE,
+        );
+        assert_close(&c2, &want, 1e-4);
     }
 
     #[test]
@@ -389,6 +495,7 @@ mod tests {
                 (5, 15, 257),
                 (13, 33, 300),
                 (64, 50, 513),
+                (7, 1100, 20),
                 (3, 100, 0),
             ] {
                 run(m, n, k, isa);
@@ -413,7 +520,8 @@ mod tests {
             n,
             k,
             &pa,
-            &pb,
+            BSource::Packed(&pb),
+            &mut [],
             &mut c,
             n,
             (0, 12),
@@ -426,7 +534,8 @@ mod tests {
             n,
             k,
             &pa,
-            &pb,
+            BSource::Packed(&pb),
+            &mut [],
             &mut c,
             n,
             (12, m),
@@ -439,7 +548,8 @@ mod tests {
             n,
             k,
             &pa,
-            &pb,
+            BSource::Packed(&pb),
+            &mut [],
             &mut c,
             n,
             (12, m),
@@ -480,7 +590,8 @@ mod tests {
             n,
             k,
             &pa,
-            &pb,
+            BSource::Packed(&pb),
+            &mut [],
             &mut c,
             n,
             (0, m),

@@ -225,8 +225,8 @@ impl IndexMapCopy {
             for row in 0..row_count {
                 let mut base = 0isize;
                 let mut fill_row = false;
-                for d in 0..r - 1 {
-                    let m = self.maps[d][idx[d]];
+                for (map, &i) in self.maps[..r - 1].iter().zip(&idx[..r - 1]) {
+                    let m = map[i];
                     if m == FILL {
                         fill_row = true;
                     }

@@ -2,6 +2,7 @@
 //! each plane, LayerNorm over trailing axes. Statistics are accumulated in f64.
 
 /// `y = x * scale[c] + shift[c]` over `[N, C, inner]`, planes `[lo, hi)` of `N*C`.
+#[allow(clippy::too_many_arguments)]
 pub fn channel_affine(
     c: usize,
     inner: usize,
@@ -20,7 +21,7 @@ pub fn channel_affine(
             &mut y[p * inner..(p + 1) * inner],
         );
         for (d, v) in ys.iter_mut().zip(xs) {
-            *d = v.mul_add(s, t);
+            *d = v * s + t;
         }
     }
 }

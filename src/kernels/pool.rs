@@ -2,6 +2,9 @@
 //! dilations, `ceil_mode` (carried by the output size) and `count_include_pad`, plus
 //! the global variants. Tiles split the `N*C` planes.
 
+use super::conv::valid_range;
+use super::simd::{self, Isa};
+
 /// Geometry of a 2-D pool.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoolShape {
@@ -27,30 +30,36 @@ pub struct PoolShape {
 }
 
 /// Max pool of planes `[lo, hi)`. Windows entirely in padding yield `-inf`.
-pub fn max_pool(s: &PoolShape, x: &[f32], y: &mut [f32], lo: usize, hi: usize) {
+pub fn max_pool(isa: Isa, s: &PoolShape, x: &[f32], y: &mut [f32], lo: usize, hi: usize) {
     for p in lo..hi {
         let xp = &x[p * s.h * s.w..(p + 1) * s.h * s.w];
         let yp = &mut y[p * s.oh * s.ow..(p + 1) * s.oh * s.ow];
-        for oy in 0..s.oh {
-            for ox in 0..s.ow {
-                let mut m = f32::NEG_INFINITY;
-                for ky in 0..s.kh {
-                    let iy = (oy * s.sh + ky * s.dh) as isize - s.pads[0] as isize;
-                    if iy < 0 || iy >= s.h as isize {
-                        continue;
-                    }
-                    let row = &xp[iy as usize * s.w..(iy as usize + 1) * s.w];
-                    for kx in 0..s.kw {
-                        let ix = (ox * s.sw + kx * s.dw) as isize - s.pads[1] as isize;
-                        if ix >= 0 && ix < s.w as isize {
-                            let v = row[ix as usize];
-                            if v > m || v.is_nan() {
-                                m = v;
-                            }
-                        }
-                    }
+        simd::max_pool_plane(isa, s, xp, yp);
+    }
+}
+
+/// Max pool of one plane, shared body of the AVX2 and portable builds: each output row
+/// takes the running maximum one kernel tap at a time over its valid column range.
+#[inline(always)]
+pub(crate) fn max_pool_plane_body(s: &PoolShape, xp: &[f32], yp: &mut [f32]) {
+    for oy in 0..s.oh {
+        let row = &mut yp[oy * s.ow..(oy + 1) * s.ow];
+        row.fill(f32::NEG_INFINITY);
+        for ky in 0..s.kh {
+            let iy = (oy * s.sh + ky * s.dh) as isize - s.pads[0] as isize;
+            if iy < 0 || iy >= s.h as isize {
+                continue;
+            }
+            let src = &xp[iy as usize * s.w..(iy as usize + 1) * s.w];
+            for kx in 0..s.kw {
+                let (lo, hi) = valid_range(s.ow, s.sw, s.pads[1], kx * s.dw, s.w);
+                if lo >= hi {
+                    continue;
                 }
-                yp[oy * s.ow + ox] = m;
+                let ix0 = lo * s.sw + kx * s.dw - s.pads[1];
+                for (d, v) in row[lo..hi].iter_mut().zip(src[ix0..].iter().step_by(s.sw)) {
+                    *d = if *v > *d { *v } else { *d };
+                }
             }
         }
     }
@@ -134,8 +143,8 @@ mod tests {
         let mut ymax = vec![0.0; 18];
         let mut yavg = vec![0.0; 18];
         let mut yinc = vec![0.0; 18];
-        max_pool(&s, &x, &mut ymax, 0, 1);
-        max_pool(&s, &x, &mut ymax, 1, 2);
+        max_pool(simd::best_isa(), &s, &x, &mut ymax, 0, 1);
+        max_pool(simd::Isa::Portable, &s, &x, &mut ymax, 1, 2);
         avg_pool(&s, false, &x, &mut yavg, 0, 2);
         avg_pool(&s, true, &x, &mut yinc, 0, 2);
         let (mut wmax, mut wavg, mut winc) = (vec![], vec![], vec![]);

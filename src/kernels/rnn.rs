@@ -95,7 +95,8 @@ pub fn lstm(
     let hs = s.hidden;
     let (gates, rest) = scratch.split_at_mut(4 * hs);
     let (h, rest) = rest.split_at_mut(hs);
-    let (c, hn) = rest.split_at_mut(hs);
+    let (c, rest) = rest.split_at_mut(hs);
+    let hn = &mut rest[..hs];
     for d in 0..s.dirs {
         let w = &prm.w[d * 4 * hs * s.input..(d + 1) * 4 * hs * s.input];
         let r = &prm.r[d * 4 * hs * hs..(d + 1) * 4 * hs * hs];
@@ -165,7 +166,8 @@ pub fn gru(
     let hs = s.hidden;
     let (gates, rest) = scratch.split_at_mut(3 * hs);
     let (h, rest) = rest.split_at_mut(hs);
-    let (rh, hn) = rest.split_at_mut(hs);
+    let (rh, rest) = rest.split_at_mut(hs);
+    let hn = &mut rest[..hs];
     for d in 0..s.dirs {
         let w = &prm.w[d * 3 * hs * s.input..(d + 1) * 3 * hs * s.input];
         let r = &prm.r[d * 3 * hs * hs..(d + 1) * 3 * hs * hs];
@@ -232,6 +234,7 @@ mod tests {
     use crate::kernels::testutil::{assert_close, rand_vec};
 
     /// One GRU step for a single batch by the ONNX formulas, written independently.
+    #[allow(clippy::too_many_arguments)]
     fn gru_ref(
         x: &[f32],
         w: &[f32],

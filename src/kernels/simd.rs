@@ -6,7 +6,11 @@
 //! `is_x86_feature_detected!` confirmed both features, so calling the `target_feature`
 //! functions with it is sound.
 
-use super::gemm::{MR, NR};
+use super::conv::{depthwise_plane_body, ConvShape};
+use super::gemm::{Epilogue, MR, NR};
+use super::pool::{max_pool_plane_body, PoolShape};
+use super::unary::apply_unary_body;
+use crate::ir::UnaryOp;
 
 /// Instruction set used by the kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,8 +109,9 @@ pub fn axpy(isa: Isa, alpha: f32, x: &[f32], y: &mut [f32]) {
 
 #[inline(always)]
 fn axpy_body(alpha: f32, x: &[f32], y: &mut [f32]) {
+    // A plain multiply-add: `mul_add` would become a libm call where FMA is not enabled.
     for (d, s) in y.iter_mut().zip(x) {
-        *d = s.mul_add(alpha, *d);
+        *d += *s * alpha;
     }
 }
 
@@ -117,7 +122,7 @@ pub fn axpy_strided(isa: Isa, alpha: f32, x: &[f32], stride: usize, y: &mut [f32
         return axpy(isa, alpha, x, y);
     }
     for (i, d) in y.iter_mut().enumerate() {
-        *d = x[i * stride].mul_add(alpha, *d);
+        *d += x[i * stride] * alpha;
     }
 }
 
@@ -161,8 +166,108 @@ fn clamp_body(x: &mut [f32], lo: f32, hi: f32) {
     }
 }
 
+/// One depthwise conv plane (see [`super::conv::depthwise_plane_body`]).
+#[inline]
+pub fn depthwise_plane(
+    isa: Isa,
+    s: &ConvShape,
+    w: &[f32],
+    plane: &[f32],
+    out: &mut [f32],
+    scratch: &mut [f32],
+) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2Fma => {
+            // SAFETY: AVX2+FMA were detected (see `Isa`); safe indexing only.
+            unsafe { avx2::depthwise_plane(s, w, plane, out, scratch) }
+        }
+        _ => depthwise_plane_body(s, w, plane, out, scratch),
+    }
+}
+
+/// Fused epilogue on a tile of C (see [`Epilogue::apply_body`]).
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub fn epilogue(
+    isa: Isa,
+    e: &Epilogue<'_>,
+    c: &mut [f32],
+    ldc: usize,
+    i0: usize,
+    mr: usize,
+    j0: usize,
+    nr: usize,
+) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2Fma => {
+            // SAFETY: AVX2+FMA were detected (see `Isa`); safe indexing only.
+            unsafe { avx2::epilogue(e, c, ldc, i0, mr, j0, nr) }
+        }
+        _ => e.apply_body(c, ldc, i0, mr, j0, nr),
+    }
+}
+
+/// Element-wise function in place (see [`apply_unary_body`]).
+#[inline]
+pub fn unary(isa: Isa, op: UnaryOp, x: &mut [f32]) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2Fma => {
+            // SAFETY: AVX2+FMA were detected (see `Isa`); safe indexing only.
+            unsafe { avx2::unary(op, x) }
+        }
+        _ => apply_unary_body(op, x),
+    }
+}
+
+/// Max pooling of one plane (see [`super::pool::max_pool_plane_body`]).
+#[inline]
+pub fn max_pool_plane(isa: Isa, s: &PoolShape, x: &[f32], y: &mut [f32]) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2Fma => {
+            // SAFETY: AVX2+FMA were detected (see `Isa`); safe indexing only.
+            unsafe { avx2::max_pool_plane(s, x, y) }
+        }
+        _ => max_pool_plane_body(s, x, y),
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
+    use super::{
+        apply_unary_body, depthwise_plane_body, max_pool_plane_body, ConvShape, Epilogue,
+        PoolShape, UnaryOp,
+    };
+
+    /// AVX2 build of [`Epilogue::apply_body`].
+    ///
+    /// # Safety
+    /// AVX2 and FMA must be available.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn epilogue(
+        e: &Epilogue<'_>,
+        c: &mut [f32],
+        ldc: usize,
+        i0: usize,
+        mr: usize,
+        j0: usize,
+        nr: usize,
+    ) {
+        e.apply_body(c, ldc, i0, mr, j0, nr)
+    }
+
+    /// AVX2 build of [`apply_unary_body`].
+    ///
+    /// # Safety
+    /// AVX2 and FMA must be available.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn unary(op: UnaryOp, x: &mut [f32]) {
+        apply_unary_body(op, x)
+    }
     use super::{MR, NR};
     use std::arch::x86_64::*;
 
@@ -221,6 +326,30 @@ mod avx2 {
         super::axpy_body(alpha, x, y)
     }
 
+    /// AVX2 build of [`depthwise_plane_body`].
+    ///
+    /// # Safety
+    /// AVX2 and FMA must be available.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn depthwise_plane(
+        s: &ConvShape,
+        w: &[f32],
+        plane: &[f32],
+        out: &mut [f32],
+        scratch: &mut [f32],
+    ) {
+        depthwise_plane_body(s, w, plane, out, scratch)
+    }
+
+    /// AVX2 build of [`max_pool_plane_body`].
+    ///
+    /// # Safety
+    /// AVX2 and FMA must be available.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn max_pool_plane(s: &PoolShape, x: &[f32], y: &mut [f32]) {
+        max_pool_plane_body(s, x, y)
+    }
+
     /// AVX2 build of [`super::add_body`].
     ///
     /// # Safety
@@ -244,6 +373,7 @@ mod avx2 {
 mod tests {
     use super::*;
     use crate::kernels::testutil::{assert_close, rand_vec};
+    use crate::kernels::unary::PostOpRt;
 
     /// The shared twin test: every routine, every ISA, edge sizes, against the portable one.
     #[test]
@@ -275,6 +405,107 @@ mod tests {
                 clamp(isa, &mut c1, 0.0, 0.5);
                 clamp_body(&mut c2, 0.0, 0.5);
                 assert_close(&c1, &c2, 0.0);
+            }
+            let ops = [
+                UnaryOp::Relu,
+                UnaryOp::Clip {
+                    min: -0.2,
+                    max: 0.3,
+                },
+                UnaryOp::HardSwish,
+                UnaryOp::Sigmoid,
+                UnaryOp::LeakyRelu { alpha: 0.1 },
+            ];
+            for op in ops {
+                let x = rand_vec(37, 8);
+                let (mut a, mut b) = (x.clone(), x.clone());
+                unary(isa, op, &mut a);
+                apply_unary_body(op, &mut b);
+                assert_close(&a, &b, 1e-6);
+            }
+            let (bias, scale, shift, res) = (
+                rand_vec(12, 9),
+                rand_vec(12, 10),
+                rand_vec(12, 11),
+                rand_vec(12 * 20, 12),
+            );
+            let post = [
+                PostOpRt::Affine { scale, shift },
+                PostOpRt::AddInput { slot: 0 },
+                PostOpRt::PRelu {
+                    slope: bias.clone(),
+                },
+                PostOpRt::Unary(UnaryOp::Clip {
+                    min: -0.5,
+                    max: 0.5,
+                }),
+            ];
+            let residuals: [&[f32]; 1] = [&res];
+            for row in [true, false] {
+                let e = Epilogue {
+                    bias: Some(&bias),
+                    channel_is_row: row,
+                    channel_offset: usize::from(row),
+                    addend: Some(&res),
+                    post: &post,
+                    residuals: &residuals,
+                };
+                let c0 = rand_vec(12 * 20, 13);
+                let (mut a, mut b) = (c0.clone(), c0.clone());
+                e.apply(isa, &mut a, 20, 2, 5, 1, 11);
+                e.apply_body(&mut b, 20, 2, 5, 1, 11);
+                assert_close(&a, &b, 1e-6);
+            }
+            for (hw, k, st, d, p) in [
+                (1, 1, 1, 1, 0),
+                (7, 3, 1, 1, 1),
+                (9, 3, 2, 1, 1),
+                (8, 5, 2, 2, 4),
+                (17, 3, 1, 2, 0),
+            ] {
+                let oh = (hw + 2 * p - d * (k - 1) - 1) / st + 1;
+                let s = ConvShape {
+                    n: 1,
+                    c_in: 2,
+                    h: hw,
+                    w: hw,
+                    c_out: 2,
+                    oh,
+                    ow: oh,
+                    kh: k,
+                    kw: k,
+                    sh: st,
+                    sw: st,
+                    dh: d,
+                    dw: d,
+                    ph: p,
+                    pw: p,
+                    group: 2,
+                };
+                let x = rand_vec(hw * hw, 6);
+                let w = rand_vec(k * k, 7);
+                let (mut y1, mut y2) = (vec![0.0; oh * oh], vec![0.0; oh * oh]);
+                let mut scratch = vec![0.0; crate::kernels::conv::depthwise_scratch_len(&s)];
+                depthwise_plane(isa, &s, &w, &x, &mut y1, &mut scratch);
+                depthwise_plane_body(&s, &w, &x, &mut y2, &mut scratch);
+                assert_close(&y1, &y2, 1e-6);
+                let ps = PoolShape {
+                    planes: 1,
+                    h: hw,
+                    w: hw,
+                    oh,
+                    ow: oh,
+                    kh: k,
+                    kw: k,
+                    sh: st,
+                    sw: st,
+                    dh: d,
+                    dw: d,
+                    pads: [p, p, p, p],
+                };
+                max_pool_plane(isa, &ps, &x, &mut y1);
+                max_pool_plane_body(&ps, &x, &mut y2);
+                assert_close(&y1, &y2, 0.0);
             }
         }
     }

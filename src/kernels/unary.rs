@@ -24,19 +24,29 @@ pub enum PostOpRt {
     AddInput { slot: usize },
 }
 
-/// Applies `op` in place to every element of `x`.
+/// Applies `op` in place to every element of `x` (vectorised build where available).
 pub fn apply_unary(op: UnaryOp, x: &mut [f32]) {
+    simd::unary(*ISA, op, x)
+}
+
+/// Shared body of [`apply_unary`]'s builds: simple activations as branch-free loops
+/// that vectorise, the rest through [`unary_scalar`].
+#[inline(always)]
+pub(crate) fn apply_unary_body(op: UnaryOp, x: &mut [f32]) {
     match op {
-        UnaryOp::Relu => simd::clamp(*ISA, x, 0.0, f32::INFINITY),
-        UnaryOp::Clip { min, max } => simd::clamp(*ISA, x, min, max),
+        UnaryOp::Relu => x
+            .iter_mut()
+            .for_each(|v| *v = if *v > 0.0 { *v } else { 0.0 }),
+        UnaryOp::Clip { min, max } => x.iter_mut().for_each(|v| {
+            let a = if *v > min { *v } else { min };
+            *v = if a < max { a } else { max };
+        }),
         UnaryOp::Identity => {}
         UnaryOp::Neg => x.iter_mut().for_each(|v| *v = -*v),
         UnaryOp::Abs => x.iter_mut().for_each(|v| *v = v.abs()),
-        UnaryOp::LeakyRelu { alpha } => x.iter_mut().for_each(|v| {
-            if *v < 0.0 {
-                *v *= alpha
-            }
-        }),
+        UnaryOp::LeakyRelu { alpha } => x
+            .iter_mut()
+            .for_each(|v| *v = if *v < 0.0 { *v * alpha } else { *v }),
         UnaryOp::HardSwish => x
             .iter_mut()
             .for_each(|v| *v *= (*v * (1.0 / 6.0) + 0.5).clamp(0.0, 1.0)),
@@ -166,7 +176,7 @@ mod tests {
             (0.5, 0.520_499_9),
             (1.0, 0.842_700_8),
             (-2.0, -0.995_322_3),
-            (3.5, 0.999_999_26),
+            (3.5, 0.999_999_3),
             (5.0, 1.0),
         ];
         for (x, want) in cases {
