@@ -10,6 +10,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod error;
+pub mod ffi;
 pub mod ir;
 pub mod runtime;
 

@@ -3,7 +3,9 @@
 //! This is the Rust API under the C ABI (`ffi`). Everything here is thread-safe.
 
 pub mod config;
+pub mod mem;
 mod model;
+pub mod roi;
 mod task;
 
 pub use config::RuntimeConfig;
