@@ -120,7 +120,13 @@ pub unsafe extern "C" fn hbDNNInitializeFromFiles(
         for (i, &p) in names.iter().enumerate() {
             non_null(p, &format!("modelFileNames[{i}]"))?;
             // SAFETY: non-null and NUL-terminated (caller's contract).
-            paths.push(path_of(unsafe { std::ffi::CStr::from_ptr(p) }));
+            let path = path_of(unsafe { std::ffi::CStr::from_ptr(p) });
+            // Report an unreadable file as such, with its path, before any parsing.
+            std::fs::File::open(&path).map_err(|e| Error::Io {
+                path: path.clone(),
+                reason: e.to_string(),
+            })?;
+            paths.push(path);
         }
         let packed = PackedModel::load_files(&paths)?;
         let token = PackedEntry::register(packed)?;
