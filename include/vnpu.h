@@ -531,6 +531,33 @@ extern "C" {
 #endif // __cplusplus
 
 /**
+ * Returns the detail of the last failing call on the calling thread (which argument,
+ * file, tensor field, expected and actual values), or `""` if none failed. The string
+ * is owned by the library and valid until the next failing call on this thread.
+ *
+ * # Safety
+ * Always safe to call.
+ */
+const char *vnpuGetLastErrorDetail(void);
+
+/**
+ * Returns the vnpu version (static string, e.g. `"0.1.0"`).
+ *
+ * # Safety
+ * Always safe to call.
+ */
+const char *vnpuGetVersion(void);
+
+/**
+ * Returns the static table of every C function (never NULL). Check `abiVersion` ==
+ * `VNPU_BACKEND_ABI_VERSION` and `structSize` >= the size you compiled against.
+ *
+ * # Safety
+ * Always safe to call.
+ */
+const vnpuBackendV1 *vnpuGetBackendV1(void);
+
+/**
  * Returns the version string, e.g. `"1.24.5_(vnpu 0.1.0)"`: hbDNN API version, then the
  * implementation. The string is library-owned and static.
  *
@@ -888,33 +915,6 @@ int32_t hbSysRegisterMem(hbSysMem *mem);
  * `mem` must be NULL or readable.
  */
 int32_t hbSysUnregisterMem(hbSysMem *mem);
-
-/**
- * Returns the detail of the last failing call on the calling thread (which argument,
- * file, tensor field, expected and actual values), or `""` if none failed. The string
- * is owned by the library and valid until the next failing call on this thread.
- *
- * # Safety
- * Always safe to call.
- */
-const char *vnpuGetLastErrorDetail(void);
-
-/**
- * Returns the vnpu version (static string, e.g. `"0.1.0"`).
- *
- * # Safety
- * Always safe to call.
- */
-const char *vnpuGetVersion(void);
-
-/**
- * Returns the static table of every C function (never NULL). Check `abiVersion` ==
- * `VNPU_BACKEND_ABI_VERSION` and `structSize` >= the size you compiled against.
- *
- * # Safety
- * Always safe to call.
- */
-const vnpuBackendV1 *vnpuGetBackendV1(void);
 
 #ifdef __cplusplus
 }  // extern "C"

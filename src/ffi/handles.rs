@@ -95,6 +95,13 @@ impl PackedEntry {
     }
 }
 
+/// Registers an already-loaded packed model as a C packed handle (for Rust hosts that
+/// load models themselves and hand the handle to C code). Release it with
+/// `hbDNNRelease`.
+pub fn packed_handle(packed: PackedModel) -> Result<hbPackedDNNHandle_t> {
+    PackedEntry::register(packed).map(|token| token as hbPackedDNNHandle_t)
+}
+
 /// C copies of one tensor's description.
 pub(crate) struct TensorInfo {
     pub(crate) name: CString,

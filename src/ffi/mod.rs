@@ -13,19 +13,20 @@
 //!
 //! The header `include/vnpu.h` is generated from this module by `build.rs` (cbindgen).
 
+mod backend;
 mod boundary;
 mod convert;
-pub mod dnn;
-pub mod ext;
+mod dnn;
+mod ext;
 mod handles;
 mod registry;
-pub mod sys;
-pub mod types;
-pub mod vnpu;
+mod sys;
+mod types;
 
+pub use backend::*;
 pub use boundary::last_error_detail;
 pub use dnn::*;
 pub use ext::*;
+pub use handles::packed_handle;
 pub use sys::*;
 pub use types::*;
-pub use vnpu::*;
