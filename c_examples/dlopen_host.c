@@ -62,8 +62,9 @@ static int run_model(const vnpuBackendV1 *b, const char *path) {
   EXPECT(b->hbDNNReleaseTask(task) == 0);
   for (i = 0; i < n_in; ++i) EXPECT(b->hbSysFreeMem(&in[i].sysMem[0]) == 0);
   for (i = 0; i < n_out; ++i) EXPECT(b->hbSysFreeMem(&out[i].sysMem[0]) == 0);
-  EXPECT(b->hbDNNRelease(packed) == 0);
+  /* Names are library-owned and die with the packed model: print before releasing. */
   printf("model %s ran through the table\n", names[0]);
+  EXPECT(b->hbDNNRelease(packed) == 0);
   return 0;
 }
 

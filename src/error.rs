@@ -30,7 +30,7 @@ pub mod codes {
 }
 
 /// Every failure the library reports, one variant per cause.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum Error {
     /// A file could not be opened or read.
     #[error("cannot open {path}: {reason}")]

@@ -10,8 +10,17 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod error;
+pub mod exec;
 pub mod ffi;
 pub mod ir;
+pub mod kernels;
+pub mod onnx;
 pub mod runtime;
+pub mod sched;
 
 pub use error::{Error, Result};
+pub mod compile;
+pub mod format;
+
+/// The vnpu version (crate version), part of compiled-file manifests and cache keys.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -1,64 +1,64 @@
 //! C ABI through the rlib: packed / model / task handles (generational registry),
 //! model queries, tensor validation against the model, `more` task assembly.
 
-use std::ffi::{c_char, CStr};
+use std::ffi::{c_char, c_void, CStr};
+use std::path::PathBuf;
 use std::ptr::{null, null_mut};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicI32, Ordering};
 
+use once_cell::sync::Lazy;
+use vnpu::compile::{CompileOptions, InputParams, InputType};
 use vnpu::error::codes::*;
 use vnpu::ffi::*;
-use vnpu::runtime::{ElemType, Model, PackedModel, Quant, TensorDesc, TensorLayout};
+use vnpu::ir::ImageFormat;
+use vnpu::runtime::PackedModel;
 
-fn desc(name: &str, elem: ElemType, shape: &[i32], bytes: usize, quant: Quant) -> TensorDesc {
-    TensorDesc {
-        name: name.into(),
-        valid_shape: shape.to_vec(),
-        aligned_shape: shape.to_vec(),
-        layout: TensorLayout::Nchw,
-        elem,
-        quant,
-        aligned_byte_size: bytes,
-        stride: vec![0; shape.len()],
+/// The committed tiny classifier compiled twice: "cls" takes NV12 1x3x64x64 (NCHW),
+/// "feat" the raw f32 1x3x64x64 tensor; both output f32 [1, 10] probabilities.
+/// (Model names come from the file stems.)
+static MODELS: Lazy<PackedModel> = Lazy::new(|| {
+    let src = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/models/tiny_classifier.onnx"
+    ));
+    let dir = std::env::temp_dir().join(format!("vnpu-ffi-handles-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let (cls, feat) = (dir.join("cls.onnx"), dir.join("feat.onnx"));
+    std::fs::copy(&src, &cls).expect("copy model");
+    std::fs::copy(&src, &feat).expect("copy model");
+    let nv12 = CompileOptions {
+        inputs: vec![InputParams {
+            name: "images".into(),
+            shape: None,
+            input_type: InputType::Image(ImageFormat::Nv12),
+            nhwc: false,
+            train_bgr: false,
+            mean: vec![],
+            scale: vec![],
+        }],
+        ..CompileOptions::default()
+    };
+    let a = PackedModel::load_files_with(&[cls], &nv12).expect("nv12 model");
+    let b = PackedModel::load_files_with(&[feat], &CompileOptions::default()).expect("f32 model");
+    let _ = std::fs::remove_dir_all(&dir);
+    PackedModel {
+        models: a.models.into_iter().chain(b.models).collect(),
+        sources: a.sources.into_iter().chain(b.sources).collect(),
     }
-}
+});
 
-/// Two models: "cls" (NV12 1x3x4x4 input; F32 [1,10] and quantised S8 [1,4] outputs)
-/// and "feat" (F32 [1,2] input and output).
+/// A fresh packed handle over the shared models.
 fn packed() -> hbPackedDNNHandle_t {
-    let cls = Model {
-        name: "cls".into(),
-        inputs: vec![desc(
-            "image",
-            ElemType::ImgNv12,
-            &[1, 3, 4, 4],
-            24,
-            Quant::None,
-        )],
-        outputs: vec![
-            desc("scores", ElemType::F32, &[1, 10], 40, Quant::None),
-            desc(
-                "q",
-                ElemType::S8,
-                &[1, 4],
-                4,
-                Quant::Scale {
-                    axis: 1,
-                    scale: vec![0.5, 0.25, 0.125, 1.0],
-                    zero_point: vec![0, 1, 2, 3],
-                },
-            ),
-        ],
-    };
-    let feat = Model {
-        name: "feat".into(),
-        inputs: vec![desc("x", ElemType::F32, &[1, 2], 8, Quant::None)],
-        outputs: vec![desc("y", ElemType::F32, &[1, 2], 8, Quant::None)],
-    };
+    let m = &*MODELS;
     packed_handle(PackedModel {
-        models: vec![Arc::new(cls), Arc::new(feat)],
+        models: m.models.clone(),
+        sources: m.sources.clone(),
     })
     .expect("register")
 }
+
+const NV12_BYTES: usize = 64 * 64 * 3 / 2;
+const F32_BYTES: usize = 3 * 64 * 64 * 4;
 
 fn model(p: hbPackedDNNHandle_t, name: &CStr) -> hbDNNHandle_t {
     let mut h = null_mut();
@@ -110,6 +110,12 @@ fn ctrl(more: i32) -> hbDNNInferCtrlParam {
     }
 }
 
+fn sum(buf: &[u8]) -> f32 {
+    buf.chunks_exact(4)
+        .map(|b| f32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+        .sum()
+}
+
 #[test]
 fn names_models_and_properties() {
     let p = packed();
@@ -130,21 +136,30 @@ fn names_models_and_properties() {
 
     let cls = model(p, c"cls");
     let (mut ins, mut outs) = (0, 0);
-    // SAFETY: valid out-pointers.
+    let mut name: *const c_char = null();
+    // SAFETY: valid out-pointers; names are library-owned.
     unsafe {
         assert_eq!(hbDNNGetInputCount(&mut ins, cls), 0);
         assert_eq!(hbDNNGetOutputCount(&mut outs, cls), 0);
-    }
-    assert_eq!((ins, outs), (1, 2));
-    let mut name: *const c_char = null();
-    // SAFETY: valid out-pointer; the name is library-owned.
-    unsafe {
-        assert_eq!(hbDNNGetOutputName(&mut name, cls, 1), 0);
-        assert_eq!(CStr::from_ptr(name).to_str().expect("utf8"), "q");
+        assert_eq!((ins, outs), (1, 1));
+        assert_eq!(hbDNNGetInputName(&mut name, cls, 0), 0);
+        assert_eq!(CStr::from_ptr(name).to_str().expect("utf8"), "images");
+        assert_eq!(hbDNNGetOutputName(&mut name, cls, 0), 0);
+        assert_eq!(CStr::from_ptr(name).to_str().expect("utf8"), "probs");
         assert_eq!(
             hbDNNGetInputName(&mut name, cls, 1),
             HB_DNN_INVALID_ARGUMENT
         );
+        assert_eq!(
+            hbDNNGetOutputName(&mut name, cls, -1),
+            HB_DNN_INVALID_ARGUMENT
+        );
+        let mut source = -1;
+        assert_eq!(hbDNNGetInputSource(&mut source, cls, 0), 0);
+        assert_eq!(source, hbDNNInputSource::HB_DNN_INPUT_FROM_DDR as i32);
+        let mut latency = -1;
+        assert_eq!(hbDNNGetEstimateLatency(&mut latency, cls), 0);
+        assert!(latency >= 0);
     }
     let image = props(cls, false, 0);
     assert_eq!(image.tensorType, hbDNNDataType::HB_DNN_IMG_TYPE_NV12 as i32);
@@ -153,23 +168,14 @@ fn names_models_and_properties() {
         hbDNNTensorLayout::HB_DNN_LAYOUT_NCHW as i32
     );
     assert_eq!(image.validShape.numDimensions, 4);
-    assert_eq!(&image.validShape.dimensionSize[..4], &[1, 3, 4, 4]);
+    assert_eq!(&image.validShape.dimensionSize[..4], &[1, 3, 64, 64]);
     assert_eq!(image.quantiType, hbDNNQuantiType::NONE as i32);
-    let q = props(cls, true, 1);
-    assert_eq!(q.quantiType, hbDNNQuantiType::SCALE as i32);
-    assert_eq!(q.quantizeAxis, 1);
-    assert_eq!((q.scale.scaleLen, q.scale.zeroPointLen), (4, 4));
-    // SAFETY: arrays of the reported lengths, valid while the pack is loaded.
-    unsafe {
-        assert_eq!(
-            std::slice::from_raw_parts(q.scale.scaleData, 4),
-            &[0.5, 0.25, 0.125, 1.0]
-        );
-        assert_eq!(
-            std::slice::from_raw_parts(q.scale.zeroPointData, 4),
-            &[0, 1, 2, 3]
-        );
-    }
+    let probs = props(cls, true, 0);
+    assert_eq!(
+        probs.tensorType,
+        hbDNNDataType::HB_DNN_TENSOR_TYPE_F32 as i32
+    );
+    assert_eq!(probs.alignedByteSize, 40);
     let mut unknown = null_mut();
     // SAFETY: valid out-pointer and name.
     let rc = unsafe { hbDNNGetModelHandle(&mut unknown, p, c"nope".as_ptr()) };
@@ -203,57 +209,45 @@ fn released_handles_are_stale_never_crash() {
         assert_ne!(p2, p, "a reused slot gets a new generation");
         assert_eq!(hbDNNRelease(p2), 0);
     }
-    assert!(last_error_detail().contains("stale") || last_error_detail().contains("not a"));
 }
 
-/// Breaks one field of the input or the outputs.
-type Breaker = Box<dyn Fn(&mut hbDNNTensor, &mut [hbDNNTensor; 2])>;
+/// Breaks one field of the input or the output.
+type Breaker = fn(&mut hbDNNTensor, &mut hbDNNTensor);
 
 #[test]
 fn tensor_mismatches_are_reported_with_detail() {
     let p = packed();
     let cls = model(p, c"cls");
-    let mut in_buf = vec![0u8; 24];
-    let mut out0 = vec![0u8; 40];
-    let mut out1 = vec![0u8; 4];
+    let mut in_buf = vec![0u8; NV12_BYTES];
+    let mut out_buf = vec![0u8; 40];
     let input = tensor(props(cls, false, 0), &mut in_buf);
-    let mut outputs = [
-        tensor(props(cls, true, 0), &mut out0),
-        tensor(props(cls, true, 1), &mut out1),
-    ];
+    let output = tensor(props(cls, true, 0), &mut out_buf);
     let mut c = ctrl(1);
-    let cases: Vec<(Breaker, &str)> = vec![
+    let cases: [(Breaker, &str); 8] = [
+        (|i, _| i.sysMem[0].memSize -= 1, "sysMem[0].memSize"),
+        (|i, _| i.properties.tensorType = 13, "tensorType"),
         (
-            Box::new(|i, _| i.sysMem[0].memSize = 23),
-            "sysMem[0].memSize",
-        ),
-        (Box::new(|i, _| i.properties.tensorType = 13), "tensorType"),
-        (
-            Box::new(|i, _| i.properties.validShape.dimensionSize[3] = 8),
+            |i, _| i.properties.validShape.dimensionSize[3] = 8,
             "validShape",
         ),
         (
-            Box::new(|i, _| i.properties.alignedShape.numDimensions = 3),
+            |i, _| i.properties.alignedShape.numDimensions = 3,
             "alignedShape",
         ),
+        (|i, _| i.properties.tensorLayout = 0, "tensorLayout"),
+        (|i, _| i.sysMem[0].virAddr = null_mut(), "virAddr"),
+        (|_, o| o.sysMem[0].memSize = 39, "output 0 'probs'"),
         (
-            Box::new(|i, _| i.properties.tensorLayout = 0),
-            "tensorLayout",
-        ),
-        (Box::new(|i, _| i.sysMem[0].virAddr = null_mut()), "virAddr"),
-        (Box::new(|_, o| o[1].sysMem[0].memSize = 3), "output 1 'q'"),
-        (
-            Box::new(|_, o| o[0].properties.validShape.dimensionSize[1] = 11),
-            "output 0 'scores'",
+            |_, o| o.properties.validShape.dimensionSize[1] = 11,
+            "output 0 'probs'",
         ),
     ];
     for (break_it, expected) in cases {
-        let mut i = input;
-        let mut o = outputs;
+        let (mut i, mut o) = (input, output);
         break_it(&mut i, &mut o);
         let mut task = null_mut();
-        let mut out_ptr = o.as_mut_ptr();
-        // SAFETY: valid pointers; the arrays have the model's counts.
+        let mut out_ptr: *mut hbDNNTensor = &mut o;
+        // SAFETY: valid pointers; one input and one output as the model has.
         let rc = unsafe { hbDNNInfer(&mut task, &mut out_ptr, &i, cls, &mut c) };
         assert_eq!(rc, HB_DNN_INVALID_ARGUMENT, "{expected}");
         assert!(task.is_null());
@@ -261,14 +255,15 @@ fn tensor_mismatches_are_reported_with_detail() {
         assert!(detail.contains(expected), "{expected}: {detail}");
     }
     // NV12_SEPARATE instead of NV12 is allowed when both planes are given.
-    let mut y = vec![0u8; 16];
-    let mut uv = vec![0u8; 8];
+    let mut y = vec![0u8; 64 * 64];
+    let mut uv = vec![0u8; 64 * 32];
     let mut sep = tensor(props(cls, false, 0), &mut y);
     sep.properties.tensorType = hbDNNDataType::HB_DNN_IMG_TYPE_NV12_SEPARATE as i32;
     sep.sysMem[1].virAddr = uv.as_mut_ptr().cast();
-    sep.sysMem[1].memSize = 8;
+    sep.sysMem[1].memSize = uv.len() as u32;
     let mut task = null_mut();
-    let mut out_ptr = outputs.as_mut_ptr();
+    let mut o = output;
+    let mut out_ptr: *mut hbDNNTensor = &mut o;
     // SAFETY: as above; more = 1 only assembles the task.
     unsafe {
         assert_eq!(hbDNNInfer(&mut task, &mut out_ptr, &sep, cls, &mut c), 0);
@@ -277,44 +272,104 @@ fn tensor_mismatches_are_reported_with_detail() {
     }
 }
 
+static CALLBACK_STATUS: AtomicI32 = AtomicI32::new(1);
+
+unsafe extern "C" fn record(_task: hbDNNTaskHandle_t, status: i32, userdata: *mut c_void) {
+    assert_eq!(userdata as usize, 0xC0FFEE);
+    CALLBACK_STATUS.store(status, Ordering::SeqCst);
+}
+
 #[test]
-fn more_tasks_assemble_under_one_handle() {
+fn infer_wait_release_end_to_end() {
     let p = packed();
     let feat = model(p, c"feat");
-    let mut x = vec![0u8; 8];
-    let mut y = vec![0u8; 8];
+    let mut x = vec![0u8; F32_BYTES];
+    for (k, b) in x.chunks_exact_mut(4).enumerate() {
+        b.copy_from_slice(&((k % 17) as f32 / 17.0).to_ne_bytes());
+    }
+    let mut y = vec![0u8; 40];
     let input = tensor(props(feat, false, 0), &mut x);
     let mut output = tensor(props(feat, true, 0), &mut y);
     let mut out_ptr: *mut hbDNNTensor = &mut output;
     let mut task: hbDNNTaskHandle_t = null_mut();
-    let mut c = ctrl(1);
-    // SAFETY: valid pointers throughout; handles are tokens.
+    let mut c = ctrl(0);
+    c.priority = 255;
+    // SAFETY: valid pointers; buffers outlive the task (waited below).
     unsafe {
         assert_eq!(hbDNNInfer(&mut task, &mut out_ptr, &input, feat, &mut c), 0);
+        assert_eq!(
+            hbDNNSetTaskDoneCb(task, Some(record), 0xC0FFEE as *mut c_void),
+            0
+        );
+        assert_eq!(hbDNNWaitTaskDone(task, 0), 0);
+        assert_eq!(
+            hbDNNWaitTaskDone(task, 5),
+            0,
+            "second wait on a finished task"
+        );
+        let mut est = -1;
+        assert_eq!(hbDNNGetTaskEstimateTime(&mut est, task), 0);
+        // Appending to a submitted task is misuse.
+        assert_eq!(
+            hbDNNInfer(&mut task, &mut out_ptr, &input, feat, &mut c),
+            HB_DNN_API_USE_ERROR
+        );
+        assert_eq!(hbDNNReleaseTask(task), 0);
+        assert_eq!(hbDNNWaitTaskDone(task, 0), HB_DNN_INVALID_TASK_HANDLE);
+    }
+    assert_eq!(CALLBACK_STATUS.load(Ordering::SeqCst), 0);
+    assert!((sum(&y) - 1.0).abs() < 1e-3, "softmax output sums to 1");
+    // SAFETY: a handle we own.
+    assert_eq!(unsafe { hbDNNRelease(p) }, 0);
+}
+
+#[test]
+fn more_tasks_assemble_under_one_handle() {
+    let p = packed();
+    let cls = model(p, c"cls");
+    let feat = model(p, c"feat");
+    let mut img = vec![128u8; NV12_BYTES];
+    let mut x = vec![0u8; F32_BYTES];
+    let (mut y1, mut y2) = (vec![0u8; 40], vec![0u8; 40]);
+    let in1 = tensor(props(cls, false, 0), &mut img);
+    let in2 = tensor(props(feat, false, 0), &mut x);
+    let mut o1 = tensor(props(cls, true, 0), &mut y1);
+    let mut o2 = tensor(props(feat, true, 0), &mut y2);
+    let (mut p1, mut p2): (*mut hbDNNTensor, *mut hbDNNTensor) = (&mut o1, &mut o2);
+    let mut task: hbDNNTaskHandle_t = null_mut();
+    // SAFETY: valid pointers throughout; handles are tokens.
+    unsafe {
+        assert_eq!(hbDNNInfer(&mut task, &mut p1, &in1, cls, &mut ctrl(1)), 0);
         let first = task;
         assert!(!first.is_null());
-        assert_eq!(hbDNNInfer(&mut task, &mut out_ptr, &input, feat, &mut c), 0);
-        assert_eq!(task, first, "appending keeps the same handle");
         assert_eq!(hbDNNWaitTaskDone(task, 0), HB_DNN_API_USE_ERROR);
         let mut est = 0;
         assert_eq!(
             hbDNNGetTaskEstimateTime(&mut est, task),
             HB_DNN_API_USE_ERROR
         );
-        // 255 models at most in one task.
-        for _ in 2..255 {
-            assert_eq!(hbDNNInfer(&mut task, &mut out_ptr, &input, feat, &mut c), 0);
+        assert_eq!(hbDNNInfer(&mut task, &mut p2, &in2, feat, &mut ctrl(0)), 0);
+        assert_eq!(task, first, "appending keeps the same handle");
+        assert_eq!(hbDNNWaitTaskDone(task, 0), 0);
+        assert_eq!(hbDNNReleaseTask(task), 0);
+        assert_eq!(hbDNNReleaseTask(task), HB_DNN_INVALID_TASK_HANDLE);
+    }
+    assert!((sum(&y1) - 1.0).abs() < 1e-3 && (sum(&y2) - 1.0).abs() < 1e-3);
+
+    // 255 models at most in one task; a released handle cannot be appended to.
+    let mut task: hbDNNTaskHandle_t = null_mut();
+    // SAFETY: as above; the task is never submitted.
+    unsafe {
+        for _ in 0..255 {
+            assert_eq!(hbDNNInfer(&mut task, &mut p2, &in2, feat, &mut ctrl(1)), 0);
         }
         assert_eq!(
-            hbDNNInfer(&mut task, &mut out_ptr, &input, feat, &mut c),
+            hbDNNInfer(&mut task, &mut p2, &in2, feat, &mut ctrl(1)),
             HB_DNN_TASK_BATCH_SIZE_EXCEED_LIMIT
         );
         assert_eq!(hbDNNReleaseTask(task), 0);
-        assert_eq!(hbDNNReleaseTask(task), HB_DNN_INVALID_TASK_HANDLE);
-        assert_eq!(hbDNNWaitTaskDone(task, 0), HB_DNN_INVALID_TASK_HANDLE);
-        // A released task handle cannot be appended to.
         assert_eq!(
-            hbDNNInfer(&mut task, &mut out_ptr, &input, feat, &mut c),
+            hbDNNInfer(&mut task, &mut p2, &in2, feat, &mut ctrl(0)),
             HB_DNN_INVALID_TASK_HANDLE
         );
         assert_eq!(hbDNNRelease(p), 0);
@@ -322,26 +377,27 @@ fn more_tasks_assemble_under_one_handle() {
 }
 
 #[test]
-fn roi_infer_validates_rois_and_frames() {
+fn roi_infer_validates_and_runs() {
     let p = packed();
     let cls = model(p, c"cls");
     let feat = model(p, c"feat");
-    // A 16x8 NV12 frame with a 32-byte row stride.
-    let mut frame = vec![0u8; 32 * 8 * 3 / 2];
+    // A 128x96 NV12 frame with a 160-byte row stride.
+    let (w, h, stride) = (128usize, 96usize, 160usize);
+    let mut frame = vec![0u8; stride * h * 3 / 2];
+    for (k, v) in frame.iter_mut().enumerate() {
+        *v = (k % 251) as u8;
+    }
     let mut fp = props(cls, false, 0);
-    fp.validShape.dimensionSize[2] = 8;
-    fp.validShape.dimensionSize[3] = 16;
+    fp.validShape.dimensionSize[2] = h as i32;
+    fp.validShape.dimensionSize[3] = w as i32;
     fp.alignedShape = fp.validShape;
-    fp.alignedShape.dimensionSize[3] = 32;
+    fp.alignedShape.dimensionSize[3] = stride as i32;
     let input = tensor(fp, &mut frame);
-    let mut out0 = vec![0u8; 80];
-    let mut out1 = vec![0u8; 8];
-    let mut outputs = [
-        tensor(props(cls, true, 0), &mut out0),
-        tensor(props(cls, true, 1), &mut out1),
-    ];
-    let mut out_ptr = outputs.as_mut_ptr();
-    let mut c = ctrl(1);
+    let mut out = vec![0u8; 80];
+    let mut output = tensor(props(cls, true, 0), &mut out);
+    output.sysMem[0].memSize = 40;
+    let mut out_ptr: *mut hbDNNTensor = &mut output;
+    let mut c = ctrl(0);
     let mut task = null_mut();
     let roi = |left, top, right, bottom| hbDNNRoi {
         left,
@@ -349,9 +405,10 @@ fn roi_infer_validates_rois_and_frames() {
         right,
         bottom,
     };
-    // SAFETY: valid pointers; `input` holds one tensor per ROI group.
+    let inputs = [input, input];
+    // SAFETY: valid pointers; `inputs` holds one frame per ROI group.
     unsafe {
-        let mut bad = [roi(1, 0, 7, 7)];
+        let mut bad = [roi(1, 0, 63, 63)];
         assert_eq!(
             hbDNNRoiInfer(
                 &mut task,
@@ -365,7 +422,7 @@ fn roi_infer_validates_rois_and_frames() {
             HB_DNN_INVALID_ARGUMENT
         );
         assert!(last_error_detail().contains("even"));
-        let mut outside = [roi(0, 0, 17, 7)];
+        let mut outside = [roi(0, 0, 129, 63)];
         assert_eq!(
             hbDNNRoiInfer(
                 &mut task,
@@ -379,16 +436,15 @@ fn roi_infer_validates_rois_and_frames() {
             HB_DNN_INVALID_ARGUMENT
         );
         assert!(last_error_detail().contains("outside"));
-        let mut fine = [roi(0, 0, 7, 7), roi(8, 0, 15, 7)];
-        let inputs = [input, input];
-        // Outputs sized for one ROI are too small for two ...
-        (*out_ptr).sysMem[0].memSize = 40;
+        let mut two = [roi(0, 0, 63, 63), roi(64, 32, 127, 95)];
+        (*out_ptr).properties.validShape.dimensionSize[0] = 2;
+        // Output memory for one ROI is too small for two ...
         assert_eq!(
             hbDNNRoiInfer(
                 &mut task,
                 &mut out_ptr,
                 inputs.as_ptr(),
-                fine.as_mut_ptr(),
+                two.as_mut_ptr(),
                 2,
                 cls,
                 &mut c
@@ -407,13 +463,14 @@ fn roi_infer_validates_rois_and_frames() {
                 &mut task,
                 &mut out_ptr,
                 inputs.as_ptr(),
-                fine.as_mut_ptr(),
+                two.as_mut_ptr(),
                 2,
                 cls,
                 &mut c
             ),
             0
         );
+        assert_eq!(hbDNNWaitTaskDone(task, 0), 0);
         assert_eq!(hbDNNReleaseTask(task), 0);
         task = null_mut();
         assert_eq!(
@@ -421,21 +478,7 @@ fn roi_infer_validates_rois_and_frames() {
                 &mut task,
                 &mut out_ptr,
                 &input,
-                fine.as_mut_ptr(),
-                1,
-                cls,
-                &mut c
-            ),
-            0
-        );
-        assert_eq!(hbDNNReleaseTask(task), 0);
-        task = null_mut();
-        assert_eq!(
-            hbDNNRoiInfer(
-                &mut task,
-                &mut out_ptr,
-                &input,
-                fine.as_mut_ptr(),
+                two.as_mut_ptr(),
                 1,
                 feat,
                 &mut c
@@ -448,7 +491,7 @@ fn roi_infer_validates_rois_and_frames() {
                 &mut task,
                 &mut out_ptr,
                 &input,
-                fine.as_mut_ptr(),
+                two.as_mut_ptr(),
                 256,
                 cls,
                 &mut c
@@ -457,6 +500,12 @@ fn roi_infer_validates_rois_and_frames() {
         );
         assert_eq!(hbDNNRelease(p), 0);
     }
+    assert!((sum(&out[..40]) - 1.0).abs() < 1e-3 && (sum(&out[40..]) - 1.0).abs() < 1e-3);
+    assert_ne!(
+        &out[..40],
+        &out[40..],
+        "different crops give different outputs"
+    );
 }
 
 #[test]
@@ -490,7 +539,7 @@ fn null_pointers_are_invalid_arguments() {
         );
         assert!(last_error_detail().contains("output"));
         let mut no_outputs: *mut hbDNNTensor = null_mut();
-        let mut x = vec![0u8; 8];
+        let mut x = vec![0u8; F32_BYTES];
         let input = tensor(props(feat, false, 0), &mut x);
         assert_eq!(
             hbDNNInfer(&mut task, &mut no_outputs, &input, feat, &mut c),

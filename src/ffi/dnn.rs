@@ -746,9 +746,10 @@ pub unsafe extern "C" fn hbDNNReleaseTask(taskHandle: hbDNNTaskHandle_t) -> i32 
     boundary::status(|| {
         let entry = TASKS.remove(taskHandle as usize)?;
         entry.completion.clear();
-        if let TaskState::Submitted(task) = &*entry.state.lock() {
-            task.release();
+        let state = entry.state.lock();
+        match &*state {
+            TaskState::Submitted(task) => task.release(),
+            TaskState::Building(_) => Ok(()),
         }
-        Ok(())
     })
 }

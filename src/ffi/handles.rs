@@ -267,20 +267,90 @@ pub(crate) fn submit(
 ) -> Result<Arc<Task>> {
     let runtime = crate::runtime::Runtime::global()?;
     let task = runtime.submit(pending.parts.clone(), ctrl)?;
-    // The buffers live until the runtime has dropped the callback (task ended) *and*
-    // this function has returned.
-    let owned = Arc::new(std::mem::take(&mut pending.owned));
-    let keep = owned.clone();
-    let registered = task.set_done_callback(Box::new(move |status| {
-        drop(keep);
+    // The buffers live until the runtime drops the callback, i.e. after the task ended.
+    let owned = std::mem::take(&mut pending.owned);
+    task.set_done_callback(Box::new(move |status| {
+        drop(owned);
         completion.finish(token, status);
     }));
-    if let Err(e) = registered {
-        // Without a callback we cannot learn when the buffers are free: cancel and wait.
-        task.release();
-        let _ = task.wait(None);
-        drop(owned);
-        return Err(e);
-    }
     Ok(task)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::{ElemType, TensorDesc, TensorLayout};
+
+    #[test]
+    fn scale_outputs_carry_arrays_that_outlive_moves() {
+        let d = TensorDesc {
+            name: "q".into(),
+            valid_shape: vec![1, 4],
+            aligned_shape: vec![1, 4],
+            layout: TensorLayout::None,
+            elem: ElemType::S8,
+            quant: Quant::Scale {
+                axis: 1,
+                scale: vec![0.5, 0.25, 0.125, 1.0],
+                zero_point: vec![0, 1, 2, 3],
+            },
+            aligned_byte_size: 4,
+            stride: vec![4, 1],
+        };
+        let infos = vec![TensorInfo::new(&d).expect("info")];
+        let moved = infos; // the Vec moves; the boxed arrays do not
+        let p = moved[0].props;
+        assert_eq!(p.quantiType, hbDNNQuantiType::SCALE as i32);
+        assert_eq!(
+            (p.quantizeAxis, p.scale.scaleLen, p.scale.zeroPointLen),
+            (1, 4, 4)
+        );
+        assert_eq!(&p.stride[..2], &[4, 1]);
+        // SAFETY: arrays of the reported lengths owned by `moved[0]`.
+        unsafe {
+            assert_eq!(
+                std::slice::from_raw_parts(p.scale.scaleData, 4),
+                &[0.5, 0.25, 0.125, 1.0]
+            );
+            assert_eq!(
+                std::slice::from_raw_parts(p.scale.zeroPointData, 4),
+                &[0, 1, 2, 3]
+            );
+        }
+        let plain = TensorDesc {
+            quant: Quant::None,
+            ..d
+        };
+        let p = TensorInfo::new(&plain).expect("info").props;
+        assert_eq!(p.quantiType, hbDNNQuantiType::NONE as i32);
+        assert!(p.scale.scaleData.is_null() && p.scale.zeroPointData.is_null());
+    }
+
+    #[test]
+    fn completion_runs_late_and_early_callbacks_once() {
+        use std::sync::atomic::{AtomicI32, Ordering};
+        static SEEN: AtomicI32 = AtomicI32::new(0);
+        unsafe extern "C" fn cb(_t: hbDNNTaskHandle_t, status: i32, _u: *mut c_void) {
+            SEEN.fetch_add(status, Ordering::SeqCst);
+        }
+        let user = UserCallback {
+            cb,
+            userdata: std::ptr::null_mut(),
+        };
+        let c = Completion::default();
+        c.set(7, user);
+        c.finish(7, 5);
+        assert_eq!(SEEN.load(Ordering::SeqCst), 5);
+        c.set(7, user); // already finished: runs at once
+        assert_eq!(SEEN.load(Ordering::SeqCst), 10);
+        let cleared = Completion::default();
+        cleared.set(8, user);
+        cleared.clear();
+        cleared.finish(8, 100);
+        assert_eq!(
+            SEEN.load(Ordering::SeqCst),
+            10,
+            "a cleared callback never runs"
+        );
+    }
 }

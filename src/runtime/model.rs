@@ -1,9 +1,16 @@
 //! Loaded models and their tensor descriptions (what the C API reports).
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use parking_lot::Mutex;
+
+use super::loader::{self, LoadSource};
+use crate::compile::{CompileOptions, CompiledModel, IoKind, IoLayout, IoSpec};
 use crate::error::{Error, Result};
+use crate::exec::{ExecState, ModelPlan, PlanOptions};
+use crate::ir::{DType, ImageFormat};
 
 /// `hbDNNTensorLayout` values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,8 +72,8 @@ pub struct TensorDesc {
     pub stride: Vec<i32>,
 }
 
-/// One loaded model: its description plus the immutable execution plan.
-#[derive(Debug)]
+/// One loaded model: its description plus the immutable execution plan, and a pool of
+/// per-task execution states so that steady-state inference allocates nothing.
 pub struct Model {
     /// Model name (unique in its packed model).
     pub name: String,
@@ -74,13 +81,116 @@ pub struct Model {
     pub inputs: Vec<TensorDesc>,
     /// Outputs in model order.
     pub outputs: Vec<TensorDesc>,
+    /// The compiled model (graph, segments, FCs).
+    pub compiled: Arc<CompiledModel>,
+    /// The execution plan (packed weights, memory plan).
+    pub plan: Arc<ModelPlan>,
+    /// Process-unique id (the scheduler's estimator key).
+    pub id: u64,
+    states: Mutex<Vec<ExecState>>,
 }
 
+impl std::fmt::Debug for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Model")
+            .field("name", &self.name)
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+static NEXT_MODEL_ID: AtomicU64 = AtomicU64::new(1);
+
 impl Model {
-    /// The current latency estimate of one inference, in microseconds (measured moving
-    /// average once the model has run, the compiler's estimate before).
+    /// Builds the execution plan of a compiled model.
+    pub fn new(compiled: CompiledModel) -> Result<Model> {
+        let graph = Arc::new(compiled.graph.clone());
+        let plan = ModelPlan::new(graph, &PlanOptions::default())?;
+        let inputs = compiled.inputs.iter().map(desc_of).collect();
+        let outputs = compiled.outputs.iter().map(desc_of).collect();
+        Ok(Model {
+            name: compiled.name.clone(),
+            inputs,
+            outputs,
+            compiled: Arc::new(compiled),
+            plan: Arc::new(plan),
+            id: NEXT_MODEL_ID.fetch_add(1, Ordering::Relaxed),
+            states: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The compiler's estimate of one inference, in microseconds.
     pub fn estimate_latency_us(&self) -> u64 {
-        0
+        self.compiled.est_us().round() as u64
+    }
+
+    /// Takes an execution state from the pool (or makes one).
+    pub fn take_state(&self) -> ExecState {
+        self.states
+            .lock()
+            .pop()
+            .unwrap_or_else(|| self.plan.new_state())
+    }
+
+    /// Returns an execution state to the pool.
+    pub fn put_state(&self, st: ExecState) {
+        let mut pool = self.states.lock();
+        if pool.len() < 64 {
+            pool.push(st);
+        }
+    }
+}
+
+/// The user-facing description of a boundary tensor.
+fn desc_of(s: &IoSpec) -> TensorDesc {
+    let (elem, layout) = match s.kind {
+        IoKind::Image(fmt) => {
+            let e = match fmt {
+                ImageFormat::Nv12 => ElemType::ImgNv12,
+                ImageFormat::Yuv444 => ElemType::ImgYuv444,
+                ImageFormat::Rgb => ElemType::ImgRgb,
+                ImageFormat::Bgr => ElemType::ImgBgr,
+                ImageFormat::Gray => ElemType::ImgY,
+            };
+            (e, s.layout)
+        }
+        IoKind::Tensor => {
+            let e = match s.dtype {
+                DType::F32 => ElemType::F32,
+                DType::U8 | DType::Bool => ElemType::U8,
+                DType::I8 => ElemType::S8,
+                DType::I32 => ElemType::S32,
+                DType::I64 => ElemType::S64,
+            };
+            (e, s.layout)
+        }
+    };
+    let layout = match layout {
+        IoLayout::Nchw => TensorLayout::Nchw,
+        IoLayout::Nhwc => TensorLayout::Nhwc,
+        IoLayout::None => TensorLayout::None,
+    };
+    let shape: Vec<i32> = s.shape.iter().map(|&d| d as i32).collect();
+    let stride = if s.kind == IoKind::Image(ImageFormat::Nv12) {
+        vec![0; shape.len()]
+    } else {
+        let mut st = vec![0i32; shape.len()];
+        let mut acc = s.dtype.size() as i64;
+        for i in (0..shape.len()).rev() {
+            st[i] = acc as i32;
+            acc *= shape[i] as i64;
+        }
+        st
+    };
+    TensorDesc {
+        name: s.name.clone(),
+        valid_shape: shape.clone(),
+        aligned_shape: shape,
+        layout,
+        elem,
+        quant: Quant::None,
+        aligned_byte_size: s.byte_size,
+        stride,
     }
 }
 
@@ -89,20 +199,69 @@ impl Model {
 pub struct PackedModel {
     /// The models, in file order.
     pub models: Vec<Arc<Model>>,
+    /// How each file was obtained (compiled file, compiled now, cache).
+    pub sources: Vec<LoadSource>,
 }
 
 impl PackedModel {
     /// Loads compiled model files (`.bin` from `vnpu compile`) and/or `.onnx` files
     /// (compiled on load, cached under `VNPU_CACHE_DIR` when set).
     pub fn load_files(paths: &[PathBuf]) -> Result<PackedModel> {
-        let _ = paths;
-        Err(Error::ApiUse("model loading is not built yet".into()))
+        Self::load_files_with(paths, &CompileOptions::default())
+    }
+
+    /// As [`PackedModel::load_files`], with compile options for ONNX files.
+    pub fn load_files_with(paths: &[PathBuf], opts: &CompileOptions) -> Result<PackedModel> {
+        if paths.is_empty() {
+            return Err(Error::InvalidArgument {
+                name: "modelFileNames".into(),
+                reason: "no model file given".into(),
+            });
+        }
+        let mut compiled = Vec::new();
+        let mut sources = Vec::new();
+        for p in paths {
+            let (ms, src) = loader::load_path(p, opts)?;
+            compiled.extend(ms);
+            sources.push(src);
+        }
+        Self::from_compiled(compiled, sources)
     }
 
     /// Loads compiled models (or ONNX bytes) from memory.
     pub fn load_bytes(blobs: &[&[u8]]) -> Result<PackedModel> {
-        let _ = blobs;
-        Err(Error::ApiUse("model loading is not built yet".into()))
+        if blobs.is_empty() {
+            return Err(Error::InvalidArgument {
+                name: "modelData".into(),
+                reason: "no model given".into(),
+            });
+        }
+        let mut compiled = Vec::new();
+        let mut sources = Vec::new();
+        for (i, b) in blobs.iter().enumerate() {
+            let (ms, src) = loader::load_bytes(b, i, &CompileOptions::default())?;
+            compiled.extend(ms);
+            sources.push(src);
+        }
+        Self::from_compiled(compiled, sources)
+    }
+
+    /// Wraps compiled models; names must be unique.
+    pub fn from_compiled(
+        compiled: Vec<CompiledModel>,
+        sources: Vec<LoadSource>,
+    ) -> Result<PackedModel> {
+        let mut models = Vec::new();
+        for c in compiled {
+            if models.iter().any(|m: &Arc<Model>| m.name == c.name) {
+                return Err(Error::InvalidArgument {
+                    name: "model".into(),
+                    reason: format!("two models are named '{}'; compile one with --name", c.name),
+                });
+            }
+            models.push(Arc::new(Model::new(c)?));
+        }
+        Ok(PackedModel { models, sources })
     }
 
     /// Model names in order.

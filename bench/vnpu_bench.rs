@@ -1,0 +1,315 @@
+//! vnpu benchmarks, side by side with onnxruntime measured in the same run (DESIGN §6).
+//!
+//! ```text
+//! cargo bench --bench vnpu -- [latency] [priority] [split] [load] [--seconds S] [--runs N]
+//! ```
+//! With no mode, runs all. Models come from `$VNPU_BENCH_MODELS` (default
+//! `build/models`, generated with `scripts/gen_models.py` through the venv when
+//! missing); onnxruntime numbers come from `bench/ort_bench.py` run through
+//! `scripts/venv.sh`. Prints tables with vnpu/onnxruntime ratios; never asserts on time.
+
+#[path = "../src/bin/vnpu/perf.rs"]
+#[allow(dead_code)]
+mod perf;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use perf::{percentile, Load};
+use vnpu::compile::{compile_onnx_file, CompileOptions, CompiledModel};
+use vnpu::exec::Tile;
+use vnpu::runtime::{Model, PackedModel, Runtime};
+use vnpu::sched::SchedConfig;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn models_dir() -> PathBuf {
+    let dir = std::env::var("VNPU_BENCH_MODELS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| repo().join("build/models"));
+    if !dir.join("resnet18.onnx").exists() {
+        eprintln!("generating benchmark models into {} ...", dir.display());
+        let ok = Command::new(repo().join("scripts/venv.sh"))
+            .args(["python", "scripts/gen_models.py"])
+            .arg(&dir)
+            .current_dir(repo())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        assert!(ok, "could not generate models (scripts/gen_models.py)");
+    }
+    dir
+}
+
+/// Runs bench/ort_bench.py and returns its JSON lines.
+fn ort(args: &[String]) -> Vec<serde_json::Value> {
+    let out = Command::new(repo().join("scripts/venv.sh"))
+        .args(["python", "bench/ort_bench.py"])
+        .args(args)
+        .current_dir(repo())
+        .output()
+        .expect("run bench/ort_bench.py");
+    if !out.status.success() {
+        eprintln!(
+            "onnxruntime bench failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return vec![];
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+fn compile(path: &Path, limit: u64) -> CompiledModel {
+    compile_onnx_file(
+        path,
+        &CompileOptions {
+            max_time_per_fc: limit,
+            ..Default::default()
+        },
+    )
+    .expect("compile")
+}
+
+fn model_of(c: CompiledModel) -> Arc<Model> {
+    PackedModel::from_compiled(vec![c], vec![vnpu::runtime::LoadSource::Compiled])
+        .expect("load")
+        .models[0]
+        .clone()
+}
+
+/// Runs the whole model on this thread (one virtual core's work), `runs` times; returns
+/// per-run milliseconds.
+fn run_direct(m: &Model, runs: usize) -> Vec<f64> {
+    let inputs = perf::pattern_inputs(m);
+    let mut st = m.take_state();
+    let mut times = Vec::with_capacity(runs);
+    for r in 0..runs + 3 {
+        let t0 = Instant::now();
+        for (i, b) in inputs.iter().enumerate() {
+            m.plan.set_input(&mut st, i, b).expect("input");
+        }
+        for seg in &m.compiled.segments {
+            for fc in &seg.fcs {
+                for s in &fc.steps {
+                    m.plan
+                        .run_node(
+                            &mut st,
+                            s.node,
+                            Tile {
+                                index: s.tile as usize,
+                                count: s.tiles as usize,
+                            },
+                        )
+                        .expect("run");
+                }
+            }
+        }
+        if r >= 3 {
+            times.push(t0.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    times
+}
+
+fn bench_latency(dir: &Path, runs: usize) {
+    let names = ["resnet18", "mobilenetv2", "unet_fpn", "detector"];
+    let paths: Vec<PathBuf> = names
+        .iter()
+        .map(|n| dir.join(format!("{n}.onnx")))
+        .filter(|p| p.exists())
+        .collect();
+    let ort_res = ort(&paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .chain(["--runs".into(), runs.to_string()])
+        .collect::<Vec<_>>());
+    println!("\n## 1. single-model latency, 1 thread (median of {runs} runs)");
+    println!(
+        "{:<14} {:>12} {:>12} {:>10}",
+        "model", "vnpu ms", "ORT ms", "ratio"
+    );
+    for p in &paths {
+        let name = p.file_stem().unwrap().to_string_lossy().to_string();
+        let m = model_of(compile(p, 0));
+        let t = percentile(&run_direct(&m, runs), 50.0);
+        let o = ort_res
+            .iter()
+            .find(|j| j["model"] == name.as_str())
+            .and_then(|j| j["median_ms"].as_f64());
+        match o {
+            Some(o) => println!("{name:<14} {t:>12.2} {o:>12.2} {:>10.2}", t / o),
+            None => println!("{name:<14} {t:>12.2} {:>12} {:>10}", "n/a", "n/a"),
+        }
+    }
+}
+
+fn bench_split(dir: &Path, runs: usize) {
+    println!("\n## 3. FC split overhead (ResNet-18, median of {runs} runs, FCs run back to back)");
+    let p = dir.join("resnet18.onnx");
+    let whole = model_of(compile(&p, 0));
+    let split = model_of(compile(&p, 1000));
+    let fcs: usize = split.compiled.segments.iter().map(|s| s.fcs.len()).sum();
+    // Interleave to share machine noise.
+    let mut a = Vec::new();
+    let mut b = Vec::new();
+    for _ in 0..5 {
+        a.extend(run_direct(&whole, runs / 5 + 1));
+        b.extend(run_direct(&split, runs / 5 + 1));
+    }
+    let (ta, tb) = (percentile(&a, 50.0), percentile(&b, 50.0));
+    println!("unsplit: {ta:.2} ms (1 FC); max_time_per_fc 1000: {tb:.2} ms ({fcs} FCs); overhead {:+.2} %", (tb / ta - 1.0) * 100.0);
+}
+
+fn bench_priority(dir: &Path, secs: f64) {
+    println!("\n## 2. priority under load: MobileNetV2 (priority 255, 30 req/s, open loop) vs ResNet-18 (priority 0, flat out)");
+    let small = dir.join("mobilenetv2.onnx");
+    let big = dir.join("resnet18.onnx");
+    let s = model_of(compile(&small, 1000));
+    let b = model_of(compile(&big, 1000));
+    let base = SchedConfig::from_env().expect("config");
+    let fg = Load {
+        model: s.clone(),
+        priority: 255,
+        custom_id: 0,
+        core_mask: 0,
+        fps: 30.0,
+        threads: 1,
+        frames: 0,
+        inputs: None,
+    };
+    let bg = Load {
+        model: b.clone(),
+        priority: 0,
+        custom_id: 0,
+        core_mask: 0,
+        fps: 0.0,
+        threads: base.cores + 1,
+        frames: 0,
+        inputs: None,
+    };
+    let iso = percentile(&run_direct(&s, 50), 50.0);
+    println!(
+        "MobileNetV2 isolated p50: {iso:.2} ms; cores: {}",
+        base.cores
+    );
+    println!(
+        "{:<34} {:>9} {:>9} {:>9} {:>12}",
+        "setting", "fg p50", "fg p99", "fg max", "bg runs/s"
+    );
+    for limit in [0usize, 1] {
+        let mut cfg = base.clone();
+        cfg.core_limit = limit;
+        let rt = Runtime::with_config(cfg).expect("runtime");
+        let r = perf::run_loads(
+            &rt,
+            &[fg.clone(), bg.clone()],
+            Duration::from_secs_f64(secs),
+            |_| {},
+        );
+        println!(
+            "{:<34} {:>9.2} {:>9.2} {:>9.2} {:>12.1}",
+            format!("vnpu BPLAT_CORELIMIT={limit}"),
+            percentile(&r[0].latency_us, 50.0) / 1e3,
+            percentile(&r[0].latency_us, 99.0) / 1e3,
+            percentile(&r[0].latency_us, 100.0) / 1e3,
+            r[1].fps()
+        );
+    }
+    for (label, extra) in [
+        ("onnxruntime 2 threads", vec![]),
+        (
+            "onnxruntime bg nice 19, no spin",
+            vec!["--big-nice", "19", "--no-spin"],
+        ),
+    ] {
+        let mut args: Vec<String> = vec![
+            "--priority-scenario".into(),
+            small.display().to_string(),
+            big.display().to_string(),
+        ];
+        args.extend([
+            "--fps".into(),
+            "30".into(),
+            "--seconds".into(),
+            secs.to_string(),
+        ]);
+        args.extend(extra.iter().map(|s| s.to_string()));
+        if let Some(j) = ort(&args).first() {
+            println!(
+                "{label:<34} {:>9.2} {:>9.2} {:>9.2} {:>12.1}",
+                j["small_p50_ms"].as_f64().unwrap_or(f64::NAN),
+                j["small_p99_ms"].as_f64().unwrap_or(f64::NAN),
+                j["small_max_ms"].as_f64().unwrap_or(f64::NAN),
+                j["big_per_s"].as_f64().unwrap_or(f64::NAN)
+            );
+        }
+    }
+}
+
+fn bench_load(dir: &Path) {
+    println!("\n## 5. load time: compile on load (first ever) vs cached (first inference)");
+    let p = dir.join("resnet18.onnx");
+    let cache = std::env::temp_dir().join(format!("vnpu-bench-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&cache);
+    std::env::set_var("VNPU_CACHE_DIR", &cache);
+    let first_infer = |label: &str| {
+        let t0 = Instant::now();
+        let pack = PackedModel::load_files(std::slice::from_ref(&p)).expect("load");
+        let t_load = t0.elapsed().as_secs_f64() * 1e3;
+        let t = run_direct(&pack.models[0], 1)[0];
+        println!(
+            "{label:<28} load {t_load:>9.1} ms, + first inference {t:>7.1} ms ({:?})",
+            pack.sources[0]
+        );
+    };
+    first_infer("first ever (compile+store)");
+    first_infer("cached");
+    let _ = std::fs::remove_dir_all(&cache);
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    let mut modes: Vec<&str> = args
+        .iter()
+        .map(|s| s.as_str())
+        .filter(|a| ["latency", "priority", "split", "load"].contains(a))
+        .collect();
+    if modes.is_empty() {
+        modes = vec!["latency", "priority", "split", "load"];
+    }
+    let num = |flag: &str, default: f64| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let secs = num("--seconds", 10.0);
+    let runs = num("--runs", 50.0) as usize;
+    let dir = models_dir();
+    println!(
+        "vnpu benchmarks (host: {} CPUs)",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0)
+    );
+    for m in modes {
+        match m {
+            "latency" => bench_latency(&dir, runs),
+            "priority" => bench_priority(&dir, secs),
+            "split" => bench_split(&dir, runs),
+            "load" => bench_load(&dir),
+            _ => {}
+        }
+    }
+}

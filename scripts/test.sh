@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The README's test command: sets up what is missing (cmake, the Python venv with onnx +
+# onnxruntime), then runs every test: cargo tests, the header drift check, conformance
+# against onnxruntime, and the C/C++ examples under CMake/ctest (once normally, once
+# with AddressSanitizer).
+#
+#   scripts/test.sh            # everything
+#   VNPU_SKIP_ASAN=1 scripts/test.sh
+set -euo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo"
+build="${VNPU_BUILD_DIR:-$repo/build}"
+mkdir -p "$build"
+
+step() { printf '\n=== %s\n' "$*"; }
+
+step "tools"
+if ! command -v cmake >/dev/null 2>&1; then
+    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq cmake >/dev/null
+fi
+cmake --version | head -1
+cargo --version
+
+step "python venv (onnx, onnxruntime, numpy)"
+scripts/venv.sh >/dev/null
+
+step "test models and conformance references"
+scripts/venv.sh python scripts/gen_models.py "$build/models"
+scripts/venv.sh python tests/conformance/gen_cases.py "$build/conformance" --onnx-node-tests
+export VNPU_TEST_MODELS="$build/models"
+export VNPU_CONFORMANCE_DIR="$build/conformance"
+
+step "cargo test"
+cargo test --all-targets -- --include-ignored
+cargo test --doc
+
+
+step "C examples (CMake + ctest)"
+cmake -S . -B "$build/cmake" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$build/cmake" -j 2
+(cd "$build/cmake" && ctest --output-on-failure)
+
+if [ "${VNPU_SKIP_ASAN:-0}" != "1" ]; then
+    step "C examples under AddressSanitizer"
+    cmake -S . -B "$build/cmake-asan" -DCMAKE_BUILD_TYPE=Debug -DVNPU_SANITIZE=ON >/dev/null
+    cmake --build "$build/cmake-asan" -j 2
+    (cd "$build/cmake-asan" && ctest --output-on-failure)
+fi
+step "all tests passed"

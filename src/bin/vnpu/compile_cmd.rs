@@ -1,0 +1,247 @@
+//! `vnpu compile` and `vnpu info`.
+
+use std::path::{Path, PathBuf};
+
+use vnpu::compile::{self, config, CompileOptions, InputParams, InputType};
+use vnpu::format;
+
+use crate::args::Args;
+
+const COMPILE_VALUED: &[&str] = &[
+    "o",
+    "output",
+    "config",
+    "max_time_per_fc",
+    "input_shape",
+    "input_name",
+    "input_type_rt",
+    "input_layout_rt",
+    "input_type_train",
+    "mean",
+    "mean_value",
+    "scale",
+    "scale_value",
+    "name",
+    "run_on_cpu",
+    "run_on_bpu",
+    "optimize_level",
+];
+
+/// Compile options from flags (on top of a YAML config when given).
+fn options_from(a: &Args, opts: &mut CompileOptions) -> Result<(), String> {
+    let e = |e: vnpu::Error| e.to_string();
+    if let Some(v) = a.get("max_time_per_fc") {
+        let n: u64 = v
+            .parse()
+            .map_err(|_| format!("--max-time-per-fc expects a number of µs, got '{v}'"))?;
+        config::check_max_time_per_fc(n).map_err(e)?;
+        opts.max_time_per_fc = n;
+    }
+    if let Some(v) = a.get("optimize_level") {
+        opts.optimize_level = v
+            .trim_start_matches(['O', 'o'])
+            .parse()
+            .map_err(|_| format!("--optimize-level: '{v}' is not O0..O3"))?;
+    }
+    if let Some(n) = a.get("name") {
+        opts.name = Some(n.to_string());
+    }
+    opts.run_on_cpu.extend(a.list("run_on_cpu"));
+    opts.run_on_bpu.extend(a.list("run_on_bpu"));
+    for s in a.all("input_shape") {
+        match s.split_once('=') {
+            Some((name, shape)) => {
+                opts.input_shapes
+                    .insert(name.to_string(), config::parse_shape(shape).map_err(e)?);
+            }
+            None => {
+                let name = a
+                    .get("input_name")
+                    .ok_or("--input-shape without NAME= needs --input-name")?;
+                opts.input_shapes
+                    .insert(name.to_string(), config::parse_shape(&s).map_err(e)?);
+            }
+        }
+    }
+    let wants_input = [
+        "input_type_rt",
+        "input_layout_rt",
+        "mean",
+        "mean_value",
+        "scale",
+        "scale_value",
+        "input_type_train",
+    ]
+    .iter()
+    .any(|k| a.get(k).is_some());
+    if wants_input {
+        let name = match a.get("input_name") {
+            Some(n) => n.to_string(),
+            None => String::new(), // resolved to the model's only input below
+        };
+        let input_type = a
+            .get("input_type_rt")
+            .map(config::parse_input_type)
+            .transpose()
+            .map_err(e)?
+            .unwrap_or(InputType::FeatureMap);
+        let nhwc = a
+            .get("input_layout_rt")
+            .map(config::parse_layout)
+            .transpose()
+            .map_err(e)?
+            .unwrap_or(false);
+        let mean = a
+            .get("mean")
+            .or(a.get("mean_value"))
+            .map(|s| config::parse_floats("mean", s))
+            .transpose()
+            .map_err(e)?
+            .unwrap_or_default();
+        let scale = a
+            .get("scale")
+            .or(a.get("scale_value"))
+            .map(|s| config::parse_floats("scale", s))
+            .transpose()
+            .map_err(e)?
+            .unwrap_or_default();
+        let train_bgr =
+            matches!(a.get("input_type_train"), Some(t) if t.eq_ignore_ascii_case("bgr"));
+        opts.inputs.retain(|p| p.name != name);
+        opts.inputs.push(InputParams {
+            name,
+            shape: None,
+            input_type,
+            nhwc,
+            train_bgr,
+            mean,
+            scale,
+        });
+    }
+    Ok(())
+}
+
+/// Fills an empty input name with the model's only input name.
+fn resolve_input_name(path: &Path, opts: &mut CompileOptions) -> Result<(), String> {
+    if !opts.inputs.iter().any(|p| p.name.is_empty()) {
+        return Ok(());
+    }
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    let g = vnpu::onnx::import_model(
+        &bytes,
+        &vnpu::onnx::ImportOptions {
+            base_dir: path.parent().map(|p| p.to_path_buf()),
+            input_shapes: opts.input_shapes.clone().into_iter().collect(),
+            model_name: None,
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    if g.inputs.len() != 1 {
+        return Err(format!(
+            "{} has {} inputs; name one with --input-name",
+            path.display(),
+            g.inputs.len()
+        ));
+    }
+    let name = g.values[g.inputs[0]].name.clone();
+    for p in opts.inputs.iter_mut().filter(|p| p.name.is_empty()) {
+        p.name = name.clone();
+    }
+    Ok(())
+}
+
+/// `vnpu compile MODEL.onnx [MODEL2.onnx ...] -o OUT.bin [options]`
+pub fn run_compile(argv: &[String]) -> Result<(), String> {
+    let a = Args::parse(argv, COMPILE_VALUED, &["quiet", "O0"])?;
+    let mut opts = CompileOptions::default();
+    let mut models: Vec<PathBuf> = a.positional.iter().map(PathBuf::from).collect();
+    let mut out = a.get("o").or(a.get("output")).map(PathBuf::from);
+    if let Some(cfg) = a.get("config") {
+        let c = config::load_config(Path::new(cfg)).map_err(|e| e.to_string())?;
+        opts = c.options;
+        if models.is_empty() {
+            models.extend(c.onnx_model);
+        }
+        if out.is_none() {
+            out = c.output_prefix.map(|p| PathBuf::from(format!("{p}.bin")));
+        }
+    }
+    if a.has("O0") {
+        opts.optimize_level = 0;
+    }
+    options_from(&a, &mut opts)?;
+    if models.is_empty() {
+        return Err("no ONNX model given (vnpu compile MODEL.onnx -o OUT.bin)".into());
+    }
+    if models.len() > 1 && opts.name.is_some() {
+        return Err(
+            "--name applies to one model; compile several models with their file names".into(),
+        );
+    }
+    let out = out.ok_or("no output file given (-o OUT.bin)")?;
+    let mut compiled = Vec::new();
+    for m in &models {
+        let mut o = opts.clone();
+        resolve_input_name(m, &mut o)?;
+        let t0 = std::time::Instant::now();
+        let c = compile::compile_onnx_file(m, &o).map_err(|e| e.to_string())?;
+        if !a.has("quiet") {
+            let fcs: usize = c.segments.iter().map(|s| s.fcs.len()).sum();
+            eprintln!(
+                "compiled {} -> model '{}': {} nodes, {} segments, {} FCs, estimated {:.0} us ({:.1} s)",
+                m.display(),
+                c.name,
+                c.graph.nodes.len(),
+                c.segments.len(),
+                fcs,
+                c.est_us(),
+                t0.elapsed().as_secs_f64()
+            );
+            for o in &c.over_limit {
+                eprintln!(
+                    "  warning: node {} cannot be split below the FC limit ({:.0} us)",
+                    c.graph.nodes[o.node].name, o.est_us
+                );
+            }
+        }
+        compiled.push(c);
+    }
+    format::save_models(&out, &compiled).map_err(|e| e.to_string())?;
+    if !a.has("quiet") {
+        eprintln!("wrote {}", out.display());
+    }
+    Ok(())
+}
+
+/// `vnpu info FILE [--json]` (FILE may also be an .onnx, compiled on the fly).
+pub fn run_info(argv: &[String]) -> Result<(), String> {
+    let a = Args::parse(argv, &["model_name", "model_file"], &["json"])?;
+    let file = a
+        .get("model_file")
+        .map(|s| s.to_string())
+        .or_else(|| a.positional.first().cloned())
+        .ok_or("usage: vnpu info FILE [--json]")?;
+    let path = PathBuf::from(&file);
+    let (mut models, _) = vnpu::runtime::loader::load_path(&path, &CompileOptions::default())
+        .map_err(|e| e.to_string())?;
+    if let Some(name) = a.get("model_name") {
+        let names: Vec<String> = models.iter().map(|m| m.name.clone()).collect();
+        models.retain(|m| m.name == name);
+        if models.is_empty() {
+            return Err(format!(
+                "no model named '{name}' in {file} (have: {})",
+                names.join(", ")
+            ));
+        }
+    }
+    if a.has("json") {
+        let j = format::info::file_json(&models);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&j).map_err(|e| e.to_string())?
+        );
+    } else {
+        print!("{}", format::info::file_text(&models));
+    }
+    Ok(())
+}

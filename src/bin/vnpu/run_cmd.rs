@@ -1,0 +1,504 @@
+//! `vnpu infer`, `vnpu perf` and `vnpu demo`.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use vnpu::compile::{self, CompileOptions};
+use vnpu::runtime::{Model, PackedModel, Runtime};
+use vnpu::sched::SchedConfig;
+
+use crate::args::Args;
+use crate::perf::{self, percentile, Load, LoadResult};
+
+/// The demo's bundled models (kept small in the repository).
+const DEMO_CLASSIFIER: &[u8] = include_bytes!("../../../models/tiny_classifier.onnx");
+const DEMO_DETECTOR: &[u8] = include_bytes!("../../../models/tiny_detector.onnx");
+
+fn load_pack(files: &[String]) -> Result<PackedModel, String> {
+    if files.is_empty() {
+        return Err("no --model_file given".into());
+    }
+    let paths: Vec<PathBuf> = files.iter().map(PathBuf::from).collect();
+    PackedModel::load_files(&paths).map_err(|e| e.to_string())
+}
+
+fn pick_models(pack: &PackedModel, names: &[String]) -> Result<Vec<Arc<Model>>, String> {
+    if names.is_empty() {
+        return Ok(pack.models.clone());
+    }
+    names
+        .iter()
+        .map(|n| pack.model(n).map_err(|e| e.to_string()))
+        .collect()
+}
+
+/// Reads one input file: raw `.bin` bytes or `.npy` (little-endian, C order).
+fn read_input(path: &str, want: usize) -> Result<Vec<u8>, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot open {path}: {e}"))?;
+    let data = if path.ends_with(".npy") {
+        npy_payload(&bytes).map_err(|e| format!("{path}: {e}"))?
+    } else {
+        bytes
+    };
+    if data.len() != want {
+        return Err(format!(
+            "{path}: input has {} bytes, the model input needs {want}",
+            data.len()
+        ));
+    }
+    Ok(data)
+}
+
+/// The data part of a `.npy` file (version 1/2/3 header).
+fn npy_payload(b: &[u8]) -> Result<Vec<u8>, String> {
+    if b.len() < 10 || &b[..6] != b"\x93NUMPY" {
+        return Err("not a .npy file".into());
+    }
+    let (hlen, start) = match b[6] {
+        1 => (u16::from_le_bytes([b[8], b[9]]) as usize, 10),
+        2 | 3 if b.len() >= 12 => (u32::from_le_bytes([b[8], b[9], b[10], b[11]]) as usize, 12),
+        v => return Err(format!("unsupported .npy version {v}")),
+    };
+    let header = b.get(start..start + hlen).ok_or("truncated .npy header")?;
+    let h = String::from_utf8_lossy(header);
+    if h.contains("'fortran_order': True") {
+        return Err("Fortran-ordered .npy is not supported".into());
+    }
+    if h.contains(">") {
+        return Err("big-endian .npy is not supported".into());
+    }
+    Ok(b[start + hlen..].to_vec())
+}
+
+fn ctrl_list<T: std::str::FromStr + Copy>(
+    a: &Args,
+    key: &str,
+    n: usize,
+    default: T,
+) -> Result<Vec<T>, String> {
+    let vals = a.list(key);
+    if vals.is_empty() {
+        return Ok(vec![default; n]);
+    }
+    let parsed: Vec<T> = vals
+        .iter()
+        .map(|v| {
+            v.parse::<T>()
+                .map_err(|_| format!("--{}: '{v}' is not a valid number", key.replace('_', "-")))
+        })
+        .collect::<Result<_, _>>()?;
+    match parsed.len() {
+        1 => Ok(vec![parsed[0]; n]),
+        k if k == n => Ok(parsed),
+        k => Err(format!(
+            "--{} has {k} values for {n} models",
+            key.replace('_', "-")
+        )),
+    }
+}
+
+const RUN_VALUED: &[&str] = &[
+    "model_file",
+    "model_name",
+    "core_id",
+    "input_file",
+    "frame_count",
+    "perf_time",
+    "thread_num",
+    "profile_path",
+    "dump_format",
+    "dump_path",
+    "priority",
+    "custom_id",
+    "perf_fps",
+];
+
+/// `vnpu infer --model_file F --input_file a.bin[,b.npy] [--enable_dump] ...`
+pub fn run_infer(argv: &[String]) -> Result<(), String> {
+    let a = Args::parse(argv, RUN_VALUED, &["enable_dump"])?;
+    let pack = load_pack(&a.list("model_file"))?;
+    let models = pick_models(&pack, &a.list("model_name"))?;
+    let m = models.first().ok_or("no model")?.clone();
+    let files = a.list("input_file");
+    let inputs: Vec<Vec<u8>> = if files.is_empty() {
+        perf::pattern_inputs(&m)
+    } else {
+        if files.len() != m.inputs.len() {
+            return Err(format!(
+                "model '{}' has {} inputs, --input_file gave {}",
+                m.name,
+                m.inputs.len(),
+                files.len()
+            ));
+        }
+        files
+            .iter()
+            .enumerate()
+            .map(|(i, f)| read_input(f, m.plan.input_len(i)))
+            .collect::<Result<_, _>>()?
+    };
+    let rt = Runtime::global().map_err(|e| e.to_string())?;
+    let load = Load {
+        model: m.clone(),
+        priority: ctrl_list(&a, "priority", 1, 0u8)?[0],
+        custom_id: ctrl_list(&a, "custom_id", 1, 0i64)?[0],
+        core_mask: core_mask(a.get("core_id"))?,
+        fps: 0.0,
+        threads: 1,
+        frames: 1,
+        inputs: Some(inputs),
+    };
+    let frames = a.num::<usize>("frame_count")?.unwrap_or(1).max(1);
+    let mut inputs = load.inputs.clone().unwrap_or_default();
+    let mut outputs: Vec<Vec<u8>> = (0..m.outputs.len())
+        .map(|i| vec![0u8; m.plan.output_len(i)])
+        .collect();
+    let mut lats = Vec::new();
+    for _ in 0..frames {
+        let (lat, _, _) = perf::infer_once(
+            rt,
+            &load,
+            &mut inputs,
+            &mut outputs,
+            std::time::Instant::now(),
+        )?;
+        lats.push(lat);
+    }
+    println!(
+        "model {}: {} frame(s), latency p50 {:.3} ms",
+        m.name,
+        frames,
+        percentile(&lats, 50.0) / 1000.0
+    );
+    for (i, o) in outputs.iter().enumerate() {
+        let d = &m.outputs[i];
+        let preview: Vec<String> = if d.elem == vnpu::runtime::ElemType::F32 {
+            bytemuck::cast_slice::<u8, f32>(o)
+                .iter()
+                .take(8)
+                .map(|v| format!("{v:.5}"))
+                .collect()
+        } else {
+            o.iter().take(8).map(|v| v.to_string()).collect()
+        };
+        println!(
+            "  output {} {:?}: [{} ...]",
+            d.name,
+            d.valid_shape,
+            preview.join(", ")
+        );
+    }
+    if a.has("enable_dump") {
+        let dir = PathBuf::from(a.get("dump_path").unwrap_or("."));
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let txt = match a.get("dump_format").unwrap_or("bin") {
+            "bin" => false,
+            "txt" => true,
+            f => return Err(format!("--dump_format must be bin or txt, got '{f}'")),
+        };
+        for (i, o) in outputs.iter().enumerate() {
+            let name = format!("{}_output_{i}.{}", m.name, if txt { "txt" } else { "bin" });
+            let path = dir.join(name);
+            let res = if txt && m.outputs[i].elem == vnpu::runtime::ElemType::F32 {
+                let s: String = bytemuck::cast_slice::<u8, f32>(o)
+                    .iter()
+                    .map(|v| format!("{v}\n"))
+                    .collect();
+                std::fs::write(&path, s)
+            } else if txt {
+                std::fs::write(
+                    &path,
+                    o.iter().map(|v| format!("{v}\n")).collect::<String>(),
+                )
+            } else {
+                std::fs::write(&path, o)
+            };
+            res.map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            println!("  dumped {}", path.display());
+        }
+    }
+    Ok(())
+}
+
+fn core_mask(v: Option<&str>) -> Result<u32, String> {
+    match v {
+        None => Ok(0),
+        Some(s) => s.parse::<u32>().map_err(|_| {
+            format!("--core_id: '{s}' is not a core mask (0 = any, 1 = core 0, 2 = core 1, ...)")
+        }),
+    }
+}
+
+fn print_table(loads: &[Load], results: &[LoadResult]) {
+    println!(
+        "{:<20} {:>4} {:>6} {:>8} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10} {:>6}",
+        "model",
+        "prio",
+        "fps_in",
+        "frames",
+        "p50 ms",
+        "p90 ms",
+        "p99 ms",
+        "max ms",
+        "pend p99",
+        "run p99",
+        "FPS"
+    );
+    for (l, r) in loads.iter().zip(results) {
+        println!(
+            "{:<20} {:>4} {:>6} {:>8} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>10.3} {:>10.3} {:>6.1}",
+            l.model.name,
+            l.priority,
+            if l.fps > 0.0 {
+                format!("{:.0}", l.fps)
+            } else {
+                "max".into()
+            },
+            r.frames,
+            percentile(&r.latency_us, 50.0) / 1e3,
+            percentile(&r.latency_us, 90.0) / 1e3,
+            percentile(&r.latency_us, 99.0) / 1e3,
+            percentile(&r.latency_us, 100.0) / 1e3,
+            percentile(&r.pending_us, 99.0) / 1e3,
+            percentile(&r.running_us, 99.0) / 1e3,
+            r.fps()
+        );
+        if let Some(e) = &r.first_error {
+            println!("  {} failed task(s); first error: {e}", r.errors);
+        }
+    }
+}
+
+fn progress_bar(label: &str) -> impl FnMut(f64) {
+    let label = label.to_string();
+    let mut last = -1i64;
+    move |f: f64| {
+        let pct = (f * 100.0) as i64;
+        if pct != last {
+            last = pct;
+            let n = (f * 30.0) as usize;
+            eprint!(
+                "\r{label} [{}{}] {pct:>3}%",
+                "#".repeat(n),
+                " ".repeat(30 - n)
+            );
+            if pct >= 100 {
+                eprintln!();
+            }
+            let _ = std::io::stderr().flush();
+        }
+    }
+}
+
+/// `vnpu perf --model_file a.bin[,b.bin] [--priority 0,255] [--perf_fps 0,30] ...`
+pub fn run_perf(argv: &[String]) -> Result<(), String> {
+    let a = Args::parse(argv, RUN_VALUED, &[])?;
+    let pack = load_pack(&a.list("model_file"))?;
+    let models = pick_models(&pack, &a.list("model_name"))?;
+    let n = models.len();
+    let prios = ctrl_list(&a, "priority", n, 0u8)?;
+    let ids = ctrl_list(&a, "custom_id", n, 0i64)?;
+    let fps = ctrl_list(&a, "perf_fps", n, 0f64)?;
+    let threads = ctrl_list(&a, "thread_num", n, 1usize)?;
+    let cores = ctrl_list(&a, "core_id", n, 0u32)?;
+    let frames = a.num::<usize>("frame_count")?.unwrap_or(0);
+    let secs = a
+        .num::<f64>("perf_time")?
+        .unwrap_or(if frames > 0 { 0.0 } else { 5.0 });
+    if secs < 0.0 || !secs.is_finite() {
+        return Err("--perf_time must be a positive number of seconds".into());
+    }
+    let loads: Vec<Load> = (0..n)
+        .map(|i| Load {
+            model: models[i].clone(),
+            priority: prios[i],
+            custom_id: ids[i],
+            core_mask: cores[i],
+            fps: fps[i],
+            threads: threads[i].max(1),
+            frames,
+            inputs: None,
+        })
+        .collect();
+    let rt = Runtime::global().map_err(|e| e.to_string())?;
+    let dur = Duration::from_secs_f64(if secs > 0.0 { secs } else { 3600.0 });
+    let show = secs > 1.0 || frames > 200;
+    let results = if show {
+        perf::run_loads(rt, &loads, dur, progress_bar("perf"))
+    } else {
+        perf::run_loads(rt, &loads, dur, |_| {})
+    };
+    print_table(&loads, &results);
+    if let Some(p) = a.get("profile_path") {
+        write_profile(Path::new(p), &loads, &results)?;
+    }
+    Ok(())
+}
+
+/// Writes the profiler JSON (hbDNN `profiler.log` style) into `dir/profiler.log`.
+fn write_profile(dir: &Path, loads: &[Load], results: &[LoadResult]) -> Result<(), String> {
+    use serde_json::json;
+    let mut models = Vec::new();
+    for (l, r) in loads.iter().zip(results) {
+        let c = &l.model.compiled;
+        let nodes: Vec<_> = c
+            .graph
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| json!({"node": n.name, "op": n.op.name(), "absorbed": n.absorbed, "est_time_us": c.node_est_us.get(i)}))
+            .collect();
+        let stats = |v: &[f64]| json!({"avg_time": v.iter().sum::<f64>() / v.len().max(1) as f64 / 1e3, "max_time": percentile(v, 100.0) / 1e3, "min_time": percentile(v, 0.0) / 1e3, "p50": percentile(v, 50.0) / 1e3, "p99": percentile(v, 99.0) / 1e3});
+        models.push(json!({
+            "model_name": l.model.name,
+            "perf_result": {"FPS": r.fps(), "average_latency": r.latency_us.iter().sum::<f64>() / r.latency_us.len().max(1) as f64 / 1e3},
+            "running_condition": {"core_id": l.core_mask, "frame_count": r.frames, "thread_num": l.threads, "priority": l.priority, "run_time": r.seconds * 1e3},
+            "task_latency": {"TaskPendingTime": stats(&r.pending_us), "TaskRunningTime": stats(&r.running_us), "Total": stats(&r.latency_us)},
+            "model_latency": nodes,
+        }));
+    }
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let path = dir.join("profiler.log");
+    let text = serde_json::to_string_pretty(&json!({"unit": "ms", "models": models}))
+        .map_err(|e| e.to_string())?;
+    std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    eprintln!("wrote {}", path.display());
+    Ok(())
+}
+
+/// `vnpu demo [--seconds S] [--out DIR]`: a priority scenario on the bundled models.
+pub fn run_demo(argv: &[String]) -> Result<(), String> {
+    let a = Args::parse(argv, &["seconds", "out", "fps"], &[])?;
+    let secs = a.num::<f64>("seconds")?.unwrap_or(5.0);
+    let fps = a.num::<f64>("fps")?.unwrap_or(33.0);
+    let out_dir = PathBuf::from(a.get("out").unwrap_or("vnpu-demo"));
+    std::fs::create_dir_all(&out_dir)
+        .map_err(|e| format!("cannot create {}: {e}", out_dir.display()))?;
+    eprintln!("compiling the bundled detector (max_time_per_fc 1000 us) and classifier ...");
+    let det_opts = CompileOptions {
+        name: Some("detector".into()),
+        max_time_per_fc: 1000,
+        ..Default::default()
+    };
+    let cls_opts = CompileOptions {
+        name: Some("classifier".into()),
+        max_time_per_fc: 1000,
+        ..Default::default()
+    };
+    let det = compile::compile_onnx_bytes(DEMO_DETECTOR, None, "detector", &det_opts)
+        .map_err(|e| e.to_string())?;
+    let cls = compile::compile_onnx_bytes(DEMO_CLASSIFIER, None, "classifier", &cls_opts)
+        .map_err(|e| e.to_string())?;
+    let packed_file = out_dir.join("demo_models.bin");
+    vnpu::format::save_models(&packed_file, &[det, cls]).map_err(|e| e.to_string())?;
+    let pack =
+        PackedModel::load_files(std::slice::from_ref(&packed_file)).map_err(|e| e.to_string())?;
+    let det = pack.model("detector").map_err(|e| e.to_string())?;
+    let cls = pack.model("classifier").map_err(|e| e.to_string())?;
+    let det_fcs: usize = det.compiled.segments.iter().map(|s| s.fcs.len()).sum();
+    eprintln!(
+        "detector: {} FCs, estimated {:.2} ms; classifier: estimated {:.2} ms",
+        det_fcs,
+        det.compiled.est_us() / 1e3,
+        cls.compiled.est_us() / 1e3
+    );
+
+    let base = SchedConfig::from_env().map_err(|e| e.to_string())?;
+    let fg = |fps: f64, frames: usize| Load {
+        model: cls.clone(),
+        priority: 255,
+        custom_id: 0,
+        core_mask: 0,
+        fps,
+        threads: 1,
+        frames,
+        inputs: None,
+    };
+    let bg = Load {
+        model: det.clone(),
+        priority: 0,
+        custom_id: 0,
+        core_mask: 0,
+        fps: 0.0,
+        threads: base.cores.max(1) + 1,
+        frames: 0,
+        inputs: None,
+    };
+
+    // Isolated latency of the classifier.
+    let rt = Runtime::with_config(base.clone()).map_err(|e| e.to_string())?;
+    let iso = perf::run_loads(&rt, &[fg(0.0, 200)], Duration::from_secs(60), |_| {});
+    drop(rt);
+    let iso_p50 = percentile(&iso[0].latency_us, 50.0);
+    let mut rows = Vec::new();
+    let mut trace_path = None;
+    for limit in [0usize, 1] {
+        let mut cfg = base.clone();
+        cfg.core_limit = limit;
+        let rt = Runtime::with_config(cfg).map_err(|e| e.to_string())?;
+        if limit == 1 {
+            rt.scheduler().trace_start();
+        }
+        let res = perf::run_loads(
+            &rt,
+            &[fg(fps, 0), bg.clone()],
+            Duration::from_secs_f64(secs),
+            progress_bar(&format!("BPLAT_CORELIMIT={limit}")),
+        );
+        if limit == 1 {
+            rt.scheduler().trace_stop();
+            let p = out_dir.join("demo_trace.json");
+            rt.scheduler()
+                .dump_trace_to(&p)
+                .map_err(|e| e.to_string())?;
+            trace_path = Some(p);
+        }
+        for r in &res {
+            if let Some(e) = &r.first_error {
+                return Err(format!("demo task failed: {e}"));
+            }
+        }
+        rows.push((limit, res));
+    }
+    println!();
+    println!("vnpu demo: classifier (priority 255, {fps:.0} req/s, open loop) vs detector (priority 0, flat out, {} threads)", bg.threads);
+    println!(
+        "cores: {}, detector FCs: {det_fcs} (max_time_per_fc 1000 us)",
+        base.cores
+    );
+    println!(
+        "{:<26} {:>12} {:>12} {:>12} {:>16}",
+        "setting", "cls p50 ms", "cls p99 ms", "cls max ms", "detector FPS"
+    );
+    println!(
+        "{:<26} {:>12.3} {:>12} {:>12} {:>16}",
+        "classifier alone",
+        iso_p50 / 1e3,
+        "-",
+        "-",
+        "-"
+    );
+    for (limit, res) in &rows {
+        let f = &res[0];
+        println!(
+            "{:<26} {:>12.3} {:>12.3} {:>12.3} {:>16.1}",
+            format!("loaded, BPLAT_CORELIMIT={limit}"),
+            percentile(&f.latency_us, 50.0) / 1e3,
+            percentile(&f.latency_us, 99.0) / 1e3,
+            percentile(&f.latency_us, 100.0) / 1e3,
+            res[1].fps()
+        );
+    }
+    if let Some(tp) = trace_path {
+        let text = std::fs::read_to_string(&tp).map_err(|e| e.to_string())?;
+        let svg = crate::timeline::render(&text)?;
+        let svg_path = out_dir.join("demo_timeline.svg");
+        std::fs::write(&svg_path, svg).map_err(|e| e.to_string())?;
+        println!("trace: {}", tp.display());
+        println!("timeline: {}", svg_path.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,398 @@
+//! Compile options: from CLI flags or a toolchain-style YAML file.
+//!
+//! YAML sections (all optional but `model_parameters.onnx_model` when compiling from the
+//! file alone):
+//! ```yaml
+//! model_parameters:
+//!   onnx_model: model.onnx
+//!   output_model_file_prefix: model      # -> model.bin
+//!   run_on_cpu: [node_a, node_b]         # or "node_a;node_b"
+//!   run_on_bpu: [node_c]
+//! input_parameters:
+//!   input_name: images                   # several inputs: "a;b" and per-input lists
+//!   input_shape: 1x3x224x224
+//!   input_type_rt: nv12                  # nv12|yuv444|rgb|bgr|gray|featuremap
+//!   input_layout_rt: NCHW                # NHWC|NCHW
+//!   input_type_train: rgb                # rgb|bgr: channel order the model was trained on
+//!   norm_type: data_mean_and_scale       # no_preprocess|data_mean|data_scale|data_mean_and_scale
+//!   mean_value: 123.675 116.28 103.53
+//!   scale_value: 0.01712 0.01751 0.01743
+//! compiler_parameters:
+//!   max_time_per_fc: 1000
+//!   optimize_level: O2                   # O0 = no fusion passes
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::ir::ImageFormat;
+
+/// Runtime input type of one model input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum InputType {
+    /// Raw tensor of the model's own type (f32 for images).
+    FeatureMap,
+    /// An image format; the compiled model converts and normalises it itself.
+    Image(ImageFormat),
+}
+
+/// Per-input settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InputParams {
+    /// Input name.
+    pub name: String,
+    /// Fixed shape (overrides dynamic dims).
+    pub shape: Option<Vec<usize>>,
+    /// Runtime input type.
+    pub input_type: InputType,
+    /// Runtime layout: `true` = NHWC.
+    pub nhwc: bool,
+    /// The channel order the model expects (`true` = BGR).
+    pub train_bgr: bool,
+    /// Per-channel mean subtracted from pixels (empty = none).
+    pub mean: Vec<f32>,
+    /// Per-channel scale applied after the mean (empty = none).
+    pub scale: Vec<f32>,
+}
+
+/// Everything that changes how a model compiles. Part of the cache key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompileOptions {
+    /// Model name in the compiled file (default: the ONNX file stem).
+    pub name: Option<String>,
+    /// FC time limit in µs: 0 or 1000..=4294967295.
+    pub max_time_per_fc: u64,
+    /// Fixed shapes for inputs with dynamic dims.
+    pub input_shapes: BTreeMap<String, Vec<usize>>,
+    /// Per-input runtime type / layout / normalisation.
+    pub inputs: Vec<InputParams>,
+    /// Node names forced onto the CPU pool.
+    pub run_on_cpu: Vec<String>,
+    /// Node names forced onto the cores.
+    pub run_on_bpu: Vec<String>,
+    /// 0 = no fusion passes; ≥ 1 = all passes (default 2).
+    pub optimize_level: u8,
+}
+
+impl Default for CompileOptions {
+    fn default() -> Self {
+        CompileOptions {
+            name: None,
+            max_time_per_fc: 0,
+            input_shapes: BTreeMap::new(),
+            inputs: Vec::new(),
+            run_on_cpu: Vec::new(),
+            run_on_bpu: Vec::new(),
+            optimize_level: 2,
+        }
+    }
+}
+
+/// Largest accepted `max_time_per_fc`.
+pub const MAX_TIME_PER_FC_MAX: u64 = 4_294_967_295;
+/// Smallest non-zero `max_time_per_fc`.
+pub const MAX_TIME_PER_FC_MIN: u64 = 1000;
+
+/// Checks `max_time_per_fc` against `0 | 1000..=4294967295`.
+pub fn check_max_time_per_fc(v: u64) -> Result<()> {
+    if v == 0 || (MAX_TIME_PER_FC_MIN..=MAX_TIME_PER_FC_MAX).contains(&v) {
+        Ok(())
+    } else {
+        Err(Error::CompileOption {
+            option: "max_time_per_fc".into(),
+            reason: format!("{v} is out of range: use 0 (no limit) or 1000..=4294967295 (µs)"),
+        })
+    }
+}
+
+/// Parses an image/feature type name.
+pub fn parse_input_type(s: &str) -> Result<InputType> {
+    Ok(match s.trim().to_ascii_lowercase().as_str() {
+        "nv12" => InputType::Image(ImageFormat::Nv12),
+        "yuv444" => InputType::Image(ImageFormat::Yuv444),
+        "rgb" => InputType::Image(ImageFormat::Rgb),
+        "bgr" => InputType::Image(ImageFormat::Bgr),
+        "gray" => InputType::Image(ImageFormat::Gray),
+        "featuremap" => InputType::FeatureMap,
+        other => {
+            return Err(Error::CompileOption {
+                option: "input_type_rt".into(),
+                reason: format!("'{other}' is not one of nv12, yuv444, rgb, bgr, gray, featuremap"),
+            })
+        }
+    })
+}
+
+/// Parses a layout name; returns `true` for NHWC.
+pub fn parse_layout(s: &str) -> Result<bool> {
+    match s.trim().to_ascii_uppercase().as_str() {
+        "NHWC" => Ok(true),
+        "NCHW" => Ok(false),
+        other => Err(Error::CompileOption {
+            option: "input_layout_rt".into(),
+            reason: format!("'{other}' is not NHWC or NCHW"),
+        }),
+    }
+}
+
+/// Parses a shape written `1x3x224x224` or `1,3,224,224`.
+pub fn parse_shape(s: &str) -> Result<Vec<usize>> {
+    s.split(['x', ',', 'X'])
+        .map(|d| {
+            d.trim().parse::<usize>().map_err(|_| Error::CompileOption {
+                option: "input_shape".into(),
+                reason: format!("'{s}' is not a shape like 1x3x224x224"),
+            })
+        })
+        .collect()
+}
+
+/// Parses numbers separated by spaces, commas or semicolons.
+pub fn parse_floats(option: &str, s: &str) -> Result<Vec<f32>> {
+    s.split([' ', ',', ';'])
+        .filter(|t| !t.is_empty())
+        .map(|t| {
+            t.parse::<f32>().map_err(|_| Error::CompileOption {
+                option: option.into(),
+                reason: format!("'{t}' is not a number"),
+            })
+        })
+        .collect()
+}
+
+/// A config file read from YAML: the options plus the model paths it names.
+#[derive(Debug, Clone)]
+pub struct ConfigFile {
+    /// Options to compile with.
+    pub options: CompileOptions,
+    /// `model_parameters.onnx_model`, relative to the config file.
+    pub onnx_model: Option<PathBuf>,
+    /// `model_parameters.output_model_file_prefix`.
+    pub output_prefix: Option<String>,
+}
+
+fn yaml_str(v: &serde_yaml::Value) -> Option<String> {
+    match v {
+        serde_yaml::Value::String(s) => Some(s.clone()),
+        serde_yaml::Value::Number(n) => Some(n.to_string()),
+        serde_yaml::Value::Bool(b) => Some(b.to_string()),
+        serde_yaml::Value::Sequence(items) => Some(
+            items
+                .iter()
+                .filter_map(yaml_str)
+                .collect::<Vec<_>>()
+                .join(";"),
+        ),
+        _ => None,
+    }
+}
+
+fn split_list(s: &str) -> Vec<String> {
+    s.split(';')
+        .map(|x| x.trim().to_string())
+        .filter(|x| !x.is_empty())
+        .collect()
+}
+
+/// Reads a YAML compile config.
+pub fn load_config(path: &Path) -> Result<ConfigFile> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::Io {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    parse_config(&text, path.parent().unwrap_or(Path::new(".")))
+}
+
+/// Parses YAML config text; relative paths resolve against `base`.
+pub fn parse_config(text: &str, base: &Path) -> Result<ConfigFile> {
+    let bad = |key: &str, reason: String| Error::CompileOption {
+        option: key.into(),
+        reason,
+    };
+    let root: serde_yaml::Value =
+        serde_yaml::from_str(text).map_err(|e| bad("config", e.to_string()))?;
+    let section = |name: &str| root.get(name).cloned().unwrap_or(serde_yaml::Value::Null);
+    let get = |sec: &serde_yaml::Value, key: &str| sec.get(key).and_then(yaml_str);
+    let known = [
+        "model_parameters",
+        "input_parameters",
+        "compiler_parameters",
+    ];
+    if let Some(map) = root.as_mapping() {
+        for k in map.keys() {
+            let k = yaml_str(k).unwrap_or_default();
+            if !known.contains(&k.as_str()) {
+                return Err(bad(
+                    "config",
+                    format!("unknown section '{k}' (expected {})", known.join(", ")),
+                ));
+            }
+        }
+    }
+    let mut o = CompileOptions::default();
+    let mp = section("model_parameters");
+    let onnx_model = get(&mp, "onnx_model").map(|p| base.join(p));
+    let output_prefix = get(&mp, "output_model_file_prefix");
+    o.run_on_cpu = get(&mp, "run_on_cpu")
+        .map(|s| split_list(&s))
+        .unwrap_or_default();
+    o.run_on_bpu = get(&mp, "run_on_bpu")
+        .map(|s| split_list(&s))
+        .unwrap_or_default();
+
+    let ip = section("input_parameters");
+    let names = get(&ip, "input_name")
+        .map(|s| split_list(&s))
+        .unwrap_or_default();
+    let per =
+        |key: &str| -> Vec<String> { get(&ip, key).map(|s| split_list(&s)).unwrap_or_default() };
+    let (shapes, types, layouts, train) = (
+        per("input_shape"),
+        per("input_type_rt"),
+        per("input_layout_rt"),
+        per("input_type_train"),
+    );
+    let (norms, means, scales) = (per("norm_type"), per("mean_value"), per("scale_value"));
+    for (i, name) in names.iter().enumerate() {
+        let pick = |v: &Vec<String>| {
+            v.get(i)
+                .or(if v.len() == 1 { v.first() } else { None })
+                .cloned()
+        };
+        let shape = pick(&shapes).map(|s| parse_shape(&s)).transpose()?;
+        if let Some(s) = &shape {
+            o.input_shapes.insert(name.clone(), s.clone());
+        }
+        let input_type = pick(&types)
+            .map(|s| parse_input_type(&s))
+            .transpose()?
+            .unwrap_or(InputType::FeatureMap);
+        let nhwc = pick(&layouts)
+            .map(|s| parse_layout(&s))
+            .transpose()?
+            .unwrap_or(false);
+        let train_bgr = match pick(&train).map(|s| s.to_ascii_lowercase()) {
+            None => false,
+            Some(s) if s == "rgb" || s == "featuremap" => false,
+            Some(s) if s == "bgr" => true,
+            Some(s) => return Err(bad("input_type_train", format!("'{s}' is not rgb or bgr"))),
+        };
+        let norm = pick(&norms).unwrap_or_else(|| "no_preprocess".into());
+        let mean = pick(&means)
+            .map(|s| parse_floats("mean_value", &s))
+            .transpose()?
+            .unwrap_or_default();
+        let scale = pick(&scales)
+            .map(|s| parse_floats("scale_value", &s))
+            .transpose()?
+            .unwrap_or_default();
+        let (mean, scale) = match norm.as_str() {
+            "no_preprocess" => (vec![], vec![]),
+            "data_mean" => (mean, vec![]),
+            "data_scale" => (vec![], scale),
+            "data_mean_and_scale" => (mean, scale),
+            other => return Err(bad(
+                "norm_type",
+                format!(
+                    "'{other}' is not no_preprocess, data_mean, data_scale or data_mean_and_scale"
+                ),
+            )),
+        };
+        o.inputs.push(InputParams {
+            name: name.clone(),
+            shape,
+            input_type,
+            nhwc,
+            train_bgr,
+            mean,
+            scale,
+        });
+    }
+    let cp = section("compiler_parameters");
+    if let Some(v) = get(&cp, "max_time_per_fc") {
+        let n: u64 = v
+            .trim()
+            .parse()
+            .map_err(|_| bad("max_time_per_fc", format!("'{v}' is not a number")))?;
+        check_max_time_per_fc(n)?;
+        o.max_time_per_fc = n;
+    }
+    if let Some(v) = get(&cp, "optimize_level") {
+        o.optimize_level = match v.trim().trim_start_matches(['O', 'o']).parse::<u8>() {
+            Ok(n) if n <= 3 => n,
+            _ => return Err(bad("optimize_level", format!("'{v}' is not O0..O3"))),
+        };
+    }
+    Ok(ConfigFile {
+        options: o,
+        onnx_model,
+        output_prefix,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn full_config_parses() {
+        let text = r#"
+model_parameters:
+  onnx_model: m.onnx
+  output_model_file_prefix: out
+  run_on_cpu: [a, b]
+  run_on_bpu: "c"
+input_parameters:
+  input_name: images
+  input_shape: 1x3x224x224
+  input_type_rt: nv12
+  input_layout_rt: NCHW
+  norm_type: data_mean_and_scale
+  mean_value: 123.675 116.28 103.53
+  scale_value: 0.01712 0.01751 0.01743
+compiler_parameters:
+  max_time_per_fc: 1000
+  optimize_level: O2
+"#;
+        let c = parse_config(text, Path::new("/tmp")).unwrap();
+        assert_eq!(c.onnx_model, Some(PathBuf::from("/tmp/m.onnx")));
+        assert_eq!(c.output_prefix.as_deref(), Some("out"));
+        assert_eq!(c.options.run_on_cpu, vec!["a", "b"]);
+        assert_eq!(c.options.run_on_bpu, vec!["c"]);
+        assert_eq!(c.options.max_time_per_fc, 1000);
+        let i = &c.options.inputs[0];
+        assert_eq!(i.input_type, InputType::Image(ImageFormat::Nv12));
+        assert_eq!(i.mean.len(), 3);
+        assert_eq!(c.options.input_shapes["images"], vec![1, 3, 224, 224]);
+    }
+
+    #[test]
+    fn bad_values_name_the_key() {
+        let e = parse_config(
+            "compiler_parameters:\n  max_time_per_fc: 500\n",
+            Path::new("."),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("1000..=4294967295"), "{e}");
+        let e = parse_config(
+            "input_parameters:\n  input_name: x\n  input_type_rt: jpeg\n",
+            Path::new("."),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("input_type_rt"), "{e}");
+        let e = parse_config("bogus: 1\n", Path::new(".")).unwrap_err();
+        assert!(e.to_string().contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn max_time_range() {
+        assert!(check_max_time_per_fc(0).is_ok());
+        assert!(check_max_time_per_fc(1000).is_ok());
+        assert!(check_max_time_per_fc(4_294_967_295).is_ok());
+        assert!(check_max_time_per_fc(999).is_err());
+        assert!(check_max_time_per_fc(4_294_967_296).is_err());
+    }
+}

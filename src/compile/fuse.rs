@@ -1,0 +1,493 @@
+//! Fusion passes: fold BatchNorm and per-channel affine layers into Conv/Gemm weights,
+//! and fuse the simple layers that follow Conv/Gemm/MatMul into their epilogue.
+//!
+//! A fused node takes the place of the last node it absorbed (so every value it reads,
+//! including a residual, is computed before it) and keeps all absorbed names.
+
+use super::rewrite::{per_channel_values, remove_nodes, sole_consumer};
+use crate::ir::{BinaryOp, Graph, Op, PostOp, Tensor, UnaryOp, ValueId};
+
+/// The axis that holds output channels for an op with an epilogue.
+fn channel_axis(g: &Graph, node: usize) -> Option<usize> {
+    let n = &g.nodes[node];
+    let rank = g.values[n.outputs[0]].shape.as_ref()?.len();
+    match n.op {
+        Op::Conv { .. } => Some(1),
+        Op::Gemm { .. } | Op::MatMul { .. } => rank.checked_sub(1),
+        _ => None,
+    }
+}
+
+/// Unary functions allowed in an epilogue.
+fn fusable_unary(u: &UnaryOp) -> bool {
+    matches!(
+        u,
+        UnaryOp::Relu
+            | UnaryOp::LeakyRelu { .. }
+            | UnaryOp::Clip { .. }
+            | UnaryOp::Sigmoid
+            | UnaryOp::HardSigmoid { .. }
+            | UnaryOp::HardSwish
+            | UnaryOp::Elu { .. }
+            | UnaryOp::Selu { .. }
+            | UnaryOp::Tanh
+            | UnaryOp::Gelu { .. }
+            | UnaryOp::Softplus
+    )
+}
+
+/// Replaces constant input `pos` of node `node` by a new constant.
+fn set_const_input(g: &mut Graph, node: usize, pos: usize, t: Tensor) {
+    let name = g.fresh_name(&format!("{}_folded", g.nodes[node].name));
+    let v = g.add_const(name, t);
+    let n = &mut g.nodes[node];
+    if n.inputs.len() <= pos {
+        n.inputs.resize(pos + 1, None);
+    }
+    n.inputs[pos] = Some(v);
+}
+
+/// Moves node `from` (the producer) to the position of `to` (its consumer), which is
+/// removed; the producer takes over the consumer's outputs and names.
+fn absorb_consumer(g: &mut Graph, from: usize, to: usize) {
+    let consumer = g.nodes[to].clone();
+    let mut producer = g.nodes[from].clone();
+    producer.outputs = consumer.outputs.clone();
+    producer.absorbed.extend(consumer.absorbed);
+    g.nodes[to] = producer;
+    remove_nodes(g, &[from]);
+}
+
+/// Output-channel scaling of a Conv / Gemm weight: returns `(W', b')` for
+/// `y' = y * s + t`, or `None` when the weights are not constant f32.
+fn scale_weights(g: &Graph, node: usize, s: &[f32], t: &[f32]) -> Option<(Tensor, Tensor)> {
+    let n = &g.nodes[node];
+    let w = g.const_input(n, 1)?;
+    let wv = w.as_f32()?;
+    let oc = s.len();
+    let bias_in = g.const_input(n, 2);
+    let mut w2 = wv.to_vec();
+    let mut b2: Vec<f32>;
+    match &n.op {
+        Op::Conv { .. } => {
+            if w.shape.first() != Some(&oc) {
+                return None;
+            }
+            let per = wv.len() / oc;
+            for o in 0..oc {
+                for x in &mut w2[o * per..(o + 1) * per] {
+                    *x *= s[o];
+                }
+            }
+            b2 = match bias_in {
+                Some(b) => b.as_f32()?.to_vec(),
+                None if n.inputs.get(2).copied().flatten().is_none() => vec![0.0; oc],
+                None => return None,
+            };
+            if b2.len() != oc {
+                return None;
+            }
+            for o in 0..oc {
+                b2[o] = b2[o] * s[o] + t[o];
+            }
+            Some((
+                Tensor::from_f32(w.shape.clone(), w2),
+                Tensor::from_f32(vec![oc], b2),
+            ))
+        }
+        Op::Gemm {
+            alpha,
+            beta,
+            trans_b,
+            ..
+        } => {
+            if w.shape.len() != 2 {
+                return None;
+            }
+            let (k, ncols) = if *trans_b {
+                (w.shape[1], w.shape[0])
+            } else {
+                (w.shape[0], w.shape[1])
+            };
+            if ncols != oc {
+                return None;
+            }
+            for kk in 0..k {
+                for o in 0..oc {
+                    let idx = if *trans_b { o * k + kk } else { kk * oc + o };
+                    w2[idx] *= s[o] * alpha;
+                }
+            }
+            // New bias: beta*C*s + t, broadcast to [oc] only when C is per-column.
+            b2 = match bias_in {
+                Some(c) => {
+                    let cv = per_channel_values(c, &[1, oc], 1)?;
+                    cv.iter()
+                        .enumerate()
+                        .map(|(o, &cb)| beta * cb * s[o] + t[o])
+                        .collect()
+                }
+                None if n.inputs.get(2).copied().flatten().is_none() => t.to_vec(),
+                None => return None,
+            };
+            Some((
+                Tensor::from_f32(w.shape.clone(), w2),
+                Tensor::from_f32(vec![oc], b2),
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// After `scale_weights`, installs the new weights and normalises Gemm's alpha/beta.
+fn install_weights(g: &mut Graph, node: usize, w: Tensor, b: Tensor) {
+    set_const_input(g, node, 1, w);
+    set_const_input(g, node, 2, b);
+    if let Op::Gemm { alpha, beta, .. } = &mut g.nodes[node].op {
+        *alpha = 1.0;
+        *beta = 1.0;
+    }
+}
+
+/// Folds `BatchNormalization` (inference form, constant statistics) that follows a Conv
+/// or Gemm without epilogue into that node's weights and bias.
+pub fn fold_batchnorm(g: &mut Graph) -> usize {
+    let mut folded = 0;
+    'outer: loop {
+        for bi in 0..g.nodes.len() {
+            let Op::BatchNorm { epsilon } = g.nodes[bi].op else {
+                continue;
+            };
+            let Some(Some(x)) = g.nodes[bi].inputs.first().copied() else {
+                continue;
+            };
+            let Some(ci) = g.producers()[x] else { continue };
+            if sole_consumer(g, x) != Some((bi, 0)) {
+                continue;
+            }
+            let ok_op = match &g.nodes[ci].op {
+                Op::Conv { post, .. } | Op::Gemm { post, .. } => post.is_empty(),
+                _ => false,
+            };
+            if !ok_op {
+                continue;
+            }
+            let bn = &g.nodes[bi];
+            let params: Option<Vec<Vec<f32>>> = (1..5)
+                .map(|k| {
+                    g.const_input(bn, k)
+                        .and_then(|t| t.as_f32().map(|v| v.to_vec()))
+                })
+                .collect();
+            let Some(p) = params else { continue };
+            let (gamma, beta, mean, var) = (&p[0], &p[1], &p[2], &p[3]);
+            let oc = gamma.len();
+            if [beta.len(), mean.len(), var.len()].iter().any(|&l| l != oc) {
+                continue;
+            }
+            let s: Vec<f32> = (0..oc)
+                .map(|c| gamma[c] / (var[c] + epsilon).sqrt())
+                .collect();
+            let t: Vec<f32> = (0..oc).map(|c| beta[c] - mean[c] * s[c]).collect();
+            let Some((w, b)) = scale_weights(g, ci, &s, &t) else {
+                continue;
+            };
+            install_weights(g, ci, w, b);
+            absorb_consumer(g, ci, bi);
+            folded += 1;
+            continue 'outer;
+        }
+        break;
+    }
+    folded
+}
+
+/// What a consumer of a Conv/Gemm/MatMul output turns into when fused.
+enum Fusion {
+    /// Fold into weights: `y * s + t`.
+    Weights { s: Vec<f32>, t: Vec<f32> },
+    /// Append to the epilogue; `extra` is a residual value to append to the inputs.
+    Post { op: PostOp, extra: Option<ValueId> },
+}
+
+/// Decides how consumer `ci` (reading `x` at position `pos`) can fuse into producer `pi`.
+fn classify(g: &Graph, pi: usize, ci: usize, pos: usize, x: ValueId) -> Option<Fusion> {
+    let producer = &g.nodes[pi];
+    let consumer = &g.nodes[ci];
+    let out_shape = g.values[x].shape.clone()?;
+    let axis = channel_axis(g, pi)?;
+    let channels = out_shape[axis];
+    let post_empty = producer
+        .op
+        .post_ops()
+        .map(|p| p.is_empty())
+        .unwrap_or(false);
+    let weights_ok = post_empty && matches!(producer.op, Op::Conv { .. } | Op::Gemm { .. });
+    if g.values[consumer.outputs[0]].shape.as_ref() != Some(&out_shape) {
+        return None;
+    }
+    match &consumer.op {
+        Op::Unary(u) if fusable_unary(u) => Some(Fusion::Post {
+            op: PostOp::Unary(*u),
+            extra: None,
+        }),
+        Op::Binary(b) => {
+            let other_pos = 1 - pos;
+            let other = consumer.inputs.get(other_pos).copied().flatten()?;
+            let other_const = g.values[other].konst.clone();
+            match (b, other_const) {
+                (BinaryOp::PRelu, Some(c)) if pos == 0 => {
+                    let slope = per_channel_values(&c, &out_shape, axis)?;
+                    Some(Fusion::Post {
+                        op: PostOp::ChannelPRelu { slope },
+                        extra: None,
+                    })
+                }
+                (BinaryOp::Mul | BinaryOp::Add | BinaryOp::Sub | BinaryOp::Div, Some(c)) => {
+                    if matches!(b, BinaryOp::Sub | BinaryOp::Div) && pos != 0 {
+                        return None;
+                    }
+                    let v = per_channel_values(&c, &out_shape, axis)?;
+                    let (s, t): (Vec<f32>, Vec<f32>) = match b {
+                        BinaryOp::Mul => (v, vec![0.0; channels]),
+                        BinaryOp::Add => (vec![1.0; channels], v),
+                        BinaryOp::Sub => (vec![1.0; channels], v.iter().map(|x| -x).collect()),
+                        _ => (v.iter().map(|x| 1.0 / x).collect(), vec![0.0; channels]),
+                    };
+                    if weights_ok {
+                        Some(Fusion::Weights { s, t })
+                    } else {
+                        Some(Fusion::Post {
+                            op: PostOp::ChannelAffine { scale: s, shift: t },
+                            extra: None,
+                        })
+                    }
+                }
+                (BinaryOp::Add, None) => {
+                    let same = g.values[other].shape.as_ref() == Some(&out_shape)
+                        && g.values[other].dtype == g.values[x].dtype
+                        && other != x;
+                    if !same {
+                        return None;
+                    }
+                    let input = producer.inputs.len().max(3);
+                    Some(Fusion::Post {
+                        op: PostOp::AddInput { input },
+                        extra: Some(other),
+                    })
+                }
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+/// Fuses chains of simple layers after Conv/Gemm/MatMul: activations, per-channel
+/// scale/shift (into the weights when possible), PRelu and a residual Add.
+pub fn fuse_post_ops(g: &mut Graph) -> usize {
+    let mut fused = 0;
+    'outer: loop {
+        for pi in 0..g.nodes.len() {
+            if g.nodes[pi].op.post_ops().is_none() || g.nodes[pi].outputs.len() != 1 {
+                continue;
+            }
+            let x = g.nodes[pi].outputs[0];
+            let Some((ci, pos)) = sole_consumer(g, x) else {
+                continue;
+            };
+            let Some(f) = classify(g, pi, ci, pos, x) else {
+                continue;
+            };
+            match f {
+                Fusion::Weights { s, t } => {
+                    let Some((w, b)) = scale_weights(g, pi, &s, &t) else {
+                        continue;
+                    };
+                    install_weights(g, pi, w, b);
+                }
+                Fusion::Post { op, extra } => {
+                    let n = &mut g.nodes[pi];
+                    if let Some(r) = extra {
+                        let PostOp::AddInput { input } = op else {
+                            unreachable!("residual post-op")
+                        };
+                        n.inputs.resize(input, None);
+                        n.inputs.push(Some(r));
+                    }
+                    n.op.post_ops_mut().expect("has epilogue").push(op);
+                }
+            }
+            absorb_consumer(g, pi, ci);
+            fused += 1;
+            continue 'outer;
+        }
+        break;
+    }
+    fused
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compile::testutil::*;
+    use crate::ir::ConvGeom;
+
+    fn conv_op() -> Op {
+        Op::Conv {
+            geom: ConvGeom {
+                kernel: vec![3, 3],
+                strides: vec![1, 1],
+                dilations: vec![1, 1],
+                pads: vec![1, 1, 1, 1],
+                auto_pad: None,
+            },
+            group: 1,
+            post: vec![],
+        }
+    }
+
+    fn conv_graph(
+        b: &mut GraphBuilder,
+        x: ValueId,
+        name: &str,
+        ic: usize,
+        oc: usize,
+        seed: u64,
+    ) -> ValueId {
+        let w = b.konst(
+            &format!("{name}_w"),
+            &[oc, ic, 3, 3],
+            rand_vec(oc * ic * 9, seed),
+        );
+        let bias = b.konst(&format!("{name}_b"), &[oc], rand_vec(oc, seed + 1));
+        b.node(name, conv_op(), &[x, w, bias], &[1, oc, 5, 5])
+    }
+
+    #[test]
+    fn batchnorm_folds_into_conv() {
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", &[1, 2, 5, 5]);
+        let c = conv_graph(&mut b, x, "conv", 2, 3, 1);
+        let gamma = b.konst("g", &[3], vec![1.5, 0.5, 2.0]);
+        let beta = b.konst("be", &[3], vec![0.1, -0.2, 0.3]);
+        let mean = b.konst("m", &[3], vec![0.05, 0.1, -0.1]);
+        let var = b.konst("v", &[3], vec![0.9, 1.1, 0.5]);
+        let y = b.node(
+            "bn",
+            Op::BatchNorm { epsilon: 1e-5 },
+            &[c, gamma, beta, mean, var],
+            &[1, 3, 5, 5],
+        );
+        let mut g = b.finish(&[y]);
+        let input = vec![rand_vec(50, 7)];
+        let before = run_graph(&g, &input);
+        assert_eq!(fold_batchnorm(&mut g), 1);
+        assert_eq!(g.nodes.len(), 1);
+        assert_eq!(g.nodes[0].absorbed, vec!["conv", "bn"]);
+        assert_close(&before, &run_graph(&g, &input), 1e-5);
+    }
+
+    #[test]
+    fn conv_relu_residual_chain_fuses() {
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", &[1, 3, 5, 5]);
+        let c1 = conv_graph(&mut b, x, "conv1", 3, 3, 3);
+        let s = b.konst("scale", &[1, 3, 1, 1], vec![2.0, 0.5, -1.0]);
+        let m = b.node("mul", Op::Binary(BinaryOp::Mul), &[c1, s], &[1, 3, 5, 5]);
+        let r = b.node("relu", Op::Unary(UnaryOp::Relu), &[m], &[1, 3, 5, 5]);
+        let c2 = conv_graph(&mut b, r, "conv2", 3, 3, 5);
+        let a = b.node("add", Op::Binary(BinaryOp::Add), &[c2, x], &[1, 3, 5, 5]);
+        let y = b.node(
+            "clip",
+            Op::Unary(UnaryOp::Clip { min: 0.0, max: 6.0 }),
+            &[a],
+            &[1, 3, 5, 5],
+        );
+        let mut g = b.finish(&[y]);
+        let input = vec![rand_vec(75, 9)];
+        let before = run_graph(&g, &input);
+        assert_eq!(fuse_post_ops(&mut g), 4);
+        assert_eq!(g.nodes.len(), 2);
+        assert_eq!(g.nodes[0].absorbed, vec!["conv1", "mul", "relu"]);
+        assert_eq!(g.nodes[1].absorbed, vec!["conv2", "add", "clip"]);
+        // The scale went into the weights; relu stays an epilogue step.
+        assert_eq!(
+            g.nodes[0].op.post_ops().unwrap(),
+            &vec![PostOp::Unary(UnaryOp::Relu)]
+        );
+        assert!(matches!(
+            g.nodes[1].op.post_ops().unwrap()[0],
+            PostOp::AddInput { input: 3 }
+        ));
+        assert_close(&before, &run_graph(&g, &input), 1e-5);
+    }
+
+    #[test]
+    fn scale_after_activation_becomes_channel_affine() {
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", &[1, 2, 5, 5]);
+        let c = conv_graph(&mut b, x, "conv", 2, 2, 11);
+        let r = b.node("sig", Op::Unary(UnaryOp::Sigmoid), &[c], &[1, 2, 5, 5]);
+        let s = b.konst("shift", &[2, 1, 1], vec![0.5, -0.5]);
+        let y = b.node("add", Op::Binary(BinaryOp::Add), &[r, s], &[1, 2, 5, 5]);
+        let mut g = b.finish(&[y]);
+        let input = vec![rand_vec(50, 13)];
+        let before = run_graph(&g, &input);
+        assert_eq!(fuse_post_ops(&mut g), 2);
+        assert!(matches!(
+            g.nodes[0].op.post_ops().unwrap()[1],
+            PostOp::ChannelAffine { .. }
+        ));
+        assert_close(&before, &run_graph(&g, &input), 1e-5);
+    }
+
+    #[test]
+    fn shared_output_is_not_fused() {
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", &[1, 2, 5, 5]);
+        let c = conv_graph(&mut b, x, "conv", 2, 2, 17);
+        let r = b.node("relu", Op::Unary(UnaryOp::Relu), &[c], &[1, 2, 5, 5]);
+        let y = b.node("add", Op::Binary(BinaryOp::Add), &[r, c], &[1, 2, 5, 5]);
+        let mut g = b.finish(&[y]);
+        assert_eq!(fuse_post_ops(&mut g), 0);
+    }
+
+    #[test]
+    fn gemm_batchnorm_and_relu() {
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", &[2, 4]);
+        let w = b.konst("w", &[3, 4], rand_vec(12, 21));
+        let c = b.konst("c", &[3], rand_vec(3, 22));
+        let gm = b.node(
+            "gemm",
+            Op::Gemm {
+                alpha: 0.5,
+                beta: 2.0,
+                trans_a: false,
+                trans_b: true,
+                post: vec![],
+            },
+            &[x, w, c],
+            &[2, 3],
+        );
+        let gamma = b.konst("g", &[3], vec![1.5, 0.5, 2.0]);
+        let beta = b.konst("be", &[3], vec![0.1, -0.2, 0.3]);
+        let mean = b.konst("m", &[3], vec![0.05, 0.1, -0.1]);
+        let var = b.konst("v", &[3], vec![0.9, 1.1, 0.5]);
+        let bn = b.node(
+            "bn",
+            Op::BatchNorm { epsilon: 1e-5 },
+            &[gm, gamma, beta, mean, var],
+            &[2, 3],
+        );
+        let y = b.node("relu", Op::Unary(UnaryOp::Relu), &[bn], &[2, 3]);
+        let mut g = b.finish(&[y]);
+        let input = vec![rand_vec(8, 23)];
+        let before = run_graph(&g, &input);
+        assert_eq!(fold_batchnorm(&mut g), 1);
+        assert_eq!(fuse_post_ops(&mut g), 1);
+        assert_eq!(g.nodes.len(), 1);
+        assert_close(&before, &run_graph(&g, &input), 1e-5);
+    }
+}

@@ -1,0 +1,407 @@
+//! The compiler: ONNX graph → passes → placement → FC partition → [`CompiledModel`].
+//!
+//! Pipeline (each step a small tested function): import, insert input preprocessing for
+//! image inputs, infer shapes + fold constants, canonicalise, remove identities, fold
+//! BatchNorm, fuse epilogues, drop dead nodes, place nodes (BPU/CPU), measure node times
+//! on this host, cut BPU segments into FCs.
+
+pub mod config;
+pub mod cost;
+pub mod fold;
+pub mod fuse;
+pub mod partition;
+pub mod place;
+pub mod rewrite;
+pub mod simplify;
+#[cfg(test)]
+pub mod testutil;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+pub use config::{CompileOptions, InputParams, InputType};
+pub use partition::{Fc, OverLimit, Step};
+
+use crate::error::{Error, Result};
+use crate::exec::{ModelPlan, PlanOptions, Tile};
+use crate::ir::{DType, Graph, ImageFormat, Node, Op, Placement, Value, ValueId};
+
+/// What the caller hands over for one model input or output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum IoKind {
+    /// A plain tensor of `IoSpec::dtype`.
+    Tensor,
+    /// An image in this format (u8), converted by the model.
+    Image(ImageFormat),
+}
+
+/// Layout of a boundary tensor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum IoLayout {
+    Nchw,
+    Nhwc,
+    /// Not a 4-D image-like tensor.
+    None,
+}
+
+/// A model input or output at the API boundary.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IoSpec {
+    /// Name (the ONNX name).
+    pub name: String,
+    /// The graph value that holds it.
+    pub value: ValueId,
+    /// Tensor or image.
+    pub kind: IoKind,
+    /// Element type of the buffer (u8 for images).
+    pub dtype: DType,
+    /// Layout.
+    pub layout: IoLayout,
+    /// Logical shape as reported to users (`[N,3,H,W]` or `[N,H,W,3]` for images).
+    pub shape: Vec<usize>,
+    /// Bytes of the buffer.
+    pub byte_size: usize,
+}
+
+/// One segment of a compiled model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Segment {
+    /// BPU (runs on a core as FCs) or CPU (runs on the CPU pool).
+    pub kind: Placement,
+    /// First node index.
+    pub start: usize,
+    /// One past the last node index.
+    pub end: usize,
+    /// The FCs (a CPU segment has exactly one, holding all its nodes).
+    pub fcs: Vec<Fc>,
+}
+
+impl Segment {
+    /// Estimated time of the whole segment in µs.
+    pub fn est_us(&self) -> f64 {
+        self.fcs.iter().map(|f| f.est_us).sum()
+    }
+}
+
+/// A compiled model: the final graph plus its segments and boundary description.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CompiledModel {
+    /// Model name.
+    pub name: String,
+    /// The compiled graph (fused, placed; nodes in execution order).
+    pub graph: Graph,
+    /// Segments in execution order.
+    pub segments: Vec<Segment>,
+    /// Inputs in model order.
+    pub inputs: Vec<IoSpec>,
+    /// Outputs in model order.
+    pub outputs: Vec<IoSpec>,
+    /// The `max_time_per_fc` it was compiled with.
+    pub max_time_per_fc: u64,
+    /// Measured whole-node times (µs), by node index.
+    pub node_est_us: Vec<f64>,
+    /// Steps over the limit that could not be tiled.
+    pub over_limit: Vec<OverLimit>,
+}
+
+impl CompiledModel {
+    /// Estimated time of one inference in µs.
+    pub fn est_us(&self) -> f64 {
+        self.segments.iter().map(|s| s.est_us()).sum()
+    }
+}
+
+/// Compiles an ONNX file.
+pub fn compile_onnx_file(path: &Path, opts: &CompileOptions) -> Result<CompiledModel> {
+    let bytes = std::fs::read(path).map_err(|e| Error::Io {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    let name = opts.name.clone().unwrap_or_else(|| {
+        path.file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "model".into())
+    });
+    compile_onnx_bytes(&bytes, path.parent(), &name, opts)
+}
+
+/// Compiles ONNX bytes; `base_dir` is where external data files live.
+pub fn compile_onnx_bytes(
+    bytes: &[u8],
+    base_dir: Option<&Path>,
+    name: &str,
+    opts: &CompileOptions,
+) -> Result<CompiledModel> {
+    config::check_max_time_per_fc(opts.max_time_per_fc)?;
+    let mut shapes = opts.input_shapes.clone();
+    for ip in &opts.inputs {
+        if let Some(s) = &ip.shape {
+            shapes.insert(ip.name.clone(), s.clone());
+        }
+    }
+    let import = crate::onnx::ImportOptions {
+        base_dir: base_dir.map(|p| p.to_path_buf()),
+        input_shapes: shapes.into_iter().collect(),
+        model_name: Some(name.to_string()),
+    };
+    let mut graph = crate::onnx::import_model(bytes, &import)?;
+    graph.name = name.to_string();
+    compile_graph(graph, opts)
+}
+
+/// Runs the passes, placement and partition on an imported graph.
+pub fn compile_graph(mut g: Graph, opts: &CompileOptions) -> Result<CompiledModel> {
+    config::check_max_time_per_fc(opts.max_time_per_fc)?;
+    let boundary_in = insert_input_conversions(&mut g, opts)?;
+    fold::infer_and_fold(&mut g)?;
+    simplify::canonicalize_clip(&mut g);
+    if opts.optimize_level > 0 {
+        loop {
+            let mut changed = simplify::remove_identities(&mut g);
+            changed += fuse::fold_batchnorm(&mut g);
+            changed += fuse::fuse_post_ops(&mut g);
+            if changed == 0 {
+                break;
+            }
+        }
+    }
+    simplify::eliminate_dead_nodes(&mut g);
+    check_outputs_computed(&g)?;
+    place::place_nodes(&mut g, &opts.run_on_cpu, &opts.run_on_bpu)?;
+
+    let graph = Arc::new(g);
+    let plan = ModelPlan::new(graph.clone(), &PlanOptions::default())?;
+    let mut cost = cost::CostModel::new(&graph, &plan, 3);
+    let node_est_us = cost.measure_all();
+    let mut over_limit = Vec::new();
+    let mut segments = Vec::new();
+    for (kind, range) in place::segment_ranges(&graph) {
+        let fcs = match kind {
+            Placement::Cpu => partition::partition(
+                range.clone(),
+                0,
+                |n, _, _| node_est_us[n],
+                |_| 1,
+                &mut over_limit,
+            ),
+            Placement::Bpu => partition::partition(
+                range.clone(),
+                opts.max_time_per_fc,
+                |n, t, k| {
+                    if k == 1 {
+                        node_est_us[n]
+                    } else {
+                        cost.measure(
+                            n,
+                            Tile {
+                                index: t as usize,
+                                count: k as usize,
+                            },
+                        )
+                    }
+                },
+                |n| plan.tiles_for(n),
+                &mut over_limit,
+            ),
+        };
+        segments.push(Segment {
+            kind,
+            start: range.start,
+            end: range.end,
+            fcs,
+        });
+    }
+    drop(cost);
+    let inputs = boundary_in;
+    let outputs = graph
+        .outputs
+        .iter()
+        .map(|&v| tensor_spec(&graph, v))
+        .collect::<Result<Vec<_>>>()?;
+    let graph = Arc::try_unwrap(graph).unwrap_or_else(|a| (*a).clone());
+    Ok(CompiledModel {
+        name: graph.name.clone(),
+        graph,
+        segments,
+        inputs,
+        outputs,
+        max_time_per_fc: opts.max_time_per_fc,
+        node_est_us,
+        over_limit,
+    })
+}
+
+/// Every graph output must be produced by a node (a constant or pass-through output
+/// keeps an explicit copy so the executor writes it).
+fn check_outputs_computed(g: &Graph) -> Result<()> {
+    let producers = g.producers();
+    for &o in &g.outputs {
+        if producers[o].is_none() {
+            return Err(Error::Shape {
+                node: g.values[o].name.clone(),
+                op: "output".into(),
+                reason: "graph output is a constant or an input; vnpu needs it computed by a node"
+                    .into(),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn tensor_spec(g: &Graph, v: ValueId) -> Result<IoSpec> {
+    let val = &g.values[v];
+    let shape = val.shape.clone().ok_or_else(|| Error::Shape {
+        node: val.name.clone(),
+        op: "io".into(),
+        reason: "shape is not static".into(),
+    })?;
+    let layout = if shape.len() == 4 {
+        IoLayout::Nchw
+    } else {
+        IoLayout::None
+    };
+    Ok(IoSpec {
+        name: val.name.clone(),
+        value: v,
+        kind: IoKind::Tensor,
+        dtype: val.dtype,
+        layout,
+        byte_size: shape.iter().product::<usize>() * val.dtype.size(),
+        shape,
+    })
+}
+
+/// For inputs declared as images (or NHWC feature maps), adds a new raw graph input and a
+/// conversion node in front of the original input value. Returns the boundary specs of
+/// all inputs in model order.
+fn insert_input_conversions(g: &mut Graph, opts: &CompileOptions) -> Result<Vec<IoSpec>> {
+    for ip in &opts.inputs {
+        if !g.inputs.iter().any(|&v| g.values[v].name == ip.name) {
+            return Err(Error::CompileOption {
+                option: "input_name".into(),
+                reason: format!(
+                    "model has no input '{}' (inputs: {})",
+                    ip.name,
+                    g.inputs
+                        .iter()
+                        .map(|&v| g.values[v].name.clone())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            });
+        }
+    }
+    let mut specs = Vec::new();
+    let mut new_nodes = Vec::new();
+    for k in 0..g.inputs.len() {
+        let v = g.inputs[k];
+        let spec_default = tensor_spec(g, v)?;
+        let Some(ip) = opts.inputs.iter().find(|p| p.name == g.values[v].name) else {
+            specs.push(spec_default);
+            continue;
+        };
+        let shape = spec_default.shape.clone();
+        let needs_image = matches!(ip.input_type, InputType::Image(_));
+        if !needs_image && !ip.nhwc {
+            specs.push(spec_default);
+            continue;
+        }
+        if shape.len() != 4 || g.values[v].dtype != DType::F32 {
+            return Err(Error::CompileOption {
+                option: "input_type_rt".into(),
+                reason: format!(
+                    "input '{}' must be a 4-D f32 NCHW tensor to take images or NHWC, it is {:?}",
+                    ip.name, shape
+                ),
+            });
+        }
+        let (n, c, h, w) = (shape[0], shape[1], shape[2], shape[3]);
+        let name = g.values[v].name.clone();
+        let (op, raw_dtype, raw_shape, spec_shape, kind, byte_size) = match ip.input_type {
+            InputType::Image(fmt) => {
+                let want_c = if fmt == ImageFormat::Gray { 1 } else { 3 };
+                if c != want_c {
+                    return Err(Error::CompileOption {
+                        option: "input_type_rt".into(),
+                        reason: format!("input '{name}' has {c} channels; {fmt:?} gives {want_c}"),
+                    });
+                }
+                if fmt == ImageFormat::Nv12 && (h % 2 != 0 || w % 2 != 0) {
+                    return Err(Error::CompileOption {
+                        option: "input_type_rt".into(),
+                        reason: format!(
+                            "nv12 input '{name}' needs even height and width, got {h}x{w}"
+                        ),
+                    });
+                }
+                let (raw, bytes) = match fmt {
+                    ImageFormat::Nv12 => (vec![n, h * 3 / 2, w], n * h * w * 3 / 2),
+                    _ if ip.nhwc => (vec![n, h, w, c], n * h * w * c),
+                    _ => (vec![n, c, h, w], n * h * w * c),
+                };
+                let spec_shape = if ip.nhwc && fmt != ImageFormat::Nv12 {
+                    vec![n, h, w, c]
+                } else {
+                    vec![n, c, h, w]
+                };
+                let op = Op::Preprocess {
+                    format: fmt,
+                    nhwc: ip.nhwc,
+                    mean: ip.mean.clone(),
+                    scale: ip.scale.clone(),
+                    to_bgr: ip.train_bgr,
+                };
+                (op, DType::U8, raw, spec_shape, IoKind::Image(fmt), bytes)
+            }
+            InputType::FeatureMap => {
+                let raw = vec![n, h, w, c];
+                (
+                    Op::Transpose {
+                        perm: Some(vec![0, 3, 1, 2]),
+                    },
+                    DType::F32,
+                    raw.clone(),
+                    raw,
+                    IoKind::Tensor,
+                    n * h * w * c * 4,
+                )
+            }
+        };
+        let raw = g.add_value(Value {
+            name: name.clone(),
+            dtype: raw_dtype,
+            shape: Some(raw_shape),
+            declared: None,
+            konst: None,
+        });
+        g.values[v].name = format!("{name}__converted");
+        g.inputs[k] = raw;
+        new_nodes.push(Node {
+            name: format!("{name}__preprocess"),
+            op,
+            inputs: vec![Some(raw)],
+            outputs: vec![v],
+            absorbed: vec![],
+            placement: None,
+        });
+        let layout = if ip.nhwc && kind != IoKind::Image(ImageFormat::Nv12) {
+            IoLayout::Nhwc
+        } else {
+            IoLayout::Nchw
+        };
+        specs.push(IoSpec {
+            name,
+            value: raw,
+            kind,
+            dtype: raw_dtype,
+            layout,
+            shape: spec_shape,
+            byte_size,
+        });
+    }
+    new_nodes.append(&mut g.nodes);
+    g.nodes = new_nodes;
+    Ok(specs)
+}

@@ -1,0 +1,480 @@
+//! Execution engine: turns a compiled, statically shaped [`ir::Graph`] into an immutable
+//! [`ModelPlan`] (kernels chosen, weights packed, memory planned) and runs its nodes on a
+//! per-task [`ExecState`].
+//!
+//! Invariants:
+//! 1. Everything that can fail for a given graph (unsupported op/dtype, bad attribute,
+//!    inconsistent shapes) fails in [`ModelPlan::new`]; [`ModelPlan::run_node`] only
+//!    fails on data errors (e.g. an out-of-range Gather index), on the `Fail` test op,
+//!    or on API misuse (bad node index or tile).
+//! 2. One arena per state holds every runtime tensor; offsets come from a liveness-based
+//!    plan ([`memplan`]). Graph inputs and outputs have slots that nothing else reuses.
+//!    The outputs of one node form one contiguous block that never overlaps its inputs,
+//!    so a node reads inputs from the arena on either side of the block it writes.
+//! 3. `run_node` does not allocate: scratch memory is sized at plan time and lives in
+//!    the state.
+//! 4. Tiles `0..count` of a node, run in order, compute disjoint parts of its outputs
+//!    (output channels for Conv/Gemm/MatMul/ConvTranspose, planes or rows otherwise) and
+//!    together equal one `Tile::WHOLE` run.
+
+mod build;
+pub mod memplan;
+mod shapes;
+
+use crate::error::{Error, Result};
+use crate::ir::{self, DType, Graph, Tensor, TensorData};
+use crate::kernels::simd::{self, Isa};
+use build::NodePlan;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Options for building a plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanOptions {
+    /// Threads a single kernel may use (currently kernels run on the calling thread; the
+    /// value is accepted for forward compatibility and must be ≥ 1).
+    pub intra_op_threads: usize,
+    /// Record per-node elapsed time in the state.
+    pub profile: bool,
+}
+
+impl Default for PlanOptions {
+    fn default() -> Self {
+        PlanOptions {
+            intra_op_threads: 1,
+            profile: false,
+        }
+    }
+}
+
+/// A part of a node's work: tile `index` of `count`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tile {
+    /// Which tile, `0..count`.
+    pub index: usize,
+    /// How many tiles the node is split into.
+    pub count: usize,
+}
+
+impl Tile {
+    /// The whole node as one tile.
+    pub const WHOLE: Tile = Tile { index: 0, count: 1 };
+
+    /// The half-open range of `units` this tile covers, cut at multiples of `align`.
+    pub fn range(self, units: usize, align: usize) -> (usize, usize) {
+        let align = align.max(1);
+        let blocks = units.div_ceil(align);
+        let lo = (blocks * self.index / self.count * align).min(units);
+        let hi = (blocks * (self.index + 1) / self.count * align).min(units);
+        (lo, hi)
+    }
+}
+
+/// Time spent in one node (profiling).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeTiming {
+    /// Index in `graph.nodes`.
+    pub node: usize,
+    /// Node name.
+    pub name: String,
+    /// Operator name.
+    pub op: &'static str,
+    /// Original nodes this node stands for.
+    pub absorbed: Vec<String>,
+    /// Total elapsed microseconds over all recorded calls (tiles add up).
+    pub micros: f64,
+    /// Number of `run_node` calls recorded.
+    pub calls: u64,
+}
+
+/// Where a node input lives.
+#[derive(Debug, Clone)]
+pub(crate) enum Loc {
+    /// A constant of the graph.
+    Const(ir::ConstRef),
+    /// `len` bytes at byte offset `off` of the arena.
+    Arena { off: usize, len: usize },
+}
+
+/// An immutable execution plan for one graph, shared between tasks.
+#[derive(Debug)]
+pub struct ModelPlan {
+    graph: Arc<Graph>,
+    nodes: Vec<NodePlan>,
+    arena_bytes: usize,
+    scratch_floats: usize,
+    scratch_indices: usize,
+    inputs: Vec<(usize, usize)>,
+    outputs: Vec<Loc>,
+    isa: Isa,
+    opts: PlanOptions,
+}
+
+/// Per-task mutable state: the arena, scratch memory and profiling counters.
+#[derive(Debug)]
+pub struct ExecState {
+    arena: Vec<u64>,
+    scratch: Vec<f32>,
+    iscratch: Vec<usize>,
+    timings: Vec<(u64, u64)>,
+}
+
+impl ModelPlan {
+    /// Builds the plan: checks every node, chooses kernels, packs weights and plans
+    /// memory. Errors name the node and operator of anything unsupported.
+    pub fn new(graph: Arc<Graph>, opts: &PlanOptions) -> Result<ModelPlan> {
+        if opts.intra_op_threads == 0 {
+            return Err(Error::CompileOption {
+                option: "intra_op_threads".into(),
+                reason: "must be at least 1".into(),
+            });
+        }
+        let isa = simd::best_isa();
+        let layout = build::plan_memory(&graph)?;
+        let mut nodes = Vec::with_capacity(graph.nodes.len());
+        let (mut scratch, mut iscratch) = (0, 0);
+        for (i, n) in graph.nodes.iter().enumerate() {
+            let np = build::plan_node(&graph, i, n, &layout)?;
+            scratch = scratch.max(np.scratch);
+            iscratch = iscratch.max(np.iscratch);
+            nodes.push(np);
+        }
+        Ok(ModelPlan {
+            inputs: layout.inputs.clone(),
+            outputs: layout.outputs.clone(),
+            arena_bytes: layout.arena_bytes,
+            graph,
+            nodes,
+            scratch_floats: scratch,
+            scratch_indices: iscratch,
+            isa,
+            opts: opts.clone(),
+        })
+    }
+
+    /// The graph this plan runs.
+    pub fn graph(&self) -> &Arc<Graph> {
+        &self.graph
+    }
+
+    /// Bytes of arena each state holds.
+    pub fn arena_bytes(&self) -> usize {
+        self.arena_bytes
+    }
+
+    /// A fresh state (allocates the arena and scratch once).
+    pub fn new_state(&self) -> ExecState {
+        ExecState {
+            arena: vec![0u64; self.arena_bytes.div_ceil(8)],
+            scratch: vec![0.0; self.scratch_floats],
+            iscratch: vec![0; self.scratch_indices],
+            timings: vec![(0, 0); self.nodes.len()],
+        }
+    }
+
+    /// Bytes of graph input `i` (dtype size times elements); 0 if out of range.
+    pub fn input_len(&self, i: usize) -> usize {
+        self.inputs.get(i).map_or(0, |s| s.1)
+    }
+
+    /// Bytes of graph output `i`; 0 if out of range.
+    pub fn output_len(&self, i: usize) -> usize {
+        match self.outputs.get(i) {
+            Some(Loc::Arena { len, .. }) => *len,
+            Some(Loc::Const(t)) => t.numel() * t.dtype().size(),
+            None => 0,
+        }
+    }
+
+    /// Copies graph input `i` (graph layout, native-endian elements) into the state.
+    pub fn set_input(&self, st: &mut ExecState, i: usize, bytes: &[u8]) -> Result<()> {
+        let &(off, len) = self.inputs.get(i).ok_or_else(|| Error::InvalidArgument {
+            name: "input index".into(),
+            reason: format!("{i} out of range (model has {})", self.inputs.len()),
+        })?;
+        if bytes.len() != len {
+            return Err(Error::TensorMismatch {
+                name: self.graph.values[self.graph.inputs[i]].name.clone(),
+                field: "byte size".into(),
+                expected: len.to_string(),
+                actual: bytes.len().to_string(),
+            });
+        }
+        let arena: &mut [u8] = bytemuck::cast_slice_mut(&mut st.arena);
+        arena[off..off + len].copy_from_slice(bytes);
+        Ok(())
+    }
+
+    /// Copies graph output `i` out of the state.
+    pub fn read_output(&self, st: &ExecState, i: usize, out: &mut [u8]) -> Result<()> {
+        let loc = self.outputs.get(i).ok_or_else(|| Error::InvalidArgument {
+            name: "output index".into(),
+            reason: format!("{i} out of range (model has {})", self.outputs.len()),
+        })?;
+        let src: &[u8] = match loc {
+            Loc::Const(t) => const_bytes(t),
+            Loc::Arena { off, len } => {
+                let arena: &[u8] = bytemuck::cast_slice(&st.arena);
+                &arena[*off..*off + *len]
+            }
+        };
+        if out.len() != src.len() {
+            return Err(Error::TensorMismatch {
+                name: self.graph.values[self.graph.outputs[i]].name.clone(),
+                field: "byte size".into(),
+                expected: src.len().to_string(),
+                actual: out.len().to_string(),
+            });
+        }
+        out.copy_from_slice(src);
+        Ok(())
+    }
+
+    /// How many tiles node `node` can be split into (1 = not splittable).
+    pub fn tiles_for(&self, node: usize) -> usize {
+        self.nodes.get(node).map_or(1, |n| n.kernel.tiles())
+    }
+
+    /// Runs tile `tile` of node `node` (index in `graph.nodes`).
+    pub fn run_node(&self, st: &mut ExecState, node: usize, tile: Tile) -> Result<()> {
+        let np = self.nodes.get(node).ok_or_else(|| Error::InvalidArgument {
+            name: "node index".into(),
+            reason: format!("{node} out of range (plan has {})", self.nodes.len()),
+        })?;
+        let tiles = np.kernel.tiles();
+        if tile.count == 0 || tile.index >= tile.count || tile.count > tiles {
+            return Err(Error::InvalidArgument {
+                name: "tile".into(),
+                reason: format!(
+                    "tile {}/{} invalid for node '{}' ({} tiles at most)",
+                    tile.index, tile.count, self.graph.nodes[node].name, tiles
+                ),
+            });
+        }
+        let start = self.opts.profile.then(Instant::now);
+        let arena: &mut [u8] = bytemuck::cast_slice_mut(&mut st.arena);
+        let (left, rest) = arena.split_at_mut(np.out_off);
+        let (out, right) = rest.split_at_mut(np.out_len);
+        let io = Inputs {
+            locs: &np.inputs,
+            left,
+            right,
+            right_base: np.out_off + np.out_len,
+        };
+        let ctx = build::RunCtx {
+            isa: self.isa,
+            node: &self.graph.nodes[node],
+            tile,
+        };
+        let r = np
+            .kernel
+            .run(&ctx, &io, out, &np.outs, &mut st.scratch, &mut st.iscratch);
+        if let Some(t0) = start {
+            let e = &mut st.timings[node];
+            e.0 += t0.elapsed().as_nanos() as u64;
+            e.1 += 1;
+        }
+        r
+    }
+
+    /// Per-node timings recorded in `st` (empty unless the plan was built with
+    /// `profile`).
+    pub fn profile(&self, st: &ExecState) -> Vec<NodeTiming> {
+        if !self.opts.profile {
+            return Vec::new();
+        }
+        self.graph
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| NodeTiming {
+                node: i,
+                name: n.name.clone(),
+                op: n.op.name(),
+                absorbed: n.absorbed.clone(),
+                micros: st.timings[i].0 as f64 / 1000.0,
+                calls: st.timings[i].1,
+            })
+            .collect()
+    }
+
+    /// Clears recorded timings.
+    pub fn reset_profile(&self, st: &mut ExecState) {
+        st.timings.iter_mut().for_each(|t| *t = (0, 0));
+    }
+
+    /// Runs every node whole, in order.
+    pub fn run_all(&self, st: &mut ExecState) -> Result<()> {
+        (0..self.nodes.len()).try_for_each(|i| self.run_node(st, i, Tile::WHOLE))
+    }
+
+    /// Estimated multiply-accumulate count of a node (for cost models); 0 for
+    /// memory-bound ops.
+    pub fn node_macs(&self, node: usize) -> usize {
+        self.nodes.get(node).map_or(0, |n| n.kernel.macs())
+    }
+}
+
+/// Node inputs resolved against the arena halves around the output block.
+pub(crate) struct Inputs<'a> {
+    locs: &'a [Option<Loc>],
+    left: &'a [u8],
+    right: &'a [u8],
+    right_base: usize,
+}
+
+impl<'a> Inputs<'a> {
+    /// Bytes of input `i`, or `None` if the optional input is absent.
+    pub fn opt(&self, i: usize) -> Option<&'a [u8]> {
+        match self.locs.get(i)?.as_ref()? {
+            Loc::Const(t) => Some(const_bytes(t)),
+            Loc::Arena { off, len } => Some(if off + len <= self.left.len() {
+                &self.left[*off..off + len]
+            } else {
+                &self.right[off - self.right_base..off - self.right_base + len]
+            }),
+        }
+    }
+
+    /// Bytes of input `i` (empty when absent; plans only read inputs they checked).
+    pub fn bytes(&self, i: usize) -> &'a [u8] {
+        self.opt(i).unwrap_or(&[])
+    }
+
+    /// Input `i` as f32.
+    pub fn f32(&self, i: usize) -> &'a [f32] {
+        bytemuck::cast_slice(self.bytes(i))
+    }
+
+    /// Input `i` as i64.
+    pub fn i64(&self, i: usize) -> &'a [i64] {
+        bytemuck::cast_slice(self.bytes(i))
+    }
+}
+
+/// The raw bytes of a constant tensor.
+pub(crate) fn const_bytes(t: &Tensor) -> &[u8] {
+    match &t.data {
+        TensorData::F32(v) => bytemuck::cast_slice(v),
+        TensorData::U8(v) | TensorData::Bool(v) => v,
+        TensorData::I8(v) => bytemuck::cast_slice(v),
+        TensorData::I32(v) => bytemuck::cast_slice(v),
+        TensorData::I64(v) => bytemuck::cast_slice(v),
+    }
+}
+
+/// A tensor of `dtype` and `shape` from native-endian bytes.
+pub(crate) fn tensor_from_bytes(dtype: DType, shape: Vec<usize>, b: &[u8]) -> Tensor {
+    let data = match dtype {
+        DType::F32 => TensorData::F32(
+            b.chunks_exact(4)
+                .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+        ),
+        DType::U8 => TensorData::U8(b.to_vec()),
+        DType::Bool => TensorData::Bool(b.to_vec()),
+        DType::I8 => TensorData::I8(b.iter().map(|&x| x as i8).collect()),
+        DType::I32 => TensorData::I32(
+            b.chunks_exact(4)
+                .map(|c| i32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+        ),
+        DType::I64 => TensorData::I64(
+            b.chunks_exact(8)
+                .map(|c| i64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+                .collect(),
+        ),
+    };
+    Tensor::new(shape, data)
+}
+
+/// Evaluates one node on constant inputs of any dtype (constant folding). Output
+/// shapes come from the graph when known, else are inferred for the shape-math ops.
+pub fn eval_node(
+    graph: &Graph,
+    node: &ir::Node,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
+    let mut g = Graph {
+        name: format!("eval:{}", node.name),
+        ..Graph::default()
+    };
+    let mut n2 = node.clone();
+    n2.inputs = Vec::with_capacity(node.inputs.len());
+    for (i, inp) in node.inputs.iter().enumerate() {
+        match (inp, inputs.get(i).copied().flatten()) {
+            (Some(v), Some(t)) => {
+                let name = graph
+                    .values
+                    .get(*v)
+                    .map_or_else(|| format!("in{i}"), |x| x.name.clone());
+                n2.inputs.push(Some(g.add_const(name, t.clone())));
+            }
+            (Some(_), None) => {
+                return Err(Error::shape(
+                    &node.name,
+                    node.op.name(),
+                    format!("eval_node: input {i} is not constant"),
+                ))
+            }
+            (None, _) => n2.inputs.push(None),
+        }
+    }
+    let in_tensors: Vec<Option<&Tensor>> = (0..node.inputs.len())
+        .map(|i| {
+            inputs
+                .get(i)
+                .copied()
+                .flatten()
+                .filter(|_| node.inputs[i].is_some())
+        })
+        .collect();
+    let inferred = shapes::infer(node, &in_tensors);
+    n2.outputs = Vec::with_capacity(node.outputs.len());
+    for (k, &o) in node.outputs.iter().enumerate() {
+        let src = graph.values.get(o);
+        let known = src.and_then(|v| v.shape.clone());
+        let (shape, dtype) = match (&known, &inferred) {
+            (Some(s), _) => (s.clone(), src.map_or(DType::F32, |v| v.dtype)),
+            (None, Some(list)) if k < list.len() => (list[k].0.clone(), list[k].1),
+            _ => {
+                return Err(Error::shape(
+                    &node.name,
+                    node.op.name(),
+                    format!("eval_node: cannot infer the shape of output {k}"),
+                ))
+            }
+        };
+        let id = g.add_value(ir::Value {
+            name: src.map_or_else(|| format!("out{k}"), |v| v.name.clone()),
+            dtype,
+            shape: Some(shape),
+            declared: None,
+            konst: None,
+        });
+        n2.outputs.push(id);
+    }
+    g.outputs = n2.outputs.clone();
+    g.nodes.push(n2);
+    let g = Arc::new(g);
+    let plan = ModelPlan::new(g.clone(), &PlanOptions::default())?;
+    let mut st = plan.new_state();
+    plan.run_node(&mut st, 0, Tile::WHOLE)?;
+    g.outputs
+        .iter()
+        .enumerate()
+        .map(|(k, &v)| {
+            let mut b = vec![0u8; plan.output_len(k)];
+            plan.read_output(&st, k, &mut b)?;
+            let val = &g.values[v];
+            Ok(tensor_from_bytes(
+                val.dtype,
+                val.shape.clone().unwrap_or_default(),
+                &b,
+            ))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,499 @@
+//! Packed single-precision GEMM: `C[M,N] = A[M,K] · B[K,N]` with a fused epilogue.
+//!
+//! Both operands are packed before the product: A into panels of [`MR`] rows, B into
+//! panels of [`NR`] columns, each split into blocks of at most [`KC`] along K. Weights are
+//! packed once when a plan is built; activations are packed per run into scratch memory.
+//! A 6x16 micro-kernel (AVX2+FMA, or its portable twin) accumulates one tile of C; after
+//! the last K block the [`Epilogue`] runs on the tile while it is still in L1.
+//!
+//! Invariants: packed buffers are zero-padded to whole panels, so the micro-kernel never
+//! reads out of bounds; a call computes only the rows `m_range` and columns `n_range` of
+//! C, which lets the executor split a node into disjoint tiles.
+
+use super::simd::{self, Isa};
+use super::unary::{apply_unary, PostOpRt};
+
+/// Rows of one micro-tile (and of one packed A panel).
+pub const MR: usize = 6;
+/// Columns of one micro-tile (and of one packed B panel).
+pub const NR: usize = 16;
+/// Depth of one K block.
+pub const KC: usize = 256;
+/// Rows of C computed per A block (a multiple of [`MR`]).
+const MC: usize = 72;
+/// Columns of C computed per B block (a multiple of [`NR`]).
+const NC: usize = 512;
+
+/// Size in floats of a packed A of `m` rows and depth `k`.
+pub fn packed_a_len(m: usize, k: usize) -> usize {
+    m.div_ceil(MR) * MR * k
+}
+
+/// Size in floats of a packed B of depth `k` and `n` columns.
+pub fn packed_b_len(k: usize, n: usize) -> usize {
+    n.div_ceil(NR) * NR * k
+}
+
+/// Offset of the panel holding row `i` of A (a multiple of MR) within K block `k0`.
+#[inline]
+fn a_panel(m_pad: usize, k: usize, k0: usize, i: usize) -> usize {
+    let kc = KC.min(k - k0);
+    k0 * m_pad + i * kc
+}
+
+/// Offset of the panel holding column `j` of B (a multiple of NR) within K block `k0`.
+#[inline]
+fn b_panel(n_pad: usize, k: usize, k0: usize, j: usize) -> usize {
+    let kc = KC.min(k - k0);
+    k0 * n_pad + j * kc
+}
+
+/// Packs A (`m` x `k`, element `(i, p)` at `a[i * rs + p * cs]`, times `scale`) into `out`
+/// (`packed_a_len(m, k)` floats).
+pub fn pack_a(a: &[f32], rs: usize, cs: usize, m: usize, k: usize, scale: f32, out: &mut [f32]) {
+    let m_pad = m.div_ceil(MR) * MR;
+    let mut k0 = 0;
+    while k0 < k {
+        let kc = KC.min(k - k0);
+        for i0 in (0..m_pad).step_by(MR) {
+            let base = a_panel(m_pad, k, k0, i0);
+            let panel = &mut out[base..base + kc * MR];
+            for r in 0..MR {
+                let i = i0 + r;
+                if i < m {
+                    for p in 0..kc {
+                        panel[p * MR + r] = a[i * rs + (k0 + p) * cs] * scale;
+                    }
+                } else {
+                    for p in 0..kc {
+                        panel[p * MR + r] = 0.0;
+                    }
+                }
+            }
+        }
+        k0 += kc;
+    }
+}
+
+/// Packs B (`k` x `n`, element `(p, j)` at `b[p * rs + j * cs]`, times `scale`) into `out`
+/// (`packed_b_len(k, n)` floats). `row` is scratch of at least `n` floats.
+#[allow(clippy::too_many_arguments)]
+pub fn pack_b(
+    b: &[f32],
+    rs: usize,
+    cs: usize,
+    k: usize,
+    n: usize,
+    scale: f32,
+    out: &mut [f32],
+    row: &mut [f32],
+) {
+    if cs == 1 && scale == 1.0 {
+        pack_b_rows(k, n, out, row, |p, _| Some(&b[p * rs..p * rs + n]));
+        return;
+    }
+    pack_b_rows(k, n, out, row, |p, row| {
+        for (j, d) in row.iter_mut().enumerate() {
+            *d = b[p * rs + j * cs] * scale;
+        }
+        None
+    });
+}
+
+/// Packs B row by row, rows in order `0..k`: `fill(p, row)` either returns row `p` of B
+/// (length `n`) directly or writes it into the scratch `row` and returns `None`. The row
+/// is then scattered into the panels. `row` is scratch of at least `n` floats.
+pub fn pack_b_rows<'b>(
+    k: usize,
+    n: usize,
+    out: &mut [f32],
+    row: &mut [f32],
+    mut fill: impl FnMut(usize, &mut [f32]) -> Option<&'b [f32]>,
+) {
+    let n_pad = n.div_ceil(NR) * NR;
+    let full = n / NR * NR;
+    let row = &mut row[..n];
+    let mut k0 = 0;
+    while k0 < k {
+        let kc = KC.min(k - k0);
+        let block = &mut out[k0 * n_pad..(k0 + kc) * n_pad];
+        for p in 0..kc {
+            let src: &[f32] = match fill(k0 + p, row) {
+                Some(s) => s,
+                None => row,
+            };
+            // A row of B lands as consecutive NR-chunks, one per panel, `kc * NR` apart.
+            for j0 in (0..full).step_by(NR) {
+                let dst = j0 * kc + p * NR;
+                block[dst..dst + NR].copy_from_slice(&src[j0..j0 + NR]);
+            }
+            if full < n {
+                let dst = full * kc + p * NR;
+                let d = &mut block[dst..dst + NR];
+                d[..n - full].copy_from_slice(&src[full..n]);
+                d[n - full..].fill(0.0);
+            }
+        }
+        k0 += kc;
+    }
+}
+
+/// What happens to each tile of C after its last K block.
+pub struct Epilogue<'a> {
+    /// Per-channel bias.
+    pub bias: Option<&'a [f32]>,
+    /// True when the channel is the row of C (Conv), false when it is the column (Gemm).
+    pub channel_is_row: bool,
+    /// Offset added to row/column indices to get the channel index.
+    pub channel_offset: usize,
+    /// A matrix added element-wise before the post-ops (Gemm's `beta * C`), same layout as C.
+    pub addend: Option<&'a [f32]>,
+    /// Fused post-ops, in order.
+    pub post: &'a [PostOpRt],
+    /// Residual tensors referenced by `PostOpRt::AddInput` (index into this list), laid
+    /// out like C.
+    pub residuals: &'a [&'a [f32]],
+}
+
+impl Epilogue<'_> {
+    /// An epilogue that does nothing.
+    pub const NONE: Epilogue<'static> = Epilogue {
+        bias: None,
+        channel_is_row: true,
+        channel_offset: 0,
+        addend: None,
+        post: &[],
+        residuals: &[],
+    };
+
+    fn is_empty(&self) -> bool {
+        self.bias.is_none() && self.addend.is_none() && self.post.is_empty()
+    }
+
+    /// Applies the epilogue to rows `i0..i0+mr`, columns `j0..j0+nr` of C.
+    pub(crate) fn apply(
+        &self,
+        c: &mut [f32],
+        ldc: usize,
+        i0: usize,
+        mr: usize,
+        j0: usize,
+        nr: usize,
+    ) {
+        for i in i0..i0 + mr {
+            let off = i * ldc + j0;
+            let row = &mut c[off..off + nr];
+            if let Some(add) = self.addend {
+                for (y, a) in row.iter_mut().zip(&add[off..off + nr]) {
+                    *y += *a;
+                }
+            }
+            if let Some(bias) = self.bias {
+                if self.channel_is_row {
+                    let b = bias[self.channel_offset + i];
+                    for y in row.iter_mut() {
+                        *y += b;
+                    }
+                } else {
+                    let bs = &bias[self.channel_offset + j0..self.channel_offset + j0 + nr];
+                    for (y, b) in row.iter_mut().zip(bs) {
+                        *y += *b;
+                    }
+                }
+            }
+            for p in self.post {
+                match p {
+                    PostOpRt::Unary(u) => apply_unary(*u, row),
+                    PostOpRt::Affine { scale, shift } => {
+                        if self.channel_is_row {
+                            let ch = self.channel_offset + i;
+                            let (s, t) = (scale[ch], shift[ch]);
+                            for y in row.iter_mut() {
+                                *y = *y * s + t;
+                            }
+                        } else {
+                            let ch = self.channel_offset + j0;
+                            for ((y, s), t) in row
+                                .iter_mut()
+                                .zip(&scale[ch..ch + nr])
+                                .zip(&shift[ch..ch + nr])
+                            {
+                                *y = *y * s + t;
+                            }
+                        }
+                    }
+                    PostOpRt::PRelu { slope } => {
+                        if self.channel_is_row {
+                            let s = slope[self.channel_offset + i];
+                            for y in row.iter_mut() {
+                                if *y < 0.0 {
+                                    *y *= s;
+                                }
+                            }
+                        } else {
+                            let ch = self.channel_offset + j0;
+                            for (y, s) in row.iter_mut().zip(&slope[ch..ch + nr]) {
+                                if *y < 0.0 {
+                                    *y *= s;
+                                }
+                            }
+                        }
+                    }
+                    PostOpRt::AddInput { slot } => {
+                        let r = &self.residuals[*slot][off..off + nr];
+                        for (y, a) in row.iter_mut().zip(r) {
+                            *y += *a;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Computes rows `m_range` x columns `n_range` of `C = A · B` from packed operands, then
+/// applies `epi`. Ranges must start at multiples of MR / NR (ends may be ragged only at
+/// `m` / `n`). `c` holds C with row stride `ldc`.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_packed(
+    isa: Isa,
+    m: usize,
+    n: usize,
+    k: usize,
+    pa: &[f32],
+    pb: &[f32],
+    c: &mut [f32],
+    ldc: usize,
+    m_range: (usize, usize),
+    n_range: (usize, usize),
+    epi: &Epilogue<'_>,
+) {
+    let m_pad = m.div_ceil(MR) * MR;
+    let n_pad = n.div_ceil(NR) * NR;
+    let (m_lo, m_hi) = m_range;
+    let (n_lo, n_hi) = n_range;
+    debug_assert!(m_lo % MR == 0 && n_lo % NR == 0);
+    if k == 0 {
+        for i in m_lo..m_hi {
+            c[i * ldc + n_lo..i * ldc + n_hi].fill(0.0);
+        }
+        if !epi.is_empty() {
+            epi.apply(c, ldc, m_lo, m_hi - m_lo, n_lo, n_hi - n_lo);
+        }
+        return;
+    }
+    let mut tile = [0.0f32; MR * NR];
+    let mut jc = n_lo;
+    while jc < n_hi {
+        let jc_end = (jc + NC).min(n_hi);
+        let mut k0 = 0;
+        while k0 < k {
+            let kc = KC.min(k - k0);
+            let first = k0 == 0;
+            let last = k0 + kc == k;
+            let mut ic = m_lo;
+            while ic < m_hi {
+                let ic_end = (ic + MC).min(m_hi);
+                let mut j = jc;
+                while j < jc_end {
+                    let nr = NR.min(jc_end - j);
+                    let bp = &pb[b_panel(n_pad, k, k0, j)..][..kc * NR];
+                    let mut i = ic;
+                    while i < ic_end {
+                        let mr = MR.min(ic_end - i);
+                        let ap = &pa[a_panel(m_pad, k, k0, i)..][..kc * MR];
+                        if mr == MR && nr == NR {
+                            let cs = &mut c[i * ldc + j..];
+                            simd::ukernel(isa, kc, ap, bp, cs, ldc, !first);
+                        } else {
+                            simd::ukernel(isa, kc, ap, bp, &mut tile, NR, false);
+                            for r in 0..mr {
+                                let dst = &mut c[(i + r) * ldc + j..(i + r) * ldc + j + nr];
+                                let src = &tile[r * NR..r * NR + nr];
+                                if first {
+                                    dst.copy_from_slice(src);
+                                } else {
+                                    for (d, s) in dst.iter_mut().zip(src) {
+                                        *d += *s;
+                                    }
+                                }
+                            }
+                        }
+                        if last && !epi.is_empty() {
+                            epi.apply(c, ldc, i, mr, j, nr);
+                        }
+                        i += mr;
+                    }
+                    j += nr;
+                }
+                ic = ic_end;
+            }
+            k0 += kc;
+        }
+        jc = jc_end;
+    }
+}
+
+/// Reference product used by tests: `C = A · B` with plain loops.
+#[cfg(test)]
+pub fn gemm_naive(m: usize, n: usize, k: usize, a: &[f32], b: &[f32]) -> Vec<f32> {
+    let mut c = vec![0.0; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            let mut s = 0.0f64;
+            for p in 0..k {
+                s += a[i * k + p] as f64 * b[p * n + j] as f64;
+            }
+            c[i * n + j] = s as f32;
+        }
+    }
+    c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::testutil::{assert_close, rand_vec};
+
+    fn run(m: usize, n: usize, k: usize, isa: Isa) {
+        let a = rand_vec(m * k, 1);
+        let b = rand_vec(k * n, 2);
+        let mut pa = vec![0.0; packed_a_len(m, k)];
+        let mut pb = vec![0.0; packed_b_len(k, n)];
+        pack_a(&a, k, 1, m, k, 1.0, &mut pa);
+        pack_b(&b, n, 1, k, n, 1.0, &mut pb, &mut vec![0.0; n]);
+        let mut c = vec![f32::NAN; m * n];
+        gemm_packed(
+            isa,
+            m,
+            n,
+            k,
+            &pa,
+            &pb,
+            &mut c,
+            n,
+            (0, m),
+            (0, n),
+            &Epilogue::NONE,
+        );
+        assert_close(&c, &gemm_naive(m, n, k, &a, &b), 1e-4);
+    }
+
+    #[test]
+    fn gemm_matches_naive_over_edge_sizes() {
+        for isa in simd::available_isas() {
+            for &(m, n, k) in &[
+                (1, 1, 1),
+                (6, 16, 1),
+                (7, 17, 3),
+                (5, 15, 257),
+                (13, 33, 300),
+                (64, 50, 513),
+                (3, 100, 0),
+            ] {
+                run(m, n, k, isa);
+            }
+        }
+    }
+
+    #[test]
+    fn gemm_tiles_cover_whole() {
+        let (m, n, k) = (20, 40, 30);
+        let a = rand_vec(m * k, 3);
+        let b = rand_vec(k * n, 4);
+        let mut pa = vec![0.0; packed_a_len(m, k)];
+        let mut pb = vec![0.0; packed_b_len(k, n)];
+        pack_a(&a, k, 1, m, k, 1.0, &mut pa);
+        pack_b(&b, n, 1, k, n, 1.0, &mut pb, &mut vec![0.0; n]);
+        let mut c = vec![0.0; m * n];
+        let isa = simd::best_isa();
+        gemm_packed(
+            isa,
+            m,
+            n,
+            k,
+            &pa,
+            &pb,
+            &mut c,
+            n,
+            (0, 12),
+            (0, n),
+            &Epilogue::NONE,
+        );
+        gemm_packed(
+            isa,
+            m,
+            n,
+            k,
+            &pa,
+            &pb,
+            &mut c,
+            n,
+            (12, m),
+            (0, 16),
+            &Epilogue::NONE,
+        );
+        gemm_packed(
+            isa,
+            m,
+            n,
+            k,
+            &pa,
+            &pb,
+            &mut c,
+            n,
+            (12, m),
+            (16, n),
+            &Epilogue::NONE,
+        );
+        assert_close(&c, &gemm_naive(m, n, k, &a, &b), 1e-4);
+    }
+
+    #[test]
+    fn epilogue_bias_relu_residual() {
+        let (m, n, k) = (8, 20, 9);
+        let a = rand_vec(m * k, 5);
+        let b = rand_vec(k * n, 6);
+        let bias = rand_vec(m, 7);
+        let res = rand_vec(m * n, 8);
+        let mut pa = vec![0.0; packed_a_len(m, k)];
+        let mut pb = vec![0.0; packed_b_len(k, n)];
+        pack_a(&a, k, 1, m, k, 1.0, &mut pa);
+        pack_b(&b, n, 1, k, n, 1.0, &mut pb, &mut vec![0.0; n]);
+        let post = [
+            PostOpRt::AddInput { slot: 0 },
+            PostOpRt::Unary(crate::ir::UnaryOp::Relu),
+        ];
+        let residuals: [&[f32]; 1] = [&res];
+        let epi = Epilogue {
+            bias: Some(&bias),
+            channel_is_row: true,
+            channel_offset: 0,
+            addend: None,
+            post: &post,
+            residuals: &residuals,
+        };
+        let mut c = vec![0.0; m * n];
+        gemm_packed(
+            simd::best_isa(),
+            m,
+            n,
+            k,
+            &pa,
+            &pb,
+            &mut c,
+            n,
+            (0, m),
+            (0, n),
+            &epi,
+        );
+        let mut want = gemm_naive(m, n, k, &a, &b);
+        for i in 0..m {
+            for j in 0..n {
+                let v = want[i * n + j] + bias[i] + res[i * n + j];
+                want[i * n + j] = v.max(0.0);
+            }
+        }
+        assert_close(&c, &want, 1e-4);
+    }
+}

@@ -1,0 +1,135 @@
+//! Resize: source-coordinate transforms (every ONNX `coordinate_transformation_mode`
+//! except `tf_crop_and_resize`), nearest rounding modes, and the bilinear kernel over
+//! the two innermost dims. Nearest resize runs as an `nd::IndexMapCopy` built from
+//! [`nearest_index`].
+
+use crate::ir::{CoordMode, NearestMode};
+
+/// Source coordinate of output coordinate `x` along a dim of `in_len` → `out_len`
+/// with scale `scale`.
+pub fn source_coord(mode: CoordMode, x: usize, scale: f32, in_len: usize, out_len: usize) -> f32 {
+    let x = x as f32;
+    match mode {
+        CoordMode::HalfPixel | CoordMode::TfCropAndResize => (x + 0.5) / scale - 0.5,
+        CoordMode::PytorchHalfPixel => {
+            if out_len > 1 {
+                (x + 0.5) / scale - 0.5
+            } else {
+                0.0
+            }
+        }
+        CoordMode::AlignCorners => {
+            if out_len == 1 {
+                0.0
+            } else {
+                x * (in_len as f32 - 1.0) / (out_len as f32 - 1.0)
+            }
+        }
+        CoordMode::Asymmetric => x / scale,
+        CoordMode::HalfPixelSymmetric => {
+            let adj = out_len as f32 / (scale * in_len as f32);
+            let center = in_len as f32 / 2.0;
+            center * (1.0 - adj) + (x + 0.5) / scale - 0.5
+        }
+    }
+}
+
+/// Nearest source index for source coordinate `c`, clamped to the input.
+pub fn nearest_index(mode: NearestMode, c: f32, in_len: usize) -> usize {
+    let i = match mode {
+        NearestMode::RoundPreferFloor => {
+            if c.fract().abs() == 0.5 || (c - c.floor()) == 0.5 {
+                c.floor()
+            } else {
+                c.round()
+            }
+        }
+        NearestMode::RoundPreferCeil => {
+            if (c - c.floor()) == 0.5 {
+                c.ceil()
+            } else {
+                c.round()
+            }
+        }
+        NearestMode::Floor => c.floor(),
+        NearestMode::Ceil => c.ceil(),
+    };
+    (i.max(0.0) as usize).min(in_len.saturating_sub(1))
+}
+
+/// Interpolation taps of one output coordinate: `(i0, i1, w1)` with `v = (1-w1)*x[i0] + w1*x[i1]`.
+pub fn linear_taps(
+    mode: CoordMode,
+    scale: f32,
+    in_len: usize,
+    out_len: usize,
+) -> Vec<(usize, usize, f32)> {
+    (0..out_len)
+        .map(|o| {
+            let c = source_coord(mode, o, scale, in_len, out_len).clamp(0.0, in_len as f32 - 1.0);
+            let i0 = c.floor() as usize;
+            let i1 = (i0 + 1).min(in_len - 1);
+            (i0, i1, c - i0 as f32)
+        })
+        .collect()
+}
+
+/// Bilinear resize of `planes` planes `h x w` → `oh x ow` (taps from [`linear_taps`]),
+/// planes `[lo, hi)`.
+#[allow(clippy::too_many_arguments)]
+pub fn bilinear(
+    ty: &[(usize, usize, f32)],
+    tx: &[(usize, usize, f32)],
+    h: usize,
+    w: usize,
+    x: &[f32],
+    y: &mut [f32],
+    lo: usize,
+    hi: usize,
+) {
+    let (oh, ow) = (ty.len(), tx.len());
+    for p in lo..hi {
+        let xp = &x[p * h * w..(p + 1) * h * w];
+        let yp = &mut y[p * oh * ow..(p + 1) * oh * ow];
+        for (oy, &(y0, y1, wy)) in ty.iter().enumerate() {
+            let (r0, r1) = (&xp[y0 * w..(y0 + 1) * w], &xp[y1 * w..(y1 + 1) * w]);
+            for (ox, &(x0, x1, wx)) in tx.iter().enumerate() {
+                let top = r0[x0] + (r0[x1] - r0[x0]) * wx;
+                let bot = r1[x0] + (r1[x1] - r1[x0]) * wx;
+                yp[oy * ow + ox] = top + (bot - top) * wy;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn coordinate_modes() {
+        assert_eq!(source_coord(CoordMode::Asymmetric, 3, 2.0, 4, 8), 1.5);
+        assert_eq!(source_coord(CoordMode::HalfPixel, 0, 2.0, 4, 8), -0.25);
+        assert_eq!(source_coord(CoordMode::AlignCorners, 7, 2.0, 4, 8), 3.0);
+        assert_eq!(
+            source_coord(CoordMode::PytorchHalfPixel, 0, 0.25, 4, 1),
+            0.0
+        );
+        assert_eq!(nearest_index(NearestMode::RoundPreferFloor, 1.5, 4), 1);
+        assert_eq!(nearest_index(NearestMode::RoundPreferCeil, 1.5, 4), 2);
+        assert_eq!(nearest_index(NearestMode::Ceil, 3.2, 4), 3);
+        assert_eq!(nearest_index(NearestMode::Floor, -0.2, 4), 0);
+    }
+
+    #[test]
+    fn bilinear_matches_naive_align_corners() {
+        let x: Vec<f32> = (0..6).map(|v| v as f32).collect(); // 2x3
+        let ty = linear_taps(CoordMode::AlignCorners, 2.0, 2, 3);
+        let tx = linear_taps(CoordMode::AlignCorners, 5.0 / 3.0, 3, 5);
+        let mut y = vec![0.0; 15];
+        bilinear(&ty, &tx, 2, 3, &x, &mut y, 0, 1);
+        // Row 1 (middle) averages rows 0 and 1: value = 1.5 + 0.5*col_coord.
+        assert_eq!(&y[5..10], &[1.5, 2.0, 2.5, 3.0, 3.5]);
+        assert_eq!(&y[0..5], &[0.0, 0.5, 1.0, 1.5, 2.0]);
+    }
+}

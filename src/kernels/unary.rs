@@ -1,0 +1,207 @@
+//! Element-wise single-input functions on f32 slices, and the runtime form of fused
+//! epilogue steps ([`PostOpRt`]).
+//!
+//! Every function follows the ONNX definition; `Round` rounds half to even, `Erf` is
+//! evaluated in f64 by its power series (error far below f32 precision for |x| < 4, and
+//! ±1 beyond, where erf differs from ±1 by less than 2e-8).
+
+use super::simd::{self, Isa};
+use crate::ir::UnaryOp;
+use once_cell::sync::Lazy;
+
+static ISA: Lazy<Isa> = Lazy::new(simd::best_isa);
+
+/// A fused epilogue step as the kernels run it (channels resolved, residual by slot).
+#[derive(Debug, Clone, PartialEq)]
+pub enum PostOpRt {
+    /// An element-wise function.
+    Unary(UnaryOp),
+    /// `y * scale[c] + shift[c]`.
+    Affine { scale: Vec<f32>, shift: Vec<f32> },
+    /// `y < 0 ? y * slope[c] : y`.
+    PRelu { slope: Vec<f32> },
+    /// `y + residual`, where the residual is entry `slot` of the epilogue's residual list.
+    AddInput { slot: usize },
+}
+
+/// Applies `op` in place to every element of `x`.
+pub fn apply_unary(op: UnaryOp, x: &mut [f32]) {
+    match op {
+        UnaryOp::Relu => simd::clamp(*ISA, x, 0.0, f32::INFINITY),
+        UnaryOp::Clip { min, max } => simd::clamp(*ISA, x, min, max),
+        UnaryOp::Identity => {}
+        UnaryOp::Neg => x.iter_mut().for_each(|v| *v = -*v),
+        UnaryOp::Abs => x.iter_mut().for_each(|v| *v = v.abs()),
+        UnaryOp::LeakyRelu { alpha } => x.iter_mut().for_each(|v| {
+            if *v < 0.0 {
+                *v *= alpha
+            }
+        }),
+        UnaryOp::HardSwish => x
+            .iter_mut()
+            .for_each(|v| *v *= (*v * (1.0 / 6.0) + 0.5).clamp(0.0, 1.0)),
+        UnaryOp::HardSigmoid { alpha, beta } => x
+            .iter_mut()
+            .for_each(|v| *v = (*v * alpha + beta).clamp(0.0, 1.0)),
+        _ => x.iter_mut().for_each(|v| *v = unary_scalar(op, *v)),
+    }
+}
+
+/// `op` applied to one value.
+pub fn unary_scalar(op: UnaryOp, v: f32) -> f32 {
+    match op {
+        UnaryOp::Relu => v.max(0.0),
+        UnaryOp::LeakyRelu { alpha } => {
+            if v < 0.0 {
+                v * alpha
+            } else {
+                v
+            }
+        }
+        UnaryOp::Clip { min, max } => v.max(min).min(max),
+        UnaryOp::Sigmoid => sigmoid(v),
+        UnaryOp::HardSigmoid { alpha, beta } => (v * alpha + beta).clamp(0.0, 1.0),
+        UnaryOp::HardSwish => v * (v * (1.0 / 6.0) + 0.5).clamp(0.0, 1.0),
+        UnaryOp::Elu { alpha } => {
+            if v < 0.0 {
+                alpha * (v.exp() - 1.0)
+            } else {
+                v
+            }
+        }
+        UnaryOp::Selu { alpha, gamma } => {
+            if v <= 0.0 {
+                gamma * alpha * (v.exp() - 1.0)
+            } else {
+                gamma * v
+            }
+        }
+        UnaryOp::Tanh => v.tanh(),
+        UnaryOp::Gelu { tanh_approx } => {
+            if tanh_approx {
+                let c = (2.0f32 / std::f32::consts::PI).sqrt();
+                0.5 * v * (1.0 + (c * (v + 0.044715 * v * v * v)).tanh())
+            } else {
+                0.5 * v * (1.0 + erf(v / std::f32::consts::SQRT_2))
+            }
+        }
+        UnaryOp::Erf => erf(v),
+        UnaryOp::Softplus => {
+            if v > 20.0 {
+                v
+            } else {
+                v.exp().ln_1p()
+            }
+        }
+        UnaryOp::Exp => v.exp(),
+        UnaryOp::Log => v.ln(),
+        UnaryOp::Abs => v.abs(),
+        UnaryOp::Neg => -v,
+        UnaryOp::Sqrt => v.sqrt(),
+        UnaryOp::Reciprocal => 1.0 / v,
+        UnaryOp::Floor => v.floor(),
+        UnaryOp::Ceil => v.ceil(),
+        UnaryOp::Round => v.round_ties_even(),
+        UnaryOp::Sign => {
+            if v > 0.0 {
+                1.0
+            } else if v < 0.0 {
+                -1.0
+            } else {
+                0.0
+            }
+        }
+        UnaryOp::Not => {
+            if v == 0.0 {
+                1.0
+            } else {
+                0.0
+            }
+        }
+        UnaryOp::Sin => v.sin(),
+        UnaryOp::Cos => v.cos(),
+        UnaryOp::Identity => v,
+    }
+}
+
+/// Logistic function, stable for large |v|.
+pub fn sigmoid(v: f32) -> f32 {
+    if v >= 0.0 {
+        1.0 / (1.0 + (-v).exp())
+    } else {
+        let e = v.exp();
+        e / (1.0 + e)
+    }
+}
+
+/// Error function (see the module doc for the method).
+pub fn erf(v: f32) -> f32 {
+    let x = v as f64;
+    if x.abs() >= 4.0 {
+        return x.signum() as f32;
+    }
+    let x2 = x * x;
+    let mut term = x;
+    let mut sum = x;
+    let mut n = 0.0f64;
+    while term.abs() > 1e-17 * sum.abs().max(1e-300) {
+        n += 1.0;
+        term *= -x2 / n;
+        sum += term / (2.0 * n + 1.0);
+        if n > 200.0 {
+            break;
+        }
+    }
+    (sum * 2.0 / std::f64::consts::PI.sqrt()) as f32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn erf_matches_known_values() {
+        let cases = [
+            (0.0f32, 0.0f32),
+            (0.5, 0.520_499_9),
+            (1.0, 0.842_700_8),
+            (-2.0, -0.995_322_3),
+            (3.5, 0.999_999_26),
+            (5.0, 1.0),
+        ];
+        for (x, want) in cases {
+            assert!((erf(x) - want).abs() < 1e-6, "erf({x}) = {}", erf(x));
+        }
+    }
+
+    #[test]
+    fn vector_paths_match_scalar() {
+        let ops = [
+            UnaryOp::Relu,
+            UnaryOp::Clip {
+                min: -0.5,
+                max: 0.25,
+            },
+            UnaryOp::HardSwish,
+            UnaryOp::HardSigmoid {
+                alpha: 0.2,
+                beta: 0.5,
+            },
+            UnaryOp::LeakyRelu { alpha: 0.1 },
+            UnaryOp::Neg,
+            UnaryOp::Abs,
+            UnaryOp::Sigmoid,
+        ];
+        let x: Vec<f32> = (0..37).map(|i| (i as f32 - 18.0) * 0.37).collect();
+        for op in ops {
+            let mut y = x.clone();
+            apply_unary(op, &mut y);
+            for (a, b) in y.iter().zip(&x) {
+                assert!((a - unary_scalar(op, *b)).abs() < 1e-6, "{op:?}");
+            }
+        }
+        assert_eq!(unary_scalar(UnaryOp::Round, 2.5), 2.0);
+        assert_eq!(unary_scalar(UnaryOp::Round, -1.5), -2.0);
+        assert_eq!(unary_scalar(UnaryOp::Sign, -3.0), -1.0);
+    }
+}

@@ -1,0 +1,323 @@
+//! Tasks as the scheduler sees them: abstract work ([`TaskBody`]) described by its
+//! segments, its control parameters ([`TaskCtrl`]) and the caller's [`TaskHandle`].
+//!
+//! Invariants: a task's status moves `Queued -> Running -> Done | Failed` or
+//! `Queued -> Cancelled`, never back; its result is set exactly once, after its done
+//! callback (if any) has returned, so `wait` returning implies the callback ran.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use super::SchedInner;
+use crate::error::{Error, Result};
+
+/// Where a segment runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SegmentKind {
+    /// On the CPU pool.
+    Cpu,
+    /// On a virtual NPU core, as FCs.
+    Bpu,
+}
+
+/// What the scheduler knows of one segment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentInfo {
+    /// Where it runs.
+    pub kind: SegmentKind,
+    /// BPU: the compiler's estimate of each FC (µs); CPU: one entry, the segment's estimate.
+    pub fc_est_us: Vec<u64>,
+    /// The key of its measured moving average: (model id, segment index in the model).
+    pub estimator_key: (u64, usize),
+}
+
+/// The work of a task, supplied by the runtime (the scheduler never looks inside).
+pub trait TaskBody: Send + Sync + 'static {
+    /// All segments in order (for a multi-model task: every model's segments in order).
+    fn segments(&self) -> &[SegmentInfo];
+    /// Runs CPU segment `seg`; called on a CPU-pool thread.
+    fn run_cpu_segment(&self, seg: usize) -> Result<()>;
+    /// Runs FC `fc` of BPU segment `seg`; called on a core thread. FCs of one task never
+    /// run concurrently, and they run in order.
+    fn run_fc(&self, seg: usize, fc: usize) -> Result<()>;
+    /// Model name(s) for the trace.
+    fn label(&self) -> &str;
+}
+
+/// Control parameters of a task (the scheduling part of `hbDNNInferCtrlParam`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TaskCtrl {
+    /// Allowed cores: bit k = core k; 0 = any core.
+    pub core_mask: u32,
+    /// 0..=255, higher first; 255 = preemptive (high FC queue, skips the library queue).
+    pub priority: u8,
+    /// Tie-break among equal priorities: smaller first.
+    pub custom_id: i64,
+}
+
+/// The preemptive priority.
+pub const PRIORITY_HIGH: u8 = 255;
+
+/// Where a task is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskStatus {
+    /// Waiting in the library queue.
+    Queued,
+    /// Dequeued, running segments.
+    Running,
+    /// Ended successfully.
+    Done,
+    /// Ended with this error code.
+    Failed(i32),
+    /// Released while queued; never ran.
+    Cancelled,
+}
+
+/// Measured times of one segment of a task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentTiming {
+    /// Where it ran.
+    pub kind: SegmentKind,
+    /// From the task's dequeue to the segment's start.
+    pub start: Duration,
+    /// From its start to its end, waiting between FCs included.
+    pub wall: Duration,
+    /// Time spent executing (the sum of its FC run times for a BPU segment).
+    pub busy: Duration,
+}
+
+/// Measured times of a task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskTimings {
+    /// From submission to dequeue (to now while queued).
+    pub pending: Duration,
+    /// From dequeue to end (to now while running).
+    pub running: Duration,
+    /// The segments that started, in order.
+    pub segments: Vec<SegmentTiming>,
+}
+
+#[derive(Debug)]
+pub(crate) struct TimingState {
+    pub(crate) submitted: Instant,
+    pub(crate) dequeued: Option<Instant>,
+    pub(crate) ended: Option<Instant>,
+    pub(crate) segments: Vec<SegmentTiming>,
+}
+
+/// The done callback: called once with the task's status code (0 on success).
+pub type DoneCallback = Box<dyn FnOnce(i32) + Send>;
+
+pub(crate) struct DoneState {
+    pub(crate) result: Option<std::result::Result<(), Error>>,
+    pub(crate) finishing: bool,
+    pub(crate) callback: Option<DoneCallback>,
+}
+
+pub(crate) const PHASE_QUEUED: u8 = 0;
+pub(crate) const PHASE_RUNNING: u8 = 1;
+pub(crate) const PHASE_ENDED: u8 = 2;
+
+/// The part of a task shared by the scheduler and every handle clone.
+pub(crate) struct TaskShared {
+    pub(crate) id: u64,
+    pub(crate) body: Arc<dyn TaskBody>,
+    pub(crate) ctrl: TaskCtrl,
+    /// Index of the first and last BPU segment (None when there is none).
+    pub(crate) bpu_span: Option<(usize, usize)>,
+    pub(crate) phase: AtomicU8,
+    pub(crate) released: AtomicBool,
+    pub(crate) done: Mutex<DoneState>,
+    pub(crate) done_cv: Condvar,
+    pub(crate) timings: Mutex<TimingState>,
+}
+
+impl TaskShared {
+    pub(crate) fn new(id: u64, body: Arc<dyn TaskBody>, ctrl: TaskCtrl) -> TaskShared {
+        let segs = body.segments();
+        let first = segs.iter().position(|s| s.kind == SegmentKind::Bpu);
+        let last = segs.iter().rposition(|s| s.kind == SegmentKind::Bpu);
+        let n = segs.len();
+        TaskShared {
+            id,
+            ctrl,
+            bpu_span: first.zip(last),
+            phase: AtomicU8::new(PHASE_QUEUED),
+            released: AtomicBool::new(false),
+            done: Mutex::new(DoneState {
+                result: None,
+                finishing: false,
+                callback: None,
+            }),
+            done_cv: Condvar::new(),
+            timings: Mutex::new(TimingState {
+                submitted: Instant::now(),
+                dequeued: None,
+                ended: None,
+                segments: Vec::with_capacity(n),
+            }),
+            body,
+        }
+    }
+
+    /// Whether CPU segment `seg` lies between two BPU segments.
+    pub(crate) fn is_middle(&self, seg: usize) -> bool {
+        matches!(self.bpu_span, Some((f, l)) if f < seg && seg < l)
+    }
+
+    /// Ends the task: runs the callback (outside every scheduler lock), then publishes the
+    /// result and wakes the waiters.
+    pub(crate) fn complete(&self, result: std::result::Result<(), Error>) {
+        let code = match &result {
+            Ok(()) => 0,
+            Err(e) => e.code(),
+        };
+        let cb = {
+            let mut d = self.done.lock();
+            d.finishing = true;
+            d.callback.take()
+        };
+        if let Some(cb) = cb {
+            run_callback(cb, code);
+        }
+        self.done.lock().result = Some(result);
+        self.done_cv.notify_all();
+    }
+}
+
+fn run_callback(cb: DoneCallback, code: i32) {
+    if catch_unwind(AssertUnwindSafe(|| cb(code))).is_err() {
+        eprintln!("vnpu: warning: a task done callback panicked; the panic was contained");
+    }
+}
+
+/// The caller's handle of a submitted task; clones refer to the same task.
+#[derive(Clone)]
+pub struct TaskHandle {
+    pub(crate) shared: Arc<TaskShared>,
+    pub(crate) sched: Arc<SchedInner>,
+}
+
+impl std::fmt::Debug for TaskHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskHandle")
+            .field("id", &self.shared.id)
+            .field("label", &self.shared.body.label())
+            .field("status", &self.status())
+            .finish()
+    }
+}
+
+impl TaskHandle {
+    /// The task id used in trace events.
+    pub fn id(&self) -> u64 {
+        self.shared.id
+    }
+
+    /// Blocks until the task ends (`None` = no limit). On timeout returns
+    /// [`Error::Timeout`] and leaves the task intact; a failed task returns its error.
+    /// Do not call it from the task's own done callback.
+    pub fn wait(&self, timeout: Option<Duration>) -> Result<()> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut d = self.shared.done.lock();
+        loop {
+            if let Some(r) = &d.result {
+                return r.clone();
+            }
+            match deadline {
+                None => self.shared.done_cv.wait(&mut d),
+                Some(dl) => {
+                    if self.shared.done_cv.wait_until(&mut d, dl).timed_out() {
+                        if let Some(r) = &d.result {
+                            return r.clone();
+                        }
+                        let ms = timeout.map_or(0, |t| t.as_millis());
+                        return Err(Error::Timeout {
+                            ms: u64::try_from(ms).unwrap_or(u64::MAX),
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    /// Registers the callback run once when the task ends, with its status code (0 on
+    /// success), before `wait` returns. It runs on a scheduler thread, or at once on this
+    /// thread when the task has already ended. A second call replaces an unrun callback.
+    pub fn set_done_callback(&self, cb: DoneCallback) {
+        let run_now = {
+            let mut d = self.shared.done.lock();
+            if d.finishing {
+                let code = match &d.result {
+                    Some(Err(e)) => e.code(),
+                    _ => 0,
+                };
+                Some((cb, code))
+            } else {
+                d.callback = Some(cb);
+                None
+            }
+        };
+        if let Some((cb, code)) = run_now {
+            let code = if code == 0 {
+                // Finishing but not yet published: wait for the result to know the code.
+                match self.wait(None) {
+                    Ok(()) => 0,
+                    Err(e) => e.code(),
+                }
+            } else {
+                code
+            };
+            run_callback(cb, code);
+        }
+    }
+
+    /// Releases the task: a queued task is cancelled (its waiters get an error), a running
+    /// one is freed when it ends. Its slot under the task limit is returned then.
+    /// Releasing twice is [`Error::InvalidTaskHandle`].
+    pub fn release(&self) -> Result<()> {
+        self.sched.release(&self.shared)
+    }
+
+    /// Where the task is in its life.
+    pub fn status(&self) -> TaskStatus {
+        match self.shared.phase.load(Ordering::Acquire) {
+            PHASE_QUEUED => TaskStatus::Queued,
+            PHASE_RUNNING => TaskStatus::Running,
+            _ => match &self.shared.done.lock().result {
+                Some(Ok(())) => TaskStatus::Done,
+                Some(Err(Error::RunFailed { reason, .. })) if reason == super::CANCELLED_REASON => {
+                    TaskStatus::Cancelled
+                }
+                Some(Err(e)) => TaskStatus::Failed(e.code()),
+                None => TaskStatus::Running,
+            },
+        }
+    }
+
+    /// Pending time, running time and per-segment times measured so far.
+    pub fn timings(&self) -> TaskTimings {
+        let t = self.shared.timings.lock();
+        let now = Instant::now();
+        let pending = t.dequeued.unwrap_or(now) - t.submitted;
+        let running = match t.dequeued {
+            Some(d) => t.ended.unwrap_or(now) - d,
+            None => Duration::ZERO,
+        };
+        TaskTimings {
+            pending,
+            running,
+            segments: t.segments.clone(),
+        }
+    }
+
+    /// Estimated time of the segments not yet finished, in microseconds (measured moving
+    /// averages, the compiler's estimates until measured).
+    pub fn estimate_time_us(&self) -> u64 {
+        self.sched.estimate_remaining_us(&self.shared)
+    }
+}

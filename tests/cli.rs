@@ -1,0 +1,321 @@
+//! The `vnpu` command line: happy paths and every error case of the CLI issue, on the
+//! small models committed under `models/`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn vnpu() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_vnpu"))
+}
+
+fn models() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("models")
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("vnpu-cli-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn run(cmd: &mut Command) -> Output {
+    cmd.output().expect("run vnpu")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// An error is one clear `vnpu: error:` line, non-zero exit, no panic.
+fn assert_clean_error(o: &Output, needle: &str) {
+    let e = stderr(o);
+    assert!(!o.status.success(), "expected failure, stderr: {e}");
+    assert!(
+        !e.contains("panicked") && !e.contains("RUST_BACKTRACE"),
+        "panic leaked: {e}"
+    );
+    let lines: Vec<&str> = e
+        .lines()
+        .filter(|l| l.starts_with("vnpu: error:"))
+        .collect();
+    assert_eq!(lines.len(), 1, "want one error line, got: {e}");
+    assert!(
+        e.to_lowercase().contains(&needle.to_lowercase()),
+        "error '{e}' should mention '{needle}'"
+    );
+}
+
+fn compile(model: &str, out: &Path, extra: &[&str]) -> Output {
+    run(vnpu()
+        .arg("compile")
+        .arg(models().join(model))
+        .arg("-o")
+        .arg(out)
+        .args(extra))
+}
+
+fn info_json(file: &Path) -> serde_json::Value {
+    let o = run(vnpu().arg("info").arg(file).arg("--json"));
+    assert!(o.status.success(), "info failed: {}", stderr(&o));
+    serde_json::from_slice(&o.stdout).expect("info --json is JSON")
+}
+
+#[test]
+fn compile_with_fc_limit_gives_fcs_within_the_limit() {
+    let d = tmp("limit");
+    let out = d.join("det.bin");
+    let o = compile("tiny_detector.onnx", &out, &["--max-time-per-fc", "1000"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j = info_json(&out);
+    let m = &j["models"][0];
+    assert_eq!(m["max_time_per_fc"], 1000);
+    let mut fcs = 0;
+    for seg in m["segments"].as_array().unwrap() {
+        if seg["kind"] != "BPU" {
+            continue;
+        }
+        for fc in seg["fcs"].as_array().unwrap() {
+            fcs += 1;
+            let est = fc["est_us"].as_f64().unwrap();
+            assert!(
+                est <= 1000.0 || fc["over_limit"] == true,
+                "fc over the limit: {fc}"
+            );
+        }
+    }
+    assert!(fcs >= 2, "expected several FCs, got {fcs}");
+    // Node names of the ONNX model survive as absorbed names.
+    let absorbed: usize = m["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["absorbed"].as_array().unwrap().len())
+        .sum();
+    assert!(absorbed >= m["nodes"].as_array().unwrap().len());
+}
+
+#[test]
+fn no_limit_gives_one_fc_per_bpu_segment() {
+    let d = tmp("nolimit");
+    let out = d.join("det.bin");
+    let o = compile("tiny_detector.onnx", &out, &["--max-time-per-fc", "0"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j = info_json(&out);
+    for seg in j["models"][0]["segments"].as_array().unwrap() {
+        assert_eq!(seg["fcs"].as_array().unwrap().len(), 1, "{seg}");
+    }
+}
+
+#[test]
+fn out_of_range_fc_limit_names_the_range() {
+    let d = tmp("range");
+    let o = compile(
+        "tiny_classifier.onnx",
+        &d.join("x.bin"),
+        &["--max-time-per-fc", "500"],
+    );
+    assert_clean_error(&o, "1000..=4294967295");
+}
+
+#[test]
+fn packed_file_holds_both_models_and_text_info_works() {
+    let d = tmp("pack");
+    let out = d.join("pack.bin");
+    let o = run(vnpu()
+        .arg("compile")
+        .arg(models().join("tiny_detector.onnx"))
+        .arg(models().join("tiny_classifier.onnx"))
+        .arg("-o")
+        .arg(&out));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j = info_json(&out);
+    let names: Vec<&str> = j["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, vec!["tiny_detector", "tiny_classifier"]);
+    let o = run(vnpu()
+        .args(["model_info", "--model_file"])
+        .arg(&out)
+        .args(["--model_name", "tiny_classifier"]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("model tiny_classifier") && !text.contains("model tiny_detector"),
+        "{text}"
+    );
+    let o = run(vnpu()
+        .args(["model_info", "--model_file"])
+        .arg(&out)
+        .args(["--model_name", "nope"]));
+    assert_clean_error(&o, "nope");
+}
+
+#[test]
+fn corrupt_files_fail_cleanly() {
+    let d = tmp("corrupt");
+    let good = d.join("good.bin");
+    assert!(compile("tiny_classifier.onnx", &good, &[]).status.success());
+    let bytes = std::fs::read(&good).unwrap();
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("empty", vec![]),
+        ("truncated", bytes[..bytes.len() / 2].to_vec()),
+        ("bitflip", {
+            let mut b = bytes.clone();
+            let i = b.len() / 3;
+            b[i] ^= 0x40;
+            b
+        }),
+        (
+            "random",
+            (0..4096u32)
+                .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+                .collect(),
+        ),
+        ("vendor", b"HBM\x00\x01\x02 vendor model".to_vec()),
+    ];
+    for (name, data) in cases {
+        let f = d.join(format!("{name}.bin"));
+        std::fs::write(&f, data).unwrap();
+        let o = run(vnpu().arg("info").arg(&f));
+        assert_clean_error(&o, "invalid model file");
+    }
+    let o = run(vnpu().arg("info").arg(d.join("missing.bin")));
+    assert_clean_error(&o, "cannot open");
+}
+
+#[test]
+fn infer_dumps_outputs_and_rejects_bad_inputs() {
+    let d = tmp("infer");
+    let model = d.join("cls.bin");
+    assert!(compile("tiny_classifier.onnx", &model, &[])
+        .status
+        .success());
+    // 1x3x64x64 f32 input.
+    let input = d.join("in.bin");
+    let vals: Vec<f32> = (0..3 * 64 * 64).map(|i| (i % 17) as f32 / 17.0).collect();
+    std::fs::write(&input, bytemuck::cast_slice(&vals)).unwrap();
+    let o = run(vnpu()
+        .args(["infer", "--model_file"])
+        .arg(&model)
+        .arg("--input_file")
+        .arg(&input)
+        .args(["--enable_dump", "--dump_format", "txt", "--dump_path"])
+        .arg(&d));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let dumped = std::fs::read_to_string(d.join("tiny_classifier_output_0.txt")).unwrap();
+    let probs: Vec<f32> = dumped.lines().map(|l| l.parse().unwrap()).collect();
+    assert_eq!(probs.len(), 10);
+    assert!(
+        (probs.iter().sum::<f32>() - 1.0).abs() < 1e-4,
+        "softmax output sums to 1: {probs:?}"
+    );
+    let short = d.join("short.bin");
+    std::fs::write(&short, [0u8; 100]).unwrap();
+    let o = run(vnpu()
+        .args(["infer", "--model_file"])
+        .arg(&model)
+        .arg("--input_file")
+        .arg(&short));
+    assert_clean_error(&o, "bytes");
+    let o = run(vnpu()
+        .args(["infer", "--model_file"])
+        .arg(&model)
+        .args(["--model_name", "other"]));
+    assert_clean_error(&o, "other");
+}
+
+#[test]
+fn perf_runs_two_models_and_writes_a_profile() {
+    let d = tmp("perf");
+    let pack = d.join("pack.bin");
+    let o = run(vnpu()
+        .arg("compile")
+        .arg(models().join("tiny_detector.onnx"))
+        .arg(models().join("tiny_classifier.onnx"))
+        .args(["--max-time-per-fc", "1000", "-o"])
+        .arg(&pack));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run(vnpu()
+        .args(["perf", "--model_file"])
+        .arg(&pack)
+        .args([
+            "--priority",
+            "0,255",
+            "--frame_count",
+            "20",
+            "--profile_path",
+        ])
+        .arg(&d));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("tiny_detector") && out.contains("tiny_classifier") && out.contains("p99"),
+        "{out}"
+    );
+    let prof: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("profiler.log")).unwrap()).unwrap();
+    let ms = prof["models"].as_array().unwrap();
+    assert_eq!(ms.len(), 2);
+    assert_eq!(ms[0]["running_condition"]["frame_count"], 20);
+    assert!(!ms[1]["model_latency"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn demo_prints_the_table_and_writes_trace_and_picture() {
+    let d = tmp("demo");
+    let o = run(vnpu()
+        .args(["demo", "--seconds", "1", "--out"])
+        .arg(&d)
+        .env("VNPU_CORES", "2"));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("classifier alone")
+            && out.contains("BPLAT_CORELIMIT=0")
+            && out.contains("BPLAT_CORELIMIT=1"),
+        "{out}"
+    );
+    let svg = std::fs::read_to_string(d.join("demo_timeline.svg")).unwrap();
+    let doc = roxmltree::Document::parse(&svg).expect("SVG is XML");
+    let lanes: Vec<String> = doc
+        .descendants()
+        .filter(|n| n.attribute("class") == Some("lane"))
+        .map(|n| n.attribute("data-lane").unwrap_or("").to_string())
+        .collect();
+    let core_lanes = lanes
+        .iter()
+        .filter(|l| l.to_lowercase().contains("core"))
+        .count();
+    assert_eq!(core_lanes, 2, "one lane per core: {lanes:?}");
+    let trace: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("demo_trace.json")).unwrap()).unwrap();
+    assert!(!trace["traceEvents"].as_array().unwrap().is_empty());
+    // `vnpu trace` renders the same file.
+    let svg2 = d.join("again.svg");
+    let o = run(vnpu()
+        .arg("trace")
+        .arg(d.join("demo_trace.json"))
+        .arg("-o")
+        .arg(&svg2));
+    assert!(o.status.success(), "{}", stderr(&o));
+    roxmltree::Document::parse(&std::fs::read_to_string(svg2).unwrap()).unwrap();
+}
+
+#[test]
+fn usage_errors_are_one_line() {
+    assert_clean_error(&run(vnpu().arg("bogus")), "unknown command");
+    assert_clean_error(
+        &run(vnpu().args(["compile", "--max-time-per-fc"])),
+        "needs a value",
+    );
+    assert_clean_error(
+        &run(vnpu()
+            .args(["perf", "--model_file"])
+            .arg(models().join("tiny_classifier.onnx"))
+            .args(["--perf_time", "x"])),
+        "number",
+    );
+}
