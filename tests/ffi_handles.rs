@@ -11,7 +11,7 @@ use vnpu::compile::{CompileOptions, InputParams, InputType};
 use vnpu::error::codes::*;
 use vnpu::ffi::*;
 use vnpu::ir::ImageFormat;
-use vnpu::runtime::PackedModel;
+use vnpu::runtime::{CtrlParams, IoBuffer, PackedModel, Roi, RoiFrame, Runtime};
 
 /// The committed tiny classifier compiled twice: "cls" takes NV12 1x3x64x64 (NCHW),
 /// "feat" the raw f32 1x3x64x64 tensor; both output f32 [1, 10] probabilities.

@@ -294,12 +294,14 @@ pub fn parse_config(text: &str, base: &Path) -> Result<ConfigFile> {
             "data_mean" => (mean, vec![]),
             "data_scale" => (vec![], scale),
             "data_mean_and_scale" => (mean, scale),
-            other => return Err(bad(
-                "norm_type",
-                format!(
+            other => {
+                return Err(bad(
+                    "norm_type",
+                    format!(
                     "'{other}' is not no_preprocess, data_mean, data_scale or data_mean_and_scale"
                 ),
-            )),
+                ))
+            }
         };
         o.inputs.push(InputParams {
             name: name.clone(),
