@@ -506,6 +506,46 @@ fn roi_infer_validates_and_runs() {
         &out[40..],
         "different crops give different outputs"
     );
+
+    // The C path gives exactly what the runtime's own ROI entry point gives.
+    let mut direct = vec![0u8; 80];
+    let frame_ref = RoiFrame {
+        y: IoBuffer::from_slice(&mut frame[..stride * h]),
+        uv: IoBuffer::from_slice(&mut frame[stride * h..]),
+        width: w,
+        height: h,
+        y_stride: stride,
+        uv_stride: stride,
+    };
+    let rois = [
+        Roi {
+            left: 0,
+            top: 0,
+            right: 63,
+            bottom: 63,
+        },
+        Roi {
+            left: 64,
+            top: 32,
+            right: 127,
+            bottom: 95,
+        },
+    ];
+    let runtime = Runtime::global().expect("runtime");
+    let cls_model = MODELS.models[0].clone();
+    let outputs = [IoBuffer::from_slice(&mut direct)];
+    let task = runtime
+        .submit_roi(
+            &cls_model,
+            frame_ref,
+            &rois,
+            &outputs,
+            CtrlParams::default(),
+        )
+        .expect("submit_roi");
+    task.wait(None).expect("wait");
+    task.release().expect("release");
+    assert_eq!(direct, out);
 }
 
 #[test]
