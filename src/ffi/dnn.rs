@@ -435,7 +435,17 @@ unsafe fn add_to_task(
         *entry.state.lock() = TaskState::Building(all);
     } else {
         match submit(&mut all, params, entry.completion.clone(), token) {
-            Ok(task) => *entry.state.lock() = TaskState::Submitted(task),
+            Ok(task) => {
+                *entry.state.lock() = TaskState::Submitted(task.clone());
+                if TASKS.get(token).is_err() {
+                    // Another thread released the handle while we submitted: nobody can
+                    // release this task any more, so release it now.
+                    let _ = task.release();
+                    return Err(Error::InvalidTaskHandle(
+                        "the task was released while it was being submitted".into(),
+                    ));
+                }
+            }
             Err(e) => {
                 all.parts.truncate(kept.0);
                 all.owned.truncate(kept.1);
