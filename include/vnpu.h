@@ -699,13 +699,14 @@ int32_t hbDNNGetOutputTensorProperties(hbDNNTensorProperties *properties, hbDNNH
 int32_t hbDNNInfer(hbDNNTaskHandle_t *taskHandle, hbDNNTensor **output, const hbDNNTensor *input, hbDNNHandle_t dnnHandle, hbDNNInferCtrlParam *inferCtrlParam);
 
 /**
- * Submits an ROI inference: for each batch group, each NV12 model input is taken from
- * the caller's full NV12 frame (`input` tensors carry the *frame* shape) by cropping
- * its ROI (inclusive bounds; left/top even, right/bottom odd) and resizing it
- * bilinearly to the model input size; the model runs once per group.
+ * Submits an ROI inference: for each batch group, each image model input (NV12,
+ * NV12_SEPARATE or Y) is taken from the caller's full NV12 frame (`input` tensors carry
+ * the *frame* shape) by cropping its ROI (inclusive bounds; left/top even, right/bottom
+ * odd) and resizing it bilinearly to the model input size; the model runs once per
+ * group.
  *
  * `input` holds `batch × inputCount` tensors (group `i` = indices
- * `[i·inputCount, (i+1)·inputCount)`), `rois` holds `batch × nv12InputCount` entries,
+ * `[i·inputCount, (i+1)·inputCount)`), `rois` holds `batch × imageInputCount` entries,
  * `1 ≤ roiCount ≤ 255`. Each output tensor holds the results of all groups
  * concatenated along N (`batch × alignedByteSize` bytes). Return codes and the task
  * rules (`more`, `*taskHandle`) as `hbDNNInfer`; a bad ROI or frame is

@@ -485,7 +485,7 @@ fn roi_infer_validates_and_runs() {
             ),
             HB_DNN_INVALID_ARGUMENT
         );
-        assert!(last_error_detail().contains("no NV12 input"));
+        assert!(last_error_detail().contains("no NV12 or Y input"));
         assert_eq!(
             hbDNNRoiInfer(
                 &mut task,

@@ -554,8 +554,13 @@ fn roi_input(
         )
     };
     let nv12 = Nv12Frame::new(y, uv, frame.width, frame.height, frame.stride, frame.stride)?;
-    let mut buf = vec![0u8; RoiOutput::Nv12.byte_size(w, h)].into_boxed_slice();
-    crop_resize(&nv12, roi, RoiOutput::Nv12, w, h, &mut buf)?;
+    let kind = if desc.elem == ElemType::ImgY {
+        RoiOutput::Y
+    } else {
+        RoiOutput::Nv12
+    };
+    let mut buf = vec![0u8; kind.byte_size(w, h)].into_boxed_slice();
+    crop_resize(&nv12, roi, kind, w, h, &mut buf)?;
     let base = buf.as_mut_ptr();
     let planes = if desc.elem == ElemType::ImgNv12Separate {
         vec![
@@ -577,13 +582,14 @@ fn roi_input(
     Ok((planes, buf))
 }
 
-/// Submits an ROI inference: for each batch group, each NV12 model input is taken from
-/// the caller's full NV12 frame (`input` tensors carry the *frame* shape) by cropping
-/// its ROI (inclusive bounds; left/top even, right/bottom odd) and resizing it
-/// bilinearly to the model input size; the model runs once per group.
+/// Submits an ROI inference: for each batch group, each image model input (NV12,
+/// NV12_SEPARATE or Y) is taken from the caller's full NV12 frame (`input` tensors carry
+/// the *frame* shape) by cropping its ROI (inclusive bounds; left/top even, right/bottom
+/// odd) and resizing it bilinearly to the model input size; the model runs once per
+/// group.
 ///
 /// `input` holds `batch × inputCount` tensors (group `i` = indices
-/// `[i·inputCount, (i+1)·inputCount)`), `rois` holds `batch × nv12InputCount` entries,
+/// `[i·inputCount, (i+1)·inputCount)`), `rois` holds `batch × imageInputCount` entries,
 /// `1 ≤ roiCount ≤ 255`. Each output tensor holds the results of all groups
 /// concatenated along N (`batch × alignedByteSize` bytes). Return codes and the task
 /// rules (`more`, `*taskHandle`) as `hbDNNInfer`; a bad ROI or frame is
@@ -619,14 +625,19 @@ pub unsafe extern "C" fn hbDNNRoiInfer(
         let resizer: Vec<bool> = model
             .inputs
             .iter()
-            .map(|d| matches!(d.elem, ElemType::ImgNv12 | ElemType::ImgNv12Separate))
+            .map(|d| {
+                matches!(
+                    d.elem,
+                    ElemType::ImgNv12 | ElemType::ImgNv12Separate | ElemType::ImgY
+                )
+            })
             .collect();
         let per_group = resizer.iter().filter(|&&r| r).count();
         if per_group == 0 {
             return Err(Error::InvalidArgument {
                 name: "dnnHandle".into(),
                 reason: format!(
-                    "model '{}' has no NV12 input; hbDNNRoiInfer needs one",
+                    "model '{}' has no NV12 or Y input; hbDNNRoiInfer needs one",
                     model.name
                 ),
             });
@@ -635,7 +646,7 @@ pub unsafe extern "C" fn hbDNNRoiInfer(
             return Err(Error::InvalidArgument {
                 name: "roiCount".into(),
                 reason: format!(
-                    "{n_rois} is not a multiple of the model's {per_group} NV12 inputs"
+                    "{n_rois} is not a multiple of the model's {per_group} image inputs"
                 ),
             });
         }
@@ -673,7 +684,7 @@ pub unsafe extern "C" fn hbDNNRoiInfer(
                             .map(Roi::from)
                             .ok_or_else(|| Error::InvalidArgument {
                                 name: "rois".into(),
-                                reason: "fewer ROIs than NV12 inputs".into(),
+                                reason: "fewer ROIs than image inputs".into(),
                             })?;
                     let (planes, buf) = roi_input(&frame, &roi, d, i)?;
                     pending.owned.push(buf);
