@@ -1,14 +1,20 @@
 //! Generates the C header from `src/ffi/` into OUT_DIR (cargo's rule: build scripts
-//! write only there). The committed `include/vnpu.h` is compared against it by a test.
+//! write only there). Only `src/ffi/` is parsed, so nothing outside the C ABI leaks into the
+//! header. The committed `include/vnpu.h` is compared against it by `tests/header_drift.rs`.
 fn main() {
     println!("cargo:rerun-if-changed=src/ffi");
     println!("cargo:rerun-if-changed=cbindgen.toml");
+    // A fixed SONAME, so that programs linked against libvnpu.so (or the libdnn.so alias
+    // CMake installs) record "libvnpu.so" rather than a build path.
+    if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
+        println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libvnpu.so");
+    }
     let crate_dir = std::env::var("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR");
     let out_dir = std::env::var("OUT_DIR").expect("OUT_DIR");
     let config =
-        cbindgen::Config::from_file(format!("{crate_dir}/cbindgen.toml")).unwrap_or_default();
+        cbindgen::Config::from_file(format!("{crate_dir}/cbindgen.toml")).expect("cbindgen.toml");
     match cbindgen::Builder::new()
-        .with_crate(&crate_dir)
+        .with_src(format!("{crate_dir}/src/ffi/mod.rs"))
         .with_config(config)
         .generate()
     {

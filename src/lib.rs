@@ -11,6 +11,7 @@
 
 pub mod error;
 pub mod exec;
+pub mod ffi;
 pub mod ir;
 pub mod kernels;
 pub mod onnx;

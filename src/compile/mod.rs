@@ -147,7 +147,7 @@ pub fn compile_onnx_bytes(
         model_name: Some(name.to_string()),
     };
     let mut graph = crate::onnx::import_model(bytes, &import)?;
-    graph.name = name.to_string();
+    graph.name = opts.name.clone().unwrap_or_else(|| name.to_string());
     compile_graph(graph, opts)
 }
 

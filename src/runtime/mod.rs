@@ -1,14 +1,13 @@
-//! Runtime: packed models, models, tasks and the process-wide configuration.
+//! Runtime: packed models, models and tasks (scheduling settings live in `sched::SchedConfig`).
 //!
 //! This is the Rust API under the C ABI (`ffi`). Everything here is thread-safe.
 
-pub mod config;
 pub mod loader;
+pub mod mem;
 mod model;
 pub mod roi;
 mod task;
 
-pub use config::RuntimeConfig;
 pub use loader::LoadSource;
 pub use model::{ElemType, Model, PackedModel, Quant, TensorDesc, TensorLayout};
 pub use task::{

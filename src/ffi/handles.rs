@@ -1,0 +1,356 @@
+//! What the three C handle kinds resolve to, and their registries.
+//!
+//! - a packed handle → [`PackedEntry`]: the loaded [`PackedModel`], its model names as C
+//!   strings and the tokens of its model handles (created at load, one per model);
+//! - a model handle → [`ModelEntry`]: the [`Model`] plus C copies of its tensor
+//!   properties (names, scale and zero-point arrays) that C callers may keep pointers
+//!   into while the packed model is loaded;
+//! - a task handle → [`TaskEntry`]: a task being assembled with `more` or a submitted
+//!   runtime [`Task`], plus the done-callback state.
+//!
+//! Releasing a packed model removes its model handles; models stay alive while a task
+//! still uses them (they are `Arc`s). The C-visible memory of an entry (strings,
+//! property arrays) is owned by the entry and never moved after creation.
+
+use std::ffi::{c_char, c_void, CString};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::error::{Error, Result};
+use crate::ffi::convert::c_properties;
+use crate::ffi::registry::Registry;
+use crate::ffi::types::*;
+use crate::runtime::{CtrlParams, Model, ModelRequest, PackedModel, Quant, Task};
+
+/// Live packed models.
+pub(crate) static PACKED: Registry<PackedEntry> =
+    Registry::new(1, "packed model", Error::InvalidPackedHandle);
+/// Live model handles.
+pub(crate) static MODELS: Registry<ModelEntry> =
+    Registry::new(2, "model", Error::InvalidModelHandle);
+/// Live tasks.
+pub(crate) static TASKS: Registry<TaskEntry> = Registry::new(3, "task", Error::InvalidTaskHandle);
+
+/// A loaded packed model.
+pub(crate) struct PackedEntry {
+    /// Kept for the life of the handle; models are shared with their model entries.
+    _packed: PackedModel,
+    _names: Vec<CString>,
+    /// `names[i].as_ptr()`, handed out by `hbDNNGetModelNameList`.
+    name_ptrs: Box<[*const c_char]>,
+    /// `(model name, model handle token)` in model order.
+    pub(crate) models: Vec<(String, usize)>,
+}
+
+// SAFETY: `name_ptrs` points into `_names`, immutable heap memory owned by the same
+// entry; nothing mutates through these pointers.
+unsafe impl Send for PackedEntry {}
+// SAFETY: see `Send`; the entry is read-only after construction.
+unsafe impl Sync for PackedEntry {}
+
+impl PackedEntry {
+    /// Registers every model of `packed` and wraps it; on failure nothing stays
+    /// registered.
+    pub(crate) fn register(packed: PackedModel) -> Result<usize> {
+        let mut names = Vec::with_capacity(packed.models.len());
+        let mut models = Vec::with_capacity(packed.models.len());
+        let result = (|| {
+            for m in &packed.models {
+                names.push(
+                    CString::new(m.name.as_str()).map_err(|_| Error::ModelFormat {
+                        path: m.name.clone(),
+                        reason: "model name contains a NUL byte".into(),
+                    })?,
+                );
+                let entry = ModelEntry::new(m.clone())?;
+                models.push((m.name.clone(), MODELS.insert(Arc::new(entry))?));
+            }
+            Ok(())
+        })();
+        if let Err(e) = result {
+            for (_, t) in &models {
+                let _ = MODELS.remove(*t);
+            }
+            return Err(e);
+        }
+        let name_ptrs = names.iter().map(|n| n.as_ptr()).collect();
+        let entry = PackedEntry {
+            _packed: packed,
+            _names: names,
+            name_ptrs,
+            models,
+        };
+        let models: Vec<usize> = entry.models.iter().map(|(_, t)| *t).collect();
+        PACKED.insert(Arc::new(entry)).inspect_err(|_| {
+            for t in &models {
+                let _ = MODELS.remove(*t);
+            }
+        })
+    }
+
+    /// The model name array (library-owned, valid while the pack is loaded).
+    pub(crate) fn name_list(&self) -> (*const *const c_char, i32) {
+        (self.name_ptrs.as_ptr(), self.name_ptrs.len() as i32)
+    }
+}
+
+/// Registers an already-loaded packed model as a C packed handle (for Rust hosts that
+/// load models themselves and hand the handle to C code). Release it with
+/// `hbDNNRelease`.
+pub fn packed_handle(packed: PackedModel) -> Result<hbPackedDNNHandle_t> {
+    PackedEntry::register(packed).map(|token| token as hbPackedDNNHandle_t)
+}
+
+/// C copies of one tensor's description.
+pub(crate) struct TensorInfo {
+    pub(crate) name: CString,
+    _scale: Box<[f32]>,
+    _zero_point: Box<[i8]>,
+    /// Properties whose quantisation pointers point into `_scale` / `_zero_point`.
+    pub(crate) props: hbDNNTensorProperties,
+}
+
+impl TensorInfo {
+    fn new(d: &crate::runtime::TensorDesc) -> Result<TensorInfo> {
+        let name = CString::new(d.name.as_str()).map_err(|_| Error::ModelFormat {
+            path: d.name.clone(),
+            reason: "tensor name contains a NUL byte".into(),
+        })?;
+        let (mut scale, mut zero_point): (Box<[f32]>, Box<[i8]>) = match &d.quant {
+            Quant::None => (Box::new([]), Box::new([])),
+            Quant::Scale {
+                scale, zero_point, ..
+            } => (scale.clone().into(), zero_point.clone().into()),
+        };
+        // Boxed slices never move their heap data, so the pointers stay valid after
+        // `scale` / `zero_point` are moved into the struct.
+        let props = c_properties(d, &mut scale, &mut zero_point);
+        Ok(TensorInfo {
+            name,
+            _scale: scale,
+            _zero_point: zero_point,
+            props,
+        })
+    }
+}
+
+/// A model handle's target.
+pub(crate) struct ModelEntry {
+    pub(crate) model: Arc<Model>,
+    pub(crate) inputs: Vec<TensorInfo>,
+    pub(crate) outputs: Vec<TensorInfo>,
+}
+
+// SAFETY: the raw pointers inside `TensorInfo::props` point into boxed slices owned by
+// the same entry and are never written through by the library.
+unsafe impl Send for ModelEntry {}
+// SAFETY: see `Send`; the entry is read-only after construction.
+unsafe impl Sync for ModelEntry {}
+
+impl ModelEntry {
+    fn new(model: Arc<Model>) -> Result<ModelEntry> {
+        let inputs = model
+            .inputs
+            .iter()
+            .map(TensorInfo::new)
+            .collect::<Result<_>>()?;
+        let outputs = model
+            .outputs
+            .iter()
+            .map(TensorInfo::new)
+            .collect::<Result<_>>()?;
+        Ok(ModelEntry {
+            model,
+            inputs,
+            outputs,
+        })
+    }
+}
+
+/// A C done-callback with its userdata.
+#[derive(Clone, Copy)]
+pub(crate) struct UserCallback {
+    pub(crate) cb: unsafe extern "C" fn(hbDNNTaskHandle_t, i32, *mut c_void),
+    pub(crate) userdata: *mut c_void,
+}
+
+// SAFETY: the hbDNN contract lets the callback run on any thread with the userdata the
+// caller registered; we only pass the pointer back.
+unsafe impl Send for UserCallback {}
+
+/// Completion state shared between a task entry and the runtime's done callback.
+#[derive(Default)]
+pub(crate) struct Completion {
+    inner: Mutex<(Option<i32>, Option<UserCallback>)>,
+}
+
+impl Completion {
+    /// Called by the runtime when the task ends: records the status and runs the user
+    /// callback if one is registered (outside the lock).
+    pub(crate) fn finish(&self, token: usize, status: i32) {
+        let user = {
+            let mut g = self.inner.lock();
+            g.0 = Some(status);
+            g.1.take()
+        };
+        if let Some(u) = user {
+            // SAFETY: a C function pointer registered through hbDNNSetTaskDoneCb, called
+            // with the task's handle and the caller's userdata, as documented.
+            unsafe { (u.cb)(token as hbDNNTaskHandle_t, status, u.userdata) };
+        }
+    }
+
+    /// Drops a registered user callback (the task was released before it ended).
+    pub(crate) fn clear(&self) {
+        self.inner.lock().1 = None;
+    }
+
+    /// Registers a user callback, running it at once if the task already ended.
+    pub(crate) fn set(&self, token: usize, user: UserCallback) {
+        let done = {
+            let mut g = self.inner.lock();
+            match g.0 {
+                Some(s) => Some(s),
+                None => {
+                    g.1 = Some(user);
+                    None
+                }
+            }
+        };
+        if let Some(status) = done {
+            // SAFETY: as in `finish`.
+            unsafe { (user.cb)(token as hbDNNTaskHandle_t, status, user.userdata) };
+        }
+    }
+}
+
+/// Model requests of a task not yet submitted, and buffers they point into.
+#[derive(Default)]
+pub(crate) struct Pending {
+    pub(crate) parts: Vec<ModelRequest>,
+    /// Library-owned input memory (ROI crops), freed when the task ends.
+    pub(crate) owned: Vec<Box<[u8]>>,
+}
+
+/// Where a task is in its life.
+pub(crate) enum TaskState {
+    /// Being assembled with `more = 1`.
+    Building(Pending),
+    /// Submitted to the runtime.
+    Submitted(Arc<Task>),
+}
+
+/// A task handle's target.
+pub(crate) struct TaskEntry {
+    pub(crate) state: Mutex<TaskState>,
+    pub(crate) completion: Arc<Completion>,
+}
+
+impl TaskEntry {
+    /// A task in the building state.
+    pub(crate) fn building() -> TaskEntry {
+        TaskEntry {
+            state: Mutex::new(TaskState::Building(Pending::default())),
+            completion: Arc::new(Completion::default()),
+        }
+    }
+}
+
+/// Submits `pending` to the runtime; the task's completion callback frees the owned
+/// buffers and reports to `completion` under `token`. On failure `pending` is intact.
+pub(crate) fn submit(
+    pending: &mut Pending,
+    ctrl: CtrlParams,
+    completion: Arc<Completion>,
+    token: usize,
+) -> Result<Arc<Task>> {
+    let runtime = crate::runtime::Runtime::global()?;
+    let task = runtime.submit(pending.parts.clone(), ctrl)?;
+    // The buffers live until the runtime drops the callback, i.e. after the task ended.
+    let owned = std::mem::take(&mut pending.owned);
+    task.set_done_callback(Box::new(move |status| {
+        drop(owned);
+        completion.finish(token, status);
+    }));
+    Ok(task)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::{ElemType, TensorDesc, TensorLayout};
+
+    #[test]
+    fn scale_outputs_carry_arrays_that_outlive_moves() {
+        let d = TensorDesc {
+            name: "q".into(),
+            valid_shape: vec![1, 4],
+            aligned_shape: vec![1, 4],
+            layout: TensorLayout::None,
+            elem: ElemType::S8,
+            quant: Quant::Scale {
+                axis: 1,
+                scale: vec![0.5, 0.25, 0.125, 1.0],
+                zero_point: vec![0, 1, 2, 3],
+            },
+            aligned_byte_size: 4,
+            stride: vec![4, 1],
+        };
+        let infos = vec![TensorInfo::new(&d).expect("info")];
+        let moved = infos; // the Vec moves; the boxed arrays do not
+        let p = moved[0].props;
+        assert_eq!(p.quantiType, hbDNNQuantiType::SCALE as i32);
+        assert_eq!(
+            (p.quantizeAxis, p.scale.scaleLen, p.scale.zeroPointLen),
+            (1, 4, 4)
+        );
+        assert_eq!(&p.stride[..2], &[4, 1]);
+        // SAFETY: arrays of the reported lengths owned by `moved[0]`.
+        unsafe {
+            assert_eq!(
+                std::slice::from_raw_parts(p.scale.scaleData, 4),
+                &[0.5, 0.25, 0.125, 1.0]
+            );
+            assert_eq!(
+                std::slice::from_raw_parts(p.scale.zeroPointData, 4),
+                &[0, 1, 2, 3]
+            );
+        }
+        let plain = TensorDesc {
+            quant: Quant::None,
+            ..d
+        };
+        let p = TensorInfo::new(&plain).expect("info").props;
+        assert_eq!(p.quantiType, hbDNNQuantiType::NONE as i32);
+        assert!(p.scale.scaleData.is_null() && p.scale.zeroPointData.is_null());
+    }
+
+    #[test]
+    fn completion_runs_late_and_early_callbacks_once() {
+        use std::sync::atomic::{AtomicI32, Ordering};
+        static SEEN: AtomicI32 = AtomicI32::new(0);
+        unsafe extern "C" fn cb(_t: hbDNNTaskHandle_t, status: i32, _u: *mut c_void) {
+            SEEN.fetch_add(status, Ordering::SeqCst);
+        }
+        let user = UserCallback {
+            cb,
+            userdata: std::ptr::null_mut(),
+        };
+        let c = Completion::default();
+        c.set(7, user);
+        c.finish(7, 5);
+        assert_eq!(SEEN.load(Ordering::SeqCst), 5);
+        c.set(7, user); // already finished: runs at once
+        assert_eq!(SEEN.load(Ordering::SeqCst), 10);
+        let cleared = Completion::default();
+        cleared.set(8, user);
+        cleared.clear();
+        cleared.finish(8, 100);
+        assert_eq!(
+            SEEN.load(Ordering::SeqCst),
+            10,
+            "a cleared callback never runs"
+        );
+    }
+}
