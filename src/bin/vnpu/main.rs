@@ -2,6 +2,7 @@
 
 mod args;
 mod compile_cmd;
+mod image_input;
 mod perf;
 mod run_cmd;
 mod timeline;
@@ -16,7 +17,7 @@ commands:
       [--name NAME] [--run-on-cpu a,b] [--run-on-bpu c] [--O0]
   info FILE [--json] [--model-name M]         describe a compiled (or ONNX) model
   model_info --model_file FILE [--model_name M]  same, hrt_model_exec style
-  infer --model_file F[,G] [--model_name M] [--input_file a.bin,b.npy] [--core_id MASK]
+  infer --model_file F[,G] [--model_name M] [--input_file a.bin,b.npy,c.jpg] [--core_id MASK]
       [--priority P] [--custom_id ID] [--frame_count N] [--enable_dump] [--dump_format bin|txt]
   perf --model_file a.bin[,b.bin] [--model_name m1,m2] [--priority 0,255] [--perf_fps 0,30]
       [--thread_num 1,1] [--core_id 0,0] [--frame_count N] [--perf_time S] [--profile_path DIR]
