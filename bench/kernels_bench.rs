@@ -162,6 +162,7 @@ fn bench_conv(reps: usize) {
                 0,
                 co,
                 (0, o * o),
+                None,
                 &none,
                 &mut scratch,
             )
@@ -183,6 +184,7 @@ fn bench_conv(reps: usize) {
                 0,
                 co,
                 (0, o * o),
+                None,
                 &epi,
                 &mut scratch,
             )

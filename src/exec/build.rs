@@ -52,6 +52,8 @@ pub(crate) struct NodePlan {
 pub(crate) struct RunCtx<'a> {
     pub isa: Isa,
     pub node: &'a Node,
+    /// Index of the node in the graph.
+    pub index: usize,
     pub tile: Tile,
 }
 
@@ -1342,10 +1344,13 @@ fn plan_conv(
     };
     let (post, res) = post_ops(c, post, cout)?;
     let wts = ConvWeights::pack(&s, &wt);
-    let scratch = s.scratch_len();
+    let mut scratch = s.scratch_len();
     // Tiles split whichever GEMM dimension is larger, so that what each tile repeats
     // (packing B for channel tiles, streaming A for position tiles) stays negligible.
     let by_cols = !s.is_depthwise() && s.group == 1 && s.oh * s.ow > s.c_out;
+    if conv_shares_b(&s, by_cols) {
+        scratch += conv::full_b_len(&s);
+    }
     Ok((
         Kernel::Conv {
             s,
@@ -1358,6 +1363,12 @@ fn plan_conv(
         scratch,
         0,
     ))
+}
+
+/// True when channel tiles of this conv share one packed im2col matrix (dense conv,
+/// one image, split by channels).
+fn conv_shares_b(s: &ConvShape, by_cols: bool) -> bool {
+    !by_cols && !s.is_depthwise() && s.group == 1 && s.n == 1
 }
 
 fn plan_deconv(c: &Ctx<'_>, geom: &ir::ConvGeom, group: usize) -> Result<(Kernel, usize, usize)> {
@@ -2092,6 +2103,7 @@ impl Kernel {
     }
 
     /// Runs one tile.
+    #[allow(clippy::too_many_arguments)]
     pub fn run(
         &self,
         ctx: &RunCtx<'_>,
@@ -2100,6 +2112,7 @@ impl Kernel {
         outs: &[(usize, usize)],
         scratch: &mut [f32],
         iscratch: &mut [usize],
+        bcache: &mut Option<usize>,
     ) -> Result<()> {
         let tile = ctx.tile;
         let node = ctx.node;
@@ -2130,18 +2143,20 @@ impl Kernel {
                     post,
                     residuals: &resid[..res.len()],
                 };
-                conv::conv2d(
-                    ctx.isa,
-                    s,
-                    w,
-                    io.f32(0),
-                    out_f32(out, outs, 0),
-                    lo,
-                    hi,
-                    cols,
-                    &epi,
-                    scratch,
-                );
+                let x = io.f32(0);
+                if tile.count > 1 && conv_shares_b(s, *by_cols) {
+                    // Channel tiles of one image share its im2col matrix: tile 0 packs it.
+                    let (full, rest) = scratch.split_at_mut(conv::full_b_len(s));
+                    if tile.index == 0 || *bcache != Some(ctx.index) {
+                        conv::pack_b_full(s, x, full);
+                        *bcache = Some(ctx.index);
+                    }
+                    let y = out_f32(out, outs, 0);
+                    conv::conv2d(ctx.isa, s, w, x, y, lo, hi, cols, Some(full), &epi, rest);
+                } else {
+                    let y = out_f32(out, outs, 0);
+                    conv::conv2d(ctx.isa, s, w, x, y, lo, hi, cols, None, &epi, scratch);
+                }
             }
             Kernel::Deconv { p, bias } => {
                 let (lo, hi) = tile.range(p.s.c_out, 1);
