@@ -1567,3 +1567,12 @@ fn gemm_row_tiles_with_residual_and_addend() {
     let want: Vec<f32> = (0..m * n).map(|i| base[i] + 0.5 * cm[i] + res[i]).collect();
     assert_close(f32s(&out[0]), &want, 1e-5);
 }
+
+#[test]
+fn plan_is_shareable_and_state_is_sendable() {
+    fn shared<T: Send + Sync>() {}
+    fn sendable<T: Send>() {}
+    shared::<ModelPlan>();
+    shared::<Arc<ModelPlan>>();
+    sendable::<ExecState>();
+}

@@ -93,39 +93,6 @@ pub fn ukernel_portable(kc: usize, a: &[f32], b: &[f32], c: &mut [f32], ldc: usi
     }
 }
 
-/// `y[i] += alpha * x[i]` over the common length.
-#[inline]
-pub fn axpy(isa: Isa, alpha: f32, x: &[f32], y: &mut [f32]) {
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2Fma => {
-            // SAFETY: AVX2+FMA were detected (see `Isa`); the function only uses safe
-            // slice indexing.
-            unsafe { avx2::axpy(alpha, x, y) }
-        }
-        _ => axpy_body(alpha, x, y),
-    }
-}
-
-#[inline(always)]
-fn axpy_body(alpha: f32, x: &[f32], y: &mut [f32]) {
-    // A plain multiply-add: `mul_add` would become a libm call where FMA is not enabled.
-    for (d, s) in y.iter_mut().zip(x) {
-        *d += *s * alpha;
-    }
-}
-
-/// `y[i] += alpha * x[i * stride]` for every `i` of `y`.
-#[inline]
-pub fn axpy_strided(isa: Isa, alpha: f32, x: &[f32], stride: usize, y: &mut [f32]) {
-    if stride == 1 {
-        return axpy(isa, alpha, x, y);
-    }
-    for (i, d) in y.iter_mut().enumerate() {
-        *d += x[i * stride] * alpha;
-    }
-}
-
 /// `out[i] = a[i] + b[i]` (the residual-add hot path).
 #[inline]
 pub fn add(isa: Isa, a: &[f32], b: &[f32], out: &mut [f32]) {
@@ -143,26 +110,6 @@ pub fn add(isa: Isa, a: &[f32], b: &[f32], out: &mut [f32]) {
 fn add_body(a: &[f32], b: &[f32], out: &mut [f32]) {
     for ((o, x), y) in out.iter_mut().zip(a).zip(b) {
         *o = x + y;
-    }
-}
-
-/// `x[i] = clamp(x[i], lo, hi)` (Relu / Clip hot path).
-#[inline]
-pub fn clamp(isa: Isa, x: &mut [f32], lo: f32, hi: f32) {
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2Fma => {
-            // SAFETY: AVX2+FMA were detected (see `Isa`); safe indexing only.
-            unsafe { avx2::clamp(x, lo, hi) }
-        }
-        _ => clamp_body(x, lo, hi),
-    }
-}
-
-#[inline(always)]
-fn clamp_body(x: &mut [f32], lo: f32, hi: f32) {
-    for v in x.iter_mut() {
-        *v = v.max(lo).min(hi);
     }
 }
 
@@ -317,15 +264,6 @@ mod avx2 {
         }
     }
 
-    /// AVX2 build of [`super::axpy_body`].
-    ///
-    /// # Safety
-    /// AVX2 and FMA must be available.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
-        super::axpy_body(alpha, x, y)
-    }
-
     /// AVX2 build of [`depthwise_plane_body`].
     ///
     /// # Safety
@@ -358,15 +296,6 @@ mod avx2 {
     pub unsafe fn add(a: &[f32], b: &[f32], out: &mut [f32]) {
         super::add_body(a, b, out)
     }
-
-    /// AVX2 build of [`super::clamp_body`].
-    ///
-    /// # Safety
-    /// AVX2 and FMA must be available.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn clamp(x: &mut [f32], lo: f32, hi: f32) {
-        super::clamp_body(x, lo, hi)
-    }
 }
 
 #[cfg(test)]
@@ -393,18 +322,10 @@ mod tests {
             for n in [0usize, 1, 7, 8, 9, 31, 100] {
                 let x = rand_vec(n, 4);
                 let y0 = rand_vec(n, 5);
-                let (mut y1, mut y2) = (y0.clone(), y0.clone());
-                axpy(isa, 0.7, &x, &mut y1);
-                axpy_body(0.7, &x, &mut y2);
-                assert_close(&y1, &y2, 1e-6);
                 let (mut o1, mut o2) = (vec![0.0; n], vec![0.0; n]);
                 add(isa, &x, &y0, &mut o1);
                 add_body(&x, &y0, &mut o2);
                 assert_close(&o1, &o2, 0.0);
-                let (mut c1, mut c2) = (x.clone(), x.clone());
-                clamp(isa, &mut c1, 0.0, 0.5);
-                clamp_body(&mut c2, 0.0, 0.5);
-                assert_close(&c1, &c2, 0.0);
             }
             let ops = [
                 UnaryOp::Relu,
