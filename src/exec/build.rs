@@ -2469,6 +2469,15 @@ impl Kernel {
             Kernel::Range { t, n } => {
                 let start = scalar_f64(*t, io.bytes(0));
                 let delta = scalar_f64(*t, io.bytes(2));
+                // Integer ranges are computed in i64 (exact beyond 2^53).
+                let (istart, idelta) = if *t == DType::F32 {
+                    (0, 0)
+                } else {
+                    (
+                        read_index(*t, io.bytes(0), 0),
+                        read_index(*t, io.bytes(2), 0),
+                    )
+                };
                 let o = out_bytes(out, outs, 0);
                 match t {
                     DType::F32 => {
@@ -2480,13 +2489,14 @@ impl Kernel {
                     DType::I64 => {
                         let y: &mut [i64] = bytemuck::cast_slice_mut(o);
                         for (i, v) in y.iter_mut().enumerate().take(*n) {
-                            *v = start as i64 + i as i64 * delta as i64;
+                            *v = istart.wrapping_add((i as i64).wrapping_mul(idelta));
                         }
                     }
                     _ => {
                         let y: &mut [i32] = bytemuck::cast_slice_mut(o);
                         for (i, v) in y.iter_mut().enumerate().take(*n) {
-                            *v = start as i32 + i as i32 * delta as i32;
+                            *v = (istart as i32)
+                                .wrapping_add((i as i32).wrapping_mul(idelta as i32));
                         }
                     }
                 }
