@@ -1254,8 +1254,10 @@ fn plan_kernel(c: &Ctx<'_>) -> Result<(Kernel, usize, usize)> {
             Kernel::Preprocess(p)
         }
         Op::Spin { micros } => {
-            let numel = c.same_numel(0, 0)?;
-            let _ = numel;
+            c.same_numel(0, 0)?;
+            if c.itype(0)? != c.otype(0)? {
+                return Err(shape_err(n, "output dtype must equal the input dtype"));
+            }
             Kernel::Spin { micros: *micros }
         }
         Op::Fail { panic } => Kernel::Fail { panic: *panic },
