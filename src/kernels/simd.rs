@@ -93,6 +93,33 @@ pub fn ukernel_portable(kc: usize, a: &[f32], b: &[f32], c: &mut [f32], ldc: usi
     }
 }
 
+/// One row of a micro-tile: `c[0..NR] = sum_p a[p * MR] * b[p * NR..][..NR]` (the GEMV
+/// case of a single-row A panel, where the 6-row kernel would waste five rows).
+#[inline]
+pub fn ukernel_row(isa: Isa, kc: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
+    assert!(a.len() >= kc * MR && b.len() >= kc * NR && c.len() >= NR);
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2Fma => {
+            // SAFETY: AVX2+FMA were detected (see `Isa`); safe indexing only.
+            unsafe { avx2::ukernel_row(kc, a, b, c) }
+        }
+        _ => ukernel_row_body(kc, a, b, c),
+    }
+}
+
+#[inline(always)]
+fn ukernel_row_body(kc: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
+    let mut acc = [0.0f32; NR];
+    for (av, bv) in a.chunks_exact(MR).zip(b.chunks_exact(NR)).take(kc) {
+        let x = av[0];
+        for (d, y) in acc.iter_mut().zip(bv) {
+            *d += x * *y;
+        }
+    }
+    c[..NR].copy_from_slice(&acc);
+}
+
 /// `out[i] = a[i] + b[i]` (the residual-add hot path).
 #[inline]
 pub fn add(isa: Isa, a: &[f32], b: &[f32], out: &mut [f32]) {
@@ -288,6 +315,15 @@ mod avx2 {
         max_pool_plane_body(s, x, y)
     }
 
+    /// AVX2 build of [`super::ukernel_row_body`].
+    ///
+    /// # Safety
+    /// AVX2 and FMA must be available.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn ukernel_row(kc: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
+        super::ukernel_row_body(kc, a, b, c)
+    }
+
     /// AVX2 build of [`super::add_body`].
     ///
     /// # Safety
@@ -318,6 +354,13 @@ mod tests {
                     ukernel_portable(kc, &a, &b, &mut c2, 20, acc);
                     assert_close(&c1, &c2, 1e-5);
                 }
+                let (mut r1, mut r2) = ([0.0f32; NR], [0.0f32; NR]);
+                ukernel_row(isa, kc, &a, &b, &mut r1);
+                ukernel_row_body(kc, &a, &b, &mut r2);
+                assert_close(&r1, &r2, 1e-5);
+                let mut full = vec![0.0f32; MR * NR];
+                ukernel_portable(kc, &a, &b, &mut full, NR, false);
+                assert_close(&r1, &full[..NR], 1e-5);
             }
             for n in [0usize, 1, 7, 8, 9, 31, 100] {
                 let x = rand_vec(n, 4);
