@@ -663,8 +663,78 @@ pub(crate) fn plan_node(g: &Graph, i: usize, n: &Node, layout: &Layout) -> Resul
     })
 }
 
+/// Checks the declared output dtypes against what the kernel writes, so a graph whose
+/// outputs are typed differently fails at plan time instead of being misread later.
+fn check_output_types(c: &Ctx<'_>) -> Result<()> {
+    let n = c.n;
+    let want: Option<DType> = match &n.op {
+        Op::Conv { .. }
+        | Op::ConvTranspose { .. }
+        | Op::Gemm { .. }
+        | Op::MatMul { .. }
+        | Op::BatchNorm { .. }
+        | Op::InstanceNorm { .. }
+        | Op::LayerNorm { .. }
+        | Op::ClipDynamic
+        | Op::MaxPool { .. }
+        | Op::AveragePool { .. }
+        | Op::GlobalAveragePool
+        | Op::GlobalMaxPool
+        | Op::Softmax { .. }
+        | Op::LogSoftmax { .. }
+        | Op::Lstm { .. }
+        | Op::Gru { .. }
+        | Op::Preprocess { .. } => Some(DType::F32),
+        Op::Split { .. }
+        | Op::Slice
+        | Op::Reshape { .. }
+        | Op::Flatten { .. }
+        | Op::Squeeze { .. }
+        | Op::Unsqueeze { .. }
+        | Op::Transpose { .. }
+        | Op::Expand
+        | Op::Tile
+        | Op::DepthToSpace { .. }
+        | Op::SpaceToDepth { .. }
+        | Op::Pad { .. }
+        | Op::Resize { .. }
+        | Op::Reduce { .. }
+        | Op::Gather { .. }
+        | Op::GatherElements { .. }
+        | Op::CumSum { .. }
+        | Op::Unary(_)
+        | Op::Spin { .. } => Some(c.itype(0)?),
+        Op::Where => Some(c.itype(1)?),
+        Op::Cast { to } => Some(*to),
+        _ => None,
+    };
+    if let Some(t) = want {
+        // TopK's second output (indices) is checked where it is planned.
+        let outs = if matches!(n.op, Op::TopK { .. }) {
+            1
+        } else {
+            n.outputs.len()
+        };
+        for k in 0..outs {
+            let got = c.otype(k)?;
+            if got != t {
+                return Err(unsup(
+                    n,
+                    format!(
+                        "output {k} declared {}, the kernel produces {}",
+                        got.name(),
+                        t.name()
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 fn plan_kernel(c: &Ctx<'_>) -> Result<(Kernel, usize, usize)> {
     let n = c.n;
+    check_output_types(c)?;
     let k = match &n.op {
         Op::Conv { geom, group, post } => return plan_conv(c, geom, *group, post),
         Op::ConvTranspose {

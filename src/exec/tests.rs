@@ -1576,3 +1576,18 @@ fn plan_is_shareable_and_state_is_sendable() {
     shared::<Arc<ModelPlan>>();
     sendable::<ExecState>();
 }
+
+#[test]
+fn mistyped_outputs_fail_at_plan_time() {
+    let mut b = B::default();
+    let x = b.input(DType::F32, &[1, 2, 4, 4]);
+    let y = b.n1(Op::GlobalAveragePool, &[x], DType::I64, &[1, 2, 1, 1]);
+    b.out(y);
+    let e = ModelPlan::new(Arc::new(b.g), &PlanOptions::default()).expect_err("i64 pool output");
+    assert!(e.to_string().contains("declared i64"), "{e}");
+    let mut b = B::default();
+    let x = b.input(DType::I64, &[3]);
+    let y = b.n1(Op::Transpose { perm: None }, &[x], DType::F32, &[3]);
+    b.out(y);
+    assert!(ModelPlan::new(Arc::new(b.g), &PlanOptions::default()).is_err());
+}
