@@ -7,10 +7,11 @@
 //! functions with it is sound.
 
 use super::conv::{depthwise_plane_body, ConvShape};
+use super::eltwise::{binary_f32_body, Bcast};
 use super::gemm::{Epilogue, MR, NR};
 use super::pool::{max_pool_plane_body, PoolShape};
 use super::unary::apply_unary_body;
-use crate::ir::UnaryOp;
+use crate::ir::{BinaryOp, UnaryOp};
 
 /// Instruction set used by the kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,23 +121,26 @@ fn ukernel_row_body(kc: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
     c[..NR].copy_from_slice(&acc);
 }
 
-/// `out[i] = a[i] + b[i]` (the residual-add hot path).
+/// f32 binary op with broadcasting (see [`binary_f32_body`]).
+#[allow(clippy::too_many_arguments)]
 #[inline]
-pub fn add(isa: Isa, a: &[f32], b: &[f32], out: &mut [f32]) {
+pub fn binary_f32(
+    isa: Isa,
+    op: BinaryOp,
+    bc: &Bcast,
+    a: &[f32],
+    b: &[f32],
+    out: &mut [f32],
+    lo: usize,
+    hi: usize,
+) {
     match isa {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2Fma => {
             // SAFETY: AVX2+FMA were detected (see `Isa`); safe indexing only.
-            unsafe { avx2::add(a, b, out) }
+            unsafe { avx2::binary_f32(op, bc, a, b, out, lo, hi) }
         }
-        _ => add_body(a, b, out),
-    }
-}
-
-#[inline(always)]
-fn add_body(a: &[f32], b: &[f32], out: &mut [f32]) {
-    for ((o, x), y) in out.iter_mut().zip(a).zip(b) {
-        *o = x + y;
+        _ => binary_f32_body(op, bc, a, b, out, lo, hi),
     }
 }
 
@@ -212,8 +216,8 @@ pub fn max_pool_plane(isa: Isa, s: &PoolShape, x: &[f32], y: &mut [f32]) {
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use super::{
-        apply_unary_body, depthwise_plane_body, max_pool_plane_body, ConvShape, Epilogue,
-        PoolShape, UnaryOp,
+        apply_unary_body, binary_f32_body, depthwise_plane_body, max_pool_plane_body, Bcast,
+        BinaryOp, ConvShape, Epilogue, PoolShape, UnaryOp,
     };
 
     /// AVX2 build of [`Epilogue::apply_body`].
@@ -324,13 +328,22 @@ mod avx2 {
         super::ukernel_row_body(kc, a, b, c)
     }
 
-    /// AVX2 build of [`super::add_body`].
+    /// AVX2 build of [`binary_f32_body`].
     ///
     /// # Safety
     /// AVX2 and FMA must be available.
+    #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn add(a: &[f32], b: &[f32], out: &mut [f32]) {
-        super::add_body(a, b, out)
+    pub unsafe fn binary_f32(
+        op: BinaryOp,
+        bc: &Bcast,
+        a: &[f32],
+        b: &[f32],
+        out: &mut [f32],
+        lo: usize,
+        hi: usize,
+    ) {
+        binary_f32_body(op, bc, a, b, out, lo, hi)
     }
 }
 
@@ -362,13 +375,29 @@ mod tests {
                 ukernel_portable(kc, &a, &b, &mut full, NR, false);
                 assert_close(&r1, &full[..NR], 1e-5);
             }
-            for n in [0usize, 1, 7, 8, 9, 31, 100] {
-                let x = rand_vec(n, 4);
-                let y0 = rand_vec(n, 5);
-                let (mut o1, mut o2) = (vec![0.0; n], vec![0.0; n]);
-                add(isa, &x, &y0, &mut o1);
-                add_body(&x, &y0, &mut o2);
-                assert_close(&o1, &o2, 0.0);
+            let shapes: [(&[usize], &[usize], &[usize]); 4] = [
+                (&[0], &[0], &[0]),
+                (&[37], &[37], &[37]),
+                (&[3, 1, 9], &[5, 1], &[3, 5, 9]),
+                (&[2, 17], &[], &[2, 17]),
+            ];
+            for (sa, sb, so) in shapes {
+                let bc = Bcast::new(&[sa, sb], so).expect("broadcast");
+                let x = rand_vec(sa.iter().product(), 4);
+                let y = rand_vec(sb.iter().product(), 5);
+                let n: usize = so.iter().product();
+                for op in [
+                    BinaryOp::Add,
+                    BinaryOp::Mul,
+                    BinaryOp::Div,
+                    BinaryOp::Max,
+                    BinaryOp::PRelu,
+                ] {
+                    let (mut o1, mut o2) = (vec![0.0; n], vec![0.0; n]);
+                    binary_f32(isa, op, &bc, &x, &y, &mut o1, 0, bc.outer());
+                    binary_f32_body(op, &bc, &x, &y, &mut o2, 0, bc.outer());
+                    assert_close(&o1, &o2, 1e-6);
+                }
             }
             let ops = [
                 UnaryOp::Relu,
