@@ -482,7 +482,7 @@ impl<'a> Ctx<'a> {
 
 fn norm_axis(n: &Node, axis: i64, rank: usize) -> Result<usize> {
     let a = if axis < 0 { axis + rank as i64 } else { axis };
-    if a < 0 || a >= rank.max(1) as i64 {
+    if a < 0 || a >= rank as i64 {
         return Err(bad_attr(
             n,
             "axis",
@@ -1369,6 +1369,12 @@ fn plan_conv(
     let ws = c.ishape(1)?;
     let [nb, cin, h, w] = nchw(n, xs)?;
     let [_, cout, oh, ow] = nchw(n, c.oshape(0)?)?;
+    if ws.len() != xs.len() {
+        return Err(shape_err(
+            n,
+            format!("weights {ws:?} and input {xs:?} ranks differ"),
+        ));
+    }
     let wt = c.const_f32(1, "weight W")?;
     let ge = geom2(n, geom, xs.len() - 2, &ws[2..])?;
     if group == 0 || cin % group != 0 || cout % group != 0 || ws[0] != cout || ws[1] * group != cin
@@ -1450,6 +1456,12 @@ fn plan_deconv(c: &Ctx<'_>, geom: &ir::ConvGeom, group: usize) -> Result<(Kernel
     let ws = c.ishape(1)?;
     let [nb, cin, h, w] = nchw(n, xs)?;
     let [_, cout, oh, ow] = nchw(n, c.oshape(0)?)?;
+    if ws.len() != xs.len() {
+        return Err(shape_err(
+            n,
+            format!("weights {ws:?} and input {xs:?} ranks differ"),
+        ));
+    }
     let wt = c.const_f32(1, "weight W")?;
     let ge = geom2(n, geom, xs.len() - 2, &ws[2..])?;
     if group == 0 || cin % group != 0 || ws[0] != cin || ws[1] * group != cout {

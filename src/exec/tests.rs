@@ -1660,3 +1660,38 @@ fn eval_node_scalar_and_int_shape_math() {
     let ones = eval_node(&g, &node(cos, 1), &[Some(&v(&[2, 2]))]).expect("constant of shape");
     assert_eq!(ones[0], Tensor::from_i64(vec![2, 2], vec![1; 4]));
 }
+
+#[test]
+fn malformed_graphs_are_errors_not_panics() {
+    // Conv weights of the wrong rank.
+    let mut b = B::default();
+    let x = b.input(DType::F32, &[1, 2, 4, 4]);
+    let w = b.kf(&[2], vec![1.0, 2.0]);
+    let y = b.n1(
+        Op::Conv {
+            geom: geom(&[], &[], &[]),
+            group: 1,
+            post: vec![],
+        },
+        &[x, w],
+        DType::F32,
+        &[1, 2, 4, 4],
+    );
+    b.out(y);
+    assert!(ModelPlan::new(Arc::new(b.g), &PlanOptions::default()).is_err());
+    // Softmax of a scalar, and an input nobody produces.
+    let mut b = B::default();
+    let x = b.input(DType::F32, &[]);
+    let y = b.n1(Op::Softmax { axis: 0 }, &[x], DType::F32, &[]);
+    b.out(y);
+    let dangling = b.val(DType::F32, &[3]);
+    let z = b.n1(Op::Unary(UnaryOp::Relu), &[dangling], DType::F32, &[3]);
+    b.out(z);
+    assert!(ModelPlan::new(Arc::new(b.g), &PlanOptions::default()).is_err());
+    let mut b = B::default();
+    let dangling = b.val(DType::F32, &[3]);
+    let z = b.n1(Op::Unary(UnaryOp::Relu), &[dangling], DType::F32, &[3]);
+    b.out(z);
+    let e = ModelPlan::new(Arc::new(b.g), &PlanOptions::default()).expect_err("dangling input");
+    assert!(e.to_string().contains("not produced"), "{e}");
+}
