@@ -50,7 +50,7 @@ fn bench_gemm(reps: usize) {
         (64, 3136, 576),
         (128, 784, 1152),
         (512, 49, 4608),
-        (1000, 1, 512),
+        (1, 1000, 512),
     ] {
         let a = rand(m * k, 1);
         let b = rand(k * n, 2);
@@ -162,6 +162,7 @@ fn bench_conv(reps: usize) {
                 0,
                 co,
                 (0, o * o),
+                None,
                 &none,
                 &mut scratch,
             )
@@ -183,6 +184,7 @@ fn bench_conv(reps: usize) {
                 0,
                 co,
                 (0, o * o),
+                None,
                 &epi,
                 &mut scratch,
             )

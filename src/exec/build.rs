@@ -52,6 +52,8 @@ pub(crate) struct NodePlan {
 pub(crate) struct RunCtx<'a> {
     pub isa: Isa,
     pub node: &'a Node,
+    /// Index of the node in the graph.
+    pub index: usize,
     pub tile: Tile,
 }
 
@@ -480,7 +482,7 @@ impl<'a> Ctx<'a> {
 
 fn norm_axis(n: &Node, axis: i64, rank: usize) -> Result<usize> {
     let a = if axis < 0 { axis + rank as i64 } else { axis };
-    if a < 0 || a >= rank.max(1) as i64 {
+    if a < 0 || a >= rank as i64 {
         return Err(bad_attr(
             n,
             "axis",
@@ -661,8 +663,78 @@ pub(crate) fn plan_node(g: &Graph, i: usize, n: &Node, layout: &Layout) -> Resul
     })
 }
 
+/// Checks the declared output dtypes against what the kernel writes, so a graph whose
+/// outputs are typed differently fails at plan time instead of being misread later.
+fn check_output_types(c: &Ctx<'_>) -> Result<()> {
+    let n = c.n;
+    let want: Option<DType> = match &n.op {
+        Op::Conv { .. }
+        | Op::ConvTranspose { .. }
+        | Op::Gemm { .. }
+        | Op::MatMul { .. }
+        | Op::BatchNorm { .. }
+        | Op::InstanceNorm { .. }
+        | Op::LayerNorm { .. }
+        | Op::ClipDynamic
+        | Op::MaxPool { .. }
+        | Op::AveragePool { .. }
+        | Op::GlobalAveragePool
+        | Op::GlobalMaxPool
+        | Op::Softmax { .. }
+        | Op::LogSoftmax { .. }
+        | Op::Lstm { .. }
+        | Op::Gru { .. }
+        | Op::Preprocess { .. } => Some(DType::F32),
+        Op::Split { .. }
+        | Op::Slice
+        | Op::Reshape { .. }
+        | Op::Flatten { .. }
+        | Op::Squeeze { .. }
+        | Op::Unsqueeze { .. }
+        | Op::Transpose { .. }
+        | Op::Expand
+        | Op::Tile
+        | Op::DepthToSpace { .. }
+        | Op::SpaceToDepth { .. }
+        | Op::Pad { .. }
+        | Op::Resize { .. }
+        | Op::Reduce { .. }
+        | Op::Gather { .. }
+        | Op::GatherElements { .. }
+        | Op::CumSum { .. }
+        | Op::Unary(_)
+        | Op::Spin { .. } => Some(c.itype(0)?),
+        Op::Where => Some(c.itype(1)?),
+        Op::Cast { to } => Some(*to),
+        _ => None,
+    };
+    if let Some(t) = want {
+        // TopK's second output (indices) is checked where it is planned.
+        let outs = if matches!(n.op, Op::TopK { .. }) {
+            1
+        } else {
+            n.outputs.len()
+        };
+        for k in 0..outs {
+            let got = c.otype(k)?;
+            if got != t {
+                return Err(unsup(
+                    n,
+                    format!(
+                        "output {k} declared {}, the kernel produces {}",
+                        got.name(),
+                        t.name()
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 fn plan_kernel(c: &Ctx<'_>) -> Result<(Kernel, usize, usize)> {
     let n = c.n;
+    check_output_types(c)?;
     let k = match &n.op {
         Op::Conv { geom, group, post } => return plan_conv(c, geom, *group, post),
         Op::ConvTranspose {
@@ -1252,8 +1324,10 @@ fn plan_kernel(c: &Ctx<'_>) -> Result<(Kernel, usize, usize)> {
             Kernel::Preprocess(p)
         }
         Op::Spin { micros } => {
-            let numel = c.same_numel(0, 0)?;
-            let _ = numel;
+            c.same_numel(0, 0)?;
+            if c.itype(0)? != c.otype(0)? {
+                return Err(shape_err(n, "output dtype must equal the input dtype"));
+            }
             Kernel::Spin { micros: *micros }
         }
         Op::Fail { panic } => Kernel::Fail { panic: *panic },
@@ -1295,6 +1369,12 @@ fn plan_conv(
     let ws = c.ishape(1)?;
     let [nb, cin, h, w] = nchw(n, xs)?;
     let [_, cout, oh, ow] = nchw(n, c.oshape(0)?)?;
+    if ws.len() != xs.len() {
+        return Err(shape_err(
+            n,
+            format!("weights {ws:?} and input {xs:?} ranks differ"),
+        ));
+    }
     let wt = c.const_f32(1, "weight W")?;
     let ge = geom2(n, geom, xs.len() - 2, &ws[2..])?;
     if group == 0 || cin % group != 0 || cout % group != 0 || ws[0] != cout || ws[1] * group != cin
@@ -1342,10 +1422,13 @@ fn plan_conv(
     };
     let (post, res) = post_ops(c, post, cout)?;
     let wts = ConvWeights::pack(&s, &wt);
-    let scratch = s.scratch_len();
+    let mut scratch = s.scratch_len();
     // Tiles split whichever GEMM dimension is larger, so that what each tile repeats
     // (packing B for channel tiles, streaming A for position tiles) stays negligible.
     let by_cols = !s.is_depthwise() && s.group == 1 && s.oh * s.ow > s.c_out;
+    if conv_shares_b(&s, by_cols) {
+        scratch += conv::full_b_len(&s);
+    }
     Ok((
         Kernel::Conv {
             s,
@@ -1360,6 +1443,12 @@ fn plan_conv(
     ))
 }
 
+/// True when channel tiles of this conv share one packed im2col matrix (dense conv,
+/// one image, split by channels).
+fn conv_shares_b(s: &ConvShape, by_cols: bool) -> bool {
+    !by_cols && !s.is_depthwise() && s.group == 1 && s.n == 1
+}
+
 fn plan_deconv(c: &Ctx<'_>, geom: &ir::ConvGeom, group: usize) -> Result<(Kernel, usize, usize)> {
     let n = c.n;
     c.require_f32(0)?;
@@ -1367,6 +1456,12 @@ fn plan_deconv(c: &Ctx<'_>, geom: &ir::ConvGeom, group: usize) -> Result<(Kernel
     let ws = c.ishape(1)?;
     let [nb, cin, h, w] = nchw(n, xs)?;
     let [_, cout, oh, ow] = nchw(n, c.oshape(0)?)?;
+    if ws.len() != xs.len() {
+        return Err(shape_err(
+            n,
+            format!("weights {ws:?} and input {xs:?} ranks differ"),
+        ));
+    }
     let wt = c.const_f32(1, "weight W")?;
     let ge = geom2(n, geom, xs.len() - 2, &ws[2..])?;
     if group == 0 || cin % group != 0 || ws[0] != cin || ws[1] * group != cout {
@@ -2092,6 +2187,7 @@ impl Kernel {
     }
 
     /// Runs one tile.
+    #[allow(clippy::too_many_arguments)]
     pub fn run(
         &self,
         ctx: &RunCtx<'_>,
@@ -2100,6 +2196,7 @@ impl Kernel {
         outs: &[(usize, usize)],
         scratch: &mut [f32],
         iscratch: &mut [usize],
+        bcache: &mut Option<usize>,
     ) -> Result<()> {
         let tile = ctx.tile;
         let node = ctx.node;
@@ -2130,18 +2227,20 @@ impl Kernel {
                     post,
                     residuals: &resid[..res.len()],
                 };
-                conv::conv2d(
-                    ctx.isa,
-                    s,
-                    w,
-                    io.f32(0),
-                    out_f32(out, outs, 0),
-                    lo,
-                    hi,
-                    cols,
-                    &epi,
-                    scratch,
-                );
+                let x = io.f32(0);
+                if tile.count > 1 && conv_shares_b(s, *by_cols) {
+                    // Channel tiles of one image share its im2col matrix: tile 0 packs it.
+                    let (full, rest) = scratch.split_at_mut(conv::full_b_len(s));
+                    if tile.index == 0 || *bcache != Some(ctx.index) {
+                        conv::pack_b_full(s, x, full);
+                        *bcache = Some(ctx.index);
+                    }
+                    let y = out_f32(out, outs, 0);
+                    conv::conv2d(ctx.isa, s, w, x, y, lo, hi, cols, Some(full), &epi, rest);
+                } else {
+                    let y = out_f32(out, outs, 0);
+                    conv::conv2d(ctx.isa, s, w, x, y, lo, hi, cols, None, &epi, scratch);
+                }
             }
             Kernel::Deconv { p, bias } => {
                 let (lo, hi) = tile.range(p.s.c_out, 1);
@@ -2454,6 +2553,15 @@ impl Kernel {
             Kernel::Range { t, n } => {
                 let start = scalar_f64(*t, io.bytes(0));
                 let delta = scalar_f64(*t, io.bytes(2));
+                // Integer ranges are computed in i64 (exact beyond 2^53).
+                let (istart, idelta) = if *t == DType::F32 {
+                    (0, 0)
+                } else {
+                    (
+                        read_index(*t, io.bytes(0), 0),
+                        read_index(*t, io.bytes(2), 0),
+                    )
+                };
                 let o = out_bytes(out, outs, 0);
                 match t {
                     DType::F32 => {
@@ -2465,13 +2573,14 @@ impl Kernel {
                     DType::I64 => {
                         let y: &mut [i64] = bytemuck::cast_slice_mut(o);
                         for (i, v) in y.iter_mut().enumerate().take(*n) {
-                            *v = start as i64 + i as i64 * delta as i64;
+                            *v = istart.wrapping_add((i as i64).wrapping_mul(idelta));
                         }
                     }
                     _ => {
                         let y: &mut [i32] = bytemuck::cast_slice_mut(o);
                         for (i, v) in y.iter_mut().enumerate().take(*n) {
-                            *v = start as i32 + i as i32 * delta as i32;
+                            *v = (istart as i32)
+                                .wrapping_add((i as i32).wrapping_mul(idelta as i32));
                         }
                     }
                 }

@@ -14,8 +14,13 @@
 //! 3. `run_node` does not allocate: scratch memory is sized at plan time and lives in
 //!    the state.
 //! 4. Tiles `0..count` of a node, run in order, compute disjoint parts of its outputs
-//!    (output channels for Conv/Gemm/MatMul/ConvTranspose, planes or rows otherwise) and
-//!    together equal one `Tile::WHOLE` run.
+//!    and together equal one `Tile::WHOLE` run bit for bit. A dense conv splits its output
+//!    positions when the plane is larger than the channel count, else its output channels
+//!    (depthwise / grouped convs and ConvTranspose split channels / groups); Gemm and
+//!    MatMul split rows of C when there are more rows than columns, else columns; pools,
+//!    norms and element-wise ops split planes, rows or element ranges. Work that every tile of a node would repeat
+//!    (packing the im2col matrix of a channel-split conv) is done by tile 0 and kept in
+//!    the state for the following tiles, so tiles must run in order starting at 0.
 
 mod build;
 pub mod memplan;
@@ -117,6 +122,8 @@ pub struct ExecState {
     scratch: Vec<f32>,
     iscratch: Vec<usize>,
     timings: Vec<(u64, u64)>,
+    /// Node whose packed B operand (shared by its tiles) is held in `scratch`.
+    bcache: Option<usize>,
 }
 
 impl ModelPlan {
@@ -169,6 +176,7 @@ impl ModelPlan {
             scratch: vec![0.0; self.scratch_floats],
             iscratch: vec![0; self.scratch_indices],
             timings: vec![(0, 0); self.nodes.len()],
+            bcache: None,
         }
     }
 
@@ -202,6 +210,7 @@ impl ModelPlan {
         }
         let arena: &mut [u8] = bytemuck::cast_slice_mut(&mut st.arena);
         arena[off..off + len].copy_from_slice(bytes);
+        st.bcache = None;
         Ok(())
     }
 
@@ -264,11 +273,18 @@ impl ModelPlan {
         let ctx = build::RunCtx {
             isa: self.isa,
             node: &self.graph.nodes[node],
+            index: node,
             tile,
         };
-        let r = np
-            .kernel
-            .run(&ctx, &io, out, &np.outs, &mut st.scratch, &mut st.iscratch);
+        let r = np.kernel.run(
+            &ctx,
+            &io,
+            out,
+            &np.outs,
+            &mut st.scratch,
+            &mut st.iscratch,
+            &mut st.bcache,
+        );
         if let Some(t0) = start {
             let e = &mut st.timings[node];
             e.0 += t0.elapsed().as_nanos() as u64;

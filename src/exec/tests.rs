@@ -1567,3 +1567,131 @@ fn gemm_row_tiles_with_residual_and_addend() {
     let want: Vec<f32> = (0..m * n).map(|i| base[i] + 0.5 * cm[i] + res[i]).collect();
     assert_close(f32s(&out[0]), &want, 1e-5);
 }
+
+#[test]
+fn plan_is_shareable_and_state_is_sendable() {
+    fn shared<T: Send + Sync>() {}
+    fn sendable<T: Send>() {}
+    shared::<ModelPlan>();
+    shared::<Arc<ModelPlan>>();
+    sendable::<ExecState>();
+}
+
+#[test]
+fn mistyped_outputs_fail_at_plan_time() {
+    let mut b = B::default();
+    let x = b.input(DType::F32, &[1, 2, 4, 4]);
+    let y = b.n1(Op::GlobalAveragePool, &[x], DType::I64, &[1, 2, 1, 1]);
+    b.out(y);
+    let e = ModelPlan::new(Arc::new(b.g), &PlanOptions::default()).expect_err("i64 pool output");
+    assert!(e.to_string().contains("declared i64"), "{e}");
+    let mut b = B::default();
+    let x = b.input(DType::I64, &[3]);
+    let y = b.n1(Op::Transpose { perm: None }, &[x], DType::F32, &[3]);
+    b.out(y);
+    assert!(ModelPlan::new(Arc::new(b.g), &PlanOptions::default()).is_err());
+}
+
+#[test]
+fn eval_node_scalar_and_int_shape_math() {
+    let g = Graph::default();
+    let node = |op: Op, n_in: usize| Node {
+        name: op.name().into(),
+        op,
+        inputs: (0..n_in).map(|_| Some(usize::MAX)).collect(),
+        outputs: vec![usize::MAX],
+        absorbed: vec![],
+        placement: None,
+    };
+    let s = |v: i64| Tensor::from_i64(vec![], vec![v]);
+    let v = |x: &[i64]| Tensor::from_i64(vec![x.len()], x.to_vec());
+    let mul = eval_node(
+        &g,
+        &node(Op::Binary(BinaryOp::Mul), 2),
+        &[Some(&s(6)), Some(&s(7))],
+    )
+    .expect("mul");
+    assert_eq!(mul[0], s(42));
+    let eq = eval_node(
+        &g,
+        &node(Op::Binary(BinaryOp::Equal), 2),
+        &[Some(&v(&[1, 2, 3])), Some(&s(2))],
+    )
+    .expect("eq");
+    assert_eq!(eq[0], Tensor::new(vec![3], TensorData::Bool(vec![0, 1, 0])));
+    let w = eval_node(
+        &g,
+        &node(Op::Where, 3),
+        &[Some(&eq[0]), Some(&s(-1)), Some(&v(&[4, 5, 6]))],
+    )
+    .expect("where");
+    assert_eq!(w[0], v(&[4, -1, 6]));
+    let sl = eval_node(
+        &g,
+        &node(Op::Slice, 3),
+        &[
+            Some(&v(&[9, 8, 7, 6])),
+            Some(&v(&[1])),
+            Some(&v(&[i64::MAX])),
+        ],
+    )
+    .expect("slice");
+    assert_eq!(sl[0], v(&[8, 7, 6]));
+    let red = Op::Reduce {
+        op: ReduceOp::Prod,
+        axes: None,
+        keepdims: false,
+        noop_with_empty_axes: false,
+    };
+    let p = eval_node(&g, &node(red, 1), &[Some(&v(&[2, 3, 4]))]).expect("prod");
+    assert_eq!(p[0], s(24));
+    let cast = eval_node(&g, &node(Op::Cast { to: DType::F32 }, 1), &[Some(&p[0])]).expect("cast");
+    assert_eq!(cast[0], Tensor::from_f32(vec![], vec![24.0]));
+    let rng = eval_node(
+        &g,
+        &node(Op::Range, 3),
+        &[Some(&s(0)), Some(&s(5)), Some(&s(2))],
+    )
+    .expect("range");
+    assert_eq!(rng[0], v(&[0, 2, 4]));
+    let cos = Op::ConstantOfShape {
+        value: Tensor::from_i64(vec![1], vec![1]),
+    };
+    let ones = eval_node(&g, &node(cos, 1), &[Some(&v(&[2, 2]))]).expect("constant of shape");
+    assert_eq!(ones[0], Tensor::from_i64(vec![2, 2], vec![1; 4]));
+}
+
+#[test]
+fn malformed_graphs_are_errors_not_panics() {
+    // Conv weights of the wrong rank.
+    let mut b = B::default();
+    let x = b.input(DType::F32, &[1, 2, 4, 4]);
+    let w = b.kf(&[2], vec![1.0, 2.0]);
+    let y = b.n1(
+        Op::Conv {
+            geom: geom(&[], &[], &[]),
+            group: 1,
+            post: vec![],
+        },
+        &[x, w],
+        DType::F32,
+        &[1, 2, 4, 4],
+    );
+    b.out(y);
+    assert!(ModelPlan::new(Arc::new(b.g), &PlanOptions::default()).is_err());
+    // Softmax of a scalar, and an input nobody produces.
+    let mut b = B::default();
+    let x = b.input(DType::F32, &[]);
+    let y = b.n1(Op::Softmax { axis: 0 }, &[x], DType::F32, &[]);
+    b.out(y);
+    let dangling = b.val(DType::F32, &[3]);
+    let z = b.n1(Op::Unary(UnaryOp::Relu), &[dangling], DType::F32, &[3]);
+    b.out(z);
+    assert!(ModelPlan::new(Arc::new(b.g), &PlanOptions::default()).is_err());
+    let mut b = B::default();
+    let dangling = b.val(DType::F32, &[3]);
+    let z = b.n1(Op::Unary(UnaryOp::Relu), &[dangling], DType::F32, &[3]);
+    b.out(z);
+    let e = ModelPlan::new(Arc::new(b.g), &PlanOptions::default()).expect_err("dangling input");
+    assert!(e.to_string().contains("not produced"), "{e}");
+}

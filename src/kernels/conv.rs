@@ -119,9 +119,34 @@ pub fn channel_align(s: &ConvShape) -> usize {
     }
 }
 
+/// Floats of a whole packed im2col matrix plus its row buffer ([`pack_b_full`]).
+pub fn full_b_len(s: &ConvShape) -> usize {
+    let ohw = s.oh * s.ow;
+    gemm::packed_b_len(s.k(), ohw) + ohw
+}
+
+/// Packs the whole im2col matrix of image 0, group 0 of `x` into `out`
+/// ([`full_b_len`] floats) for [`conv2d`]'s `b_full`.
+pub fn pack_b_full(s: &ConvShape, x: &[f32], out: &mut [f32]) {
+    let (ohw, hw, k) = (s.oh * s.ow, s.h * s.w, s.k());
+    let (pb, row) = out.split_at_mut(gemm::packed_b_len(k, ohw));
+    let xg = &x[..s.cin_g() * hw];
+    let pointwise = s.is_pointwise();
+    gemm::pack_b_rows(k, ohw, pb, row, |p, row| {
+        if pointwise {
+            Some(&xg[p * hw..(p + 1) * hw])
+        } else {
+            im2col_segment(s, xg, p, 0, &mut row[..ohw]);
+            None
+        }
+    });
+}
+
 /// Forward conv of output channels `[c_lo, c_hi)` and output positions `cols`
 /// (`oy * OW + ox`; must be the whole plane for depthwise convs, and start at a multiple
-/// of the GEMM column panel otherwise). `x`: `[N, Cin, H, W]`, `y`: `[N, Cout, OH, OW]`. `epi.residuals` are laid out like `y` (the whole tensor); `bias`
+/// of the GEMM column panel otherwise). `x`: `[N, Cin, H, W]`, `y`: `[N, Cout, OH, OW]`.
+/// `b_full`, when given, is the already packed im2col matrix ([`pack_b_full`]; one
+/// image, one group). `epi.residuals` are laid out like `y` (the whole tensor); `bias`
 /// and channel post-ops are indexed by output channel.
 #[allow(clippy::too_many_arguments)]
 pub fn conv2d(
@@ -133,6 +158,7 @@ pub fn conv2d(
     c_lo: usize,
     c_hi: usize,
     cols: (usize, usize),
+    b_full: Option<&[f32]>,
     epi: &Epilogue<'_>,
     scratch: &mut [f32],
 ) {
@@ -185,7 +211,10 @@ pub fn conv2d(
                 ohw,
                 k,
                 &wts.groups[g],
-                BSource::Rows(&fill),
+                match b_full {
+                    Some(p) => BSource::Packed(p),
+                    None => BSource::Rows(&fill),
+                },
                 scratch,
                 yg,
                 ohw,
@@ -592,61 +621,45 @@ mod tests {
                 // Two tiles on an aligned boundary must equal the whole.
                 let al = channel_align(s);
                 let mid = (s.c_out / 2 / al * al).min(s.c_out);
-                conv2d(
-                    isa,
-                    s,
-                    &wts,
-                    &x,
-                    &mut y,
-                    0,
-                    mid,
-                    (0, s.oh * s.ow),
-                    &epi,
-                    &mut scratch,
-                );
-                conv2d(
-                    isa,
-                    s,
-                    &wts,
-                    &x,
-                    &mut y,
-                    mid,
-                    s.c_out,
-                    (0, s.oh * s.ow),
-                    &epi,
-                    &mut scratch,
-                );
+                let ohw = s.oh * s.ow;
+                let mut run = |y: &mut [f32],
+                               c: (usize, usize),
+                               cols: (usize, usize),
+                               full: Option<&[f32]>| {
+                    conv2d(
+                        isa,
+                        s,
+                        &wts,
+                        &x,
+                        y,
+                        c.0,
+                        c.1,
+                        cols,
+                        full,
+                        &epi,
+                        &mut scratch,
+                    )
+                };
+                run(&mut y, (0, mid), (0, ohw), None);
+                run(&mut y, (mid, s.c_out), (0, ohw), None);
                 let want = conv_naive(s, &x, &w, &bias);
                 assert_close(&y, &want, 1e-4);
                 if s.group == 1 {
                     // Output-position tiles on a column-panel boundary.
-                    let ohw = s.oh * s.ow;
                     let midc = ohw / 2 / gemm::NR * gemm::NR;
                     y.fill(f32::NAN);
-                    conv2d(
-                        isa,
-                        s,
-                        &wts,
-                        &x,
-                        &mut y,
-                        0,
-                        s.c_out,
-                        (0, midc),
-                        &epi,
-                        &mut scratch,
-                    );
-                    conv2d(
-                        isa,
-                        s,
-                        &wts,
-                        &x,
-                        &mut y,
-                        0,
-                        s.c_out,
-                        (midc, ohw),
-                        &epi,
-                        &mut scratch,
-                    );
+                    run(&mut y, (0, s.c_out), (0, midc), None);
+                    run(&mut y, (0, s.c_out), (midc, ohw), None);
+                    assert_close(&y, &want, 1e-4);
+                }
+                if s.group == 1 && s.n == 1 {
+                    // Channel tiles over a pre-packed im2col matrix.
+                    let mut full = vec![0.0; full_b_len(s)];
+                    pack_b_full(s, &x, &mut full);
+                    y.fill(f32::NAN);
+                    let m = MR.min(s.c_out);
+                    run(&mut y, (0, m), (0, ohw), Some(&full));
+                    run(&mut y, (m, s.c_out), (0, ohw), Some(&full));
                     assert_close(&y, &want, 1e-4);
                 }
             }

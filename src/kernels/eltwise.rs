@@ -126,7 +126,7 @@ pub fn binary_types(op: BinaryOp, t: DType) -> Option<DType> {
     }
 }
 
-/// f32 binary op.
+/// f32 binary op (vectorised build where available).
 #[allow(clippy::too_many_arguments)]
 pub fn binary_f32(
     isa: Isa,
@@ -138,17 +138,24 @@ pub fn binary_f32(
     lo: usize,
     hi: usize,
 ) {
+    simd::binary_f32(isa, op, bc, a, b, out, lo, hi)
+}
+
+/// Shared body of [`binary_f32`]'s builds.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub(crate) fn binary_f32_body(
+    op: BinaryOp,
+    bc: &Bcast,
+    a: &[f32],
+    b: &[f32],
+    out: &mut [f32],
+    lo: usize,
+    hi: usize,
+) {
     use BinaryOp::*;
     match op {
-        Add => {
-            let r = bc.dims.len();
-            if bc.strides[0][r - 1] == 1 && bc.strides[1][r - 1] == 1 && r == 2 && bc.dims[0] == 1 {
-                let n = bc.dims[1];
-                simd::add(isa, &a[..n], &b[..n], &mut out[..n]);
-            } else {
-                map2(bc, a, b, out, lo, hi, |x, y| x + y)
-            }
-        }
+        Add => map2(bc, a, b, out, lo, hi, |x, y| x + y),
         Sub => map2(bc, a, b, out, lo, hi, |x, y| x - y),
         Mul => map2(bc, a, b, out, lo, hi, |x, y| x * y),
         Div => map2(bc, a, b, out, lo, hi, |x, y| x / y),

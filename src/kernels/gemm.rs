@@ -388,7 +388,11 @@ pub fn gemm_packed(
                             let cs = &mut c[i * ldc + j..];
                             simd::ukernel(isa, kc, ap, bp, cs, ldc, !first);
                         } else {
-                            simd::ukernel(isa, kc, ap, bp, &mut tile, NR, false);
+                            if mr == 1 {
+                                simd::ukernel_row(isa, kc, ap, bp, &mut tile);
+                            } else {
+                                simd::ukernel(isa, kc, ap, bp, &mut tile, NR, false);
+                            }
                             for r in 0..mr {
                                 let dst = &mut c[(i + r) * ldc + j..(i + r) * ldc + j + nr];
                                 let src = &tile[r * NR..r * NR + nr];

@@ -242,14 +242,26 @@ pub fn top_k(
     }
 }
 
-/// Cumulative sum along the axis (f32 or i64 via `Add`).
-pub fn cumsum<T: Copy + std::ops::Add<Output = T> + Default>(
-    v: AxisView,
-    exclusive: bool,
-    reverse: bool,
-    x: &[T],
-    y: &mut [T],
-) {
+/// Additive element types of [`cumsum`] (integers wrap instead of overflowing).
+pub trait Accumulate: Copy + Default {
+    /// `self + o`.
+    fn acc(self, o: Self) -> Self;
+}
+
+impl Accumulate for f32 {
+    fn acc(self, o: Self) -> Self {
+        self + o
+    }
+}
+
+impl Accumulate for i64 {
+    fn acc(self, o: Self) -> Self {
+        self.wrapping_add(o)
+    }
+}
+
+/// Cumulative sum along the axis.
+pub fn cumsum<T: Accumulate>(v: AxisView, exclusive: bool, reverse: bool, x: &[T], y: &mut [T]) {
     for o in 0..v.outer {
         for i in 0..v.inner {
             let base = o * v.len * v.inner + i;
@@ -259,9 +271,9 @@ pub fn cumsum<T: Copy + std::ops::Add<Output = T> + Default>(
                 let at = base + k * v.inner;
                 if exclusive {
                     y[at] = acc;
-                    acc = acc + x[at];
+                    acc = acc.acc(x[at]);
                 } else {
-                    acc = acc + x[at];
+                    acc = acc.acc(x[at]);
                     y[at] = acc;
                 }
             }

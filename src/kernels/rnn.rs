@@ -369,12 +369,13 @@ mod tests {
             reverse: false,
             batch_major: false,
         };
+        let (h0, c0) = (rand_vec(hs, 9), rand_vec(hs, 10));
         let prm = RnnParams {
             w: &w,
             r: &r,
             b: &b,
-            h0: &[],
-            c0: &[],
+            h0: &h0,
+            c0: &c0,
             p: &[],
         };
         let (mut y, mut yh, mut yc) = (vec![0.0; hs], vec![0.0; hs], vec![0.0; hs]);
@@ -395,12 +396,14 @@ mod tests {
                 (0..inp)
                     .map(|q| w[(k * hs + j) * inp + q] * x[q])
                     .sum::<f32>()
+                    + (0..hs)
+                        .map(|q| r[(k * hs + j) * hs + q] * h0[q])
+                        .sum::<f32>()
                     + b[k * hs + j]
                     + b[4 * hs + k * hs + j]
             };
             let (i, o, f, c) = (sigmoid(g(0)), sigmoid(g(1)), sigmoid(g(2)), g(3).tanh());
-            let _ = f; // c0 = 0, so the forget gate does not contribute.
-            let cn = i * c;
+            let cn = f * c0[j] + i * c;
             assert!((yc[j] - cn).abs() < 1e-5);
             assert!((yh[j] - o * cn.tanh()).abs() < 1e-5);
         }

@@ -7,10 +7,11 @@
 //! functions with it is sound.
 
 use super::conv::{depthwise_plane_body, ConvShape};
+use super::eltwise::{binary_f32_body, Bcast};
 use super::gemm::{Epilogue, MR, NR};
 use super::pool::{max_pool_plane_body, PoolShape};
 use super::unary::apply_unary_body;
-use crate::ir::UnaryOp;
+use crate::ir::{BinaryOp, UnaryOp};
 
 /// Instruction set used by the kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,76 +94,53 @@ pub fn ukernel_portable(kc: usize, a: &[f32], b: &[f32], c: &mut [f32], ldc: usi
     }
 }
 
-/// `y[i] += alpha * x[i]` over the common length.
+/// One row of a micro-tile: `c[0..NR] = sum_p a[p * MR] * b[p * NR..][..NR]` (the GEMV
+/// case of a single-row A panel, where the 6-row kernel would waste five rows).
 #[inline]
-pub fn axpy(isa: Isa, alpha: f32, x: &[f32], y: &mut [f32]) {
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2Fma => {
-            // SAFETY: AVX2+FMA were detected (see `Isa`); the function only uses safe
-            // slice indexing.
-            unsafe { avx2::axpy(alpha, x, y) }
-        }
-        _ => axpy_body(alpha, x, y),
-    }
-}
-
-#[inline(always)]
-fn axpy_body(alpha: f32, x: &[f32], y: &mut [f32]) {
-    // A plain multiply-add: `mul_add` would become a libm call where FMA is not enabled.
-    for (d, s) in y.iter_mut().zip(x) {
-        *d += *s * alpha;
-    }
-}
-
-/// `y[i] += alpha * x[i * stride]` for every `i` of `y`.
-#[inline]
-pub fn axpy_strided(isa: Isa, alpha: f32, x: &[f32], stride: usize, y: &mut [f32]) {
-    if stride == 1 {
-        return axpy(isa, alpha, x, y);
-    }
-    for (i, d) in y.iter_mut().enumerate() {
-        *d += x[i * stride] * alpha;
-    }
-}
-
-/// `out[i] = a[i] + b[i]` (the residual-add hot path).
-#[inline]
-pub fn add(isa: Isa, a: &[f32], b: &[f32], out: &mut [f32]) {
+pub fn ukernel_row(isa: Isa, kc: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
+    assert!(a.len() >= kc * MR && b.len() >= kc * NR && c.len() >= NR);
     match isa {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2Fma => {
             // SAFETY: AVX2+FMA were detected (see `Isa`); safe indexing only.
-            unsafe { avx2::add(a, b, out) }
+            unsafe { avx2::ukernel_row(kc, a, b, c) }
         }
-        _ => add_body(a, b, out),
+        _ => ukernel_row_body(kc, a, b, c),
     }
 }
 
 #[inline(always)]
-fn add_body(a: &[f32], b: &[f32], out: &mut [f32]) {
-    for ((o, x), y) in out.iter_mut().zip(a).zip(b) {
-        *o = x + y;
+fn ukernel_row_body(kc: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
+    let mut acc = [0.0f32; NR];
+    for (av, bv) in a.chunks_exact(MR).zip(b.chunks_exact(NR)).take(kc) {
+        let x = av[0];
+        for (d, y) in acc.iter_mut().zip(bv) {
+            *d += x * *y;
+        }
     }
+    c[..NR].copy_from_slice(&acc);
 }
 
-/// `x[i] = clamp(x[i], lo, hi)` (Relu / Clip hot path).
+/// f32 binary op with broadcasting (see [`binary_f32_body`]).
+#[allow(clippy::too_many_arguments)]
 #[inline]
-pub fn clamp(isa: Isa, x: &mut [f32], lo: f32, hi: f32) {
+pub fn binary_f32(
+    isa: Isa,
+    op: BinaryOp,
+    bc: &Bcast,
+    a: &[f32],
+    b: &[f32],
+    out: &mut [f32],
+    lo: usize,
+    hi: usize,
+) {
     match isa {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2Fma => {
             // SAFETY: AVX2+FMA were detected (see `Isa`); safe indexing only.
-            unsafe { avx2::clamp(x, lo, hi) }
+            unsafe { avx2::binary_f32(op, bc, a, b, out, lo, hi) }
         }
-        _ => clamp_body(x, lo, hi),
-    }
-}
-
-#[inline(always)]
-fn clamp_body(x: &mut [f32], lo: f32, hi: f32) {
-    for v in x.iter_mut() {
-        *v = v.max(lo).min(hi);
+        _ => binary_f32_body(op, bc, a, b, out, lo, hi),
     }
 }
 
@@ -238,8 +216,8 @@ pub fn max_pool_plane(isa: Isa, s: &PoolShape, x: &[f32], y: &mut [f32]) {
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use super::{
-        apply_unary_body, depthwise_plane_body, max_pool_plane_body, ConvShape, Epilogue,
-        PoolShape, UnaryOp,
+        apply_unary_body, binary_f32_body, depthwise_plane_body, max_pool_plane_body, Bcast,
+        BinaryOp, ConvShape, Epilogue, PoolShape, UnaryOp,
     };
 
     /// AVX2 build of [`Epilogue::apply_body`].
@@ -317,15 +295,6 @@ mod avx2 {
         }
     }
 
-    /// AVX2 build of [`super::axpy_body`].
-    ///
-    /// # Safety
-    /// AVX2 and FMA must be available.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
-        super::axpy_body(alpha, x, y)
-    }
-
     /// AVX2 build of [`depthwise_plane_body`].
     ///
     /// # Safety
@@ -350,22 +319,31 @@ mod avx2 {
         max_pool_plane_body(s, x, y)
     }
 
-    /// AVX2 build of [`super::add_body`].
+    /// AVX2 build of [`super::ukernel_row_body`].
     ///
     /// # Safety
     /// AVX2 and FMA must be available.
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn add(a: &[f32], b: &[f32], out: &mut [f32]) {
-        super::add_body(a, b, out)
+    pub unsafe fn ukernel_row(kc: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
+        super::ukernel_row_body(kc, a, b, c)
     }
 
-    /// AVX2 build of [`super::clamp_body`].
+    /// AVX2 build of [`binary_f32_body`].
     ///
     /// # Safety
     /// AVX2 and FMA must be available.
+    #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn clamp(x: &mut [f32], lo: f32, hi: f32) {
-        super::clamp_body(x, lo, hi)
+    pub unsafe fn binary_f32(
+        op: BinaryOp,
+        bc: &Bcast,
+        a: &[f32],
+        b: &[f32],
+        out: &mut [f32],
+        lo: usize,
+        hi: usize,
+    ) {
+        binary_f32_body(op, bc, a, b, out, lo, hi)
     }
 }
 
@@ -389,22 +367,37 @@ mod tests {
                     ukernel_portable(kc, &a, &b, &mut c2, 20, acc);
                     assert_close(&c1, &c2, 1e-5);
                 }
+                let (mut r1, mut r2) = ([0.0f32; NR], [0.0f32; NR]);
+                ukernel_row(isa, kc, &a, &b, &mut r1);
+                ukernel_row_body(kc, &a, &b, &mut r2);
+                assert_close(&r1, &r2, 1e-5);
+                let mut full = vec![0.0f32; MR * NR];
+                ukernel_portable(kc, &a, &b, &mut full, NR, false);
+                assert_close(&r1, &full[..NR], 1e-5);
             }
-            for n in [0usize, 1, 7, 8, 9, 31, 100] {
-                let x = rand_vec(n, 4);
-                let y0 = rand_vec(n, 5);
-                let (mut y1, mut y2) = (y0.clone(), y0.clone());
-                axpy(isa, 0.7, &x, &mut y1);
-                axpy_body(0.7, &x, &mut y2);
-                assert_close(&y1, &y2, 1e-6);
-                let (mut o1, mut o2) = (vec![0.0; n], vec![0.0; n]);
-                add(isa, &x, &y0, &mut o1);
-                add_body(&x, &y0, &mut o2);
-                assert_close(&o1, &o2, 0.0);
-                let (mut c1, mut c2) = (x.clone(), x.clone());
-                clamp(isa, &mut c1, 0.0, 0.5);
-                clamp_body(&mut c2, 0.0, 0.5);
-                assert_close(&c1, &c2, 0.0);
+            let shapes: [(&[usize], &[usize], &[usize]); 4] = [
+                (&[0], &[0], &[0]),
+                (&[37], &[37], &[37]),
+                (&[3, 1, 9], &[5, 1], &[3, 5, 9]),
+                (&[2, 17], &[], &[2, 17]),
+            ];
+            for (sa, sb, so) in shapes {
+                let bc = Bcast::new(&[sa, sb], so).expect("broadcast");
+                let x = rand_vec(sa.iter().product(), 4);
+                let y = rand_vec(sb.iter().product(), 5);
+                let n: usize = so.iter().product();
+                for op in [
+                    BinaryOp::Add,
+                    BinaryOp::Mul,
+                    BinaryOp::Div,
+                    BinaryOp::Max,
+                    BinaryOp::PRelu,
+                ] {
+                    let (mut o1, mut o2) = (vec![0.0; n], vec![0.0; n]);
+                    binary_f32(isa, op, &bc, &x, &y, &mut o1, 0, bc.outer());
+                    binary_f32_body(op, &bc, &x, &y, &mut o2, 0, bc.outer());
+                    assert_close(&o1, &o2, 1e-6);
+                }
             }
             let ops = [
                 UnaryOp::Relu,
