@@ -331,19 +331,29 @@ fn infer_takes_png_images_for_image_and_tensor_inputs() {
         enc.set_color(png::ColorType::Rgb);
         enc.set_depth(png::BitDepth::Eight);
         let mut wr = enc.write_header().unwrap();
-        let data: Vec<u8> = (0..w * h).flat_map(|i| [(i % 256) as u8, (i / 80 * 4) as u8, 128]).collect();
+        let data: Vec<u8> = (0..w * h)
+            .flat_map(|i| [(i % 256) as u8, (i / 80 * 4) as u8, 128])
+            .collect();
         wr.write_image_data(&data).unwrap();
     }
     for extra in [vec![], vec!["--input-type-rt", "nv12"]] {
         let model = d.join("cls.bin");
         let o = compile("tiny_classifier.onnx", &model, &extra);
         assert!(o.status.success(), "{}", stderr(&o));
-        let o = run(vnpu().args(["infer", "--model_file"]).arg(&model).arg("--input_file").arg(&png_path));
+        let o = run(vnpu()
+            .args(["infer", "--model_file"])
+            .arg(&model)
+            .arg("--input_file")
+            .arg(&png_path));
         assert!(o.status.success(), "{extra:?}: {}", stderr(&o));
         assert!(String::from_utf8_lossy(&o.stdout).contains("output probs"));
     }
     let bad = d.join("bad.png");
     std::fs::write(&bad, b"not a png").unwrap();
-    let o = run(vnpu().args(["infer", "--model_file"]).arg(d.join("cls.bin")).arg("--input_file").arg(&bad));
+    let o = run(vnpu()
+        .args(["infer", "--model_file"])
+        .arg(d.join("cls.bin"))
+        .arg("--input_file")
+        .arg(&bad));
     assert_clean_error(&o, "png");
 }

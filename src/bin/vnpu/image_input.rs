@@ -24,9 +24,13 @@ fn decode(path: &str, bytes: &[u8]) -> Result<Rgb, String> {
     if lower.ends_with(".png") {
         let mut dec = png::Decoder::new(std::io::Cursor::new(bytes));
         dec.set_transformations(png::Transformations::EXPAND | png::Transformations::STRIP_16);
-        let mut reader = dec.read_info().map_err(|e| format!("{path}: not a readable PNG: {e}"))?;
+        let mut reader = dec
+            .read_info()
+            .map_err(|e| format!("{path}: not a readable PNG: {e}"))?;
         let mut buf = vec![0u8; reader.output_buffer_size()];
-        let info = reader.next_frame(&mut buf).map_err(|e| format!("{path}: PNG decode failed: {e}"))?;
+        let info = reader
+            .next_frame(&mut buf)
+            .map_err(|e| format!("{path}: PNG decode failed: {e}"))?;
         let (w, h) = (info.width as usize, info.height as usize);
         let data = &buf[..info.buffer_size()];
         let ch = match info.color_type {
@@ -38,16 +42,30 @@ fn decode(path: &str, bytes: &[u8]) -> Result<Rgb, String> {
         };
         let px = data
             .chunks_exact(ch)
-            .flat_map(|p| if ch < 3 { [p[0], p[0], p[0]] } else { [p[0], p[1], p[2]] })
+            .flat_map(|p| {
+                if ch < 3 {
+                    [p[0], p[0], p[0]]
+                } else {
+                    [p[0], p[1], p[2]]
+                }
+            })
             .collect();
         Ok(Rgb { w, h, px })
     } else {
         let opts = zune_jpeg::zune_core::options::DecoderOptions::default()
             .jpeg_set_out_colorspace(zune_jpeg::zune_core::colorspace::ColorSpace::RGB);
         let mut dec = zune_jpeg::JpegDecoder::new_with_options(bytes, opts);
-        let px = dec.decode().map_err(|e| format!("{path}: JPEG decode failed: {e:?}"))?;
-        let info = dec.info().ok_or_else(|| format!("{path}: JPEG without header"))?;
-        Ok(Rgb { w: info.width as usize, h: info.height as usize, px })
+        let px = dec
+            .decode()
+            .map_err(|e| format!("{path}: JPEG decode failed: {e:?}"))?;
+        let info = dec
+            .info()
+            .ok_or_else(|| format!("{path}: JPEG without header"))?;
+        Ok(Rgb {
+            w: info.width as usize,
+            h: info.height as usize,
+            px,
+        })
     }
 }
 
@@ -99,10 +117,17 @@ pub fn image_input(path: &str, d: &TensorDesc) -> Result<Vec<u8>, String> {
     }
     let s = &d.valid_shape;
     if s.len() != 4 || s[0] != 1 {
-        return Err(format!("input '{}' has shape {s:?}; an image file needs a 1xCxHxW or 1xHxWxC input", d.name));
+        return Err(format!(
+            "input '{}' has shape {s:?}; an image file needs a 1xCxHxW or 1xHxWxC input",
+            d.name
+        ));
     }
     let nhwc = d.layout == TensorLayout::Nhwc;
-    let (c, h, w) = if nhwc { (s[3], s[1], s[2]) } else { (s[1], s[2], s[3]) };
+    let (c, h, w) = if nhwc {
+        (s[3], s[1], s[2])
+    } else {
+        (s[1], s[2], s[3])
+    };
     let (c, h, w) = (c as usize, h as usize, w as usize);
     let px = resize(&img, w, h);
     let planar = |vals: &dyn Fn([f32; 3]) -> [f32; 3], ch: usize| -> Vec<f32> {
@@ -145,11 +170,19 @@ pub fn image_input(path: &str, d: &TensorDesc) -> Result<Vec<u8>, String> {
         }
         ElemType::ImgYuv444 => planar(&yuv, 3).into_iter().map(u8c).collect(),
         ElemType::ImgRgb => planar(&|p| p, 3).into_iter().map(u8c).collect(),
-        ElemType::ImgBgr => planar(&|p| [p[2], p[1], p[0]], 3).into_iter().map(u8c).collect(),
+        ElemType::ImgBgr => planar(&|p| [p[2], p[1], p[0]], 3)
+            .into_iter()
+            .map(u8c)
+            .collect(),
         ElemType::ImgY => planar(&gray, 1).into_iter().map(u8c).collect(),
         ElemType::F32 if c == 3 => bytemuck::cast_slice(&planar(&|p| p, 3)).to_vec(),
         ElemType::F32 if c == 1 => bytemuck::cast_slice(&planar(&gray, 1)).to_vec(),
-        other => return Err(format!("input '{}' ({other:?}, {c} channels) cannot take an image file", d.name)),
+        other => {
+            return Err(format!(
+                "input '{}' ({other:?}, {c} channels) cannot take an image file",
+                d.name
+            ))
+        }
     })
 }
 
@@ -159,10 +192,20 @@ mod tests {
 
     #[test]
     fn resize_of_a_constant_image_is_constant_and_nv12_of_gray_is_neutral() {
-        let img = Rgb { w: 5, h: 3, px: vec![100; 45] };
+        let img = Rgb {
+            w: 5,
+            h: 3,
+            px: vec![100; 45],
+        };
         let r = resize(&img, 8, 6);
-        assert!(r.iter().all(|p| p.iter().all(|&v| (v - 100.0).abs() < 1e-4)));
+        assert!(r
+            .iter()
+            .all(|p| p.iter().all(|&v| (v - 100.0).abs() < 1e-4)));
         let q = yuv([100.0, 100.0, 100.0]);
-        assert!((q[0] - 100.0).abs() < 1e-3 && (q[1] - 128.0).abs() < 1e-3 && (q[2] - 128.0).abs() < 1e-3);
+        assert!(
+            (q[0] - 100.0).abs() < 1e-3
+                && (q[1] - 128.0).abs() < 1e-3
+                && (q[2] - 128.0).abs() < 1e-3
+        );
     }
 }

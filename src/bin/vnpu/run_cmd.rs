@@ -136,7 +136,13 @@ pub fn run_infer(argv: &[String]) -> Result<(), String> {
         files
             .iter()
             .enumerate()
-            .map(|(i, f)| read_input(f, m.plan.input_len(i)))
+            .map(|(i, f)| {
+                if crate::image_input::is_image(f) {
+                    crate::image_input::image_input(f, &m.inputs[i])
+                } else {
+                    read_input(f, m.plan.input_len(i))
+                }
+            })
             .collect::<Result<_, _>>()?
     };
     let rt = Runtime::global().map_err(|e| e.to_string())?;
