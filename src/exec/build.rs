@@ -269,6 +269,13 @@ pub(crate) enum Kernel {
         w: usize,
         planes: usize,
     },
+    Bicubic {
+        ty: Vec<resize::CubicTaps>,
+        tx: Vec<resize::CubicTaps>,
+        h: usize,
+        w: usize,
+        planes: usize,
+    },
     Softmax {
         v: AxisView,
         log: bool,
@@ -1046,8 +1053,16 @@ fn plan_kernel(c: &Ctx<'_>) -> Result<(Kernel, usize, usize)> {
             mode,
             coord,
             nearest,
+            cubic_coeff_a,
+            exclude_outside,
             ..
-        } => plan_resize(c, *mode, *coord, *nearest)?,
+        } => plan_resize(
+            c,
+            *mode,
+            *coord,
+            *nearest,
+            (*cubic_coeff_a, *exclude_outside),
+        )?,
         Op::Softmax { axis } | Op::LogSoftmax { axis } => {
             c.require_f32(0)?;
             let s = c.ishape(0)?;
@@ -1956,6 +1971,7 @@ fn plan_resize(
     mode: ir::ResizeMode,
     coord: ir::CoordMode,
     nearest: ir::NearestMode,
+    (cubic_a, exclude_outside): (f32, bool),
 ) -> Result<Kernel> {
     let n = c.n;
     let s = c.ishape(0)?;
@@ -1996,24 +2012,36 @@ fn plan_resize(
                 .collect();
             index_map(c, o, maps, vec![0u8; c.itype(0)?.size()])
         }
-        ir::ResizeMode::Linear => {
+        ir::ResizeMode::Linear | ir::ResizeMode::Cubic => {
             c.require_f32(0)?;
             let r = s.len();
             if r < 2 || s[..r - 2] != o[..r - 2] || s.contains(&0) {
                 return Err(unsup(
                     n,
-                    "linear resize of dims other than the two innermost",
+                    "linear/cubic resize of dims other than the two innermost",
                 ));
+            }
+            let (h, w, planes) = (s[r - 2], s[r - 1], s[..r - 2].iter().product());
+            if mode == ir::ResizeMode::Cubic {
+                let taps = |d: usize| {
+                    resize::cubic_taps(coord, scale(d), s[d], o[d], cubic_a, exclude_outside)
+                };
+                return Ok(Kernel::Bicubic {
+                    ty: taps(r - 2),
+                    tx: taps(r - 1),
+                    h,
+                    w,
+                    planes,
+                });
             }
             Ok(Kernel::Bilinear {
                 ty: resize::linear_taps(coord, scale(r - 2), s[r - 2], o[r - 2]),
                 tx: resize::linear_taps(coord, scale(r - 1), s[r - 1], o[r - 1]),
-                h: s[r - 2],
-                w: s[r - 1],
-                planes: s[..r - 2].iter().product(),
+                h,
+                w,
+                planes,
             })
         }
-        ir::ResizeMode::Cubic => Err(unsup(n, "cubic interpolation")),
     }
 }
 
@@ -2166,7 +2194,7 @@ impl Kernel {
             Kernel::GlobalPool { planes, .. } => *planes,
             Kernel::Copies(v) if v.len() == 1 => v[0].2.outer(),
             Kernel::MapCopy(m) => m.dims[0],
-            Kernel::Bilinear { planes, .. } => *planes,
+            Kernel::Bilinear { planes, .. } | Kernel::Bicubic { planes, .. } => *planes,
             Kernel::Softmax { v, .. } => v.outer,
             Kernel::Preprocess(p) => p.n * p.h,
             _ => 1,
@@ -2429,6 +2457,16 @@ impl Kernel {
             } => {
                 let (lo, hi) = tile.range(*planes, 1);
                 resize::bilinear(ty, tx, *h, *w, io.f32(0), out_f32(out, outs, 0), lo, hi);
+            }
+            Kernel::Bicubic {
+                ty,
+                tx,
+                h,
+                w,
+                planes,
+            } => {
+                let (lo, hi) = tile.range(*planes, 1);
+                resize::bicubic(ty, tx, *h, *w, io.f32(0), out_f32(out, outs, 0), lo, hi);
             }
             Kernel::Softmax { v, log } => {
                 let (lo, hi) = tile.range(v.outer, 1);
