@@ -1342,8 +1342,8 @@ fn unsupported_fails_at_plan_time_naming_the_node() {
     let x = b.input(DType::F32, &[1, 1, 2, 2]);
     let sc = b.kf(&[4], vec![1.0, 1.0, 2.0, 2.0]);
     let op = Op::Resize {
-        mode: ResizeMode::Cubic,
-        coord: CoordMode::HalfPixel,
+        mode: ResizeMode::Linear,
+        coord: CoordMode::TfCropAndResize,
         nearest: NearestMode::Floor,
         cubic_coeff_a: -0.75,
         exclude_outside: false,
@@ -1356,7 +1356,7 @@ fn unsupported_fails_at_plan_time_naming_the_node() {
     )[0];
     b.out(y);
     let e =
-        ModelPlan::new(Arc::new(b.g), &PlanOptions::default()).expect_err("cubic is unsupported");
+        ModelPlan::new(Arc::new(b.g), &PlanOptions::default()).expect_err("tf_crop_and_resize is unsupported");
     assert!(e.to_string().contains("n0_Resize"), "{e}");
 
     let mut b = B::default();
