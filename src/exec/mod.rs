@@ -239,6 +239,16 @@ impl ModelPlan {
         Ok(())
     }
 
+    /// The bytes of output `k` of node `node` as the state holds them now. Valid right
+    /// after the node ran; the arena reuses the space once later nodes run. For
+    /// debugging (the conformance harness uses it to find the first diverging node).
+    pub fn node_output<'s>(&self, st: &'s ExecState, node: usize, k: usize) -> Option<&'s [u8]> {
+        let np = self.nodes.get(node)?;
+        let &(off, len) = np.outs.get(k)?;
+        let arena: &[u8] = bytemuck::cast_slice(&st.arena);
+        arena.get(np.out_off + off..np.out_off + off + len)
+    }
+
     /// How many tiles node `node` can be split into (1 = not splittable).
     pub fn tiles_for(&self, node: usize) -> usize {
         self.nodes.get(node).map_or(1, |n| n.kernel.tiles())

@@ -1355,8 +1355,8 @@ fn unsupported_fails_at_plan_time_naming_the_node() {
         &[(DType::F32, &[1, 1, 4, 4])],
     )[0];
     b.out(y);
-    let e =
-        ModelPlan::new(Arc::new(b.g), &PlanOptions::default()).expect_err("tf_crop_and_resize is unsupported");
+    let e = ModelPlan::new(Arc::new(b.g), &PlanOptions::default())
+        .expect_err("tf_crop_and_resize is unsupported");
     assert!(e.to_string().contains("n0_Resize"), "{e}");
 
     let mut b = B::default();
