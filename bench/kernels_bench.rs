@@ -116,8 +116,10 @@ fn bench_conv(reps: usize) {
         "{:<34} {:>10} {:>10} {:>16}",
         "layer", "us", "GFLOP/s", "us +bias+relu6"
     );
-    let layers: [(&str, usize, usize, usize, usize, usize, usize); 7] = [
+    let layers: [(&str, usize, usize, usize, usize, usize, usize); 9] = [
         ("3x3 64->64 @56 (ResNet)", 64, 56, 64, 3, 1, 1),
+        ("3x3 32->16 @224 (U-Net)", 32, 224, 16, 3, 1, 1),
+        ("3x3 64->32 @112 (U-Net)", 64, 112, 32, 3, 1, 1),
         ("3x3 256->256 @14 (ResNet)", 256, 14, 256, 3, 1, 1),
         ("7x7/2 3->64 @224 (ResNet stem)", 3, 224, 64, 7, 2, 1),
         ("1x1 16->96 @112 (MobileNetV2)", 16, 112, 96, 1, 1, 1),

@@ -75,8 +75,33 @@ impl ConvShape {
         if self.is_depthwise() {
             depthwise_scratch_len(self)
         } else {
-            gemm::block_scratch_len(self.k(), self.oh * self.ow)
+            let im2col = gemm::block_scratch_len(self.k(), self.oh * self.ow);
+            im2col.max(self.padded().map_or(0, |p| p.scratch_len(self)))
         }
+    }
+    /// The padded-rows geometry when it applies (see [`PaddedRows`]).
+    fn padded(&self) -> Option<PaddedRows> {
+        let (hp, wp) = (
+            self.oh + (self.kh - 1) * self.dh,
+            self.ow + (self.kw - 1) * self.dw,
+        );
+        let extra = (self.kw - 1) * self.dw;
+        // Only for few output channels: B is then read in place (row table), which is
+        // where skipping im2col pays; with packed B blocks im2col is cheap anyway.
+        let ok = self.cout_g() <= gemm::ROWS_IN_PLACE_MAX_M
+            && self.sh == 1
+            && self.sw == 1
+            && !self.is_pointwise()
+            && !self.is_depthwise()
+            && hp >= self.h + self.ph
+            && wp >= self.w + self.pw
+            // The extra columns per row are computed and thrown away: keep them few.
+            && extra * PADDED_MAX_WASTE_INV <= wp;
+        ok.then(|| PaddedRows {
+            hp,
+            wp,
+            rows: (gemm::NC / wp).clamp(1, self.oh),
+        })
     }
 }
 
@@ -186,15 +211,6 @@ pub fn conv2d(
             let m_lo = c_lo.max(g * mg) - g * mg;
             let m_hi = c_hi.min((g + 1) * mg) - g * mg;
             let xg = &xb[g * s.cin_g() * hw..(g + 1) * s.cin_g() * hw];
-            let pointwise = s.is_pointwise();
-            let fill = |p: usize, j0: usize, len: usize, row: &mut [f32]| {
-                if pointwise {
-                    Some(&xg[p * hw + j0..p * hw + j0 + len])
-                } else {
-                    im2col_segment(s, xg, p, j0, &mut row[..len]);
-                    None
-                }
-            };
             let yg = &mut yb[g * mg * ohw..(g + 1) * mg * ohw];
             let mut res_g: [&[f32]; 4] = [&[]; 4];
             for (d, r) in res_g.iter_mut().zip(epi_b.residuals) {
@@ -204,6 +220,29 @@ pub fn conv2d(
                 channel_offset: epi.channel_offset + g * mg,
                 residuals: &res_g[..epi.residuals.len()],
                 ..*epi
+            };
+            if let (Some(pr), None) = (s.padded(), b_full) {
+                pr.run(
+                    isa,
+                    s,
+                    &wts.groups[g],
+                    xg,
+                    yg,
+                    (m_lo, m_hi),
+                    cols,
+                    &epi_g,
+                    scratch,
+                );
+                continue;
+            }
+            let pointwise = s.is_pointwise();
+            let fill = |p: usize, j0: usize, len: usize, row: &mut [f32]| {
+                if pointwise {
+                    Some(&xg[p * hw + j0..p * hw + j0 + len])
+                } else {
+                    im2col_segment(s, xg, p, j0, &mut row[..len]);
+                    None
+                }
             };
             gemm_packed(
                 isa,
@@ -222,6 +261,111 @@ pub fn conv2d(
                 cols,
                 &epi_g,
             );
+        }
+    }
+}
+
+/// A stride-1 conv reads im2col row `(ci, ky, kx)` as one contiguous slice of the
+/// zero-padded input plane `ci` when the output is computed on the padded grid (`wp`
+/// columns per output row, of which the first `ow` are kept): no im2col at all, only
+/// one padded copy of the input and one copy of the output rows.
+#[derive(Debug, Clone, Copy)]
+struct PaddedRows {
+    /// Padded input height and width.
+    hp: usize,
+    wp: usize,
+    /// Output rows per GEMM call.
+    rows: usize,
+}
+
+/// The padded-rows path is used when at most 1/this of the computed columns is thrown
+/// away.
+const PADDED_MAX_WASTE_INV: usize = 16;
+
+impl PaddedRows {
+    /// Floats of the padded input of one group.
+    fn input_len(&self, s: &ConvShape) -> usize {
+        s.cin_g() * self.hp * self.wp + (s.kw - 1) * s.dw
+    }
+
+    /// Scratch floats: padded input, one call's C block, the GEMM's block scratch.
+    fn scratch_len(&self, s: &ConvShape) -> usize {
+        let n = self.rows * self.wp;
+        self.input_len(s) + s.cout_g() * n + gemm::block_scratch_len(s.k(), n)
+    }
+
+    /// Output channels `[m_lo, m_hi)` (within group), positions `cols` of one group.
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        &self,
+        isa: Isa,
+        s: &ConvShape,
+        pa: &[f32],
+        xg: &[f32],
+        yg: &mut [f32],
+        (m_lo, m_hi): (usize, usize),
+        cols: (usize, usize),
+        epi: &Epilogue<'_>,
+        scratch: &mut [f32],
+    ) {
+        let (hw, ohw, hpwp) = (s.h * s.w, s.oh * s.ow, self.hp * self.wp);
+        let (mg, k, wp) = (s.cout_g(), s.k(), self.wp);
+        let (xpad, rest) = scratch.split_at_mut(self.input_len(s));
+        let (cbuf, gscratch) = rest.split_at_mut(mg * self.rows * wp);
+        xpad.fill(0.0);
+        for ci in 0..s.cin_g() {
+            for iy in 0..s.h {
+                let d = ci * hpwp + (iy + s.ph) * wp + s.pw;
+                xpad[d..d + s.w].copy_from_slice(&xg[ci * hw + iy * s.w..][..s.w]);
+            }
+        }
+        let khw = s.kh * s.kw;
+        let first_row = cols.0 / s.ow;
+        let end_row = cols.1.div_ceil(s.ow);
+        let mut oy0 = first_row;
+        while oy0 < end_row {
+            let oy1 = (oy0 + self.rows).min(end_row);
+            let n = (oy1 - oy0) * wp;
+            let xpad = &*xpad;
+            let fill = |p: usize, j0: usize, len: usize, _: &mut [f32]| {
+                let (ci, ky, kx) = (p / khw, (p % khw) / s.kw, p % s.kw);
+                let at = ci * hpwp + (oy0 + ky * s.dh) * wp + kx * s.dw + j0;
+                Some(&xpad[at..at + len])
+            };
+            let m_from = m_lo / MR * MR;
+            gemm_packed(
+                isa,
+                mg,
+                n,
+                k,
+                pa,
+                BSource::Rows(&fill),
+                gscratch,
+                cbuf,
+                n,
+                (m_from, m_hi),
+                (0, n),
+                &Epilogue::NONE,
+            );
+            // Keep the first `ow` columns of each padded row, within `cols`.
+            let lo = cols.0.max(oy0 * s.ow);
+            let hi = cols.1.min(oy1 * s.ow);
+            for i in m_lo..m_hi {
+                let crow = &cbuf[i * n..(i + 1) * n];
+                let yrow = &mut yg[i * ohw..(i + 1) * ohw];
+                for oy in oy0..oy1 {
+                    let a = lo.max(oy * s.ow);
+                    let b = hi.min((oy + 1) * s.ow);
+                    if a < b {
+                        let src = (oy - oy0) * wp + (a - oy * s.ow);
+                        yrow[a..b].copy_from_slice(&crow[src..src + (b - a)]);
+                    }
+                }
+            }
+            if !epi.is_empty() {
+                epi.apply(isa, yg, ohw, m_lo, m_hi - m_lo, lo, hi - lo);
+            }
+            oy0 = oy1;
         }
     }
 }
@@ -497,18 +641,26 @@ impl DeconvPlan {
                     let out = &mut yb[c * ohw..(c + 1) * ohw];
                     out.fill(bias.map_or(0.0, |bv| bv[c]));
                     for ky in 0..s.kh {
+                        // Input rows whose output row `iy*sh + ky*dh - ph` is inside.
+                        let (y_lo, y_hi) = valid_range(s.h, s.sh, s.ph, ky * s.dh, s.oh);
                         for kx in 0..s.kw {
                             let src = &cols[(co * khw + ky * s.kw + kx) * hw..][..hw];
-                            for iy in 0..s.h {
-                                let oy = (iy * s.sh + ky * s.dh) as isize - s.ph as isize;
-                                if oy < 0 || oy >= s.oh as isize {
-                                    continue;
-                                }
-                                let orow = &mut out[oy as usize * s.ow..(oy as usize + 1) * s.ow];
-                                for ix in 0..s.w {
-                                    let ox = (ix * s.sw + kx * s.dw) as isize - s.pw as isize;
-                                    if ox >= 0 && ox < s.ow as isize {
-                                        orow[ox as usize] += src[iy * s.w + ix];
+                            let (x_lo, x_hi) = valid_range(s.w, s.sw, s.pw, kx * s.dw, s.ow);
+                            if x_lo >= x_hi {
+                                continue;
+                            }
+                            for iy in y_lo..y_hi {
+                                let oy = iy * s.sh + ky * s.dh - s.ph;
+                                let ox0 = x_lo * s.sw + kx * s.dw - s.pw;
+                                let orow = &mut out[oy * s.ow + ox0..(oy + 1) * s.ow];
+                                let srow = &src[iy * s.w + x_lo..iy * s.w + x_hi];
+                                if s.sw == 1 {
+                                    for (o, v) in orow.iter_mut().zip(srow) {
+                                        *o += *v;
+                                    }
+                                } else {
+                                    for (o, v) in orow.iter_mut().step_by(s.sw).zip(srow) {
+                                        *o += *v;
                                     }
                                 }
                             }
@@ -605,7 +757,15 @@ mod tests {
             shape(1, 8, (6, 6), 12, (3, 2), (1, 2), (1, 1), (1, 0, 1, 1), 2),
             shape(1, 5, (1, 20), 7, (1, 5), (1, 3), (1, 2), (0, 2, 0, 1), 1),
             shape(1, 4, (8, 8), 6, (7, 7), (2, 2), (1, 1), (3, 3, 3, 3), 1),
+            // Wide stride-1 convs take the padded-rows path (several row chunks, row
+            // table and packed B, dilation, asymmetric pads, groups, batch).
+            shape(1, 5, (30, 40), 16, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),
+            shape(2, 3, (12, 70), 30, (3, 3), (1, 1), (2, 2), (2, 1, 0, 3), 1),
+            shape(1, 4, (6, 36), 8, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 2),
+            shape(1, 2, (3, 64), 7, (1, 3), (1, 1), (1, 1), (0, 0, 0, 0), 1),
         ];
+        assert!(cases[8..].iter().all(|s| s.padded().is_some()));
+        assert!(cases[..8].iter().all(|s| s.padded().is_none()));
         for isa in simd::available_isas() {
             for s in &cases {
                 let x = rand_vec(s.n * s.c_in * s.h * s.w, 1);

@@ -11,7 +11,7 @@
 //! reads out of bounds; a call computes only the rows `m_range` and columns `n_range` of
 //! C, which lets the executor split a node into disjoint tiles.
 
-use super::simd::{self, Isa};
+use super::simd::{self, Isa, RowBlock};
 use super::unary::{apply_unary_body, PostOpRt};
 
 /// Rows of one micro-tile (and of one packed A panel).
@@ -23,7 +23,7 @@ pub const KC: usize = 256;
 /// Rows of C computed per A block (a multiple of [`MR`]).
 const MC: usize = 72;
 /// Columns of C computed per B block (a multiple of [`NR`]).
-const NC: usize = 512;
+pub(crate) const NC: usize = 512;
 
 /// Size in floats of a packed A of `m` rows and depth `k`.
 pub fn packed_a_len(m: usize, k: usize) -> usize {
@@ -167,7 +167,7 @@ impl Epilogue<'_> {
         residuals: &[],
     };
 
-    fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.bias.is_none() && self.addend.is_none() && self.post.is_empty()
     }
 
@@ -284,10 +284,17 @@ pub enum BSource<'a> {
 }
 
 /// Scratch floats [`gemm_packed`] needs for a [`BSource::Rows`] operand of depth `k`
-/// and `n` columns.
+/// and `n` columns: one row slot per K row of a block, plus one packed edge panel (or
+/// one row, when the block is packed).
 pub fn block_scratch_len(k: usize, n: usize) -> usize {
     let nc = NC.min(n.div_ceil(NR) * NR);
-    KC.min(k) * nc + nc
+    KC.min(k) * row_slot(nc) + (KC.min(k) * NR).max(nc)
+}
+
+/// Stride of the row slots a [`BSource::Rows`] block is written into: one panel more
+/// than the block width, so that the slots do not all map to the same cache sets.
+fn row_slot(nc: usize) -> usize {
+    nc + NR
 }
 
 /// Packs rows `k0..k0+kc`, columns `jc..jc+nc` of B into NR-column panels in `buf`.
@@ -320,10 +327,26 @@ fn pack_block<'b>(
     }
 }
 
+/// Rows of C up to which a [`BSource::Rows`] operand is read in place by the row-table
+/// micro-kernel; above, each block is packed into panels first (the packing pays off
+/// when many A panels reuse it).
+pub(crate) const ROWS_IN_PLACE_MAX_M: usize = 40;
+
+/// Where the B panel of one micro-tile column comes from.
+#[derive(Clone, Copy)]
+enum Panel<'p> {
+    /// A packed `kc x NR` panel.
+    Packed(&'p [f32]),
+    /// Columns `off..off + NR` of the block's rows.
+    Rows(usize),
+}
+
 /// Computes rows `m_range` x columns `n_range` of `C = A · B` (A packed by [`pack_a`],
 /// B from `b`), then applies `epi`. Ranges must start at multiples of MR / NR (ends may
 /// be ragged only at `m` / `n`). `c` holds C with row stride `ldc`; `scratch` holds
-/// [`block_scratch_len`] floats when `b` is [`BSource::Rows`].
+/// [`block_scratch_len`] floats when `b` is [`BSource::Rows`]. Rows of B are read in
+/// place (from their source, or from the slot the fill wrote them into) by the
+/// row-table micro-kernel; only a ragged last panel is packed.
 #[allow(clippy::too_many_arguments)]
 pub fn gemm_packed(
     isa: Isa,
@@ -353,32 +376,67 @@ pub fn gemm_packed(
         }
         return;
     }
-    let nc_max = NC.min(n_pad);
-    let (buf, row) = match b {
-        BSource::Rows(_) => scratch.split_at_mut(KC.min(k) * nc_max),
+    let slot = row_slot(NC.min(n_pad));
+    let (buf, edge) = match b {
+        BSource::Rows(_) => scratch.split_at_mut(KC.min(k) * slot),
         BSource::Packed(_) => (&mut [][..], &mut [][..]),
     };
+    let pack_rows = m_hi - m_lo > ROWS_IN_PLACE_MAX_M;
     let mut tile = [0.0f32; MR * NR];
+    let mut srcs: [Option<&[f32]>; KC] = [None; KC];
     let mut jc = n_lo;
     while jc < n_hi {
         let jc_end = (jc + NC).min(n_hi);
+        let len = jc_end - jc;
         let mut k0 = 0;
         while k0 < k {
             let kc = KC.min(k - k0);
             let first = k0 == 0;
             let last = k0 + kc == k;
-            if let BSource::Rows(fill) = b {
-                pack_block(fill, k0, kc, jc, jc_end - jc, buf, row);
+            // Rows source: each row either borrowed from its source or written into its
+            // slot; the table then points at whichever holds it.
+            let mut rows: [&[f32]; KC] = [&[]; KC];
+            let mut edge_panel: &[f32] = &[];
+            let full = len / NR * NR;
+            if let (BSource::Rows(fill), true) = (b, pack_rows) {
+                pack_block(fill, k0, kc, jc, len, buf, edge);
+            } else if let BSource::Rows(fill) = b {
+                for (p, src) in srcs[..kc].iter_mut().enumerate() {
+                    *src = fill(k0 + p, jc, len, &mut buf[p * slot..p * slot + len]);
+                }
+                for (p, row) in rows[..kc].iter_mut().enumerate() {
+                    *row = srcs[p].unwrap_or(&buf[p * slot..p * slot + len]);
+                }
+                if full < len {
+                    for (p, row) in rows[..kc].iter().enumerate() {
+                        let d = &mut edge[p * NR..(p + 1) * NR];
+                        d[..len - full].copy_from_slice(&row[full..len]);
+                        d[len - full..].fill(0.0);
+                    }
+                    edge_panel = &edge[..kc * NR];
+                }
             }
+            let block_len = if matches!(b, BSource::Rows(_)) && !pack_rows {
+                len
+            } else {
+                0
+            };
+            let block = RowBlock::new(&rows[..kc], block_len);
             let mut ic = m_lo;
             while ic < m_hi {
                 let ic_end = (ic + MC).min(m_hi);
                 let mut j = jc;
                 while j < jc_end {
                     let nr = NR.min(jc_end - j);
-                    let bp: &[f32] = match b {
-                        BSource::Packed(pb) => &pb[b_panel(n_pad, k, k0, j)..][..kc * NR],
-                        BSource::Rows(_) => &buf[(j - jc) * kc..][..kc * NR],
+                    let panel = match b {
+                        BSource::Packed(pb) => {
+                            Panel::Packed(&pb[b_panel(n_pad, k, k0, j)..][..kc * NR])
+                        }
+                        BSource::Rows(_) if pack_rows => {
+                            Panel::Packed(&buf[(j - jc) * kc..][..kc * NR])
+                        }
+                        BSource::Rows(_) if nr == NR => Panel::Rows(j - jc),
+                        BSource::Rows(_) => Panel::Packed(edge_panel),
                     };
                     let mut i = ic;
                     while i < ic_end {
@@ -386,12 +444,25 @@ pub fn gemm_packed(
                         let ap = &pa[a_panel(m_pad, k, k0, i)..][..kc * MR];
                         if mr == MR && nr == NR {
                             let cs = &mut c[i * ldc + j..];
-                            simd::ukernel(isa, kc, ap, bp, cs, ldc, !first);
+                            match panel {
+                                Panel::Packed(bp) => {
+                                    simd::ukernel(isa, kc, ap, bp, cs, ldc, !first)
+                                }
+                                Panel::Rows(off) => {
+                                    simd::ukernel_rows(isa, ap, &block, off, cs, ldc, !first)
+                                }
+                            }
                         } else {
-                            if mr == 1 {
-                                simd::ukernel_row(isa, kc, ap, bp, &mut tile);
-                            } else {
-                                simd::ukernel(isa, kc, ap, bp, &mut tile, NR, false);
+                            match panel {
+                                Panel::Packed(bp) if mr == 1 => {
+                                    simd::ukernel_row(isa, kc, ap, bp, &mut tile)
+                                }
+                                Panel::Packed(bp) => {
+                                    simd::ukernel(isa, kc, ap, bp, &mut tile, NR, false)
+                                }
+                                Panel::Rows(off) => {
+                                    simd::ukernel_rows(isa, ap, &block, off, &mut tile, NR, false)
+                                }
                             }
                             for r in 0..mr {
                                 let dst = &mut c[(i + r) * ldc + j..(i + r) * ldc + j + nr];
@@ -467,9 +538,17 @@ mod tests {
         );
         let want = gemm_naive(m, n, k, &a, &b);
         assert_close(&c, &want, 1e-4);
-        // The same product with B generated block by block.
-        let fill =
-            |p: usize, j0: usize, len: usize, _: &mut [f32]| Some(&b[p * n + j0..p * n + j0 + len]);
+        // The same product with B generated block by block: even rows borrowed from
+        // their source, odd rows written into the slot the GEMM provides.
+        let fill = |p: usize, j0: usize, len: usize, row: &mut [f32]| {
+            let src = &b[p * n + j0..p * n + j0 + len];
+            if p % 2 == 0 {
+                Some(src)
+            } else {
+                row.copy_from_slice(src);
+                None
+            }
+        };
         let mut scratch = vec![0.0; block_scratch_len(k, n)];
         let mut c2 = vec![f32::NAN; m * n];
         gemm_packed(
@@ -501,6 +580,9 @@ mod tests {
                 (64, 50, 513),
                 (7, 1100, 20),
                 (3, 100, 0),
+                // Either side of the row-table / packed-block threshold.
+                (ROWS_IN_PLACE_MAX_M, 40, 70),
+                (ROWS_IN_PLACE_MAX_M + 1, 20, 9),
             ] {
                 run(m, n, k, isa);
             }

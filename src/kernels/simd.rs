@@ -70,11 +70,97 @@ pub fn ukernel(
     }
 }
 
+/// Up to [`super::gemm::KC`] rows of an unpacked B block, each a slice of at least `len`
+/// floats starting at the block's first column: B row `p`, column `jc + j` is
+/// `rows[p][j]`. Lets the micro-kernel read B straight from its source (conv input
+/// planes, im2col rows) instead of from packed panels.
+pub struct RowBlock<'r, 'b> {
+    rows: &'r [&'b [f32]],
+    len: usize,
+}
+
+impl<'r, 'b> RowBlock<'r, 'b> {
+    /// Checks once that every row holds `len` floats.
+    pub fn new(rows: &'r [&'b [f32]], len: usize) -> RowBlock<'r, 'b> {
+        assert!(rows.iter().all(|r| r.len() >= len), "short B row");
+        RowBlock { rows, len }
+    }
+
+    /// Rows in the block.
+    pub fn depth(&self) -> usize {
+        self.rows.len()
+    }
+}
+
+/// One MR x NR tile like [`ukernel`], with B read from columns `off..off + NR` of the
+/// rows of `b` (depth `b.depth()`).
+#[inline]
+pub fn ukernel_rows(
+    isa: Isa,
+    a: &[f32],
+    b: &RowBlock<'_, '_>,
+    off: usize,
+    c: &mut [f32],
+    ldc: usize,
+    accumulate: bool,
+) {
+    let kc = b.depth();
+    assert!(a.len() >= kc * MR && off + NR <= b.len);
+    assert!(ldc >= NR && c.len() >= (MR - 1) * ldc + NR);
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2Fma => {
+            // SAFETY: AVX2+FMA were detected (see `Isa`); a holds kc*MR floats, every row
+            // of `b` holds `len >= off + NR` floats (checked by `RowBlock::new` and the
+            // assert above), c holds MR rows of NR at stride ldc.
+            unsafe {
+                avx2::ukernel_rows_6x16(
+                    kc,
+                    a.as_ptr(),
+                    b.rows,
+                    off,
+                    c.as_mut_ptr(),
+                    ldc,
+                    accumulate,
+                )
+            }
+        }
+        _ => ukernel_rows_portable(a, b, off, c, ldc, accumulate),
+    }
+}
+
+/// Portable twin of the row-table micro-kernel.
+pub fn ukernel_rows_portable(
+    a: &[f32],
+    b: &RowBlock<'_, '_>,
+    off: usize,
+    c: &mut [f32],
+    ldc: usize,
+    acc: bool,
+) {
+    let rows = b.rows;
+    tile_portable(rows.len(), a, |p| &rows[p][off..off + NR], c, ldc, acc)
+}
+
 /// Portable twin of the AVX2 micro-kernel.
 pub fn ukernel_portable(kc: usize, a: &[f32], b: &[f32], c: &mut [f32], ldc: usize, acc: bool) {
+    tile_portable(kc, a, |p| &b[p * NR..p * NR + NR], c, ldc, acc)
+}
+
+/// The MR x NR tile both portable micro-kernels share; `b_row(p)` is B's NR floats
+/// for step `p`.
+#[inline]
+fn tile_portable<'b>(
+    kc: usize,
+    a: &[f32],
+    b_row: impl Fn(usize) -> &'b [f32],
+    c: &mut [f32],
+    ldc: usize,
+    acc: bool,
+) {
     let mut t = [[0.0f32; NR]; MR];
     for p in 0..kc {
-        let bv = &b[p * NR..p * NR + NR];
+        let bv = b_row(p);
         for (r, row) in t.iter_mut().enumerate() {
             let av = a[p * MR + r];
             for (x, bb) in row.iter_mut().zip(bv) {
@@ -263,13 +349,55 @@ mod avx2 {
         ldc: usize,
         acc: bool,
     ) {
+        // SAFETY: p < kc, so `b + p*NR` and the 16 floats after it are in the panel.
+        unsafe { tile_6x16(kc, a, |p| b.add(p * NR), c, ldc, acc) }
+    }
+
+    /// 6x16 FMA micro-kernel reading B row `p` at `rows[p] + off`.
+    ///
+    /// # Safety
+    /// AVX2 and FMA must be available; `a` must be valid for `kc * 6` reads, every row
+    /// of `rows[..kc]` for `off + 16` reads, and `c` for 6 rows of 16 floats at stride
+    /// `ldc`.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn ukernel_rows_6x16(
+        kc: usize,
+        a: *const f32,
+        rows: &[&[f32]],
+        off: usize,
+        c: *mut f32,
+        ldc: usize,
+        acc: bool,
+    ) {
+        let rows = &rows[..kc];
+        // SAFETY: every row holds off + 16 floats (caller's contract).
+        unsafe { tile_6x16(kc, a, |p| rows[p].as_ptr().add(off), c, ldc, acc) }
+    }
+
+    /// The 6x16 tile shared by both micro-kernels: `b_row(p)` points at the 16 floats
+    /// of B for step `p`.
+    ///
+    /// # Safety
+    /// AVX2 and FMA must be available; `a` valid for `kc * 6` reads, `b_row(p)` for 16
+    /// reads for every `p < kc`, `c` for 6 rows of 16 floats at stride `ldc`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn tile_6x16(
+        kc: usize,
+        a: *const f32,
+        b_row: impl Fn(usize) -> *const f32,
+        c: *mut f32,
+        ldc: usize,
+        acc: bool,
+    ) {
         let mut t = [_mm256_setzero_ps(); 2 * MR];
         for p in 0..kc {
-            // SAFETY: p < kc, so the loads stay within the kc*NR / kc*MR panels.
+            let bp = b_row(p);
+            // SAFETY: 16 floats at bp and the A column p (kc*6 floats) are readable.
             let (b0, b1, ap) = unsafe {
                 (
-                    _mm256_loadu_ps(b.add(p * NR)),
-                    _mm256_loadu_ps(b.add(p * NR + 8)),
+                    _mm256_loadu_ps(bp),
+                    _mm256_loadu_ps(bp.add(8)),
                     a.add(p * MR),
                 )
             };

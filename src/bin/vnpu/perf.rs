@@ -232,3 +232,36 @@ pub fn run_loads(
     progress(1.0);
     results
 }
+
+/// Measured time per compiled node: runs the model `runs` times on this thread with a
+/// profiling plan (same graph and kernels) and returns each node's mean µs per run.
+pub fn profile_nodes(m: &Model, runs: usize) -> Result<Vec<f64>, String> {
+    use vnpu::exec::{ModelPlan, PlanOptions};
+    let plan = ModelPlan::new(
+        m.plan.graph().clone(),
+        &PlanOptions {
+            profile: true,
+            ..Default::default()
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    let mut st = plan.new_state();
+    let inputs = pattern_inputs(m);
+    let run = |st: &mut vnpu::exec::ExecState| -> Result<(), String> {
+        for (i, b) in inputs.iter().enumerate() {
+            plan.set_input(st, i, b).map_err(|e| e.to_string())?;
+        }
+        plan.run_all(st).map_err(|e| e.to_string())
+    };
+    run(&mut st)?; // warm-up: caches, page faults
+    plan.reset_profile(&mut st);
+    let runs = runs.max(1);
+    for _ in 0..runs {
+        run(&mut st)?;
+    }
+    Ok(plan
+        .profile(&st)
+        .iter()
+        .map(|t| t.micros / runs as f64)
+        .collect())
+}

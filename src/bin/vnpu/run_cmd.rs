@@ -344,18 +344,25 @@ pub fn run_perf(argv: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// Writes the profiler JSON (hbDNN `profiler.log` style) into `dir/profiler.log`.
+/// Runs of the per-node profiling pass behind `--profile_path`.
+const PROFILE_RUNS: usize = 10;
+
+/// Writes the profiler JSON (hbDNN `profiler.log` style) into `dir/profiler.log`: per
+/// model the task latency split, and per compiled node its estimated and measured
+/// (`avg_time_us`, mean of a [`PROFILE_RUNS`]-run profiling pass) time.
 fn write_profile(dir: &Path, loads: &[Load], results: &[LoadResult]) -> Result<(), String> {
     use serde_json::json;
     let mut models = Vec::new();
     for (l, r) in loads.iter().zip(results) {
         let c = &l.model.compiled;
+        // Measured per-node time, from a separate profiling pass on this thread.
+        let measured = perf::profile_nodes(&l.model, PROFILE_RUNS)?;
         let nodes: Vec<_> = c
             .graph
             .nodes
             .iter()
             .enumerate()
-            .map(|(i, n)| json!({"node": n.name, "op": n.op.name(), "absorbed": n.absorbed, "est_time_us": c.node_est_us.get(i)}))
+            .map(|(i, n)| json!({"node": n.name, "op": n.op.name(), "absorbed": n.absorbed, "est_time_us": c.node_est_us.get(i), "avg_time_us": measured.get(i)}))
             .collect();
         let stats = |v: &[f64]| json!({"avg_time": v.iter().sum::<f64>() / v.len().max(1) as f64 / 1e3, "max_time": percentile(v, 100.0) / 1e3, "min_time": percentile(v, 0.0) / 1e3, "p50": percentile(v, 50.0) / 1e3, "p99": percentile(v, 99.0) / 1e3});
         models.push(json!({
