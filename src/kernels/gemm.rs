@@ -13,6 +13,7 @@
 
 use super::simd::{self, Isa, RowBlock};
 use super::unary::{apply_unary_body, PostOpRt};
+use crate::ir::UnaryOp;
 
 /// Rows of one micro-tile (and of one packed A panel).
 pub const MR: usize = 6;
@@ -198,9 +199,30 @@ impl Epilogue<'_> {
         j0: usize,
         nr: usize,
     ) {
+        // The commonest epilogue, a conv's bias then ReLU / Clip, as one sweep.
+        let clamp = match (self.addend, self.bias, self.post) {
+            (None, Some(_), [PostOpRt::Unary(UnaryOp::Relu)]) if self.channel_is_row => {
+                Some((0.0, f32::INFINITY))
+            }
+            (None, Some(_), [PostOpRt::Unary(UnaryOp::Clip { min, max })])
+                if self.channel_is_row =>
+            {
+                Some((*min, *max))
+            }
+            _ => None,
+        };
         for i in i0..i0 + mr {
             let off = i * ldc + j0;
             let row = &mut c[off..off + nr];
+            if let (Some((lo, hi)), Some(bias)) = (clamp, self.bias) {
+                let b = bias[self.channel_offset + i];
+                for y in row.iter_mut() {
+                    let v = *y + b;
+                    let v = if v > lo { v } else { lo };
+                    *y = if v < hi { v } else { hi };
+                }
+                continue;
+            }
             if let Some(add) = self.addend {
                 for (y, a) in row.iter_mut().zip(&add[off..off + nr]) {
                     *y += *a;
@@ -643,6 +665,55 @@ mod tests {
             &Epilogue::NONE,
         );
         assert_close(&c, &gemm_naive(m, n, k, &a, &b), 1e-4);
+    }
+
+    #[test]
+    fn epilogue_bias_then_clip_or_relu_in_one_sweep() {
+        // Special values included: NaN and infinities go where the separate ops send them.
+        let row = [
+            -3.0,
+            -0.5,
+            0.0,
+            0.25,
+            2.0,
+            9.0,
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+        ];
+        let bias = [0.5f32, -1.0];
+        for (op, f) in [
+            (
+                UnaryOp::Relu,
+                (|v: f32| if v > 0.0 { v } else { 0.0 }) as fn(f32) -> f32,
+            ),
+            (UnaryOp::Clip { min: 0.0, max: 6.0 }, |v: f32| {
+                let a = if v > 0.0 { v } else { 0.0 };
+                if a < 6.0 {
+                    a
+                } else {
+                    6.0
+                }
+            }),
+        ] {
+            let post = [PostOpRt::Unary(op)];
+            let epi = Epilogue {
+                bias: Some(&bias),
+                channel_is_row: true,
+                channel_offset: 0,
+                addend: None,
+                post: &post,
+                residuals: &[],
+            };
+            for isa in simd::available_isas() {
+                let mut c: Vec<f32> = row.iter().chain(&row).copied().collect();
+                epi.apply(isa, &mut c, row.len(), 0, 2, 0, row.len());
+                for (i, (got, x)) in c.iter().zip(row.iter().chain(&row)).enumerate() {
+                    let want = f(x + bias[i / row.len()]);
+                    assert_eq!(got.to_bits(), want.to_bits(), "{op:?} {x} at {i}");
+                }
+            }
+        }
     }
 
     #[test]
