@@ -21,7 +21,7 @@ use perf::{percentile, Load};
 use vnpu::compile::{compile_onnx_file, CompileOptions, CompiledModel};
 use vnpu::exec::Tile;
 use vnpu::runtime::{Model, PackedModel, Runtime};
-use vnpu::sched::SchedConfig;
+use vnpu::sched::{SchedConfig, TraceEvent, TraceKind};
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -184,6 +184,106 @@ fn bench_split(dir: &Path, runs: usize) {
     println!("unsplit: {ta:.2} ms (1 FC); max_time_per_fc 1000: {tb:.2} ms ({fcs} FCs); overhead {:+.2} %", (tb / ta - 1.0) * 100.0);
 }
 
+/// The host's own scheduling noise, for reading the priority tails: one busy thread
+/// per CPU does fixed ~0.5 ms chunks of arithmetic for `secs` seconds; returns (chunks
+/// that took more than 3 ms, the longest chunk in ms). On a quiet dedicated machine both
+/// are small; a shared VM shows stalls that no scheduler inside the process can avoid.
+fn host_stalls(secs: f64) -> (usize, f64) {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let handles: Vec<_> = (0..cpus)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let t0 = Instant::now();
+                let (mut stalls, mut worst) = (0usize, 0f64);
+                let mut x = 1.0f64;
+                while t0.elapsed().as_secs_f64() < secs {
+                    let a = Instant::now();
+                    for i in 0..150_000 {
+                        x = std::hint::black_box(x + i as f64 * 0.5);
+                    }
+                    let ms = a.elapsed().as_secs_f64() * 1e3;
+                    worst = worst.max(ms);
+                    stalls += usize::from(ms > 3.0);
+                }
+                (stalls, worst)
+            })
+        })
+        .collect();
+    handles
+        .into_iter()
+        .map(|h| h.join().unwrap_or((0, 0.0)))
+        .fold((0, 0.0), |a, b| (a.0 + b.0, a.1.max(b.1)))
+}
+
+/// Per priority-255 task: the wait before its first FC and the stretch of its run
+/// beyond its FCs' typical durations; plus every normal FC's duration.
+struct ScheduleSplit {
+    wait_ms: Vec<f64>,
+    stretch_ms: Vec<f64>,
+    bg_fc_ms: Vec<f64>,
+}
+
+fn schedule_split(events: &[TraceEvent]) -> ScheduleSplit {
+    use std::collections::HashMap;
+    let ms = |ns: u64| ns as f64 / 1e6;
+    let mut submit = HashMap::new();
+    let mut first_fc = HashMap::new();
+    let mut fc_start = HashMap::new();
+    let mut fc_ms: HashMap<(u32, u32), Vec<f64>> = HashMap::new();
+    let mut fg_fcs: HashMap<u64, Vec<(u32, u32)>> = HashMap::new();
+    let mut done = HashMap::new();
+    let mut bg_fc_ms = Vec::new();
+    for e in events {
+        match e.kind {
+            TraceKind::Submit => {
+                submit.insert(e.task, e.ts_ns);
+            }
+            TraceKind::FcStart => {
+                fc_start.insert((e.task, e.seg, e.fc), e.ts_ns);
+                if e.priority == 255 {
+                    first_fc.entry(e.task).or_insert(e.ts_ns);
+                }
+            }
+            TraceKind::FcEnd => {
+                if let Some(t0) = fc_start.remove(&(e.task, e.seg, e.fc)) {
+                    let d = ms(e.ts_ns - t0);
+                    if e.priority == 255 {
+                        fc_ms.entry((e.seg, e.fc)).or_default().push(d);
+                        fg_fcs.entry(e.task).or_default().push((e.seg, e.fc));
+                    } else {
+                        bg_fc_ms.push(d);
+                    }
+                }
+            }
+            TraceKind::Done if e.priority == 255 => {
+                done.insert(e.task, e.ts_ns);
+            }
+            _ => {}
+        }
+    }
+    let typical: HashMap<(u32, u32), f64> = fc_ms
+        .iter()
+        .map(|(k, v)| (*k, percentile(v, 50.0)))
+        .collect();
+    let (mut wait_ms, mut stretch_ms) = (Vec::new(), Vec::new());
+    for (task, &t_first) in &first_fc {
+        let (Some(&t_sub), Some(&t_done)) = (submit.get(task), done.get(task)) else {
+            continue;
+        };
+        let wait = ms(t_first.saturating_sub(t_sub));
+        let own: f64 = fg_fcs
+            .get(task)
+            .map_or(0.0, |v| v.iter().map(|k| typical[k]).sum());
+        wait_ms.push(wait);
+        stretch_ms.push(ms(t_done.saturating_sub(t_sub)) - wait - own);
+    }
+    ScheduleSplit {
+        wait_ms,
+        stretch_ms,
+        bg_fc_ms,
+    }
+}
+
 fn bench_priority(dir: &Path, secs: f64) {
     println!("\n## 2. priority under load: MobileNetV2 (priority 255, 30 req/s, open loop) vs ResNet-18 (priority 0, flat out)");
     let small = dir.join("mobilenetv2.onnx");
@@ -216,14 +316,22 @@ fn bench_priority(dir: &Path, secs: f64) {
         "MobileNetV2 isolated p50: {iso:.2} ms; cores: {}",
         base.cores
     );
+    let (stalls, worst) = host_stalls(secs.min(5.0));
+    println!(
+        "host noise: {stalls} stalls > 3 ms in {:.0} s of busy chunks on every CPU, longest chunk {worst:.1} ms",
+        secs.min(5.0)
+    );
     println!(
         "{:<34} {:>9} {:>9} {:>9} {:>12}",
         "setting", "fg p50", "fg p99", "fg max", "bg runs/s"
     );
+    let mut waits = Vec::new();
     for limit in [0usize, 1] {
         let mut cfg = base.clone();
         cfg.core_limit = limit;
+        cfg.trace_capacity = 1 << 20;
         let rt = Runtime::with_config(cfg).expect("runtime");
+        rt.scheduler().trace_start();
         let r = perf::run_loads(
             &rt,
             &[fg.clone(), bg.clone()],
@@ -238,6 +346,8 @@ fn bench_priority(dir: &Path, secs: f64) {
             percentile(&r[0].latency_us, 100.0) / 1e3,
             r[1].fps()
         );
+        rt.scheduler().trace_stop();
+        waits.push((limit, schedule_split(&rt.scheduler().trace_events())));
     }
     for (label, extra) in [
         ("onnxruntime 2 threads", vec![]),
@@ -267,6 +377,26 @@ fn bench_priority(dir: &Path, secs: f64) {
                 j["big_per_s"].as_f64().unwrap_or(f64::NAN)
             );
         }
+    }
+    println!(
+        "\nwhere the foreground's time went (from the scheduler trace, ms): wait = submit to its first FC;\n\
+         stretch = end-to-end minus wait minus its FCs' summed isolated-median durations"
+    );
+    println!(
+        "{:<24} {:>9} {:>9} {:>9} {:>11} {:>11} {:>13}",
+        "setting", "wait p50", "wait p99", "wait max", "stretch p99", "bg FC p99", "bg FC max"
+    );
+    for (limit, w) in &waits {
+        println!(
+            "{:<24} {:>9.2} {:>9.2} {:>9.2} {:>11.2} {:>11.2} {:>13.2}",
+            format!("BPLAT_CORELIMIT={limit}"),
+            percentile(&w.wait_ms, 50.0),
+            percentile(&w.wait_ms, 99.0),
+            percentile(&w.wait_ms, 100.0),
+            percentile(&w.stretch_ms, 99.0),
+            percentile(&w.bg_fc_ms, 99.0),
+            percentile(&w.bg_fc_ms, 100.0),
+        );
     }
 }
 
