@@ -380,7 +380,7 @@ fn bench_priority(dir: &Path, secs: f64) {
     }
     println!(
         "\nwhere the foreground's time went (from the scheduler trace, ms): wait = submit to its first FC;\n\
-         stretch = end-to-end minus wait minus its FCs' summed isolated-median durations"
+         stretch = end-to-end minus wait minus its FCs' median durations in this run"
     );
     println!(
         "{:<24} {:>9} {:>9} {:>9} {:>11} {:>11} {:>13}",
