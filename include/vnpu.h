@@ -740,9 +740,11 @@ int32_t hbDNNSetTaskDoneCb(hbDNNTaskHandle_t taskHandle, hbDNNTaskDoneCb cb, voi
 int32_t hbDNNWaitTaskDone(hbDNNTaskHandle_t taskHandle, int32_t timeout);
 
 /**
- * Releases a task (returns at once): a queued task is cancelled, a running one is freed
- * when it ends; its done callback is not called afterwards. NULL, stale or double
- * release → `HB_DNN_INVALID_TASK_HANDLE`.
+ * Releases a task: a queued task is cancelled; a running one is stopped at its next FC
+ * or segment boundary and this call waits for the FC in flight (at most one FC), so the
+ * task's input and output memory may be freed once it returns (called from a done
+ * callback it returns at once). Its done callback is not called afterwards. NULL, stale
+ * or double release → `HB_DNN_INVALID_TASK_HANDLE`.
  *
  * # Safety
  * Any value is accepted.

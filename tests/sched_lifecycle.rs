@@ -18,7 +18,7 @@ fn releasing_a_queued_task_cancels_it_and_frees_its_slot() {
     let g = Gates::new();
     let s = sched_with(1, 0, |_| {});
     g.gate("X", 0, 0);
-    let x = submit(&s, &body("X", &g, &[S::B(&[10])]), ctrl(0, 0, 0));
+    let x = submit(&s, &body("X", &g, &[S::B(&[10, 10])]), ctrl(0, 0, 0));
     g.wait_started("X", 0, 0);
     let q = submit(&s, &body("Q", &g, &[S::B(&[10])]), ctrl(0, 0, 0));
     let codes_seen = Arc::new(Mutex::new(Vec::new()));
@@ -32,12 +32,21 @@ fn releasing_a_queued_task_cancels_it_and_frees_its_slot() {
     assert_eq!(err.code(), codes::HB_DNN_RUN_TASK_FAILED);
     assert_eq!(*codes_seen.lock(), vec![codes::HB_DNN_RUN_TASK_FAILED]);
     assert!(matches!(q.release(), Err(Error::InvalidTaskHandle(_))));
-    // Releasing a running task frees it when it ends.
-    x.release().unwrap();
-    assert_eq!(s.live_tasks(), 1);
-    g.open("X", 0, 0);
-    x.wait(None).unwrap();
+    // Releasing a running task stops it at its next FC boundary: the FC in flight ends,
+    // the next never starts, and release returns only then (so that the caller may
+    // free the task's memory).
+    std::thread::scope(|sc| {
+        let releaser = sc.spawn(|| x.release());
+        while !x.is_released() {
+            std::thread::yield_now();
+        }
+        g.open("X", 0, 0);
+        releaser.join().unwrap().unwrap();
+    });
     assert_eq!(s.live_tasks(), 0);
+    let err = x.wait(None).unwrap_err();
+    assert_eq!(err.code(), codes::HB_DNN_RUN_TASK_FAILED);
+    assert!(err.to_string().contains("released while running"), "{err}");
     let ev = s.trace_events();
     assert!(ev
         .iter()
@@ -46,6 +55,7 @@ fn releasing_a_queued_task_cancels_it_and_frees_its_slot() {
         .iter()
         .any(|e| e.kind == TraceKind::FcStart && e.task == q.id()));
     assert!(!g.started().iter().any(|s| s.0 == "Q"));
+    assert!(!g.started().iter().any(|s| s.0 == "X" && s.2 == 1));
 }
 
 #[test]

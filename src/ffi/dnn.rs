@@ -756,9 +756,11 @@ pub unsafe extern "C" fn hbDNNWaitTaskDone(taskHandle: hbDNNTaskHandle_t, timeou
     })
 }
 
-/// Releases a task (returns at once): a queued task is cancelled, a running one is freed
-/// when it ends; its done callback is not called afterwards. NULL, stale or double
-/// release → `HB_DNN_INVALID_TASK_HANDLE`.
+/// Releases a task: a queued task is cancelled; a running one is stopped at its next FC
+/// or segment boundary and this call waits for the FC in flight (at most one FC), so the
+/// task's input and output memory may be freed once it returns (called from a done
+/// callback it returns at once). Its done callback is not called afterwards. NULL, stale
+/// or double release → `HB_DNN_INVALID_TASK_HANDLE`.
 ///
 /// # Safety
 /// Any value is accepted.

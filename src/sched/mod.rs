@@ -807,6 +807,7 @@ impl SchedInner {
     /// Protocol step 6.
     fn release(&self, t: &Arc<TaskShared>) -> Result<()> {
         let mut done: Done = Vec::new();
+        let running;
         {
             let mut st = self.state.lock();
             if t.released.swap(true, Ordering::AcqRel) {
@@ -834,8 +835,19 @@ impl SchedInner {
             } else if !st.running.contains_key(&t.id) {
                 st.live = st.live.saturating_sub(1);
             }
+            running = st.running.contains_key(&t.id);
         }
         complete_all(done);
+        // A running task stops at its next FC or segment boundary; wait for that, so
+        // that the caller may free the task's memory once release returns. Not on a
+        // scheduler thread (a done callback), where waiting could block the very core
+        // the task needs.
+        if running && !ON_SCHED_THREAD.with(|f| f.get()) {
+            let mut d = t.done.lock();
+            while d.result.is_none() && !d.finishing {
+                t.done_cv.wait(&mut d);
+            }
+        }
         Ok(())
     }
 
@@ -857,7 +869,27 @@ impl SchedInner {
     }
 }
 
+thread_local! {
+    /// Set on the scheduler's own threads (cores, CPU pool): done callbacks run there,
+    /// and a release called from one must not wait for the scheduler.
+    static ON_SCHED_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Why a released task stops at its next FC or segment boundary (the safe point).
+pub(crate) const STOPPED_REASON: &str = "stopped: released while running";
+
+/// The error that ends a released running task instead of its next FC or segment.
+fn stopped_if_released(t: &TaskShared) -> Option<Error> {
+    t.released
+        .load(Ordering::Acquire)
+        .then(|| Error::RunFailed {
+            model: t.body.label().to_owned(),
+            reason: STOPPED_REASON.into(),
+        })
+}
+
 fn core_main(inner: Arc<SchedInner>, k: usize) {
+    ON_SCHED_THREAD.with(|f| f.set(true));
     os::place_core_thread(k, inner.cfg.pin_cores, inner.cfg.rt_priority);
     let mut done: Done = Vec::new();
     let spin = Duration::from_micros(inner.cfg.spin_us);
@@ -887,7 +919,10 @@ fn core_main(inner: Arc<SchedInner>, k: usize) {
         inner.trace(TraceKind::FcStart, &t, Some(k), seg, fc, 0);
         let (result, elapsed) = MutexGuard::unlocked(&mut st, || {
             let start = Instant::now();
-            let r = run_guarded(|| t.body.run_fc(seg, fc));
+            let r = match stopped_if_released(&t) {
+                Some(e) => Err(e),
+                None => run_guarded(|| t.body.run_fc(seg, fc)),
+            };
             (r, start.elapsed())
         });
         inner.on_fc_end(&mut st, k, result, elapsed, &mut done);
@@ -919,11 +954,15 @@ pub(crate) fn spin_until(limit: Duration, done: impl Fn() -> bool) -> bool {
 }
 
 fn cpu_main(inner: Arc<SchedInner>, rx: Receiver<CpuMsg>) {
+    ON_SCHED_THREAD.with(|f| f.set(true));
     let mut done: Done = Vec::new();
     while let Ok(CpuMsg::Run(t, seg)) = rx.recv() {
         inner.trace(TraceKind::SegmentStart, &t, None, seg, 0, 0);
         let start = Instant::now();
-        let result = run_guarded(|| t.body.run_cpu_segment(seg));
+        let result = match stopped_if_released(&t) {
+            Some(e) => Err(e),
+            None => run_guarded(|| t.body.run_cpu_segment(seg)),
+        };
         let elapsed = start.elapsed();
         {
             let mut st = inner.state.lock();

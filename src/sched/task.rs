@@ -277,11 +277,18 @@ impl TaskHandle {
         }
     }
 
-    /// Releases the task: a queued task is cancelled (its waiters get an error), a running
-    /// one is freed when it ends. Its slot under the task limit is returned then.
+    /// Releases the task: a queued task is cancelled (its waiters get an error); a running
+    /// one is stopped at its next FC or segment boundary (the FC in flight finishes) and
+    /// this call waits for that, so that the task's memory may be freed on return (from
+    /// a done callback it does not wait). Its slot under the task limit is returned then.
     /// Releasing twice is [`Error::InvalidTaskHandle`].
     pub fn release(&self) -> Result<()> {
         self.sched.release(&self.shared)
+    }
+
+    /// Whether [`release`](Self::release) was called (it may still be stopping).
+    pub fn is_released(&self) -> bool {
+        self.shared.released.load(Ordering::Acquire)
     }
 
     /// Where the task is in its life.
