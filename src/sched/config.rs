@@ -34,6 +34,11 @@ pub struct SchedConfig {
     pub pin_cores: bool,
     /// `VNPU_RT_PRIORITY`: run core threads under `SCHED_FIFO`.
     pub rt_priority: bool,
+    /// `VNPU_CORE_NICE`: OS nice value of the core threads (-20..=19, default 0). A
+    /// positive value lets the application's own threads (submitters, waiters) preempt
+    /// busy cores at once, which shortens end-to-end latency when the cores saturate
+    /// the host's CPUs; negative values need privileges (else a warning, left at 0).
+    pub core_nice: i32,
     /// `VNPU_TRACE`: start tracing at creation and dump to this file on `dump_trace`/drop.
     pub trace_path: Option<PathBuf>,
     /// `VNPU_TRACE_CAPACITY`: events kept by the trace ring buffer (default 65536).
@@ -57,6 +62,7 @@ impl Default for SchedConfig {
             max_tasks: 32,
             pin_cores: false,
             rt_priority: false,
+            core_nice: 0,
             trace_path: None,
             trace_capacity: 1 << 16,
             spin_us: 50,
@@ -128,6 +134,18 @@ impl SchedConfig {
         }
         if let Some(v) = flag("VNPU_RT_PRIORITY")? {
             cfg.rt_priority = v;
+        }
+        if let Some(v) = lookup("VNPU_CORE_NICE") {
+            cfg.core_nice = v
+                .trim()
+                .parse::<i32>()
+                .ok()
+                .filter(|n| (-20..=19).contains(n))
+                .ok_or_else(|| Error::Config {
+                    name: "VNPU_CORE_NICE".into(),
+                    value: v.clone(),
+                    reason: "expected an integer in -20..=19".into(),
+                })?;
         }
         if let Some(v) = lookup("VNPU_TRACE") {
             if !v.trim().is_empty() {
@@ -217,6 +235,7 @@ mod tests {
             ("HB_MAX_TASK_NUM", "8"),
             ("VNPU_PIN_CORES", "1"),
             ("VNPU_RT_PRIORITY", "true"),
+            ("VNPU_CORE_NICE", "10"),
             ("VNPU_TRACE", "/tmp/t.json"),
         ]))
         .unwrap();
@@ -233,6 +252,7 @@ mod tests {
             (25, 5, 7)
         );
         assert!(cfg.pin_cores && cfg.rt_priority);
+        assert_eq!(cfg.core_nice, 10);
         assert_eq!(cfg.trace_path, Some(PathBuf::from("/tmp/t.json")));
     }
 
@@ -247,6 +267,9 @@ mod tests {
             ("VNPU_CPU_THREADS", "0"),
             ("VNPU_PIN_CORES", "maybe"),
             ("HB_DNN_BPU_SCHEDULE_THRESHOLD", "1.5"),
+            ("VNPU_CORE_NICE", "20"),
+            ("VNPU_CORE_NICE", "-21"),
+            ("VNPU_CORE_NICE", "low"),
         ] {
             let err = SchedConfig::from_lookup(lookup(&[(k, v)])).unwrap_err();
             match err {

@@ -890,7 +890,12 @@ fn stopped_if_released(t: &TaskShared) -> Option<Error> {
 
 fn core_main(inner: Arc<SchedInner>, k: usize) {
     ON_SCHED_THREAD.with(|f| f.set(true));
-    os::place_core_thread(k, inner.cfg.pin_cores, inner.cfg.rt_priority);
+    os::place_core_thread(
+        k,
+        inner.cfg.pin_cores,
+        inner.cfg.rt_priority,
+        inner.cfg.core_nice,
+    );
     let mut done: Done = Vec::new();
     let spin = Duration::from_micros(inner.cfg.spin_us);
     let mut spun = false;

@@ -1,10 +1,17 @@
-//! Thread placement for core workers: optional CPU pinning and real-time priority.
+//! Thread placement for core workers: optional CPU pinning, real-time priority and nice
+//! value.
 //!
 //! Invariant: placement is best effort; a refusal by the OS (no permission, no such CPU,
 //! not Linux) leaves the thread as it was and logs one warning on stderr, never fails.
 
-/// Pins the calling thread to host CPU `core % host_cpus` and/or gives it `SCHED_FIFO`.
-pub(crate) fn place_core_thread(core: usize, pin: bool, rt: bool) {
+/// Pins the calling thread to host CPU `core % host_cpus`, gives it `SCHED_FIFO` and/or
+/// sets its nice value (`nice` 0 = leave it).
+pub(crate) fn place_core_thread(core: usize, pin: bool, rt: bool, nice: i32) {
+    if nice != 0 {
+        if let Err(e) = nice_current(nice) {
+            eprintln!("vnpu: warning: cannot set core {core} thread nice {nice}: {e}; left as is");
+        }
+    }
     if pin {
         if let Err(e) = pin_current(core) {
             eprintln!("vnpu: warning: cannot pin core {core} thread: {e}; running unpinned");
@@ -32,6 +39,18 @@ fn pin_current(core: usize) -> std::result::Result<(), String> {
     unsafe { libc::CPU_SET(cpu, &mut set) };
     // SAFETY: pid 0 = the calling thread; the pointer and size describe `set`, alive here.
     let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error().to_string())
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn nice_current(nice: i32) -> std::result::Result<(), String> {
+    // SAFETY: plain syscall wrappers; who = 0 with PRIO_PROCESS is the calling thread on
+    // Linux (nice is per thread).
+    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) };
     if rc == 0 {
         Ok(())
     } else {
@@ -68,6 +87,11 @@ fn realtime_current() -> std::result::Result<(), String> {
     Err("real-time priority is only supported on Linux".into())
 }
 
+#[cfg(not(target_os = "linux"))]
+fn nice_current(_nice: i32) -> std::result::Result<(), String> {
+    Err("per-thread nice is only supported on Linux".into())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -76,11 +100,25 @@ mod tests {
     fn placement_never_fails_the_thread() {
         // Pinning to CPU 0 is allowed for any user; SCHED_FIFO usually is not in CI and
         // must then fall back with a warning instead of failing.
-        std::thread::spawn(|| place_core_thread(0, true, true))
+        std::thread::spawn(|| place_core_thread(0, true, true, 5))
             .join()
             .expect("placement must not panic");
         #[cfg(target_os = "linux")]
         {
+            // Raising one's own nice value is always allowed, and changes only that
+            // thread.
+            // SAFETY: plain query of the calling thread's nice value.
+            let before = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
+            let mine = std::thread::spawn(move || {
+                nice_current(before.max(7)).expect("raise nice");
+                // SAFETY: as above.
+                unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) }
+            })
+            .join()
+            .expect("no panic");
+            assert_eq!(mine, before.max(7));
+            // SAFETY: as above.
+            assert_eq!(unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) }, before);
             let r = std::thread::spawn(|| pin_current(0))
                 .join()
                 .expect("no panic");
