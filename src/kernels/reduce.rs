@@ -162,7 +162,7 @@ pub fn softmax(v: AxisView, log: bool, x: &[f32], y: &mut [f32], lo: usize, hi: 
             }
             let mut sum = 0.0f32;
             for k in 0..v.len {
-                let e = (x[at(k)] - m).exp();
+                let e = super::unary::exp(x[at(k)] - m);
                 y[at(k)] = e;
                 sum += e;
             }

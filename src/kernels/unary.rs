@@ -53,6 +53,8 @@ pub(crate) fn apply_unary_body(op: UnaryOp, x: &mut [f32]) {
         UnaryOp::HardSigmoid { alpha, beta } => x
             .iter_mut()
             .for_each(|v| *v = (*v * alpha + beta).clamp(0.0, 1.0)),
+        UnaryOp::Sigmoid => x.iter_mut().for_each(|v| *v = sigmoid(*v)),
+        UnaryOp::Exp => x.iter_mut().for_each(|v| *v = exp(*v)),
         _ => x.iter_mut().for_each(|v| *v = unary_scalar(op, *v)),
     }
 }
@@ -103,7 +105,7 @@ pub fn unary_scalar(op: UnaryOp, v: f32) -> f32 {
                 v.exp().ln_1p()
             }
         }
-        UnaryOp::Exp => v.exp(),
+        UnaryOp::Exp => exp(v),
         UnaryOp::Log => v.ln(),
         UnaryOp::Abs => v.abs(),
         UnaryOp::Neg => -v,
@@ -134,13 +136,50 @@ pub fn unary_scalar(op: UnaryOp, v: f32) -> f32 {
     }
 }
 
-/// Logistic function, stable for large |v|.
+/// Logistic function, stable for large |v|, branch-free (vectorises): with
+/// `e = exp(-|v|)`, `1 / (1 + e)` for `v >= 0` and `e / (1 + e)` below.
+#[inline(always)]
 pub fn sigmoid(v: f32) -> f32 {
+    let e = exp(-v.abs());
+    let s = 1.0 / (1.0 + e);
     if v >= 0.0 {
-        1.0 / (1.0 + (-v).exp())
+        s
     } else {
-        let e = v.exp();
-        e / (1.0 + e)
+        e * s
+    }
+}
+
+/// `e^x` within 1e-6 relative for normal results, branch-free so that loops over it vectorise:
+/// `x = n·ln2 + r` with `|r| <= ln2/2`, `e^r` by a degree-7 Taylor polynomial, `2^n`
+/// built in the exponent bits. Overflows to +inf above 88.72, flushes results below
+/// `f32::MIN_POSITIVE` (x < -87.33) to 0; NaN stays NaN.
+#[inline(always)]
+pub fn exp(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const LN2_HI: f32 = 0.693_145_75;
+    const LN2_LO: f32 = 1.428_606_8e-6;
+    // 1.5 * 2^23: adding it rounds to an integer in the low mantissa bits.
+    const ROUND: f32 = 12_582_912.0;
+    let xc = x.clamp(-87.33, 88.72);
+    // 2^n must stay a normal number: near the top, |r| grows to 0.67 instead.
+    let n = ((xc * LOG2E + ROUND) - ROUND).clamp(-126.0, 127.0);
+    let r = (xc - n * LN2_HI) - n * LN2_LO;
+    let p = 1.0
+        + r * (1.0
+            + r * (0.5
+                + r * (1.0 / 6.0
+                    + r * (1.0 / 24.0
+                        + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
+    let scale = f32::from_bits(((n as i32 + 127) << 23) as u32);
+    let y = p * scale;
+    if x > 88.72 {
+        f32::INFINITY
+    } else if x < -87.33 {
+        0.0
+    } else if x.is_nan() {
+        x
+    } else {
+        y
     }
 }
 
@@ -168,6 +207,42 @@ pub fn erf(v: f32) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn exp_and_sigmoid_match_libm() {
+        let mut worst = 0f64;
+        let mut x = -87.0f32;
+        while x < 88.7 {
+            let (got, want) = (exp(x) as f64, (x as f64).exp());
+            worst = worst.max(((got - want) / want).abs());
+            x += 0.0137;
+        }
+        assert!(worst < 1e-6, "exp relative error {worst}");
+        assert_eq!(exp(0.0), 1.0);
+        assert_eq!(exp(89.0), f32::INFINITY);
+        assert_eq!(exp(f32::INFINITY), f32::INFINITY);
+        assert_eq!(exp(-100.0), 0.0);
+        assert_eq!(exp(f32::NEG_INFINITY), 0.0);
+        assert!(exp(f32::NAN).is_nan());
+        let mut x = -40.0f32;
+        while x < 40.0 {
+            let want = 1.0 / (1.0 + (-(x as f64)).exp());
+            let got = sigmoid(x) as f64;
+            assert!(
+                (got - want).abs() <= 1e-6 * want + 1e-30,
+                "sigmoid({x}) = {got}, want {want}"
+            );
+            x += 0.0173;
+        }
+        assert_eq!(sigmoid(f32::INFINITY), 1.0);
+        assert_eq!(sigmoid(f32::NEG_INFINITY), 0.0);
+        assert!(sigmoid(f32::NAN).is_nan());
+        // The vectorised sweep agrees with the scalar function.
+        let mut v: Vec<f32> = (0..1000).map(|i| i as f32 * 0.05 - 25.0).collect();
+        let want: Vec<f32> = v.iter().map(|&x| sigmoid(x)).collect();
+        apply_unary(UnaryOp::Sigmoid, &mut v);
+        assert_eq!(v, want);
+    }
 
     #[test]
     fn erf_matches_known_values() {
