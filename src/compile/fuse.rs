@@ -26,6 +26,7 @@ fn fusable_unary(u: &UnaryOp) -> bool {
             | UnaryOp::LeakyRelu { .. }
             | UnaryOp::Clip { .. }
             | UnaryOp::Sigmoid
+            | UnaryOp::Silu
             | UnaryOp::HardSigmoid { .. }
             | UnaryOp::HardSwish
             | UnaryOp::Elu { .. }
@@ -283,6 +284,44 @@ fn classify(g: &Graph, pi: usize, ci: usize, pos: usize, x: ValueId) -> Option<F
     }
 }
 
+/// Rewrites `s = Sigmoid(x); y = Mul(x, s)` (either operand order, `s` read only by the
+/// Mul) into one `y = Silu(x)` node that absorbs both, which [`fuse_post_ops`] can then
+/// fold into the producer of `x` like any activation (YOLO-style SiLU after every conv).
+pub fn fuse_silu(g: &mut Graph) -> usize {
+    let mut fused = 0;
+    'outer: loop {
+        for si in 0..g.nodes.len() {
+            if !matches!(g.nodes[si].op, Op::Unary(UnaryOp::Sigmoid)) {
+                continue;
+            }
+            let (Some(x), Some(&s)) = (g.nodes[si].inputs[0], g.nodes[si].outputs.first()) else {
+                continue;
+            };
+            let Some((mi, pos)) = sole_consumer(g, s) else {
+                continue;
+            };
+            let m = &g.nodes[mi];
+            let same_shape = g.values[m.outputs[0]].shape == g.values[x].shape;
+            if !matches!(m.op, Op::Binary(BinaryOp::Mul))
+                || m.inputs.get(1 - pos).copied().flatten() != Some(x)
+                || !same_shape
+            {
+                continue;
+            }
+            let mut absorbed = g.nodes[si].absorbed.clone();
+            absorbed.extend(g.nodes[mi].absorbed.iter().cloned());
+            let n = &mut g.nodes[mi];
+            n.op = Op::Unary(UnaryOp::Silu);
+            n.inputs = vec![Some(x)];
+            n.absorbed = absorbed;
+            remove_nodes(g, &[si]);
+            fused += 1;
+            continue 'outer;
+        }
+        return fused;
+    }
+}
+
 /// Fuses chains of simple layers after Conv/Gemm/MatMul: activations, per-channel
 /// scale/shift (into the weights when possible), PRelu and a residual Add.
 pub fn fuse_post_ops(g: &mut Graph) -> usize {
@@ -421,6 +460,44 @@ mod tests {
             PostOp::AddInput { input: 3 }
         ));
         assert_close(&before, &run_graph(&g, &input), 1e-5);
+    }
+
+    #[test]
+    fn sigmoid_times_input_becomes_silu_then_fuses_into_the_conv() {
+        for swap in [false, true] {
+            let mut b = GraphBuilder::new();
+            let x = b.input("x", &[1, 2, 5, 5]);
+            let c = conv_graph(&mut b, x, "conv", 2, 2, 21);
+            let s = b.node("sig", Op::Unary(UnaryOp::Sigmoid), &[c], &[1, 2, 5, 5]);
+            let ins = if swap { [s, c] } else { [c, s] };
+            let y = b.node("mul", Op::Binary(BinaryOp::Mul), &ins, &[1, 2, 5, 5]);
+            let mut g = b.finish(&[y]);
+            let input = vec![rand_vec(50, 23)];
+            let before = run_graph(&g, &input);
+            assert_eq!(fuse_silu(&mut g), 1);
+            assert_eq!(fuse_post_ops(&mut g), 1);
+            assert_eq!(g.nodes.len(), 1);
+            assert_eq!(g.nodes[0].absorbed, vec!["conv", "sig", "mul"]);
+            assert_eq!(
+                g.nodes[0].op.post_ops().unwrap(),
+                &[PostOp::Unary(UnaryOp::Silu)][..]
+            );
+            assert_close(&before, &run_graph(&g, &input), 1e-5);
+        }
+        // A sigmoid read by anything else, or a Mul by another value, is left alone.
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", &[1, 2, 5, 5]);
+        let z = b.input("z", &[1, 2, 5, 5]);
+        let s = b.node("sig", Op::Unary(UnaryOp::Sigmoid), &[x], &[1, 2, 5, 5]);
+        let y = b.node("mul", Op::Binary(BinaryOp::Mul), &[z, s], &[1, 2, 5, 5]);
+        let mut g = b.finish(&[y]);
+        assert_eq!(fuse_silu(&mut g), 0);
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", &[1, 2, 5, 5]);
+        let s = b.node("sig", Op::Unary(UnaryOp::Sigmoid), &[x], &[1, 2, 5, 5]);
+        let y = b.node("mul", Op::Binary(BinaryOp::Mul), &[x, s], &[1, 2, 5, 5]);
+        let mut g = b.finish(&[y, s]);
+        assert_eq!(fuse_silu(&mut g), 0);
     }
 
     #[test]

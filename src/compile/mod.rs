@@ -161,6 +161,7 @@ pub fn compile_graph(mut g: Graph, opts: &CompileOptions) -> Result<CompiledMode
         loop {
             let mut changed = simplify::remove_identities(&mut g);
             changed += fuse::fold_batchnorm(&mut g);
+            changed += fuse::fuse_silu(&mut g);
             changed += fuse::fuse_post_ops(&mut g);
             if changed == 0 {
                 break;

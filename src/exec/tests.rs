@@ -486,6 +486,7 @@ fn batchnorm_norms_and_unary() {
         UnaryOp::Floor,
         UnaryOp::Sin,
         UnaryOp::HardSwish,
+        UnaryOp::Silu,
     ];
     for op in ops {
         let u = b.n1(Op::Unary(op), &[xi], DType::F32, &[2, 3, 5]);
@@ -499,7 +500,7 @@ fn batchnorm_norms_and_unary() {
         })
         .collect();
     assert_close(f32s(&out[0]), &want, 1e-5);
-    let refs: [fn(f32) -> f32; 10] = [
+    let refs: [fn(f32) -> f32; 11] = [
         |v| v.tanh(),
         |v| if v < 0.0 { 0.7 * (v.exp() - 1.0) } else { v },
         |v| {
@@ -516,6 +517,7 @@ fn batchnorm_norms_and_unary() {
         |v| v.floor(),
         |v| v.sin(),
         |v| v * (v + 3.0).clamp(0.0, 6.0) / 6.0,
+        |v| v / (1.0 + (-v).exp()),
     ];
     for (k, f) in refs.iter().enumerate() {
         let want: Vec<f32> = x.iter().map(|&v| f(v)).collect();

@@ -52,6 +52,9 @@ pub enum UnaryOp {
     Sin,
     Cos,
     Identity,
+    /// `x * sigmoid(x)` (SiLU / Swish-1): what a `Sigmoid` + `Mul` pair becomes when
+    /// compiled (added last: compiled files index variants).
+    Silu,
 }
 
 /// Element-wise two-input functions with numpy broadcasting.
@@ -470,6 +473,7 @@ impl UnaryOp {
             UnaryOp::Sigmoid => "Sigmoid",
             UnaryOp::HardSigmoid { .. } => "HardSigmoid",
             UnaryOp::HardSwish => "HardSwish",
+            UnaryOp::Silu => "Silu",
             UnaryOp::Elu { .. } => "Elu",
             UnaryOp::Selu { .. } => "Selu",
             UnaryOp::Tanh => "Tanh",

@@ -535,6 +535,7 @@ mod tests {
                 },
                 UnaryOp::HardSwish,
                 UnaryOp::Sigmoid,
+                UnaryOp::Silu,
                 UnaryOp::LeakyRelu { alpha: 0.1 },
             ];
             for op in ops {

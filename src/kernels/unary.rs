@@ -54,6 +54,7 @@ pub(crate) fn apply_unary_body(op: UnaryOp, x: &mut [f32]) {
             .iter_mut()
             .for_each(|v| *v = (*v * alpha + beta).clamp(0.0, 1.0)),
         UnaryOp::Sigmoid => x.iter_mut().for_each(|v| *v = sigmoid(*v)),
+        UnaryOp::Silu => x.iter_mut().for_each(|v| *v *= sigmoid(*v)),
         UnaryOp::Exp => x.iter_mut().for_each(|v| *v = exp(*v)),
         _ => x.iter_mut().for_each(|v| *v = unary_scalar(op, *v)),
     }
@@ -72,6 +73,7 @@ pub fn unary_scalar(op: UnaryOp, v: f32) -> f32 {
         }
         UnaryOp::Clip { min, max } => v.max(min).min(max),
         UnaryOp::Sigmoid => sigmoid(v),
+        UnaryOp::Silu => v * sigmoid(v),
         UnaryOp::HardSigmoid { alpha, beta } => (v * alpha + beta).clamp(0.0, 1.0),
         UnaryOp::HardSwish => v * (v * (1.0 / 6.0) + 0.5).clamp(0.0, 1.0),
         UnaryOp::Elu { alpha } => {
@@ -263,6 +265,7 @@ mod tests {
     fn vector_paths_match_scalar() {
         let ops = [
             UnaryOp::Relu,
+            UnaryOp::Silu,
             UnaryOp::Clip {
                 min: -0.5,
                 max: 0.25,
