@@ -479,6 +479,9 @@ pub fn gemm_packed(
                                 Panel::Packed(bp) if mr == 1 => {
                                     simd::ukernel_row(isa, kc, ap, bp, &mut tile)
                                 }
+                                Panel::Packed(bp) if nr <= simd::HALF => {
+                                    simd::ukernel_half(isa, kc, ap, bp, &mut tile)
+                                }
                                 Panel::Packed(bp) => {
                                     simd::ukernel(isa, kc, ap, bp, &mut tile, NR, false)
                                 }

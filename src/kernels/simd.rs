@@ -195,6 +195,41 @@ pub fn ukernel_row(isa: Isa, kc: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
     }
 }
 
+/// Columns of the half-width micro-tile [`ukernel_half`].
+pub const HALF: usize = NR / 2;
+
+/// The left half of a micro-tile: `c[r * NR + j] = sum_p a[p * MR + r] * b[p * NR + j]`
+/// for `j < HALF` (a ragged last panel of at most HALF columns, where the full kernel
+/// would waste half its work). `c` is an MR x NR tile; its right half is left as is.
+#[inline]
+pub fn ukernel_half(isa: Isa, kc: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
+    assert!(a.len() >= kc * MR && b.len() >= kc * NR && c.len() >= MR * NR);
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2Fma => {
+            // SAFETY: AVX2+FMA were detected (see `Isa`); safe indexing only.
+            unsafe { avx2::ukernel_half(kc, a, b, c) }
+        }
+        _ => ukernel_half_body(kc, a, b, c),
+    }
+}
+
+#[inline(always)]
+fn ukernel_half_body(kc: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
+    let mut acc = [[0.0f32; HALF]; MR];
+    for (av, bv) in a.chunks_exact(MR).zip(b.chunks_exact(NR)).take(kc) {
+        let bv: &[f32; HALF] = bv[..HALF].try_into().expect("HALF floats");
+        for (row, &x) in acc.iter_mut().zip(av) {
+            for (d, y) in row.iter_mut().zip(bv) {
+                *d += x * *y;
+            }
+        }
+    }
+    for (r, row) in acc.iter().enumerate() {
+        c[r * NR..r * NR + HALF].copy_from_slice(row);
+    }
+}
+
 #[inline(always)]
 fn ukernel_row_body(kc: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
     let mut acc = [0.0f32; NR];
@@ -445,6 +480,15 @@ mod avx2 {
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn max_pool_plane(s: &PoolShape, x: &[f32], y: &mut [f32]) {
         max_pool_plane_body(s, x, y)
+    }
+
+    /// AVX2 build of [`super::ukernel_half_body`].
+    ///
+    /// # Safety
+    /// AVX2 and FMA must be available.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn ukernel_half(kc: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
+        super::ukernel_half_body(kc, a, b, c)
     }
 
     /// AVX2 build of [`super::ukernel_row_body`].
