@@ -486,6 +486,10 @@ pub fn depthwise_scratch_len(s: &ConvShape) -> usize {
 
 /// Output elements accumulated per block in [`depthwise_plane_body`] (stays in L1).
 const DW_BLOCK: usize = 1024;
+/// 3x3 depthwise: lanes of one register accumulator, and independent accumulators per
+/// step (enough to hide the multiply-add latency).
+const DW_LANES: usize = 8;
+const DW_CHUNKS: usize = 4;
 
 /// One depthwise plane: `out[oy, ox] = sum_{ky,kx} w[ky, kx] * x[iy, ix]` (zero padding).
 /// Shared body of the AVX2 and portable builds ([`simd::depthwise_plane`]).
@@ -529,6 +533,35 @@ pub(crate) fn depthwise_plane_body(
     let n = s.oh * wps;
     let wide = &mut wide[..n];
     let mut b0 = 0;
+    if s.kh * s.kw == 9 {
+        // 3x3: every output sums its nine taps in registers, DW_CHUNKS independent
+        // vectors at a time (one load per tap, one store; no accumulator round trips).
+        let mut offs = [0usize; 9];
+        for ky in 0..3 {
+            let (qy, ry) = ((ky * s.dh) % sh, (ky * s.dh) / sh);
+            for kx in 0..3 {
+                let (qx, cx) = ((kx * s.dw) % sw, (kx * s.dw) / sw);
+                offs[ky * 3 + kx] = (qy * sw + qx) * plen + ry * wps + cx;
+            }
+        }
+        let wt: &[f32; 9] = w[..9].try_into().expect("3x3 taps");
+        const STEP: usize = DW_LANES * DW_CHUNKS;
+        while b0 + STEP <= n {
+            let mut acc = [[0.0f32; DW_LANES]; DW_CHUNKS];
+            for (t, &o) in offs.iter().enumerate() {
+                let src: &[f32; STEP] = pads[o + b0..o + b0 + STEP].try_into().expect("STEP");
+                for (a, chunk) in acc.iter_mut().zip(src.chunks_exact(DW_LANES)) {
+                    for (d, x) in a.iter_mut().zip(chunk) {
+                        *d += wt[t] * *x;
+                    }
+                }
+            }
+            for (c, a) in acc.iter().enumerate() {
+                wide[b0 + c * DW_LANES..b0 + (c + 1) * DW_LANES].copy_from_slice(a);
+            }
+            b0 += STEP;
+        }
+    }
     while b0 < n {
         let len = DW_BLOCK.min(n - b0);
         let acc = &mut wide[b0..b0 + len];
