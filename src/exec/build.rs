@@ -46,6 +46,8 @@ pub(crate) struct NodePlan {
     pub outs: Vec<(usize, usize)>,
     pub scratch: usize,
     pub iscratch: usize,
+    /// Scratch floats each intra-op helper thread needs (0 = the node runs on one thread).
+    pub helper_scratch: usize,
 }
 
 /// Per-call context.
@@ -197,6 +199,20 @@ pub(crate) fn plan_memory(g: &Graph) -> Result<Layout> {
     })
 }
 
+/// Output channels `[c0, c1)` of a dense conv as a conv of their own (same input, the
+/// rows `c0..c1` of the weights packed separately), for one intra-op thread.
+#[derive(Debug)]
+pub(crate) struct ConvChunk {
+    c0: usize,
+    c1: usize,
+    s: ConvShape,
+    w: ConvWeights,
+}
+
+/// Smallest conv (multiply-accumulates) worth splitting over intra-op threads: below,
+/// starting the helper threads costs more than they save.
+const PAR_MIN_MACS: usize = 4_000_000;
+
 /// A node's kernel with everything resolved.
 #[derive(Debug)]
 pub(crate) enum Kernel {
@@ -207,6 +223,9 @@ pub(crate) enum Kernel {
         post: Vec<PostOpRt>,
         res: Vec<usize>,
         by_cols: bool,
+        /// Output-channel chunks run on parallel threads when the node runs whole
+        /// (intra-op threads); empty = one thread.
+        par: Vec<ConvChunk>,
     },
     Deconv {
         p: DeconvPlan,
@@ -409,6 +428,8 @@ fn shape_err(n: &Node, reason: impl Into<String>) -> Error {
 struct Ctx<'a> {
     g: &'a Graph,
     n: &'a Node,
+    /// Intra-op threads of the plan.
+    threads: usize,
 }
 
 impl<'a> Ctx<'a> {
@@ -631,8 +652,14 @@ fn nchw(n: &Node, s: &[usize]) -> Result<[usize; 4]> {
 // ---------------------------------------------------------------------------------------
 
 /// Plans node `i`.
-pub(crate) fn plan_node(g: &Graph, i: usize, n: &Node, layout: &Layout) -> Result<NodePlan> {
-    let c = Ctx { g, n };
+pub(crate) fn plan_node(
+    g: &Graph,
+    i: usize,
+    n: &Node,
+    layout: &Layout,
+    threads: usize,
+) -> Result<NodePlan> {
+    let c = Ctx { g, n, threads };
     let mut inputs = Vec::with_capacity(n.inputs.len());
     for v in &n.inputs {
         inputs.push(match v {
@@ -659,14 +686,20 @@ pub(crate) fn plan_node(g: &Graph, i: usize, n: &Node, layout: &Layout) -> Resul
     }
     let (kernel, scratch, iscratch) = plan_kernel(&c)?;
     let (out_off, out_len) = layout.node_block[i];
+    let helper_scratch = match &kernel {
+        Kernel::Conv { par, .. } => par.iter().map(|ch| ch.s.scratch_len()).max().unwrap_or(0),
+        _ => 0,
+    };
     Ok(NodePlan {
         kernel,
         inputs,
         out_off,
         out_len,
         outs: layout.node_outs[i].clone(),
-        scratch,
+        // The calling thread runs the first chunk in its own scratch.
+        scratch: scratch.max(helper_scratch),
         iscratch,
+        helper_scratch,
     })
 }
 
@@ -1444,6 +1477,7 @@ fn plan_conv(
     if conv_shares_b(&s, by_cols) {
         scratch += conv::full_b_len(&s);
     }
+    let par = conv_chunks(&s, &wt, c.threads);
     Ok((
         Kernel::Conv {
             s,
@@ -1452,10 +1486,96 @@ fn plan_conv(
             post,
             res,
             by_cols,
+            par,
         },
         scratch,
         0,
     ))
+}
+
+/// Runs the chunks of a conv on scoped helper threads (the first on this thread), each
+/// writing its own disjoint block of output channels with its own scratch.
+#[allow(clippy::too_many_arguments)]
+fn run_conv_chunks(
+    isa: Isa,
+    par: &[ConvChunk],
+    x: &[f32],
+    y: &mut [f32],
+    epi: &Epilogue<'_>,
+    resid: &[&[f32]],
+    scratch: &mut [f32],
+    helpers: &mut [Vec<f32>],
+) {
+    let run = |ch: &ConvChunk, part: &mut [f32], scratch: &mut [f32]| {
+        let ohw = ch.s.oh * ch.s.ow;
+        // Residuals are laid out like the output: take this chunk's channels.
+        let mut rc: [&[f32]; MAX_RESIDUALS] = [&[]; MAX_RESIDUALS];
+        for (d, r) in rc.iter_mut().zip(resid) {
+            *d = &r[ch.c0 * ohw..ch.c1 * ohw];
+        }
+        let e = Epilogue {
+            channel_offset: ch.c0,
+            residuals: &rc[..resid.len()],
+            ..*epi
+        };
+        let c_out = ch.c1 - ch.c0;
+        conv::conv2d(
+            isa,
+            &ch.s,
+            &ch.w,
+            x,
+            part,
+            0,
+            c_out,
+            (0, ohw),
+            None,
+            &e,
+            scratch,
+        );
+    };
+    std::thread::scope(|sc| {
+        let (first, rest) = par.split_first().expect("chunks");
+        let ohw = first.s.oh * first.s.ow;
+        let (y0, mut tail) = y.split_at_mut((first.c1 - first.c0) * ohw);
+        for (ch, h) in rest.iter().zip(helpers.iter_mut()) {
+            let (part, t) = std::mem::take(&mut tail).split_at_mut((ch.c1 - ch.c0) * ohw);
+            tail = t;
+            let run = &run;
+            sc.spawn(move || run(ch, part, h));
+        }
+        run(first, y0, scratch);
+    });
+}
+
+/// Splits a large dense single-image conv into up to `threads` output-channel chunks
+/// aligned to the GEMM row panel, each with its own packed weights.
+fn conv_chunks(s: &ConvShape, w: &[f32], threads: usize) -> Vec<ConvChunk> {
+    if threads < 2 || s.n != 1 || s.group != 1 || s.is_depthwise() || s.macs() < PAR_MIN_MACS {
+        return Vec::new();
+    }
+    let panels = s.c_out.div_ceil(gemm::MR);
+    let per = panels.div_ceil(threads.min(panels));
+    if per >= panels {
+        return Vec::new();
+    }
+    let k = s.k();
+    (0..panels)
+        .step_by(per)
+        .map(|p0| {
+            let (c0, c1) = (p0 * gemm::MR, ((p0 + per) * gemm::MR).min(s.c_out));
+            let sc = ConvShape {
+                c_out: c1 - c0,
+                ..s.clone()
+            };
+            let wc = ConvWeights::pack(&sc, &w[c0 * k..c1 * k]);
+            ConvChunk {
+                c0,
+                c1,
+                s: sc,
+                w: wc,
+            }
+        })
+        .collect()
 }
 
 /// True when channel tiles of this conv share one packed im2col matrix (dense conv,
@@ -2225,6 +2345,7 @@ impl Kernel {
         scratch: &mut [f32],
         iscratch: &mut [usize],
         bcache: &mut Option<usize>,
+        helpers: &mut [Vec<f32>],
     ) -> Result<()> {
         let tile = ctx.tile;
         let node = ctx.node;
@@ -2236,6 +2357,7 @@ impl Kernel {
                 post,
                 res,
                 by_cols,
+                par,
             } => {
                 let ohw = s.oh * s.ow;
                 let ((lo, hi), cols) = if *by_cols {
@@ -2256,7 +2378,11 @@ impl Kernel {
                     residuals: &resid[..res.len()],
                 };
                 let x = io.f32(0);
-                if tile.count > 1 && conv_shares_b(s, *by_cols) {
+                if tile.count == 1 && !par.is_empty() && helpers.len() + 1 >= par.len() {
+                    let y = out_f32(out, outs, 0);
+                    let resid = &resid[..res.len()];
+                    run_conv_chunks(ctx.isa, par, x, y, &epi, resid, scratch, helpers);
+                } else if tile.count > 1 && conv_shares_b(s, *by_cols) {
                     // Channel tiles of one image share its im2col matrix: tile 0 packs it.
                     let (full, rest) = scratch.split_at_mut(conv::full_b_len(s));
                     if tile.index == 0 || *bcache != Some(ctx.index) {

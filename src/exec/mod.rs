@@ -36,8 +36,11 @@ use std::time::Instant;
 /// Options for building a plan.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlanOptions {
-    /// Threads a single kernel may use (currently kernels run on the calling thread; the
-    /// value is accepted for forward compatibility and must be ≥ 1).
+    /// Threads one node may use (default 1 = the calling core's thread only). With more,
+    /// large dense convolutions (≥ 4 M multiply-accumulates, one image) run whole nodes as
+    /// that many output-channel chunks on scoped helper threads; results are bit-identical
+    /// to one thread. Helper threads are started per such node and run, so this path
+    /// allocates (the one-thread path does not).
     pub intra_op_threads: usize,
     /// Record per-node elapsed time in the state.
     pub profile: bool,
@@ -49,6 +52,35 @@ impl Default for PlanOptions {
             intra_op_threads: 1,
             profile: false,
         }
+    }
+}
+
+/// Most intra-op threads a plan accepts.
+pub const MAX_INTRA_OP_THREADS: usize = 64;
+
+impl PlanOptions {
+    /// The defaults, with `intra_op_threads` from `VNPU_INTRA_OP_THREADS` when set.
+    pub fn from_env() -> Result<PlanOptions> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Like [`from_env`](Self::from_env), reading variables through `lookup`. A value
+    /// outside `1..=64` is an [`Error::Config`] naming the variable.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<PlanOptions> {
+        let mut o = PlanOptions::default();
+        if let Some(v) = lookup("VNPU_INTRA_OP_THREADS") {
+            o.intra_op_threads = v
+                .trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|n| (1..=MAX_INTRA_OP_THREADS).contains(n))
+                .ok_or_else(|| Error::Config {
+                    name: "VNPU_INTRA_OP_THREADS".into(),
+                    value: v.clone(),
+                    reason: format!("expected an integer in 1..={MAX_INTRA_OP_THREADS}"),
+                })?;
+        }
+        Ok(o)
     }
 }
 
@@ -109,6 +141,8 @@ pub struct ModelPlan {
     arena_bytes: usize,
     scratch_floats: usize,
     scratch_indices: usize,
+    /// Scratch floats of each intra-op helper thread (0 = no node runs in parallel).
+    helper_scratch_floats: usize,
     inputs: Vec<(usize, usize)>,
     outputs: Vec<Loc>,
     isa: Isa,
@@ -124,6 +158,8 @@ pub struct ExecState {
     timings: Vec<(u64, u64)>,
     /// Node whose packed B operand (shared by its tiles) is held in `scratch`.
     bcache: Option<usize>,
+    /// Scratch of the intra-op helper threads (one per helper).
+    helpers: Vec<Vec<f32>>,
 }
 
 impl ModelPlan {
@@ -140,8 +176,10 @@ impl ModelPlan {
         let layout = build::plan_memory(&graph)?;
         let mut nodes = Vec::with_capacity(graph.nodes.len());
         let (mut scratch, mut iscratch) = (0, 0);
+        let mut helper_scratch = 0;
         for (i, n) in graph.nodes.iter().enumerate() {
-            let np = build::plan_node(&graph, i, n, &layout)?;
+            let np = build::plan_node(&graph, i, n, &layout, opts.intra_op_threads)?;
+            helper_scratch = helper_scratch.max(np.helper_scratch);
             scratch = scratch.max(np.scratch);
             iscratch = iscratch.max(np.iscratch);
             nodes.push(np);
@@ -154,6 +192,7 @@ impl ModelPlan {
             nodes,
             scratch_floats: scratch,
             scratch_indices: iscratch,
+            helper_scratch_floats: helper_scratch,
             isa,
             opts: opts.clone(),
         })
@@ -177,6 +216,13 @@ impl ModelPlan {
             iscratch: vec![0; self.scratch_indices],
             timings: vec![(0, 0); self.nodes.len()],
             bcache: None,
+            helpers: if self.helper_scratch_floats == 0 {
+                Vec::new()
+            } else {
+                (1..self.opts.intra_op_threads)
+                    .map(|_| vec![0.0; self.helper_scratch_floats])
+                    .collect()
+            },
         }
     }
 
@@ -294,6 +340,7 @@ impl ModelPlan {
             &mut st.scratch,
             &mut st.iscratch,
             &mut st.bcache,
+            &mut st.helpers,
         );
         if let Some(t0) = start {
             let e = &mut st.timings[node];

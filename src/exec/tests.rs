@@ -173,6 +173,89 @@ fn conv_ref(
 }
 
 #[test]
+fn intra_op_threads_from_the_environment() {
+    let look =
+        |v: &'static str| move |n: &str| (n == "VNPU_INTRA_OP_THREADS").then(|| v.to_string());
+    assert_eq!(
+        PlanOptions::from_lookup(|_| None).unwrap().intra_op_threads,
+        1
+    );
+    assert_eq!(
+        PlanOptions::from_lookup(look(" 4 "))
+            .unwrap()
+            .intra_op_threads,
+        4
+    );
+    for bad in ["0", "65", "-1", "two", ""] {
+        match PlanOptions::from_lookup(look(bad)) {
+            Err(Error::Config { name, .. }) => assert_eq!(name, "VNPU_INTRA_OP_THREADS"),
+            other => panic!("{bad:?}: {other:?}"),
+        }
+    }
+}
+
+/// Intra-op threads split large convs into output-channel chunks on helper threads; the
+/// result is bit-identical to one thread (same kernels, same summation order), for the
+/// im2col path (many channels), the padded-rows path (few channels) and with a residual.
+#[test]
+fn intra_op_threads_give_identical_results() {
+    for (ci, co, hw, pads) in [(32, 70, 40, [1, 1, 1, 1]), (24, 40, 72, [1, 0, 1, 2])] {
+        let xs = [1, ci, hw, hw];
+        let x = rand_vec(xs.iter().product(), 5);
+        let w = rand_vec(co * ci * 9, 6);
+        let (oh, ow) = (hw + pads[0] + pads[2] - 2, hw + pads[1] + pads[3] - 2);
+        let res = rand_vec(co * oh * ow, 7);
+        let mut b = B::default();
+        let xi = b.input(DType::F32, &xs);
+        let ri = b.input(DType::F32, &[1, co, oh, ow]);
+        let wi = b.kf(&[co, ci, 3, 3], w);
+        let bi = b.kf(&[co], rand_vec(co, 8));
+        let post = vec![
+            PostOp::AddInput { input: 3 },
+            PostOp::Unary(UnaryOp::Clip { min: 0.0, max: 6.0 }),
+        ];
+        let y = b.n1(
+            Op::Conv {
+                geom: geom(&[3, 3], &[], &pads),
+                group: 1,
+                post,
+            },
+            &[xi, wi, bi, ri],
+            DType::F32,
+            &[1, co, oh, ow],
+        );
+        b.out(y);
+        let g = Arc::new(b.g);
+        let mut outs = Vec::new();
+        for threads in [1, 2, 3] {
+            let opts = PlanOptions {
+                intra_op_threads: threads,
+                profile: false,
+            };
+            let plan = ModelPlan::new(g.clone(), &opts).expect("plan");
+            assert_eq!(
+                plan.helper_scratch_floats > 0,
+                threads > 1,
+                "{threads} threads"
+            );
+            let mut st = plan.new_state();
+            plan.set_input(&mut st, 0, bytemuck::cast_slice(&x))
+                .unwrap();
+            plan.set_input(&mut st, 1, bytemuck::cast_slice(&res))
+                .unwrap();
+            // Twice: helper scratch is reused across runs.
+            for _ in 0..2 {
+                plan.run_all(&mut st).unwrap();
+            }
+            let mut out = vec![0u8; plan.output_len(0)];
+            plan.read_output(&st, 0, &mut out).unwrap();
+            outs.push(out);
+        }
+        assert!(outs[1] == outs[0] && outs[2] == outs[0], "{ci}->{co} @{hw}");
+    }
+}
+
+#[test]
 fn conv_with_fused_bias_residual_relu() {
     let xs = [2, 5, 9, 8];
     let (co, k) = (14, 3);

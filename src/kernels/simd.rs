@@ -221,7 +221,9 @@ fn ukernel_half_body(kc: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
         let bv: &[f32; HALF] = bv[..HALF].try_into().expect("HALF floats");
         for (row, &x) in acc.iter_mut().zip(av) {
             for (d, y) in row.iter_mut().zip(bv) {
-                *d += x * *y;
+                // Fused, like the full micro-kernel: a tile gives the same bits whichever
+                // kernel computes it.
+                *d = x.mul_add(*y, *d);
             }
         }
     }
@@ -236,7 +238,7 @@ fn ukernel_row_body(kc: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
     for (av, bv) in a.chunks_exact(MR).zip(b.chunks_exact(NR)).take(kc) {
         let x = av[0];
         for (d, y) in acc.iter_mut().zip(bv) {
-            *d += x * *y;
+            *d = x.mul_add(*y, *d);
         }
     }
     c[..NR].copy_from_slice(&acc);

@@ -105,7 +105,7 @@ impl Model {
     /// Builds the execution plan of a compiled model.
     pub fn new(compiled: CompiledModel) -> Result<Model> {
         let graph = Arc::new(compiled.graph.clone());
-        let plan = ModelPlan::new(graph, &PlanOptions::default())?;
+        let plan = ModelPlan::new(graph, &PlanOptions::from_env()?)?;
         let inputs = compiled.inputs.iter().map(desc_of).collect();
         let outputs = compiled.outputs.iter().map(desc_of).collect();
         Ok(Model {
