@@ -441,9 +441,12 @@ fn main() {
             .and_then(|v| v.parse().ok())
             .unwrap_or(default)
     };
-    let secs = num("--seconds", 10.0);
-    let runs = num("--runs", 50.0) as usize;
-    let rounds = num("--rounds", 3.0) as usize;
+    // `cargo test --all-targets` runs this binary without `--bench`: a short smoke run
+    // that exercises every section (the numbers then mean nothing).
+    let smoke = !std::env::args().any(|a| a == "--bench");
+    let secs = num("--seconds", if smoke { 1.0 } else { 10.0 });
+    let runs = num("--runs", if smoke { 3.0 } else { 50.0 }) as usize;
+    let rounds = num("--rounds", if smoke { 1.0 } else { 3.0 }) as usize;
     let dir = models_dir();
     println!(
         "vnpu benchmarks (host: {} CPUs)",
