@@ -486,6 +486,15 @@ pub fn depthwise_scratch_len(s: &ConvShape) -> usize {
 
 /// Output elements accumulated per block in [`depthwise_plane_body`] (stays in L1).
 const DW_BLOCK: usize = 1024;
+/// Where tap `(ky, kx)` starts reading the phase-split padded plane (`sh * sw` phases of
+/// `plen` floats, rows of `wps`) for output position 0.
+#[inline(always)]
+fn dw_tap_offset(s: &ConvShape, plen: usize, wps: usize, ky: usize, kx: usize) -> usize {
+    let (qy, ry) = ((ky * s.dh) % s.sh, (ky * s.dh) / s.sh);
+    let (qx, cx) = ((kx * s.dw) % s.sw, (kx * s.dw) / s.sw);
+    (qy * s.sw + qx) * plen + ry * wps + cx
+}
+
 /// 3x3 depthwise: lanes of one register accumulator, and independent accumulators per
 /// step (enough to hide the multiply-add latency).
 const DW_LANES: usize = 8;
@@ -536,14 +545,7 @@ pub(crate) fn depthwise_plane_body(
     if s.kh * s.kw == 9 {
         // 3x3: every output sums its nine taps in registers, DW_CHUNKS independent
         // vectors at a time (one load per tap, one store; no accumulator round trips).
-        let mut offs = [0usize; 9];
-        for ky in 0..3 {
-            let (qy, ry) = ((ky * s.dh) % sh, (ky * s.dh) / sh);
-            for kx in 0..3 {
-                let (qx, cx) = ((kx * s.dw) % sw, (kx * s.dw) / sw);
-                offs[ky * 3 + kx] = (qy * sw + qx) * plen + ry * wps + cx;
-            }
-        }
+        let offs: [usize; 9] = std::array::from_fn(|t| dw_tap_offset(s, plen, wps, t / 3, t % 3));
         let wt: &[f32; 9] = w[..9].try_into().expect("3x3 taps");
         const STEP: usize = DW_LANES * DW_CHUNKS;
         while b0 + STEP <= n {
@@ -567,10 +569,8 @@ pub(crate) fn depthwise_plane_body(
         let acc = &mut wide[b0..b0 + len];
         let mut first = true;
         for ky in 0..s.kh {
-            let (qy, ry) = ((ky * s.dh) % sh, (ky * s.dh) / sh);
             for kx in 0..s.kw {
-                let (qx, cx) = ((kx * s.dw) % sw, (kx * s.dw) / sw);
-                let off = (qy * sw + qx) * plen + ry * wps + cx + b0;
+                let off = dw_tap_offset(s, plen, wps, ky, kx) + b0;
                 let wv = w[ky * s.kw + kx];
                 let src = &pads[off..off + len];
                 if first {

@@ -200,21 +200,18 @@ impl Epilogue<'_> {
         nr: usize,
     ) {
         // The commonest epilogue, a conv's bias then ReLU / Clip, as one sweep.
-        let clamp = match (self.addend, self.bias, self.post) {
-            (None, Some(_), [PostOpRt::Unary(UnaryOp::Relu)]) if self.channel_is_row => {
-                Some((0.0, f32::INFINITY))
-            }
-            (None, Some(_), [PostOpRt::Unary(UnaryOp::Clip { min, max })])
-                if self.channel_is_row =>
-            {
-                Some((*min, *max))
-            }
+        let fused = match (self.addend, self.bias, self.post) {
+            (None, Some(b), [PostOpRt::Unary(u)]) if self.channel_is_row => match *u {
+                UnaryOp::Relu => Some((b, 0.0, f32::INFINITY)),
+                UnaryOp::Clip { min, max } => Some((b, min, max)),
+                _ => None,
+            },
             _ => None,
         };
         for i in i0..i0 + mr {
             let off = i * ldc + j0;
             let row = &mut c[off..off + nr];
-            if let (Some((lo, hi)), Some(bias)) = (clamp, self.bias) {
+            if let Some((bias, lo, hi)) = fused {
                 let b = bias[self.channel_offset + i];
                 for y in row.iter_mut() {
                     let v = *y + b;
@@ -404,6 +401,7 @@ pub fn gemm_packed(
         BSource::Packed(_) => (&mut [][..], &mut [][..]),
     };
     let pack_rows = m_hi - m_lo > ROWS_IN_PLACE_MAX_M;
+    let in_place = matches!(b, BSource::Rows(_)) && !pack_rows;
     let mut tile = [0.0f32; MR * NR];
     let mut srcs: [Option<&[f32]>; KC] = [None; KC];
     let mut jc = n_lo;
@@ -422,7 +420,7 @@ pub fn gemm_packed(
             let full = len / NR * NR;
             if let (BSource::Rows(fill), true) = (b, pack_rows) {
                 pack_block(fill, k0, kc, jc, len, buf, edge);
-            } else if let BSource::Rows(fill) = b {
+            } else if let (BSource::Rows(fill), true) = (b, in_place) {
                 for (p, src) in srcs[..kc].iter_mut().enumerate() {
                     *src = fill(k0 + p, jc, len, &mut buf[p * slot..p * slot + len]);
                 }
@@ -438,12 +436,7 @@ pub fn gemm_packed(
                     edge_panel = &edge[..kc * NR];
                 }
             }
-            let block_len = if matches!(b, BSource::Rows(_)) && !pack_rows {
-                len
-            } else {
-                0
-            };
-            let block = RowBlock::new(&rows[..kc], block_len);
+            let block = RowBlock::new(&rows[..kc], if in_place { len } else { 0 });
             let mut ic = m_lo;
             while ic < m_hi {
                 let ic_end = (ic + MC).min(m_hi);
