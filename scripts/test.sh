@@ -32,8 +32,12 @@ scripts/venv.sh python tests/conformance/gen_cases.py "$build/conformance" --onn
 export VNPU_TEST_MODELS="$build/models"
 export VNPU_CONFORMANCE_DIR="$build/conformance"
 
+step "cargo fmt + clippy"
+cargo fmt --all -- --check
+cargo clippy --all-targets --features test-ops -- -D warnings
+
 step "cargo test"
-cargo test --all-targets -- --include-ignored
+cargo test --all-targets --features test-ops -- --include-ignored
 cargo test --doc
 
 
