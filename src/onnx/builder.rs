@@ -1,9 +1,11 @@
 //! Building ONNX models in Rust: a small `ModelProto` builder for tests, benchmarks and
 //! examples across the crate (e.g. scheduling tests that chain `ai.vnpu.test::Spin`
-//! nodes), so no Python or checked-in `.onnx` file is needed.
+//! nodes, with cargo feature `test-ops`), so no Python or checked-in `.onnx` file is
+//! needed.
 //!
 //! Invariants: the built model imports the default opset given to
-//! [`ModelBuilder::new`] and [`TEST_DOMAIN`] version 1; tensors are stored as
+//! [`ModelBuilder::new`] (and, with feature `test-ops`, the test domain `ai.vnpu.test`
+//! version 1); tensors are stored as
 //! little-endian `raw_data`; nothing is validated here (the importer does that), so
 //! tests can also build deliberately broken models.
 
@@ -13,6 +15,7 @@ use super::proto::{
     attr_type, tensor_shape_proto::Dimension, type_proto, AttributeProto, GraphProto, ModelProto,
     NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto,
 };
+#[cfg(feature = "test-ops")]
 use super::TEST_DOMAIN;
 use crate::ir::{DType, Tensor, TensorData};
 
@@ -29,16 +32,17 @@ impl ModelBuilder {
             model: ModelProto {
                 ir_version: 8,
                 producer_name: "vnpu".into(),
-                opset_import: vec![
+                opset_import: Vec::from([
                     OperatorSetIdProto {
                         domain: String::new(),
                         version: opset,
                     },
+                    #[cfg(feature = "test-ops")]
                     OperatorSetIdProto {
                         domain: TEST_DOMAIN.into(),
                         version: 1,
                     },
-                ],
+                ]),
                 graph: Some(GraphProto {
                     name: name.into(),
                     ..GraphProto::default()
@@ -89,7 +93,7 @@ impl ModelBuilder {
         self.node_in("", op_type, name, inputs, outputs, attrs)
     }
 
-    /// Adds a node of operator domain `domain` (e.g. [`TEST_DOMAIN`]).
+    /// Adds a node of operator domain `domain` (e.g. the test domain `ai.vnpu.test`).
     pub fn node_in(
         mut self,
         domain: &str,
@@ -250,11 +254,12 @@ pub mod attr {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ir::Op;
     use crate::onnx::{import_model, ImportOptions};
 
+    #[cfg(feature = "test-ops")]
     #[test]
     fn spin_chain_round_trips_through_the_importer() {
+        use crate::ir::Op;
         let bytes = ModelBuilder::new("spin3", 17)
             .input("x", DType::F32, &[1, 4])
             .node_in(

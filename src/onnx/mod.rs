@@ -12,7 +12,12 @@
 mod attrs;
 pub mod builder;
 mod import;
+mod ops;
 pub mod proto;
 mod tensor;
+#[cfg(test)]
+mod tests;
 
-pub use import::{import_file, import_model, ImportOptions, MAX_OPSET, MIN_OPSET, TEST_DOMAIN};
+#[cfg(feature = "test-ops")]
+pub use import::TEST_DOMAIN;
+pub use import::{import_file, import_model, ImportOptions, MAX_OPSET, MIN_OPSET};
