@@ -145,6 +145,7 @@ pub fn compile_onnx_bytes(
         base_dir: base_dir.map(|p| p.to_path_buf()),
         input_shapes: shapes.into_iter().collect(),
         model_name: Some(name.to_string()),
+        ..Default::default()
     };
     let mut graph = crate::onnx::import_model(bytes, &import)?;
     graph.name = opts.name.clone().unwrap_or_else(|| name.to_string());

@@ -2,11 +2,13 @@
 //!
 //! Steps: decode the protobuf; check the default-domain opset (11..=28); decode the
 //! initializers (constants, also when listed as graph inputs); give every real graph
-//! input a static shape (dynamic dims fixed by [`ImportOptions::input_shapes`], a dynamic
-//! first dim defaults to 1); turn `Constant` nodes into constant values; sort the other
-//! nodes topologically; convert each into one typed [`ir::Node`] (a few ONNX forms
-//! expand to a short chain: variadic Sum/Max/Min/Mean, and opset < 13 Softmax, which
-//! coerces to 2-D). Each node's output dtypes and shapes are inferred as it is added,
+//! input a static shape (dynamic dims — a `dim_param`, no value, or Paddle's
+//! `dim_value: -1` — fixed by [`ImportOptions::input_shapes`], a dynamic first dim
+//! defaults to 1); turn `Constant` nodes into constant values; sort the other nodes
+//! topologically; convert each through the import function [`super::ops`] registers for
+//! its `(domain, op_type)` into one typed [`ir::Node`] (a few ONNX forms expand to a
+//! short chain: variadic Sum/Max/Min/Mean, and opset < 13 Softmax, which coerces to
+//! 2-D). Each node's output dtypes and shapes are inferred as it is added,
 //! as far as that goes without constant folding; conversions that need a shape (legacy
 //! Softmax, Resize `axes`) use what is known at that point.
 //!
@@ -16,12 +18,15 @@
 //! statistics, Dropout's mask, MaxPool's indices, LayerNormalization's statistics) are
 //! dropped when nothing reads them and rejected otherwise.
 
+use std::cell::Cell;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 use prost::Message;
 
 use super::attrs::Attrs;
+use super::file::{read_model_file, DEFAULT_MAX_EXTERNAL_BYTES, MAX_ONNX_FILE_BYTES};
 use super::ops::{self, NodeCx};
 use super::proto::{self, GraphProto, ModelProto, NodeProto, TensorProto, ValueInfoProto};
 use super::tensor::{decode_tensor, TensorCtx};
@@ -38,7 +43,7 @@ pub const MAX_OPSET: i64 = 28;
 pub const TEST_DOMAIN: &str = "ai.vnpu.test";
 
 /// How to import a model.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct ImportOptions {
     /// Directory that external-data paths are relative to (the model's directory);
     /// `None` rejects models with external data.
@@ -48,19 +53,35 @@ pub struct ImportOptions {
     pub input_shapes: HashMap<String, Vec<usize>>,
     /// Name of the imported graph; defaults to the ONNX graph name, then `"model"`.
     pub model_name: Option<String>,
+    /// Most bytes of external data the model may load, summed over its tensors; a
+    /// tensor over what is left is refused before it is read. Default
+    /// [`DEFAULT_MAX_EXTERNAL_BYTES`].
+    pub max_external_bytes: u64,
+}
+
+impl Default for ImportOptions {
+    fn default() -> Self {
+        ImportOptions {
+            base_dir: None,
+            input_shapes: HashMap::new(),
+            model_name: None,
+            max_external_bytes: DEFAULT_MAX_EXTERNAL_BYTES,
+        }
+    }
 }
 
 /// Reads and imports an ONNX file. External data is looked up beside the file unless
 /// `opts.base_dir` says otherwise; the model name defaults to the file stem.
+///
+/// The file must be a regular file of at most [`MAX_ONNX_FILE_BYTES`], checked before
+/// it is read (see [`read_model_file`]).
 pub fn import_file(path: &Path, opts: &ImportOptions) -> Result<Graph> {
-    let bytes = std::fs::read(path).map_err(|e| Error::Io {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    })?;
+    let bytes = read_model_file(path, MAX_ONNX_FILE_BYTES)?;
     let mut o = opts.clone();
     if o.base_dir.is_none() {
         o.base_dir = Some(
             path.parent()
+                .filter(|p| !p.as_os_str().is_empty())
                 .map(Path::to_path_buf)
                 .unwrap_or_else(|| PathBuf::from(".")),
         );
@@ -129,6 +150,7 @@ pub fn import_model(bytes: &[u8], opts: &ImportOptions) -> Result<Graph> {
         used: HashSet::new(),
         declared: HashMap::new(),
         reserved: HashSet::new(),
+        external_left: Rc::new(Cell::new(opts.max_external_bytes)),
     };
     imp.run(gp)?;
     Ok(imp.g)
@@ -149,6 +171,8 @@ pub(super) struct Importer<'a> {
     declared: HashMap<&'a str, DType>,
     /// Every value name the file uses, so generated names never collide with one.
     reserved: HashSet<&'a str>,
+    /// External-data bytes the model may still load.
+    external_left: Rc<Cell<u64>>,
 }
 
 /// Whether `d` names the default ONNX operator domain.
@@ -179,9 +203,11 @@ impl<'a> Importer<'a> {
     fn run(&mut self, gp: &'a GraphProto) -> Result<()> {
         let base_dir = self.opts.base_dir.clone();
         let model = self.model.clone();
+        let external_left = Rc::clone(&self.external_left);
         let tcx = TensorCtx {
             model: &model,
             base_dir: base_dir.as_deref(),
+            external_left: &external_left,
         };
         for vi in gp.value_info.iter().chain(&gp.output) {
             if let Some(d) = vi
@@ -286,6 +312,8 @@ impl<'a> Importer<'a> {
                     .iter()
                     .map(|d| match d.dim_value {
                         Some(v) if v >= 0 => usize::try_from(v).map(Some).map_err(|_| ()),
+                        // How Paddle (and some other exporters) write a dynamic dim.
+                        Some(-1) => Ok(None),
                         Some(_) => Err(()),
                         None => Ok(None),
                     })
@@ -338,7 +366,11 @@ impl<'a> Importer<'a> {
                                 .shape
                                 .as_ref()
                                 .and_then(|sh| sh.dim.get(i))
-                                .and_then(|d| d.dim_param.clone())
+                                .and_then(|d| match (&d.dim_param, d.dim_value) {
+                                    (Some(p), _) if !p.is_empty() => Some(p.clone()),
+                                    (_, Some(v)) => Some(v.to_string()),
+                                    _ => None,
+                                })
                                 .unwrap_or_else(|| "?".into());
                             return Err(self.fmt(format!(
                                 "graph input '{name}' dim {i} ('{sym}') is dynamic; fix it in input_shapes"
@@ -663,6 +695,7 @@ impl<'a> Importer<'a> {
         let tcx = TensorCtx {
             model: &self.model,
             base_dir: self.opts.base_dir.as_deref(),
+            external_left: &self.external_left,
         };
         decode_tensor(t, &tcx)
     }

@@ -11,6 +11,7 @@
 
 mod attrs;
 pub mod builder;
+mod file;
 mod import;
 mod ops;
 pub mod proto;
@@ -18,6 +19,7 @@ mod tensor;
 #[cfg(test)]
 mod tests;
 
+pub use file::{read_model_file, DEFAULT_MAX_EXTERNAL_BYTES, MAX_ONNX_FILE_BYTES};
 #[cfg(feature = "test-ops")]
 pub use import::TEST_DOMAIN;
 pub use import::{import_file, import_model, ImportOptions, MAX_OPSET, MIN_OPSET};

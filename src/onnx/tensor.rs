@@ -8,12 +8,16 @@
 //!
 //! Invariants: the element count is computed with overflow checks and compared with the
 //! data actually present *before* anything is allocated, so a corrupt file cannot make
-//! us allocate more than it holds; an external data path must be relative, stay inside
-//! the model's directory, and its offset/length must lie within the file.
+//! us allocate more than it holds; an external data path must be relative and, with its
+//! symlinks resolved, stay inside the model's directory (see [`super::file`]); the file
+//! must be a regular file, the offset/length must lie within it, and the bytes must fit
+//! what is left of the model's external-data limit, all checked before reading.
 
-use std::io::{Read, Seek, SeekFrom};
+use std::cell::Cell;
+use std::io::{Seek, SeekFrom};
 use std::path::{Component, Path};
 
+use super::file::{open_regular, read_exactly, resolve_inside};
 use super::proto::{data_type as dt, TensorProto, DATA_LOCATION_EXTERNAL};
 use crate::ir::{Tensor, TensorData};
 use crate::{Error, Result};
@@ -24,6 +28,8 @@ pub(crate) struct TensorCtx<'a> {
     pub model: &'a str,
     /// Directory external data paths are relative to.
     pub base_dir: Option<&'a Path>,
+    /// External-data bytes the model may still load (shared by all its tensors).
+    pub external_left: &'a Cell<u64>,
 }
 
 impl TensorCtx<'_> {
@@ -349,13 +355,13 @@ fn read_external(t: &TensorProto, nbytes: usize, cx: &TensorCtx<'_>) -> Result<V
             format!("data is in external file '{location}' but no base directory was given"),
         )
     })?;
-    let path = base.join(rel);
+    let path = resolve_inside(base, rel).map_err(|r| cx.err(name, format!("external data {r}")))?;
     let io = |e: std::io::Error| Error::Io {
         path: path.clone(),
         reason: format!("external data of tensor '{name}': {e}"),
     };
-    let mut f = std::fs::File::open(&path).map_err(io)?;
-    let flen = f.metadata().map_err(io)?.len();
+    // The resolved path has no symlink left: one swapped in meanwhile is refused.
+    let (mut f, flen) = open_regular(&path, true)?;
     let length = length.unwrap_or_else(|| flen.saturating_sub(offset));
     let end = offset
         .checked_add(length)
@@ -374,10 +380,19 @@ fn read_external(t: &TensorProto, nbytes: usize, cx: &TensorCtx<'_>) -> Result<V
             ),
         ));
     }
-    let mut buf = vec![0u8; nbytes];
+    let left = cx.external_left.get();
+    if length > left {
+        return Err(cx.err(
+            name,
+            format!(
+                "external data of {length} bytes in '{location}' is over the model's \
+                 external-data limit ({left} bytes left)"
+            ),
+        ));
+    }
+    cx.external_left.set(left - length);
     f.seek(SeekFrom::Start(offset)).map_err(io)?;
-    f.read_exact(&mut buf).map_err(io)?;
-    Ok(buf)
+    read_exactly(&mut f, length, &path)
 }
 
 #[cfg(test)]
@@ -385,10 +400,16 @@ mod tests {
     use super::*;
     use crate::onnx::proto::StringStringEntryProto;
 
-    fn cx() -> TensorCtx<'static> {
+    /// A generous external-data allowance for the tests.
+    fn left() -> Cell<u64> {
+        Cell::new(1 << 20)
+    }
+
+    fn cx(left: &Cell<u64>) -> TensorCtx<'_> {
         TensorCtx {
             model: "m",
             base_dir: None,
+            external_left: left,
         }
     }
 
@@ -404,7 +425,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            decode_tensor(&raw, &cx()).expect("raw").data,
+            decode_tensor(&raw, &cx(&left())).expect("raw").data,
             TensorData::F32(vec![1.5, -2.0])
         );
         let i64t = TensorProto {
@@ -414,7 +435,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            decode_tensor(&i64t, &cx()).expect("i64").data,
+            decode_tensor(&i64t, &cx(&left())).expect("i64").data,
             TensorData::I64(vec![1, -1, 9])
         );
         let i8t = TensorProto {
@@ -424,7 +445,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            decode_tensor(&i8t, &cx()).expect("i8").data,
+            decode_tensor(&i8t, &cx(&left())).expect("i8").data,
             TensorData::I8(vec![-5, 7])
         );
         let f64t = TensorProto {
@@ -433,7 +454,7 @@ mod tests {
             double_data: vec![0.25],
             ..Default::default()
         };
-        let t = decode_tensor(&f64t, &cx()).expect("f64");
+        let t = decode_tensor(&f64t, &cx(&left())).expect("f64");
         assert_eq!(
             (t.shape.clone(), t.data),
             (vec![], TensorData::F32(vec![0.25]))
@@ -447,7 +468,7 @@ mod tests {
                 .collect(),
             ..Default::default()
         };
-        let v = decode_tensor(&h, &cx()).expect("f16").to_f32_vec();
+        let v = decode_tensor(&h, &cx(&left())).expect("f16").to_f32_vec();
         assert_eq!(&v[..2], &[1.0, -2.0]);
         assert!((v[2] - 0.333_25).abs() < 1e-4);
         let u64t = TensorProto {
@@ -456,7 +477,7 @@ mod tests {
             uint64_data: vec![u64::MAX],
             ..Default::default()
         };
-        assert!(decode_tensor(&u64t, &cx()).is_err());
+        assert!(decode_tensor(&u64t, &cx(&left())).is_err());
     }
 
     #[test]
@@ -484,21 +505,21 @@ mod tests {
             raw_data: vec![0; 8],
             ..Default::default()
         };
-        let e = decode_tensor(&short, &cx()).expect_err("too short");
+        let e = decode_tensor(&short, &cx(&left())).expect_err("too short");
         assert!(matches!(e, Error::OnnxFormat { .. }));
         let overflow = TensorProto {
             dims: vec![i64::MAX, i64::MAX],
             data_type: dt::FLOAT,
             ..Default::default()
         };
-        assert!(decode_tensor(&overflow, &cx()).is_err());
+        assert!(decode_tensor(&overflow, &cx(&left())).is_err());
         let string = TensorProto {
             dims: vec![1],
             data_type: dt::STRING,
             string_data: vec![b"x".to_vec()],
             ..Default::default()
         };
-        let e = decode_tensor(&string, &cx()).expect_err("string");
+        let e = decode_tensor(&string, &cx(&left())).expect_err("string");
         assert!(e.to_string().contains("string"), "{e}");
     }
 
@@ -532,9 +553,11 @@ mod tests {
             ],
             ..Default::default()
         };
+        let budget = left();
         let c = TensorCtx {
             model: "m",
             base_dir: Some(&dir),
+            external_left: &budget,
         };
         let t = decode_tensor(&ext("w.bin", "4", "8", vec![2]), &c).expect("in bounds");
         assert_eq!(t.data, TensorData::F32(vec![2.0, 3.0]));
@@ -542,7 +565,7 @@ mod tests {
         assert!(decode_tensor(&ext("w.bin", "0", "8", vec![3]), &c).is_err());
         assert!(decode_tensor(&ext("../w.bin", "0", "8", vec![2]), &c).is_err());
         assert!(decode_tensor(&ext("/etc/passwd", "0", "8", vec![2]), &c).is_err());
-        assert!(decode_tensor(&ext("w.bin", "0", "8", vec![2]), &cx()).is_err());
+        assert!(decode_tensor(&ext("w.bin", "0", "8", vec![2]), &cx(&left())).is_err());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -133,6 +133,7 @@ fn resolve_input_name(path: &Path, opts: &mut CompileOptions) -> Result<(), Stri
             base_dir: path.parent().map(|p| p.to_path_buf()),
             input_shapes: opts.input_shapes.clone().into_iter().collect(),
             model_name: None,
+            ..Default::default()
         },
     )
     .map_err(|e| e.to_string())?;
