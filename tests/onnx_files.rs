@@ -73,6 +73,15 @@ fn mul_by_external(location: &str, n: usize) -> ModelProto {
     m
 }
 
+/// Makes a FIFO at `path` (with the `mkfifo` tool: no unsafe code in tests).
+fn mkfifo(path: &Path) {
+    let made = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .expect("run mkfifo");
+    assert!(made.success(), "mkfifo {} failed", path.display());
+}
+
 fn write_model(path: &Path, m: &ModelProto) {
     use prost::Message;
     std::fs::write(path, m.encode_to_vec()).expect("write model");
@@ -138,11 +147,7 @@ fn external_data_symlinked_out_of_the_folder_is_refused() {
 fn a_fifo_as_external_data_is_refused_without_blocking() {
     let dir = scratch("fifo");
     let fifo = dir.join("w.bin");
-    let made = std::process::Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .expect("run mkfifo");
-    assert!(made.success(), "mkfifo failed");
+    mkfifo(&fifo);
     let path = dir.join("m.onnx");
     write_model(&path, &mul_by_external("w.bin", 2));
     let e = import_in_thread(path, ImportOptions::default()).expect_err("fifo");
@@ -155,11 +160,7 @@ fn a_fifo_as_external_data_is_refused_without_blocking() {
 fn devices_fifos_and_folders_as_the_model_file_are_refused() {
     let dir = scratch("devices");
     let fifo = dir.join("m.onnx");
-    let made = std::process::Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .expect("run mkfifo");
-    assert!(made.success(), "mkfifo failed");
+    mkfifo(&fifo);
     let cases = [
         (PathBuf::from("/dev/zero"), "character device"),
         (PathBuf::from("/dev/urandom"), "character device"),

@@ -103,15 +103,7 @@ impl ModelBuilder {
         outputs: &[&str],
         attrs: Vec<AttributeProto>,
     ) -> ModelBuilder {
-        let n = NodeProto {
-            op_type: op_type.into(),
-            domain: domain.into(),
-            name: name.into(),
-            input: inputs.iter().map(|s| s.to_string()).collect(),
-            output: outputs.iter().map(|s| s.to_string()).collect(),
-            attribute: attrs,
-            ..NodeProto::default()
-        };
+        let n = node_proto(domain, op_type, name, inputs, outputs, attrs);
         self.graph().node.push(n);
         self
     }
@@ -131,6 +123,26 @@ impl ModelBuilder {
     /// The encoded `.onnx` bytes.
     pub fn to_bytes(&self) -> Vec<u8> {
         self.model.encode_to_vec()
+    }
+}
+
+/// A `NodeProto` of operator domain `domain` (empty for the default domain).
+pub fn node_proto(
+    domain: &str,
+    op_type: &str,
+    name: &str,
+    inputs: &[&str],
+    outputs: &[&str],
+    attrs: Vec<AttributeProto>,
+) -> NodeProto {
+    NodeProto {
+        op_type: op_type.into(),
+        domain: domain.into(),
+        name: name.into(),
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        output: outputs.iter().map(|s| s.to_string()).collect(),
+        attribute: attrs,
+        ..NodeProto::default()
     }
 }
 

@@ -6,8 +6,8 @@ use std::collections::HashSet;
 
 use prost::Message;
 
-use super::builder::{attr, tensor_proto};
-use super::proto::{self, GraphProto, ModelProto, NodeProto, ValueInfoProto};
+use super::builder::{attr, node_proto, tensor_proto, ModelBuilder};
+use super::proto::{self, ModelProto, NodeProto, ValueInfoProto};
 #[cfg(feature = "test-ops")]
 use super::TEST_DOMAIN;
 use super::{import_file, import_model, ImportOptions};
@@ -16,25 +16,13 @@ use crate::ir::{
 };
 use crate::onnx::proto::{
     attr_type, data_type, tensor_shape_proto::Dimension, type_proto, AttributeProto,
-    OperatorSetIdProto, StringStringEntryProto, TensorProto, TensorShapeProto, TypeProto,
+    StringStringEntryProto, TensorProto, TensorShapeProto, TypeProto,
 };
 use crate::{Error, Result};
 
-fn node(
-    op: &str,
-    name: &str,
-    ins: &[&str],
-    outs: &[&str],
-    attrs: Vec<AttributeProto>,
-) -> NodeProto {
-    NodeProto {
-        op_type: op.into(),
-        name: name.into(),
-        input: ins.iter().map(|s| s.to_string()).collect(),
-        output: outs.iter().map(|s| s.to_string()).collect(),
-        attribute: attrs,
-        ..Default::default()
-    }
+/// A default-domain node.
+fn node(op: &str, name: &str, ins: &[&str], outs: &[&str], a: Vec<AttributeProto>) -> NodeProto {
+    node_proto("", op, name, ins, outs, a)
 }
 /// A value info; `None` dims are symbolic (`dim_param`).
 fn vi(name: &str, elem: i32, dims: &[Option<i64>]) -> ValueInfoProto {
@@ -73,6 +61,8 @@ fn i64_init(name: &str, v: &[i64]) -> TensorProto {
         ..Default::default()
     }
 }
+/// A model of default opset `opset` (and the test domain, with feature `test-ops`)
+/// whose graph `g` holds these nodes, initializers and inputs, and untyped outputs.
 fn model(
     opset: i64,
     nodes: Vec<NodeProto>,
@@ -80,36 +70,16 @@ fn model(
     inputs: Vec<ValueInfoProto>,
     outputs: &[&str],
 ) -> ModelProto {
-    ModelProto {
-        ir_version: 8,
-        opset_import: Vec::from([
-            OperatorSetIdProto {
-                domain: String::new(),
-                version: opset,
-            },
-            #[cfg(feature = "test-ops")]
-            OperatorSetIdProto {
-                domain: TEST_DOMAIN.into(),
-                version: 1,
-            },
-        ]),
-        graph: Some(GraphProto {
-            name: "g".into(),
-            node: nodes,
-            initializer: inits,
-            input: inputs,
-            output: outputs
-                .iter()
-                .map(|o| vi(o, data_type::FLOAT, &[]))
-                .map(|mut v| {
-                    v.r#type = None;
-                    v
-                })
-                .collect(),
-            ..Default::default()
-        }),
-        ..Default::default()
+    let mut m = outputs
+        .iter()
+        .fold(ModelBuilder::new("g", opset), |b, o| b.output(o))
+        .build();
+    if let Some(g) = m.graph.as_mut() {
+        g.node = nodes;
+        g.initializer = inits;
+        g.input = inputs;
     }
+    m
 }
 fn import(m: &ModelProto) -> Result<Graph> {
     import_model(&m.encode_to_vec(), &ImportOptions::default())
