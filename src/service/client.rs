@@ -73,8 +73,12 @@ fn gone(socket: &Path, why: impl std::fmt::Display) -> Error {
 impl Client {
     /// Connects to the daemon at `socket` and opens a session.
     pub fn connect(socket: &Path) -> Result<Arc<Client>> {
-        let fd = sock::connect(socket)
-            .map_err(|e| gone(socket, format!("cannot connect: {e} (is `vnpu serve` running?)")))?;
+        let fd = sock::connect(socket).map_err(|e| {
+            gone(
+                socket,
+                format!("cannot connect: {e} (is `vnpu serve` running?)"),
+            )
+        })?;
         let r = roundtrip_on(
             socket,
             &fd,
@@ -265,7 +269,8 @@ impl Client {
 
     /// Releases a task (a queued one is cancelled).
     pub fn release(&self, task: RemoteTask) -> Result<()> {
-        self.call(&Request::Release { task: task.0 }, &[]).map(|_| ())
+        self.call(&Request::Release { task: task.0 }, &[])
+            .map(|_| ())
     }
 
     /// The daemon's status JSON.
@@ -286,7 +291,7 @@ impl SharedRegion {
 
     /// A reference to `len` bytes at `offset` (checked against the region).
     pub fn buf(&self, offset: usize, len: usize) -> Result<BufRef> {
-        if offset.checked_add(len).is_none_or(|e| e > self.mem.len()) {
+        if offset.checked_add(len).map_or(true, |e| e > self.mem.len()) {
             return Err(Error::SysInvalidArgument(format!(
                 "bytes {offset}..+{len} outside a {}-byte region",
                 self.mem.len()

@@ -168,7 +168,10 @@ impl Daemon {
             if unsafe { libc::chown(c.as_ptr(), u32::MAX, gid) } != 0 {
                 return Err(service_err(
                     &opts.socket,
-                    format!("cannot give the socket to group {gid}: {}", io::Error::last_os_error()),
+                    format!(
+                        "cannot give the socket to group {gid}: {}",
+                        io::Error::last_os_error()
+                    ),
                 ));
             }
         }
@@ -233,6 +236,14 @@ impl Daemon {
         }
     }
 
+    /// Distinct model files loaded and still used by some client (identical files
+    /// loaded by several clients count once).
+    pub fn held_models(&self) -> usize {
+        let mut held = self.shared.files.lock();
+        held.retain(|f| f.pack.strong_count() > 0);
+        held.len()
+    }
+
     /// What `vnpu status` prints: clients, queue, cores.
     pub fn status_json(&self) -> serde_json::Value {
         status_json(&self.shared)
@@ -260,12 +271,12 @@ impl Drop for Daemon {
     }
 }
 
+/// Releases every task of a session, newest first, so that queued tasks are cancelled
+/// before the running one gives up its core (which would start the next queued one).
 fn release_tasks(s: &Session) {
-    let tasks: Vec<TaskEntry> = {
-        let mut st = s.st.lock();
-        st.tasks.drain().map(|(_, t)| t).collect()
-    };
-    for t in &tasks {
+    let mut tasks: Vec<(u64, TaskEntry)> = s.st.lock().tasks.drain().collect();
+    tasks.sort_by_key(|(id, _)| std::cmp::Reverse(*id));
+    for (_, t) in &tasks {
         let _ = t.task.release();
     }
 }
@@ -417,7 +428,10 @@ fn read_model_fd(fd: &OwnedFd, limit: u64) -> Result<Vec<u8>> {
     }
     let len = st.st_size as u64;
     if len > limit {
-        return Err(bad("model", format!("{len} bytes; the daemon takes up to {limit}")));
+        return Err(bad(
+            "model",
+            format!("{len} bytes; the daemon takes up to {limit}"),
+        ));
     }
     let mut buf = Vec::new();
     buf.try_reserve_exact(len as usize)
@@ -458,7 +472,15 @@ fn load_pack(shared: &Shared, fds: &[OwnedFd]) -> Result<Arc<PackedModel>> {
     let joined: Vec<u8> = if files.len() == 1 {
         Vec::new()
     } else {
-        files.iter().flat_map(|f| (f.len() as u64).to_le_bytes().into_iter().chain(f.iter().copied())).collect()
+        files
+            .iter()
+            .flat_map(|f| {
+                (f.len() as u64)
+                    .to_le_bytes()
+                    .into_iter()
+                    .chain(f.iter().copied())
+            })
+            .collect()
     };
     let key: &[u8] = if files.len() == 1 { &files[0] } else { &joined };
     {
@@ -500,17 +522,13 @@ fn new_id(st: &mut SessionState) -> u64 {
 }
 
 /// Resolves a client buffer to daemon memory, checking it lies inside its region.
-fn resolve(
-    st: &SessionState,
-    b: &BufRef,
-    held: &mut Vec<Arc<SharedMem>>,
-) -> Result<IoBuffer> {
+fn resolve(st: &SessionState, b: &BufRef, held: &mut Vec<Arc<SharedMem>>) -> Result<IoBuffer> {
     let r = st
         .regions
         .get(&b.region)
         .ok_or_else(|| bad("buffer", format!("no region {} in this client", b.region)))?;
     let end = b.offset.checked_add(b.len);
-    if end.is_none_or(|e| e > r.len() as u64) {
+    if end.map_or(true, |e| e > r.len() as u64) {
         return Err(bad(
             "buffer",
             format!(
@@ -549,12 +567,7 @@ fn model_of(st: &SessionState, m: &ModelRef) -> Result<(Arc<PackedModel>, usize)
     Ok((p.clone(), i))
 }
 
-fn handle(
-    shared: &Shared,
-    s: &Arc<Session>,
-    req: Request,
-    fds: Vec<OwnedFd>,
-) -> Result<Response> {
+fn handle(shared: &Shared, s: &Arc<Session>, req: Request, fds: Vec<OwnedFd>) -> Result<Response> {
     if shared.stopping.load(Ordering::SeqCst) {
         return Err(Error::Service {
             socket: String::new(),
@@ -604,7 +617,10 @@ fn handle(
                 }
             }
             let len_us = usize::try_from(len).map_err(|_| bad("len", "too large"))?;
-            let fd = fds.into_iter().next().ok_or_else(|| bad("memory", "no descriptor"))?;
+            let fd = fds
+                .into_iter()
+                .next()
+                .ok_or_else(|| bad("memory", "no descriptor"))?;
             let mem = SharedMem::from_fd(fd, len_us)
                 .map_err(|e| Error::SysInvalidArgument(format!("shared memory: {e}")))?;
             let mut st = s.st.lock();
@@ -615,10 +631,9 @@ fn handle(
         }
         Request::UnmapMemory { region } => {
             let mut st = s.st.lock();
-            let r = st
-                .regions
-                .remove(&region)
-                .ok_or_else(|| Error::SysInvalidArgument(format!("no region {region} in this client")))?;
+            let r = st.regions.remove(&region).ok_or_else(|| {
+                Error::SysInvalidArgument(format!("no region {region} in this client"))
+            })?;
             st.shm_bytes -= r.len() as u64;
             Ok(Response::Ok)
         }
@@ -695,12 +710,9 @@ fn handle(
             Ok(Response::Ok)
         }
         Request::Release { task } => {
-            let e = s
-                .st
-                .lock()
-                .tasks
-                .remove(&task)
-                .ok_or_else(|| Error::InvalidTaskHandle(format!("no task {task} in this client")))?;
+            let e = s.st.lock().tasks.remove(&task).ok_or_else(|| {
+                Error::InvalidTaskHandle(format!("no task {task} in this client"))
+            })?;
             e.task.release()?;
             Ok(Response::Ok)
         }
@@ -747,8 +759,7 @@ fn add_task(
 }
 
 fn task_of(s: &Session, id: u64) -> Result<Arc<Task>> {
-    s.st
-        .lock()
+    s.st.lock()
         .tasks
         .get(&id)
         .map(|e| e.task.clone())

@@ -48,13 +48,7 @@ fn sockaddr(path: &Path) -> io::Result<(libc::sockaddr_un, libc::socklen_t)> {
 
 fn new_socket() -> io::Result<OwnedFd> {
     // SAFETY: plain system call; the result is checked before it is wrapped.
-    let fd = unsafe {
-        libc::socket(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-            0,
-        )
-    };
+    let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -295,8 +289,7 @@ pub fn recv(fd: &OwnedFd, max: usize) -> io::Result<Option<Packet>> {
                 let data = libc::CMSG_DATA(c);
                 let bytes = (*c).cmsg_len as usize - (data as usize - c as usize);
                 for i in 0..bytes / std::mem::size_of::<RawFd>() {
-                    let raw =
-                        std::ptr::read_unaligned((data as *const RawFd).add(i));
+                    let raw = std::ptr::read_unaligned((data as *const RawFd).add(i));
                     fds.push(OwnedFd::from_raw_fd(raw));
                 }
             }

@@ -118,10 +118,7 @@ pub enum Request {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Response {
     /// Session joined or created.
-    Hello {
-        token: [u8; TOKEN_LEN],
-        client: u64,
-    },
+    Hello { token: [u8; TOKEN_LEN], client: u64 },
     /// A pack was loaded.
     Models { pack: u64, models: Vec<ModelInfo> },
     /// A region was mapped.
@@ -325,8 +322,8 @@ impl<'a> Dec<'a> {
             }
             t => return Err(WireError(format!("quantisation tag {t}"))),
         };
-        let aligned_byte_size = usize::try_from(self.u64()?)
-            .map_err(|_| WireError("byte size out of range".into()))?;
+        let aligned_byte_size =
+            usize::try_from(self.u64()?).map_err(|_| WireError("byte size out of range".into()))?;
         let stride = self.i32s()?;
         Ok(TensorDesc {
             name,

@@ -40,7 +40,10 @@ fn group_id(name: &str) -> Result<u32, String> {
 /// `vnpu serve [--socket PATH] [--cores N] [--trace PATH] [--group NAME]`
 pub fn run_serve(argv: &[String]) -> Result<(), String> {
     let a = Args::parse(argv, &["socket", "cores", "trace", "group"], &[])?;
-    let socket = a.get("socket").map(PathBuf::from).unwrap_or_else(default_socket);
+    let socket = a
+        .get("socket")
+        .map(PathBuf::from)
+        .unwrap_or_else(default_socket);
     let mut sched = vnpu::sched::SchedConfig::from_env().map_err(|e| e.to_string())?;
     if let Some(n) = a.num::<usize>("cores")? {
         if !(1..=64).contains(&n) {
@@ -114,7 +117,10 @@ pub fn run_status(argv: &[String]) -> Result<(), String> {
     for q in s["queued_by_priority"].as_array().into_iter().flatten() {
         println!("  priority {:>3}: {} tasks", q["priority"], q["tasks"]);
     }
-    println!("cores (last {:.1} s of the trace):", s["window_s"].as_f64().unwrap_or(0.0));
+    println!(
+        "cores (last {:.1} s of the trace):",
+        s["window_s"].as_f64().unwrap_or(0.0)
+    );
     for c in s["core_stats"].as_array().into_iter().flatten() {
         println!(
             "  core {}: {:>6} FCs, {:>5.1} % busy",
