@@ -63,6 +63,9 @@ pub struct RemotePart {
     pub outputs: Vec<BufRef>,
 }
 
+/// How long a caller polls for the daemon's answer before sleeping.
+const SPIN: std::time::Duration = std::time::Duration::from_micros(50);
+
 fn gone(socket: &Path, why: impl std::fmt::Display) -> Error {
     Error::Service {
         socket: socket.display().to_string(),
@@ -346,7 +349,7 @@ fn roundtrip_on(socket: &Path, fd: &OwnedFd, req: &Request, fds: &[RawFd]) -> Re
         });
     }
     sock::send(fd, &bytes, fds).map_err(|e| gone(socket, format!("send failed: {e}")))?;
-    let pkt = sock::recv(fd, MAX_MESSAGE)
+    let pkt = sock::recv_spin(fd, MAX_MESSAGE, SPIN)
         .map_err(|e| gone(socket, format!("receive failed: {e}")))?
         .ok_or_else(|| gone(socket, "the daemon closed the connection"))?;
     Response::decode(&pkt.bytes).map_err(|e| gone(socket, e))

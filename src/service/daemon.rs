@@ -129,6 +129,9 @@ pub struct Daemon {
 }
 
 const OWNERS_KEPT: usize = 65536;
+/// How long a connection thread polls for the client's next request before sleeping
+/// (an infer is followed by its wait, a wait by the release).
+const NEXT_REQUEST_SPIN: std::time::Duration = std::time::Duration::from_micros(30);
 
 fn random_token() -> [u8; TOKEN_LEN] {
     let mut t = [0u8; TOKEN_LEN];
@@ -308,7 +311,7 @@ fn serve_conn(shared: &Arc<Shared>, fd: OwnedFd) {
         None => return,
     };
     loop {
-        let pkt = match sock::recv(&fd, MAX_MESSAGE) {
+        let pkt = match sock::recv_spin(&fd, MAX_MESSAGE, NEXT_REQUEST_SPIN) {
             Ok(Some(p)) => p,
             Ok(None) | Err(_) => break,
         };
