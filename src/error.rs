@@ -133,6 +133,12 @@ pub enum Error {
     /// A panic caught at a boundary (core worker or C entry point).
     #[error("internal error (panic): {0}")]
     Panic(String),
+    /// Service mode: the daemon at `socket` is unreachable or went away.
+    #[error("vnpu service at {socket}: {reason}")]
+    Service { socket: String, reason: String },
+    /// Service mode: the daemon refused a request with this code.
+    #[error("{detail}")]
+    Remote { code: i32, detail: String },
 }
 
 /// Result with the library error.
@@ -167,6 +173,8 @@ impl Error {
             Error::SysInvalidArgument(_) => HB_SYS_INVALID_ARGUMENT,
             Error::SysOutOfMemory(_) => HB_SYS_OUT_OF_MEMORY,
             Error::SysRegister(_) => HB_SYS_REGISTER_MEM_FAILED,
+            Error::Service { .. } => HB_DNN_MULTI_PROGRESS_USE_ERROR,
+            Error::Remote { code, .. } => *code,
         }
     }
 
@@ -206,7 +214,9 @@ pub fn describe_code(code: i32) -> &'static str {
         HB_DNN_MODEL_IS_RUNNING => "the model is in use by a running task",
         HB_DNN_INCOMPATIBLE_MODEL => "the model file was built for a newer format version",
         HB_DNN_API_USE_ERROR => "the API was called in a wrong sequence",
-        HB_DNN_MULTI_PROGRESS_USE_ERROR => "multi-process use is not supported",
+        HB_DNN_MULTI_PROGRESS_USE_ERROR => {
+            "multi-process use failed: the vnpu service (VNPU_SERVICE) is unreachable or gone"
+        }
         HB_SYS_INVALID_ARGUMENT => "a memory argument is invalid",
         HB_SYS_OUT_OF_MEMORY => "memory allocation failed",
         HB_SYS_REGISTER_MEM_FAILED => "memory registration failed",

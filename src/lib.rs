@@ -17,6 +17,7 @@ pub mod kernels;
 pub mod onnx;
 pub mod runtime;
 pub mod sched;
+pub mod service;
 
 pub use error::{Error, Result};
 pub mod compile;

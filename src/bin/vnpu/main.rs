@@ -5,6 +5,7 @@ mod compile_cmd;
 mod image_input;
 mod perf;
 mod run_cmd;
+mod serve_cmd;
 mod timeline;
 
 const USAGE: &str = "usage: vnpu <command> [options]
@@ -23,6 +24,8 @@ commands:
       [--thread_num 1,1] [--core_id 0,0] [--frame_count N] [--perf_time S] [--profile_path DIR]
   trace TRACE.json -o timeline.svg [--from-ms A --to-ms B]   draw a scheduler trace
   demo [--seconds S] [--fps F] [--out DIR]    priority scenario on the bundled models
+  serve [--socket PATH] [--cores N] [--trace PATH] [--group NAME]   run the service daemon
+  status [--socket PATH] [--json]             clients, queue and cores of a running daemon
 
 environment: VNPU_CORES, VNPU_CPU_THREADS, BPLAT_CORELIMIT, VNPU_TRACE, VNPU_CACHE_DIR,
   HB_DNN_BPU_SCHEDULE_THRESHOLD, HB_DNN_SCHEDULE_INSERT_FC_MAX_TIME,
@@ -53,6 +56,8 @@ fn main() {
         "perf" => run_cmd::run_perf(rest),
         "demo" => run_cmd::run_demo(rest),
         "trace" => timeline::run_trace(rest),
+        "serve" => serve_cmd::run_serve(rest),
+        "status" => serve_cmd::run_status(rest),
         "-h" | "--help" | "help" => {
             print!("{USAGE}");
             Ok(())

@@ -1,0 +1,634 @@
+//! Service mode end to end: a daemon on a temporary socket, clients in this process
+//! (separate sessions) and in child processes (this test binary re-run as a client, and
+//! `vnpu serve` as a separate daemon process). Order is asserted on the daemon's trace;
+//! waits on wall time exist only as deadlock guards.
+
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use vnpu::compile::{compile_onnx_bytes, CompileOptions};
+use vnpu::error::codes;
+use vnpu::runtime::{CtrlParams, ElemType, IoBuffer, ModelRequest, PackedModel, Runtime};
+use vnpu::sched::SchedConfig;
+use vnpu::service::wire::{ModelRef, Request, Response, MAX_MESSAGE, PROTOCOL_VERSION};
+use vnpu::service::{sock, Client, Daemon, Limits, RemotePart, ServeOptions};
+use vnpu::Error;
+
+static SEQ: AtomicUsize = AtomicUsize::new(0);
+
+fn temp_dir() -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "vnpu-svc-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::SeqCst)
+    ));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn classifier_file(dir: &Path) -> PathBuf {
+    let onnx =
+        std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("models/tiny_classifier.onnx"))
+            .unwrap();
+    let c = compile_onnx_bytes(&onnx, None, "classifier", &CompileOptions::default()).unwrap();
+    let p = dir.join("classifier.bin");
+    std::fs::write(&p, vnpu::format::write_models(&[c]).unwrap()).unwrap();
+    p
+}
+
+/// A daemon served by a thread of this process.
+struct TestDaemon {
+    daemon: Arc<Daemon>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    socket: PathBuf,
+}
+
+impl TestDaemon {
+    fn start(dir: &Path, cores: usize, core_limit: usize) -> TestDaemon {
+        let socket = dir.join("vnpu.sock");
+        let sched = SchedConfig {
+            cores,
+            core_limit,
+            max_tasks: 1024,
+            ..SchedConfig::default()
+        };
+        let daemon = Arc::new(
+            Daemon::bind(ServeOptions {
+                socket: socket.clone(),
+                group: None,
+                sched,
+                limits: Limits::default(),
+            })
+            .unwrap(),
+        );
+        let stop = Arc::new(AtomicBool::new(false));
+        let (d, s) = (daemon.clone(), stop.clone());
+        let thread = std::thread::spawn(move || d.run(&s).unwrap());
+        TestDaemon {
+            daemon,
+            stop,
+            thread: Some(thread),
+            socket,
+        }
+    }
+
+    fn clients(&self) -> usize {
+        self.daemon.status_json()["clients"]
+            .as_array()
+            .unwrap()
+            .len()
+    }
+}
+
+impl Drop for TestDaemon {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Polls `f` until it holds; a deadlock guard, not a timing assertion.
+fn eventually(what: &str, f: impl Fn() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "never happened: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn fill_input(buf: &mut [u8], elem: ElemType) {
+    match elem {
+        ElemType::F32 => {
+            for (i, c) in buf.chunks_exact_mut(4).enumerate() {
+                c.copy_from_slice(&(((i % 17) as f32) * 0.05 - 0.4).to_le_bytes());
+            }
+        }
+        _ => {
+            for (i, b) in buf.iter_mut().enumerate() {
+                *b = (i * 7 % 251) as u8;
+            }
+        }
+    }
+}
+
+#[test]
+fn inference_through_the_daemon_matches_in_process_and_copies_nothing() {
+    let dir = temp_dir();
+    let model = classifier_file(&dir);
+    let d = TestDaemon::start(&dir, 2, 0);
+    let c = Client::connect(&d.socket).unwrap();
+    let pack = c.load_files(&[&model]).unwrap();
+    assert_eq!(pack.models.len(), 1);
+    let info = &pack.models[0];
+    assert_eq!(info.name, "classifier");
+
+    // The same model in process, as the reference.
+    let local = PackedModel::load_files(std::slice::from_ref(&model)).unwrap();
+    let m = local.models[0].clone();
+    assert_eq!(info.inputs, m.inputs);
+    assert_eq!(info.outputs, m.outputs);
+    let mut input = vec![0u8; m.inputs[0].aligned_byte_size];
+    fill_input(&mut input, m.inputs[0].elem);
+    let mut want = vec![0u8; m.outputs[0].aligned_byte_size];
+    let rt = Runtime::with_config(SchedConfig::default()).unwrap();
+    let t = rt
+        .submit(
+            vec![ModelRequest {
+                model: m.clone(),
+                inputs: vec![vec![IoBuffer::from_slice(&mut input)]],
+                outputs: vec![IoBuffer::from_slice(&mut want)],
+                rois: vec![],
+            }],
+            CtrlParams::default(),
+        )
+        .unwrap();
+    t.wait(None).unwrap();
+
+    let mut inp = c.alloc_shared(input.len()).unwrap();
+    let out = c.alloc_shared(want.len()).unwrap();
+    inp.as_mut_slice().copy_from_slice(&input);
+    for _ in 0..3 {
+        let task = c
+            .submit(
+                &[RemotePart {
+                    model: ModelRef {
+                        pack: pack.id,
+                        index: 0,
+                    },
+                    inputs: vec![vec![inp.whole()]],
+                    outputs: vec![out.whole()],
+                }],
+                CtrlParams {
+                    priority: 10,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        c.wait(task, None).unwrap();
+        assert_eq!(out.as_slice(), &want[..]);
+        c.release(task).unwrap();
+        // Released: the id means nothing any more.
+        let e = c.wait(task, Some(10)).unwrap_err();
+        assert_eq!(e.code(), codes::HB_DNN_INVALID_TASK_HANDLE);
+    }
+    assert_eq!(c.staged_bytes(), 0, "shared memory must not be staged");
+    let s = c.status().unwrap();
+    assert_eq!(s["clients"][0]["models"][0], "classifier");
+    assert_eq!(s["clients"][0]["live_tasks"], 0);
+}
+
+#[test]
+fn bad_buffers_and_foreign_ids_are_errors() {
+    let dir = temp_dir();
+    let model = classifier_file(&dir);
+    let d = TestDaemon::start(&dir, 1, 0);
+    let a = Client::connect(&d.socket).unwrap();
+    let b = Client::connect(&d.socket).unwrap();
+    assert_ne!(a.id(), b.id());
+    let pack = a.load_files(&[&model]).unwrap();
+    let m = &pack.models[0];
+    let inp = a.alloc_shared(m.inputs[0].aligned_byte_size).unwrap();
+    let out = a.alloc_shared(m.outputs[0].aligned_byte_size).unwrap();
+    let part = |outputs| RemotePart {
+        model: ModelRef {
+            pack: pack.id,
+            index: 0,
+        },
+        inputs: vec![vec![inp.whole()]],
+        outputs,
+    };
+    // Output range outside its region.
+    let mut big = out.whole();
+    big.len += 1;
+    let e = a
+        .submit(&[part(vec![big])], CtrlParams::default())
+        .unwrap_err();
+    assert_eq!(e.code(), codes::HB_DNN_INVALID_ARGUMENT, "{e}");
+    // Wrong size for the model.
+    let small = out.buf(0, 4).unwrap();
+    let e = a
+        .submit(&[part(vec![small])], CtrlParams::default())
+        .unwrap_err();
+    assert_eq!(e.code(), codes::HB_DNN_INVALID_ARGUMENT, "{e}");
+    // Client b names a's pack, region and task ids: they do not exist in its session.
+    let task = a
+        .submit(&[part(vec![out.whole()])], CtrlParams::default())
+        .unwrap();
+    let e = b.wait(task, Some(100)).unwrap_err();
+    assert_eq!(e.code(), codes::HB_DNN_INVALID_TASK_HANDLE, "{e}");
+    let e = b
+        .submit(&[part(vec![out.whole()])], CtrlParams::default())
+        .unwrap_err();
+    assert_eq!(e.code(), codes::HB_DNN_INVALID_PACKED_DNN_HANDLE, "{e}");
+    let e = b.release_pack(pack.id).unwrap_err();
+    assert_eq!(e.code(), codes::HB_DNN_INVALID_PACKED_DNN_HANDLE, "{e}");
+    a.wait(task, None).unwrap();
+    a.release(task).unwrap();
+    // A model index past the pack.
+    let e = a
+        .submit(
+            &[RemotePart {
+                model: ModelRef {
+                    pack: pack.id,
+                    index: 7,
+                },
+                inputs: vec![],
+                outputs: vec![],
+            }],
+            CtrlParams::default(),
+        )
+        .unwrap_err();
+    assert_eq!(e.code(), codes::HB_DNN_INVALID_DNN_HANDLE, "{e}");
+    // A model file that is not one.
+    let junk = dir.join("junk.bin");
+    std::fs::write(&junk, b"not a model at all").unwrap();
+    let e = a.load_files(&[&junk]).unwrap_err();
+    assert_eq!(e.code(), codes::HB_DNN_INVALID_MODEL, "{e}");
+}
+
+#[test]
+fn identical_models_are_held_once() {
+    let dir = temp_dir();
+    let model = classifier_file(&dir);
+    let d = TestDaemon::start(&dir, 1, 0);
+    let a = Client::connect(&d.socket).unwrap();
+    let b = Client::connect(&d.socket).unwrap();
+    let pa = a.load_files(&[&model]).unwrap();
+    let bytes = std::fs::read(&model).unwrap();
+    let pb = b.load_bytes(&[&bytes]).unwrap();
+    assert_eq!(pa.models, pb.models);
+    // One loaded model behind both: the daemon reports the same model in both clients,
+    // and held files are counted once.
+    assert_eq!(d.daemon.held_models(), 1);
+    a.release_pack(pa.id).unwrap();
+    assert_eq!(d.daemon.held_models(), 1, "b still holds it");
+    b.release_pack(pb.id).unwrap();
+    assert_eq!(d.daemon.held_models(), 0);
+}
+
+#[test]
+fn unreachable_daemon_is_an_error_naming_the_socket() {
+    let dir = temp_dir();
+    let sock = dir.join("nobody.sock");
+    let e = Client::connect(&sock).err().expect("must fail");
+    assert_eq!(e.code(), codes::HB_DNN_MULTI_PROGRESS_USE_ERROR);
+    assert!(e.to_string().contains("nobody.sock"), "{e}");
+}
+
+#[test]
+fn malformed_messages_disconnect_only_that_connection() {
+    let dir = temp_dir();
+    let d = TestDaemon::start(&dir, 1, 0);
+    let good = Client::connect(&d.socket).unwrap();
+    // Garbage instead of Hello.
+    let fd = sock::connect(&d.socket).unwrap();
+    sock::send(&fd, &[0xde, 0xad, 0xbe, 0xef], &[]).unwrap();
+    assert!(sock::recv(&fd, MAX_MESSAGE).unwrap().is_none(), "closed");
+    // A valid Hello, then a truncated request.
+    let fd = sock::connect(&d.socket).unwrap();
+    let hello = Request::Hello {
+        version: PROTOCOL_VERSION,
+        token: None,
+    };
+    sock::send(&fd, &hello.encode(), &[]).unwrap();
+    let r = sock::recv(&fd, MAX_MESSAGE).unwrap().unwrap();
+    assert!(matches!(
+        Response::decode(&r.bytes),
+        Ok(Response::Hello { .. })
+    ));
+    let w = Request::Wait {
+        task: 1,
+        timeout_ms: 0,
+    }
+    .encode();
+    sock::send(&fd, &w[..w.len() - 3], &[]).unwrap();
+    assert!(sock::recv(&fd, MAX_MESSAGE).unwrap().is_none(), "closed");
+    // An oversized message.
+    let fd2 = sock::connect(&d.socket).unwrap();
+    sock::send(&fd2, &hello.encode(), &[]).unwrap();
+    sock::recv(&fd2, MAX_MESSAGE).unwrap().unwrap();
+    let _ = sock::send(&fd2, &vec![1u8; MAX_MESSAGE + 100], &[]);
+    assert!(sock::recv(&fd2, MAX_MESSAGE)
+        .map(|p| p.is_none())
+        .unwrap_or(true));
+    // A wrong protocol version is refused with the documented code.
+    let fd3 = sock::connect(&d.socket).unwrap();
+    let old = Request::Hello {
+        version: PROTOCOL_VERSION + 1,
+        token: None,
+    };
+    sock::send(&fd3, &old.encode(), &[]).unwrap();
+    let r = Response::decode(&sock::recv(&fd3, MAX_MESSAGE).unwrap().unwrap().bytes).unwrap();
+    assert!(
+        matches!(r, Response::Error { code, .. } if code == codes::HB_DNN_MULTI_PROGRESS_USE_ERROR)
+    );
+    // A forged session token is refused.
+    let fd4 = sock::connect(&d.socket).unwrap();
+    let forged = Request::Hello {
+        version: PROTOCOL_VERSION,
+        token: Some([7; 16]),
+    };
+    sock::send(&fd4, &forged.encode(), &[]).unwrap();
+    let r = Response::decode(&sock::recv(&fd4, MAX_MESSAGE).unwrap().unwrap().bytes).unwrap();
+    assert!(matches!(r, Response::Error { .. }), "{r:?}");
+    // Descriptors on a request that takes none: an error, the connection stays.
+    let f = std::fs::File::open("/proc/self/exe").unwrap();
+    let e = good.call(&Request::Status, &[f.as_raw_fd()]).unwrap_err();
+    assert_eq!(e.code(), codes::HB_DNN_INVALID_ARGUMENT);
+    // The well-behaved client never noticed.
+    assert!(good.status().is_ok());
+}
+
+#[test]
+fn socket_is_private_to_its_owner() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = temp_dir();
+    let d = TestDaemon::start(&dir, 1, 0);
+    let mode = std::fs::metadata(&d.socket).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    // A second daemon on a live socket is refused.
+    let e = Daemon::bind(ServeOptions {
+        socket: d.socket.clone(),
+        group: None,
+        sched: SchedConfig::default(),
+        limits: Limits::default(),
+    })
+    .err()
+    .expect("must fail");
+    assert!(matches!(e, Error::Service { .. }), "{e}");
+}
+
+#[cfg(feature = "test-ops")]
+mod ordering {
+    use super::*;
+    use vnpu::onnx::builder::{attr, ModelBuilder};
+    use vnpu::onnx::TEST_DOMAIN;
+    use vnpu::sched::TraceKind;
+
+    /// A model of `n` Spin nodes of `us` µs each, one FC per node.
+    pub fn spin_file(dir: &Path, name: &str, n: usize, us: i64) -> PathBuf {
+        let mut b = ModelBuilder::new(name, 13).input("x", vnpu::ir::DType::F32, &[1, 4]);
+        let mut prev = "x".to_string();
+        for i in 0..n {
+            let out = format!("s{i}");
+            b = b.node_in(
+                TEST_DOMAIN,
+                "Spin",
+                &format!("spin{i}"),
+                &[&prev],
+                &[&out],
+                vec![attr::int("micros", us)],
+            );
+            prev = out;
+        }
+        let bytes = b.output(&prev).to_bytes();
+        let opts = CompileOptions {
+            max_time_per_fc: 1000,
+            ..CompileOptions::default()
+        };
+        let c = compile_onnx_bytes(&bytes, None, name, &opts).unwrap();
+        assert_eq!(c.segments[0].fcs.len(), n, "one FC per Spin");
+        let p = dir.join(format!("{name}.bin"));
+        std::fs::write(&p, vnpu::format::write_models(&[c]).unwrap()).unwrap();
+        p
+    }
+
+    fn submit(
+        c: &Client,
+        pack: u64,
+        mem: &vnpu::service::SharedRegion,
+        out: &vnpu::service::SharedRegion,
+        prio: u8,
+        custom: i64,
+    ) -> vnpu::service::RemoteTask {
+        c.submit(
+            &[RemotePart {
+                model: ModelRef { pack, index: 0 },
+                inputs: vec![vec![mem.whole()]],
+                outputs: vec![out.whole()],
+            }],
+            CtrlParams {
+                priority: prio,
+                custom_id: custom,
+                core_mask: 0,
+            },
+        )
+        .unwrap()
+    }
+
+    /// Tasks of two clients share one library queue: priority, then customId, then
+    /// submission order; and a priority-255 task of client B waits for at most
+    /// `corelimit` normal FCs of client A.
+    #[test]
+    fn two_clients_share_one_queue_and_one_core() {
+        let dir = temp_dir();
+        let bg = spin_file(&dir, "bg", 12, 600);
+        let fg = spin_file(&dir, "fg", 2, 600);
+        let d = TestDaemon::start(&dir, 1, 1);
+        let sched = d.daemon.runtime().scheduler().clone();
+        let a = Client::connect(&d.socket).unwrap();
+        let b = Client::connect(&d.socket).unwrap();
+        let pa = a.load_files(&[&bg]).unwrap();
+        let pb = b.load_files(&[&fg]).unwrap();
+        let (ia, oa) = (a.alloc_shared(16).unwrap(), a.alloc_shared(16).unwrap());
+        let (ib, ob) = (b.alloc_shared(16).unwrap(), b.alloc_shared(16).unwrap());
+        sched.trace_clear();
+        // A's first task holds the only core.
+        let t0 = submit(&a, pa.id, &ia, &oa, 0, 0);
+        eventually("a's first FC started", || {
+            sched
+                .trace_events()
+                .iter()
+                .any(|e| e.kind == TraceKind::FcStart)
+        });
+        // Queued behind it: a(prio 0), b(prio 100, custom 5), b(prio 100, custom 1), a(prio 0).
+        let t1 = submit(&a, pa.id, &ia, &oa, 0, 0);
+        let t2 = submit(&b, pb.id, &ib, &ob, 100, 5);
+        let t3 = submit(&b, pb.id, &ib, &ob, 100, 1);
+        let t4 = submit(&a, pa.id, &ia, &oa, 0, 0);
+        // And a priority-255 task of b.
+        let t5 = submit(&b, pb.id, &ib, &ob, 255, 0);
+        for (c, t) in [(&a, t0), (&a, t1), (&b, t2), (&b, t3), (&a, t4), (&b, t5)] {
+            c.wait(t, None).unwrap();
+            c.release(t).unwrap();
+        }
+        let ev = sched.trace_events();
+        // Scheduler ids in submission order t0..t5.
+        let mut ids: Vec<u64> = Vec::new();
+        for e in &ev {
+            if e.kind == TraceKind::Submit && !ids.contains(&e.task) {
+                ids.push(e.task);
+            }
+        }
+        assert_eq!(ids.len(), 6);
+        let first_fc = |id: u64| {
+            ev.iter()
+                .position(|e| e.kind == TraceKind::FcStart && e.task == id)
+                .unwrap()
+        };
+        // Library queue order among the queued normal tasks: t3, t2 (custom id), t1, t4.
+        let order = [ids[3], ids[2], ids[1], ids[4]];
+        for w in order.windows(2) {
+            assert!(first_fc(w[0]) < first_fc(w[1]), "queue order {order:?}");
+        }
+        // The 255 task: at most corelimit (1) normal FCs started between its submission
+        // and its first FC.
+        let sub = ev
+            .iter()
+            .position(|e| e.kind == TraceKind::Submit && e.task == ids[5])
+            .unwrap();
+        let start = first_fc(ids[5]);
+        let normal = ev[sub..start]
+            .iter()
+            .filter(|e| e.kind == TraceKind::FcStart && e.task != ids[5])
+            .count();
+        assert!(
+            normal <= 1,
+            "{normal} normal FCs started ahead of the 255 task"
+        );
+        // The daemon's trace names each task's client pid.
+        let tj = d.daemon.trace_json();
+        assert_eq!(
+            tj["task_pids"][ids[5].to_string()],
+            serde_json::json!(std::process::id())
+        );
+    }
+
+    /// A client that goes away (all its connections close) loses its queued tasks;
+    /// its running FC finishes; its memory and objects are dropped; the other client
+    /// is unaffected.
+    #[test]
+    fn a_vanished_client_loses_only_its_own_tasks() {
+        let dir = temp_dir();
+        let bg = spin_file(&dir, "bg", 100, 600);
+        let d = TestDaemon::start(&dir, 1, 0);
+        let sched = d.daemon.runtime().scheduler().clone();
+        let a = Client::connect(&d.socket).unwrap();
+        let b = Client::connect(&d.socket).unwrap();
+        let pa = a.load_files(&[&bg]).unwrap();
+        let pb = b.load_files(&[&bg]).unwrap();
+        let (ia, oa) = (a.alloc_shared(16).unwrap(), a.alloc_shared(16).unwrap());
+        let (ib, ob) = (b.alloc_shared(16).unwrap(), b.alloc_shared(16).unwrap());
+        for _ in 0..4 {
+            submit(&a, pa.id, &ia, &oa, 0, 0);
+        }
+        let tb = submit(&b, pb.id, &ib, &ob, 0, 0);
+        eventually("a task runs", || {
+            sched
+                .trace_events()
+                .iter()
+                .any(|e| e.kind == TraceKind::FcStart)
+        });
+        assert_eq!(d.clients(), 2);
+        drop((ia, oa));
+        drop(a); // every connection of client a closes, as when its process dies
+        eventually("client a is gone", || d.clients() == 1);
+        b.wait(tb, None).unwrap();
+        b.release(tb).unwrap();
+        let ev = sched.trace_events();
+        let cancelled = ev.iter().filter(|e| e.kind == TraceKind::Cancel).count();
+        assert!(
+            cancelled >= 2,
+            "queued tasks of a were cancelled ({cancelled})"
+        );
+        assert_eq!(sched.live_tasks(), 0);
+    }
+}
+
+/// `vnpu serve` as its own process: a client waiting on a task gets an error promptly
+/// when the daemon is killed (no hang, even with no timeout).
+#[cfg(feature = "test-ops")]
+#[test]
+fn a_killed_daemon_fails_waiting_clients() {
+    let dir = temp_dir();
+    let bg = ordering::spin_file(&dir, "bg", 200, 900);
+    let socket = dir.join("d.sock");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_vnpu"))
+        .args(["serve", "--socket"])
+        .arg(&socket)
+        .args(["--cores", "1"])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    eventually("daemon listening", || Client::connect(&socket).is_ok());
+    let c = Client::connect(&socket).unwrap();
+    let p = c.load_files(&[&bg]).unwrap();
+    let (i, o) = (c.alloc_shared(16).unwrap(), c.alloc_shared(16).unwrap());
+    let part = RemotePart {
+        model: ModelRef {
+            pack: p.id,
+            index: 0,
+        },
+        inputs: vec![vec![i.whole()]],
+        outputs: vec![o.whole()],
+    };
+    // Four tasks of 200 FCs on one core: the last cannot end before the kill.
+    let mut last = None;
+    for _ in 0..4 {
+        last = Some(
+            c.submit(std::slice::from_ref(&part), CtrlParams::default())
+                .unwrap(),
+        );
+    }
+    let t = last.unwrap();
+    let c2 = c.clone();
+    let waiter = std::thread::spawn(move || c2.wait(t, None));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let r = waiter.join().unwrap();
+    let e = r.unwrap_err();
+    assert_eq!(e.code(), codes::HB_DNN_MULTI_PROGRESS_USE_ERROR, "{e}");
+    // Later calls fail too, naming the socket.
+    let e = c.status().unwrap_err();
+    assert!(e.to_string().contains("d.sock"), "{e}");
+    drop((i, o));
+}
+
+/// `vnpu serve` stopped with SIGTERM fails a pending task with a clear error.
+#[cfg(feature = "test-ops")]
+#[test]
+fn sigterm_fails_pending_tasks_and_exits_cleanly() {
+    let dir = temp_dir();
+    let bg = ordering::spin_file(&dir, "bg", 40, 900);
+    let socket = dir.join("t.sock");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_vnpu"))
+        .args(["serve", "--socket"])
+        .arg(&socket)
+        .args(["--cores", "1"])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    eventually("daemon listening", || Client::connect(&socket).is_ok());
+    let c = Client::connect(&socket).unwrap();
+    let p = c.load_files(&[&bg]).unwrap();
+    let (i, o) = (c.alloc_shared(16).unwrap(), c.alloc_shared(16).unwrap());
+    let part = RemotePart {
+        model: ModelRef {
+            pack: p.id,
+            index: 0,
+        },
+        inputs: vec![vec![i.whole()]],
+        outputs: vec![o.whole()],
+    };
+    let _running = c
+        .submit(std::slice::from_ref(&part), CtrlParams::default())
+        .unwrap();
+    let queued = c.submit(&[part], CtrlParams::default()).unwrap();
+    // SAFETY: sends SIGTERM to our child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let e = c.wait(queued, None).unwrap_err();
+    assert_ne!(e.code(), 0);
+    let st = child.wait().unwrap();
+    assert!(st.success(), "daemon exit status {st:?}");
+    assert!(!socket.exists(), "socket removed on shutdown");
+    drop((i, o));
+}
