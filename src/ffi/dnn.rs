@@ -429,6 +429,11 @@ unsafe fn add_to_task(
 /// `HB_DNN_API_USE_ERROR` (`*taskHandle` is a submitted task),
 /// `HB_DNN_TASK_NUM_EXCEED_LIMIT`, `HB_DNN_TASK_BATCH_SIZE_EXCEED_LIMIT`. Thread-safe.
 ///
+/// Task limit: a task counts against `HB_MAX_TASK_NUM` from the first call that creates
+/// it, while it is still being assembled with `more = 1`, until `hbDNNReleaseTask`; so a
+/// chain that is never finished must be released to give its slot back.
+/// `inferCtrlParam->dspCoreId` is ignored (any value, -1 included, is accepted).
+///
 /// # Safety
 /// Pointers must be NULL or valid: `taskHandle` read/write, `output` → array pointer,
 /// `input` array of the model's input count, `inferCtrlParam` readable.
@@ -667,8 +672,13 @@ pub unsafe extern "C" fn hbDNNRoiInfer(
 }
 
 /// Registers `cb(taskHandle, status, userdata)`, called once when the task ends (at once,
-/// on this thread, if it already has). The callback runs on a library thread and may
-/// call `hbDNNReleaseTask` on its task. NULL `cb` → `HB_DNN_INVALID_ARGUMENT`.
+/// on this thread, if it already has). The callback runs on a library callback thread,
+/// never on a core, one callback at a time in completion order; it may call
+/// `hbDNNWaitTaskDone` on its own task (returns the task's final status at once) or on
+/// other tasks, submit new tasks and wait for them, and call `hbDNNReleaseTask` on its
+/// task. A second registration before the end replaces the first; a task's callback fires
+/// at most once, so registering after it fired is `HB_DNN_API_USE_ERROR` (it is not
+/// called). NULL `cb` → `HB_DNN_INVALID_ARGUMENT`.
 ///
 /// # Safety
 /// `cb` must be NULL or a function safe to call from any thread with `userdata`.
@@ -692,7 +702,9 @@ pub unsafe extern "C" fn hbDNNSetTaskDoneCb(
 /// Waits for a task: `timeout > 0` at most that many milliseconds (`HB_DNN_TIMEOUT`
 /// leaves the task intact), `timeout ≤ 0` until it ends. Returns 0 on success, the
 /// task's failure code, `HB_DNN_INVALID_TASK_HANDLE`, or `HB_DNN_API_USE_ERROR` for a
-/// task still being assembled (`more = 1`). Waiting again on a finished task returns 0.
+/// task still being assembled (`more = 1`). Waiting again on a finished task returns its
+/// status again. It returns once the task's done callback has returned; called from
+/// inside that callback, it returns the task's final status at once.
 ///
 /// # Safety
 /// Any value is accepted.
@@ -706,9 +718,12 @@ pub unsafe extern "C" fn hbDNNWaitTaskDone(taskHandle: hbDNNTaskHandle_t, timeou
 
 /// Releases a task: a queued task is cancelled; a running one is stopped at its next FC
 /// or segment boundary and this call waits for the FC in flight (at most one FC), so the
-/// task's input and output memory may be freed once it returns (called from a done
-/// callback it returns at once). Its done callback is not called afterwards. NULL, stale
-/// or double release → `HB_DNN_INVALID_TASK_HANDLE`.
+/// task's input and output memory may be freed once it returns. If the task's done
+/// callback is running on another thread, this call waits until it returned, so the
+/// callback's userdata may be freed then (called from inside that callback it returns at
+/// once). Its done callback is not called afterwards. A task being assembled
+/// (`more = 1`) is dropped and its slot under `HB_MAX_TASK_NUM` returned. NULL, stale or
+/// double release → `HB_DNN_INVALID_TASK_HANDLE`.
 ///
 /// # Safety
 /// Any value is accepted.

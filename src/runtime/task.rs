@@ -388,7 +388,7 @@ impl Runtime {
     /// The process-wide runtime, created on first use from the environment.
     pub fn global() -> Result<&'static Runtime> {
         GLOBAL.get_or_try_init(|| {
-            let cfg = crate::sched::SchedConfig::from_env()?;
+            let cfg = crate::config::start_runtime()?;
             let tracing = cfg.trace_path.is_some();
             let rt = Runtime {
                 sched: Scheduler::new(cfg)?,
