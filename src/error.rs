@@ -273,3 +273,117 @@ pub fn describe_code(code: i32) -> &'static str {
         .to_str()
         .unwrap_or("unknown error code")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One value of every variant.
+    fn every_variant() -> Vec<Error> {
+        let s = || String::from("x");
+        vec![
+            Error::Io {
+                path: PathBuf::from("p"),
+                reason: s(),
+            },
+            Error::OnnxFormat {
+                model: s(),
+                reason: s(),
+            },
+            Error::UnsupportedOp {
+                node: s(),
+                op: s(),
+                detail: s(),
+            },
+            Error::BadAttribute {
+                node: s(),
+                op: s(),
+                attr: s(),
+                reason: s(),
+            },
+            Error::shape("n", "op", "r"),
+            Error::CompileOption {
+                option: s(),
+                reason: s(),
+            },
+            Error::ModelFormat {
+                path: s(),
+                reason: s(),
+            },
+            Error::IncompatibleModel {
+                path: s(),
+                found: 2,
+                supported: 1,
+            },
+            Error::InvalidArgument {
+                name: s(),
+                reason: s(),
+            },
+            Error::TensorMismatch {
+                name: s(),
+                field: s(),
+                expected: s(),
+                actual: s(),
+            },
+            Error::UnknownModel {
+                name: s(),
+                available: s(),
+            },
+            Error::InvalidPackedHandle(s()),
+            Error::InvalidModelHandle(s()),
+            Error::InvalidTaskHandle(s()),
+            Error::TaskLimit { limit: 1 },
+            Error::TaskBatchLimit { limit: 1 },
+            Error::Timeout { ms: 1 },
+            Error::RunFailed {
+                model: s(),
+                reason: s(),
+            },
+            Error::Cancelled {
+                model: s(),
+                ran: false,
+            },
+            Error::ApiUse(s()),
+            Error::OutOfMemory(s()),
+            Error::Config {
+                name: s(),
+                value: s(),
+                reason: s(),
+            },
+            Error::SysInvalidArgument(s()),
+            Error::SysOutOfMemory(s()),
+            Error::SysRegister(s()),
+            Error::Panic(s()),
+        ]
+    }
+
+    #[test]
+    fn every_variant_has_a_described_code_and_a_message() {
+        for e in every_variant() {
+            assert!(e.code() < 0, "{e:?}");
+            assert_ne!(describe_code(e.code()), "unknown error code", "{e:?}");
+            assert!(!e.to_string().is_empty());
+        }
+        let cancelled = |ran| Error::Cancelled {
+            model: "m".into(),
+            ran,
+        };
+        assert!(cancelled(false)
+            .to_string()
+            .contains("released before it ran"));
+        assert!(cancelled(true)
+            .to_string()
+            .contains("released while running"));
+    }
+
+    #[test]
+    fn the_description_table_has_each_code_once() {
+        for (i, (c, d)) in DESCRIPTIONS.iter().enumerate() {
+            assert!(!d.to_bytes().is_empty());
+            assert_eq!(describe_code_c(*c), *d);
+            assert!(DESCRIPTIONS[i + 1..].iter().all(|(o, _)| o != c), "{c}");
+        }
+        assert_eq!(describe_code(1), "unknown error code");
+        assert_eq!(describe_code_c(-1), UNKNOWN_CODE);
+    }
+}
