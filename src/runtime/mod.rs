@@ -1,4 +1,4 @@
-//! Runtime: packed models, models and tasks (scheduling settings live in `sched::SchedConfig`).
+//! Runtime: packed models, models, task assembly and tasks (settings: `crate::config`).
 //!
 //! This is the Rust API under the C ABI (`ffi`). Everything here is thread-safe.
 
