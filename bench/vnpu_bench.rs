@@ -405,7 +405,7 @@ fn bench_load(dir: &Path) {
     let p = dir.join("resnet18.onnx");
     let cache = std::env::temp_dir().join(format!("vnpu-bench-cache-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&cache);
-    std::env::set_var("VNPU_CACHE_DIR", &cache);
+    vnpu::config::set("VNPU_CACHE_DIR", cache.to_str()).expect("cache dir");
     let first_infer = |label: &str| {
         let t0 = Instant::now();
         let pack = PackedModel::load_files(std::slice::from_ref(&p)).expect("load");

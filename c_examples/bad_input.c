@@ -211,6 +211,16 @@ static void model_cases(const char *path) {
   task = NULL;
   EXPECT_TRUE(task == NULL);
 
+  /* dspCoreId is ignored: -1 is accepted. The runtime now runs, so a key that takes
+   * effect at its start can no longer change. */
+  ctrl.dspCoreId = -1;
+  EXPECT_CODE(hbDNNInfer(&task, &out_ptr, in, dnn, &ctrl), HB_DNN_SUCCESS);
+  EXPECT_CODE(hbDNNWaitTaskDone(task, 0), HB_DNN_SUCCESS);
+  EXPECT_CODE(hbDNNReleaseTask(task), HB_DNN_SUCCESS);
+  task = NULL;
+  ctrl.dspCoreId = 0;
+  EXPECT_CODE(vnpuSetConfig("VNPU_CORES", "3"), HB_DNN_API_USE_ERROR);
+
   /* ROI checks (before anything is submitted). */
   EXPECT_CODE(hbDNNRoiInfer(&task, &out_ptr, in, &roi, 0, dnn, &ctrl), HB_DNN_INVALID_ARGUMENT);
   EXPECT_CODE(hbDNNRoiInfer(&task, &out_ptr, in, &roi, 256, dnn, &ctrl),
@@ -238,11 +248,33 @@ static void model_cases(const char *path) {
   EXPECT_CODE(hbDNNGetInputCount(&n_in, dnn), HB_DNN_INVALID_DNN_HANDLE);
 }
 
+/* Configuration calls: unknown keys, malformed and out-of-range values, small buffers. */
+static void config_cases(void) {
+  char value[64];
+  char tiny[1];
+  EXPECT_CODE(vnpuSetConfig(NULL, "1"), HB_DNN_INVALID_ARGUMENT);
+  EXPECT_CODE(vnpuSetConfig("VNPU_NO_SUCH_KEY", "1"), HB_DNN_INVALID_ARGUMENT);
+  EXPECT_TRUE(strstr(vnpuGetLastErrorDetail(), "unknown key") != NULL);
+  EXPECT_CODE(vnpuSetConfig("VNPU_INTRA_OP_THREADS", "0"), HB_DNN_INVALID_ARGUMENT);
+  EXPECT_TRUE(strstr(vnpuGetLastErrorDetail(), "1..=64") != NULL);
+  EXPECT_CODE(vnpuSetConfig("VNPU_INTRA_OP_THREADS", "many"), HB_DNN_INVALID_ARGUMENT);
+  EXPECT_CODE(vnpuSetConfig("VNPU_INTRA_OP_THREADS", "1"), HB_DNN_SUCCESS);
+  EXPECT_CODE(vnpuGetConfig("VNPU_INTRA_OP_THREADS", value, (int32_t)sizeof value),
+              HB_DNN_SUCCESS);
+  EXPECT_TRUE(strcmp(value, "1") == 0);
+  EXPECT_CODE(vnpuGetConfig("VNPU_INTRA_OP_THREADS", tiny, 1), HB_DNN_INVALID_ARGUMENT);
+  EXPECT_CODE(vnpuGetConfig("VNPU_INTRA_OP_THREADS", NULL, 8), HB_DNN_INVALID_ARGUMENT);
+  EXPECT_CODE(vnpuGetConfig("VNPU_NO_SUCH_KEY", value, (int32_t)sizeof value),
+              HB_DNN_INVALID_ARGUMENT);
+  EXPECT_CODE(vnpuSetConfig("VNPU_INTRA_OP_THREADS", NULL), HB_DNN_SUCCESS);
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: %s SCRATCH_DIR [MODEL.bin]\n", argv[0]);
     return 2;
   }
+  config_cases();
   model_free_cases(argv[1]);
   if (argc > 2) model_cases(argv[2]);
   printf("bad_input: %d cases, %d failures\n", g_cases, g_failures);

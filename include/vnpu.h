@@ -320,7 +320,7 @@ typedef struct {
    */
   int32_t bpuCoreId;
   /**
-   * Accepted and ignored.
+   * Ignored (no DSP): any value, -1 included, is accepted.
    */
   int32_t dspCoreId;
   /**
@@ -519,6 +519,26 @@ typedef struct {
    * `hbDNNConvertLayout`.
    */
   int32_t (*hbDNNConvertLayout)(void*, int32_t, const void*, int32_t, int32_t, hbDNNTensorShape, bool);
+  /**
+   * `vnpuSetConfig`.
+   */
+  int32_t (*vnpuSetConfig)(const char*, const char*);
+  /**
+   * `vnpuGetConfig`.
+   */
+  int32_t (*vnpuGetConfig)(const char*, char*, int32_t);
+  /**
+   * `vnpuTraceStart`.
+   */
+  int32_t (*vnpuTraceStart)(void);
+  /**
+   * `vnpuTraceStop`.
+   */
+  int32_t (*vnpuTraceStop)(void);
+  /**
+   * `vnpuTraceDump`.
+   */
+  int32_t (*vnpuTraceDump)(const char*);
 } vnpuBackendV1;
 
 /**
@@ -556,6 +576,83 @@ const char *vnpuGetVersion(void);
  * Always safe to call.
  */
 const vnpuBackendV1 *vnpuGetBackendV1(void);
+
+/**
+ * Sets configuration key `key` to `value` (a NUL-terminated string; NULL = back to the
+ * default). Keys are the environment variable names, read from the environment once at
+ * first use; this call overrides them for the process.
+ *
+ * Keys taking effect when the runtime starts (the first inference-related call):
+ * - `VNPU_CORES` 1..32 (default 2): virtual NPU cores;
+ * - `VNPU_CPU_THREADS` 1..4096 (default: host CPUs): CPU pool threads;
+ * - `BPLAT_CORELIMIT` 0..4294967295 (default 0 = no preemption): normal FCs committed
+ *   ahead of a priority-255 FC;
+ * - `HB_DNN_BPU_SCHEDULE_THRESHOLD` (percent, default 10),
+ *   `HB_DNN_SCHEDULE_INSERT_FC_MAX_TIME` (ms, default 1000),
+ *   `HB_DNN_SCHEDULE_WAIT_DISPATCH_TIME` (ms, default 20): insertion thresholds,
+ *   0..4294967295;
+ * - `HB_MAX_TASK_NUM` 1..4294967295 (default 32): live tasks, those being assembled with
+ *   `more = 1` included;
+ * - `VNPU_PIN_CORES`, `VNPU_RT_PRIORITY`: 0/1, true/false, yes/no, on/off (default 0);
+ * - `VNPU_CORE_NICE` -20..19 (default 0): nice value of the core threads;
+ * - `VNPU_TRACE` (path, default none): trace from the start, written at exit;
+ * - `VNPU_TRACE_CAPACITY` 1..16777216 (default 65536): trace events kept;
+ * - `VNPU_SPIN_US` 0..1000000 (default 50): polling before a core or waiter sleeps.
+ *
+ * Keys taking effect at each later model load: `VNPU_INTRA_OP_THREADS` 1..64 (default
+ * 1), `VNPU_CACHE_DIR` (path, empty = no compile cache).
+ *
+ * Returns 0; `HB_DNN_INVALID_ARGUMENT` for a NULL or unknown key or a value that is
+ * malformed or out of range (the detail names the key, the value and the range);
+ * `HB_DNN_API_USE_ERROR` for a runtime-start key once the runtime has started. Nothing
+ * changes on error. Thread-safe.
+ *
+ * # Safety
+ * `key` and `value` must be NULL or NUL-terminated strings.
+ */
+int32_t vnpuSetConfig(const char *key, const char *value);
+
+/**
+ * Copies the current value of configuration key `key` (as set, else from the
+ * environment, else its default; see `vnpuSetConfig` for the keys) into `value`, a
+ * buffer of `valueSize` bytes, NUL-terminated.
+ *
+ * Returns 0; `HB_DNN_INVALID_ARGUMENT` for a NULL or unknown key, a NULL buffer, or a
+ * buffer too small (the detail gives the size needed; nothing is written). Thread-safe.
+ *
+ * # Safety
+ * `key` must be NULL or NUL-terminated; `value` NULL or writable for `valueSize` bytes.
+ */
+int32_t vnpuGetConfig(const char *key, char *value, int32_t valueSize);
+
+/**
+ * Starts recording scheduling trace events (keeps earlier ones; the buffer keeps the
+ * newest `VNPU_TRACE_CAPACITY`). Starts the runtime if needed. Returns 0 or the error of
+ * starting the runtime. Thread-safe.
+ *
+ * # Safety
+ * Always safe to call.
+ */
+int32_t vnpuTraceStart(void);
+
+/**
+ * Stops recording trace events (what was recorded is kept for `vnpuTraceDump`).
+ * Returns 0 or the error of starting the runtime. Thread-safe.
+ *
+ * # Safety
+ * Always safe to call.
+ */
+int32_t vnpuTraceStop(void);
+
+/**
+ * Writes the recorded trace as Chrome / Perfetto JSON to `path` (NULL = the `VNPU_TRACE`
+ * path). Returns 0; `HB_DNN_CAN_NOT_OPEN_FILE` when the file cannot be written;
+ * `HB_DNN_API_USE_ERROR` for NULL without a `VNPU_TRACE` path. Thread-safe.
+ *
+ * # Safety
+ * `path` must be NULL or a NUL-terminated string.
+ */
+int32_t vnpuTraceDump(const char *path);
 
 /**
  * Returns the version string, e.g. `"1.24.5_(vnpu 0.1.0)"`: hbDNN API version, then the
@@ -692,6 +789,11 @@ int32_t hbDNNGetOutputTensorProperties(hbDNNTensorProperties *properties, hbDNNH
  * `HB_DNN_API_USE_ERROR` (`*taskHandle` is a submitted task),
  * `HB_DNN_TASK_NUM_EXCEED_LIMIT`, `HB_DNN_TASK_BATCH_SIZE_EXCEED_LIMIT`. Thread-safe.
  *
+ * Task limit: a task counts against `HB_MAX_TASK_NUM` from the first call that creates
+ * it, while it is still being assembled with `more = 1`, until `hbDNNReleaseTask`; so a
+ * chain that is never finished must be released to give its slot back.
+ * `inferCtrlParam->dspCoreId` is ignored (any value, -1 included, is accepted).
+ *
  * # Safety
  * Pointers must be NULL or valid: `taskHandle` read/write, `output` → array pointer,
  * `input` array of the model's input count, `inferCtrlParam` readable.
@@ -720,8 +822,13 @@ int32_t hbDNNRoiInfer(hbDNNTaskHandle_t *taskHandle, hbDNNTensor **output, const
 
 /**
  * Registers `cb(taskHandle, status, userdata)`, called once when the task ends (at once,
- * on this thread, if it already has). The callback runs on a library thread and may
- * call `hbDNNReleaseTask` on its task. NULL `cb` → `HB_DNN_INVALID_ARGUMENT`.
+ * on this thread, if it already has). The callback runs on a library callback thread,
+ * never on a core, one callback at a time in completion order; it may call
+ * `hbDNNWaitTaskDone` on its own task (returns the task's final status at once) or on
+ * other tasks, submit new tasks and wait for them, and call `hbDNNReleaseTask` on its
+ * task. A second registration before the end replaces the first; a task's callback fires
+ * at most once, so registering after it fired is `HB_DNN_API_USE_ERROR` (it is not
+ * called). NULL `cb` → `HB_DNN_INVALID_ARGUMENT`.
  *
  * # Safety
  * `cb` must be NULL or a function safe to call from any thread with `userdata`.
@@ -732,7 +839,9 @@ int32_t hbDNNSetTaskDoneCb(hbDNNTaskHandle_t taskHandle, hbDNNTaskDoneCb cb, voi
  * Waits for a task: `timeout > 0` at most that many milliseconds (`HB_DNN_TIMEOUT`
  * leaves the task intact), `timeout ≤ 0` until it ends. Returns 0 on success, the
  * task's failure code, `HB_DNN_INVALID_TASK_HANDLE`, or `HB_DNN_API_USE_ERROR` for a
- * task still being assembled (`more = 1`). Waiting again on a finished task returns 0.
+ * task still being assembled (`more = 1`). Waiting again on a finished task returns its
+ * status again. It returns once the task's done callback has returned; called from
+ * inside that callback, it returns the task's final status at once.
  *
  * # Safety
  * Any value is accepted.
@@ -742,9 +851,12 @@ int32_t hbDNNWaitTaskDone(hbDNNTaskHandle_t taskHandle, int32_t timeout);
 /**
  * Releases a task: a queued task is cancelled; a running one is stopped at its next FC
  * or segment boundary and this call waits for the FC in flight (at most one FC), so the
- * task's input and output memory may be freed once it returns (called from a done
- * callback it returns at once). Its done callback is not called afterwards. NULL, stale
- * or double release → `HB_DNN_INVALID_TASK_HANDLE`.
+ * task's input and output memory may be freed once it returns. If the task's done
+ * callback is running on another thread, this call waits until it returned, so the
+ * callback's userdata may be freed then (called from inside that callback it returns at
+ * once). Its done callback is not called afterwards. A task being assembled
+ * (`more = 1`) is dropped and its slot under `HB_MAX_TASK_NUM` returned. NULL, stale or
+ * double release → `HB_DNN_INVALID_TASK_HANDLE`.
  *
  * # Safety
  * Any value is accepted.

@@ -108,6 +108,10 @@ pub enum Error {
     /// Execution of a task failed.
     #[error("task failed in model '{model}': {reason}")]
     RunFailed { model: String, reason: String },
+    /// The task was released before it ended: while queued (`ran` false, it never ran) or
+    /// while running (`ran` true, stopped at its next FC or segment boundary).
+    #[error("task of model '{model}' was cancelled: {}", if *ran { "released while running" } else { "released before it ran" })]
+    Cancelled { model: String, ran: bool },
     /// The API was used in a wrong sequence.
     #[error("API misuse: {0}")]
     ApiUse(String),
@@ -167,7 +171,9 @@ impl Error {
             Error::TaskLimit { .. } => HB_DNN_TASK_NUM_EXCEED_LIMIT,
             Error::TaskBatchLimit { .. } => HB_DNN_TASK_BATCH_SIZE_EXCEED_LIMIT,
             Error::Timeout { .. } => HB_DNN_TIMEOUT,
-            Error::RunFailed { .. } | Error::Panic(_) => HB_DNN_RUN_TASK_FAILED,
+            Error::RunFailed { .. } | Error::Cancelled { .. } | Error::Panic(_) => {
+                HB_DNN_RUN_TASK_FAILED
+            }
             Error::ApiUse(_) => HB_DNN_API_USE_ERROR,
             Error::OutOfMemory(_) => HB_DNN_OUT_OF_MEMORY,
             Error::SysInvalidArgument(_) => HB_SYS_INVALID_ARGUMENT,
@@ -188,38 +194,212 @@ impl Error {
     }
 }
 
+/// The one table of status-code descriptions: every documented code with the sentence
+/// `hbDNNGetErrorDesc` returns (NUL-terminated, so the C boundary hands them out as is).
+pub const DESCRIPTIONS: &[(i32, &std::ffi::CStr)] = {
+    use codes::*;
+    &[
+        (HB_DNN_SUCCESS, c"success"),
+        (
+            HB_DNN_INVALID_ARGUMENT,
+            c"an argument is invalid (null pointer, wrong tensor, out of range value)",
+        ),
+        (
+            HB_DNN_INVALID_MODEL,
+            c"the model is invalid (corrupt file, unsupported operator or attribute)",
+        ),
+        (
+            HB_DNN_MODEL_NUMBER_EXCEED_LIMIT,
+            c"too many models are loaded",
+        ),
+        (
+            HB_DNN_INVALID_PACKED_DNN_HANDLE,
+            c"the packed model handle is invalid or already released",
+        ),
+        (
+            HB_DNN_INVALID_DNN_HANDLE,
+            c"the model handle is invalid or its packed model was released",
+        ),
+        (HB_DNN_CAN_NOT_OPEN_FILE, c"the model file cannot be opened"),
+        (HB_DNN_OUT_OF_MEMORY, c"out of memory"),
+        (
+            HB_DNN_TIMEOUT,
+            c"waiting for the task timed out; the task is still valid",
+        ),
+        (
+            HB_DNN_TASK_NUM_EXCEED_LIMIT,
+            c"too many live tasks; release finished tasks first",
+        ),
+        (
+            HB_DNN_TASK_BATCH_SIZE_EXCEED_LIMIT,
+            c"too many models or ROIs in one task",
+        ),
+        (
+            HB_DNN_INVALID_TASK_HANDLE,
+            c"the task handle is invalid or already released",
+        ),
+        (
+            HB_DNN_RUN_TASK_FAILED,
+            c"the task failed while running or was cancelled",
+        ),
+        (
+            HB_DNN_MODEL_IS_RUNNING,
+            c"the model is in use by a running task",
+        ),
+        (
+            HB_DNN_INCOMPATIBLE_MODEL,
+            c"the model file was built for a newer format version",
+        ),
+        (
+            HB_DNN_API_USE_ERROR,
+            c"the API was called in a wrong sequence",
+        ),
+        (
+            HB_DNN_MULTI_PROGRESS_USE_ERROR,
+            c"multi-process use failed: the vnpu service (VNPU_SERVICE) is unreachable or gone",
+        ),
+        (HB_SYS_INVALID_ARGUMENT, c"a memory argument is invalid"),
+        (HB_SYS_OUT_OF_MEMORY, c"memory allocation failed"),
+        (HB_SYS_REGISTER_MEM_FAILED, c"memory registration failed"),
+    ]
+};
+
+/// The description of an unknown status code.
+pub const UNKNOWN_CODE: &std::ffi::CStr = c"unknown error code";
+
+/// A sentence describing a status code, as a C string (what `hbDNNGetErrorDesc` returns).
+pub fn describe_code_c(code: i32) -> &'static std::ffi::CStr {
+    DESCRIPTIONS
+        .iter()
+        .find(|(c, _)| *c == code)
+        .map_or(UNKNOWN_CODE, |(_, d)| d)
+}
+
 /// A sentence describing a status code (what `hbDNNGetErrorDesc` returns).
 pub fn describe_code(code: i32) -> &'static str {
-    use codes::*;
-    match code {
-        HB_DNN_SUCCESS => "success",
-        HB_DNN_INVALID_ARGUMENT => {
-            "an argument is invalid (null pointer, wrong tensor, out of range value)"
+    describe_code_c(code)
+        .to_str()
+        .unwrap_or("unknown error code")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One value of every variant.
+    fn every_variant() -> Vec<Error> {
+        let s = || String::from("x");
+        vec![
+            Error::Io {
+                path: PathBuf::from("p"),
+                reason: s(),
+            },
+            Error::OnnxFormat {
+                model: s(),
+                reason: s(),
+            },
+            Error::UnsupportedOp {
+                node: s(),
+                op: s(),
+                detail: s(),
+            },
+            Error::BadAttribute {
+                node: s(),
+                op: s(),
+                attr: s(),
+                reason: s(),
+            },
+            Error::shape("n", "op", "r"),
+            Error::CompileOption {
+                option: s(),
+                reason: s(),
+            },
+            Error::ModelFormat {
+                path: s(),
+                reason: s(),
+            },
+            Error::IncompatibleModel {
+                path: s(),
+                found: 2,
+                supported: 1,
+            },
+            Error::InvalidArgument {
+                name: s(),
+                reason: s(),
+            },
+            Error::TensorMismatch {
+                name: s(),
+                field: s(),
+                expected: s(),
+                actual: s(),
+            },
+            Error::UnknownModel {
+                name: s(),
+                available: s(),
+            },
+            Error::InvalidPackedHandle(s()),
+            Error::InvalidModelHandle(s()),
+            Error::InvalidTaskHandle(s()),
+            Error::TaskLimit { limit: 1 },
+            Error::TaskBatchLimit { limit: 1 },
+            Error::Timeout { ms: 1 },
+            Error::RunFailed {
+                model: s(),
+                reason: s(),
+            },
+            Error::Cancelled {
+                model: s(),
+                ran: false,
+            },
+            Error::ApiUse(s()),
+            Error::OutOfMemory(s()),
+            Error::Config {
+                name: s(),
+                value: s(),
+                reason: s(),
+            },
+            Error::SysInvalidArgument(s()),
+            Error::SysOutOfMemory(s()),
+            Error::SysRegister(s()),
+            Error::Panic(s()),
+            Error::Service {
+                socket: s(),
+                reason: s(),
+            },
+            Error::Remote {
+                code: crate::error::codes::HB_DNN_TIMEOUT,
+                detail: s(),
+            },
+        ]
+    }
+
+    #[test]
+    fn every_variant_has_a_described_code_and_a_message() {
+        for e in every_variant() {
+            assert!(e.code() < 0, "{e:?}");
+            assert_ne!(describe_code(e.code()), "unknown error code", "{e:?}");
+            assert!(!e.to_string().is_empty());
         }
-        HB_DNN_INVALID_MODEL => {
-            "the model is invalid (corrupt file, unsupported operator or attribute)"
+        let cancelled = |ran| Error::Cancelled {
+            model: "m".into(),
+            ran,
+        };
+        assert!(cancelled(false)
+            .to_string()
+            .contains("released before it ran"));
+        assert!(cancelled(true)
+            .to_string()
+            .contains("released while running"));
+    }
+
+    #[test]
+    fn the_description_table_has_each_code_once() {
+        for (i, (c, d)) in DESCRIPTIONS.iter().enumerate() {
+            assert!(!d.to_bytes().is_empty());
+            assert_eq!(describe_code_c(*c), *d);
+            assert!(DESCRIPTIONS[i + 1..].iter().all(|(o, _)| o != c), "{c}");
         }
-        HB_DNN_MODEL_NUMBER_EXCEED_LIMIT => "too many models are loaded",
-        HB_DNN_INVALID_PACKED_DNN_HANDLE => {
-            "the packed model handle is invalid or already released"
-        }
-        HB_DNN_INVALID_DNN_HANDLE => "the model handle is invalid or its packed model was released",
-        HB_DNN_CAN_NOT_OPEN_FILE => "the model file cannot be opened",
-        HB_DNN_OUT_OF_MEMORY => "out of memory",
-        HB_DNN_TIMEOUT => "waiting for the task timed out; the task is still valid",
-        HB_DNN_TASK_NUM_EXCEED_LIMIT => "too many live tasks; release finished tasks first",
-        HB_DNN_TASK_BATCH_SIZE_EXCEED_LIMIT => "too many models or ROIs in one task",
-        HB_DNN_INVALID_TASK_HANDLE => "the task handle is invalid or already released",
-        HB_DNN_RUN_TASK_FAILED => "the task failed while running",
-        HB_DNN_MODEL_IS_RUNNING => "the model is in use by a running task",
-        HB_DNN_INCOMPATIBLE_MODEL => "the model file was built for a newer format version",
-        HB_DNN_API_USE_ERROR => "the API was called in a wrong sequence",
-        HB_DNN_MULTI_PROGRESS_USE_ERROR => {
-            "multi-process use failed: the vnpu service (VNPU_SERVICE) is unreachable or gone"
-        }
-        HB_SYS_INVALID_ARGUMENT => "a memory argument is invalid",
-        HB_SYS_OUT_OF_MEMORY => "memory allocation failed",
-        HB_SYS_REGISTER_MEM_FAILED => "memory registration failed",
-        _ => "unknown error code",
+        assert_eq!(describe_code(1), "unknown error code");
+        assert_eq!(describe_code_c(-1), UNKNOWN_CODE);
     }
 }

@@ -9,6 +9,7 @@
 //! `compile -> ir <- onnx`; `format` is shared by `compile` and `runtime`.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod config;
 pub mod error;
 pub mod exec;
 pub mod ffi;

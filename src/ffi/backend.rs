@@ -9,6 +9,7 @@
 use std::ffi::{c_char, c_void};
 
 use crate::ffi::boundary;
+use crate::ffi::config::*;
 use crate::ffi::dnn::*;
 use crate::ffi::ext::*;
 use crate::ffi::sys::*;
@@ -144,6 +145,16 @@ pub struct vnpuBackendV1 {
         hbDNNTensorShape,
         bool,
     ) -> i32,
+    /// `vnpuSetConfig`.
+    pub vnpuSetConfig: unsafe extern "C" fn(*const c_char, *const c_char) -> i32,
+    /// `vnpuGetConfig`.
+    pub vnpuGetConfig: unsafe extern "C" fn(*const c_char, *mut c_char, i32) -> i32,
+    /// `vnpuTraceStart`.
+    pub vnpuTraceStart: unsafe extern "C" fn() -> i32,
+    /// `vnpuTraceStop`.
+    pub vnpuTraceStop: unsafe extern "C" fn() -> i32,
+    /// `vnpuTraceDump`.
+    pub vnpuTraceDump: unsafe extern "C" fn(*const c_char) -> i32,
 }
 
 static BACKEND_V1: vnpuBackendV1 = vnpuBackendV1 {
@@ -187,6 +198,11 @@ static BACKEND_V1: vnpuBackendV1 = vnpuBackendV1 {
     hbDNNAddPaddingWithStride,
     hbDNNRemovePaddingWithStride,
     hbDNNConvertLayout,
+    vnpuSetConfig,
+    vnpuGetConfig,
+    vnpuTraceStart,
+    vnpuTraceStop,
+    vnpuTraceDump,
 };
 
 /// Returns the detail of the last failing call on the calling thread (which argument,

@@ -74,9 +74,7 @@ impl TryFrom<&hbDNNInferCtrlParam> for CtrlParams {
                 format!("{} is not a core bit mask", p.bpuCoreId),
             ));
         }
-        if p.dspCoreId < 0 {
-            return Err(bad("dspCoreId", format!("{} is negative", p.dspCoreId)));
-        }
+        // dspCoreId is ignored: there is no DSP (documented; -1 is accepted too).
         Ok(CtrlParams {
             core_mask: p.bpuCoreId as u32,
             priority: p.priority as u8,
@@ -567,6 +565,12 @@ mod tests {
         p.priority = 0;
         p.bpuCoreId = -1;
         assert!(CtrlParams::try_from(&p).is_err());
+        // dspCoreId is ignored, -1 included.
+        p.bpuCoreId = 0;
+        for dsp in [-1, i32::MIN, 7] {
+            p.dspCoreId = dsp;
+            assert!(CtrlParams::try_from(&p).is_ok(), "dspCoreId {dsp}");
+        }
     }
 
     #[test]

@@ -6,21 +6,19 @@
 //! Out-params are written last, only on success.
 #![allow(non_snake_case)]
 
-use std::ffi::{c_char, c_void, CString};
+use std::ffi::{c_char, c_void};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use once_cell::sync::Lazy;
-
-use crate::error::{codes, describe_code, Error, Result};
+use crate::error::{describe_code_c, Error, Result, UNKNOWN_CODE};
 use crate::ffi::boundary::{self, c_str, count, non_null, write_out};
 use crate::ffi::convert::{frame_input, image_hw, input_planes, output_buffers};
 use crate::ffi::handles::{
-    submit, PackedEntry, Pending, TaskEntry, TaskState, UserCallback, MODELS, PACKED, TASKS,
+    PackedEntry, Pending, TaskEntry, TaskState, UserCallback, MODELS, PACKED, TASKS,
 };
 use crate::ffi::types::*;
 use crate::runtime::roi::{crop_resize, Nv12Frame, RoiOutput};
-use crate::runtime::{CtrlParams, ElemType, IoBuffer, ModelRequest, PackedModel, Roi};
+use crate::runtime::{CtrlParams, ElemType, IoBuffer, ModelRequest, PackedModel, Roi, Runtime};
 
 /// `hbDNNGetVersion` string: the hbDNN API version, then ours.
 const VERSION: &str = concat!("1.24.5_(vnpu ", env!("CARGO_PKG_VERSION"), ")\0");
@@ -38,35 +36,6 @@ pub unsafe extern "C" fn hbDNNGetVersion() -> *const c_char {
     boundary::value(VERSION.as_ptr().cast(), || VERSION.as_ptr().cast())
 }
 
-static ERROR_DESCS: Lazy<Vec<(i32, CString)>> = Lazy::new(|| {
-    let known = [
-        codes::HB_DNN_SUCCESS,
-        codes::HB_DNN_INVALID_ARGUMENT,
-        codes::HB_DNN_INVALID_MODEL,
-        codes::HB_DNN_MODEL_NUMBER_EXCEED_LIMIT,
-        codes::HB_DNN_INVALID_PACKED_DNN_HANDLE,
-        codes::HB_DNN_INVALID_DNN_HANDLE,
-        codes::HB_DNN_CAN_NOT_OPEN_FILE,
-        codes::HB_DNN_OUT_OF_MEMORY,
-        codes::HB_DNN_TIMEOUT,
-        codes::HB_DNN_TASK_NUM_EXCEED_LIMIT,
-        codes::HB_DNN_TASK_BATCH_SIZE_EXCEED_LIMIT,
-        codes::HB_DNN_INVALID_TASK_HANDLE,
-        codes::HB_DNN_RUN_TASK_FAILED,
-        codes::HB_DNN_MODEL_IS_RUNNING,
-        codes::HB_DNN_INCOMPATIBLE_MODEL,
-        codes::HB_DNN_API_USE_ERROR,
-        codes::HB_DNN_MULTI_PROGRESS_USE_ERROR,
-        codes::HB_SYS_INVALID_ARGUMENT,
-        codes::HB_SYS_OUT_OF_MEMORY,
-        codes::HB_SYS_REGISTER_MEM_FAILED,
-    ];
-    known
-        .iter()
-        .map(|&c| (c, CString::new(describe_code(c)).unwrap_or_default()))
-        .collect()
-});
-
 /// Returns a sentence describing `errorCode` (any value; unknown codes get a generic
 /// sentence). The string is library-owned and static. For the cause of the last failure
 /// on this thread see `vnpuGetLastErrorDetail`.
@@ -75,11 +44,8 @@ static ERROR_DESCS: Lazy<Vec<(i32, CString)>> = Lazy::new(|| {
 /// Always safe to call.
 #[no_mangle]
 pub unsafe extern "C" fn hbDNNGetErrorDesc(errorCode: i32) -> *const c_char {
-    boundary::value(c"unknown error code".as_ptr(), || {
-        ERROR_DESCS
-            .iter()
-            .find(|(c, _)| *c == errorCode)
-            .map_or(c"unknown error code".as_ptr(), |(_, s)| s.as_ptr())
+    boundary::value(UNKNOWN_CODE.as_ptr(), || {
+        describe_code_c(errorCode).as_ptr()
     })
 }
 
@@ -381,14 +347,15 @@ pub unsafe extern "C" fn hbDNNGetOutputTensorProperties(
     })
 }
 
-/// Adds `pending` to the task in `*slot` (NULL = a new task) and submits the task when
-/// `more` is 0. Writes the task handle on success.
+/// Adds `pending` to the task in `*slot` (NULL = a new task) through its runtime
+/// [`TaskBuilder`](crate::runtime::TaskBuilder), which submits it when `more` is 0. Writes
+/// the task handle on success.
 ///
 /// # Safety
 /// `slot` must be non-null, readable and writable.
 unsafe fn add_to_task(
     slot: *mut hbDNNTaskHandle_t,
-    mut pending: Pending,
+    pending: Pending,
     ctrl: &hbDNNInferCtrlParam,
 ) -> Result<()> {
     let params = CtrlParams::try_from(ctrl)?;
@@ -408,50 +375,41 @@ unsafe fn add_to_task(
         }
         Err(e)
     };
-    // Take the parts assembled so far out of the entry (without holding its lock while
-    // submitting: a done callback may run inside submission and call back into us).
-    let mut all = {
-        let mut state = entry.state.lock();
-        match &mut *state {
-            TaskState::Building(p) => std::mem::take(p),
-            TaskState::Submitted(_) => {
-                return fail(Error::ApiUse(
-                    "*taskHandle holds a submitted task; set it to NULL before hbDNNInfer \
-                     (only a task built with more = 1 can be appended to)"
-                        .into(),
-                ))
-            }
+    // Take the builder out of the entry (without holding its lock while submitting: a
+    // done callback may call back into us).
+    let mut builder = match &mut *entry.state.lock() {
+        TaskState::Building(b) => std::mem::take(b),
+        TaskState::Submitted(_) => {
+            return fail(Error::ApiUse(
+                "*taskHandle holds a submitted task; set it to NULL before hbDNNInfer \
+                 (only a task built with more = 1 can be appended to)"
+                    .into(),
+            ))
         }
     };
-    let kept = (all.parts.len(), all.owned.len());
-    let limit = VNPU_MAX_MODELS_PER_TASK as usize;
-    if all.parts.len() + pending.parts.len() > limit {
-        *entry.state.lock() = TaskState::Building(all);
-        return fail(Error::TaskBatchLimit { limit });
-    }
-    all.parts.append(&mut pending.parts);
-    all.owned.append(&mut pending.owned);
-    if more {
-        *entry.state.lock() = TaskState::Building(all);
-    } else {
-        match submit(&mut all, params, entry.completion.clone(), token) {
-            Ok(task) => {
-                *entry.state.lock() = TaskState::Submitted(task.clone());
-                if TASKS.get(token).is_err() {
-                    // Another thread released the handle while we submitted: nobody can
-                    // release this task any more, so release it now.
-                    let _ = task.release();
-                    return Err(Error::InvalidTaskHandle(
-                        "the task was released while it was being submitted".into(),
-                    ));
-                }
+    let rt = match Runtime::global() {
+        Ok(rt) => rt,
+        Err(e) => return fail(e),
+    };
+    let completion = entry.completion.clone();
+    let on_done = Box::new(move |status| completion.finish(token, status));
+    match builder.add(rt, pending.parts, pending.owned, more, params, on_done) {
+        Ok(None) => *entry.state.lock() = TaskState::Building(builder),
+        Ok(Some(task)) => {
+            *entry.state.lock() = TaskState::Submitted(task.clone());
+            entry.completion.arm();
+            if TASKS.get(token).is_err() {
+                // Another thread released the handle while we submitted: nobody can
+                // release this task any more, so release it now.
+                let _ = task.release();
+                return Err(Error::InvalidTaskHandle(
+                    "the task was released while it was being submitted".into(),
+                ));
             }
-            Err(e) => {
-                all.parts.truncate(kept.0);
-                all.owned.truncate(kept.1);
-                *entry.state.lock() = TaskState::Building(all);
-                return fail(e);
-            }
+        }
+        Err(e) => {
+            *entry.state.lock() = TaskState::Building(builder);
+            return fail(e);
         }
     }
     // SAFETY: non-null, writable (caller's contract).
@@ -470,6 +428,11 @@ unsafe fn add_to_task(
 /// `vnpuGetLastErrorDetail`), `HB_DNN_INVALID_DNN_HANDLE`, `HB_DNN_INVALID_TASK_HANDLE`,
 /// `HB_DNN_API_USE_ERROR` (`*taskHandle` is a submitted task),
 /// `HB_DNN_TASK_NUM_EXCEED_LIMIT`, `HB_DNN_TASK_BATCH_SIZE_EXCEED_LIMIT`. Thread-safe.
+///
+/// Task limit: a task counts against `HB_MAX_TASK_NUM` from the first call that creates
+/// it, while it is still being assembled with `more = 1`, until `hbDNNReleaseTask`; so a
+/// chain that is never finished must be released to give its slot back.
+/// `inferCtrlParam->dspCoreId` is ignored (any value, -1 included, is accepted).
 ///
 /// # Safety
 /// Pointers must be NULL or valid: `taskHandle` read/write, `output` → array pointer,
@@ -709,8 +672,13 @@ pub unsafe extern "C" fn hbDNNRoiInfer(
 }
 
 /// Registers `cb(taskHandle, status, userdata)`, called once when the task ends (at once,
-/// on this thread, if it already has). The callback runs on a library thread and may
-/// call `hbDNNReleaseTask` on its task. NULL `cb` → `HB_DNN_INVALID_ARGUMENT`.
+/// on this thread, if it already has). The callback runs on a library callback thread,
+/// never on a core, one callback at a time in completion order; it may call
+/// `hbDNNWaitTaskDone` on its own task (returns the task's final status at once) or on
+/// other tasks, submit new tasks and wait for them, and call `hbDNNReleaseTask` on its
+/// task. A second registration before the end replaces the first; a task's callback fires
+/// at most once, so registering after it fired is `HB_DNN_API_USE_ERROR` (it is not
+/// called). NULL `cb` → `HB_DNN_INVALID_ARGUMENT`.
 ///
 /// # Safety
 /// `cb` must be NULL or a function safe to call from any thread with `userdata`.
@@ -727,40 +695,35 @@ pub unsafe extern "C" fn hbDNNSetTaskDoneCb(
             name: "cb".into(),
             reason: "is NULL".into(),
         })?;
-        entry.completion.set(token, UserCallback { cb, userdata });
-        Ok(())
+        entry.completion.set(token, UserCallback { cb, userdata })
     })
 }
 
 /// Waits for a task: `timeout > 0` at most that many milliseconds (`HB_DNN_TIMEOUT`
 /// leaves the task intact), `timeout ≤ 0` until it ends. Returns 0 on success, the
 /// task's failure code, `HB_DNN_INVALID_TASK_HANDLE`, or `HB_DNN_API_USE_ERROR` for a
-/// task still being assembled (`more = 1`). Waiting again on a finished task returns 0.
+/// task still being assembled (`more = 1`). Waiting again on a finished task returns its
+/// status again. It returns once the task's done callback has returned; called from
+/// inside that callback, it returns the task's final status at once.
 ///
 /// # Safety
 /// Any value is accepted.
 #[no_mangle]
 pub unsafe extern "C" fn hbDNNWaitTaskDone(taskHandle: hbDNNTaskHandle_t, timeout: i32) -> i32 {
     boundary::status(|| {
-        let entry = TASKS.get(taskHandle as usize)?;
-        let task = match &*entry.state.lock() {
-            TaskState::Submitted(t) => t.clone(),
-            TaskState::Building(_) => {
-                return Err(Error::ApiUse(
-                    "the task was not submitted: its last hbDNNInfer call must have more = 0"
-                        .into(),
-                ))
-            }
-        };
+        let task = TASKS.get(taskHandle as usize)?.task()?;
         task.wait((timeout > 0).then_some(timeout as u64))
     })
 }
 
 /// Releases a task: a queued task is cancelled; a running one is stopped at its next FC
 /// or segment boundary and this call waits for the FC in flight (at most one FC), so the
-/// task's input and output memory may be freed once it returns (called from a done
-/// callback it returns at once). Its done callback is not called afterwards. NULL, stale
-/// or double release → `HB_DNN_INVALID_TASK_HANDLE`.
+/// task's input and output memory may be freed once it returns. If the task's done
+/// callback is running on another thread, this call waits until it returned, so the
+/// callback's userdata may be freed then (called from inside that callback it returns at
+/// once). Its done callback is not called afterwards. A task being assembled
+/// (`more = 1`) is dropped and its slot under `HB_MAX_TASK_NUM` returned. NULL, stale or
+/// double release → `HB_DNN_INVALID_TASK_HANDLE`.
 ///
 /// # Safety
 /// Any value is accepted.
@@ -769,10 +732,13 @@ pub unsafe extern "C" fn hbDNNReleaseTask(taskHandle: hbDNNTaskHandle_t) -> i32 
     boundary::status(|| {
         let entry = TASKS.remove(taskHandle as usize)?;
         entry.completion.clear();
-        let state = entry.state.lock();
-        match &*state {
-            TaskState::Submitted(task) => task.release(),
-            TaskState::Building(_) => Ok(()),
-        }
+        // Not under the entry's lock: release waits for a running callback, which may
+        // call into this handle.
+        let task = match &*entry.state.lock() {
+            TaskState::Submitted(task) => Some(task.clone()),
+            TaskState::Building(_) => None,
+        };
+        // A task being assembled returns its slot under the task limit when `entry` drops.
+        task.map_or(Ok(()), |t| t.release())
     })
 }

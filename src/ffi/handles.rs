@@ -5,8 +5,8 @@
 //! - a model handle → [`ModelEntry`]: the [`Model`] plus C copies of its tensor
 //!   properties (names, scale and zero-point arrays) that C callers may keep pointers
 //!   into while the packed model is loaded;
-//! - a task handle → [`TaskEntry`]: a task being assembled with `more` or a submitted
-//!   runtime [`Task`], plus the done-callback state.
+//! - a task handle → [`TaskEntry`]: a task being assembled with `more` (a runtime
+//!   [`TaskBuilder`]) or a submitted runtime [`Task`], plus the done-callback state.
 //!
 //! Releasing a packed model removes its model handles; models stay alive while a task
 //! still uses them (they are `Arc`s). The C-visible memory of an entry (strings,
@@ -15,13 +15,13 @@
 use std::ffi::{c_char, c_void, CString};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 use crate::error::{Error, Result};
 use crate::ffi::convert::c_properties;
 use crate::ffi::registry::Registry;
 use crate::ffi::types::*;
-use crate::runtime::{CtrlParams, Model, ModelRequest, PackedModel, Quant, Task};
+use crate::runtime::{Model, ModelRequest, PackedModel, Quant, Task, TaskBuilder};
 
 /// Live packed models.
 pub(crate) static PACKED: Registry<PackedEntry> =
@@ -179,20 +179,37 @@ pub(crate) struct UserCallback {
 // caller registered; we only pass the pointer back.
 unsafe impl Send for UserCallback {}
 
+#[derive(Default)]
+struct CompletionState {
+    status: Option<i32>,
+    user: Option<UserCallback>,
+    /// The user callback ran (it fires at most once per task).
+    fired: bool,
+    /// The entry holds its submitted task (or was released): the callback may run.
+    armed: bool,
+}
+
 /// Completion state shared between a task entry and the runtime's done callback.
 #[derive(Default)]
 pub(crate) struct Completion {
-    inner: Mutex<(Option<i32>, Option<UserCallback>)>,
+    inner: Mutex<CompletionState>,
+    armed_cv: Condvar,
 }
 
 impl Completion {
-    /// Called by the runtime when the task ends: records the status and runs the user
-    /// callback if one is registered (outside the lock).
+    /// Called by the runtime when the task ends: waits until the entry holds its task
+    /// (so the callback may wait on or release its own handle), records the status and
+    /// runs the user callback if one is registered (outside the lock).
     pub(crate) fn finish(&self, token: usize, status: i32) {
         let user = {
             let mut g = self.inner.lock();
-            g.0 = Some(status);
-            g.1.take()
+            while !g.armed {
+                self.armed_cv.wait(&mut g);
+            }
+            g.status = Some(status);
+            let user = g.user.take();
+            g.fired |= user.is_some();
+            user
         };
         if let Some(u) = user {
             // SAFETY: a C function pointer registered through hbDNNSetTaskDoneCb, called
@@ -201,19 +218,37 @@ impl Completion {
         }
     }
 
-    /// Drops a registered user callback (the task was released before it ended).
-    pub(crate) fn clear(&self) {
-        self.inner.lock().1 = None;
+    /// The entry now holds its submitted task: the callback may run.
+    pub(crate) fn arm(&self) {
+        self.inner.lock().armed = true;
+        self.armed_cv.notify_all();
     }
 
-    /// Registers a user callback, running it at once if the task already ended.
-    pub(crate) fn set(&self, token: usize, user: UserCallback) {
+    /// Drops a registered user callback (the task was released before it ended).
+    pub(crate) fn clear(&self) {
+        let mut g = self.inner.lock();
+        g.user = None;
+        g.armed = true;
+        self.armed_cv.notify_all();
+    }
+
+    /// Registers a user callback, running it at once if the task already ended. A task's
+    /// callback fires at most once: after it fired, this is [`Error::ApiUse`].
+    pub(crate) fn set(&self, token: usize, user: UserCallback) -> Result<()> {
         let done = {
             let mut g = self.inner.lock();
-            match g.0 {
-                Some(s) => Some(s),
+            match g.status {
+                Some(_) if g.fired => {
+                    return Err(Error::ApiUse(
+                        "the task's done callback already ran (it fires once per task)".into(),
+                    ))
+                }
+                Some(s) => {
+                    g.fired = true;
+                    Some(s)
+                }
                 None => {
-                    g.1 = Some(user);
+                    g.user = Some(user);
                     None
                 }
             }
@@ -222,10 +257,11 @@ impl Completion {
             // SAFETY: as in `finish`.
             unsafe { (user.cb)(token as hbDNNTaskHandle_t, status, user.userdata) };
         }
+        Ok(())
     }
 }
 
-/// Model requests of a task not yet submitted, and buffers they point into.
+/// Model requests of one `hbDNNInfer` / `hbDNNRoiInfer` call, and buffers they point into.
 #[derive(Default)]
 pub(crate) struct Pending {
     pub(crate) parts: Vec<ModelRequest>,
@@ -235,8 +271,8 @@ pub(crate) struct Pending {
 
 /// Where a task is in its life.
 pub(crate) enum TaskState {
-    /// Being assembled with `more = 1`.
-    Building(Pending),
+    /// Being assembled with `more = 1` (holds a slot under the task limit).
+    Building(TaskBuilder),
     /// Submitted to the runtime.
     Submitted(Arc<Task>),
 }
@@ -251,29 +287,20 @@ impl TaskEntry {
     /// A task in the building state.
     pub(crate) fn building() -> TaskEntry {
         TaskEntry {
-            state: Mutex::new(TaskState::Building(Pending::default())),
+            state: Mutex::new(TaskState::Building(TaskBuilder::new())),
             completion: Arc::new(Completion::default()),
         }
     }
-}
 
-/// Submits `pending` to the runtime; the task's completion callback frees the owned
-/// buffers and reports to `completion` under `token`. On failure `pending` is intact.
-pub(crate) fn submit(
-    pending: &mut Pending,
-    ctrl: CtrlParams,
-    completion: Arc<Completion>,
-    token: usize,
-) -> Result<Arc<Task>> {
-    let runtime = crate::runtime::Runtime::global()?;
-    let task = runtime.submit(pending.parts.clone(), ctrl)?;
-    // The buffers live until the runtime drops the callback, i.e. after the task ended.
-    let owned = std::mem::take(&mut pending.owned);
-    task.set_done_callback(Box::new(move |status| {
-        drop(owned);
-        completion.finish(token, status);
-    }));
-    Ok(task)
+    /// The submitted task; [`Error::ApiUse`] while it is being assembled.
+    pub(crate) fn task(&self) -> Result<Arc<Task>> {
+        match &*self.state.lock() {
+            TaskState::Submitted(t) => Ok(t.clone()),
+            TaskState::Building(_) => Err(Error::ApiUse(
+                "the task was not submitted: its last hbDNNInfer call must have more = 0".into(),
+            )),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -338,13 +365,21 @@ mod tests {
             userdata: std::ptr::null_mut(),
         };
         let c = Completion::default();
-        c.set(7, user);
+        c.arm();
+        c.set(7, user).unwrap();
         c.finish(7, 5);
         assert_eq!(SEEN.load(Ordering::SeqCst), 5);
-        c.set(7, user); // already finished: runs at once
+        // Already fired: a second registration is refused and does not run.
+        assert!(matches!(c.set(7, user), Err(Error::ApiUse(_))));
+        assert_eq!(SEEN.load(Ordering::SeqCst), 5);
+        let late = Completion::default();
+        late.arm();
+        late.finish(9, 5);
+        late.set(9, user).unwrap(); // finished, never fired: runs at once, once
+        assert!(late.set(9, user).is_err());
         assert_eq!(SEEN.load(Ordering::SeqCst), 10);
         let cleared = Completion::default();
-        cleared.set(8, user);
+        cleared.set(8, user).unwrap();
         cleared.clear();
         cleared.finish(8, 100);
         assert_eq!(

@@ -15,6 +15,7 @@
 
 mod backend;
 mod boundary;
+mod config;
 mod convert;
 mod dnn;
 mod ext;
@@ -25,6 +26,7 @@ mod types;
 
 pub use backend::*;
 pub use boundary::last_error_detail;
+pub use config::*;
 pub use dnn::*;
 pub use ext::*;
 pub use handles::packed_handle;

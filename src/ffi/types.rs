@@ -280,7 +280,7 @@ pub struct hbDNNRoi {
 pub struct hbDNNInferCtrlParam {
     /// Bit mask of allowed cores (`HB_BPU_CORE_*`), 0 = any.
     pub bpuCoreId: i32,
-    /// Accepted and ignored.
+    /// Ignored (no DSP): any value, -1 included, is accepted.
     pub dspCoreId: i32,
     /// 0..=255, larger runs sooner; 255 preempts.
     pub priority: i32,

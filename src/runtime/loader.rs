@@ -34,9 +34,7 @@ pub fn cache_key(onnx: &[u8], opts: &CompileOptions) -> String {
 
 /// Where compiled ONNX models are cached (`VNPU_CACHE_DIR`), if configured.
 pub fn cache_dir() -> Option<PathBuf> {
-    std::env::var_os("VNPU_CACHE_DIR")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
+    crate::config::cache_dir()
 }
 
 /// How a model was obtained, for `vnpu` output and tests.

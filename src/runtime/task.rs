@@ -17,7 +17,7 @@ use crate::compile::Segment;
 use crate::error::{Error, Result};
 use crate::exec::{ExecState, Tile};
 use crate::ir::Placement;
-use crate::sched::{Scheduler, SegmentInfo, SegmentKind, TaskBody, TaskCtrl, TaskHandle};
+use crate::sched::{Scheduler, SegmentInfo, SegmentKind, TaskBody, TaskCtrl, TaskHandle, TaskSlot};
 
 /// Caller memory for one tensor plane (input or output). The caller guarantees the
 /// memory stays valid (and, for outputs, untouched) until the task is done or released.
@@ -324,6 +324,14 @@ impl TaskBody for InferBody {
     }
 }
 
+fn task_ctrl(ctrl: CtrlParams) -> TaskCtrl {
+    TaskCtrl {
+        core_mask: ctrl.core_mask,
+        priority: ctrl.priority,
+        custom_id: ctrl.custom_id,
+    }
+}
+
 /// A submitted task.
 pub struct Task {
     handle: TaskHandle,
@@ -336,9 +344,10 @@ impl Task {
             .wait(timeout_ms.map(std::time::Duration::from_millis))
     }
 
-    /// Registers the callback run when the task ends (at once if it already has).
-    pub fn set_done_callback(&self, cb: TaskDoneCallback) {
-        self.handle.set_done_callback(cb);
+    /// Registers the callback run when the task ends (at once if it already has); false
+    /// (and `cb` dropped) when the task's callback already fired.
+    pub fn set_done_callback(&self, cb: TaskDoneCallback) -> bool {
+        self.handle.set_done_callback(cb)
     }
 
     /// Releases the task: a queued task is cancelled, a running one is freed when it ends.
@@ -379,7 +388,7 @@ impl Runtime {
     /// The process-wide runtime, created on first use from the environment.
     pub fn global() -> Result<&'static Runtime> {
         GLOBAL.get_or_try_init(|| {
-            let cfg = crate::sched::SchedConfig::from_env()?;
+            let cfg = crate::config::start_runtime()?;
             let tracing = cfg.trace_path.is_some();
             let rt = Runtime {
                 sched: Scheduler::new(cfg)?,
@@ -419,14 +428,33 @@ impl Runtime {
 
     fn submit_parts(&self, specs: Vec<PartSpec>, ctrl: CtrlParams) -> Result<Arc<Task>> {
         let body = Arc::new(InferBody::new(specs));
-        let handle = self.sched.submit(
-            body,
-            TaskCtrl {
-                core_mask: ctrl.core_mask,
-                priority: ctrl.priority,
-                custom_id: ctrl.custom_id,
-            },
-        )?;
+        let handle = self.sched.submit(body, task_ctrl(ctrl))?;
+        Ok(Arc::new(Task { handle }))
+    }
+
+    /// Submits a task into a slot reserved with `Scheduler::reserve`, with its done
+    /// callback registered before it can start. On failure the slot comes back.
+    pub fn submit_reserved(
+        &self,
+        parts: Vec<ModelRequest>,
+        ctrl: CtrlParams,
+        slot: TaskSlot,
+        on_done: TaskDoneCallback,
+    ) -> std::result::Result<Arc<Task>, (Error, TaskSlot)> {
+        if parts.is_empty() {
+            return Err((
+                Error::ApiUse("a task needs at least one model".into()),
+                slot,
+            ));
+        }
+        let specs = match parts.iter().map(part_of).collect::<Result<Vec<_>>>() {
+            Ok(s) => s,
+            Err(e) => return Err((e, slot)),
+        };
+        let body = Arc::new(InferBody::new(specs));
+        let handle = self
+            .sched
+            .submit_reserved(body, task_ctrl(ctrl), slot, Some(on_done))?;
         Ok(Arc::new(Task { handle }))
     }
 

@@ -1,10 +1,11 @@
 //! Scheduler configuration: core count, CPU pool size, preemption and insertion
-//! thresholds, task limit and thread placement, read from environment variables.
+//! thresholds, task limit and thread placement. The settings are read (environment and
+//! `vnpuSetConfig`) by `crate::config`, the one place of keys, ranges and defaults.
 //!
 //! Invariants of a [`SchedConfig`] accepted by [`SchedConfig::validate`]: `1 <= cores <= 32`
 //! (a core mask is a `u32`), `cpu_threads >= 1`, `max_tasks >= 1`, `trace_capacity >= 1`.
-//! An environment variable that is set but malformed is an [`Error::Config`]; an unset one
-//! keeps its default.
+//! A setting that is set but malformed is an [`Error::Config`]; an unset one keeps its
+//! default.
 
 use std::path::PathBuf;
 
@@ -71,95 +72,16 @@ impl Default for SchedConfig {
 }
 
 impl SchedConfig {
-    /// Reads the configuration from the process environment (see the field docs).
+    /// Reads the configuration from the process settings (`crate::config`: the
+    /// environment, read once, and `vnpuSetConfig`).
     pub fn from_env() -> Result<SchedConfig> {
-        Self::from_lookup(|name| std::env::var(name).ok())
+        crate::config::sched_from(crate::config::lookup)
     }
 
     /// Reads the configuration through `lookup` (variable name → value), so callers and
-    /// tests can supply variables without touching the process environment.
+    /// tests can supply variables without touching the process settings.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<SchedConfig> {
-        let mut cfg = SchedConfig::default();
-        let num = |name: &str| -> Result<Option<u64>> {
-            match lookup(name) {
-                None => Ok(None),
-                Some(v) => v
-                    .trim()
-                    .parse::<u64>()
-                    .map(Some)
-                    .map_err(|_| Error::Config {
-                        name: name.into(),
-                        value: v.clone(),
-                        reason: "expected a non-negative integer".into(),
-                    }),
-            }
-        };
-        let flag = |name: &str| -> Result<Option<bool>> {
-            match lookup(name) {
-                None => Ok(None),
-                Some(v) => match v.trim().to_ascii_lowercase().as_str() {
-                    "1" | "true" | "yes" | "on" => Ok(Some(true)),
-                    "0" | "false" | "no" | "off" | "" => Ok(Some(false)),
-                    _ => Err(Error::Config {
-                        name: name.into(),
-                        value: v.clone(),
-                        reason: "expected 0/1, true/false, yes/no or on/off".into(),
-                    }),
-                },
-            }
-        };
-        if let Some(v) = num("VNPU_CORES")? {
-            cfg.cores = to_usize(v);
-        }
-        if let Some(v) = num("VNPU_CPU_THREADS")? {
-            cfg.cpu_threads = to_usize(v);
-        }
-        if let Some(v) = num("BPLAT_CORELIMIT")? {
-            cfg.core_limit = to_usize(v);
-        }
-        if let Some(v) = num("HB_DNN_BPU_SCHEDULE_THRESHOLD")? {
-            cfg.bpu_schedule_threshold_pct = v;
-        }
-        if let Some(v) = num("HB_DNN_SCHEDULE_INSERT_FC_MAX_TIME")? {
-            cfg.insert_fc_max_time_ms = v;
-        }
-        if let Some(v) = num("HB_DNN_SCHEDULE_WAIT_DISPATCH_TIME")? {
-            cfg.wait_dispatch_time_ms = v;
-        }
-        if let Some(v) = num("HB_MAX_TASK_NUM")? {
-            cfg.max_tasks = to_usize(v);
-        }
-        if let Some(v) = flag("VNPU_PIN_CORES")? {
-            cfg.pin_cores = v;
-        }
-        if let Some(v) = flag("VNPU_RT_PRIORITY")? {
-            cfg.rt_priority = v;
-        }
-        if let Some(v) = lookup("VNPU_CORE_NICE") {
-            cfg.core_nice = v
-                .trim()
-                .parse::<i32>()
-                .ok()
-                .filter(|n| (-20..=19).contains(n))
-                .ok_or_else(|| Error::Config {
-                    name: "VNPU_CORE_NICE".into(),
-                    value: v.clone(),
-                    reason: "expected an integer in -20..=19".into(),
-                })?;
-        }
-        if let Some(v) = lookup("VNPU_TRACE") {
-            if !v.trim().is_empty() {
-                cfg.trace_path = Some(PathBuf::from(v));
-            }
-        }
-        if let Some(v) = num("VNPU_TRACE_CAPACITY")? {
-            cfg.trace_capacity = to_usize(v);
-        }
-        if let Some(v) = num("VNPU_SPIN_US")? {
-            cfg.spin_us = v;
-        }
-        cfg.validate()?;
-        Ok(cfg)
+        crate::config::sched_from(lookup)
     }
 
     /// Checks the ranges documented on the module.
@@ -190,92 +112,5 @@ impl SchedConfig {
             ));
         }
         Ok(())
-    }
-}
-
-fn to_usize(v: u64) -> usize {
-    usize::try_from(v).unwrap_or(usize::MAX)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::collections::HashMap;
-
-    fn lookup(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let map: HashMap<String, String> = vars
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        move |k| map.get(k).cloned()
-    }
-
-    #[test]
-    fn defaults_when_unset() {
-        let cfg = SchedConfig::from_lookup(lookup(&[])).unwrap();
-        assert_eq!(cfg.cores, 2);
-        assert_eq!(cfg.core_limit, 0);
-        assert_eq!(cfg.bpu_schedule_threshold_pct, 10);
-        assert_eq!(cfg.insert_fc_max_time_ms, 1000);
-        assert_eq!(cfg.wait_dispatch_time_ms, 20);
-        assert_eq!(cfg.max_tasks, 32);
-        assert!(!cfg.pin_cores && !cfg.rt_priority);
-        assert!(cfg.trace_path.is_none());
-    }
-
-    #[test]
-    fn reads_every_variable() {
-        let cfg = SchedConfig::from_lookup(lookup(&[
-            ("VNPU_CORES", "4"),
-            ("VNPU_CPU_THREADS", "3"),
-            ("BPLAT_CORELIMIT", "1"),
-            ("HB_DNN_BPU_SCHEDULE_THRESHOLD", "25"),
-            ("HB_DNN_SCHEDULE_INSERT_FC_MAX_TIME", "5"),
-            ("HB_DNN_SCHEDULE_WAIT_DISPATCH_TIME", "7"),
-            ("HB_MAX_TASK_NUM", "8"),
-            ("VNPU_PIN_CORES", "1"),
-            ("VNPU_RT_PRIORITY", "true"),
-            ("VNPU_CORE_NICE", "10"),
-            ("VNPU_TRACE", "/tmp/t.json"),
-        ]))
-        .unwrap();
-        assert_eq!(
-            (cfg.cores, cfg.cpu_threads, cfg.core_limit, cfg.max_tasks),
-            (4, 3, 1, 8)
-        );
-        assert_eq!(
-            (
-                cfg.bpu_schedule_threshold_pct,
-                cfg.insert_fc_max_time_ms,
-                cfg.wait_dispatch_time_ms
-            ),
-            (25, 5, 7)
-        );
-        assert!(cfg.pin_cores && cfg.rt_priority);
-        assert_eq!(cfg.core_nice, 10);
-        assert_eq!(cfg.trace_path, Some(PathBuf::from("/tmp/t.json")));
-    }
-
-    #[test]
-    fn rejects_malformed_and_out_of_range_values() {
-        for (k, v) in [
-            ("VNPU_CORES", "0"),
-            ("VNPU_CORES", "33"),
-            ("VNPU_CORES", "two"),
-            ("BPLAT_CORELIMIT", "-1"),
-            ("HB_MAX_TASK_NUM", "0"),
-            ("VNPU_CPU_THREADS", "0"),
-            ("VNPU_PIN_CORES", "maybe"),
-            ("HB_DNN_BPU_SCHEDULE_THRESHOLD", "1.5"),
-            ("VNPU_CORE_NICE", "20"),
-            ("VNPU_CORE_NICE", "-21"),
-            ("VNPU_CORE_NICE", "low"),
-        ] {
-            let err = SchedConfig::from_lookup(lookup(&[(k, v)])).unwrap_err();
-            match err {
-                Error::Config { name, .. } => assert_eq!(name, k),
-                other => panic!("{k}={v}: unexpected {other:?}"),
-            }
-        }
     }
 }

@@ -1,248 +1,139 @@
-//! One virtual NPU core at the FC level ("system software"): the high and normal FC
-//! queues and the window of committed FCs that `BPLAT_CORELIMIT` bounds.
+//! The core threads (protocol step 10): one thread per virtual NPU core runs the front of
+//! its committed FC window, one FC at a time and never interrupted, unlocked; a panic in
+//! an FC is caught and fails only its task.
 //!
-//! Protocol (all under the scheduler lock):
-//! 1. A BPU segment arrives as all of its FCs at once: priority-255 tasks' FCs go to the
-//!    back of `high`, all others to the back of `normal` (FIFO whatever the priority).
-//! 2. `refill` moves FCs into `committed` while it holds fewer than `limit` FCs (the
-//!    running one included; `limit = core_limit`, or unbounded when `core_limit == 0`),
-//!    taking the front of `high` first, else the front of `normal`.
-//! 3. The core thread runs the front of `committed`; when it ends, `finish` pops it and
-//!    refills.
-//!
-//! Invariants: an FC in `committed` is never overtaken; a high FC overtakes every normal FC
-//! still in `normal`, so it waits for at most `core_limit` normal FCs (the running one
-//! included); high FCs keep their arrival order among themselves, and so do normal ones.
-//! With `core_limit == 0` every FC is committed on arrival, so FCs run in arrival order.
+//! Invariant: a core thread never runs user callbacks (they go to the callback runner), so
+//! no callback can block a core.
 
-use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use super::task::TaskShared;
+use parking_lot::MutexGuard;
 
-/// One FC waiting for or running on a core.
-pub(crate) struct FcItem {
-    pub(crate) task: Arc<TaskShared>,
-    pub(crate) seg: usize,
-    pub(crate) fc: usize,
-    /// Whether this is the last FC of its segment.
-    pub(crate) last: bool,
-    pub(crate) high: bool,
-    pub(crate) est_us: u64,
-}
+use super::lifecycle::stopped_if_released;
+use super::{os, status_of, Done, SchedInner, State, TraceKind};
+use crate::error::{Error, Result};
 
-/// The FC queues of one core.
-pub(crate) struct FcQueue {
-    limit: usize,
-    committed: VecDeque<FcItem>,
-    high: VecDeque<FcItem>,
-    normal: VecDeque<FcItem>,
-    running: bool,
-}
-
-impl FcQueue {
-    /// Empty queues for `core_limit` (0 = no preemption).
-    pub(crate) fn new(core_limit: usize) -> FcQueue {
-        FcQueue {
-            limit: if core_limit == 0 {
-                usize::MAX
-            } else {
-                core_limit
-            },
-            committed: VecDeque::new(),
-            high: VecDeque::new(),
-            normal: VecDeque::new(),
-            running: false,
+pub(super) fn core_main(inner: Arc<SchedInner>, k: usize) {
+    os::place_core_thread(
+        k,
+        inner.cfg.pin_cores,
+        inner.cfg.rt_priority,
+        inner.cfg.core_nice,
+    );
+    let mut done: Done = Vec::new();
+    let spin = Duration::from_micros(inner.cfg.spin_us);
+    let mut spun = false;
+    let mut st = inner.state.lock();
+    loop {
+        if st.shutdown {
+            return;
         }
-    }
-
-    /// Appends the FCs of one segment (step 1) and refills (step 2).
-    pub(crate) fn push_segment(&mut self, items: impl IntoIterator<Item = FcItem>) {
-        for it in items {
-            if it.high {
-                self.high.push_back(it);
+        let Some(item) = st.cores[k].fcs.take_next() else {
+            if spun || spin.is_zero() {
+                inner.core_cv[k].wait(&mut st);
+                spun = false;
             } else {
-                self.normal.push_back(it);
+                // Poll for new work unlocked for a moment before sleeping: a futex wake-up
+                // costs more than a short FC.
+                let seen = inner.core_work[k].load(Ordering::Acquire);
+                MutexGuard::unlocked(&mut st, || {
+                    spin_until(spin, || inner.core_work[k].load(Ordering::Acquire) != seen)
+                });
+                spun = true;
             }
-        }
-        self.refill();
-    }
-
-    fn refill(&mut self) {
-        while self.committed.len() < self.limit {
-            if let Some(h) = self.high.pop_front() {
-                self.committed.push_back(h);
-            } else if let Some(n) = self.normal.pop_front() {
-                self.committed.push_back(n);
-            } else {
-                break;
-            }
-        }
-    }
-
-    /// The FC to run next, marking it running; None when empty or one is already running.
-    pub(crate) fn take_next(&mut self) -> Option<&FcItem> {
-        if self.running {
-            return None;
-        }
-        let front = self.committed.front()?;
-        self.running = true;
-        Some(front)
-    }
-
-    /// Ends the running FC (step 3) and returns it.
-    pub(crate) fn finish(&mut self) -> Option<FcItem> {
-        if !self.running {
-            return None;
-        }
-        self.running = false;
-        let done = self.committed.pop_front();
-        self.refill();
-        done
-    }
-
-    /// Drops every queued (not running) FC of task `id`.
-    pub(crate) fn remove_task(&mut self, id: u64) {
-        let running = self.running;
-        let mut i = 0usize;
-        self.committed.retain(|it| {
-            let keep = (running && i == 0) || it.task.id != id;
-            i += 1;
-            keep
+            continue;
+        };
+        spun = false;
+        let (t, seg, fc) = (item.task.clone(), item.seg, item.fc);
+        inner.trace(TraceKind::FcStart, &t, Some(k), seg, fc, 0);
+        let (result, elapsed) = MutexGuard::unlocked(&mut st, || {
+            let start = Instant::now();
+            let r = match stopped_if_released(&t) {
+                Some(e) => Err(e),
+                None => run_guarded(|| t.body.run_fc(seg, fc)),
+            };
+            (r, start.elapsed())
         });
-        self.high.retain(|it| it.task.id != id);
-        self.normal.retain(|it| it.task.id != id);
-        self.refill();
-    }
-
-    /// Whether nothing is queued or running.
-    pub(crate) fn is_idle(&self) -> bool {
-        !self.running && self.committed.is_empty()
-    }
-
-    /// Estimated µs before a high FC pushed now would start: the committed FCs and the
-    /// high FCs already waiting.
-    pub(crate) fn high_start_estimate_us(&self) -> u64 {
-        self.committed
-            .iter()
-            .chain(self.high.iter())
-            .fold(0u64, |a, it| a.saturating_add(it.est_us))
+        inner.on_fc_end(&mut st, k, result, elapsed, &mut done);
+        if !done.is_empty() {
+            MutexGuard::unlocked(&mut st, || inner.complete_all(std::mem::take(&mut done)));
+        }
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::sched::task::{SegmentInfo, SegmentKind, TaskBody, TaskCtrl};
-
-    struct Nop(Vec<SegmentInfo>);
-    impl TaskBody for Nop {
-        fn segments(&self) -> &[SegmentInfo] {
-            &self.0
-        }
-        fn run_cpu_segment(&self, _: usize) -> crate::Result<()> {
-            Ok(())
-        }
-        fn run_fc(&self, _: usize, _: usize) -> crate::Result<()> {
-            Ok(())
-        }
-        fn label(&self) -> &str {
-            "nop"
-        }
+/// Polls `done` until it holds or `limit` passes; true when it held.
+pub(crate) fn spin_until(limit: Duration, done: impl Fn() -> bool) -> bool {
+    if limit.is_zero() {
+        return done();
     }
-
-    fn task(id: u64) -> Arc<TaskShared> {
-        Arc::new(TaskShared::new(
-            id,
-            Arc::new(Nop(vec![SegmentInfo {
-                kind: SegmentKind::Bpu,
-                fc_est_us: vec![1],
-                estimator_key: (0, 0),
-            }])),
-            TaskCtrl::default(),
-        ))
-    }
-
-    fn seg(t: &Arc<TaskShared>, n: usize, high: bool) -> Vec<FcItem> {
-        (0..n)
-            .map(|fc| FcItem {
-                task: t.clone(),
-                seg: 0,
-                fc,
-                last: fc + 1 == n,
-                high,
-                est_us: 10,
-            })
-            .collect()
-    }
-
-    /// Runs the queue to empty, pushing `late` (high) after `after` FCs have finished.
-    fn order(limit: usize, normal: usize, after: usize) -> Vec<(u64, usize)> {
-        let (a, h) = (task(1), task(2));
-        let mut q = FcQueue::new(limit);
-        q.push_segment(seg(&a, normal, false));
-        let mut out = Vec::new();
-        let mut late = Some(seg(&h, 2, true));
-        while let Some(next) = q.take_next().map(|it| (it.task.id, it.fc)) {
-            out.push(next);
-            if out.len() == after + 1 {
-                if let Some(l) = late.take() {
-                    q.push_segment(l);
-                }
+    let start = Instant::now();
+    loop {
+        for _ in 0..64 {
+            if done() {
+                return true;
             }
-            q.finish();
+            std::hint::spin_loop();
         }
-        out
-    }
-
-    #[test]
-    fn corelimit_zero_runs_in_arrival_order() {
-        assert_eq!(order(0, 3, 0), vec![(1, 0), (1, 1), (1, 2), (2, 0), (2, 1)]);
-    }
-
-    #[test]
-    fn corelimit_n_bounds_the_wait_of_a_high_fc() {
-        // The high segment arrives while normal FC 0 runs.
-        assert_eq!(order(1, 4, 0)[..3], [(1, 0), (2, 0), (2, 1)]);
-        assert_eq!(order(2, 4, 0)[..4], [(1, 0), (1, 1), (2, 0), (2, 1)]);
-        assert_eq!(
-            order(3, 4, 0)[..5],
-            [(1, 0), (1, 1), (1, 2), (2, 0), (2, 1)]
-        );
-        // Arriving while normal FC 1 runs, with limit 2: FC 2 is already committed.
-        assert_eq!(
-            order(2, 4, 1)[..5],
-            [(1, 0), (1, 1), (1, 2), (2, 0), (2, 1)]
-        );
-    }
-
-    #[test]
-    fn high_fcs_never_overtake_each_other() {
-        let (a, b, n) = (task(1), task(2), task(3));
-        let mut q = FcQueue::new(1);
-        q.push_segment(seg(&a, 2, true));
-        q.take_next();
-        q.push_segment(seg(&n, 1, false));
-        q.push_segment(seg(&b, 1, true));
-        let mut out = Vec::new();
-        q.finish();
-        while let Some(it) = q.take_next() {
-            out.push((it.task.id, it.fc));
-            q.finish();
+        if start.elapsed() >= limit {
+            return done();
         }
-        assert_eq!(out, vec![(1, 1), (2, 0), (3, 0)]);
+        // Let a thread that shares this CPU (e.g. the one that will publish) run.
+        std::thread::yield_now();
     }
+}
 
-    #[test]
-    fn remove_task_keeps_the_running_fc() {
-        let a = task(1);
-        let mut q = FcQueue::new(0);
-        q.push_segment(seg(&a, 3, false));
-        assert!(q.take_next().is_some());
-        q.remove_task(1);
-        assert!(!q.is_idle());
-        assert_eq!(q.finish().map(|i| i.fc), Some(0));
-        assert!(q.is_idle());
-        assert_eq!(q.high_start_estimate_us(), 0);
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_owned()
+    }
+}
+
+/// Runs an FC or a CPU segment, turning a panic into [`Error::Panic`].
+pub(super) fn run_guarded(f: impl FnOnce() -> Result<()>) -> Result<()> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(p) => Err(Error::Panic(panic_message(&*p))),
+    }
+}
+
+impl SchedInner {
+    /// The FC running on core `k` ended (steps 4 and 10).
+    fn on_fc_end(
+        &self,
+        st: &mut State,
+        k: usize,
+        result: Result<()>,
+        elapsed: Duration,
+        done: &mut Done,
+    ) {
+        let Some(item) = st.cores[k].fcs.finish() else {
+            return;
+        };
+        let t = &item.task;
+        self.trace(
+            TraceKind::FcEnd,
+            t,
+            Some(k),
+            item.seg,
+            item.fc,
+            status_of(&result),
+        );
+        if let Some(e) = st.tasks.get_mut(&t.id) {
+            e.seg_busy += elapsed;
+            let busy = e.seg_busy;
+            match result {
+                Err(err) => self.finish_task(st, t.id, Err(err), done),
+                Ok(()) if item.last => self.end_segment(st, t.id, Some(k), busy, done),
+                Ok(()) => {}
+            }
+        }
+        self.dispatch(st, done);
     }
 }

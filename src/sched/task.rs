@@ -2,16 +2,17 @@
 //! segments, its control parameters ([`TaskCtrl`]) and the caller's [`TaskHandle`].
 //!
 //! Invariants: a task's status moves `Queued -> Running -> Done | Failed` or
-//! `Queued -> Cancelled`, never back; its result is set exactly once, after its done
-//! callback (if any) has returned, so `wait` returning implies the callback ran.
+//! `Queued -> Cancelled`, never back; its result is published exactly once, after its done
+//! callback (if any) has returned, so `wait` returning implies the callback ran; a task's
+//! done callback fires at most once.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+use super::callbacks::{self, run_callback, Callbacks, Job};
 use super::SchedInner;
 use crate::error::{Error, Result};
 
@@ -113,11 +114,16 @@ pub(crate) struct TimingState {
 pub type DoneCallback = Box<dyn FnOnce(i32) + Send>;
 
 pub(crate) struct DoneState {
+    /// The published result (set after the callback returned).
     pub(crate) result: Option<std::result::Result<(), Error>>,
+    /// The final result, set when the task ends (before its callback runs).
+    pub(crate) outcome: Option<std::result::Result<(), Error>>,
     pub(crate) finishing: bool,
     /// The status code, valid once `finishing`.
     pub(crate) code: i32,
     pub(crate) callback: Option<DoneCallback>,
+    /// A callback was taken to run (it fires at most once).
+    pub(crate) callback_used: bool,
 }
 
 pub(crate) const PHASE_QUEUED: u8 = 0;
@@ -143,7 +149,12 @@ pub(crate) struct TaskShared {
 }
 
 impl TaskShared {
-    pub(crate) fn new(id: u64, body: Arc<dyn TaskBody>, ctrl: TaskCtrl) -> TaskShared {
+    pub(crate) fn new(
+        id: u64,
+        body: Arc<dyn TaskBody>,
+        ctrl: TaskCtrl,
+        callback: Option<DoneCallback>,
+    ) -> TaskShared {
         let segs = body.segments();
         let first = segs.iter().position(|s| s.kind == SegmentKind::Bpu);
         let last = segs.iter().rposition(|s| s.kind == SegmentKind::Bpu);
@@ -158,9 +169,11 @@ impl TaskShared {
             label_id: AtomicU32::new(0),
             done: Mutex::new(DoneState {
                 result: None,
+                outcome: None,
                 finishing: false,
                 code: 0,
-                callback: None,
+                callback,
+                callback_used: false,
             }),
             done_cv: Condvar::new(),
             timings: Mutex::new(TimingState {
@@ -178,9 +191,13 @@ impl TaskShared {
         matches!(self.bpu_span, Some((f, l)) if f < seg && seg < l)
     }
 
-    /// Ends the task: runs the callback (outside every scheduler lock), then publishes the
-    /// result and wakes the waiters.
-    pub(crate) fn complete(&self, result: std::result::Result<(), Error>) {
+    /// Ends the task (protocol step 5, unlocked): hands the callback to the runner, or
+    /// publishes the result at once when there is none.
+    pub(crate) fn complete(
+        self: &Arc<Self>,
+        result: std::result::Result<(), Error>,
+        runner: &Callbacks,
+    ) {
         let code = match &result {
             Ok(()) => 0,
             Err(e) => e.code(),
@@ -189,20 +206,42 @@ impl TaskShared {
             let mut d = self.done.lock();
             d.finishing = true;
             d.code = code;
-            d.callback.take()
+            d.outcome = Some(result.clone());
+            let cb = d.callback.take();
+            if cb.is_some() {
+                d.callback_used = true;
+            } else {
+                d.result = Some(result.clone());
+            }
+            cb
         };
-        if let Some(cb) = cb {
-            run_callback(cb, code);
+        match cb {
+            Some(cb) => runner.push(Job {
+                task: self.clone(),
+                cb,
+                code,
+                result,
+            }),
+            None => {
+                self.published.store(true, Ordering::Release);
+                self.done_cv.notify_all();
+            }
         }
+    }
+
+    /// Publishes the result to waiters (after the callback returned).
+    pub(crate) fn publish(&self, result: std::result::Result<(), Error>) {
         self.done.lock().result = Some(result);
         self.published.store(true, Ordering::Release);
         self.done_cv.notify_all();
     }
-}
 
-fn run_callback(cb: DoneCallback, code: i32) {
-    if catch_unwind(AssertUnwindSafe(|| cb(code))).is_err() {
-        eprintln!("vnpu: warning: a task done callback panicked; the panic was contained");
+    /// Blocks until the result is published.
+    pub(crate) fn wait_published(&self) {
+        let mut d = self.done.lock();
+        while d.result.is_none() {
+            self.done_cv.wait(&mut d);
+        }
     }
 }
 
@@ -231,11 +270,26 @@ impl TaskHandle {
 
     /// Blocks until the task ends (`None` = no limit). On timeout returns
     /// [`Error::Timeout`] and leaves the task intact; a failed task returns its error.
-    /// Do not call it from the task's own done callback.
+    /// From inside the task's own done callback it returns the final status at once; from
+    /// another callback it lets the other callbacks go on while it blocks.
     pub fn wait(&self, timeout: Option<Duration>) -> Result<()> {
+        if callbacks::in_callback_of(&self.shared) {
+            if let Some(r) = &self.shared.done.lock().outcome {
+                return r.clone();
+            }
+        }
+        if self.shared.published.load(Ordering::Acquire) {
+            if let Some(r) = &self.shared.done.lock().result {
+                return r.clone();
+            }
+        }
+        callbacks::block_in_place(|| self.wait_blocking(timeout))
+    }
+
+    fn wait_blocking(&self, timeout: Option<Duration>) -> Result<()> {
         let spin = Duration::from_micros(self.sched.spin_us());
         let spin = timeout.map_or(spin, |t| t.min(spin));
-        super::spin_until(spin, || self.shared.published.load(Ordering::Acquire));
+        super::core::spin_until(spin, || self.shared.published.load(Ordering::Acquire));
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut d = self.shared.done.lock();
         loop {
@@ -260,12 +314,18 @@ impl TaskHandle {
     }
 
     /// Registers the callback run once when the task ends, with its status code (0 on
-    /// success), before `wait` returns. It runs on a scheduler thread, or at once on this
-    /// thread when the task has already ended. A second call replaces an unrun callback.
-    pub fn set_done_callback(&self, cb: DoneCallback) {
+    /// success), before `wait` returns. It runs on the scheduler's callback thread, or at
+    /// once on this thread when the task has already ended. A second call replaces an
+    /// unrun callback; a task's callback fires at most once, so a call after one fired
+    /// drops `cb` and returns false.
+    pub fn set_done_callback(&self, cb: DoneCallback) -> bool {
         let run_now = {
             let mut d = self.shared.done.lock();
+            if d.callback_used {
+                return false;
+            }
             if d.finishing {
+                d.callback_used = true;
                 Some((cb, d.code))
             } else {
                 d.callback = Some(cb);
@@ -275,12 +335,15 @@ impl TaskHandle {
         if let Some((cb, code)) = run_now {
             run_callback(cb, code);
         }
+        true
     }
 
-    /// Releases the task: a queued task is cancelled (its waiters get an error); a running
-    /// one is stopped at its next FC or segment boundary (the FC in flight finishes) and
-    /// this call waits for that, so that the task's memory may be freed on return (from
-    /// a done callback it does not wait). Its slot under the task limit is returned then.
+    /// Releases the task: a queued task is cancelled (its waiters get
+    /// [`Error::Cancelled`]); a running one is stopped at its next FC or segment boundary
+    /// (the FC in flight finishes). This call waits for that and for a running done
+    /// callback of the task, so that the task's memory and the callback's data may be
+    /// freed on return (from inside the task's own callback it does not wait). Its slot
+    /// under the task limit is returned then.
     /// Releasing twice is [`Error::InvalidTaskHandle`].
     pub fn release(&self) -> Result<()> {
         self.sched.release(&self.shared)
@@ -298,9 +361,7 @@ impl TaskHandle {
             PHASE_RUNNING => TaskStatus::Running,
             _ => match &self.shared.done.lock().result {
                 Some(Ok(())) => TaskStatus::Done,
-                Some(Err(Error::RunFailed { reason, .. })) if reason == super::CANCELLED_REASON => {
-                    TaskStatus::Cancelled
-                }
+                Some(Err(Error::Cancelled { ran: false, .. })) => TaskStatus::Cancelled,
                 Some(Err(e)) => TaskStatus::Failed(e.code()),
                 None => TaskStatus::Running,
             },

@@ -46,10 +46,12 @@ pub enum TraceKind {
     Done,
     /// The task was cancelled while queued.
     Cancel,
+    /// The task left `core` after its last BPU segment, before its trailing CPU segment.
+    Leave,
 }
 
 impl TraceKind {
-    const ALL: [TraceKind; 9] = [
+    const ALL: [TraceKind; 10] = [
         TraceKind::Submit,
         TraceKind::Dequeue,
         TraceKind::Insert,
@@ -59,6 +61,7 @@ impl TraceKind {
         TraceKind::FcEnd,
         TraceKind::Done,
         TraceKind::Cancel,
+        TraceKind::Leave,
     ];
 
     fn code(self) -> u64 {
@@ -80,6 +83,7 @@ impl TraceKind {
             TraceKind::FcEnd => "fc_end",
             TraceKind::Done => "done",
             TraceKind::Cancel => "cancel",
+            TraceKind::Leave => "leave",
         }
     }
 }
@@ -336,7 +340,8 @@ impl Tracer {
                 | TraceKind::Dequeue
                 | TraceKind::Insert
                 | TraceKind::Done
-                | TraceKind::Cancel => {
+                | TraceKind::Cancel
+                | TraceKind::Leave => {
                     out.push(json!({
                         "ph": "i", "s": "t", "pid": 1, "tid": 0, "cat": "task",
                         "name": format!("{} {}", e.kind.name(), label(e)),
