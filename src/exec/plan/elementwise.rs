@@ -206,8 +206,23 @@ impl FamilyKernel for EltKernel {
     }
 }
 
+/// Elements `[lo, hi)` of a unary op on raw bytes of dtype `t`.
 fn run_unary(op: UnaryOp, t: DType, x: &[u8], y: &mut [u8], lo: usize, hi: usize) {
     let e = t.size();
+    // The integer unary ops, for one integer type.
+    macro_rules! int_unary {
+        ($t:ty) => {{
+            let (x, y): (&[$t], &mut [$t]) = (bytemuck::cast_slice(x), bytemuck::cast_slice_mut(y));
+            for (d, s) in y[lo..hi].iter_mut().zip(&x[lo..hi]) {
+                *d = match op {
+                    UnaryOp::Neg => s.wrapping_neg(),
+                    UnaryOp::Abs => s.wrapping_abs(),
+                    UnaryOp::Sign => s.signum(),
+                    _ => *s,
+                };
+            }
+        }};
+    }
     match t {
         DType::F32 => {
             let (x, y): (&[f32], &mut [f32]) =
@@ -220,30 +235,8 @@ fn run_unary(op: UnaryOp, t: DType, x: &[u8], y: &mut [u8], lo: usize, hi: usize
                 *d = (*s == 0) as u8;
             }
         }
-        DType::I64 => {
-            let (x, y): (&[i64], &mut [i64]) =
-                (bytemuck::cast_slice(x), bytemuck::cast_slice_mut(y));
-            for (d, s) in y[lo..hi].iter_mut().zip(&x[lo..hi]) {
-                *d = match op {
-                    UnaryOp::Neg => s.wrapping_neg(),
-                    UnaryOp::Abs => s.wrapping_abs(),
-                    UnaryOp::Sign => s.signum(),
-                    _ => *s,
-                };
-            }
-        }
-        DType::I32 => {
-            let (x, y): (&[i32], &mut [i32]) =
-                (bytemuck::cast_slice(x), bytemuck::cast_slice_mut(y));
-            for (d, s) in y[lo..hi].iter_mut().zip(&x[lo..hi]) {
-                *d = match op {
-                    UnaryOp::Neg => s.wrapping_neg(),
-                    UnaryOp::Abs => s.wrapping_abs(),
-                    UnaryOp::Sign => s.signum(),
-                    _ => *s,
-                };
-            }
-        }
+        DType::I64 => int_unary!(i64),
+        DType::I32 => int_unary!(i32),
         _ => y[lo * e..hi * e].copy_from_slice(&x[lo * e..hi * e]),
     }
 }

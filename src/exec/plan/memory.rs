@@ -123,6 +123,22 @@ pub(crate) fn plan_memory(g: &Graph) -> Result<Layout> {
     let mut val_loc: Vec<Option<Loc>> = vec![None; nv];
     for (v, val) in g.values.iter().enumerate() {
         if let Some(k) = &val.konst {
+            // Kernels size their reads by the value's shape: the data must match it.
+            let numel = val.shape.as_ref().map(|s| s.iter().product::<usize>());
+            if k.dtype() != val.dtype || numel.is_some_and(|n| n != k.numel()) {
+                return Err(Error::shape(
+                    "",
+                    "",
+                    format!(
+                        "constant '{}' holds {} {} elements, its value is {} {:?}",
+                        val.name,
+                        k.numel(),
+                        k.dtype().name(),
+                        val.dtype.name(),
+                        val.shape
+                    ),
+                ));
+            }
             val_loc[v] = Some(Loc::Const(k.clone()));
         }
     }

@@ -13,6 +13,9 @@
 //! its planned sizes; every assumption a family's `run` makes (ranks, lengths, axes,
 //! tile ranges) is checked by its plan, which fails with a plan error otherwise.
 
+#[cfg(test)]
+mod tests;
+
 mod ctx;
 mod errors;
 mod memory;
