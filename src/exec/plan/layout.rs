@@ -289,7 +289,13 @@ pub(crate) fn plan_slice(c: &Ctx<'_>) -> Result<Planned> {
         if step == 0 {
             return Err(bad_attr(n, "steps", "must not be 0"));
         }
-        let fix = |x: i64| if x < 0 { x + d } else { x };
+        if d == 0 {
+            dims[a] = 0;
+            continue;
+        }
+        // In i128: starts, ends and steps are arbitrary i64 values.
+        let (d, step) = (d as i128, step as i128);
+        let fix = |x: i64| if x < 0 { x as i128 + d } else { x as i128 };
         let (b, e) = (fix(starts[j]), fix(ends[j]));
         let (b, e) = if step > 0 {
             (b.clamp(0, d), e.clamp(0, d))
@@ -303,7 +309,8 @@ pub(crate) fn plan_slice(c: &Ctx<'_>) -> Result<Planned> {
         };
         dims[a] = len.max(0) as usize;
         off += b.max(0) as isize * st[a];
-        ss[a] = st[a] * step as isize;
+        // A step beyond the dim takes one element: any stride that fits will do.
+        ss[a] = st[a] * step.clamp(-d, d) as isize;
     }
     if dims != c.oshape(0)? {
         return Err(shape_err(

@@ -32,7 +32,15 @@ fn value_bytes(g: &Graph, v: usize) -> Result<usize> {
         op: String::new(),
         reason: format!("value '{}' has no static shape", val.name),
     })?;
-    Ok(shape.iter().product::<usize>() * val.dtype.size())
+    shape
+        .iter()
+        .try_fold(val.dtype.size(), |acc, &d| acc.checked_mul(d))
+        .filter(|&b| b <= isize::MAX as usize / 2)
+        .ok_or_else(|| Error::Shape {
+            node: String::new(),
+            op: String::new(),
+            reason: format!("value '{}' of shape {shape:?} is too large", val.name),
+        })
 }
 
 fn align_up(x: usize) -> usize {
@@ -93,20 +101,26 @@ pub(crate) fn plan_memory(g: &Graph) -> Result<Layout> {
     let mut node_buf = Vec::new();
     let mut node_outs = Vec::new();
     for (i, n) in g.nodes.iter().enumerate() {
-        let mut off = 0;
+        let mut off = 0usize;
         let mut outs = Vec::new();
         let mut last = i;
         let mut pin = false;
         for &v in &n.outputs {
-            let b = value_bytes(g, v).map_err(|_| {
-                Error::shape(
-                    &n.name,
-                    n.op.name(),
-                    format!("output '{}' has no static shape", g.values[v].name),
-                )
+            let b = value_bytes(g, v).map_err(|e| match e {
+                Error::Shape { reason, .. } => Error::Shape {
+                    node: n.name.clone(),
+                    op: n.op.name().into(),
+                    reason: reason.replacen("value", "output", 1),
+                },
+                e => e,
             })?;
             outs.push((off, b));
-            off += align_up(b);
+            off = off
+                .checked_add(align_up(b))
+                .filter(|&o| o <= isize::MAX as usize / 2)
+                .ok_or_else(|| {
+                    Error::shape(&n.name, n.op.name(), "outputs too large for one block")
+                })?;
             last = last.max(last_use[v]);
             pin |= pinned[v];
         }

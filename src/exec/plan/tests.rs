@@ -72,22 +72,17 @@ fn reduce_axes_and_sizes_must_fit_the_input() {
     plan_err(b.g);
 }
 
-/// A one-node graph: Relu of an f32 `[3]`.
-fn relu3() -> Graph {
-    one(Op::Unary(UnaryOp::Relu), &[&[3]], DType::F32, &[3])
-}
-
 #[test]
 fn graph_io_and_constants_must_exist_and_match() {
     // Graph input / output value indices out of range.
-    let mut g = relu3();
+    let mut g = relu_of(&[3]);
     g.inputs.push(99);
     plan_err(g);
-    let mut g = relu3();
+    let mut g = relu_of(&[3]);
     g.outputs.push(99);
     plan_err(g);
     // A node whose input or output value does not exist.
-    let mut g = relu3();
+    let mut g = relu_of(&[3]);
     g.nodes[0].inputs[0] = Some(77);
     plan_err(g);
     // A constant whose data is shorter than its value's shape.
@@ -222,4 +217,36 @@ fn conv_pool_norm_and_rnn_geometry_must_fit() {
     let y = b.n1(op, &[x, w, r], DType::F32, &[1, 1, 1, h]);
     b.out(y);
     plan_err(b.g);
+}
+
+#[test]
+fn extreme_slice_attributes_and_sizes_are_errors_or_plans_not_panics() {
+    // Negative step over an empty dim, and steps / starts at the i64 limits: these plan
+    // (the output shape decides) and run.
+    for (xs, starts, ends, steps, os) in [
+        (vec![0usize], i64::MAX, i64::MIN, -1i64, vec![0usize]),
+        (vec![5], 0, i64::MAX, i64::MAX, vec![1]),
+        (vec![5], i64::MAX, i64::MIN, i64::MIN, vec![1]),
+    ] {
+        let mut b = B::default();
+        let x = b.input(DType::F32, &xs);
+        let (s, e) = (b.ki(&[starts]), b.ki(&[ends]));
+        let ax = b.ki(&[0]);
+        let st = b.ki(&[steps]);
+        let y = b.n1(Op::Slice, &[x, s, e, ax, st], DType::F32, &os);
+        b.out(y);
+        let plan = ModelPlan::new(Arc::new(b.g), &PlanOptions::default()).expect("plans");
+        let mut state = plan.new_state();
+        plan.set_input(&mut state, 0, &vec![0u8; plan.input_len(0)])
+            .expect("input");
+        plan.run_all(&mut state).expect("runs");
+    }
+    // A value whose byte size overflows.
+    let e = plan_err(relu_of(&[usize::MAX / 2, 4]));
+    assert!(e.to_string().contains("too large"), "{e}");
+}
+
+/// A one-node graph: Relu of an f32 of shape `s`.
+fn relu_of(s: &[usize]) -> Graph {
+    one(Op::Unary(UnaryOp::Relu), &[s], DType::F32, s)
 }
