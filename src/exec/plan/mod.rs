@@ -5,7 +5,7 @@
 //! function per op that checks the node, resolves every attribute, reads every constant
 //! operand and packs weights, and a family kernel type whose [`FamilyKernel::run`] only
 //! moves data between already-checked slices. This file holds the two registration
-//! points: [`families!`] (one line per family kernel) and [`plan_kernel`] (one line per
+//! points: `families!` (one line per family kernel) and `plan_kernel` (one line per
 //! op). Shared planning lives in [`ctx`] (the node in its graph), [`post`] (fused
 //! post-ops), [`memory`] (the arena layout) and [`errors`].
 //!
