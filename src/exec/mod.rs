@@ -22,14 +22,14 @@
 //!    (packing the im2col matrix of a channel-split conv) is done by tile 0 and kept in
 //!    the state for the following tiles, so tiles must run in order starting at 0.
 
-mod build;
 pub mod memplan;
+mod plan;
 mod shapes;
 
 use crate::error::{Error, Result};
 use crate::ir::{self, DType, Graph, Tensor, TensorData};
 use crate::kernels::simd::{self, Isa};
-use build::NodePlan;
+use plan::NodePlan;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -173,12 +173,12 @@ impl ModelPlan {
             });
         }
         let isa = simd::best_isa();
-        let layout = build::plan_memory(&graph)?;
+        let layout = plan::plan_memory(&graph)?;
         let mut nodes = Vec::with_capacity(graph.nodes.len());
         let (mut scratch, mut iscratch) = (0, 0);
         let mut helper_scratch = 0;
         for (i, n) in graph.nodes.iter().enumerate() {
-            let np = build::plan_node(&graph, i, n, &layout, opts.intra_op_threads)?;
+            let np = plan::plan_node(&graph, i, n, &layout, opts.intra_op_threads)?;
             helper_scratch = helper_scratch.max(np.helper_scratch);
             scratch = scratch.max(np.scratch);
             iscratch = iscratch.max(np.iscratch);
@@ -326,22 +326,19 @@ impl ModelPlan {
             right,
             right_base: np.out_off + np.out_len,
         };
-        let ctx = build::RunCtx {
+        let r = np.kernel.run(plan::Run {
             isa: self.isa,
             node: &self.graph.nodes[node],
             index: node,
             tile,
-        };
-        let r = np.kernel.run(
-            &ctx,
-            &io,
+            io: &io,
             out,
-            &np.outs,
-            &mut st.scratch,
-            &mut st.iscratch,
-            &mut st.bcache,
-            &mut st.helpers,
-        );
+            outs: &np.outs,
+            scratch: &mut st.scratch,
+            iscratch: &mut st.iscratch,
+            bcache: &mut st.bcache,
+            helpers: &mut st.helpers,
+        });
         if let Some(t0) = start {
             let e = &mut st.timings[node];
             e.0 += t0.elapsed().as_nanos() as u64;

@@ -1,0 +1,361 @@
+//! Conv family (Conv, ConvTranspose): planning (geometry checked, weights packed, fused
+//! post-ops resolved, intra-op chunks cut) and running, whole, by tiles or on intra-op
+//! helper threads.
+//!
+//! A dense conv's tiles split its output positions when the plane is larger than the
+//! channel count, else its output channels; depthwise / grouped convs and ConvTranspose
+//! split channels. Channel tiles of a dense one-image conv share one packed im2col
+//! matrix, packed by tile 0 and kept in the state for the following tiles.
+
+use super::ctx::{expand_channel, geom2, nchw, Ctx};
+use super::errors::{bad_attr, shape_err};
+use super::post::{post_ops, MAX_RESIDUALS};
+use super::{out_f32, FamilyKernel, Planned, Run};
+use crate::error::Result;
+use crate::ir::{self, PostOp};
+use crate::kernels::conv::{self, ConvShape, ConvWeights, DeconvPlan};
+use crate::kernels::gemm::{self, Epilogue, NR};
+use crate::kernels::simd::Isa;
+use crate::kernels::unary::PostOpRt;
+
+/// Smallest conv (multiply-accumulates) worth splitting over intra-op threads: below,
+/// starting the helper threads costs more than they save.
+const PAR_MIN_MACS: usize = 4_000_000;
+
+/// Output channels `[c0, c1)` of a dense conv as a conv of their own (same input, the
+/// rows `c0..c1` of the weights packed separately), for one intra-op thread.
+#[derive(Debug)]
+pub(crate) struct ConvChunk {
+    c0: usize,
+    c1: usize,
+    s: ConvShape,
+    w: ConvWeights,
+}
+
+/// A planned Conv or ConvTranspose.
+#[derive(Debug)]
+pub(crate) enum ConvKernel {
+    Conv {
+        s: ConvShape,
+        w: ConvWeights,
+        bias: Option<Vec<f32>>,
+        post: Vec<PostOpRt>,
+        res: Vec<usize>,
+        by_cols: bool,
+        /// Output-channel chunks run on parallel threads when the node runs whole
+        /// (intra-op threads); empty = one thread.
+        par: Vec<ConvChunk>,
+    },
+    Deconv {
+        p: DeconvPlan,
+        bias: Option<Vec<f32>>,
+    },
+}
+
+/// What Conv and ConvTranspose plan alike: the geometry, the weights and the bias.
+struct ConvParts {
+    s: ConvShape,
+    /// top, left, bottom, right
+    pads: [usize; 4],
+    wt: Vec<f32>,
+    bias: Option<Vec<f32>>,
+}
+
+/// Checks input, weights, output and attributes of a conv (`transposed`: ConvTranspose,
+/// weights `[Cin, Cout/group, k...]`; else `[Cout, Cin/group, k...]`).
+fn conv_parts(
+    c: &Ctx<'_>,
+    geom: &ir::ConvGeom,
+    group: usize,
+    transposed: bool,
+) -> Result<ConvParts> {
+    let n = c.n;
+    c.outputs_typed(ir::DType::F32)?;
+    c.require_f32(0)?;
+    let xs = c.ishape(0)?;
+    let ws = c.ishape(1)?;
+    let os = c.oshape(0)?;
+    let [nb, cin, h, w] = nchw(n, xs)?;
+    let [onb, cout, oh, ow] = nchw(n, os)?;
+    if ws.len() != xs.len() {
+        return Err(shape_err(
+            n,
+            format!("weights {ws:?} and input {xs:?} ranks differ"),
+        ));
+    }
+    if os.len() != xs.len() || onb != nb {
+        return Err(shape_err(
+            n,
+            format!("output {os:?} does not fit input {xs:?}"),
+        ));
+    }
+    let wt = c.const_f32(1, "weight W")?;
+    let ge = geom2(n, geom, xs.len() - 2, &ws[2..])?;
+    if !geom.kernel.is_empty() && geom.kernel[..] != ws[2..] {
+        return Err(bad_attr(
+            n,
+            "kernel_shape",
+            format!("{:?} differs from the weights {ws:?}", geom.kernel),
+        ));
+    }
+    let (w0, w1) = if transposed { (cin, cout) } else { (cout, cin) };
+    if group == 0 || cin % group != 0 || cout % group != 0 || ws[0] != w0 || ws[1] * group != w1 {
+        return Err(shape_err(
+            n,
+            format!("weights {ws:?} do not fit input {xs:?} with group {group}"),
+        ));
+    }
+    let s = ConvShape {
+        n: nb,
+        c_in: cin,
+        h,
+        w,
+        c_out: cout,
+        oh,
+        ow,
+        kh: ge.k[0],
+        kw: ge.k[1],
+        sh: ge.s[0],
+        sw: ge.s[1],
+        dh: ge.d[0],
+        dw: ge.d[1],
+        ph: ge.p[0],
+        pw: ge.p[1],
+        group,
+    };
+    let bias = if c.has(2) {
+        Some(expand_channel(n, &c.const_f32(2, "bias B")?, cout, "bias")?)
+    } else {
+        None
+    };
+    Ok(ConvParts {
+        s,
+        pads: ge.p,
+        wt,
+        bias,
+    })
+}
+
+/// Plans a Conv with its fused post-ops.
+pub(crate) fn plan_conv(
+    c: &Ctx<'_>,
+    geom: &ir::ConvGeom,
+    group: usize,
+    post: &[PostOp],
+) -> Result<Planned> {
+    let ConvParts { s, pads, wt, bias } = conv_parts(c, geom, group, false)?;
+    let want = |i: usize, k: usize, st: usize, d: usize, pb: usize, pe: usize| {
+        i.checked_add(pb)?
+            .checked_add(pe)?
+            .checked_sub(d.checked_mul(k - 1)?.checked_add(1)?)
+            .map(|v| v / st + 1)
+    };
+    if want(s.h, s.kh, s.sh, s.dh, pads[0], pads[2]) != Some(s.oh)
+        || want(s.w, s.kw, s.sw, s.dw, pads[1], pads[3]) != Some(s.ow)
+    {
+        return Err(shape_err(
+            c.n,
+            format!("output {}x{} does not match the conv geometry", s.oh, s.ow),
+        ));
+    }
+    let (post, res) = post_ops(c, post, s.c_out)?;
+    let wts = ConvWeights::pack(&s, &wt);
+    let mut scratch = s.scratch_len();
+    // Tiles split whichever GEMM dimension is larger, so that what each tile repeats
+    // (packing B for channel tiles, streaming A for position tiles) stays negligible.
+    let by_cols = !s.is_depthwise() && s.group == 1 && s.oh * s.ow > s.c_out;
+    if conv_shares_b(&s, by_cols) {
+        scratch += conv::full_b_len(&s);
+    }
+    let par = conv_chunks(&s, &wt, c.threads);
+    let helper = par.iter().map(|ch| ch.s.scratch_len()).max().unwrap_or(0);
+    let k = ConvKernel::Conv {
+        s,
+        w: wts,
+        bias,
+        post,
+        res,
+        by_cols,
+        par,
+    };
+    Ok(Planned::new(k).scratch(scratch).helper_scratch(helper))
+}
+
+/// Plans a ConvTranspose (output padding and shape are already in the output shape).
+pub(crate) fn plan_deconv(c: &Ctx<'_>, geom: &ir::ConvGeom, group: usize) -> Result<Planned> {
+    let ConvParts { s, wt, bias, .. } = conv_parts(c, geom, group, true)?;
+    let p = DeconvPlan::new(s, &wt);
+    let scratch = p.scratch_len();
+    Ok(Planned::new(ConvKernel::Deconv { p, bias }).scratch(scratch))
+}
+
+/// Runs the chunks of a conv on scoped helper threads (the first on this thread), each
+/// writing its own disjoint block of output channels with its own scratch.
+#[allow(clippy::too_many_arguments)]
+fn run_conv_chunks(
+    isa: Isa,
+    par: &[ConvChunk],
+    x: &[f32],
+    y: &mut [f32],
+    epi: &Epilogue<'_>,
+    resid: &[&[f32]],
+    scratch: &mut [f32],
+    helpers: &mut [Vec<f32>],
+) {
+    let run = |ch: &ConvChunk, part: &mut [f32], scratch: &mut [f32]| {
+        let ohw = ch.s.oh * ch.s.ow;
+        // Residuals are laid out like the output: take this chunk's channels.
+        let mut rc: [&[f32]; MAX_RESIDUALS] = [&[]; MAX_RESIDUALS];
+        for (d, r) in rc.iter_mut().zip(resid) {
+            *d = &r[ch.c0 * ohw..ch.c1 * ohw];
+        }
+        let e = Epilogue {
+            channel_offset: ch.c0,
+            residuals: &rc[..resid.len()],
+            ..*epi
+        };
+        let c_out = ch.c1 - ch.c0;
+        conv::conv2d(
+            isa,
+            &ch.s,
+            &ch.w,
+            x,
+            part,
+            0,
+            c_out,
+            (0, ohw),
+            None,
+            &e,
+            scratch,
+        );
+    };
+    std::thread::scope(|sc| {
+        let (first, rest) = par.split_first().expect("chunks");
+        let ohw = first.s.oh * first.s.ow;
+        let (y0, mut tail) = y.split_at_mut((first.c1 - first.c0) * ohw);
+        for (ch, h) in rest.iter().zip(helpers.iter_mut()) {
+            let (part, t) = std::mem::take(&mut tail).split_at_mut((ch.c1 - ch.c0) * ohw);
+            tail = t;
+            let run = &run;
+            sc.spawn(move || run(ch, part, h));
+        }
+        run(first, y0, scratch);
+    });
+}
+
+/// Splits a large dense single-image conv into up to `threads` output-channel chunks
+/// aligned to the GEMM row panel, each with its own packed weights.
+fn conv_chunks(s: &ConvShape, w: &[f32], threads: usize) -> Vec<ConvChunk> {
+    if threads < 2 || s.n != 1 || s.group != 1 || s.is_depthwise() || s.macs() < PAR_MIN_MACS {
+        return Vec::new();
+    }
+    let panels = s.c_out.div_ceil(gemm::MR);
+    let per = panels.div_ceil(threads.min(panels));
+    if per >= panels {
+        return Vec::new();
+    }
+    let k = s.k();
+    (0..panels)
+        .step_by(per)
+        .map(|p0| {
+            let (c0, c1) = (p0 * gemm::MR, ((p0 + per) * gemm::MR).min(s.c_out));
+            let sc = ConvShape {
+                c_out: c1 - c0,
+                ..s.clone()
+            };
+            let wc = ConvWeights::pack(&sc, &w[c0 * k..c1 * k]);
+            ConvChunk {
+                c0,
+                c1,
+                s: sc,
+                w: wc,
+            }
+        })
+        .collect()
+}
+
+/// True when channel tiles of this conv share one packed im2col matrix (dense conv,
+/// one image, split by channels).
+fn conv_shares_b(s: &ConvShape, by_cols: bool) -> bool {
+    !by_cols && !s.is_depthwise() && s.group == 1 && s.n == 1
+}
+
+impl FamilyKernel for ConvKernel {
+    fn tiles(&self) -> usize {
+        match self {
+            ConvKernel::Conv { s, by_cols, .. } => {
+                if *by_cols {
+                    (s.oh * s.ow).div_ceil(NR)
+                } else {
+                    s.c_out.div_ceil(conv::channel_align(s))
+                }
+            }
+            ConvKernel::Deconv { p, .. } => p.s.c_out,
+        }
+    }
+
+    fn macs(&self) -> usize {
+        match self {
+            ConvKernel::Conv { s, .. } => s.macs(),
+            ConvKernel::Deconv { p, .. } => {
+                p.s.n * p.s.c_in * p.s.h * p.s.w * p.s.cout_g() * p.s.kh * p.s.kw
+            }
+        }
+    }
+
+    fn run(&self, r: Run<'_>) -> Result<()> {
+        let (tile, io) = (r.tile, r.io);
+        match self {
+            ConvKernel::Conv {
+                s,
+                w,
+                bias,
+                post,
+                res,
+                by_cols,
+                par,
+            } => {
+                let ohw = s.oh * s.ow;
+                let ((lo, hi), cols) = if *by_cols {
+                    ((0, s.c_out), tile.range(ohw, NR))
+                } else {
+                    (tile.range(s.c_out, conv::channel_align(s)), (0, ohw))
+                };
+                let mut resid: [&[f32]; MAX_RESIDUALS] = [&[]; MAX_RESIDUALS];
+                for (d, &i) in resid.iter_mut().zip(res) {
+                    *d = io.f32(i);
+                }
+                let epi = Epilogue {
+                    bias: bias.as_deref(),
+                    channel_is_row: true,
+                    channel_offset: 0,
+                    addend: None,
+                    post,
+                    residuals: &resid[..res.len()],
+                };
+                let x = io.f32(0);
+                let y = out_f32(r.out, r.outs, 0);
+                if tile.count == 1 && !par.is_empty() && r.helpers.len() + 1 >= par.len() {
+                    let resid = &resid[..res.len()];
+                    run_conv_chunks(r.isa, par, x, y, &epi, resid, r.scratch, r.helpers);
+                } else if tile.count > 1 && conv_shares_b(s, *by_cols) {
+                    // Channel tiles of one image share its im2col matrix: tile 0 packs it.
+                    let (full, rest) = r.scratch.split_at_mut(conv::full_b_len(s));
+                    if tile.index == 0 || *r.bcache != Some(r.index) {
+                        conv::pack_b_full(s, x, full);
+                        *r.bcache = Some(r.index);
+                    }
+                    conv::conv2d(r.isa, s, w, x, y, lo, hi, cols, Some(full), &epi, rest);
+                } else {
+                    conv::conv2d(r.isa, s, w, x, y, lo, hi, cols, None, &epi, r.scratch);
+                }
+            }
+            ConvKernel::Deconv { p, bias } => {
+                let (lo, hi) = tile.range(p.s.c_out, 1);
+                let y = out_f32(r.out, r.outs, 0);
+                p.run(r.isa, io.f32(0), bias.as_deref(), y, lo, hi, r.scratch);
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,391 @@
+//! Plan construction and kernel dispatch, by op family.
+//!
+//! Each family file (`conv`, `gemm`, `elementwise`, ...; the same names as the importer,
+//! the shape rules and the kernels) holds its ops' planning and their run code: a plan
+//! function per op that checks the node, resolves every attribute, reads every constant
+//! operand and packs weights, and a family kernel type whose [`FamilyKernel::run`] only
+//! moves data between already-checked slices. This file holds the two registration
+//! points: `families!` (one line per family kernel) and `plan_kernel` (one line per
+//! op). Shared planning lives in [`ctx`] (the node in its graph), [`post`] (fused
+//! post-ops), [`memory`] (the arena layout) and [`errors`].
+//!
+//! Invariant: a node that plans cannot panic or index out of bounds when run on inputs of
+//! its planned sizes; every assumption a family's `run` makes (ranks, lengths, axes,
+//! tile ranges) is checked by its plan, which fails with a plan error otherwise.
+
+#[cfg(test)]
+mod tests;
+
+mod ctx;
+mod errors;
+mod memory;
+mod post;
+
+mod conv;
+mod elementwise;
+mod gemm;
+mod generate;
+mod image;
+mod index;
+mod layout;
+mod norm;
+mod pool;
+mod reduce;
+mod resize;
+mod rnn;
+#[cfg(feature = "test-ops")]
+mod testing;
+
+pub(crate) use memory::{plan_memory, Layout};
+
+use super::{Inputs, Loc, Tile};
+use crate::error::Result;
+use crate::ir::{Graph, Node, Op};
+use crate::kernels::simd::Isa;
+use ctx::Ctx;
+use errors::shape_err;
+
+/// Elements per tile for element-wise ops split by element ranges.
+const ELEMS_PER_TILE: usize = 16384;
+/// Most tiles any node offers.
+const MAX_TILES: usize = 256;
+
+/// One planned node.
+#[derive(Debug)]
+pub(crate) struct NodePlan {
+    pub kernel: Kernel,
+    pub inputs: Vec<Option<Loc>>,
+    pub out_off: usize,
+    pub out_len: usize,
+    /// (offset in the output block, byte length) per output.
+    pub outs: Vec<(usize, usize)>,
+    pub scratch: usize,
+    pub iscratch: usize,
+    /// Scratch floats each intra-op helper thread needs (0 = the node runs on one thread).
+    pub helper_scratch: usize,
+}
+
+/// A family's plan of one node: its kernel and the scratch memory a run needs.
+pub(crate) struct Planned {
+    kernel: Kernel,
+    /// Scratch floats.
+    scratch: usize,
+    /// Scratch indices.
+    iscratch: usize,
+    /// Scratch floats of each intra-op helper thread.
+    helper_scratch: usize,
+}
+
+impl Planned {
+    /// A kernel that needs no scratch.
+    fn new(kernel: impl Into<Kernel>) -> Planned {
+        Planned {
+            kernel: kernel.into(),
+            scratch: 0,
+            iscratch: 0,
+            helper_scratch: 0,
+        }
+    }
+
+    /// With `floats` scratch floats.
+    fn scratch(mut self, floats: usize) -> Planned {
+        self.scratch = floats;
+        self
+    }
+
+    /// With `n` scratch indices.
+    fn iscratch(mut self, n: usize) -> Planned {
+        self.iscratch = n;
+        self
+    }
+
+    /// With `floats` scratch floats for each intra-op helper thread.
+    fn helper_scratch(mut self, floats: usize) -> Planned {
+        self.helper_scratch = floats;
+        self
+    }
+}
+
+/// One call of a node's kernel: the tile to compute, its inputs, its output block and the
+/// state's scratch memory.
+pub(crate) struct Run<'a> {
+    pub isa: Isa,
+    pub node: &'a Node,
+    /// Index of the node in the graph.
+    pub index: usize,
+    pub tile: Tile,
+    pub io: &'a Inputs<'a>,
+    /// The node's output block.
+    pub out: &'a mut [u8],
+    /// (offset in `out`, byte length) per output.
+    pub outs: &'a [(usize, usize)],
+    pub scratch: &'a mut [f32],
+    pub iscratch: &'a mut [usize],
+    /// Node whose packed B operand (shared by its tiles) is held in `scratch`.
+    pub bcache: &'a mut Option<usize>,
+    /// Scratch of the intra-op helper threads.
+    pub helpers: &'a mut [Vec<f32>],
+}
+
+impl Run<'_> {
+    /// The bytes of output `k`.
+    fn out_bytes(&mut self, k: usize) -> &mut [u8] {
+        out_bytes(self.out, self.outs, k)
+    }
+
+    /// Output `k` as f32.
+    fn out_f32(&mut self, k: usize) -> &mut [f32] {
+        out_f32(self.out, self.outs, k)
+    }
+}
+
+/// The bytes of output `k` in a node's output block.
+fn out_bytes<'o>(out: &'o mut [u8], outs: &[(usize, usize)], k: usize) -> &'o mut [u8] {
+    let (o, l) = outs[k];
+    &mut out[o..o + l]
+}
+
+/// Output `k` of a node's output block as f32.
+fn out_f32<'o>(out: &'o mut [u8], outs: &[(usize, usize)], k: usize) -> &'o mut [f32] {
+    bytemuck::cast_slice_mut(out_bytes(out, outs, k))
+}
+
+/// What every family's kernel offers.
+pub(crate) trait FamilyKernel {
+    /// Most tiles the kernel can be split into (before the global clamp).
+    fn tiles(&self) -> usize;
+    /// Multiply-accumulates of the kernel (0 for memory-bound ones).
+    fn macs(&self) -> usize {
+        0
+    }
+    /// Runs one tile.
+    fn run(&self, r: Run<'_>) -> Result<()>;
+}
+
+impl<T: FamilyKernel> FamilyKernel for Box<T> {
+    fn tiles(&self) -> usize {
+        (**self).tiles()
+    }
+    fn macs(&self) -> usize {
+        (**self).macs()
+    }
+    fn run(&self, r: Run<'_>) -> Result<()> {
+        (**self).run(r)
+    }
+}
+
+/// Declares [`Kernel`], one variant per family kernel, and its dispatch.
+macro_rules! families {
+    ($($(#[$m:meta])* $family:ident($ty:ty),)*) => {
+        /// A node's kernel with everything resolved: the kernel of its op's family.
+        #[derive(Debug)]
+        pub(crate) enum Kernel {
+            $($(#[$m])* $family($ty),)*
+        }
+
+        $($(#[$m])* impl From<$ty> for Kernel {
+            fn from(k: $ty) -> Kernel {
+                Kernel::$family(k)
+            }
+        })*
+
+        impl Kernel {
+            fn family(&self) -> &dyn FamilyKernel {
+                match self {
+                    $($(#[$m])* Kernel::$family(k) => k,)*
+                }
+            }
+        }
+    };
+}
+
+families! {
+    Conv(conv::ConvKernel),
+    Gemm(Box<gemm::GemmPlan>),
+    Elementwise(elementwise::EltKernel),
+    Norm(norm::NormKernel),
+    Pool(pool::PoolKernel),
+    Reduce(reduce::ReduceKernel),
+    Layout(layout::LayoutKernel),
+    Index(index::IndexKernel),
+    Generate(generate::GenKernel),
+    Resize(resize::ResizeKernel),
+    Rnn(rnn::RnnKernel),
+    Image(image::ImageKernel),
+    #[cfg(feature = "test-ops")]
+    Testing(testing::TestKernel),
+}
+
+impl Kernel {
+    /// Most tiles this kernel can be split into.
+    pub fn tiles(&self) -> usize {
+        self.family().tiles().clamp(1, MAX_TILES)
+    }
+
+    /// Multiply-accumulates of the kernel (0 for memory-bound ones).
+    pub fn macs(&self) -> usize {
+        self.family().macs()
+    }
+
+    /// Runs one tile.
+    pub fn run(&self, r: Run<'_>) -> Result<()> {
+        self.family().run(r)
+    }
+}
+
+/// Plans node `i`.
+pub(crate) fn plan_node(
+    g: &Graph,
+    i: usize,
+    n: &Node,
+    layout: &Layout,
+    threads: usize,
+) -> Result<NodePlan> {
+    let c = Ctx { g, n, threads };
+    let mut inputs = Vec::with_capacity(n.inputs.len());
+    for v in &n.inputs {
+        inputs.push(match v {
+            Some(v) => Some(layout.val_loc[*v].clone().ok_or_else(|| {
+                shape_err(
+                    n,
+                    format!(
+                        "input '{}' is not produced by any earlier node",
+                        g.values[*v].name
+                    ),
+                )
+            })?),
+            None => None,
+        });
+    }
+    // Inputs must come from earlier nodes (topological order).
+    let producers = g.producers();
+    for v in n.inputs.iter().flatten() {
+        if let Some(p) = producers[*v] {
+            if p >= i {
+                return Err(shape_err(n, "graph is not topologically ordered"));
+            }
+        }
+    }
+    let p = plan_kernel(&c)?;
+    let (out_off, out_len) = layout.node_block[i];
+    Ok(NodePlan {
+        kernel: p.kernel,
+        inputs,
+        out_off,
+        out_len,
+        outs: layout.node_outs[i].clone(),
+        // The calling thread runs the first chunk in its own scratch.
+        scratch: p.scratch.max(p.helper_scratch),
+        iscratch: p.iscratch,
+        helper_scratch: p.helper_scratch,
+    })
+}
+
+/// Plans a node by its op: one registration line per op, naming its family's planner.
+fn plan_kernel(c: &Ctx<'_>) -> Result<Planned> {
+    match &c.n.op {
+        Op::Conv { geom, group, post } => conv::plan_conv(c, geom, *group, post),
+        Op::ConvTranspose { geom, group, .. } => conv::plan_deconv(c, geom, *group),
+        Op::Gemm {
+            alpha,
+            beta,
+            trans_a,
+            trans_b,
+            post,
+        } => gemm::plan_gemm(c, *alpha, *beta, *trans_a, *trans_b, post),
+        Op::MatMul { post } => gemm::plan_matmul(c, post),
+        Op::Unary(u) => elementwise::plan_unary(c, *u),
+        Op::Binary(op) => elementwise::plan_binary(c, *op),
+        Op::Where => elementwise::plan_where(c),
+        Op::ClipDynamic => elementwise::plan_clip(c),
+        Op::Cast { to } => elementwise::plan_cast(c, *to),
+        Op::BatchNorm { epsilon } => norm::plan_batchnorm(c, *epsilon),
+        Op::InstanceNorm { epsilon } => norm::plan_instance_norm(c, *epsilon),
+        Op::LayerNorm { axis, epsilon } => norm::plan_layer_norm(c, *axis, *epsilon),
+        Op::Softmax { axis } => norm::plan_softmax(c, *axis, false),
+        Op::LogSoftmax { axis } => norm::plan_softmax(c, *axis, true),
+        Op::MaxPool { geom, .. } => pool::plan_pool(c, geom, None),
+        Op::AveragePool {
+            geom,
+            count_include_pad,
+            ..
+        } => pool::plan_pool(c, geom, Some(*count_include_pad)),
+        Op::GlobalAveragePool => pool::plan_global_pool(c, true),
+        Op::GlobalMaxPool => pool::plan_global_pool(c, false),
+        Op::Reduce {
+            op,
+            axes,
+            noop_with_empty_axes,
+            ..
+        } => reduce::plan_reduce(c, *op, axes.as_deref(), *noop_with_empty_axes),
+        Op::ArgMax {
+            axis,
+            select_last_index,
+            ..
+        } => reduce::plan_arg(c, *axis, true, *select_last_index),
+        Op::ArgMin {
+            axis,
+            select_last_index,
+            ..
+        } => reduce::plan_arg(c, *axis, false, *select_last_index),
+        Op::CumSum { exclusive, reverse } => reduce::plan_cumsum(c, *exclusive, *reverse),
+        Op::Concat { axis } => layout::plan_concat(c, *axis),
+        Op::Split { axis, .. } => layout::plan_split(c, *axis),
+        Op::Slice => layout::plan_slice(c),
+        Op::Reshape { .. } | Op::Flatten { .. } | Op::Squeeze { .. } | Op::Unsqueeze { .. } => {
+            layout::plan_reshape(c)
+        }
+        Op::Transpose { perm } => layout::plan_transpose(c, perm.as_deref()),
+        Op::Expand => layout::plan_expand(c),
+        Op::Tile => layout::plan_tile(c),
+        Op::DepthToSpace {
+            blocksize,
+            crd_mode,
+        } => layout::plan_depth_to_space(c, *blocksize, *crd_mode),
+        Op::SpaceToDepth { blocksize } => layout::plan_space_to_depth(c, *blocksize),
+        Op::Pad { mode } => layout::plan_pad(c, *mode),
+        Op::Gather { axis } => index::plan_gather(c, *axis),
+        Op::GatherElements { axis } => index::plan_gather_elements(c, *axis),
+        Op::TopK { axis, largest, .. } => index::plan_top_k(c, *axis, *largest),
+        Op::NonMaxSuppression { .. } => index::plan_nms(c),
+        Op::Shape { start, end } => generate::plan_shape(c, *start, *end),
+        Op::ConstantOfShape { value } => generate::plan_constant_of_shape(c, value),
+        Op::Range => generate::plan_range(c),
+        Op::Resize {
+            mode,
+            coord,
+            nearest,
+            cubic_coeff_a,
+            exclude_outside,
+            ..
+        } => resize::plan_resize(
+            c,
+            *mode,
+            *coord,
+            *nearest,
+            (*cubic_coeff_a, *exclude_outside),
+        ),
+        Op::Lstm {
+            hidden_size,
+            direction,
+            layout,
+        } => rnn::plan_rnn(c, *hidden_size, *direction, *layout),
+        Op::Gru {
+            hidden_size,
+            direction,
+            layout,
+            ..
+        } => rnn::plan_rnn(c, *hidden_size, *direction, *layout),
+        Op::Preprocess {
+            format,
+            nhwc,
+            mean,
+            scale,
+            to_bgr,
+        } => image::plan_preprocess(c, *format, *nhwc, mean, scale, *to_bgr),
+        #[cfg(feature = "test-ops")]
+        Op::Spin { micros } => testing::plan_spin(c, *micros),
+        #[cfg(feature = "test-ops")]
+        Op::Fail { panic } => testing::plan_fail(c, *panic),
+    }
+}

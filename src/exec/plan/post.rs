@@ -1,0 +1,55 @@
+//! Fused post-op planning shared by the conv and gemm families: the IR's [`PostOp`]s
+//! resolved to their runtime form, per-channel parameters expanded and residual inputs
+//! checked against the output shape.
+
+use super::ctx::{expand_channel, Ctx};
+use super::errors::{shape_err, unsup};
+use crate::error::Result;
+use crate::ir::PostOp;
+use crate::kernels::unary::PostOpRt;
+
+/// Most residual inputs one fused epilogue may reference.
+pub(crate) const MAX_RESIDUALS: usize = 4;
+
+/// Converts fused post-ops; returns the runtime list and the node inputs of residuals.
+pub(crate) fn post_ops(
+    c: &Ctx<'_>,
+    post: &[PostOp],
+    channels: usize,
+) -> Result<(Vec<PostOpRt>, Vec<usize>)> {
+    let mut out = Vec::new();
+    let mut res = Vec::new();
+    let oshape = c.oshape(0)?;
+    for p in post {
+        out.push(match p {
+            PostOp::Unary(u) => PostOpRt::Unary(*u),
+            PostOp::ChannelAffine { scale, shift } => PostOpRt::Affine {
+                scale: expand_channel(c.n, scale, channels, "ChannelAffine scale")?,
+                shift: expand_channel(c.n, shift, channels, "ChannelAffine shift")?,
+            },
+            PostOp::ChannelPRelu { slope } => PostOpRt::PRelu {
+                slope: expand_channel(c.n, slope, channels, "ChannelPRelu slope")?,
+            },
+            PostOp::AddInput { input } => {
+                if res.len() == MAX_RESIDUALS {
+                    return Err(unsup(
+                        c.n,
+                        format!("more than {MAX_RESIDUALS} fused residual inputs"),
+                    ));
+                }
+                c.require_f32(*input)?;
+                if c.ishape(*input)? != oshape {
+                    return Err(shape_err(
+                        c.n,
+                        format!("fused residual input {input} does not have the output shape"),
+                    ));
+                }
+                res.push(*input);
+                PostOpRt::AddInput {
+                    slot: res.len() - 1,
+                }
+            }
+        });
+    }
+    Ok((out, res))
+}
