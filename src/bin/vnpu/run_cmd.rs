@@ -24,9 +24,29 @@ fn load_pack(files: &[String]) -> Result<PackedModel, String> {
     PackedModel::load_files(&paths).map_err(|e| e.to_string())
 }
 
-fn pick_models(pack: &PackedModel, names: &[String]) -> Result<Vec<Arc<Model>>, String> {
+/// The models named by `--model_name`. Without it, a model file holding several models
+/// is ambiguous (as in hrt_model_exec): the error lists the names. `files` is the number of
+/// `--model_file` entries; `one` asks for exactly one model (infer).
+fn pick_models(
+    pack: &PackedModel,
+    names: &[String],
+    files: usize,
+    one: bool,
+) -> Result<Vec<Arc<Model>>, String> {
     if names.is_empty() {
+        let n = pack.models.len();
+        if n > files || (one && n > 1) {
+            let all: Vec<&str> = pack.models.iter().map(|m| m.name.as_str()).collect();
+            return Err(format!(
+                "the model file(s) hold {n} models ({}); choose with --model_name {}",
+                all.join(", "),
+                if one { "NAME" } else { "NAME[,NAME...]" }
+            ));
+        }
         return Ok(pack.models.clone());
+    }
+    if one && names.len() > 1 {
+        return Err("infer runs one model: give one --model_name".into());
     }
     names
         .iter()
@@ -72,11 +92,14 @@ fn npy_payload(b: &[u8]) -> Result<Vec<u8>, String> {
     Ok(b[start + hlen..].to_vec())
 }
 
+/// A per-model list flag: one value for all models or one per model. `range` is the
+/// accepted range as the user should read it (e.g. `0..=255`).
 fn ctrl_list<T: std::str::FromStr + Copy>(
     a: &Args,
     key: &str,
     n: usize,
     default: T,
+    range: &str,
 ) -> Result<Vec<T>, String> {
     let vals = a.list(key);
     if vals.is_empty() {
@@ -84,10 +107,7 @@ fn ctrl_list<T: std::str::FromStr + Copy>(
     }
     let parsed: Vec<T> = vals
         .iter()
-        .map(|v| {
-            v.parse::<T>()
-                .map_err(|_| format!("--{}: '{v}' is not a valid number", key.replace('_', "-")))
-        })
+        .map(|v| crate::args::parse_in_range::<T>(key, v, range))
         .collect::<Result<_, _>>()?;
     match parsed.len() {
         1 => Ok(vec![parsed[0]; n]),
@@ -118,11 +138,21 @@ const RUN_VALUED: &[&str] = &[
 /// `vnpu infer --model_file F --input_file a.bin[,b.npy] [--enable_dump] ...`
 pub fn run_infer(argv: &[String]) -> Result<(), String> {
     let a = Args::parse(argv, RUN_VALUED, &["enable_dump"])?;
-    let pack = load_pack(&a.list("model_file"))?;
-    let models = pick_models(&pack, &a.list("model_name"))?;
+    let model_files = a.list("model_file");
+    let pack = load_pack(&model_files)?;
+    let models = pick_models(&pack, &a.list("model_name"), model_files.len(), true)?;
     let m = models.first().ok_or("no model")?.clone();
     let files = a.list("input_file");
     let inputs: Vec<Vec<u8>> = if files.is_empty() {
+        let shapes: Vec<String> = m
+            .inputs
+            .iter()
+            .map(|d| format!("{} {:?} {:?}", d.name, d.valid_shape, d.elem))
+            .collect();
+        println!(
+            "no --input_file: using a deterministic test pattern for {} (f32 ramp (k*37 mod 255)/255, bytes k*37 mod 251)",
+            shapes.join("; ")
+        );
         perf::pattern_inputs(&m)
     } else {
         if files.len() != m.inputs.len() {
@@ -148,15 +178,20 @@ pub fn run_infer(argv: &[String]) -> Result<(), String> {
     let rt = Runtime::global().map_err(|e| e.to_string())?;
     let load = Load {
         model: m.clone(),
-        priority: ctrl_list(&a, "priority", 1, 0u8)?[0],
-        custom_id: ctrl_list(&a, "custom_id", 1, 0i64)?[0],
+        priority: ctrl_list(&a, "priority", 1, 0u8, "0..=255")?[0],
+        custom_id: ctrl_list(&a, "custom_id", 1, 0i64, I64_RANGE)?[0],
         core_mask: core_mask(a.get("core_id"))?,
         fps: 0.0,
         threads: 1,
         frames: 1,
         inputs: Some(inputs),
     };
-    let frames = a.num::<usize>("frame_count")?.unwrap_or(1).max(1);
+    let frames = a
+        .get("frame_count")
+        .map(|v| crate::args::parse_in_range::<usize>("frame_count", v, "1.."))
+        .transpose()?
+        .unwrap_or(1)
+        .max(1);
     let mut inputs = load.inputs.clone().unwrap_or_default();
     let mut outputs: Vec<Vec<u8>> = (0..m.outputs.len())
         .map(|i| vec![0u8; m.plan.output_len(i)])
@@ -229,18 +264,30 @@ pub fn run_infer(argv: &[String]) -> Result<(), String> {
     Ok(())
 }
 
+/// The customId range, as printed in errors.
+const I64_RANGE: &str = "-9223372036854775808..=9223372036854775807";
+/// The core-mask range, as printed in errors (0 = any, 1 = core 0, 2 = core 1, ...).
+const CORE_MASK_RANGE: &str = "0..=4294967295 (a core mask: 0 = any, 1 = core 0, 2 = core 1, ...)";
+
 fn core_mask(v: Option<&str>) -> Result<u32, String> {
     match v {
         None => Ok(0),
-        Some(s) => s.parse::<u32>().map_err(|_| {
-            format!("--core_id: '{s}' is not a core mask (0 = any, 1 = core 0, 2 = core 1, ...)")
-        }),
+        Some(s) => crate::args::parse_in_range::<u32>("core_id", s, CORE_MASK_RANGE),
     }
 }
 
 fn print_table(loads: &[Load], results: &[LoadResult]) {
+    if loads.iter().any(|l| l.fps > 0.0) {
+        println!("latency (open loop, fps_in > 0): from the time each request was scheduled to be sent until done");
+    }
+    if loads.iter().any(|l| l.fps <= 0.0) {
+        println!("latency (closed loop, fps_in max): from submit until done");
+    }
     println!(
-        "{:<20} {:>4} {:>6} {:>8} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10} {:>6}",
+        "  pend = submit until the scheduler takes the task; run = from then until done (all ms)"
+    );
+    println!(
+        "{:<20} {:>4} {:>6} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6}",
         "model",
         "prio",
         "fps_in",
@@ -249,13 +296,15 @@ fn print_table(loads: &[Load], results: &[LoadResult]) {
         "p90 ms",
         "p99 ms",
         "max ms",
+        "pend p50",
         "pend p99",
+        "run p50",
         "run p99",
         "FPS"
     );
     for (l, r) in loads.iter().zip(results) {
         println!(
-            "{:<20} {:>4} {:>6} {:>8} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>10.3} {:>10.3} {:>6.1}",
+            "{:<20} {:>4} {:>6} {:>8} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>6.1}",
             l.model.name,
             l.priority,
             if l.fps > 0.0 {
@@ -268,7 +317,9 @@ fn print_table(loads: &[Load], results: &[LoadResult]) {
             percentile(&r.latency_us, 90.0) / 1e3,
             percentile(&r.latency_us, 99.0) / 1e3,
             percentile(&r.latency_us, 100.0) / 1e3,
+            percentile(&r.pending_us, 50.0) / 1e3,
             percentile(&r.pending_us, 99.0) / 1e3,
+            percentile(&r.running_us, 50.0) / 1e3,
             percentile(&r.running_us, 99.0) / 1e3,
             r.fps()
         );
@@ -278,10 +329,16 @@ fn print_table(loads: &[Load], results: &[LoadResult]) {
     }
 }
 
-fn progress_bar(label: &str) -> impl FnMut(f64) {
+/// A progress bar on stderr, drawn only when stderr is a terminal.
+pub(crate) fn progress_bar(label: &str) -> impl FnMut(f64) {
+    use std::io::IsTerminal as _;
+    let tty = std::io::stderr().is_terminal();
     let label = label.to_string();
     let mut last = -1i64;
     move |f: f64| {
+        if !tty {
+            return;
+        }
         let pct = (f * 100.0) as i64;
         if pct != last {
             last = pct;
@@ -302,14 +359,25 @@ fn progress_bar(label: &str) -> impl FnMut(f64) {
 /// `vnpu perf --model_file a.bin[,b.bin] [--priority 0,255] [--perf_fps 0,30] ...`
 pub fn run_perf(argv: &[String]) -> Result<(), String> {
     let a = Args::parse(argv, RUN_VALUED, &[])?;
-    let pack = load_pack(&a.list("model_file"))?;
-    let models = pick_models(&pack, &a.list("model_name"))?;
+    let model_files = a.list("model_file");
+    let pack = load_pack(&model_files)?;
+    let models = pick_models(&pack, &a.list("model_name"), model_files.len(), false)?;
     let n = models.len();
-    let prios = ctrl_list(&a, "priority", n, 0u8)?;
-    let ids = ctrl_list(&a, "custom_id", n, 0i64)?;
-    let fps = ctrl_list(&a, "perf_fps", n, 0f64)?;
-    let threads = ctrl_list(&a, "thread_num", n, 1usize)?;
-    let cores = ctrl_list(&a, "core_id", n, 0u32)?;
+    let prios = ctrl_list(&a, "priority", n, 0u8, "0..=255")?;
+    let ids = ctrl_list(&a, "custom_id", n, 0i64, I64_RANGE)?;
+    let fps = ctrl_list(&a, "perf_fps", n, 0f64, "a number >= 0")?;
+    if let Some(f) = fps.iter().find(|f| !(f.is_finite() && **f >= 0.0)) {
+        return Err(format!(
+            "--perf-fps: {f} must be a number >= 0 (0 = as fast as possible)"
+        ));
+    }
+    let threads = ctrl_list(&a, "thread_num", n, 1usize, "1..=1024")?;
+    if let Some(t) = threads.iter().find(|t| !(1..=1024).contains(*t)) {
+        return Err(format!(
+            "--thread-num: {t} is out of range: must be 1..=1024"
+        ));
+    }
+    let cores = ctrl_list(&a, "core_id", n, 0u32, CORE_MASK_RANGE)?;
     let frames = a.num::<usize>("frame_count")?.unwrap_or(0);
     let secs = a
         .num::<f64>("perf_time")?
