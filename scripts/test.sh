@@ -23,7 +23,7 @@ fi
 cmake --version | head -1
 cargo --version
 
-step "python venv (onnx, onnxruntime, numpy)"
+step "python venv (onnx, onnxruntime, numpy, pytest)"
 scripts/venv.sh >/dev/null
 
 # Generator chatter (onnxruntime logs its own [E:...] lines for the reference cases it
@@ -52,6 +52,10 @@ cargo clippy --all-targets --features test-ops -- -D warnings
 step "cargo test"
 cargo test --all-targets --features test-ops -- --include-ignored
 cargo test --doc
+
+step "Python package (pytest, over target/debug/libvnpu.so)"
+VNPU_LIBRARY="$repo/target/debug/libvnpu.so" VNPU_CLI="$repo/target/debug/vnpu" \
+    scripts/venv.sh python -m pytest -q -p no:cacheprovider tests/python
 
 
 # The C examples link the library cargo test just built (test profile, test-ops feature),
