@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's test command: sets up what is missing (cmake, the Python venv with onnx +
-# onnxruntime), then runs every test: cargo tests, the header drift check, conformance
-# against onnxruntime, and the C/C++ examples under CMake/ctest (once normally, once
+# onnxruntime, pytest), then runs every test: cargo tests, the header drift check, conformance
+# against onnxruntime, the Python package (pytest), and the C/C++ examples under CMake/ctest (once normally, once
 # with AddressSanitizer).
 #
 #   scripts/test.sh            # everything

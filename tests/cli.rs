@@ -298,7 +298,21 @@ fn demo_prints_the_table_and_writes_trace_and_picture() {
             && out.contains("BPLAT_CORELIMIT=1"),
         "{out}"
     );
+    // The background is a chain of many short FCs, and the output says which run the
+    // trace and the timeline come from.
+    assert!(out.contains("each task = 4 frames = 16 FCs"), "{out}");
+    assert!(
+        out.contains("trace (from the BPLAT_CORELIMIT=1 run)")
+            && out.contains("timeline (same run"),
+        "{out}"
+    );
     let svg = std::fs::read_to_string(d.join("demo_timeline.svg")).unwrap();
+    // When the demo reports an overtaking, the picture marks it.
+    assert_eq!(
+        out.contains("centred on"),
+        svg.contains(r#"class="overtake""#),
+        "{out}"
+    );
     let doc = roxmltree::Document::parse(&svg).expect("SVG is XML");
     let lanes: Vec<String> = doc
         .descendants()
