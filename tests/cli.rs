@@ -300,7 +300,13 @@ fn demo_prints_the_table_and_writes_trace_and_picture() {
     );
     // The background is a chain of many short FCs, and the output says which run the
     // trace and the timeline come from.
-    assert!(out.contains("each task = 4 frames = 16 FCs"), "{out}");
+    let fcs: usize = out
+        .split("each task = 4 frames = ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(fcs >= 8, "background tasks of many FCs: {out}");
     assert!(
         out.contains("trace (from the BPLAT_CORELIMIT=1 run)")
             && out.contains("timeline (same run"),
