@@ -110,9 +110,10 @@ options:
 const HELP_DEMO: &str = "usage: vnpu demo [--seconds S] [--fps F] [--out DIR]
 
 Runs the bundled classifier at priority 255 (F requests/s, open loop) against the bundled
-detector at priority 0 (flat out, split into FCs of at most 1000 µs), once with
+detector at priority 0 (flat out; FCs of at most 1000 µs, 8 frames per task), once with
 BPLAT_CORELIMIT=0 and once with 1, and prints the classifier's latency for each. Writes
-the trace of the BPLAT_CORELIMIT=1 run and its timeline (SVG) into DIR.
+the trace of the BPLAT_CORELIMIT=1 run and its timeline (SVG, centred on a priority-255 FC
+overtaking queued background tasks) into DIR.
 
 options:
   --seconds S     seconds per run (default 5)

@@ -13,7 +13,7 @@ use crate::args::Args;
 use crate::perf::{self, percentile, Load, LoadResult};
 
 /// Detector frames per background task in `vnpu demo`.
-const DEMO_BG_FRAMES_PER_TASK: usize = 4;
+const DEMO_BG_FRAMES_PER_TASK: usize = 8;
 
 /// The demo's bundled models (kept small in the repository).
 const DEMO_CLASSIFIER: &[u8] = include_bytes!("../../../models/tiny_classifier.onnx");
