@@ -1,7 +1,8 @@
 # ctest script: install the build tree into a fresh prefix, then configure, build and
 # run cmake/consumer against it with find_package(vnpu).
 # Inputs: VNPU_BUILD_DIR, VNPU_CONSUMER_SRC, VNPU_WORK_DIR, VNPU_GENERATOR, VNPU_C_COMPILER,
-# VNPU_SONAME.
+# VNPU_SONAME, VNPU_CHECK (find_package, the default, or pkgconfig: the same program built
+# with `pkg-config vnpu` and `pkg-config libdnn` instead). Both check the installed files.
 file(REMOVE_RECURSE "${VNPU_WORK_DIR}")
 set(prefix "${VNPU_WORK_DIR}/prefix")
 set(build "${VNPU_WORK_DIR}/consumer-build")
@@ -26,10 +27,6 @@ file(GLOB dnn_alias "${prefix}/lib*/libdnn.so")
 if(NOT config OR NOT dnn_alias)
   message(FATAL_ERROR "install is missing vnpuConfig.cmake or the libdnn.so alias")
 endif()
-run(${CMAKE_COMMAND} -S "${VNPU_CONSUMER_SRC}" -B "${build}" -G "${VNPU_GENERATOR}"
-    "-DCMAKE_PREFIX_PATH=${prefix}")
-run(${CMAKE_COMMAND} --build "${build}")
-run("${build}/consumer")
 
 # The CLI, the pkg-config files and the versioned library names.
 if(NOT EXISTS "${prefix}/bin/vnpu")
@@ -55,8 +52,16 @@ if(READELF)
   endif()
 endif()
 
+if(NOT VNPU_CHECK STREQUAL "pkgconfig")
+  run(${CMAKE_COMMAND} -S "${VNPU_CONSUMER_SRC}" -B "${build}" -G "${VNPU_GENERATOR}"
+      "-DCMAKE_PREFIX_PATH=${prefix}")
+  run(${CMAKE_COMMAND} --build "${build}")
+  run("${build}/consumer")
+  return()
+endif()
+
 # pkg-config consumers: `pkg-config --cflags --libs vnpu` and the board style
-# `pkg-config libdnn` (-ldnn, #include "hb_dnn.h" also works).
+# `pkg-config libdnn` (-ldnn and -I include/dnn, as board makefiles use).
 find_program(PKG_CONFIG pkg-config)
 if(PKG_CONFIG)
   foreach(pc vnpu libdnn)
@@ -74,5 +79,5 @@ if(PKG_CONFIG)
     message(STATUS "pkg-config ${pc}: ${flags}")
   endforeach()
 else()
-  message(WARNING "pkg-config not found: pkg-config consumers not tested")
+  message(FATAL_ERROR "pkg-config not found: cannot test the pkg-config consumers")
 endif()
