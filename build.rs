@@ -4,10 +4,11 @@
 fn main() {
     println!("cargo:rerun-if-changed=src/ffi");
     println!("cargo:rerun-if-changed=cbindgen.toml");
-    // A fixed SONAME, so that programs linked against libvnpu.so (or the libdnn.so alias
-    // CMake installs) record "libvnpu.so" rather than a build path.
+    // A versioned SONAME (libvnpu.so.MAJOR), so that programs linked against libvnpu.so
+    // (or the libdnn.so alias CMake installs) record it rather than a build path.
     if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
-        println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libvnpu.so");
+        let major = std::env::var("CARGO_PKG_VERSION_MAJOR").unwrap_or_else(|_| "0".into());
+        println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libvnpu.so.{major}");
     }
     let crate_dir = std::env::var("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR");
     let out_dir = std::env::var("OUT_DIR").expect("OUT_DIR");

@@ -135,7 +135,7 @@ fn bench_latency(dir: &Path, runs: usize, rounds: usize) {
         let ort_res = ort(&paths
             .iter()
             .map(|p| p.display().to_string())
-            .chain(["--runs".into(), runs.to_string()])
+            .chain(["--runs".into(), runs.max(50).to_string()])
             .collect::<Vec<_>>());
         for (i, p) in paths.iter().enumerate() {
             let name = p.file_stem().unwrap().to_string_lossy().to_string();

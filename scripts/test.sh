@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's test command: sets up what is missing (cmake, the Python venv with onnx +
-# onnxruntime), then runs every test: cargo tests, the header drift check, conformance
-# against onnxruntime, and the C/C++ examples under CMake/ctest (once normally, once
+# onnxruntime, pytest), then runs every test: cargo tests, the header drift check, conformance
+# against onnxruntime, the Python package (pytest), and the C/C++ examples under CMake/ctest (once normally, once
 # with AddressSanitizer).
 #
 #   scripts/test.sh            # everything
@@ -23,12 +23,25 @@ fi
 cmake --version | head -1
 cargo --version
 
-step "python venv (onnx, onnxruntime, numpy)"
+step "python venv (onnx, onnxruntime, numpy, pytest)"
 scripts/venv.sh >/dev/null
 
+# Generator chatter (onnxruntime logs its own [E:...] lines for the reference cases it
+# cannot run, which the manifest records as expected) goes to a log, shown only on failure.
+logs="$build/logs"
+mkdir -p "$logs"
+quietly() {
+    local log="$logs/$1.log"; shift
+    if "$@" >"$log" 2>&1; then
+        echo "ok: $(tail -n 1 "$log")  (full output: $log)"
+    else
+        cat "$log"; echo "FAILED: $*  (log: $log)"; return 1
+    fi
+}
+
 step "test models and conformance references"
-scripts/venv.sh python scripts/gen_models.py "$build/models"
-scripts/venv.sh python tests/conformance/gen_cases.py "$build/conformance" --onnx-node-tests
+quietly gen_models scripts/venv.sh python scripts/gen_models.py "$build/models"
+quietly gen_cases scripts/venv.sh python tests/conformance/gen_cases.py "$build/conformance" --onnx-node-tests
 export VNPU_TEST_MODELS="$build/models"
 export VNPU_CONFORMANCE_DIR="$build/conformance"
 
@@ -40,15 +53,24 @@ step "cargo test"
 cargo test --all-targets --features test-ops -- --include-ignored
 cargo test --doc
 
+step "Python package (pytest, over target/debug/libvnpu.so)"
+VNPU_LIBRARY="$repo/target/debug/libvnpu.so" VNPU_CLI="$repo/target/debug/vnpu" \
+    scripts/venv.sh python -m pytest -q -p no:cacheprovider tests/python
+
+
+# The C examples link the library cargo test just built (test profile, test-ops feature),
+# so CMake does not start a second full build of the crate in the release profile.
+# (Release builds: cmake -S . -B build, the default VNPU_CARGO_PROFILE=release.)
+cargo_lib=(-DVNPU_CARGO_PROFILE=test -DVNPU_CARGO_FEATURES=test-ops)
 
 step "C examples (CMake + ctest)"
-cmake -S . -B "$build/cmake" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake -S . -B "$build/cmake" -DCMAKE_BUILD_TYPE=Release "${cargo_lib[@]}" >/dev/null
 cmake --build "$build/cmake" -j 2
 (cd "$build/cmake" && ctest --output-on-failure)
 
 if [ "${VNPU_SKIP_ASAN:-0}" != "1" ]; then
     step "C examples under AddressSanitizer"
-    cmake -S . -B "$build/cmake-asan" -DCMAKE_BUILD_TYPE=Debug -DVNPU_SANITIZE=ON >/dev/null
+    cmake -S . -B "$build/cmake-asan" -DCMAKE_BUILD_TYPE=Debug -DVNPU_SANITIZE=ON "${cargo_lib[@]}" >/dev/null
     cmake --build "$build/cmake-asan" -j 2
     (cd "$build/cmake-asan" && ctest --output-on-failure)
 fi

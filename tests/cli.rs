@@ -238,10 +238,25 @@ fn perf_runs_two_models_and_writes_a_profile() {
         .args(["--max-time-per-fc", "1000", "-o"])
         .arg(&pack));
     assert!(o.status.success(), "{}", stderr(&o));
+    // A packed file with several models needs --model_name (as hrt_model_exec).
+    let o = run(vnpu()
+        .args(["perf", "--model_file"])
+        .arg(&pack)
+        .args(["--frame_count", "1"]));
+    assert_clean_error(&o, "--model_name");
+    let o = run(vnpu().args(["infer", "--model_file"]).arg(&pack));
+    assert_clean_error(&o, "--model_name");
+    let o = run(vnpu()
+        .args(["infer", "--model_file"])
+        .arg(&pack)
+        .args(["--model_name", "tiny_classifier"]));
+    assert!(o.status.success(), "{}", stderr(&o));
     let o = run(vnpu()
         .args(["perf", "--model_file"])
         .arg(&pack)
         .args([
+            "--model_name",
+            "tiny_detector,tiny_classifier",
             "--priority",
             "0,255",
             "--frame_count",
@@ -253,6 +268,11 @@ fn perf_runs_two_models_and_writes_a_profile() {
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
         out.contains("tiny_detector") && out.contains("tiny_classifier") && out.contains("p99"),
+        "{out}"
+    );
+    // perf says what its latency measures and splits it into pending and running.
+    assert!(
+        out.contains("latency (closed loop") && out.contains("pend p50") && out.contains("run p99"),
         "{out}"
     );
     let prof: serde_json::Value =
@@ -278,7 +298,28 @@ fn demo_prints_the_table_and_writes_trace_and_picture() {
             && out.contains("BPLAT_CORELIMIT=1"),
         "{out}"
     );
+    // The background is a chain of many short FCs, and the output says which run the
+    // trace and the timeline come from.
+    let fcs: usize = out
+        .split("each task = ")
+        .nth(1)
+        .and_then(|r| r.split(" frames = ").nth(1))
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(fcs >= 8, "background tasks of many FCs: {out}");
+    assert!(
+        out.contains("trace (from the BPLAT_CORELIMIT=1 run)")
+            && out.contains("timeline (same run"),
+        "{out}"
+    );
     let svg = std::fs::read_to_string(d.join("demo_timeline.svg")).unwrap();
+    // When the demo reports an overtaking, the picture marks it.
+    assert_eq!(
+        out.contains("centred on"),
+        svg.contains(r#"class="overtake""#),
+        "{out}"
+    );
     let doc = roxmltree::Document::parse(&svg).expect("SVG is XML");
     let lanes: Vec<String> = doc
         .descendants()
@@ -356,4 +397,155 @@ fn infer_takes_png_images_for_image_and_tensor_inputs() {
         .arg("--input_file")
         .arg(&bad));
     assert_clean_error(&o, "png");
+}
+
+#[test]
+fn help_exits_zero_for_vnpu_and_every_subcommand() {
+    for args in [
+        vec!["--help"],
+        vec!["help"],
+        vec!["-h"],
+        vec!["help", "perf"],
+    ] {
+        let o = run(vnpu().args(&args));
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+        assert!(String::from_utf8_lossy(&o.stdout).contains("usage: vnpu"));
+    }
+    for cmd in [
+        "compile",
+        "info",
+        "model_info",
+        "infer",
+        "perf",
+        "trace",
+        "demo",
+    ] {
+        for flag in ["--help", "-h"] {
+            let o = run(vnpu().args([cmd, flag]));
+            assert!(o.status.success(), "{cmd} {flag}: {}", stderr(&o));
+            let out = String::from_utf8_lossy(&o.stdout);
+            assert!(out.starts_with("usage: vnpu"), "{cmd}: {out}");
+            assert!(
+                out.contains(cmd.trim_start_matches("model_")),
+                "{cmd}: {out}"
+            );
+        }
+    }
+}
+
+#[test]
+fn out_of_range_values_say_the_range() {
+    let model = models().join("tiny_classifier.onnx");
+    let infer = |extra: &[&str]| {
+        run(vnpu()
+            .args(["infer", "--model_file"])
+            .arg(&model)
+            .args(extra))
+    };
+    assert_clean_error(&infer(&["--priority", "300"]), "must be 0..=255");
+    assert_clean_error(&infer(&["--priority", "-1"]), "must be 0..=255");
+    assert_clean_error(&infer(&["--priority", "high"]), "not a number");
+    assert_clean_error(&infer(&["--core_id", "-2"]), "0..=4294967295");
+    let o = run(vnpu().args(["perf", "--model_file"]).arg(&model).args([
+        "--priority",
+        "0,256",
+        "--frame_count",
+        "1",
+    ]));
+    assert_clean_error(&o, "must be 0..=255");
+    let o = run(vnpu().args(["perf", "--model_file"]).arg(&model).args([
+        "--thread_num",
+        "0",
+        "--frame_count",
+        "1",
+    ]));
+    assert_clean_error(&o, "must be 1..=1024");
+}
+
+/// Writes a one-Relu ONNX model with the given input dims (None = symbolic).
+fn relu_model(dir: &Path, dims: &[Option<usize>]) -> PathBuf {
+    use vnpu::ir::DType;
+    use vnpu::onnx::builder::ModelBuilder;
+    let bytes = ModelBuilder::new("relu", 13)
+        .input_dynamic("x", DType::F32, dims)
+        .node("Relu", "r", &["x"], &["y"], vec![])
+        .output("y")
+        .to_bytes();
+    let p = dir.join("relu.onnx");
+    std::fs::write(&p, bytes).unwrap();
+    p
+}
+
+#[test]
+fn dynamic_dims_name_the_input_shape_flag_and_dynamic_batch_is_reported() {
+    let d = tmp("dyn");
+    let m = relu_model(&d, &[Some(1), Some(3), None]);
+    let o = run(vnpu().arg("compile").arg(&m).arg("-o").arg(d.join("r.bin")));
+    assert_clean_error(&o, "--input-shape");
+    let o = run(vnpu()
+        .arg("compile")
+        .arg(&m)
+        .args(["--input-shape", "x=1x3x5", "-o"])
+        .arg(d.join("r.bin")));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("dynamic batch"), "{}", stderr(&o));
+
+    let m = relu_model(&d, &[None, Some(3), Some(4)]);
+    let o = run(vnpu().arg("compile").arg(&m).arg("-o").arg(d.join("b.bin")));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("'x' has a dynamic batch dimension")
+            && e.contains("batch 1")
+            && e.contains("--input-shape x="),
+        "{e}"
+    );
+}
+
+#[test]
+fn unknown_yaml_keys_name_the_closest_valid_key() {
+    let d = tmp("yaml");
+    let cfg = d.join("cfg.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "model_parameters:\n  onnx_model: {}\n  output_model_file_prefix: {}\ncompiler_parameters:\n  max_time_per_fcc: 1000\n",
+            models().join("tiny_classifier.onnx").display(),
+            d.join("out").display()
+        ),
+    )
+    .unwrap();
+    let o = run(vnpu().arg("compile").arg("--config").arg(&cfg));
+    assert_clean_error(&o, "'max_time_per_fcc'");
+    assert_clean_error(&o, "did you mean 'max_time_per_fc'");
+    std::fs::write(&cfg, "model_paramters:\n  onnx_model: a.onnx\n").unwrap();
+    let o = run(vnpu().arg("compile").arg("--config").arg(&cfg));
+    assert_clean_error(&o, "did you mean 'model_parameters'");
+}
+
+#[test]
+fn infer_without_input_file_says_what_input_it_used() {
+    let o = run(vnpu()
+        .args(["infer", "--model_file"])
+        .arg(models().join("tiny_classifier.onnx")));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("no --input_file")
+            && out.contains("test pattern")
+            && out.contains("[1, 3, 64, 64]"),
+        "{out}"
+    );
+}
+
+#[test]
+fn progress_bars_only_on_a_terminal() {
+    // stderr is a pipe here: a 1.5 s perf run (long enough for a bar) draws none.
+    let o = run(vnpu()
+        .args(["perf", "--model_file"])
+        .arg(models().join("tiny_classifier.onnx"))
+        .args(["--perf_time", "1.5"]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(!e.contains('\r') && !e.contains("[#"), "{e:?}");
 }

@@ -197,6 +197,77 @@ fn split_list(s: &str) -> Vec<String> {
         .collect()
 }
 
+/// Keys accepted in `model_parameters`.
+const MODEL_KEYS: &[&str] = &[
+    "onnx_model",
+    "output_model_file_prefix",
+    "run_on_cpu",
+    "run_on_bpu",
+];
+/// Keys accepted in `input_parameters`.
+const INPUT_KEYS: &[&str] = &[
+    "input_name",
+    "input_shape",
+    "input_type_rt",
+    "input_layout_rt",
+    "input_type_train",
+    "norm_type",
+    "mean_value",
+    "scale_value",
+];
+/// Keys accepted in `compiler_parameters`.
+const COMPILER_KEYS: &[&str] = &["max_time_per_fc", "optimize_level"];
+
+/// Edit distance between two short keys (typo suggestions).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(ca != *cb);
+            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// The valid key closest to `key` (by edit distance).
+pub fn closest_key<'a>(key: &str, valid: &[&'a str]) -> Option<&'a str> {
+    valid
+        .iter()
+        .min_by_key(|v| edit_distance(&key.to_ascii_lowercase(), v))
+        .copied()
+}
+
+/// Rejects keys of a YAML mapping that are not in `valid`, naming the closest valid one.
+/// `section` is empty for the top level.
+fn check_keys(map: &serde_yaml::Value, section: &str, valid: &[&str]) -> Result<()> {
+    let Some(map) = map.as_mapping() else {
+        return Ok(());
+    };
+    for k in map.keys() {
+        let k = yaml_str(k).unwrap_or_default();
+        if valid.contains(&k.as_str()) {
+            continue;
+        }
+        let place = if section.is_empty() {
+            "unknown section".to_string()
+        } else {
+            format!("unknown key in {section}:")
+        };
+        let hint = closest_key(&k, valid)
+            .map(|c| format!("; did you mean '{c}'?"))
+            .unwrap_or_default();
+        return Err(Error::CompileOption {
+            option: "config".into(),
+            reason: format!("{place} '{k}'{hint} (valid: {})", valid.join(", ")),
+        });
+    }
+    Ok(())
+}
+
 /// Reads a YAML compile config.
 pub fn load_config(path: &Path) -> Result<ConfigFile> {
     let text = std::fs::read_to_string(path).map_err(|e| Error::Io {
@@ -221,16 +292,13 @@ pub fn parse_config(text: &str, base: &Path) -> Result<ConfigFile> {
         "input_parameters",
         "compiler_parameters",
     ];
-    if let Some(map) = root.as_mapping() {
-        for k in map.keys() {
-            let k = yaml_str(k).unwrap_or_default();
-            if !known.contains(&k.as_str()) {
-                return Err(bad(
-                    "config",
-                    format!("unknown section '{k}' (expected {})", known.join(", ")),
-                ));
-            }
-        }
+    check_keys(&root, "", &known)?;
+    for (sec, keys) in [
+        ("model_parameters", MODEL_KEYS),
+        ("input_parameters", INPUT_KEYS),
+        ("compiler_parameters", COMPILER_KEYS),
+    ] {
+        check_keys(&section(sec), sec, keys)?;
     }
     let mut o = CompileOptions::default();
     let mp = section("model_parameters");
@@ -387,6 +455,26 @@ compiler_parameters:
         assert!(e.to_string().contains("input_type_rt"), "{e}");
         let e = parse_config("bogus: 1\n", Path::new(".")).unwrap_err();
         assert!(e.to_string().contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn unknown_keys_name_the_closest_valid_one() {
+        let e = parse_config(
+            "compiler_parameters:\n  max_time_per_fcc: 1000\n",
+            Path::new("."),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("'max_time_per_fcc'"), "{e}");
+        assert!(e.contains("did you mean 'max_time_per_fc'"), "{e}");
+        let e = parse_config("input_paramters:\n  input_name: x\n", Path::new("."))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("did you mean 'input_parameters'"), "{e}");
+        let e = parse_config("input_parameters:\n  mean_values: 1 2 3\n", Path::new("."))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("did you mean 'mean_value'"), "{e}");
     }
 
     #[test]

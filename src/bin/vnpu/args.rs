@@ -91,3 +91,16 @@ impl Args {
             .collect()
     }
 }
+
+/// Parses `--key` value `v` as `T`. A value that is a number but does not fit `T` says the
+/// accepted `range` (`--priority: 300 is out of range: must be 0..=255`).
+pub fn parse_in_range<T: std::str::FromStr>(key: &str, v: &str, range: &str) -> Result<T, String> {
+    let flag = key.replace('_', "-");
+    v.trim().parse::<T>().map_err(|_| {
+        if v.trim().parse::<f64>().is_ok() {
+            format!("--{flag}: {v} is out of range: must be {range}")
+        } else {
+            format!("--{flag}: '{v}' is not a number (must be {range})")
+        }
+    })
+}

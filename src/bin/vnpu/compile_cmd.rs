@@ -121,11 +121,19 @@ fn options_from(a: &Args, opts: &mut CompileOptions) -> Result<(), String> {
     Ok(())
 }
 
-/// Fills an empty input name with the model's only input name.
-fn resolve_input_name(path: &Path, opts: &mut CompileOptions) -> Result<(), String> {
-    if !opts.inputs.iter().any(|p| p.name.is_empty()) {
-        return Ok(());
+/// Points a dynamic-dimension error at the flag that fixes it.
+fn explain_import_error(e: vnpu::Error) -> String {
+    let msg = e.to_string();
+    if msg.contains("is dynamic") || msg.contains("has no shape") {
+        format!("{msg}; give its shape with --input-shape NAME=1x3x224x224 (or input_shape in the --config YAML)")
+    } else {
+        msg
     }
+}
+
+/// Imports the ONNX file once before compiling: fills an empty input name with the
+/// model's only input name and reports inputs whose dynamic batch dim is fixed to 1.
+fn inspect_inputs(path: &Path, opts: &mut CompileOptions) -> Result<(), String> {
     let bytes = std::fs::read(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
     let g = vnpu::onnx::import_model(
         &bytes,
@@ -136,7 +144,34 @@ fn resolve_input_name(path: &Path, opts: &mut CompileOptions) -> Result<(), Stri
             ..Default::default()
         },
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(explain_import_error)?;
+    for &v in &g.inputs {
+        let val = &g.values[v];
+        let dynamic_batch = val
+            .declared
+            .as_ref()
+            .is_some_and(|d| d.first().is_some_and(|d0| d0.is_none()));
+        if dynamic_batch && !opts.input_shapes.contains_key(&val.name) {
+            let shape = val
+                .shape
+                .as_ref()
+                .map(|s| {
+                    s.iter()
+                        .map(|d| d.to_string())
+                        .collect::<Vec<_>>()
+                        .join("x")
+                })
+                .unwrap_or_default();
+            eprintln!(
+                "note: input '{}' has a dynamic batch dimension; compiled with batch 1 (shape {shape}); \
+                 choose another with --input-shape {}=<N>x...",
+                val.name, val.name
+            );
+        }
+    }
+    if !opts.inputs.iter().any(|p| p.name.is_empty()) {
+        return Ok(());
+    }
     if g.inputs.len() != 1 {
         return Err(format!(
             "{} has {} inputs; name one with --input-name",
@@ -183,9 +218,9 @@ pub fn run_compile(argv: &[String]) -> Result<(), String> {
     let mut compiled = Vec::new();
     for m in &models {
         let mut o = opts.clone();
-        resolve_input_name(m, &mut o)?;
+        inspect_inputs(m, &mut o)?;
         let t0 = std::time::Instant::now();
-        let c = compile::compile_onnx_file(m, &o).map_err(|e| e.to_string())?;
+        let c = compile::compile_onnx_file(m, &o).map_err(explain_import_error)?;
         if !a.has("quiet") {
             let fcs: usize = c.segments.iter().map(|s| s.fcs.len()).sum();
             eprintln!(

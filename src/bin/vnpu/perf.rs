@@ -89,6 +89,9 @@ pub fn pattern_inputs(m: &Model) -> Vec<Vec<u8>> {
 }
 
 /// Runs one inference and returns (latency from `since`, pending, running) in µs.
+/// `outputs` holds one set of output buffers per request: the task runs the model
+/// `outputs.len() / model outputs` times in a row (several frames in one task, as
+/// `hbDNNInfer` with `more`), all on the same inputs.
 pub fn infer_once(
     rt: &Runtime,
     l: &Load,
@@ -96,24 +99,25 @@ pub fn infer_once(
     outputs: &mut [Vec<u8>],
     since: Instant,
 ) -> Result<(f64, f64, f64), String> {
-    let req = ModelRequest {
-        model: l.model.clone(),
-        inputs: inputs
-            .iter_mut()
-            .map(|b| vec![IoBuffer::from_slice(b)])
-            .collect(),
-        outputs: outputs
-            .iter_mut()
-            .map(|b| IoBuffer::from_slice(b))
-            .collect(),
-        rois: vec![],
-    };
+    let per = l.model.outputs.len().max(1);
+    let reqs: Vec<ModelRequest> = outputs
+        .chunks_mut(per)
+        .map(|outs| ModelRequest {
+            model: l.model.clone(),
+            inputs: inputs
+                .iter_mut()
+                .map(|b| vec![IoBuffer::from_slice(b)])
+                .collect(),
+            outputs: outs.iter_mut().map(|b| IoBuffer::from_slice(b)).collect(),
+            rois: vec![],
+        })
+        .collect();
     let ctrl = CtrlParams {
         core_mask: l.core_mask,
         priority: l.priority,
         custom_id: l.custom_id,
     };
-    let task = rt.submit(vec![req], ctrl).map_err(|e| e.to_string())?;
+    let task = rt.submit(reqs, ctrl).map_err(|e| e.to_string())?;
     let r = task.wait(None);
     let lat = since.elapsed().as_secs_f64() * 1e6;
     let t = task.handle().timings();
@@ -132,20 +136,34 @@ pub fn run_loads(
     rt: &Runtime,
     loads: &[Load],
     duration: Duration,
+    progress: impl FnMut(f64),
+) -> Vec<LoadResult> {
+    run_loads_batched(rt, loads, &vec![1; loads.len()], duration, progress)
+}
+
+/// [`run_loads`] where each task of `loads[i]` runs its model `per_task[i]` times in a row
+/// (several frames in one task).
+pub fn run_loads_batched(
+    rt: &Runtime,
+    loads: &[Load],
+    per_task: &[usize],
+    duration: Duration,
     mut progress: impl FnMut(f64),
 ) -> Vec<LoadResult> {
     let stop = Arc::new(AtomicBool::new(false));
     let t_start = Instant::now();
     let results: Vec<LoadResult> = std::thread::scope(|sc| {
         let mut handles = Vec::new();
-        for l in loads {
+        for (li, l) in loads.iter().enumerate() {
+            let reps = per_task.get(li).copied().unwrap_or(1).max(1);
             let mut per_thread = Vec::new();
             for th in 0..l.threads.max(1) {
                 let stop = stop.clone();
                 per_thread.push(sc.spawn(move || {
                     let mut inputs = l.inputs.clone().unwrap_or_else(|| pattern_inputs(&l.model));
-                    let mut outputs: Vec<Vec<u8>> = (0..l.model.outputs.len())
-                        .map(|i| vec![0u8; l.model.plan.output_len(i)])
+                    let n_out = l.model.outputs.len();
+                    let mut outputs: Vec<Vec<u8>> = (0..n_out * reps)
+                        .map(|i| vec![0u8; l.model.plan.output_len(i % n_out.max(1))])
                         .collect();
                     let mut r = LoadResult::default();
                     let period = if l.fps > 0.0 {

@@ -12,6 +12,9 @@ use vnpu::sched::SchedConfig;
 use crate::args::Args;
 use crate::perf::{self, percentile, Load, LoadResult};
 
+/// Detector frames per background task in `vnpu demo`.
+const DEMO_BG_FRAMES_PER_TASK: usize = 8;
+
 /// The demo's bundled models (kept small in the repository).
 const DEMO_CLASSIFIER: &[u8] = include_bytes!("../../../models/tiny_classifier.onnx");
 const DEMO_DETECTOR: &[u8] = include_bytes!("../../../models/tiny_detector.onnx");
@@ -24,9 +27,29 @@ fn load_pack(files: &[String]) -> Result<PackedModel, String> {
     PackedModel::load_files(&paths).map_err(|e| e.to_string())
 }
 
-fn pick_models(pack: &PackedModel, names: &[String]) -> Result<Vec<Arc<Model>>, String> {
+/// The models named by `--model_name`. Without it, a model file holding several models
+/// is ambiguous (as in hrt_model_exec): the error lists the names. `files` is the number of
+/// `--model_file` entries; `one` asks for exactly one model (infer).
+fn pick_models(
+    pack: &PackedModel,
+    names: &[String],
+    files: usize,
+    one: bool,
+) -> Result<Vec<Arc<Model>>, String> {
     if names.is_empty() {
+        let n = pack.models.len();
+        if n > files || (one && n > 1) {
+            let all: Vec<&str> = pack.models.iter().map(|m| m.name.as_str()).collect();
+            return Err(format!(
+                "the model file(s) hold {n} models ({}); choose with --model_name {}",
+                all.join(", "),
+                if one { "NAME" } else { "NAME[,NAME...]" }
+            ));
+        }
         return Ok(pack.models.clone());
+    }
+    if one && names.len() > 1 {
+        return Err("infer runs one model: give one --model_name".into());
     }
     names
         .iter()
@@ -72,11 +95,14 @@ fn npy_payload(b: &[u8]) -> Result<Vec<u8>, String> {
     Ok(b[start + hlen..].to_vec())
 }
 
+/// A per-model list flag: one value for all models or one per model. `range` is the
+/// accepted range as the user should read it (e.g. `0..=255`).
 fn ctrl_list<T: std::str::FromStr + Copy>(
     a: &Args,
     key: &str,
     n: usize,
     default: T,
+    range: &str,
 ) -> Result<Vec<T>, String> {
     let vals = a.list(key);
     if vals.is_empty() {
@@ -84,10 +110,7 @@ fn ctrl_list<T: std::str::FromStr + Copy>(
     }
     let parsed: Vec<T> = vals
         .iter()
-        .map(|v| {
-            v.parse::<T>()
-                .map_err(|_| format!("--{}: '{v}' is not a valid number", key.replace('_', "-")))
-        })
+        .map(|v| crate::args::parse_in_range::<T>(key, v, range))
         .collect::<Result<_, _>>()?;
     match parsed.len() {
         1 => Ok(vec![parsed[0]; n]),
@@ -118,11 +141,21 @@ const RUN_VALUED: &[&str] = &[
 /// `vnpu infer --model_file F --input_file a.bin[,b.npy] [--enable_dump] ...`
 pub fn run_infer(argv: &[String]) -> Result<(), String> {
     let a = Args::parse(argv, RUN_VALUED, &["enable_dump"])?;
-    let pack = load_pack(&a.list("model_file"))?;
-    let models = pick_models(&pack, &a.list("model_name"))?;
+    let model_files = a.list("model_file");
+    let pack = load_pack(&model_files)?;
+    let models = pick_models(&pack, &a.list("model_name"), model_files.len(), true)?;
     let m = models.first().ok_or("no model")?.clone();
     let files = a.list("input_file");
     let inputs: Vec<Vec<u8>> = if files.is_empty() {
+        let shapes: Vec<String> = m
+            .inputs
+            .iter()
+            .map(|d| format!("{} {:?} {:?}", d.name, d.valid_shape, d.elem))
+            .collect();
+        println!(
+            "no --input_file: using a deterministic test pattern for {} (f32 ramp (k*37 mod 255)/255, bytes k*37 mod 251)",
+            shapes.join("; ")
+        );
         perf::pattern_inputs(&m)
     } else {
         if files.len() != m.inputs.len() {
@@ -148,15 +181,20 @@ pub fn run_infer(argv: &[String]) -> Result<(), String> {
     let rt = Runtime::global().map_err(|e| e.to_string())?;
     let load = Load {
         model: m.clone(),
-        priority: ctrl_list(&a, "priority", 1, 0u8)?[0],
-        custom_id: ctrl_list(&a, "custom_id", 1, 0i64)?[0],
+        priority: ctrl_list(&a, "priority", 1, 0u8, "0..=255")?[0],
+        custom_id: ctrl_list(&a, "custom_id", 1, 0i64, I64_RANGE)?[0],
         core_mask: core_mask(a.get("core_id"))?,
         fps: 0.0,
         threads: 1,
         frames: 1,
         inputs: Some(inputs),
     };
-    let frames = a.num::<usize>("frame_count")?.unwrap_or(1).max(1);
+    let frames = a
+        .get("frame_count")
+        .map(|v| crate::args::parse_in_range::<usize>("frame_count", v, "1.."))
+        .transpose()?
+        .unwrap_or(1)
+        .max(1);
     let mut inputs = load.inputs.clone().unwrap_or_default();
     let mut outputs: Vec<Vec<u8>> = (0..m.outputs.len())
         .map(|i| vec![0u8; m.plan.output_len(i)])
@@ -229,18 +267,30 @@ pub fn run_infer(argv: &[String]) -> Result<(), String> {
     Ok(())
 }
 
+/// The customId range, as printed in errors.
+const I64_RANGE: &str = "-9223372036854775808..=9223372036854775807";
+/// The core-mask range, as printed in errors (0 = any, 1 = core 0, 2 = core 1, ...).
+const CORE_MASK_RANGE: &str = "0..=4294967295 (a core mask: 0 = any, 1 = core 0, 2 = core 1, ...)";
+
 fn core_mask(v: Option<&str>) -> Result<u32, String> {
     match v {
         None => Ok(0),
-        Some(s) => s.parse::<u32>().map_err(|_| {
-            format!("--core_id: '{s}' is not a core mask (0 = any, 1 = core 0, 2 = core 1, ...)")
-        }),
+        Some(s) => crate::args::parse_in_range::<u32>("core_id", s, CORE_MASK_RANGE),
     }
 }
 
 fn print_table(loads: &[Load], results: &[LoadResult]) {
+    if loads.iter().any(|l| l.fps > 0.0) {
+        println!("latency (open loop, fps_in > 0): from the time each request was scheduled to be sent until done");
+    }
+    if loads.iter().any(|l| l.fps <= 0.0) {
+        println!("latency (closed loop, fps_in max): from submit until done");
+    }
     println!(
-        "{:<20} {:>4} {:>6} {:>8} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10} {:>6}",
+        "  pend = submit until the scheduler takes the task; run = from then until done (all ms)"
+    );
+    println!(
+        "{:<20} {:>4} {:>6} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6}",
         "model",
         "prio",
         "fps_in",
@@ -249,13 +299,15 @@ fn print_table(loads: &[Load], results: &[LoadResult]) {
         "p90 ms",
         "p99 ms",
         "max ms",
+        "pend p50",
         "pend p99",
+        "run p50",
         "run p99",
         "FPS"
     );
     for (l, r) in loads.iter().zip(results) {
         println!(
-            "{:<20} {:>4} {:>6} {:>8} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>10.3} {:>10.3} {:>6.1}",
+            "{:<20} {:>4} {:>6} {:>8} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>6.1}",
             l.model.name,
             l.priority,
             if l.fps > 0.0 {
@@ -268,7 +320,9 @@ fn print_table(loads: &[Load], results: &[LoadResult]) {
             percentile(&r.latency_us, 90.0) / 1e3,
             percentile(&r.latency_us, 99.0) / 1e3,
             percentile(&r.latency_us, 100.0) / 1e3,
+            percentile(&r.pending_us, 50.0) / 1e3,
             percentile(&r.pending_us, 99.0) / 1e3,
+            percentile(&r.running_us, 50.0) / 1e3,
             percentile(&r.running_us, 99.0) / 1e3,
             r.fps()
         );
@@ -278,10 +332,16 @@ fn print_table(loads: &[Load], results: &[LoadResult]) {
     }
 }
 
-fn progress_bar(label: &str) -> impl FnMut(f64) {
+/// A progress bar on stderr, drawn only when stderr is a terminal.
+pub(crate) fn progress_bar(label: &str) -> impl FnMut(f64) {
+    use std::io::IsTerminal as _;
+    let tty = std::io::stderr().is_terminal();
     let label = label.to_string();
     let mut last = -1i64;
     move |f: f64| {
+        if !tty {
+            return;
+        }
         let pct = (f * 100.0) as i64;
         if pct != last {
             last = pct;
@@ -302,14 +362,25 @@ fn progress_bar(label: &str) -> impl FnMut(f64) {
 /// `vnpu perf --model_file a.bin[,b.bin] [--priority 0,255] [--perf_fps 0,30] ...`
 pub fn run_perf(argv: &[String]) -> Result<(), String> {
     let a = Args::parse(argv, RUN_VALUED, &[])?;
-    let pack = load_pack(&a.list("model_file"))?;
-    let models = pick_models(&pack, &a.list("model_name"))?;
+    let model_files = a.list("model_file");
+    let pack = load_pack(&model_files)?;
+    let models = pick_models(&pack, &a.list("model_name"), model_files.len(), false)?;
     let n = models.len();
-    let prios = ctrl_list(&a, "priority", n, 0u8)?;
-    let ids = ctrl_list(&a, "custom_id", n, 0i64)?;
-    let fps = ctrl_list(&a, "perf_fps", n, 0f64)?;
-    let threads = ctrl_list(&a, "thread_num", n, 1usize)?;
-    let cores = ctrl_list(&a, "core_id", n, 0u32)?;
+    let prios = ctrl_list(&a, "priority", n, 0u8, "0..=255")?;
+    let ids = ctrl_list(&a, "custom_id", n, 0i64, I64_RANGE)?;
+    let fps = ctrl_list(&a, "perf_fps", n, 0f64, "a number >= 0")?;
+    if let Some(f) = fps.iter().find(|f| !(f.is_finite() && **f >= 0.0)) {
+        return Err(format!(
+            "--perf-fps: {f} must be a number >= 0 (0 = as fast as possible)"
+        ));
+    }
+    let threads = ctrl_list(&a, "thread_num", n, 1usize, "1..=1024")?;
+    if let Some(t) = threads.iter().find(|t| !(1..=1024).contains(*t)) {
+        return Err(format!(
+            "--thread-num: {t} is out of range: must be 1..=1024"
+        ));
+    }
+    let cores = ctrl_list(&a, "core_id", n, 0u32, CORE_MASK_RANGE)?;
     let frames = a.num::<usize>("frame_count")?.unwrap_or(0);
     let secs = a
         .num::<f64>("perf_time")?
@@ -412,12 +483,12 @@ pub fn run_demo(argv: &[String]) -> Result<(), String> {
     let det = pack.model("detector").map_err(|e| e.to_string())?;
     let cls = pack.model("classifier").map_err(|e| e.to_string())?;
     let det_fcs: usize = det.compiled.segments.iter().map(|s| s.fcs.len()).sum();
-    eprintln!(
-        "detector: {} FCs, estimated {:.2} ms; classifier: estimated {:.2} ms",
-        det_fcs,
-        det.compiled.est_us() / 1e3,
-        cls.compiled.est_us() / 1e3
-    );
+    let det_fc_max = det
+        .compiled
+        .segments
+        .iter()
+        .flat_map(|s| s.fcs.iter().map(|f| f.est_us))
+        .fold(0.0f64, f64::max);
 
     let base = SchedConfig::from_env().map_err(|e| e.to_string())?;
     let fg = |fps: f64, frames: usize| Load {
@@ -430,6 +501,10 @@ pub fn run_demo(argv: &[String]) -> Result<(), String> {
         frames,
         inputs: None,
     };
+    // Each background task runs the detector on several frames in a row (one task, as
+    // hbDNNInfer with `more`), so it is a long chain of short FCs a high-priority task can
+    // overtake at any FC boundary.
+    let bg_frames = DEMO_BG_FRAMES_PER_TASK;
     let bg = Load {
         model: det.clone(),
         priority: 0,
@@ -446,6 +521,7 @@ pub fn run_demo(argv: &[String]) -> Result<(), String> {
     let iso = perf::run_loads(&rt, &[fg(0.0, 200)], Duration::from_secs(60), |_| {});
     drop(rt);
     let iso_p50 = percentile(&iso[0].latency_us, 50.0);
+    let iso_p99 = percentile(&iso[0].latency_us, 99.0);
     let mut rows = Vec::new();
     let mut trace_path = None;
     for limit in [0usize, 1] {
@@ -455,9 +531,10 @@ pub fn run_demo(argv: &[String]) -> Result<(), String> {
         if limit == 1 {
             rt.scheduler().trace_start();
         }
-        let res = perf::run_loads(
+        let res = perf::run_loads_batched(
             &rt,
             &[fg(fps, 0), bg.clone()],
+            &[1, bg_frames],
             Duration::from_secs_f64(secs),
             progress_bar(&format!("BPLAT_CORELIMIT={limit}")),
         );
@@ -476,42 +553,103 @@ pub fn run_demo(argv: &[String]) -> Result<(), String> {
         }
         rows.push((limit, res));
     }
+    let threads_used = base.cores + bg.threads + 1;
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let load = std::fs::read_to_string("/proc/loadavg").ok().and_then(|l| {
+        l.split_whitespace()
+            .next()
+            .and_then(|v| v.parse::<f64>().ok())
+    });
     println!();
-    println!("vnpu demo: classifier (priority 255, {fps:.0} req/s, open loop) vs detector (priority 0, flat out, {} threads)", bg.threads);
     println!(
-        "cores: {}, detector FCs: {det_fcs} (max_time_per_fc 1000 us)",
-        base.cores
+        "vnpu demo: classifier (priority 255, {fps:.0} req/s, open loop: latency from the scheduled send time)"
     );
     println!(
-        "{:<26} {:>12} {:>12} {:>12} {:>16}",
+        "  vs detector (priority 0, flat out, {} threads; each task = {bg_frames} frames = {} FCs)",
+        bg.threads,
+        bg_frames * det_fcs
+    );
+    println!(
+        "detector: {det_fcs} FCs per frame, each estimated <= 1000 us (largest {det_fc_max:.0} us; max_time_per_fc 1000); classifier: {:.2} ms estimated",
+        cls.compiled.est_us() / 1e3
+    );
+    println!(
+        "host: {cpus} CPUs for {} virtual cores + {} submitting threads{}",
+        base.cores,
+        bg.threads + 1,
+        match load {
+            Some(l) => format!(", load average {l:.1}"),
+            None => String::new(),
+        }
+    );
+    if threads_used > cpus || load.is_some_and(|l| l > cpus as f64 * 0.8) {
+        println!(
+            "  note: the host is oversubscribed or busy; the cores' threads compete with other work for CPU time, \
+             so all latencies below include waiting for a CPU (set VNPU_CORES lower or run on an idle machine)"
+        );
+    }
+    println!(
+        "BPLAT_CORELIMIT=0: no preemption, a priority-255 task waits for the background tasks on the cores to finish;"
+    );
+    println!(
+        "BPLAT_CORELIMIT=1: it takes a core at the next FC boundary (background FCs are <= 1000 us)"
+    );
+    println!(
+        "{:<26} {:>11} {:>11} {:>11} {:>13}",
         "setting", "cls p50 ms", "cls p99 ms", "cls max ms", "detector FPS"
     );
     println!(
-        "{:<26} {:>12.3} {:>12} {:>12} {:>16}",
+        "{:<26} {:>11.3} {:>11.3} {:>11} {:>13}",
         "classifier alone",
         iso_p50 / 1e3,
-        "-",
+        iso_p99 / 1e3,
         "-",
         "-"
     );
     for (limit, res) in &rows {
         let f = &res[0];
         println!(
-            "{:<26} {:>12.3} {:>12.3} {:>12.3} {:>16.1}",
+            "{:<26} {:>11.3} {:>11.3} {:>11.3} {:>13.1}",
             format!("loaded, BPLAT_CORELIMIT={limit}"),
             percentile(&f.latency_us, 50.0) / 1e3,
             percentile(&f.latency_us, 99.0) / 1e3,
             percentile(&f.latency_us, 100.0) / 1e3,
-            res[1].fps()
+            res[1].fps() * bg_frames as f64
         );
+    }
+    if let [(_, r0), (_, r1)] = &rows[..] {
+        let (a, b) = (
+            percentile(&r0[0].latency_us, 99.0),
+            percentile(&r1[0].latency_us, 99.0),
+        );
+        if a > 0.0 && b > 0.0 {
+            println!(
+                "classifier p99: BPLAT_CORELIMIT=0 {:.3} ms -> BPLAT_CORELIMIT=1 {:.3} ms ({:.1}x {})",
+                a / 1e3,
+                b / 1e3,
+                if b <= a { a / b } else { b / a },
+                if b <= a { "lower" } else { "higher" }
+            );
+        }
     }
     if let Some(tp) = trace_path {
         let text = std::fs::read_to_string(&tp).map_err(|e| e.to_string())?;
-        let svg = crate::timeline::render(&text, None)?;
+        let (svg, overtake) = crate::timeline::render(&text, None)?;
         let svg_path = out_dir.join("demo_timeline.svg");
         std::fs::write(&svg_path, svg).map_err(|e| e.to_string())?;
-        println!("trace: {}", tp.display());
-        println!("timeline: {}", svg_path.display());
+        println!("trace (from the BPLAT_CORELIMIT=1 run): {}", tp.display());
+        match overtake {
+            Some((ms, label)) => println!(
+                "timeline (same run, 20 ms centred on {ms:.1} ms: {label}): {}",
+                svg_path.display()
+            ),
+            None => println!(
+                "timeline (same run; no priority-255 FC overtook queued background work): {}",
+                svg_path.display()
+            ),
+        }
     }
     Ok(())
 }

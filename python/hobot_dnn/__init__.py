@@ -1,0 +1,1 @@
+"""Board-compatible Python API: `from hobot_dnn import pyeasy_dnn as dnn`."""
