@@ -83,11 +83,7 @@ fn ort(env: &PyEnv, args: &[String]) -> Result<Vec<serde_json::Value>, String> {
         .map_err(|e| format!("run bench/ort_bench.py: {e}"))?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
-        let last = err
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .last()
-            .unwrap_or("");
+        let last = err.lines().rfind(|l| !l.trim().is_empty()).unwrap_or("");
         return Err(format!("failed: {last}"));
     }
     Ok(String::from_utf8_lossy(&out.stdout)

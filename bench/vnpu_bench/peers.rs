@@ -38,7 +38,7 @@ impl PyEnv {
                 let why = match other {
                     Ok(o) => String::from_utf8_lossy(&o.stderr)
                         .lines()
-                        .last()
+                        .next_back()
                         .unwrap_or("")
                         .to_string(),
                     Err(e) => e.to_string(),
@@ -252,7 +252,7 @@ pub fn verdict(v: &Point, peers: &[Point]) -> String {
         format!("dominated by: {}", beaten_by.join("; "))
     };
     format!(
-        "{}: {head} (fg p99 {:.2} vs best peer {:.2} [{}]: {}; bg {:.1}/s vs best peer {:.1}/s [{}]: {}); {place}",
+        "{}: {head} (fg p99 {:.2} vs best peer {:.2} [{}]: {}; bg {:.2}/s vs best peer {:.2}/s [{}]: {}); {place}",
         v.label,
         v.p99,
         best_p99.p99,
