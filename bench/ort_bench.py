@@ -1,5 +1,8 @@
 #!/usr/bin/env python3
-"""onnxruntime side of the vnpu benchmarks: the numbers vnpu's ratios are taken against.
+"""onnxruntime (and OpenVINO) side of the vnpu benchmarks: the numbers vnpu's ratios are
+taken against. The latency table of `cargo bench --bench vnpu` drives ``bench/peers.py``
+(all three peers, interleaved rounds); this script is the command-line form and the
+priority scenario.
 
 Latency (one JSON line per model on stdout)::
 
@@ -23,7 +26,12 @@ model runs flat out in a second thread; ``big_per_s`` is its completed runs per
 second over the same window. Both sessions use ``intra_op_num_threads=1``.
 ``--big-nice 19`` lowers the big thread's scheduling priority and
 ``--no-spin`` disables onnxruntime's thread spinning: together they are the
-best tuning onnxruntime offers for this scenario.
+best tuning onnxruntime offers for this scenario. ``--threads 0`` gives both
+sessions the runtime's default thread pool. ``--runtime openvino`` runs the
+scenario on OpenVINO (``--threads 0``: the plugin's defaults, nothing set;
+``--threads N``: LATENCY hint, N threads, f32; see ``bench/peers.py``). Each
+session is created inside its own thread after that thread's nice value is set,
+so pool threads the runtime starts for it inherit the nice value.
 
 Inputs are seeded N(0, 1) (f32) or zeros (integer/bool) with every
 ``dim_param`` set to 1. Diagnostics go to stderr; stdout carries only JSON.
@@ -39,6 +47,8 @@ import threading
 import time
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 #: onnxruntime input type strings -> numpy dtypes.
 ORT_TO_NP = {"tensor(float)": np.float32, "tensor(uint8)": np.uint8, "tensor(int8)": np.int8,
@@ -127,21 +137,37 @@ def _set_thread_nice(nice: int) -> bool:
         return False
 
 
-def priority_scenario(small: str, big: str, fps: float, seconds: float, graph_opt: str,
-                      big_nice: int, spin: bool, warmup: int) -> dict:
-    """Small model open-loop at ``fps`` in one thread, big model flat out in another."""
-    import onnxruntime as ort
+def _scenario_runner(runtime: str, path: str, threads: int, graph_opt: str, spin: bool, seed: int):
+    """One inference callable for the priority scenario (see the module doc)."""
+    if runtime == "onnxruntime":
+        sess = make_session(path, threads, graph_opt, spin)
+        feeds = make_feeds(sess, seed)
+        return lambda: sess.run(None, feeds)
+    import peers
 
-    s_sess = make_session(small, 1, graph_opt, spin)
-    b_sess = make_session(big, 1, graph_opt, spin)
-    s_feeds, b_feeds = make_feeds(s_sess, 1), make_feeds(b_sess, 2)
+    runner = peers.openvino_runner(path, peers.make_feeds(path, seed), max(threads, 1), default=threads == 0)
+    return runner.run
+
+
+def _runtime_version(runtime: str) -> str:
+    if runtime == "onnxruntime":
+        import onnxruntime as ort
+        return ort.__version__
+    import openvino as ov
+    return ov.get_version().split("-")[0]
+
+
+def priority_scenario(small: str, big: str, fps: float, seconds: float, graph_opt: str,
+                      big_nice: int, spin: bool, warmup: int, runtime: str = "onnxruntime",
+                      threads: int = 1) -> dict:
+    """Small model open-loop at ``fps`` in one thread, big model flat out in another."""
+    run_small = _scenario_runner(runtime, small, threads, graph_opt, spin, 1)
     for _ in range(warmup):
-        s_sess.run(None, s_feeds)
-        b_sess.run(None, b_feeds)
+        run_small()
     small_alone = []
     for _ in range(10):
         t0 = time.perf_counter_ns()
-        s_sess.run(None, s_feeds)
+        run_small()
         small_alone.append((time.perf_counter_ns() - t0) / 1e6)
 
     period_ns = int(1e9 / fps)
@@ -152,13 +178,22 @@ def priority_scenario(small: str, big: str, fps: float, seconds: float, graph_op
     latencies: list[float] = []
     late = 0
     window: dict[str, int] = {}
+    errors: list[Exception] = []
 
     def big_loop():
         if big_nice:
             _set_thread_nice(big_nice)
-        start.wait()
+        try:
+            run_big = _scenario_runner(runtime, big, threads, graph_opt, spin, 2)
+            for _ in range(warmup):
+                run_big()
+        except Exception as e:  # noqa: BLE001 - re-raised by the main thread
+            errors.append(e)
+            stop.set()
+        finally:
+            start.wait()
         while not stop.is_set():
-            b_sess.run(None, b_feeds)
+            run_big()
             big_done.append(time.perf_counter_ns())
 
     worker = threading.Thread(target=big_loop, name="big", daemon=True)
@@ -177,18 +212,20 @@ def priority_scenario(small: str, big: str, fps: float, seconds: float, graph_op
         begin = time.perf_counter_ns()
         if begin - scheduled > 1_000_000:
             late += 1
-        s_sess.run(None, s_feeds)
+        run_small()
         latencies.append((time.perf_counter_ns() - scheduled) / 1e6)
         k += 1
     t_end = time.perf_counter_ns()
     stop.set()
     worker.join()
+    if errors:
+        raise errors[0]
     elapsed = (t_end - t0) / 1e9
     big_runs = sum(1 for t in big_done if t0 <= t <= t_end)
     return {
-        "mode": "priority", "runtime": "onnxruntime", "version": ort.__version__,
-        "small": model_name(small), "big": model_name(big), "fps": fps, "seconds": seconds,
-        "graph_opt": graph_opt, "big_nice": big_nice, "spinning": spin,
+        "mode": "priority", "runtime": runtime, "version": _runtime_version(runtime),
+        "threads": threads, "small": model_name(small), "big": model_name(big), "fps": fps,
+        "seconds": seconds, "graph_opt": graph_opt, "big_nice": big_nice, "spinning": spin,
         "small_alone_median_ms": round(percentile(small_alone, 50), 4),
         "small_runs": len(latencies), "small_late": late,
         "small_p50_ms": round(percentile(latencies, 50), 4),
@@ -205,7 +242,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("models", nargs="*", help="ONNX models to time (latency mode)")
     ap.add_argument("--runs", type=int, default=50, help="timed runs per model (at least 50)")
     ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=1, help="intra-op threads (latency mode)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="intra-op threads per session (0: the runtime's default)")
+    ap.add_argument("--runtime", choices=["onnxruntime", "openvino"], default="onnxruntime",
+                    help="runtime of the priority scenario")
     ap.add_argument("--graph-opt", choices=["all", "extended", "basic", "disable"], default="all",
                     help="onnxruntime graph optimisation level (default: all, its best)")
     ap.add_argument("--priority-scenario", nargs=2, metavar=("SMALL", "BIG"),
@@ -219,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.priority_scenario:
         small, big = args.priority_scenario
         res = priority_scenario(small, big, args.fps, args.seconds, args.graph_opt, args.big_nice,
-                                not args.no_spin, args.warmup)
+                                not args.no_spin, args.warmup, args.runtime, args.threads)
         print(json.dumps(res), flush=True)
         return 0
     if not args.models:
