@@ -898,7 +898,7 @@ fn plan_kernel(c: &Ctx<'_>) -> Result<(Kernel, usize, usize)> {
         }
         Op::Binary(op) => {
             let (ta, tb) = (c.itype(0)?, c.itype(1)?);
-            let out_t = eltwise::binary_types(*op, ta);
+            let out_t = ir::shape::binary_type(*op, ta);
             if ta != tb || out_t != Some(c.otype(0)?) {
                 return Err(unsup(
                     n,
