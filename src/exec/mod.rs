@@ -545,7 +545,15 @@ pub fn eval_node(
         .iter()
         .enumerate()
         .map(|(k, &v)| {
-            let mut b = vec![0u8; plan.output_len(k)];
+            let len = plan.output_len(k);
+            let mut b = Vec::new();
+            b.try_reserve_exact(len).map_err(|_| {
+                Error::OutOfMemory(format!(
+                    "{len} bytes for folded output {k} of '{}'",
+                    node.name
+                ))
+            })?;
+            b.resize(len, 0);
             plan.read_output(&st, k, &mut b)?;
             let val = &g.values[v];
             Ok(tensor_from_bytes(

@@ -23,7 +23,7 @@ impl Cx<'_> {
         Ok(vec![(dt, s.clone()), (DType::I64, s)])
     }
 
-    /// Gather: indices shape replaces `axis`.
+    /// Gather: indices shape replaces `axis`; constant indices are range-checked.
     pub(super) fn gather(&self, axis: &i64) -> Result<Vec<TypedShape>> {
         let (dt, x) = self.req(0)?;
         let (it, idx) = self.req(1)?;
@@ -31,6 +31,18 @@ impl Cx<'_> {
             return Err(self.err("indices must be int32 or int64"));
         }
         let ax = self.axis(*axis, x.len())?;
+        // Constant indices are checked now: one out of [-d, d) makes the model invalid.
+        if let Some(k) = self.input(1).and_then(|i| i.konst) {
+            let d = i64::try_from(x[ax]).unwrap_or(i64::MAX);
+            if let Some(bad) = k
+                .to_i64_vec()
+                .and_then(|v| v.into_iter().find(|&i| i < -d || i >= d))
+            {
+                return Err(self.err(format!(
+                    "constant index {bad} is out of range for axis {ax} of size {d}"
+                )));
+            }
+        }
         let mut s = x[..ax].to_vec();
         s.extend_from_slice(idx);
         s.extend_from_slice(&x[ax + 1..]);
