@@ -181,3 +181,34 @@ fn out_of_range_constant_gather_index_is_an_invalid_model() {
     let e = refused(runtime, 4 * GIB);
     assert!(e.to_string().contains("index -4 is out of range"), "{e}");
 }
+
+#[test]
+fn a_100k_node_chain_compiles() {
+    // Alternating Relu / Add of a constant on a small tensor.
+    let n = 100_000;
+    let mut m = ModelBuilder::new("chain", 17)
+        .input("x", DType::F32, &[1, 8])
+        .initializer("c", &Tensor::from_f32(vec![1], vec![0.5]));
+    let mut prev = "x".to_string();
+    for i in 0..n {
+        let out = format!("v{i}");
+        m = if i % 2 == 0 {
+            m.node("Relu", &format!("relu{i}"), &[&prev], &[&out], vec![])
+        } else {
+            m.node("Add", &format!("add{i}"), &[&prev, "c"], &[&out], vec![])
+        };
+        prev = out;
+    }
+    let m = m.output(&prev);
+    let t0 = std::time::Instant::now();
+    let cm = compile_onnx_bytes(&m.to_bytes(), None, "chain", &CompileOptions::default())
+        .expect("compiles");
+    eprintln!("100k chain compiled in {:.2?}", t0.elapsed());
+    let x: Vec<f32> = (0..8).map(|i| i as f32 - 4.0).collect();
+    let want: Vec<f32> = x
+        .iter()
+        .map(|v| v.max(0.0) + 0.5 * (n / 2) as f32)
+        .collect();
+    let got = crate::compile::testutil::run_graph(&cm.graph, &[x]);
+    assert_eq!(got, vec![want]);
+}

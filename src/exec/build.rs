@@ -33,6 +33,8 @@ pub(crate) struct Layout {
     val_loc: Vec<Option<Loc>>,
     node_block: Vec<(usize, usize)>,
     node_outs: Vec<Vec<(usize, usize)>>,
+    /// Producing node of each value (computed once: per-node lookups stay O(1)).
+    producers: Vec<Option<usize>>,
 }
 
 /// One planned node.
@@ -196,6 +198,7 @@ pub(crate) fn plan_memory(g: &Graph) -> Result<Layout> {
         val_loc,
         node_block,
         node_outs,
+        producers: g.producers(),
     })
 }
 
@@ -676,9 +679,8 @@ pub(crate) fn plan_node(
         });
     }
     // Inputs must come from earlier nodes (topological order).
-    let producers = g.producers();
     for v in n.inputs.iter().flatten() {
-        if let Some(p) = producers[*v] {
+        if let Some(p) = layout.producers[*v] {
             if p >= i {
                 return Err(shape_err(n, "graph is not topologically ordered"));
             }
