@@ -133,7 +133,7 @@ impl Cx<'_> {
         }
         let mut g = geom.clone();
         let mut op = output_padding.to_vec();
-        let sp = resolve_conv_transpose_pads(&self.node, &mut g, &mut op, output_shape, &x[2..])?;
+        let sp = resolve_conv_transpose_pads(self.node, &mut g, &mut op, output_shape, &x[2..])?;
         let mut out = vec![x[0], m];
         out.extend(sp);
         Ok(vec![(DType::F32, out)])
