@@ -76,6 +76,7 @@ impl TestDaemon {
         }
     }
 
+    #[cfg(feature = "test-ops")]
     fn clients(&self) -> usize {
         self.daemon.status_json()["clients"]
             .as_array()
@@ -94,6 +95,7 @@ impl Drop for TestDaemon {
 }
 
 /// Polls `f` until it holds; a deadlock guard, not a timing assertion.
+#[cfg(feature = "test-ops")]
 fn eventually(what: &str, f: impl Fn() -> bool) {
     let t0 = Instant::now();
     while !f() {

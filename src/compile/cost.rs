@@ -8,7 +8,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Instant;
 
 use crate::exec::{ExecState, ModelPlan, Tile};
-use crate::ir::{DType, Graph, Op};
+#[cfg(feature = "test-ops")]
+use crate::ir::Op;
+use crate::ir::{DType, Graph};
 
 /// Fallback estimate (µs) for a node that cannot be measured (e.g. the test `Fail` op).
 const UNMEASURED_US: f64 = 1.0;
@@ -52,6 +54,7 @@ impl<'a> CostModel<'a> {
     /// Best time in µs of running `tile` of `node` (the previous nodes must have run once
     /// so its inputs hold data; `measure_all` does that in order).
     pub fn measure(&mut self, node: usize, tile: Tile) -> f64 {
+        #[cfg(feature = "test-ops")]
         if let Op::Spin { micros } = self.graph.nodes[node].op {
             return micros as f64 / tile.count as f64;
         }

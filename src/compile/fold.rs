@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+use super::budget::MemoryBudget;
 use super::rewrite::remove_nodes;
 use crate::error::{Error, Result};
 use crate::ir::{self, Graph, Op, Tensor};
@@ -17,15 +18,24 @@ const FOLD_LIMIT: usize = 1 << 24;
 
 /// Ops that must never be evaluated at compile time.
 fn never_fold(op: &Op) -> bool {
-    matches!(
-        op,
-        Op::Spin { .. } | Op::Fail { .. } | Op::Preprocess { .. }
-    )
+    match op {
+        #[cfg(feature = "test-ops")]
+        Op::Spin { .. } | Op::Fail { .. } => true,
+        _ => matches!(op, Op::Preprocess { .. }),
+    }
 }
 
-/// Infers every value's type and shape and folds constant nodes. Returns the number of
-/// nodes folded away.
+/// Infers every value's type and shape and folds constant nodes, within the process-wide
+/// memory budget. Returns the number of nodes folded away.
 pub fn infer_and_fold(g: &mut Graph) -> Result<usize> {
+    infer_and_fold_within(g, &MemoryBudget::from_env()?)
+}
+
+/// [`infer_and_fold`] with an explicit budget: every inferred value and the constants
+/// (initializers plus folded results) must fit in it; checked before anything is
+/// allocated.
+pub fn infer_and_fold_within(g: &mut Graph, budget: &MemoryBudget) -> Result<usize> {
+    let mut consts = budget.check_graph(g)?;
     let mut folded = Vec::new();
     for i in 0..g.nodes.len() {
         resolve_geometry(g, i)?;
@@ -41,6 +51,9 @@ pub fn infer_and_fold(g: &mut Graph) -> Result<usize> {
                     node.outputs.len()
                 ),
             ));
+        }
+        for (&o, (dt, shape)) in node.outputs.iter().zip(&types) {
+            budget.check_tensor(&node.name, node.op.name(), &g.values[o].name, shape, *dt)?;
         }
         for (&o, (dt, shape)) in node.outputs.iter().zip(types) {
             g.values[o].dtype = dt;
@@ -90,12 +103,29 @@ pub fn infer_and_fold(g: &mut Graph) -> Result<usize> {
         {
             continue;
         }
+        // The folded outputs become constants: they must fit beside the others.
+        for &o in &node.outputs {
+            let v = &g.values[o];
+            let shape = v.shape.as_deref().unwrap_or_default();
+            let b = budget.check_tensor(&node.name, node.op.name(), &v.name, shape, v.dtype)?;
+            consts = consts
+                .checked_add(b)
+                .filter(|&c| c <= budget.bytes)
+                .ok_or_else(|| budget.over(&node.name, node.op.name(), &v.name, shape, Some(b)))?;
+        }
         let inputs: Vec<Option<&Tensor>> = node
             .inputs
             .iter()
             .map(|v| v.and_then(|v| g.values[v].konst.as_deref()))
             .collect();
-        let outs = crate::exec::eval_node(g, node, &inputs)?;
+        let outs = crate::exec::eval_node(g, node, &inputs).map_err(|e| match e {
+            Error::RunFailed { .. } | Error::Panic(_) | Error::OutOfMemory(_) => Error::shape(
+                &node.name,
+                node.op.name(),
+                format!("constant folding failed: {e}"),
+            ),
+            e => e,
+        })?;
         let node_outputs = node.outputs.clone();
         for (o, t) in node_outputs.into_iter().zip(outs) {
             g.values[o].konst = Some(Arc::new(t));

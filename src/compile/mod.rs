@@ -5,6 +5,7 @@
 //! BatchNorm, fuse epilogues, drop dead nodes, place nodes (BPU/CPU), measure node times
 //! on this host, cut BPU segments into FCs.
 
+pub mod budget;
 pub mod config;
 pub mod cost;
 pub mod fold;
@@ -21,6 +22,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+pub use budget::MemoryBudget;
 pub use config::{CompileOptions, InputParams, InputType};
 pub use partition::{Fc, OverLimit, Step};
 
@@ -152,11 +154,24 @@ pub fn compile_onnx_bytes(
     compile_graph(graph, opts)
 }
 
-/// Runs the passes, placement and partition on an imported graph.
-pub fn compile_graph(mut g: Graph, opts: &CompileOptions) -> Result<CompiledModel> {
+/// Runs the passes, placement and partition on an imported graph, within the
+/// process-wide memory budget ([`MemoryBudget::from_env`]).
+pub fn compile_graph(g: Graph, opts: &CompileOptions) -> Result<CompiledModel> {
+    compile_graph_within(g, opts, &MemoryBudget::from_env()?)
+}
+
+/// [`compile_graph`] with an explicit memory budget for the model's values, constants
+/// and planned arena.
+pub fn compile_graph_within(
+    mut g: Graph,
+    opts: &CompileOptions,
+    budget: &MemoryBudget,
+) -> Result<CompiledModel> {
     config::check_max_time_per_fc(opts.max_time_per_fc)?;
+    // Declared inputs and initializers first: every later size derives from them.
+    budget.check_graph(&g)?;
     let boundary_in = insert_input_conversions(&mut g, opts)?;
-    fold::infer_and_fold(&mut g)?;
+    fold::infer_and_fold_within(&mut g, budget)?;
     simplify::canonicalize_clip(&mut g);
     if opts.optimize_level > 0 {
         loop {
@@ -174,7 +189,9 @@ pub fn compile_graph(mut g: Graph, opts: &CompileOptions) -> Result<CompiledMode
     place::place_nodes(&mut g, &opts.run_on_cpu, &opts.run_on_bpu)?;
 
     let graph = Arc::new(g);
+    let consts = budget.check_graph(&graph)?;
     let plan = ModelPlan::new(graph.clone(), &PlanOptions::default())?;
+    check_arena(&graph, &plan, consts, budget)?;
     let mut cost = cost::CostModel::new(&graph, &plan, 3);
     let node_est_us = cost.measure_all();
     let mut over_limit = Vec::new();
@@ -233,6 +250,37 @@ pub fn compile_graph(mut g: Graph, opts: &CompileOptions) -> Result<CompiledMode
         node_est_us,
         over_limit,
     })
+}
+
+/// Checks that the plan's arena plus the constants fit in the budget before the cost
+/// model allocates a state; the error names the largest activation.
+fn check_arena(g: &Graph, plan: &ModelPlan, consts: u64, budget: &MemoryBudget) -> Result<()> {
+    let arena = plan.arena_bytes() as u64;
+    if arena.checked_add(consts).is_some_and(|t| t <= budget.bytes) {
+        return Ok(());
+    }
+    let largest = g
+        .values
+        .iter()
+        .filter(|v| v.konst.is_none())
+        .filter_map(|v| {
+            let s = v.shape.as_deref()?;
+            Some((budget::tensor_bytes(s, v.dtype).unwrap_or(u64::MAX), v))
+        })
+        .max_by_key(|(b, _)| *b);
+    let (name, shape) = largest.map_or((g.name.as_str(), &[][..]), |(_, v)| {
+        (v.name.as_str(), v.shape.as_deref().unwrap_or_default())
+    });
+    Err(Error::shape(
+        &g.name,
+        "plan",
+        format!(
+            "the planned arena ({arena} bytes) plus constants ({consts} bytes) exceed the \
+             memory budget of {} bytes; largest tensor '{name}' has shape {shape:?} (set {})",
+            budget.bytes,
+            budget::BUDGET_ENV
+        ),
+    ))
 }
 
 /// Makes every graph output the output of a node: an output that folded to a constant or
@@ -297,7 +345,11 @@ fn tensor_spec(g: &Graph, v: ValueId) -> Result<IoSpec> {
         kind: IoKind::Tensor,
         dtype: val.dtype,
         layout,
-        byte_size: shape.iter().product::<usize>() * val.dtype.size(),
+        byte_size: budget::tensor_bytes(&shape, val.dtype)
+            .and_then(|b| usize::try_from(b).ok())
+            .ok_or_else(|| {
+                Error::shape(&val.name, "io", format!("shape {shape:?} is too large"))
+            })?,
         shape,
     })
 }
@@ -434,3 +486,6 @@ fn insert_input_conversions(g: &mut Graph, opts: &CompileOptions) -> Result<Vec<
     g.nodes = new_nodes;
     Ok(specs)
 }
+
+#[cfg(test)]
+mod limits_tests;

@@ -9,6 +9,9 @@
 /// Alignment of every buffer in the arena, in bytes (one cache line).
 pub const ALIGN: usize = 64;
 
+/// Lifetimes (in node steps) above this are kept in one list rather than per step.
+const LONG_LIVED: usize = 64;
+
 /// One buffer to place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Buffer {
@@ -32,11 +35,38 @@ pub fn assign(bufs: &[Buffer]) -> (Vec<usize>, usize) {
     order.sort_by(|&a, &b| bufs[b].size.cmp(&bufs[a].size).then(a.cmp(&b)));
     let mut offsets = vec![0usize; bufs.len()];
     let mut placed: Vec<usize> = Vec::new();
+    // Placed short-lived buffers indexed by the node steps they live at, long-lived ones
+    // (graph inputs/outputs, long skips) in one list, so a buffer finds its
+    // time-overlapping neighbours without scanning every placed buffer; when the steps
+    // hold more entries than there are placed buffers, the plain scan is used instead.
+    let horizon = bufs
+        .iter()
+        .flat_map(|b| [b.first, if b.last == usize::MAX { 0 } else { b.last }])
+        .max()
+        .unwrap_or(0);
+    let span = |b: &Buffer| b.first.min(horizon)..=b.last.min(horizon);
+    let mut live_at: Vec<Vec<usize>> = vec![Vec::new(); horizon + 1];
+    let mut long: Vec<usize> = Vec::new();
+    let is_long = |b: &Buffer| b.last.min(horizon) - b.first.min(horizon) > LONG_LIVED;
+    let mut seen = vec![usize::MAX; bufs.len()];
     let mut total = 0;
     for &i in &order {
         let size = bufs[i].size.div_ceil(ALIGN) * ALIGN;
+        let entries: usize = span(&bufs[i]).map(|t| live_at[t].len()).sum();
+        let mut near: Vec<usize> = long.clone();
+        if entries + long.len() <= placed.len() {
+            for t in span(&bufs[i]) {
+                for &j in &live_at[t] {
+                    if std::mem::replace(&mut seen[j], i) != i {
+                        near.push(j);
+                    }
+                }
+            }
+        } else {
+            near.clone_from(&placed);
+        }
         // Collect the occupied ranges of time-overlapping buffers, sorted by offset.
-        let mut busy: Vec<(usize, usize)> = placed
+        let mut busy: Vec<(usize, usize)> = near
             .iter()
             .filter(|&&j| bufs[j].overlaps_in_time(&bufs[i]))
             .map(|&j| {
@@ -57,6 +87,13 @@ pub fn assign(bufs: &[Buffer]) -> (Vec<usize>, usize) {
         offsets[i] = off;
         total = total.max(off + size);
         placed.push(i);
+        if is_long(&bufs[i]) {
+            long.push(i);
+        } else {
+            for t in span(&bufs[i]) {
+                live_at[t].push(i);
+            }
+        }
     }
     (offsets, total)
 }

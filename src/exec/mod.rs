@@ -24,7 +24,6 @@
 
 pub mod memplan;
 mod plan;
-mod shapes;
 
 use crate::error::{Error, Result};
 use crate::ir::{self, DType, Graph, Tensor, TensorData};
@@ -490,23 +489,32 @@ pub fn eval_node(
             (None, _) => n2.inputs.push(None),
         }
     }
-    let in_tensors: Vec<Option<&Tensor>> = (0..node.inputs.len())
-        .map(|i| {
-            inputs
-                .get(i)
-                .copied()
-                .flatten()
-                .filter(|_| node.inputs[i].is_some())
-        })
-        .collect();
-    let inferred = shapes::infer(node, &in_tensors);
+    let inferred = if node
+        .outputs
+        .iter()
+        .all(|&o| graph.values.get(o).is_some_and(|v| v.shape.is_some()))
+    {
+        None
+    } else {
+        let ins: Vec<Option<ir::shape::Input<'_>>> = node
+            .inputs
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let t = inputs.get(i).copied().flatten().filter(|_| v.is_some())?;
+                let name = v.and_then(|v| graph.values.get(v)).map_or("", |x| &x.name);
+                Some(ir::shape::Input::constant(name, t))
+            })
+            .collect();
+        Some(ir::shape::infer(&node.name, &node.op, &ins)?)
+    };
     n2.outputs = Vec::with_capacity(node.outputs.len());
     for (k, &o) in node.outputs.iter().enumerate() {
         let src = graph.values.get(o);
         let known = src.and_then(|v| v.shape.clone());
         let (shape, dtype) = match (&known, &inferred) {
             (Some(s), _) => (s.clone(), src.map_or(DType::F32, |v| v.dtype)),
-            (None, Some(list)) if k < list.len() => (list[k].0.clone(), list[k].1),
+            (None, Some(list)) if k < list.len() => (list[k].1.clone(), list[k].0),
             _ => {
                 return Err(Error::shape(
                     &node.name,
@@ -534,7 +542,15 @@ pub fn eval_node(
         .iter()
         .enumerate()
         .map(|(k, &v)| {
-            let mut b = vec![0u8; plan.output_len(k)];
+            let len = plan.output_len(k);
+            let mut b = Vec::new();
+            b.try_reserve_exact(len).map_err(|_| {
+                Error::OutOfMemory(format!(
+                    "{len} bytes for folded output {k} of '{}'",
+                    node.name
+                ))
+            })?;
+            b.resize(len, 0);
             plan.read_output(&st, k, &mut b)?;
             let val = &g.values[v];
             Ok(tensor_from_bytes(

@@ -381,11 +381,13 @@ pub enum Op {
     },
     /// Test-only operator (domain `ai.vnpu.test`, op `Spin`): copies its input to its
     /// output after busy-waiting `micros`. Lets scheduling tests build FCs of known length.
+    #[cfg(feature = "test-ops")]
     Spin {
         micros: u64,
     },
     /// Test-only operator (domain `ai.vnpu.test`, op `Fail`): fails (`panic = false`) or
     /// panics when executed, to test fault containment.
+    #[cfg(feature = "test-ops")]
     Fail {
         panic: bool,
     },
@@ -441,7 +443,9 @@ impl Op {
             Op::CumSum { .. } => "CumSum",
             Op::NonMaxSuppression { .. } => "NonMaxSuppression",
             Op::Preprocess { .. } => "Preprocess",
+            #[cfg(feature = "test-ops")]
             Op::Spin { .. } => "Spin",
+            #[cfg(feature = "test-ops")]
             Op::Fail { .. } => "Fail",
         }
     }

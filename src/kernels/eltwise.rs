@@ -103,29 +103,6 @@ pub fn map2<A: Copy, B: Copy, O>(
     );
 }
 
-/// Which element types a binary op supports: `(input, output)`; `None` if unsupported.
-pub fn binary_types(op: BinaryOp, t: DType) -> Option<DType> {
-    use BinaryOp::*;
-    let cmp = matches!(op, Equal | Less | LessOrEqual | Greater | GreaterOrEqual);
-    match t {
-        DType::F32 => match op {
-            And | Or | Xor => None,
-            _ if cmp => Some(DType::Bool),
-            _ => Some(DType::F32),
-        },
-        DType::I64 | DType::I32 => match op {
-            And | Or | Xor | PRelu => None,
-            _ if cmp => Some(DType::Bool),
-            _ => Some(t),
-        },
-        DType::Bool => match op {
-            And | Or | Xor | Equal => Some(DType::Bool),
-            _ => None,
-        },
-        DType::U8 | DType::I8 => None,
-    }
-}
-
 /// f32 binary op (vectorised build where available).
 #[allow(clippy::too_many_arguments)]
 pub fn binary_f32(

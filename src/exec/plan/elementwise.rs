@@ -60,7 +60,7 @@ fn bcast(c: &Ctx<'_>, inputs: &[usize]) -> Result<Bcast> {
 /// Plans a binary op (both inputs of one dtype, broadcast to the output).
 pub(crate) fn plan_binary(c: &Ctx<'_>, op: BinaryOp) -> Result<Planned> {
     let (ta, tb) = (c.itype(0)?, c.itype(1)?);
-    let out_t = eltwise::binary_types(op, ta);
+    let out_t = crate::ir::shape::binary_type(op, ta);
     if ta != tb || out_t != Some(c.otype(0)?) {
         return Err(unsup(
             c.n,

@@ -23,6 +23,8 @@ pub(crate) struct Layout {
     pub node_block: Vec<(usize, usize)>,
     /// (offset in the node's block, byte length) of each node output.
     pub node_outs: Vec<Vec<(usize, usize)>>,
+    /// Producing node of each value (computed once: per-node lookups stay O(1)).
+    pub producers: Vec<Option<usize>>,
 }
 
 fn value_bytes(g: &Graph, v: usize) -> Result<usize> {
@@ -192,5 +194,6 @@ pub(crate) fn plan_memory(g: &Graph) -> Result<Layout> {
         val_loc,
         node_block,
         node_outs,
+        producers: g.producers(),
     })
 }

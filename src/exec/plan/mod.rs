@@ -258,9 +258,8 @@ pub(crate) fn plan_node(
         });
     }
     // Inputs must come from earlier nodes (topological order).
-    let producers = g.producers();
     for v in n.inputs.iter().flatten() {
-        if let Some(p) = producers[*v] {
+        if let Some(p) = layout.producers[*v] {
             if p >= i {
                 return Err(shape_err(n, "graph is not topologically ordered"));
             }
