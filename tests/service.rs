@@ -7,6 +7,7 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
+#[cfg(feature = "test-ops")]
 use std::time::{Duration, Instant};
 
 use vnpu::compile::{compile_onnx_bytes, CompileOptions};
