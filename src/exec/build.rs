@@ -14,7 +14,7 @@ use crate::kernels::nd::{contiguous_strides, IndexMapCopy, StridedCopy, FILL, MA
 use crate::kernels::pool::{self, PoolShape};
 use crate::kernels::reduce::{self, AxisView, ReducePlan};
 use crate::kernels::resize;
-use crate::kernels::rnn::{self, RnnOutputs, RnnParams, RnnShape};
+use crate::kernels::rnn::{self, Cell, RnnOutputs, RnnParams, RnnShape, RnnWeights};
 use crate::kernels::simd::Isa;
 use crate::kernels::unary::{apply_unary, PostOpRt};
 
@@ -353,6 +353,7 @@ pub(crate) enum Kernel {
         s: RnnShape,
         gru: bool,
         lbr: bool,
+        wts: Option<RnnWeights>,
     },
     Preprocess(Preprocess),
     Spin {
@@ -2243,7 +2244,23 @@ fn plan_rnn(
             expect(7, &[dirs, 3 * hidden])?;
         }
     }
-    Ok((Kernel::Rnn { s, gru, lbr }, s.scratch_len(gates), 0))
+    let cell = if gru {
+        Cell::Gru {
+            linear_before_reset: lbr,
+        }
+    } else {
+        Cell::Lstm
+    };
+    let wts = match c.konst(1) {
+        Some(t) if t.dtype() == DType::F32 => Some(RnnWeights::pack(&s, cell, &t.to_f32_vec())),
+        _ => None,
+    };
+    let scratch = if wts.is_some() {
+        s.packed_scratch_len(gates)
+    } else {
+        s.scratch_len(gates)
+    };
+    Ok((Kernel::Rnn { s, gru, lbr, wts }, scratch, 0))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -2756,7 +2773,7 @@ impl Kernel {
                 }
             }
             Kernel::ConstOut(b) => out_bytes(out, outs, 0).copy_from_slice(b),
-            Kernel::Rnn { s, gru, lbr } => {
+            Kernel::Rnn { s, gru, lbr, wts } => {
                 let prm = RnnParams {
                     w: io.f32(1),
                     r: io.f32(2),
@@ -2787,11 +2804,14 @@ impl Kernel {
                 }
                 let [y, yh, yc] = parts;
                 let mut o = RnnOutputs { y, yh, yc };
-                if *gru {
-                    rnn::gru(s, *lbr, io.f32(0), &prm, &mut o, scratch);
+                let cell = if *gru {
+                    Cell::Gru {
+                        linear_before_reset: *lbr,
+                    }
                 } else {
-                    rnn::lstm(s, io.f32(0), &prm, &mut o, scratch);
-                }
+                    Cell::Lstm
+                };
+                rnn::run(s, cell, wts.as_ref(), io.f32(0), &prm, &mut o, scratch);
             }
             Kernel::Preprocess(p) => {
                 let (lo, hi) = tile.range(p.n * p.h, 1);
