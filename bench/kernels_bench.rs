@@ -6,14 +6,23 @@
 //! `ModelPlan::new` takes (weight packing). Reference on this class of machine:
 //! onnxruntime 1 thread ≈ 44 ms (ResNet-18) / 9 ms (MobileNetV2).
 //!
-//! Run: `cargo bench --bench kernels_bench` (optionally `-- quick`).
+//! Then a bidirectional LSTM (T=40, batch 1, input 512, hidden 256) three ways in
+//! interleaved rounds: the scalar per-gate formulation (one dot product per gate and
+//! step, kept here as the baseline), `kernels::rnn` (one GEMM for the input projection,
+//! SIMD GEMV and gate math per step), and onnxruntime 1 thread on the same layer as an
+//! ONNX model (`bench/ort_bench.py` through `scripts/venv.sh`), printing medians and
+//! ratios.
+//!
+//! Run: `cargo bench --bench kernels_bench` (optionally `-- quick`, or `-- rnn` for the
+//! LSTM part alone).
 
 use std::sync::Arc;
 use std::time::Instant;
 use vnpu::exec::{ModelPlan, PlanOptions, Tile};
 use vnpu::ir::{ConvGeom, DType, Graph, Node, Op, Placement, PostOp, Tensor, UnaryOp, Value};
+use vnpu::kernels::rnn::{self, Cell, RnnOutputs, RnnParams, RnnShape, RnnWeights};
 use vnpu::kernels::unary::PostOpRt;
-use vnpu::kernels::{gemm, simd};
+use vnpu::kernels::{gemm, isa};
 
 fn rand(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
@@ -62,7 +71,7 @@ fn bench_gemm(reps: usize) {
         let mut scratch = vec![0.0; gemm::block_scratch_len(k, n)];
         let fill =
             |p: usize, j0: usize, len: usize, _: &mut [f32]| Some(&b[p * n + j0..p * n + j0 + len]);
-        for isa in simd::available_isas() {
+        for isa in isa::available_isas() {
             let t = best(reps, || {
                 let src = gemm::BSource::Packed(&pb);
                 gemm::gemm_packed(
@@ -152,7 +161,7 @@ fn bench_conv(reps: usize) {
         let x = rand(ci * hw * hw, 4);
         let mut y = vec![0.0; co * o * o];
         let mut scratch = vec![0.0; s.scratch_len()];
-        let isa = simd::best_isa();
+        let isa = isa::best_isa();
         let none = gemm::Epilogue::NONE;
         let t = best(reps, || {
             conv2d(
@@ -460,14 +469,183 @@ fn bench_net(name: &str, g: Graph, reps: usize, ort_ms: f64) {
     }
 }
 
+/// Median of `v` (sorted in place).
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// The scalar LSTM formulation (the baseline): per step, each of the `4H` gates is two
+/// dot products (input and recurrent) and the cell update runs element by element.
+fn lstm_scalar(s: &RnnShape, x: &[f32], w: &[f32], r: &[f32], b: &[f32], y: &mut [f32]) {
+    let (hs, inp) = (s.hidden, s.input);
+    let dot = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>();
+    let sig = vnpu::kernels::unary::sigmoid;
+    let (mut h, mut c, mut hn, mut g) = (
+        vec![0.0; hs],
+        vec![0.0; hs],
+        vec![0.0; hs],
+        vec![0.0; 4 * hs],
+    );
+    for d in 0..s.dirs {
+        let w = &w[d * 4 * hs * inp..];
+        let r = &r[d * 4 * hs * hs..];
+        h.fill(0.0);
+        c.fill(0.0);
+        for step in 0..s.seq {
+            let t = if d == 1 { s.seq - 1 - step } else { step };
+            let xt = &x[t * inp..(t + 1) * inp];
+            for (k, gv) in g.iter_mut().enumerate() {
+                *gv = dot(&w[k * inp..(k + 1) * inp], xt)
+                    + dot(&r[k * hs..(k + 1) * hs], &h)
+                    + b[d * 8 * hs + k]
+                    + b[d * 8 * hs + 4 * hs + k];
+            }
+            for j in 0..hs {
+                let i = sig(g[j]);
+                let f = sig(g[2 * hs + j]);
+                c[j] = f * c[j] + i * g[3 * hs + j].tanh();
+                hn[j] = sig(g[hs + j]) * c[j].tanh();
+            }
+            h.copy_from_slice(&hn);
+            y[(t * 2 + d) * hs..(t * 2 + d + 1) * hs].copy_from_slice(&h);
+        }
+    }
+}
+
+/// Writes the bidirectional LSTM as an ONNX model (through the project's venv) and
+/// returns its path, or `None` when Python is unavailable.
+fn bilstm_onnx(s: &RnnShape) -> Option<std::path::PathBuf> {
+    let path = std::env::temp_dir().join(format!("vnpu_bilstm_{}.onnx", std::process::id()));
+    let script = r#"
+import sys, numpy as np, onnx
+from onnx import helper, numpy_helper, TensorProto as P
+T, I, H, path = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+rng = np.random.default_rng(0)
+f = lambda *s: (rng.standard_normal(s) * 0.05).astype(np.float32)
+node = helper.make_node("LSTM", ["X", "W", "R", "B"], ["Y"], hidden_size=H, direction="bidirectional")
+g = helper.make_graph([node], "bilstm", [helper.make_tensor_value_info("X", P.FLOAT, [T, 1, I])],
+    [helper.make_tensor_value_info("Y", P.FLOAT, [T, 2, 1, H])],
+    [numpy_helper.from_array(f(2, 4 * H, I), "W"), numpy_helper.from_array(f(2, 4 * H, H), "R"),
+     numpy_helper.from_array(f(2, 8 * H), "B")])
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
+m.ir_version = 8
+onnx.save(m, path)
+"#;
+    let ok = std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/venv.sh"))
+        .args(["python", "-c", script])
+        .args([s.seq, s.input, s.hidden].map(|v| v.to_string()))
+        .arg(&path)
+        .status()
+        .map(|st| st.success())
+        .unwrap_or(false);
+    ok.then_some(path)
+}
+
+/// Median milliseconds of onnxruntime (1 thread) on `path`, `runs` runs.
+fn ort_ms(path: &std::path::Path, runs: usize) -> Option<f64> {
+    let out = std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/venv.sh"))
+        .args(["python", "bench/ort_bench.py"])
+        .arg(path)
+        .args(["--runs", &runs.to_string()])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()?;
+    let line = String::from_utf8_lossy(&out.stdout);
+    let v: serde_json::Value = serde_json::from_str(line.lines().next()?).ok()?;
+    v["median_ms"].as_f64()
+}
+
+fn bench_rnn(rounds: usize) {
+    let s = RnnShape {
+        seq: 40,
+        batch: 1,
+        input: 512,
+        hidden: 256,
+        dirs: 2,
+        reverse: false,
+        batch_major: false,
+    };
+    let (g, hs) = (4, s.hidden);
+    let x = rand(s.seq * s.input, 1);
+    let w = rand(2 * g * hs * s.input, 2);
+    let r = rand(2 * g * hs * hs, 3);
+    let b = rand(2 * 2 * g * hs, 4);
+    let wts = RnnWeights::pack(&s, Cell::Lstm, &w);
+    let mut scratch = vec![0.0; s.packed_scratch_len(g)];
+    let (mut y1, mut y2) = (vec![0.0; s.seq * 2 * hs], vec![0.0; s.seq * 2 * hs]);
+    let prm = RnnParams {
+        w: &w,
+        r: &r,
+        b: &b,
+        h0: &[],
+        c0: &[],
+        p: &[],
+    };
+    let onnx = bilstm_onnx(&s);
+    let (mut scalar, mut ours, mut theirs) = (vec![], vec![], vec![]);
+    for _ in 0..rounds.max(1) {
+        scalar.push(best(1, || lstm_scalar(&s, &x, &w, &r, &b, &mut y1)) * 1e3);
+        for _ in 0..5 {
+            ours.push(
+                best(1, || {
+                    let mut o = RnnOutputs {
+                        y: &mut y2,
+                        yh: &mut [],
+                        yc: &mut [],
+                    };
+                    rnn::run(&s, Cell::Lstm, Some(&wts), &x, &prm, &mut o, &mut scratch)
+                }) * 1e3,
+            );
+        }
+        if let Some(ms) = onnx.as_deref().and_then(|p| ort_ms(p, 50)) {
+            theirs.push(ms);
+        }
+    }
+    let worst = y1
+        .iter()
+        .zip(&y2)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    let (sc, us) = (median(&mut scalar), median(&mut ours));
+    println!(
+        "BiLSTM T=40 I=512 H=256 batch 1 (medians of {} rounds)",
+        rounds.max(1)
+    );
+    println!("  scalar formulation {sc:>8.2} ms");
+    println!(
+        "  kernels::rnn       {us:>8.2} ms   ({:.1}x faster; max |diff| {worst:.1e})",
+        sc / us
+    );
+    if theirs.is_empty() {
+        println!("  onnxruntime        unavailable (no venv)");
+    } else {
+        let th = median(&mut theirs);
+        println!(
+            "  onnxruntime 1 thr  {th:>8.2} ms   ratios: scalar/ort {:.2}, rnn/ort {:.2}",
+            sc / th,
+            us / th
+        );
+    }
+    if let Some(p) = onnx {
+        let _ = std::fs::remove_file(p);
+    }
+}
+
 fn main() {
     let quick = std::env::args().any(|a| a == "quick");
     let reps = if quick { 3 } else { 10 };
-    println!("isa: {:?}", simd::best_isa());
+    println!("kernel table: {}", vnpu::kernels::table().name);
+    if std::env::args().any(|a| a == "rnn") {
+        bench_rnn(reps);
+        return;
+    }
     bench_gemm(reps);
     println!();
     bench_conv(reps * 3);
     println!();
     bench_net("ResNet-18", resnet18(), reps, 44.0);
     bench_net("MobileNetV2", mobilenet_v2(), reps, 9.0);
+    println!();
+    bench_rnn(reps);
 }

@@ -4,104 +4,10 @@
 //! Broadcasting is resolved at plan time into a [`Bcast`]: coalesced output dims and
 //! per-operand element strides (0 on broadcast dims). Tiles split the outermost dim.
 
-use super::nd::{coalesce, contiguous_strides, for_rows};
-use super::simd::{self, Isa};
+pub use super::body::eltwise::{map2, Bcast};
+use super::isa::Isa;
+use super::nd::for_rows;
 use crate::ir::{BinaryOp, DType};
-
-/// A broadcast of `N` operands to one output box.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Bcast {
-    /// Coalesced output dims (rank ≥ 2).
-    pub dims: Vec<usize>,
-    /// Per operand (inputs first, then the output), strides in elements.
-    pub strides: Vec<Vec<isize>>,
-}
-
-impl Bcast {
-    /// Broadcasts input shapes `ins` to `out` (numpy rules, right-aligned); `None` if
-    /// some input does not broadcast.
-    pub fn new(ins: &[&[usize]], out: &[usize]) -> Option<Bcast> {
-        let r = out.len();
-        let mut strides = Vec::new();
-        for s in ins {
-            if s.len() > r {
-                return None;
-            }
-            let cs = contiguous_strides(s);
-            let mut st = vec![0isize; r];
-            for (i, (&d, &c)) in s.iter().zip(&cs).enumerate() {
-                let o = r - s.len() + i;
-                if d == out[o] {
-                    st[o] = if d == 1 { 0 } else { c };
-                } else if d != 1 {
-                    return None;
-                }
-            }
-            strides.push(st);
-        }
-        strides.push(contiguous_strides(out));
-        let (dims, strides) = coalesce(out, &strides);
-        Some(Bcast { dims, strides })
-    }
-
-    /// Outermost (tileable) dim.
-    pub fn outer(&self) -> usize {
-        self.dims[0]
-    }
-}
-
-/// Applies `f` over two broadcast inputs into the output, rows with outer index in
-/// `[lo, hi)`.
-#[inline(always)]
-pub fn map2<A: Copy, B: Copy, O>(
-    bc: &Bcast,
-    a: &[A],
-    b: &[B],
-    out: &mut [O],
-    lo: usize,
-    hi: usize,
-    f: impl Fn(A, B) -> O,
-) {
-    let r = bc.dims.len();
-    let (sa, sb) = (bc.strides[0][r - 1], bc.strides[1][r - 1]);
-    for_rows(
-        &bc.dims,
-        [&bc.strides[0], &bc.strides[1], &bc.strides[2]],
-        [0, 0, 0],
-        lo,
-        hi,
-        |[oa, ob, oo], n| {
-            let o = &mut out[oo as usize..oo as usize + n];
-            match (sa, sb) {
-                (1, 1) => {
-                    let (x, y) = (&a[oa as usize..][..n], &b[ob as usize..][..n]);
-                    for ((d, p), q) in o.iter_mut().zip(x).zip(y) {
-                        *d = f(*p, *q);
-                    }
-                }
-                (1, 0) => {
-                    let (x, q) = (&a[oa as usize..][..n], b[ob as usize]);
-                    for (d, p) in o.iter_mut().zip(x) {
-                        *d = f(*p, q);
-                    }
-                }
-                (0, 1) => {
-                    let (p, y) = (a[oa as usize], &b[ob as usize..][..n]);
-                    for (d, q) in o.iter_mut().zip(y) {
-                        *d = f(p, *q);
-                    }
-                }
-                _ => {
-                    for (i, d) in o.iter_mut().enumerate() {
-                        let p = a[(oa + i as isize * sa) as usize];
-                        let q = b[(ob + i as isize * sb) as usize];
-                        *d = f(p, q);
-                    }
-                }
-            }
-        },
-    );
-}
 
 /// f32 binary op (vectorised build where available).
 #[allow(clippy::too_many_arguments)]
@@ -115,78 +21,7 @@ pub fn binary_f32(
     lo: usize,
     hi: usize,
 ) {
-    simd::binary_f32(isa, op, bc, a, b, out, lo, hi)
-}
-
-/// Shared body of [`binary_f32`]'s builds.
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-pub(crate) fn binary_f32_body(
-    op: BinaryOp,
-    bc: &Bcast,
-    a: &[f32],
-    b: &[f32],
-    out: &mut [f32],
-    lo: usize,
-    hi: usize,
-) {
-    use BinaryOp::*;
-    match op {
-        Add => map2(bc, a, b, out, lo, hi, |x, y| x + y),
-        Sub => map2(bc, a, b, out, lo, hi, |x, y| x - y),
-        Mul => map2(bc, a, b, out, lo, hi, |x, y| x * y),
-        Div => map2(bc, a, b, out, lo, hi, |x, y| x / y),
-        Pow => map2(bc, a, b, out, lo, hi, pow_f32),
-        Max => map2(bc, a, b, out, lo, hi, |x: f32, y: f32| {
-            if x.is_nan() || y.is_nan() {
-                f32::NAN
-            } else {
-                x.max(y)
-            }
-        }),
-        Min => map2(bc, a, b, out, lo, hi, |x: f32, y: f32| {
-            if x.is_nan() || y.is_nan() {
-                f32::NAN
-            } else {
-                x.min(y)
-            }
-        }),
-        Mod { fmod } => map2(bc, a, b, out, lo, hi, move |x: f32, y: f32| {
-            if fmod {
-                x % y
-            } else {
-                let m = x % y;
-                if m != 0.0 && (m < 0.0) != (y < 0.0) {
-                    m + y
-                } else {
-                    m
-                }
-            }
-        }),
-        PRelu => map2(
-            bc,
-            a,
-            b,
-            out,
-            lo,
-            hi,
-            |x, s| if x < 0.0 { x * s } else { x },
-        ),
-        // Comparisons and logic are routed to `compare_*`; keep the output defined.
-        Equal | Less | LessOrEqual | Greater | GreaterOrEqual | And | Or | Xor => {
-            map2(bc, a, b, out, lo, hi, |_, _| f32::NAN)
-        }
-    }
-}
-
-fn pow_f32(x: f32, y: f32) -> f32 {
-    if y == 2.0 {
-        x * x
-    } else if y == 0.5 {
-        x.sqrt()
-    } else {
-        x.powf(y)
-    }
+    (isa.table().binary_f32)(op, bc, a, b, out, lo, hi)
 }
 
 /// Comparison of two broadcast inputs into a bool (0/1 byte) output.
@@ -405,6 +240,57 @@ fn write_int(t: DType, v: i64, d: &mut [u8]) {
 mod tests {
     use super::*;
 
+    use crate::ir::UnaryOp;
+    use crate::kernels::isa::twin_test;
+
+    twin_test!(eltwise_tables_match_portable, 1e-6, |t| {
+        let mut out = Vec::new();
+        let shapes: [(&[usize], &[usize], &[usize]); 4] = [
+            (&[0], &[0], &[0]),
+            (&[37], &[37], &[37]),
+            (&[3, 1, 9], &[5, 1], &[3, 5, 9]),
+            (&[2, 17], &[], &[2, 17]),
+        ];
+        for (sa, sb, so) in shapes {
+            let bc = Bcast::new(&[sa, sb], so).expect("broadcast");
+            let x = crate::kernels::testutil::rand_vec(sa.iter().product(), 4);
+            let y = crate::kernels::testutil::rand_vec(sb.iter().product(), 5);
+            let n: usize = so.iter().product();
+            for op in [
+                BinaryOp::Add,
+                BinaryOp::Mul,
+                BinaryOp::Div,
+                BinaryOp::Max,
+                BinaryOp::PRelu,
+            ] {
+                let mut o = vec![0.0; n];
+                (t.binary_f32)(op, &bc, &x, &y, &mut o, 0, bc.outer());
+                out.extend_from_slice(&o);
+            }
+        }
+        let ops = [
+            UnaryOp::Relu,
+            UnaryOp::Clip {
+                min: -0.2,
+                max: 0.3,
+            },
+            UnaryOp::HardSwish,
+            UnaryOp::Sigmoid,
+            UnaryOp::Silu,
+            UnaryOp::Exp,
+            UnaryOp::Tanh,
+            UnaryOp::LeakyRelu { alpha: 0.1 },
+        ];
+        for op in ops {
+            for n in [0, 1, 7, 8, 37] {
+                let mut x = crate::kernels::testutil::rand_vec(n, 8);
+                (t.unary)(op, &mut x);
+                out.extend_from_slice(&x);
+            }
+        }
+        out
+    });
+
     #[test]
     fn broadcast_add_matches_naive() {
         let a: Vec<f32> = (0..24).map(|i| i as f32).collect(); // [2,3,4]
@@ -412,7 +298,7 @@ mod tests {
         let bc = Bcast::new(&[&[2, 3, 4], &[3, 1]], &[2, 3, 4]).expect("bcast");
         let mut out = vec![0.0; 24];
         binary_f32(
-            simd::best_isa(),
+            crate::kernels::isa::best_isa(),
             BinaryOp::Add,
             &bc,
             &a,

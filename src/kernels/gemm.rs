@@ -3,7 +3,7 @@
 //! Both operands are packed before the product: A into panels of [`MR`] rows, B into
 //! panels of [`NR`] columns, each split into blocks of at most [`KC`] along K. Weights are
 //! packed once when a plan is built; activations are packed per run into scratch memory.
-//! A 6x16 micro-kernel (AVX2+FMA, or its portable twin) accumulates one tile of C; after
+//! A 6x16 micro-kernel (from the kernel table) accumulates one tile of C; after
 //! the last K block the [`Epilogue`] runs on each finished MC x NC block of C while it is
 //! still in cache.
 //!
@@ -11,16 +11,10 @@
 //! reads out of bounds; a call computes only the rows `m_range` and columns `n_range` of
 //! C, which lets the executor split a node into disjoint tiles.
 
-use super::simd::{self, Isa, RowBlock};
-use super::unary::{apply_unary_body, PostOpRt};
-use crate::ir::UnaryOp;
+pub use super::body::epilogue::Epilogue;
+use super::isa::{Isa, RowBlock, HALF};
+pub use super::isa::{KC, MR, NR};
 
-/// Rows of one micro-tile (and of one packed A panel).
-pub const MR: usize = 6;
-/// Columns of one micro-tile (and of one packed B panel).
-pub const NR: usize = 16;
-/// Depth of one K block.
-pub const KC: usize = 256;
 /// Rows of C computed per A block (a multiple of [`MR`]).
 const MC: usize = 72;
 /// Columns of C computed per B block (a multiple of [`NR`]).
@@ -140,39 +134,9 @@ pub fn pack_b_rows<'b>(
     }
 }
 
-/// What happens to each tile of C after its last K block.
-pub struct Epilogue<'a> {
-    /// Per-channel bias.
-    pub bias: Option<&'a [f32]>,
-    /// True when the channel is the row of C (Conv), false when it is the column (Gemm).
-    pub channel_is_row: bool,
-    /// Offset added to row/column indices to get the channel index.
-    pub channel_offset: usize,
-    /// A matrix added element-wise before the post-ops (Gemm's `beta * C`), same layout as C.
-    pub addend: Option<&'a [f32]>,
-    /// Fused post-ops, in order.
-    pub post: &'a [PostOpRt],
-    /// Residual tensors referenced by `PostOpRt::AddInput` (index into this list), laid
-    /// out like C.
-    pub residuals: &'a [&'a [f32]],
-}
-
 impl Epilogue<'_> {
-    /// An epilogue that does nothing.
-    pub const NONE: Epilogue<'static> = Epilogue {
-        bias: None,
-        channel_is_row: true,
-        channel_offset: 0,
-        addend: None,
-        post: &[],
-        residuals: &[],
-    };
-
-    pub(crate) fn is_empty(&self) -> bool {
-        self.bias.is_none() && self.addend.is_none() && self.post.is_empty()
-    }
-
-    /// Applies the epilogue to rows `i0..i0+mr`, columns `j0..j0+nr` of C.
+    /// Applies the epilogue through `isa`'s table to rows `i0..i0+mr`, columns
+    /// `j0..j0+nr` of C.
     #[allow(clippy::too_many_arguments)]
     #[inline]
     pub(crate) fn apply(
@@ -185,106 +149,7 @@ impl Epilogue<'_> {
         j0: usize,
         nr: usize,
     ) {
-        simd::epilogue(isa, self, c, ldc, i0, mr, j0, nr)
-    }
-
-    /// Shared body of the epilogue builds ([`simd::epilogue`]).
-    #[inline(always)]
-    pub(crate) fn apply_body(
-        &self,
-        c: &mut [f32],
-        ldc: usize,
-        i0: usize,
-        mr: usize,
-        j0: usize,
-        nr: usize,
-    ) {
-        // The commonest epilogue, a conv's bias then ReLU / Clip, as one sweep.
-        let fused = match (self.addend, self.bias, self.post) {
-            (None, Some(b), [PostOpRt::Unary(u)]) if self.channel_is_row => match *u {
-                UnaryOp::Relu => Some((b, 0.0, f32::INFINITY)),
-                UnaryOp::Clip { min, max } => Some((b, min, max)),
-                _ => None,
-            },
-            _ => None,
-        };
-        for i in i0..i0 + mr {
-            let off = i * ldc + j0;
-            let row = &mut c[off..off + nr];
-            if let Some((bias, lo, hi)) = fused {
-                let b = bias[self.channel_offset + i];
-                for y in row.iter_mut() {
-                    let v = *y + b;
-                    let v = if v > lo { v } else { lo };
-                    *y = if v < hi { v } else { hi };
-                }
-                continue;
-            }
-            if let Some(add) = self.addend {
-                for (y, a) in row.iter_mut().zip(&add[off..off + nr]) {
-                    *y += *a;
-                }
-            }
-            if let Some(bias) = self.bias {
-                if self.channel_is_row {
-                    let b = bias[self.channel_offset + i];
-                    for y in row.iter_mut() {
-                        *y += b;
-                    }
-                } else {
-                    let bs = &bias[self.channel_offset + j0..self.channel_offset + j0 + nr];
-                    for (y, b) in row.iter_mut().zip(bs) {
-                        *y += *b;
-                    }
-                }
-            }
-            for p in self.post {
-                match p {
-                    PostOpRt::Unary(u) => apply_unary_body(*u, row),
-                    PostOpRt::Affine { scale, shift } => {
-                        if self.channel_is_row {
-                            let ch = self.channel_offset + i;
-                            let (s, t) = (scale[ch], shift[ch]);
-                            for y in row.iter_mut() {
-                                *y = *y * s + t;
-                            }
-                        } else {
-                            let ch = self.channel_offset + j0;
-                            for ((y, s), t) in row
-                                .iter_mut()
-                                .zip(&scale[ch..ch + nr])
-                                .zip(&shift[ch..ch + nr])
-                            {
-                                *y = *y * s + t;
-                            }
-                        }
-                    }
-                    PostOpRt::PRelu { slope } => {
-                        if self.channel_is_row {
-                            let s = slope[self.channel_offset + i];
-                            for y in row.iter_mut() {
-                                if *y < 0.0 {
-                                    *y *= s;
-                                }
-                            }
-                        } else {
-                            let ch = self.channel_offset + j0;
-                            for (y, s) in row.iter_mut().zip(&slope[ch..ch + nr]) {
-                                if *y < 0.0 {
-                                    *y *= s;
-                                }
-                            }
-                        }
-                    }
-                    PostOpRt::AddInput { slot } => {
-                        let r = &self.residuals[*slot][off..off + nr];
-                        for (y, a) in row.iter_mut().zip(r) {
-                            *y += *a;
-                        }
-                    }
-                }
-            }
-        }
+        (isa.table().epilogue)(self, c, ldc, i0, mr, j0, nr)
     }
 }
 
@@ -381,6 +246,7 @@ pub fn gemm_packed(
     n_range: (usize, usize),
     epi: &Epilogue<'_>,
 ) {
+    let t = isa.table();
     let m_pad = m.div_ceil(MR) * MR;
     let n_pad = n.div_ceil(NR) * NR;
     let (m_lo, m_hi) = m_range;
@@ -460,26 +326,20 @@ pub fn gemm_packed(
                         if mr == MR && nr == NR {
                             let cs = &mut c[i * ldc + j..];
                             match panel {
-                                Panel::Packed(bp) => {
-                                    simd::ukernel(isa, kc, ap, bp, cs, ldc, !first)
-                                }
+                                Panel::Packed(bp) => (t.mm_tile)(kc, ap, bp, cs, ldc, !first),
                                 Panel::Rows(off) => {
-                                    simd::ukernel_rows(isa, ap, &block, off, cs, ldc, !first)
+                                    (t.mm_tile_rows)(ap, &block, off, cs, ldc, !first)
                                 }
                             }
                         } else {
                             match panel {
-                                Panel::Packed(bp) if mr == 1 => {
-                                    simd::ukernel_row(isa, kc, ap, bp, &mut tile)
+                                Panel::Packed(bp) if mr == 1 => (t.mm_row)(kc, ap, bp, &mut tile),
+                                Panel::Packed(bp) if nr <= HALF => {
+                                    (t.mm_half)(kc, ap, bp, &mut tile)
                                 }
-                                Panel::Packed(bp) if nr <= simd::HALF => {
-                                    simd::ukernel_half(isa, kc, ap, bp, &mut tile)
-                                }
-                                Panel::Packed(bp) => {
-                                    simd::ukernel(isa, kc, ap, bp, &mut tile, NR, false)
-                                }
+                                Panel::Packed(bp) => (t.mm_tile)(kc, ap, bp, &mut tile, NR, false),
                                 Panel::Rows(off) => {
-                                    simd::ukernel_rows(isa, ap, &block, off, &mut tile, NR, false)
+                                    (t.mm_tile_rows)(ap, &block, off, &mut tile, NR, false)
                                 }
                             }
                             for r in 0..mr {
@@ -530,7 +390,106 @@ pub fn gemm_naive(m: usize, n: usize, k: usize, a: &[f32], b: &[f32]) -> Vec<f32
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ir::UnaryOp;
+    use crate::kernels::isa::twin_test;
     use crate::kernels::testutil::{assert_close, rand_vec};
+    use crate::kernels::unary::PostOpRt;
+
+    twin_test!(gemm_tables_match_portable, 1e-5, |t| {
+        use crate::kernels::isa::{RowBlock, HALF};
+        let mut out = Vec::new();
+        for kc in [0usize, 1, 2, 7, 64, 257] {
+            let a = rand_vec(kc * MR, 1);
+            let b = rand_vec(kc * NR, 2);
+            for acc in [false, true] {
+                let mut c = rand_vec(MR * 20, 3);
+                (t.mm_tile)(kc, &a, &b, &mut c, 20, acc);
+                out.extend_from_slice(&c);
+                let rows: Vec<&[f32]> = (0..kc).map(|p| &b[p * NR..]).collect();
+                let block = RowBlock::new(&rows, NR.min(b.len()));
+                if kc > 0 {
+                    (t.mm_tile_rows)(&a, &block, 0, &mut c, 20, acc);
+                    out.extend_from_slice(&c);
+                }
+            }
+            let mut r = [0.0f32; NR];
+            (t.mm_row)(kc, &a, &b, &mut r);
+            out.extend_from_slice(&r);
+            let mut h = vec![7.0f32; MR * NR];
+            (t.mm_half)(kc, &a, &b, &mut h);
+            out.extend_from_slice(&h);
+            assert!(h[HALF..NR].iter().all(|&v| v == 7.0), "right half kept");
+        }
+        let (bias, scale, shift, res) = (
+            rand_vec(12, 9),
+            rand_vec(12, 10),
+            rand_vec(12, 11),
+            rand_vec(12 * 20, 12),
+        );
+        let post = [
+            PostOpRt::Affine { scale, shift },
+            PostOpRt::AddInput { slot: 0 },
+            PostOpRt::PRelu {
+                slope: bias.clone(),
+            },
+            PostOpRt::Unary(UnaryOp::Clip {
+                min: -0.5,
+                max: 0.5,
+            }),
+        ];
+        let relu = [PostOpRt::Unary(UnaryOp::Relu)];
+        let residuals: [&[f32]; 1] = [&res];
+        for row in [true, false] {
+            for post in [&post[..], &relu[..]] {
+                let e = Epilogue {
+                    bias: Some(&bias),
+                    channel_is_row: row,
+                    channel_offset: usize::from(row),
+                    addend: (post.len() > 1).then_some(&res[..]),
+                    post,
+                    residuals: &residuals,
+                };
+                let mut c = rand_vec(12 * 20, 13);
+                (t.epilogue)(&e, &mut c, 20, 2, 5, 1, 11);
+                out.extend_from_slice(&c);
+            }
+        }
+        // Whole products over edge sizes, through the table's ISA.
+        for &(m, n, k) in &[(1, 1, 1), (7, 17, 3), (13, 33, 300), (41, 20, 9), (6, 9, 0)] {
+            let (a, b) = (rand_vec(m * k, 4), rand_vec(k * n, 5));
+            let mut pa = vec![0.0; packed_a_len(m, k)];
+            let mut pb = vec![0.0; packed_b_len(k, n)];
+            pack_a(&a, k, 1, m, k, 1.0, &mut pa);
+            pack_b(&b, n, 1, k, n, 1.0, &mut pb, &mut vec![0.0; n]);
+            let mut c = vec![0.0; m * n];
+            let e = Epilogue {
+                bias: Some(&bias[..]),
+                channel_is_row: false,
+                ..Epilogue::NONE
+            };
+            let bias = rand_vec(n, 6);
+            let e = Epilogue {
+                bias: Some(&bias),
+                ..e
+            };
+            gemm_packed(
+                t.isa,
+                m,
+                n,
+                k,
+                &pa,
+                BSource::Packed(&pb),
+                &mut [],
+                &mut c,
+                n,
+                (0, m),
+                (0, n),
+                &e,
+            );
+            out.extend_from_slice(&c);
+        }
+        out
+    });
 
     fn run(m: usize, n: usize, k: usize, isa: Isa) {
         let a = rand_vec(m * k, 1);
@@ -588,7 +547,7 @@ mod tests {
 
     #[test]
     fn gemm_matches_naive_over_edge_sizes() {
-        for isa in simd::available_isas() {
+        for isa in crate::kernels::isa::available_isas() {
             for &(m, n, k) in &[
                 (1, 1, 1),
                 (6, 16, 1),
@@ -617,7 +576,7 @@ mod tests {
         pack_a(&a, k, 1, m, k, 1.0, &mut pa);
         pack_b(&b, n, 1, k, n, 1.0, &mut pb, &mut vec![0.0; n]);
         let mut c = vec![0.0; m * n];
-        let isa = simd::best_isa();
+        let isa = crate::kernels::isa::best_isa();
         gemm_packed(
             isa,
             m,
@@ -701,7 +660,7 @@ mod tests {
                 post: &post,
                 residuals: &[],
             };
-            for isa in simd::available_isas() {
+            for isa in crate::kernels::isa::available_isas() {
                 let mut c: Vec<f32> = row.iter().chain(&row).copied().collect();
                 epi.apply(isa, &mut c, row.len(), 0, 2, 0, row.len());
                 for (i, (got, x)) in c.iter().zip(row.iter().chain(&row)).enumerate() {
@@ -738,7 +697,7 @@ mod tests {
         };
         let mut c = vec![0.0; m * n];
         gemm_packed(
-            simd::best_isa(),
+            crate::kernels::isa::best_isa(),
             m,
             n,
             k,

@@ -1,9 +1,12 @@
 //! Compute kernels: f32 first, over plain slices, no allocation.
 //!
-//! Each family lives in its own file; SIMD versions are selected at run time through
-//! [`simd::Isa`] and each has a portable twin. Kernels know nothing about graphs: the
-//! executor (`crate::exec`) resolves shapes, attributes and memory, then calls them.
+//! Each family lives in its own file (or folder) and reaches every ISA-specific routine
+//! through a [`KernelTable`] ([`isa`]), chosen once by runtime CPU detection: [`table`]
+//! is the best one for this CPU. Generic bodies and parameter types shared by the
+//! tables live in [`body`], below both. Kernels know nothing about graphs: the executor
+//! (`crate::exec`) resolves shapes, attributes and memory, then calls them.
 
+pub mod body;
 pub mod conv;
 pub mod eltwise;
 pub mod gemm;
@@ -14,8 +17,12 @@ pub mod pool;
 pub mod reduce;
 pub mod resize;
 pub mod rnn;
-pub mod simd;
 pub mod unary;
+
+pub mod isa;
+/// The kernel-table module under the name the executor imports (`Isa`, `best_isa`).
+pub use isa as simd;
+pub use isa::{table, Isa, KernelTable};
 
 #[cfg(test)]
 pub(crate) mod testutil {

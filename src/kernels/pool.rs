@@ -2,69 +2,18 @@
 //! dilations, `ceil_mode` (carried by the output size) and `count_include_pad`, plus
 //! the global variants. Tiles split the `N*C` planes.
 
-use super::conv::valid_range;
-use super::simd::{self, Isa};
-
-/// Geometry of a 2-D pool.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PoolShape {
-    /// Number of planes (`N * C`).
-    pub planes: usize,
-    /// Input height, width.
-    pub h: usize,
-    pub w: usize,
-    /// Output height, width.
-    pub oh: usize,
-    pub ow: usize,
-    /// Kernel.
-    pub kh: usize,
-    pub kw: usize,
-    /// Strides.
-    pub sh: usize,
-    pub sw: usize,
-    /// Dilations.
-    pub dh: usize,
-    pub dw: usize,
-    /// Pads: top, left, bottom, right.
-    pub pads: [usize; 4],
-}
+pub use super::body::pool::PoolShape;
+use super::isa::Isa;
 
 /// Max pool of planes `[lo, hi)`. Windows entirely in padding yield `-inf`.
 pub fn max_pool(isa: Isa, s: &PoolShape, x: &[f32], y: &mut [f32], lo: usize, hi: usize) {
+    let t = isa.table();
     for p in lo..hi {
         let xp = &x[p * s.h * s.w..(p + 1) * s.h * s.w];
         let yp = &mut y[p * s.oh * s.ow..(p + 1) * s.oh * s.ow];
-        simd::max_pool_plane(isa, s, xp, yp);
+        (t.max_pool_plane)(s, xp, yp);
     }
 }
-
-/// Max pool of one plane, shared body of the AVX2 and portable builds: each output row
-/// takes the running maximum one kernel tap at a time over its valid column range.
-#[inline(always)]
-pub(crate) fn max_pool_plane_body(s: &PoolShape, xp: &[f32], yp: &mut [f32]) {
-    for oy in 0..s.oh {
-        let row = &mut yp[oy * s.ow..(oy + 1) * s.ow];
-        row.fill(f32::NEG_INFINITY);
-        for ky in 0..s.kh {
-            let iy = (oy * s.sh + ky * s.dh) as isize - s.pads[0] as isize;
-            if iy < 0 || iy >= s.h as isize {
-                continue;
-            }
-            let src = &xp[iy as usize * s.w..(iy as usize + 1) * s.w];
-            for kx in 0..s.kw {
-                let (lo, hi) = valid_range(s.ow, s.sw, s.pads[1], kx * s.dw, s.w);
-                if lo >= hi {
-                    continue;
-                }
-                let ix0 = lo * s.sw + kx * s.dw - s.pads[1];
-                for (d, v) in row[lo..hi].iter_mut().zip(src[ix0..].iter().step_by(s.sw)) {
-                    *d = if *v > *d { *v } else { *d };
-                }
-            }
-        }
-    }
-}
-
 /// Average pool of planes `[lo, hi)`. With `count_include_pad` the divisor counts the
 /// declared padding (not the extra cells `ceil_mode` adds past it), as onnxruntime does.
 pub fn avg_pool(
@@ -120,6 +69,39 @@ pub fn global_pool(avg: bool, len: usize, x: &[f32], y: &mut [f32], lo: usize, h
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::isa::twin_test;
+
+    twin_test!(pool_tables_match_portable, 0.0, |t| {
+        let mut out = Vec::new();
+        for (hw, k, st, d, p) in [
+            (1, 1, 1, 1, 0),
+            (7, 3, 1, 1, 1),
+            (9, 3, 2, 1, 1),
+            (8, 5, 2, 2, 4),
+            (17, 3, 1, 2, 0),
+        ] {
+            let oh = (hw + 2 * p - d * (k - 1) - 1) / st + 1;
+            let s = PoolShape {
+                planes: 1,
+                h: hw,
+                w: hw,
+                oh,
+                ow: oh,
+                kh: k,
+                kw: k,
+                sh: st,
+                sw: st,
+                dh: d,
+                dw: d,
+                pads: [p, p, p, p],
+            };
+            let x = crate::kernels::testutil::rand_vec(hw * hw, 6);
+            let mut y = vec![0.0; oh * oh];
+            (t.max_pool_plane)(&s, &x, &mut y);
+            out.extend_from_slice(&y);
+        }
+        out
+    });
     use crate::kernels::testutil::{assert_close, rand_vec};
 
     #[test]
@@ -143,8 +125,8 @@ mod tests {
         let mut ymax = vec![0.0; 18];
         let mut yavg = vec![0.0; 18];
         let mut yinc = vec![0.0; 18];
-        max_pool(simd::best_isa(), &s, &x, &mut ymax, 0, 1);
-        max_pool(simd::Isa::Portable, &s, &x, &mut ymax, 1, 2);
+        max_pool(crate::kernels::isa::best_isa(), &s, &x, &mut ymax, 0, 1);
+        max_pool(crate::kernels::isa::Isa::Portable, &s, &x, &mut ymax, 1, 2);
         avg_pool(&s, false, &x, &mut yavg, 0, 2);
         avg_pool(&s, true, &x, &mut yinc, 0, 2);
         let (mut wmax, mut wavg, mut winc) = (vec![], vec![], vec![]);

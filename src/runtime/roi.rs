@@ -12,6 +12,8 @@
 //!   independently.
 
 use crate::error::{Error, Result};
+use crate::ir::CoordMode;
+use crate::kernels::resize;
 use crate::runtime::Roi;
 
 /// Largest accepted ROI side in pixels (the larger hardware generation's limit).
@@ -236,18 +238,10 @@ struct Plane<'a> {
 }
 
 /// One axis of a bilinear resize: for each output position, the two source indices
-/// (relative to the window) and the weight of the second.
+/// (relative to the window) and the weight of the second; the same taps as an ONNX
+/// `Resize` with half-pixel coordinates ([`resize::linear_taps`]).
 fn axis_taps(src: usize, dst: usize) -> Vec<(usize, usize, f32)> {
-    let scale = src as f32 / dst as f32;
-    (0..dst)
-        .map(|d| {
-            let f = ((d as f32 + 0.5) * scale - 0.5).max(0.0);
-            let i0 = (f.floor() as usize).min(src - 1);
-            let i1 = (i0 + 1).min(src - 1);
-            let t = (f - i0 as f32).clamp(0.0, 1.0);
-            (i0, i1, t)
-        })
-        .collect()
+    resize::linear_taps(CoordMode::HalfPixel, dst as f32 / src as f32, src, dst)
 }
 
 /// Bilinear resize of a plane window into a dense `dst_w × dst_h` interleaved output.

@@ -6,14 +6,15 @@ use super::errors::{shape_err, unsup};
 use super::{FamilyKernel, Planned, Run};
 use crate::error::Result;
 use crate::ir::{DType, Op, RnnDirection};
-use crate::kernels::rnn::{self, RnnOutputs, RnnParams, RnnShape};
+use crate::kernels::rnn::{self, Cell, RnnOutputs, RnnParams, RnnShape, RnnWeights};
 
 /// A planned LSTM or GRU (`lbr`: GRU with `linear_before_reset`).
 #[derive(Debug)]
 pub(crate) struct RnnKernel {
     s: RnnShape,
-    gru: bool,
-    lbr: bool,
+    cell: Cell,
+    /// The input weights W packed once at plan time when they are constant.
+    wts: Option<RnnWeights>,
 }
 
 /// Plans an LSTM or GRU (`layout` 1: batch-major X and states).
@@ -111,7 +112,23 @@ pub(crate) fn plan_rnn(
             ));
         }
     }
-    Ok(Planned::new(RnnKernel { s, gru, lbr }).scratch(s.scratch_len(gates)))
+    let cell = if gru {
+        Cell::Gru {
+            linear_before_reset: lbr,
+        }
+    } else {
+        Cell::Lstm
+    };
+    let wts = match c.konst(1) {
+        Some(t) if t.dtype() == DType::F32 => Some(RnnWeights::pack(&s, cell, &t.to_f32_vec())),
+        _ => None,
+    };
+    let scratch = if wts.is_some() {
+        s.packed_scratch_len(gates)
+    } else {
+        s.scratch_len(gates)
+    };
+    Ok(Planned::new(RnnKernel { s, cell, wts }).scratch(scratch))
 }
 
 impl FamilyKernel for RnnKernel {
@@ -121,18 +138,19 @@ impl FamilyKernel for RnnKernel {
 
     fn run(&self, r: Run<'_>) -> Result<()> {
         let (io, out, outs) = (r.io, r.out, r.outs);
-        let RnnKernel { s, gru, lbr } = self;
+        let RnnKernel { s, cell, wts } = self;
+        let gru = matches!(cell, Cell::Gru { .. });
         let prm = RnnParams {
             w: io.f32(1),
             r: io.f32(2),
             b: io.opt(3).map_or(&[][..], bytemuck::cast_slice),
             h0: io.opt(5).map_or(&[][..], bytemuck::cast_slice),
-            c0: if *gru {
+            c0: if gru {
                 &[]
             } else {
                 io.opt(6).map_or(&[][..], bytemuck::cast_slice)
             },
-            p: if *gru {
+            p: if gru {
                 &[]
             } else {
                 io.opt(7).map_or(&[][..], bytemuck::cast_slice)
@@ -152,11 +170,7 @@ impl FamilyKernel for RnnKernel {
         }
         let [y, yh, yc] = parts;
         let mut o = RnnOutputs { y, yh, yc };
-        if *gru {
-            rnn::gru(s, *lbr, io.f32(0), &prm, &mut o, r.scratch);
-        } else {
-            rnn::lstm(s, io.f32(0), &prm, &mut o, r.scratch);
-        }
+        rnn::run(s, *cell, wts.as_ref(), io.f32(0), &prm, &mut o, r.scratch);
         Ok(())
     }
 }

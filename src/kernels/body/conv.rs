@@ -1,0 +1,175 @@
+//! Convolution geometry and the depthwise plane body every kernel table builds.
+
+/// Geometry of a 2-D convolution (1-D uses `h = kh = oh = 1`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConvShape {
+    /// Batch.
+    pub n: usize,
+    /// Input channels (all groups).
+    pub c_in: usize,
+    /// Input height and width.
+    pub h: usize,
+    pub w: usize,
+    /// Output channels (all groups).
+    pub c_out: usize,
+    /// Output height and width.
+    pub oh: usize,
+    pub ow: usize,
+    /// Kernel height and width.
+    pub kh: usize,
+    pub kw: usize,
+    /// Strides (h, w).
+    pub sh: usize,
+    pub sw: usize,
+    /// Dilations (h, w).
+    pub dh: usize,
+    pub dw: usize,
+    /// Leading pads (top, left).
+    pub ph: usize,
+    pub pw: usize,
+    /// Groups.
+    pub group: usize,
+}
+
+/// `dst[i] = src[i * stride]` for as many elements as both allow (stride 2 has a
+/// fixed-size fast path the compiler vectorises).
+#[inline(always)]
+pub(crate) fn strided_copy(src: &[f32], stride: usize, dst: &mut [f32]) {
+    if stride == 2 {
+        for (d, pair) in dst.iter_mut().zip(src.chunks_exact(2)) {
+            *d = pair[0];
+        }
+        // An odd-length source leaves one last element outside the exact chunks.
+        let done = src.len() / 2;
+        if done < dst.len() && src.len() % 2 == 1 {
+            dst[done] = src[src.len() - 1];
+        }
+    } else {
+        for (d, c) in dst.iter_mut().zip(src.chunks(stride)) {
+            *d = c[0];
+        }
+    }
+}
+
+/// Geometry of the zero-padded, phase-split copy of a depthwise input plane:
+/// `(phase_len, phase_row_len)`; there are `sh * sw` phases.
+fn dw_padded(s: &ConvShape) -> (usize, usize) {
+    let hp = (s.h + s.ph).max((s.oh.max(1) - 1) * s.sh + (s.kh - 1) * s.dh + 1);
+    let wp = (s.w + s.pw).max((s.ow.max(1) - 1) * s.sw + (s.kw - 1) * s.dw + 1);
+    let (hps, wps) = (hp.div_ceil(s.sh), wp.div_ceil(s.sw));
+    ((hps + 1) * wps, wps)
+}
+
+/// Scratch floats [`depthwise_plane`] needs.
+pub fn depthwise_scratch_len(s: &ConvShape) -> usize {
+    let (plen, wps) = dw_padded(s);
+    s.sh * s.sw * plen + s.oh * wps
+}
+
+/// Output elements accumulated per block in [`depthwise_plane`] (stays in L1).
+const DW_BLOCK: usize = 1024;
+/// Where tap `(ky, kx)` starts reading the phase-split padded plane (`sh * sw` phases of
+/// `plen` floats, rows of `wps`) for output position 0.
+#[inline(always)]
+fn dw_tap_offset(s: &ConvShape, plen: usize, wps: usize, ky: usize, kx: usize) -> usize {
+    let (qy, ry) = ((ky * s.dh) % s.sh, (ky * s.dh) / s.sh);
+    let (qx, cx) = ((kx * s.dw) % s.sw, (kx * s.dw) / s.sw);
+    (qy * s.sw + qx) * plen + ry * wps + cx
+}
+
+/// 3x3 depthwise: lanes of one register accumulator, and independent accumulators per
+/// step (enough to hide the multiply-add latency).
+const DW_LANES: usize = 8;
+const DW_CHUNKS: usize = 4;
+
+/// One depthwise plane: `out[oy, ox] = sum_{ky,kx} w[ky, kx] * x[iy, ix]` (zero padding).
+/// Shared body of the AVX2 and portable builds (table entry `depthwise_plane`).
+///
+/// The plane is first copied into `scratch` with its zero border, split into `sh * sw`
+/// phases (padded position `(r, c)` goes to phase `(r % sh, c % sw)` at `(r / sh, c / sw)`).
+/// Output `(oy, ox)` of tap `(ky, kx)` then reads phase position `(oy + ky*dh / sh,
+/// ox + kx*dw / sw)`, so over a "wide" output of rows of the phase width each tap is one
+/// contiguous, bounds-free multiply-add over the whole plane; the wide rows are then
+/// trimmed into `out`.
+#[inline(always)]
+pub fn depthwise_plane(
+    s: &ConvShape,
+    w: &[f32],
+    plane: &[f32],
+    out: &mut [f32],
+    scratch: &mut [f32],
+) {
+    let (plen, wps) = dw_padded(s);
+    let (sh, sw) = (s.sh, s.sw);
+    let (pads, wide) = scratch.split_at_mut(sh * sw * plen);
+    pads.fill(0.0);
+    for iy in 0..s.h {
+        let src = &plane[iy * s.w..(iy + 1) * s.w];
+        let r = iy + s.ph;
+        let base = (r % sh) * sw * plen + (r / sh) * wps;
+        if sw == 1 {
+            pads[base + s.pw..base + s.pw + s.w].copy_from_slice(src);
+        } else {
+            for qx in 0..sw {
+                // First padded column of this phase that holds input: c0 >= pw, c0 % sw == qx.
+                let c0 = s.pw + (qx + sw - s.pw % sw) % sw;
+                if c0 - s.pw >= s.w {
+                    continue;
+                }
+                let dst = &mut pads[base + qx * plen + c0 / sw..];
+                strided_copy(&src[c0 - s.pw..], sw, dst);
+            }
+        }
+    }
+    let n = s.oh * wps;
+    let wide = &mut wide[..n];
+    let mut b0 = 0;
+    if s.kh * s.kw == 9 {
+        // 3x3: every output sums its nine taps in registers, DW_CHUNKS independent
+        // vectors at a time (one load per tap, one store; no accumulator round trips).
+        let offs: [usize; 9] = std::array::from_fn(|t| dw_tap_offset(s, plen, wps, t / 3, t % 3));
+        let wt: &[f32; 9] = w[..9].try_into().expect("3x3 taps");
+        const STEP: usize = DW_LANES * DW_CHUNKS;
+        while b0 + STEP <= n {
+            let mut acc = [[0.0f32; DW_LANES]; DW_CHUNKS];
+            for (t, &o) in offs.iter().enumerate() {
+                let src: &[f32; STEP] = pads[o + b0..o + b0 + STEP].try_into().expect("STEP");
+                for (a, chunk) in acc.iter_mut().zip(src.chunks_exact(DW_LANES)) {
+                    for (d, x) in a.iter_mut().zip(chunk) {
+                        *d += wt[t] * *x;
+                    }
+                }
+            }
+            for (c, a) in acc.iter().enumerate() {
+                wide[b0 + c * DW_LANES..b0 + (c + 1) * DW_LANES].copy_from_slice(a);
+            }
+            b0 += STEP;
+        }
+    }
+    while b0 < n {
+        let len = DW_BLOCK.min(n - b0);
+        let acc = &mut wide[b0..b0 + len];
+        let mut first = true;
+        for ky in 0..s.kh {
+            for kx in 0..s.kw {
+                let off = dw_tap_offset(s, plen, wps, ky, kx) + b0;
+                let wv = w[ky * s.kw + kx];
+                let src = &pads[off..off + len];
+                if first {
+                    for (d, x) in acc.iter_mut().zip(src) {
+                        *d = wv * *x;
+                    }
+                    first = false;
+                } else {
+                    for (d, x) in acc.iter_mut().zip(src) {
+                        *d += wv * *x;
+                    }
+                }
+            }
+        }
+        b0 += len;
+    }
+    for oy in 0..s.oh {
+        out[oy * s.ow..(oy + 1) * s.ow].copy_from_slice(&wide[oy * wps..oy * wps + s.ow]);
+    }
+}

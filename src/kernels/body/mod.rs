@@ -1,0 +1,13 @@
+//! Generic kernel bodies and their parameter types: the plain-Rust code every kernel
+//! table compiles for its instruction set (the portable table as is, SIMD tables inside
+//! `#[target_feature]` functions, where the compiler vectorises it).
+//!
+//! Invariant: this is a leaf of `kernels`: it imports nothing from the families nor
+//! from `kernels::isa`, so the tables can be built from it without a cycle.
+
+pub mod conv;
+pub mod eltwise;
+pub mod epilogue;
+pub mod pool;
+pub mod rnn;
+pub mod unary;

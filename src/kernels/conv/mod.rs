@@ -1,0 +1,407 @@
+//! Convolutions on NCHW f32 tensors (1-D convs are 2-D with height 1).
+//!
+//! * Grouped / dense conv: per group, `Y_g[Cout_g, OH*OW] = W_g[Cout_g, Cin_g*KH*KW] ·
+//!   im2col(X_g)`. The weights are packed once ([`ConvWeights::pack`]); the im2col matrix
+//!   is generated row by row straight into packed-B panels in scratch memory (a 1x1,
+//!   stride-1, unpadded conv packs the input planes directly).
+//! * Depthwise conv (one input and one output channel per group): direct, accumulating
+//!   each kernel tap as a (strided) AXPY over output rows.
+//! * ConvTranspose: `cols = W_g^T · X_g` by the same GEMM, then col2im scatter-add.
+//!
+//! A call computes output channels `[c_lo, c_hi)` only; the epilogue (bias, post-ops,
+//! residuals) runs inside the GEMM / per channel plane while it is hot.
+
+mod deconv;
+
+pub use super::body::conv::{depthwise_scratch_len, ConvShape};
+pub use super::body::pool::valid_range;
+pub use deconv::DeconvPlan;
+
+use super::body::conv::strided_copy;
+use super::gemm::{self, gemm_packed, BSource, Epilogue, MR};
+use super::isa::Isa;
+
+impl ConvShape {
+    /// Input channels per group.
+    pub fn cin_g(&self) -> usize {
+        self.c_in / self.group
+    }
+    /// Output channels per group.
+    pub fn cout_g(&self) -> usize {
+        self.c_out / self.group
+    }
+    /// GEMM depth per group.
+    pub fn k(&self) -> usize {
+        self.cin_g() * self.kh * self.kw
+    }
+    /// True for a depthwise conv (one in and one out channel per group).
+    pub fn is_depthwise(&self) -> bool {
+        self.group > 1 && self.cin_g() == 1 && self.cout_g() == 1
+    }
+    /// True when im2col is the identity (1x1, stride 1, no padding).
+    fn is_pointwise(&self) -> bool {
+        self.kh == 1 && self.kw == 1 && self.sh == 1 && self.sw == 1 && self.ph == 0 && self.pw == 0
+    }
+    /// Multiply-accumulates of the whole conv.
+    pub fn macs(&self) -> usize {
+        self.n * self.c_out * self.oh * self.ow * self.k()
+    }
+    /// Scratch floats a forward conv call needs.
+    pub fn scratch_len(&self) -> usize {
+        if self.is_depthwise() {
+            depthwise_scratch_len(self)
+        } else {
+            let im2col = gemm::block_scratch_len(self.k(), self.oh * self.ow);
+            im2col.max(self.padded().map_or(0, |p| p.scratch_len(self)))
+        }
+    }
+    /// The padded-rows geometry when it applies (see [`PaddedRows`]).
+    fn padded(&self) -> Option<PaddedRows> {
+        let (hp, wp) = (
+            self.oh + (self.kh - 1) * self.dh,
+            self.ow + (self.kw - 1) * self.dw,
+        );
+        let extra = (self.kw - 1) * self.dw;
+        // Only for few output channels: B is then read in place (row table), which is
+        // where skipping im2col pays; with packed B blocks im2col is cheap anyway.
+        let ok = self.cout_g() <= gemm::ROWS_IN_PLACE_MAX_M
+            && self.sh == 1
+            && self.sw == 1
+            && !self.is_pointwise()
+            && !self.is_depthwise()
+            && hp >= self.h + self.ph
+            && wp >= self.w + self.pw
+            // The extra columns per row are computed and thrown away: keep them few.
+            && extra * PADDED_MAX_WASTE_INV <= wp;
+        ok.then(|| PaddedRows {
+            hp,
+            wp,
+            rows: (gemm::NC / wp).clamp(1, self.oh),
+        })
+    }
+}
+
+/// Conv weights packed for the GEMM (one packed A per group), or kept flat for depthwise.
+#[derive(Debug, Clone)]
+pub struct ConvWeights {
+    /// Packed A per group (dense) or `[C, KH*KW]` (depthwise).
+    pub groups: Vec<Vec<f32>>,
+}
+
+impl ConvWeights {
+    /// Packs `w` (`[Cout, Cin_g, KH, KW]`) for `s`.
+    pub fn pack(s: &ConvShape, w: &[f32]) -> ConvWeights {
+        if s.is_depthwise() {
+            return ConvWeights {
+                groups: vec![w.to_vec()],
+            };
+        }
+        let (mg, k) = (s.cout_g(), s.k());
+        let groups = (0..s.group)
+            .map(|g| {
+                let mut pa = vec![0.0; gemm::packed_a_len(mg, k)];
+                gemm::pack_a(&w[g * mg * k..(g + 1) * mg * k], k, 1, mg, k, 1.0, &mut pa);
+                pa
+            })
+            .collect();
+        ConvWeights { groups }
+    }
+}
+
+/// Output channel block a tile must align to: tiles of a grouped conv start at a group
+/// boundary, tiles of a dense conv at a multiple of the GEMM row panel.
+pub fn channel_align(s: &ConvShape) -> usize {
+    if s.is_depthwise() {
+        1
+    } else if s.group > 1 {
+        s.cout_g()
+    } else {
+        MR
+    }
+}
+
+/// Floats of a whole packed im2col matrix plus its row buffer ([`pack_b_full`]).
+pub fn full_b_len(s: &ConvShape) -> usize {
+    let ohw = s.oh * s.ow;
+    gemm::packed_b_len(s.k(), ohw) + ohw
+}
+
+/// Packs the whole im2col matrix of image 0, group 0 of `x` into `out`
+/// ([`full_b_len`] floats) for [`conv2d`]'s `b_full`.
+pub fn pack_b_full(s: &ConvShape, x: &[f32], out: &mut [f32]) {
+    let (ohw, hw, k) = (s.oh * s.ow, s.h * s.w, s.k());
+    let (pb, row) = out.split_at_mut(gemm::packed_b_len(k, ohw));
+    let xg = &x[..s.cin_g() * hw];
+    let pointwise = s.is_pointwise();
+    gemm::pack_b_rows(k, ohw, pb, row, |p, row| {
+        if pointwise {
+            Some(&xg[p * hw..(p + 1) * hw])
+        } else {
+            im2col_segment(s, xg, p, 0, &mut row[..ohw]);
+            None
+        }
+    });
+}
+
+/// Forward conv of output channels `[c_lo, c_hi)` and output positions `cols`
+/// (`oy * OW + ox`; must be the whole plane for depthwise convs, and start at a multiple
+/// of the GEMM column panel otherwise). `x`: `[N, Cin, H, W]`, `y`: `[N, Cout, OH, OW]`.
+/// `b_full`, when given, is the already packed im2col matrix ([`pack_b_full`]; one
+/// image, one group). `epi.residuals` are laid out like `y` (the whole tensor); `bias`
+/// and channel post-ops are indexed by output channel.
+#[allow(clippy::too_many_arguments)]
+pub fn conv2d(
+    isa: Isa,
+    s: &ConvShape,
+    wts: &ConvWeights,
+    x: &[f32],
+    y: &mut [f32],
+    c_lo: usize,
+    c_hi: usize,
+    cols: (usize, usize),
+    b_full: Option<&[f32]>,
+    epi: &Epilogue<'_>,
+    scratch: &mut [f32],
+) {
+    let ohw = s.oh * s.ow;
+    let hw = s.h * s.w;
+    for b in 0..s.n {
+        let xb = &x[b * s.c_in * hw..(b + 1) * s.c_in * hw];
+        let yb = &mut y[b * s.c_out * ohw..(b + 1) * s.c_out * ohw];
+        let mut res_b: [&[f32]; 4] = [&[]; 4];
+        for (d, r) in res_b.iter_mut().zip(epi.residuals) {
+            *d = &r[b * s.c_out * ohw..(b + 1) * s.c_out * ohw];
+        }
+        let epi_b = Epilogue {
+            residuals: &res_b[..epi.residuals.len()],
+            ..*epi
+        };
+        if s.is_depthwise() {
+            depthwise(isa, s, &wts.groups[0], xb, yb, c_lo, c_hi, &epi_b, scratch);
+            continue;
+        }
+        let (mg, k) = (s.cout_g(), s.k());
+        let g_lo = c_lo / mg;
+        let g_hi = c_hi.div_ceil(mg);
+        for g in g_lo..g_hi {
+            let m_lo = c_lo.max(g * mg) - g * mg;
+            let m_hi = c_hi.min((g + 1) * mg) - g * mg;
+            let xg = &xb[g * s.cin_g() * hw..(g + 1) * s.cin_g() * hw];
+            let yg = &mut yb[g * mg * ohw..(g + 1) * mg * ohw];
+            let mut res_g: [&[f32]; 4] = [&[]; 4];
+            for (d, r) in res_g.iter_mut().zip(epi_b.residuals) {
+                *d = &r[g * mg * ohw..(g + 1) * mg * ohw];
+            }
+            let epi_g = Epilogue {
+                channel_offset: epi.channel_offset + g * mg,
+                residuals: &res_g[..epi.residuals.len()],
+                ..*epi
+            };
+            if let (Some(pr), None) = (s.padded(), b_full) {
+                pr.run(
+                    isa,
+                    s,
+                    &wts.groups[g],
+                    xg,
+                    yg,
+                    (m_lo, m_hi),
+                    cols,
+                    &epi_g,
+                    scratch,
+                );
+                continue;
+            }
+            let pointwise = s.is_pointwise();
+            let fill = |p: usize, j0: usize, len: usize, row: &mut [f32]| {
+                if pointwise {
+                    Some(&xg[p * hw + j0..p * hw + j0 + len])
+                } else {
+                    im2col_segment(s, xg, p, j0, &mut row[..len]);
+                    None
+                }
+            };
+            gemm_packed(
+                isa,
+                mg,
+                ohw,
+                k,
+                &wts.groups[g],
+                match b_full {
+                    Some(p) => BSource::Packed(p),
+                    None => BSource::Rows(&fill),
+                },
+                scratch,
+                yg,
+                ohw,
+                (m_lo, m_hi),
+                cols,
+                &epi_g,
+            );
+        }
+    }
+}
+
+/// A stride-1 conv reads im2col row `(ci, ky, kx)` as one contiguous slice of the
+/// zero-padded input plane `ci` when the output is computed on the padded grid (`wp`
+/// columns per output row, of which the first `ow` are kept): no im2col at all, only
+/// one padded copy of the input and one copy of the output rows.
+#[derive(Debug, Clone, Copy)]
+struct PaddedRows {
+    /// Padded input height and width.
+    hp: usize,
+    wp: usize,
+    /// Output rows per GEMM call.
+    rows: usize,
+}
+
+/// The padded-rows path is used when at most 1/this of the computed columns is thrown
+/// away.
+const PADDED_MAX_WASTE_INV: usize = 16;
+
+impl PaddedRows {
+    /// Floats of the padded input of one group.
+    fn input_len(&self, s: &ConvShape) -> usize {
+        s.cin_g() * self.hp * self.wp + (s.kw - 1) * s.dw
+    }
+
+    /// Scratch floats: padded input, one call's C block, the GEMM's block scratch.
+    fn scratch_len(&self, s: &ConvShape) -> usize {
+        let n = self.rows * self.wp;
+        self.input_len(s) + s.cout_g() * n + gemm::block_scratch_len(s.k(), n)
+    }
+
+    /// Output channels `[m_lo, m_hi)` (within group), positions `cols` of one group.
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        &self,
+        isa: Isa,
+        s: &ConvShape,
+        pa: &[f32],
+        xg: &[f32],
+        yg: &mut [f32],
+        (m_lo, m_hi): (usize, usize),
+        cols: (usize, usize),
+        epi: &Epilogue<'_>,
+        scratch: &mut [f32],
+    ) {
+        let (hw, ohw, hpwp) = (s.h * s.w, s.oh * s.ow, self.hp * self.wp);
+        let (mg, k, wp) = (s.cout_g(), s.k(), self.wp);
+        let (xpad, rest) = scratch.split_at_mut(self.input_len(s));
+        let (cbuf, gscratch) = rest.split_at_mut(mg * self.rows * wp);
+        xpad.fill(0.0);
+        for ci in 0..s.cin_g() {
+            for iy in 0..s.h {
+                let d = ci * hpwp + (iy + s.ph) * wp + s.pw;
+                xpad[d..d + s.w].copy_from_slice(&xg[ci * hw + iy * s.w..][..s.w]);
+            }
+        }
+        let khw = s.kh * s.kw;
+        let first_row = cols.0 / s.ow;
+        let end_row = cols.1.div_ceil(s.ow);
+        let mut oy0 = first_row;
+        while oy0 < end_row {
+            let oy1 = (oy0 + self.rows).min(end_row);
+            let n = (oy1 - oy0) * wp;
+            let xpad = &*xpad;
+            let fill = |p: usize, j0: usize, len: usize, _: &mut [f32]| {
+                let (ci, ky, kx) = (p / khw, (p % khw) / s.kw, p % s.kw);
+                let at = ci * hpwp + (oy0 + ky * s.dh) * wp + kx * s.dw + j0;
+                Some(&xpad[at..at + len])
+            };
+            let m_from = m_lo / MR * MR;
+            gemm_packed(
+                isa,
+                mg,
+                n,
+                k,
+                pa,
+                BSource::Rows(&fill),
+                gscratch,
+                cbuf,
+                n,
+                (m_from, m_hi),
+                (0, n),
+                &Epilogue::NONE,
+            );
+            // Keep the first `ow` columns of each padded row, within `cols`.
+            let lo = cols.0.max(oy0 * s.ow);
+            let hi = cols.1.min(oy1 * s.ow);
+            for i in m_lo..m_hi {
+                let crow = &cbuf[i * n..(i + 1) * n];
+                let yrow = &mut yg[i * ohw..(i + 1) * ohw];
+                for oy in oy0..oy1 {
+                    let a = lo.max(oy * s.ow);
+                    let b = hi.min((oy + 1) * s.ow);
+                    if a < b {
+                        let src = (oy - oy0) * wp + (a - oy * s.ow);
+                        yrow[a..b].copy_from_slice(&crow[src..src + (b - a)]);
+                    }
+                }
+            }
+            if !epi.is_empty() {
+                epi.apply(isa, yg, ohw, m_lo, m_hi - m_lo, lo, hi - lo);
+            }
+            oy0 = oy1;
+        }
+    }
+}
+
+/// Writes columns `j0..j0 + out.len()` of im2col row `p` (`p = (ci, ky, kx)`, columns
+/// = output positions `oy * OW + ox`) of one image and group into `out`.
+fn im2col_segment(s: &ConvShape, xg: &[f32], p: usize, j0: usize, out: &mut [f32]) {
+    let (hw, khw) = (s.h * s.w, s.kh * s.kw);
+    let ci = p / khw;
+    let ky = (p % khw) / s.kw;
+    let kx = p % s.kw;
+    let plane = &xg[ci * hw..(ci + 1) * hw];
+    let (vlo, vhi) = valid_range(s.ow, s.sw, s.pw, kx * s.dw, s.w);
+    let mut j = j0;
+    let end = j0 + out.len();
+    while j < end {
+        let (oy, ox0) = (j / s.ow, j % s.ow);
+        let ox1 = s.ow.min(ox0 + (end - j));
+        let seg = &mut out[j - j0..j - j0 + (ox1 - ox0)];
+        j += ox1 - ox0;
+        let iy = (oy * s.sh + ky * s.dh) as isize - s.ph as isize;
+        let (lo, hi) = (vlo.clamp(ox0, ox1), vhi.clamp(ox0, ox1));
+        if iy < 0 || iy >= s.h as isize || lo >= hi {
+            seg.fill(0.0);
+            continue;
+        }
+        let src = &plane[iy as usize * s.w..(iy as usize + 1) * s.w];
+        seg[..lo - ox0].fill(0.0);
+        seg[hi - ox0..].fill(0.0);
+        let ix0 = lo * s.sw + kx * s.dw - s.pw;
+        let dst = &mut seg[lo - ox0..hi - ox0];
+        if s.sw == 1 {
+            dst.copy_from_slice(&src[ix0..ix0 + dst.len()]);
+        } else {
+            strided_copy(&src[ix0..], s.sw, dst);
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn depthwise(
+    isa: Isa,
+    s: &ConvShape,
+    w: &[f32],
+    xb: &[f32],
+    yb: &mut [f32],
+    c_lo: usize,
+    c_hi: usize,
+    epi: &Epilogue<'_>,
+    scratch: &mut [f32],
+) {
+    let (ohw, hw, khw) = (s.oh * s.ow, s.h * s.w, s.kh * s.kw);
+    let t = isa.table();
+    for c in c_lo..c_hi {
+        let plane = &xb[c * hw..(c + 1) * hw];
+        let out = &mut yb[c * ohw..(c + 1) * ohw];
+        (t.depthwise_plane)(s, &w[c * khw..(c + 1) * khw], plane, out, scratch);
+        epi.apply(isa, yb, ohw, c, 1, 0, ohw);
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,297 @@
+//! Conv kernels against naive definitions, every table against the portable one.
+
+use super::*;
+use crate::kernels::testutil::{assert_close, rand_vec};
+
+/// Naive conv straight from the definition.
+fn conv_naive(s: &ConvShape, x: &[f32], w: &[f32], bias: &[f32]) -> Vec<f32> {
+    let mut y = vec![0.0; s.n * s.c_out * s.oh * s.ow];
+    let (cig, cog) = (s.cin_g(), s.cout_g());
+    for b in 0..s.n {
+        for co in 0..s.c_out {
+            let g = co / cog;
+            for oy in 0..s.oh {
+                for ox in 0..s.ow {
+                    let mut acc = bias[co] as f64;
+                    for ci in 0..cig {
+                        for ky in 0..s.kh {
+                            for kx in 0..s.kw {
+                                let iy = (oy * s.sh + ky * s.dh) as isize - s.ph as isize;
+                                let ix = (ox * s.sw + kx * s.dw) as isize - s.pw as isize;
+                                if iy < 0 || ix < 0 || iy >= s.h as isize || ix >= s.w as isize {
+                                    continue;
+                                }
+                                let xv = x[((b * s.c_in + g * cig + ci) * s.h + iy as usize) * s.w
+                                    + ix as usize];
+                                let wv = w[((co * cig + ci) * s.kh + ky) * s.kw + kx];
+                                acc += xv as f64 * wv as f64;
+                            }
+                        }
+                    }
+                    y[((b * s.c_out + co) * s.oh + oy) * s.ow + ox] = acc as f32;
+                }
+            }
+        }
+    }
+    y
+}
+
+#[allow(clippy::too_many_arguments)]
+fn shape(
+    n: usize,
+    c_in: usize,
+    hw: (usize, usize),
+    c_out: usize,
+    k: (usize, usize),
+    st: (usize, usize),
+    d: (usize, usize),
+    p: (usize, usize, usize, usize),
+    group: usize,
+) -> ConvShape {
+    let oh = (hw.0 + p.0 + p.2 - d.0 * (k.0 - 1) - 1) / st.0 + 1;
+    let ow = (hw.1 + p.1 + p.3 - d.1 * (k.1 - 1) - 1) / st.1 + 1;
+    ConvShape {
+        n,
+        c_in,
+        h: hw.0,
+        w: hw.1,
+        c_out,
+        oh,
+        ow,
+        kh: k.0,
+        kw: k.1,
+        sh: st.0,
+        sw: st.1,
+        dh: d.0,
+        dw: d.1,
+        ph: p.0,
+        pw: p.1,
+        group,
+    }
+}
+
+#[test]
+fn conv_matches_naive() {
+    let cases = [
+        shape(1, 3, (9, 11), 8, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),
+        shape(2, 4, (7, 7), 13, (3, 3), (2, 2), (1, 1), (0, 1, 2, 0), 1),
+        shape(1, 16, (5, 6), 7, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 1),
+        shape(1, 8, (10, 10), 8, (3, 3), (1, 1), (2, 2), (2, 2, 2, 2), 8),
+        shape(1, 6, (9, 8), 6, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 6),
+        shape(1, 8, (6, 6), 12, (3, 2), (1, 2), (1, 1), (1, 0, 1, 1), 2),
+        shape(1, 5, (1, 20), 7, (1, 5), (1, 3), (1, 2), (0, 2, 0, 1), 1),
+        shape(1, 4, (8, 8), 6, (7, 7), (2, 2), (1, 1), (3, 3, 3, 3), 1),
+        // Wide stride-1 convs take the padded-rows path (several row chunks, row
+        // table and packed B, dilation, asymmetric pads, groups, batch).
+        shape(1, 5, (30, 40), 16, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),
+        shape(2, 3, (12, 70), 30, (3, 3), (1, 1), (2, 2), (2, 1, 0, 3), 1),
+        shape(1, 4, (6, 36), 8, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 2),
+        shape(1, 2, (3, 64), 7, (1, 3), (1, 1), (1, 1), (0, 0, 0, 0), 1),
+    ];
+    assert!(cases[8..].iter().all(|s| s.padded().is_some()));
+    assert!(cases[..8].iter().all(|s| s.padded().is_none()));
+    for isa in crate::kernels::isa::available_isas() {
+        for s in &cases {
+            let x = rand_vec(s.n * s.c_in * s.h * s.w, 1);
+            let w = rand_vec(s.c_out * s.cin_g() * s.kh * s.kw, 2);
+            let bias = rand_vec(s.c_out, 3);
+            let wts = ConvWeights::pack(s, &w);
+            let mut y = vec![f32::NAN; s.n * s.c_out * s.oh * s.ow];
+            let mut scratch = vec![0.0; s.scratch_len()];
+            let epi = Epilogue {
+                bias: Some(&bias),
+                ..Epilogue::NONE
+            };
+            // Two tiles on an aligned boundary must equal the whole.
+            let al = channel_align(s);
+            let mid = (s.c_out / 2 / al * al).min(s.c_out);
+            let ohw = s.oh * s.ow;
+            let mut run =
+                |y: &mut [f32], c: (usize, usize), cols: (usize, usize), full: Option<&[f32]>| {
+                    conv2d(
+                        isa,
+                        s,
+                        &wts,
+                        &x,
+                        y,
+                        c.0,
+                        c.1,
+                        cols,
+                        full,
+                        &epi,
+                        &mut scratch,
+                    )
+                };
+            run(&mut y, (0, mid), (0, ohw), None);
+            run(&mut y, (mid, s.c_out), (0, ohw), None);
+            let want = conv_naive(s, &x, &w, &bias);
+            assert_close(&y, &want, 1e-4);
+            if s.group == 1 {
+                // Output-position tiles on a column-panel boundary.
+                let midc = ohw / 2 / gemm::NR * gemm::NR;
+                y.fill(f32::NAN);
+                run(&mut y, (0, s.c_out), (0, midc), None);
+                run(&mut y, (0, s.c_out), (midc, ohw), None);
+                assert_close(&y, &want, 1e-4);
+            }
+            if s.group == 1 && s.n == 1 {
+                // Channel tiles over a pre-packed im2col matrix.
+                let mut full = vec![0.0; full_b_len(s)];
+                pack_b_full(s, &x, &mut full);
+                y.fill(f32::NAN);
+                let m = MR.min(s.c_out);
+                run(&mut y, (0, m), (0, ohw), Some(&full));
+                run(&mut y, (m, s.c_out), (0, ohw), Some(&full));
+                assert_close(&y, &want, 1e-4);
+            }
+        }
+    }
+}
+
+#[test]
+fn deconv_matches_naive() {
+    // y[co, iy*s - p + ky*d] += x[ci, iy] * w[ci, co, ky]
+    for &(cin, cout, group, k, st, pad) in &[
+        (3usize, 4usize, 1usize, 3usize, 2usize, 1usize),
+        (4, 6, 2, 2, 2, 0),
+        (2, 2, 1, 3, 1, 1),
+    ] {
+        let (h, w_) = (5, 4);
+        let oh = (h - 1) * st + k - 2 * pad;
+        let ow = (w_ - 1) * st + k - 2 * pad;
+        let s = ConvShape {
+            n: 1,
+            c_in: cin,
+            h,
+            w: w_,
+            c_out: cout,
+            oh,
+            ow,
+            kh: k,
+            kw: k,
+            sh: st,
+            sw: st,
+            dh: 1,
+            dw: 1,
+            ph: pad,
+            pw: pad,
+            group,
+        };
+        let (cig, cog) = (cin / group, cout / group);
+        let x = rand_vec(cin * h * w_, 1);
+        let wt = rand_vec(cin * cog * k * k, 2);
+        let bias = rand_vec(cout, 3);
+        let mut want = vec![0.0f32; cout * oh * ow];
+        for co in 0..cout {
+            want[co * oh * ow..(co + 1) * oh * ow].fill(bias[co]);
+        }
+        for ci in 0..cin {
+            let g = ci / cig;
+            for cl in 0..cog {
+                let co = g * cog + cl;
+                for iy in 0..h {
+                    for ix in 0..w_ {
+                        for ky in 0..k {
+                            for kx in 0..k {
+                                let oy = (iy * st + ky) as isize - pad as isize;
+                                let ox = (ix * st + kx) as isize - pad as isize;
+                                if oy < 0 || ox < 0 || oy >= oh as isize || ox >= ow as isize {
+                                    continue;
+                                }
+                                want[(co * oh + oy as usize) * ow + ox as usize] += x
+                                    [(ci * h + iy) * w_ + ix]
+                                    * wt[((ci * cog + cl) * k + ky) * k + kx];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let plan = DeconvPlan::new(s, &wt);
+        let mut scratch = vec![0.0; plan.scratch_len()];
+        let mut y = vec![f32::NAN; cout * oh * ow];
+        plan.run(
+            crate::kernels::isa::best_isa(),
+            &x,
+            Some(&bias),
+            &mut y,
+            0,
+            1,
+            &mut scratch,
+        );
+        plan.run(
+            crate::kernels::isa::best_isa(),
+            &x,
+            Some(&bias),
+            &mut y,
+            1,
+            cout,
+            &mut scratch,
+        );
+        assert_close(&y, &want, 1e-4);
+    }
+}
+
+crate::kernels::isa::twin_test!(conv_tables_match_portable, 1e-5, |t| {
+    let mut out = Vec::new();
+    for (hw, k, st, d, p) in [
+        (1, 1, 1, 1, 0),
+        (7, 3, 1, 1, 1),
+        (9, 3, 2, 1, 1),
+        (8, 5, 2, 2, 4),
+        (17, 3, 1, 2, 0),
+        (40, 3, 1, 1, 1),
+    ] {
+        let oh = (hw + 2 * p - d * (k - 1) - 1) / st + 1;
+        let s = ConvShape {
+            n: 1,
+            c_in: 2,
+            h: hw,
+            w: hw,
+            c_out: 2,
+            oh,
+            ow: oh,
+            kh: k,
+            kw: k,
+            sh: st,
+            sw: st,
+            dh: d,
+            dw: d,
+            ph: p,
+            pw: p,
+            group: 2,
+        };
+        let x = rand_vec(hw * hw, 6);
+        let w = rand_vec(k * k, 7);
+        let mut y = vec![0.0; oh * oh];
+        let mut scratch = vec![0.0; depthwise_scratch_len(&s)];
+        (t.depthwise_plane)(&s, &w, &x, &mut y, &mut scratch);
+        out.extend_from_slice(&y);
+        // The whole conv, dense (group 1), through the table's ISA.
+        let sd = ConvShape {
+            c_out: 7,
+            group: 1,
+            ..s.clone()
+        };
+        let xd = rand_vec(2 * hw * hw, 8);
+        let wd = rand_vec(7 * 2 * k * k, 9);
+        let wts = ConvWeights::pack(&sd, &wd);
+        let mut yd = vec![0.0; 7 * oh * oh];
+        let mut scratch = vec![0.0; sd.scratch_len()];
+        conv2d(
+            t.isa,
+            &sd,
+            &wts,
+            &xd,
+            &mut yd,
+            0,
+            7,
+            (0, oh * oh),
+            None,
+            &Epilogue::NONE,
+            &mut scratch,
+        );
+        out.extend_from_slice(&yd);
+    }
+    out
+});

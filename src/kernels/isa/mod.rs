@@ -1,0 +1,211 @@
+//! Kernel tables: one [`KernelTable`] of function pointers per instruction set (AVX2/FMA
+//! on x86-64, portable everywhere), chosen once by runtime CPU detection.
+//!
+//! Layering: the tables are built from the generic bodies in `kernels::body` (compiled
+//! once per ISA, inside `#[target_feature]` functions for the SIMD tables) and from
+//! hand-written intrinsics kernels; the families (`conv`, `gemm`, `eltwise`, ...) reach
+//! every ISA-specific routine through a table and never the other way round.
+//!
+//! Invariant: a SIMD table is only handed out ([`table`], [`tables`], [`Isa::table`])
+//! after `is_x86_feature_detected!` confirmed its features, and its entries are private
+//! wrappers reachable only through it; that is what makes calling the
+//! `#[target_feature]` functions inside them sound.
+
+use super::body::conv::ConvShape;
+use super::body::eltwise::Bcast;
+use super::body::epilogue::Epilogue;
+use super::body::pool::PoolShape;
+use crate::ir::{BinaryOp, UnaryOp};
+use std::sync::OnceLock;
+
+pub(crate) mod portable;
+#[cfg(target_arch = "x86_64")]
+mod x86_64_fma;
+
+/// Rows of one GEMM micro-tile (and of one packed A panel).
+pub const MR: usize = 6;
+/// Columns of one GEMM micro-tile (and of one packed B panel).
+pub const NR: usize = 16;
+/// Columns of the half-width micro-tile (`mm_half`).
+pub const HALF: usize = NR / 2;
+/// Depth of one GEMM K block.
+pub const KC: usize = 256;
+
+/// Instruction set of a kernel table; a plan stores it and reaches the table with
+/// [`Isa::table`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isa {
+    /// Plain Rust, any target.
+    Portable,
+    /// x86-64 AVX2 with FMA.
+    Avx2Fma,
+}
+
+impl Isa {
+    /// The table of this instruction set; the portable one when this CPU lacks it.
+    #[inline]
+    pub fn table(self) -> &'static KernelTable {
+        match self {
+            Isa::Portable => &portable::TABLE,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2Fma => x86_64_fma::table().unwrap_or(&portable::TABLE),
+            #[cfg(not(target_arch = "x86_64"))]
+            Isa::Avx2Fma => &portable::TABLE,
+        }
+    }
+}
+
+/// Up to [`KC`] rows of an unpacked B block, each a slice of at least `len` floats
+/// starting at the block's first column: B row `p`, column `jc + j` is `rows[p][j]`.
+/// Lets the micro-kernel read B straight from its source (conv input planes, im2col
+/// rows) instead of from packed panels.
+pub struct RowBlock<'r, 'b> {
+    pub(crate) rows: &'r [&'b [f32]],
+    pub(crate) len: usize,
+}
+
+impl<'r, 'b> RowBlock<'r, 'b> {
+    /// Checks once that every row holds `len` floats.
+    pub fn new(rows: &'r [&'b [f32]], len: usize) -> RowBlock<'r, 'b> {
+        assert!(rows.iter().all(|r| r.len() >= len), "short B row");
+        RowBlock { rows, len }
+    }
+
+    /// Rows in the block.
+    pub fn depth(&self) -> usize {
+        self.rows.len()
+    }
+}
+
+/// Every ISA-specific routine, for one instruction set. All entries are safe to call
+/// with any arguments: they check the bounds they rely on.
+// The entries are plain kernel signatures; naming each as a type alias would only hide them.
+#[allow(clippy::type_complexity)]
+pub struct KernelTable {
+    /// Name shown by `vnpu info` (e.g. `avx2+fma`).
+    pub name: &'static str,
+    /// The instruction set.
+    pub isa: Isa,
+    /// GEMM micro-tile rows (the packed A panel height).
+    pub mr: usize,
+    /// GEMM micro-tile columns (the packed B panel width).
+    pub nr: usize,
+    /// Vector width in f32 lanes (the channel block of blocked layouts).
+    pub lanes: usize,
+    /// One MR x NR tile: `C = A_panel · B_panel` (or `C +=` when `acc`), depth `kc`;
+    /// `a` holds `kc * MR` floats, `b` `kc * NR`, `c` MR rows of stride `ldc`.
+    pub mm_tile: fn(kc: usize, a: &[f32], b: &[f32], c: &mut [f32], ldc: usize, acc: bool),
+    /// Like `mm_tile`, with B read from columns `off..off + NR` of the rows of a
+    /// [`RowBlock`] (depth `b.depth()`).
+    pub mm_tile_rows:
+        fn(a: &[f32], b: &RowBlock<'_, '_>, off: usize, c: &mut [f32], ldc: usize, acc: bool),
+    /// Row 0 of a micro-tile only (the GEMV case): `c[..NR] = sum_p a[p*MR] * b[p*NR..]`.
+    pub mm_row: fn(kc: usize, a: &[f32], b: &[f32], c: &mut [f32]),
+    /// The left [`HALF`] columns of a micro-tile into an MR x NR tile `c` (a ragged last
+    /// panel); the right half of `c` is left as is.
+    pub mm_half: fn(kc: usize, a: &[f32], b: &[f32], c: &mut [f32]),
+    /// The fused epilogue on rows `i0..i0+mr`, columns `j0..j0+nr` of C (stride `ldc`).
+    pub epilogue:
+        fn(e: &Epilogue<'_>, c: &mut [f32], ldc: usize, i0: usize, mr: usize, j0: usize, nr: usize),
+    /// An element-wise function in place.
+    pub unary: fn(op: UnaryOp, x: &mut [f32]),
+    /// An f32 binary op with broadcasting, output rows `lo..hi` of the outer dim.
+    pub binary_f32:
+        fn(op: BinaryOp, bc: &Bcast, a: &[f32], b: &[f32], out: &mut [f32], lo: usize, hi: usize),
+    /// One depthwise conv plane (scratch: `depthwise_scratch_len` floats).
+    pub depthwise_plane:
+        fn(s: &ConvShape, w: &[f32], plane: &[f32], out: &mut [f32], scratch: &mut [f32]),
+    /// Max pooling of one plane.
+    pub max_pool_plane: fn(s: &PoolShape, x: &[f32], y: &mut [f32]),
+    /// `y[i] += sum_k w[i * ldw + k] * x[k]` for every row `i < y.len()` (`w` row-major
+    /// with row stride `ldw >= x.len()`): the recurrent GEMV of RNN cells.
+    pub gemv_acc: fn(w: &[f32], ldw: usize, x: &[f32], y: &mut [f32]),
+    /// `x[i] = sigmoid(x[i])` in place (vectorised, same accuracy as the scalar form).
+    pub sigmoid: fn(x: &mut [f32]),
+    /// `x[i] = tanh(x[i])` in place (vectorised, within 1e-6 absolute).
+    pub tanh: fn(x: &mut [f32]),
+}
+
+/// The table the process uses (chosen once): the best this CPU supports, or the one
+/// named by the environment variable `VNPU_KERNEL_TABLE` (e.g. `portable`) when this CPU
+/// has it, so that whole-model tests can run with every table.
+pub fn table() -> &'static KernelTable {
+    static CHOSEN: OnceLock<&'static KernelTable> = OnceLock::new();
+    CHOSEN.get_or_init(|| {
+        let mut all = tables();
+        let wanted = std::env::var("VNPU_KERNEL_TABLE").ok();
+        match wanted.and_then(|n| all.iter().position(|t| t.name == n)) {
+            Some(i) => all[i],
+            None => all.pop().unwrap_or(&portable::TABLE),
+        }
+    })
+}
+
+/// Every table usable on this CPU, portable first, best last.
+pub fn tables() -> Vec<&'static KernelTable> {
+    #[allow(unused_mut)]
+    let mut v: Vec<&'static KernelTable> = vec![&portable::TABLE];
+    #[cfg(target_arch = "x86_64")]
+    if let Some(t) = x86_64_fma::table() {
+        v.push(t);
+    }
+    v
+}
+
+/// The instruction set of [`table`] (what a plan stores).
+pub fn best_isa() -> Isa {
+    table().isa
+}
+
+/// The instruction sets of [`tables`] (for tests and benches comparing twins).
+pub fn available_isas() -> Vec<Isa> {
+    tables().iter().map(|t| t.isa).collect()
+}
+
+/// Defines the test `$name`: `$body`, a non-capturing closure that runs a family's
+/// kernels over its edge sizes with one table and returns every output as one
+/// `Vec<f32>`, runs with each table usable on this CPU and must match the portable
+/// table's result within `$tol` (relative, see `testutil::assert_close`).
+#[cfg(test)]
+macro_rules! twin_test {
+    ($name:ident, $tol:expr, $body:expr) => {
+        #[test]
+        fn $name() {
+            let run: fn(&'static $crate::kernels::isa::KernelTable) -> Vec<f32> = $body;
+            let want = run($crate::kernels::isa::Isa::Portable.table());
+            assert!(!want.is_empty(), "twin test produced no output");
+            for t in $crate::kernels::isa::tables() {
+                let got = run(t);
+                assert_eq!(got.len(), want.len(), "table {}: output length", t.name);
+                for (i, (x, y)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        (x - y).abs() <= $tol * (1.0 + y.abs()) || (x.is_nan() && y.is_nan()),
+                        "table {}: element {i}: got {x}, portable {y}",
+                        t.name
+                    );
+                }
+            }
+        }
+    };
+}
+#[cfg(test)]
+pub(crate) use twin_test;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn best_table_is_last_and_named() {
+        let all = tables();
+        assert_eq!(all[0].isa, Isa::Portable);
+        if std::env::var_os("VNPU_KERNEL_TABLE").is_none() {
+            assert!(std::ptr::eq(table(), *all.last().expect("portable")));
+        }
+        for t in &all {
+            assert!(!t.name.is_empty());
+            assert_eq!((t.mr, t.nr), (MR, NR), "packing assumes one geometry");
+            assert!(std::ptr::eq(t.isa.table(), *t));
+        }
+    }
+}

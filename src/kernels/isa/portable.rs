@@ -1,0 +1,99 @@
+//! The portable table: every entry is a generic body compiled for the baseline target.
+
+use super::{KernelTable, RowBlock, HALF, MR, NR};
+use crate::kernels::body;
+
+/// The portable table (any target).
+pub(crate) static TABLE: KernelTable = KernelTable {
+    name: "portable",
+    isa: super::Isa::Portable,
+    mr: MR,
+    nr: NR,
+    lanes: 1,
+    mm_tile,
+    mm_tile_rows,
+    mm_row,
+    mm_half,
+    epilogue: |e, c, ldc, i0, mr, j0, nr| e.apply_body(c, ldc, i0, mr, j0, nr),
+    unary: body::unary::apply_unary,
+    binary_f32: body::eltwise::binary_f32,
+    depthwise_plane: body::conv::depthwise_plane,
+    max_pool_plane: body::pool::max_pool_plane,
+    gemv_acc: body::rnn::gemv_acc,
+    sigmoid: body::rnn::sigmoid,
+    tanh: body::rnn::tanh,
+};
+
+fn mm_tile(kc: usize, a: &[f32], b: &[f32], c: &mut [f32], ldc: usize, acc: bool) {
+    tile(kc, a, |p| &b[p * NR..p * NR + NR], c, ldc, acc)
+}
+
+fn mm_tile_rows(a: &[f32], b: &RowBlock<'_, '_>, off: usize, c: &mut [f32], ldc: usize, acc: bool) {
+    let rows = b.rows;
+    tile(rows.len(), a, |p| &rows[p][off..off + NR], c, ldc, acc)
+}
+
+/// The MR x NR tile both portable micro-kernels share; `b_row(p)` is B's NR floats
+/// for step `p`.
+#[inline]
+fn tile<'b>(
+    kc: usize,
+    a: &[f32],
+    b_row: impl Fn(usize) -> &'b [f32],
+    c: &mut [f32],
+    ldc: usize,
+    acc: bool,
+) {
+    let mut t = [[0.0f32; NR]; MR];
+    for p in 0..kc {
+        let bv = b_row(p);
+        for (r, row) in t.iter_mut().enumerate() {
+            let av = a[p * MR + r];
+            for (x, bb) in row.iter_mut().zip(bv) {
+                *x += av * bb;
+            }
+        }
+    }
+    for (r, row) in t.iter().enumerate() {
+        let dst = &mut c[r * ldc..r * ldc + NR];
+        if acc {
+            for (d, s) in dst.iter_mut().zip(row) {
+                *d += *s;
+            }
+        } else {
+            dst.copy_from_slice(row);
+        }
+    }
+}
+
+/// Left half of a micro-tile (body shared with the SIMD tables).
+#[inline(always)]
+pub(super) fn mm_half(kc: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
+    let mut acc = [[0.0f32; HALF]; MR];
+    for (av, bv) in a.chunks_exact(MR).zip(b.chunks_exact(NR)).take(kc) {
+        let bv: &[f32; HALF] = bv[..HALF].try_into().expect("HALF floats");
+        for (row, &x) in acc.iter_mut().zip(av) {
+            for (d, y) in row.iter_mut().zip(bv) {
+                // Fused, like the full micro-kernel: a tile gives the same bits whichever
+                // kernel computes it.
+                *d = x.mul_add(*y, *d);
+            }
+        }
+    }
+    for (r, row) in acc.iter().enumerate() {
+        c[r * NR..r * NR + HALF].copy_from_slice(row);
+    }
+}
+
+/// Row 0 of a micro-tile (body shared with the SIMD tables).
+#[inline(always)]
+pub(super) fn mm_row(kc: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
+    let mut acc = [0.0f32; NR];
+    for (av, bv) in a.chunks_exact(MR).zip(b.chunks_exact(NR)).take(kc) {
+        let x = av[0];
+        for (d, y) in acc.iter_mut().zip(bv) {
+            *d = x.mul_add(*y, *d);
+        }
+    }
+    c[..NR].copy_from_slice(&acc);
+}

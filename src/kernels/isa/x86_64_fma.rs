@@ -1,0 +1,210 @@
+//! The AVX2+FMA table (x86-64): a hand-written 6x16 GEMM micro-kernel and GEMV, and the
+//! generic bodies compiled with AVX2 and FMA enabled.
+//!
+//! Every entry of [`TABLE`] is a private safe wrapper around a `#[target_feature]`
+//! function; [`table`] hands the table out only after detecting both features, so each
+//! wrapper runs only on a CPU that has them.
+
+use super::{portable, KernelTable, RowBlock, MR, NR};
+use crate::ir::{BinaryOp, UnaryOp};
+use crate::kernels::body::pool::PoolShape;
+use crate::kernels::body::{self, conv::ConvShape, eltwise::Bcast, epilogue::Epilogue};
+use std::arch::x86_64::*;
+
+/// The AVX2+FMA table, when this CPU has both features.
+pub(super) fn table() -> Option<&'static KernelTable> {
+    (is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")).then_some(&TABLE)
+}
+
+static TABLE: KernelTable = KernelTable {
+    name: "avx2+fma",
+    isa: super::Isa::Avx2Fma,
+    mr: MR,
+    nr: NR,
+    lanes: 8,
+    mm_tile,
+    mm_tile_rows,
+    mm_row,
+    mm_half,
+    epilogue,
+    unary,
+    binary_f32,
+    depthwise_plane,
+    max_pool_plane,
+    gemv_acc,
+    sigmoid,
+    tanh,
+};
+
+/// Builds a safe table entry `$name` that runs the generic body `$body` compiled with
+/// AVX2 and FMA enabled.
+macro_rules! avx2_build {
+    ($name:ident, $body:path, ($($arg:ident: $ty:ty),*)) => {
+        #[allow(clippy::too_many_arguments)]
+        fn $name($($arg: $ty),*) {
+            #[target_feature(enable = "avx2,fma")]
+            #[allow(clippy::too_many_arguments)]
+            unsafe fn build($($arg: $ty),*) {
+                $body($($arg),*)
+            }
+            // SAFETY: this wrapper is reachable only through TABLE, which `table()` hands
+            // out only after detecting AVX2 and FMA; the body indexes safely.
+            unsafe { build($($arg),*) }
+        }
+    };
+}
+
+fn epilogue_body(
+    e: &Epilogue<'_>,
+    c: &mut [f32],
+    ldc: usize,
+    i0: usize,
+    mr: usize,
+    j0: usize,
+    nr: usize,
+) {
+    e.apply_body(c, ldc, i0, mr, j0, nr)
+}
+
+avx2_build!(epilogue, epilogue_body, (e: &Epilogue<'_>, c: &mut [f32], ldc: usize, i0: usize, mr: usize, j0: usize, nr: usize));
+avx2_build!(unary, body::unary::apply_unary, (op: UnaryOp, x: &mut [f32]));
+avx2_build!(binary_f32, body::eltwise::binary_f32, (op: BinaryOp, bc: &Bcast, a: &[f32], b: &[f32], out: &mut [f32], lo: usize, hi: usize));
+avx2_build!(depthwise_plane, body::conv::depthwise_plane, (s: &ConvShape, w: &[f32], plane: &[f32], out: &mut [f32], scratch: &mut [f32]));
+avx2_build!(max_pool_plane, body::pool::max_pool_plane, (s: &PoolShape, x: &[f32], y: &mut [f32]));
+avx2_build!(mm_half, portable::mm_half, (kc: usize, a: &[f32], b: &[f32], c: &mut [f32]));
+avx2_build!(mm_row, portable::mm_row, (kc: usize, a: &[f32], b: &[f32], c: &mut [f32]));
+avx2_build!(sigmoid, body::rnn::sigmoid, (x: &mut [f32]));
+avx2_build!(tanh, body::rnn::tanh, (x: &mut [f32]));
+
+fn mm_tile(kc: usize, a: &[f32], b: &[f32], c: &mut [f32], ldc: usize, acc: bool) {
+    assert!(a.len() >= kc * MR && b.len() >= kc * NR);
+    assert!(ldc >= NR && c.len() >= (MR - 1) * ldc + NR);
+    let (a, b, c) = (a.as_ptr(), b.as_ptr(), c.as_mut_ptr());
+    // SAFETY: AVX2+FMA were detected (see `table`); the asserts above bound every offset
+    // the tile touches (a: kc*MR, b row p: p*NR..p*NR+NR, c: MR rows of NR at ldc).
+    unsafe { tile_6x16(kc, a, |p| b.add(p * NR), c, ldc, acc) }
+}
+
+fn mm_tile_rows(a: &[f32], b: &RowBlock<'_, '_>, off: usize, c: &mut [f32], ldc: usize, acc: bool) {
+    let rows = b.rows;
+    let kc = rows.len();
+    assert!(a.len() >= kc * MR && off + NR <= b.len);
+    assert!(ldc >= NR && c.len() >= (MR - 1) * ldc + NR);
+    let (a, c) = (a.as_ptr(), c.as_mut_ptr());
+    // SAFETY: AVX2+FMA were detected (see `table`); every row holds `b.len >= off + NR`
+    // floats (checked by `RowBlock::new` and above), a holds kc*MR, c MR rows of NR.
+    unsafe { tile_6x16(kc, a, |p| rows[p].as_ptr().add(off), c, ldc, acc) }
+}
+
+/// The 6x16 FMA tile: `b_row(p)` points at the 16 floats of B for step `p`.
+///
+/// # Safety
+/// AVX2 and FMA must be available; `a` valid for `kc * 6` reads, `b_row(p)` for 16
+/// reads for every `p < kc`, `c` for 6 rows of 16 floats at stride `ldc`.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn tile_6x16(
+    kc: usize,
+    a: *const f32,
+    b_row: impl Fn(usize) -> *const f32,
+    c: *mut f32,
+    ldc: usize,
+    acc: bool,
+) {
+    let mut t = [_mm256_setzero_ps(); 2 * MR];
+    for p in 0..kc {
+        let bp = b_row(p);
+        // SAFETY: 16 floats at bp and the A column p (kc*6 floats) are readable.
+        let (b0, b1, ap) = unsafe {
+            (
+                _mm256_loadu_ps(bp),
+                _mm256_loadu_ps(bp.add(8)),
+                a.add(p * MR),
+            )
+        };
+        for r in 0..MR {
+            // SAFETY: r < MR, inside the current A column.
+            let av = unsafe { _mm256_broadcast_ss(&*ap.add(r)) };
+            t[2 * r] = _mm256_fmadd_ps(av, b0, t[2 * r]);
+            t[2 * r + 1] = _mm256_fmadd_ps(av, b1, t[2 * r + 1]);
+        }
+    }
+    for r in 0..MR {
+        // SAFETY: row r < MR of C, 16 floats, guaranteed by the caller.
+        unsafe {
+            let cp = c.add(r * ldc);
+            let (mut v0, mut v1) = (t[2 * r], t[2 * r + 1]);
+            if acc {
+                v0 = _mm256_add_ps(v0, _mm256_loadu_ps(cp));
+                v1 = _mm256_add_ps(v1, _mm256_loadu_ps(cp.add(8)));
+            }
+            _mm256_storeu_ps(cp, v0);
+            _mm256_storeu_ps(cp.add(8), v1);
+        }
+    }
+}
+
+fn gemv_acc(w: &[f32], ldw: usize, x: &[f32], y: &mut [f32]) {
+    let k = x.len();
+    assert!(ldw >= k && (y.is_empty() || w.len() >= (y.len() - 1) * ldw + k));
+    // SAFETY: AVX2+FMA were detected (see `table`); the assert bounds every row read
+    // (row i: i*ldw..i*ldw+k for i < y.len()).
+    unsafe { gemv_acc_fma(w.as_ptr(), ldw, x, y) }
+}
+
+/// Sum of the eight lanes of `v`.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn hsum(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    _mm_cvtss_f32(s)
+}
+
+/// GEMV with FMA: four rows at a time, two 8-lane accumulators per row.
+///
+/// # Safety
+/// AVX2 and FMA must be available; `w` valid for rows `i * ldw .. i * ldw + x.len()`
+/// for every `i < y.len()`.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn gemv_acc_fma(w: *const f32, ldw: usize, x: &[f32], y: &mut [f32]) {
+    let k = x.len();
+    let k16 = k / 16 * 16;
+    let xp = x.as_ptr();
+    let mut i = 0;
+    while i + 4 <= y.len() {
+        // SAFETY: rows i..i+4 are below y.len(), so each holds k floats (caller).
+        let r: [*const f32; 4] = std::array::from_fn(|q| unsafe { w.add((i + q) * ldw) });
+        let mut a = [_mm256_setzero_ps(); 8];
+        let mut c = 0;
+        while c < k16 {
+            // SAFETY: c + 16 <= k: inside x and inside each row.
+            unsafe {
+                let x0 = _mm256_loadu_ps(xp.add(c));
+                let x1 = _mm256_loadu_ps(xp.add(c + 8));
+                for q in 0..4 {
+                    a[2 * q] = _mm256_fmadd_ps(_mm256_loadu_ps(r[q].add(c)), x0, a[2 * q]);
+                    a[2 * q + 1] =
+                        _mm256_fmadd_ps(_mm256_loadu_ps(r[q].add(c + 8)), x1, a[2 * q + 1]);
+                }
+            }
+            c += 16;
+        }
+        for q in 0..4 {
+            let mut s = hsum(_mm256_add_ps(a[2 * q], a[2 * q + 1]));
+            for (cc, xv) in x.iter().enumerate().skip(k16) {
+                // SAFETY: cc < k, inside row i + q.
+                s += unsafe { *r[q].add(cc) } * xv;
+            }
+            y[i + q] += s;
+        }
+        i += 4;
+    }
+    while i < y.len() {
+        // SAFETY: row i < y.len() holds k floats (caller).
+        let row = unsafe { std::slice::from_raw_parts(w.add(i * ldw), k) };
+        y[i] += row.iter().zip(x).map(|(a, b)| a * b).sum::<f32>();
+        i += 1;
+    }
+}
