@@ -124,7 +124,8 @@ options:
   --out DIR       output directory (default vnpu-demo)
 ";
 
-const HELP_SERVE: &str = "usage: vnpu serve [--socket PATH] [--cores N] [--trace PATH] [--group NAME]
+const HELP_SERVE: &str =
+    "usage: vnpu serve [--socket PATH] [--cores N] [--trace PATH] [--group NAME]
 
 Runs the virtual NPU as a daemon in the foreground (service mode): it owns the cores, the
 CPU pool, the library queue and the loaded models, and serves every process that sets
