@@ -314,9 +314,10 @@ pub fn read_models(bytes: &[u8], path: &str) -> Result<Vec<CompiledModel>> {
     read_shared(owner, path, false)
 }
 
-/// Opens a compiled file for mapping: a regular file (checked on the open descriptor,
-/// so devices and FIFOs are refused without blocking or reading) of a sane size.
-fn open_regular(path: &Path) -> Result<(std::fs::File, u64)> {
+/// Opens a model file for reading: a regular file (checked on the open descriptor, so
+/// devices, FIFOs and directories are refused without blocking or reading) no larger
+/// than `max_len`. Returns the file and its length.
+pub fn open_regular(path: &Path, max_len: u64) -> Result<(std::fs::File, u64)> {
     let io = |e: std::io::Error| Error::Io {
         path: path.to_path_buf(),
         reason: e.to_string(),
@@ -340,58 +341,61 @@ fn open_regular(path: &Path) -> Result<(std::fs::File, u64)> {
             "not a regular file (a device, FIFO or directory)".into()
         ));
     }
-    if meta.len() > MAX_FILE_LEN {
+    if meta.len() > max_len {
         return Err(bad(format!(
-            "{} bytes is larger than any compiled model ({MAX_FILE_LEN})",
+            "{} bytes is larger than any model this vnpu accepts ({max_len})",
             meta.len()
         )));
     }
     Ok((file, meta.len()))
 }
 
-/// A compiled file opened for loading: mapped, or (too short to hold a header) its
-/// few bytes, read from the same descriptor.
-enum Opened {
-    Mapped(Arc<memmap2::Mmap>),
-    Short(Vec<u8>),
-}
-
-fn open_file(path: &Path, populate: bool) -> Result<Opened> {
-    let (mut file, len) = open_regular(path)?;
+/// Maps and validates an opened compiled file (see [`open_regular`]) of length `len`;
+/// `verify_weights` also checks the weights checksum.
+pub fn load_opened(
+    file: &std::fs::File,
+    len: u64,
+    path: &Path,
+    verify_weights: bool,
+) -> Result<Vec<CompiledModel>> {
+    let shown = path.display().to_string();
     if len < HEADER_LEN as u64 {
+        // Too short to hold a header: always an error, with the precise reason.
         let mut bytes = Vec::new();
         use std::io::Read;
-        (&mut file)
-            .take(HEADER_LEN as u64)
+        file.take(HEADER_LEN as u64)
             .read_to_end(&mut bytes)
             .map_err(|e| Error::Io {
                 path: path.to_path_buf(),
                 reason: e.to_string(),
             })?;
-        return Ok(Opened::Short(bytes));
+        return check_header(&bytes, &shown, true).map(|_| Vec::new());
     }
     let mut opts = memmap2::MmapOptions::new();
-    if populate {
+    if verify_weights {
+        // Every page is read by the checksum anyway: map them all at once.
         opts.populate();
     }
     // SAFETY: the map is read-only; its bytes are treated as untrusted input and fully
     // validated before use. A concurrent truncation of the file by another process could
     // fault; compiled files (and cache entries, written by atomic rename) are not
     // modified in place.
-    let map = unsafe { opts.map(&file) }.map_err(|e| Error::Io {
+    let map = unsafe { opts.map(file) }.map_err(|e| Error::Io {
         path: path.to_path_buf(),
         reason: e.to_string(),
     })?;
-    Ok(Opened::Mapped(Arc::new(map)))
+    if map.len() as u64 != len {
+        return Err(Error::ModelFormat {
+            path: shown,
+            reason: "the file changed while loading".into(),
+        });
+    }
+    read_shared(Arc::new(map), &shown, verify_weights)
 }
 
 fn load_impl(path: &Path, verify_weights: bool) -> Result<Vec<CompiledModel>> {
-    let shown = path.display().to_string();
-    match open_file(path, verify_weights)? {
-        Opened::Mapped(map) => read_shared(map, &shown, verify_weights),
-        // Always an error (a header does not fit), with the precise reason.
-        Opened::Short(bytes) => check_header(&bytes, &shown, true).map(|_| Vec::new()),
-    }
+    let (file, len) = open_regular(path, MAX_FILE_LEN)?;
+    load_opened(&file, len, path, verify_weights)
 }
 
 /// Maps and validates a compiled model file. Header and manifest are checksummed; the

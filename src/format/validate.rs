@@ -12,7 +12,7 @@
 //! nodes in order, each node's tiles `0..tiles` exactly once; estimates finite.
 //! Tile counts against the execution plan are [`validate_tiles`]'s (the plan is exec's).
 
-use crate::compile::{CompiledModel, Segment};
+use crate::compile::{CompiledModel, IoKind, Segment};
 use crate::ir::{Placement, PostOp};
 
 fn numel(shape: &[usize]) -> Option<usize> {
@@ -141,7 +141,7 @@ fn check_boundary(m: &CompiledModel) -> Result<(), String> {
             if s.value != v
                 || s.dtype != val.dtype
                 || bytes != Some(s.byte_size)
-                || numel(&s.shape) != numel(vshape)
+                || (s.kind == IoKind::Tensor && numel(&s.shape) != numel(vshape))
             {
                 return Err(format!(
                     "{what} '{}' does not describe graph value '{}'",
