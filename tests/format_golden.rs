@@ -27,7 +27,9 @@ fn input() -> Vec<f32> {
 }
 
 fn small_model_onnx() -> Vec<u8> {
-    let w: Vec<f32> = (0..4 * 3 * 3 * 3).map(|i| ((i % 7) as f32 - 3.0) / 10.0).collect();
+    let w: Vec<f32> = (0..4 * 3 * 3 * 3)
+        .map(|i| ((i % 7) as f32 - 3.0) / 10.0)
+        .collect();
     let b: Vec<f32> = vec![0.1, -0.2, 0.3, 0.0];
     let fc: Vec<f32> = (0..4 * 5).map(|i| ((i % 5) as f32 - 2.0) / 4.0).collect();
     ModelBuilder::new("golden_small", 13)
@@ -41,7 +43,10 @@ fn small_model_onnx() -> Vec<u8> {
             "conv",
             &["x", "w", "b"],
             &["c"],
-            vec![attr::ints("pads", &[1, 1, 1, 1]), attr::ints("strides", &[1, 1])],
+            vec![
+                attr::ints("pads", &[1, 1, 1, 1]),
+                attr::ints("strides", &[1, 1]),
+            ],
         )
         .node("Relu", "relu", &["c"], &["r"], vec![])
         .node(
@@ -49,13 +54,22 @@ fn small_model_onnx() -> Vec<u8> {
             "pool",
             &["r"],
             &["p"],
-            vec![attr::ints("kernel_shape", &[2, 2]), attr::ints("strides", &[2, 2])],
+            vec![
+                attr::ints("kernel_shape", &[2, 2]),
+                attr::ints("strides", &[2, 2]),
+            ],
         )
         .node("GlobalAveragePool", "gap", &["p"], &["g"], vec![])
         .node("Reshape", "flat", &["g", "shape"], &["f"], vec![])
         .node("MatMul", "fc", &["f", "fc"], &["m"], vec![])
         .node("Sigmoid", "sig", &["m"], &["s"], vec![])
-        .node("Softmax", "softmax", &["s"], &["y"], vec![attr::int("axis", 1)])
+        .node(
+            "Softmax",
+            "softmax",
+            &["s"],
+            &["y"],
+            vec![attr::int("axis", 1)],
+        )
         .output("y")
         .to_bytes()
 }
@@ -65,7 +79,8 @@ fn outputs_of(models: &[vnpu::compile::CompiledModel]) -> Vec<f32> {
     let plan = ModelPlan::new(g, &PlanOptions::default()).expect("plan");
     let mut st = plan.new_state();
     let x = input();
-    plan.set_input(&mut st, 0, bytemuck::cast_slice(&x)).expect("input");
+    plan.set_input(&mut st, 0, bytemuck::cast_slice(&x))
+        .expect("input");
     plan.run_all(&mut st).expect("run");
     let mut out = vec![0u8; plan.output_len(0)];
     plan.read_output(&st, 0, &mut out).expect("output");
@@ -105,14 +120,20 @@ fn golden_file_keeps_loading_with_its_outputs() {
     let got = outputs_of(&models);
     assert_eq!(got.len(), want.len());
     for (g, w) in got.iter().zip(&want) {
-        assert!((g - w).abs() <= 1e-5 * (1.0 + w.abs()), "{got:?} vs {want:?}");
+        assert!(
+            (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
+            "{got:?} vs {want:?}"
+        );
     }
     // The same model compiled now gives the same numbers (the file is not stale).
     let fresh = compile_onnx_bytes(&small_model_onnx(), None, "g", &CompileOptions::default())
         .expect("compile");
     let now = outputs_of(&[fresh]);
     for (g, w) in now.iter().zip(&want) {
-        assert!((g - w).abs() <= 1e-5 * (1.0 + w.abs()), "{now:?} vs {want:?}");
+        assert!(
+            (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
+            "{now:?} vs {want:?}"
+        );
     }
 }
 
@@ -121,8 +142,13 @@ fn older_and_newer_versions_of_the_golden_file_say_so() {
     let bytes = std::fs::read(golden_dir().join("small_v2.vnpu")).expect("golden file");
     let mut old = bytes.clone();
     old[8..12].copy_from_slice(&1u32.to_le_bytes());
-    let e = vnpu::format::read_models(&old, "old").unwrap_err().to_string();
-    assert!(e.contains("older format version 1: recompile with `vnpu compile`"), "{e}");
+    let e = vnpu::format::read_models(&old, "old")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("older format version 1: recompile with `vnpu compile`"),
+        "{e}"
+    );
     let mut new = bytes;
     new[8..12].copy_from_slice(&(vnpu::format::FORMAT_VERSION + 1).to_le_bytes());
     let e = vnpu::format::read_models(&new, "new").unwrap_err();

@@ -53,10 +53,10 @@ fn index(v: u64, what: &str) -> Result<usize, String> {
     usize::try_from(v).map_err(|_| format!("{what} {v} does not fit this host"))
 }
 
-fn io_record(s: &IoSpec) -> IoRecord {
+fn io_record(s: &IoSpec, value: u64) -> IoRecord {
     IoRecord {
         name: s.name.clone(),
-        value: s.value as u64,
+        value,
         kind: match s.kind {
             IoKind::Tensor => "tensor".into(),
             IoKind::Image(f) => image_format_name(f).into(),
@@ -98,12 +98,20 @@ fn io_spec(r: &IoRecord) -> Result<IoSpec, String> {
 }
 
 /// The record of one model; its constants are appended to `weights`, each aligned.
+/// Constants no node or output reads (left behind by compiler passes) are not stored:
+/// values are renumbered without them.
 pub(super) fn encode_model(
     m: &CompiledModel,
     weights: &mut Vec<u8>,
 ) -> Result<ModelRecord, String> {
+    let uses = m.graph.use_counts();
+    let mut new_id = vec![u64::MAX; m.graph.values.len()];
     let mut values = Vec::with_capacity(m.graph.values.len());
-    for v in &m.graph.values {
+    for (i, v) in m.graph.values.iter().enumerate() {
+        if v.konst.is_some() && uses[i] == 0 {
+            continue;
+        }
+        new_id[i] = values.len() as u64;
         let konst = v.konst.as_ref().map(|t| {
             let pad = (WEIGHT_ALIGN - weights.len() % WEIGHT_ALIGN) % WEIGHT_ALIGN;
             weights.resize(weights.len() + pad, 0);
@@ -137,6 +145,7 @@ pub(super) fn encode_model(
             konst,
         });
     }
+    let id = |v: usize| new_id.get(v).copied().unwrap_or(u64::MAX);
     let mut nodes = Vec::with_capacity(m.graph.nodes.len());
     for n in &m.graph.nodes {
         let (op_type, attrs) = encode_op(&n.op).map_err(|e| format!("node '{}': {e}", n.name))?;
@@ -147,9 +156,9 @@ pub(super) fn encode_model(
             inputs: n
                 .inputs
                 .iter()
-                .map(|i| i.map_or(-1, |v| v as i64))
+                .map(|i| i.map_or(-1, |v| id(v) as i64))
                 .collect(),
-            outputs: n.outputs.iter().map(|&v| v as u64).collect(),
+            outputs: n.outputs.iter().map(|&v| id(v)).collect(),
             absorbed: n.absorbed.clone(),
             placement: placement_code(n.placement),
         });
@@ -184,10 +193,14 @@ pub(super) fn encode_model(
         graph_name: m.graph.name.clone(),
         values,
         nodes,
-        graph_inputs: m.graph.inputs.iter().map(|&v| v as u64).collect(),
-        graph_outputs: m.graph.outputs.iter().map(|&v| v as u64).collect(),
-        inputs: m.inputs.iter().map(io_record).collect(),
-        outputs: m.outputs.iter().map(io_record).collect(),
+        graph_inputs: m.graph.inputs.iter().map(|&v| id(v)).collect(),
+        graph_outputs: m.graph.outputs.iter().map(|&v| id(v)).collect(),
+        inputs: m.inputs.iter().map(|s| io_record(s, id(s.value))).collect(),
+        outputs: m
+            .outputs
+            .iter()
+            .map(|s| io_record(s, id(s.value)))
+            .collect(),
         segments,
         max_time_per_fc: m.max_time_per_fc,
         node_est_us: m.node_est_us.clone(),

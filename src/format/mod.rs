@@ -126,6 +126,24 @@ pub fn write_models(models: &[CompiledModel]) -> Result<Vec<u8>> {
     Ok(out)
 }
 
+/// Recomputes both checksums of a file image in place (after its manifest or weights
+/// were edited without changing section sizes): what a deliberate editor would do. For
+/// tests and fuzzing; a header too short or inconsistent is left as it is.
+pub fn reseal(bytes: &mut [u8]) {
+    if bytes.len() < HEADER_LEN {
+        return;
+    }
+    let woff = u64_at(bytes, 32);
+    if woff < HEADER_LEN as u64 || woff > bytes.len() as u64 {
+        return;
+    }
+    let woff = woff as usize;
+    let msum = manifest_checksum(bytes, woff);
+    bytes[48..56].copy_from_slice(&msum.to_le_bytes());
+    let wsum = checksum(&bytes[woff..]);
+    bytes[56..64].copy_from_slice(&wsum.to_le_bytes());
+}
+
 /// Writes models to a file.
 pub fn save_models(path: &Path, models: &[CompiledModel]) -> Result<()> {
     let bytes = write_models(models)?;

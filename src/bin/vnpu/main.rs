@@ -15,7 +15,7 @@ commands:
       [--input-name NAME] [--input-type-rt nv12|yuv444|rgb|bgr|gray|featuremap]
       [--input-layout-rt NCHW|NHWC] [--mean 123.7,116.3,103.5] [--scale 0.017,...]
       [--name NAME] [--run-on-cpu a,b] [--run-on-bpu c] [--O0]
-  info FILE [--json] [--model-name M]         describe a compiled (or ONNX) model
+  info FILE [--json] [--verify] [--model-name M]  describe a compiled (or ONNX) model
   model_info --model_file FILE [--model_name M]  same, hrt_model_exec style
   infer --model_file F[,G] [--model_name M] [--input_file a.bin,b.npy,c.jpg] [--core_id MASK]
       [--priority P] [--custom_id ID] [--frame_count N] [--enable_dump] [--dump_format bin|txt]
