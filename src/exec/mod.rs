@@ -421,15 +421,9 @@ impl<'a> Inputs<'a> {
     }
 }
 
-/// The raw bytes of a constant tensor.
+/// The raw bytes of a constant tensor (owned or borrowed from a file mapping).
 pub(crate) fn const_bytes(t: &Tensor) -> &[u8] {
-    match &t.data {
-        TensorData::F32(v) => bytemuck::cast_slice(v),
-        TensorData::U8(v) | TensorData::Bool(v) => v,
-        TensorData::I8(v) => bytemuck::cast_slice(v),
-        TensorData::I32(v) => bytemuck::cast_slice(v),
-        TensorData::I64(v) => bytemuck::cast_slice(v),
-    }
+    t.bytes()
 }
 
 /// A tensor of `dtype` and `shape` from native-endian bytes.

@@ -1,119 +1,112 @@
 //! The compiled model file: write, load (mmap) and validate.
 //!
-//! Layout (little-endian):
+//! Layout (little-endian), format version 2:
 //! ```text
 //! 0   magic      8  b"VNPUMODL"
 //! 8   version    4  FORMAT_VERSION
 //! 12  header     4  HEADER_LEN (64)
-//! 16  manifest   8+8 offset, length   (bincode: names, graphs without weights, segments, FCs)
-//! 32  weights    8+8 offset, length   (every constant, each 64-byte aligned)
-//! 48  checksum   8  hash of bytes [64, end)
-//! 56  reserved   8  zero
+//! 16  manifest   8+8 offset, length   (protobuf records of `schema`: names, graphs
+//!                                      without weights, segments, FCs)
+//! 32  weights    8+8 offset, length   (every constant, each WEIGHT_ALIGN-aligned)
+//! 48  manifest checksum  8  hash of header bytes [0, 48), the manifest and the zero
+//!                           padding up to the weights
+//! 56  weights checksum   8  hash of the weights section
 //! ```
 //! A file holds one or more models (a packed model). Loading checks, in order: size,
-//! magic, version, header fields, bounds, checksum, then decodes the manifest with a size
-//! limit and checks every constant's range, alignment and element count before any slice
-//! is made. A mapped file is untrusted input: no path panics on it.
+//! magic, version, header fields, section bounds, the manifest checksum; then decodes
+//! the manifest records and validates every model semantically ([`validate`]: indices,
+//! topological order, shapes re-inferred and compared, segments, FCs, boundary specs,
+//! constants' ranges, alignment and sizes) before any slice of the weights is made.
+//! A mapped file is untrusted input: no path panics on it, and no file that loads breaks
+//! an invariant the executor relies on.
+//!
+//! Constants are not copied: each becomes a view into the shared read-only map
+//! ([`crate::ir::TensorData::Mapped`]).
+//!
+//! Why the weights have their own checksum, checked by [`verify_file`] (`vnpu info
+//! --verify`, and the compile cache) rather than on every load: hashing ~45 MB of
+//! weights costs several milliseconds, more than the whole load-time budget, while a
+//! changed weight cannot break any invariant (every constant's range, size and
+//! alignment is validated structurally); it can only change the numbers a model
+//! computes, like editing the ONNX file would. Everything that steers execution
+//! (header, manifest) is checksummed on every load.
 
 pub mod info;
+mod manifest;
+mod ops;
+pub mod schema;
+pub mod validate;
 
 use std::path::Path;
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
+use prost::Message;
 
 use crate::compile::CompiledModel;
 use crate::error::{Error, Result};
-use crate::ir::{DType, Tensor, TensorData};
 
 /// File magic.
 pub const MAGIC: &[u8; 8] = b"VNPUMODL";
-/// Current format version; files with a larger one are refused as incompatible.
-pub const FORMAT_VERSION: u32 = 1;
+/// Current format version: older files are refused with a request to recompile, newer
+/// ones as incompatible.
+pub const FORMAT_VERSION: u32 = 2;
 /// Header size in bytes.
 pub const HEADER_LEN: usize = 64;
 /// Alignment of every constant in the weights section.
 pub const WEIGHT_ALIGN: usize = 64;
+/// Largest compiled file accepted (checked before mapping).
+pub const MAX_FILE_LEN: u64 = 1 << 40;
 
-/// Where one constant lives in the weights section.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct ConstEntry {
-    value: usize,
-    dtype: DType,
-    shape: Vec<usize>,
-    offset: u64,
-    len: u64,
-}
-
-/// The manifest: models without weights, plus where each model's constants live.
-#[derive(Debug, Serialize, Deserialize)]
-struct Manifest {
-    vnpu_version: String,
-    models: Vec<CompiledModel>,
-    consts: Vec<Vec<ConstEntry>>,
-}
-
-/// A 64-bit hash over the bytes, 8 at a time (fast enough for 100 MB files).
+/// A 64-bit hash over the bytes: four independent multiply-xorshift lanes over 32-byte
+/// blocks (so the multiplies pipeline), folded together with the tail and the length.
 pub fn checksum(data: &[u8]) -> u64 {
     const K: u64 = 0x9E37_79B9_7F4A_7C15;
-    let mut h: u64 = 0xCBF2_9CE4_8422_2325 ^ (data.len() as u64).wrapping_mul(K);
-    let mut chunks = data.chunks_exact(8);
-    for c in &mut chunks {
-        let w = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
-        h = (h ^ w).wrapping_mul(K);
-        h ^= h >> 31;
+    let mut lanes: [u64; 4] = [
+        0xCBF2_9CE4_8422_2325,
+        0x8422_2325_CBF2_9CE4,
+        0x2545_F491_4F6C_DD1D,
+        0x4F6C_DD1D_2545_F491,
+    ];
+    let mut blocks = data.chunks_exact(32);
+    for b in &mut blocks {
+        for (l, c) in lanes.iter_mut().zip(b.chunks_exact(8)) {
+            let w = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+            *l = (*l ^ w).wrapping_mul(K);
+            *l ^= *l >> 31;
+        }
     }
-    for &b in chunks.remainder() {
+    let mut h = (data.len() as u64).wrapping_mul(K);
+    for l in lanes {
+        h = (h ^ l).wrapping_mul(K);
+        h ^= h >> 29;
+    }
+    for &b in blocks.remainder() {
         h = (h ^ b as u64).wrapping_mul(0x100_0000_01B3);
     }
     h ^ (h >> 29)
 }
 
-fn tensor_bytes(t: &Tensor) -> &[u8] {
-    match &t.data {
-        TensorData::F32(v) => bytemuck::cast_slice(v),
-        TensorData::U8(v) | TensorData::Bool(v) => v,
-        TensorData::I8(v) => bytemuck::cast_slice(v),
-        TensorData::I32(v) => bytemuck::cast_slice(v),
-        TensorData::I64(v) => bytemuck::cast_slice(v),
-    }
+/// The manifest checksum: header fields before it, the manifest, and the padding.
+fn manifest_checksum(bytes: &[u8], weights_off: usize) -> u64 {
+    checksum(&bytes[..48]) ^ checksum(&bytes[HEADER_LEN..weights_off]).rotate_left(23)
 }
 
 /// Serialises models into the file format.
 pub fn write_models(models: &[CompiledModel]) -> Result<Vec<u8>> {
     let mut weights: Vec<u8> = Vec::new();
-    let mut consts = Vec::new();
-    let mut stripped = Vec::new();
+    let mut records = Vec::with_capacity(models.len());
     for m in models {
-        let mut entries = Vec::new();
-        let mut m2 = m.clone();
-        for (vi, val) in m2.graph.values.iter_mut().enumerate() {
-            if let Some(t) = val.konst.take() {
-                let pad = (WEIGHT_ALIGN - weights.len() % WEIGHT_ALIGN) % WEIGHT_ALIGN;
-                weights.resize(weights.len() + pad, 0);
-                let b = tensor_bytes(&t);
-                entries.push(ConstEntry {
-                    value: vi,
-                    dtype: t.dtype(),
-                    shape: t.shape.clone(),
-                    offset: weights.len() as u64,
-                    len: b.len() as u64,
-                });
-                weights.extend_from_slice(b);
-            }
-        }
-        consts.push(entries);
-        stripped.push(m2);
+        let r = manifest::encode_model(m, &mut weights).map_err(|reason| Error::ModelFormat {
+            path: "<memory>".into(),
+            reason: format!("model '{}' cannot be written: {reason}", m.name),
+        })?;
+        records.push(r);
     }
-    let manifest = Manifest {
+    let mbytes = schema::ManifestRecord {
         vnpu_version: crate::VERSION.to_string(),
-        models: stripped,
-        consts,
-    };
-    let mbytes = bincode::serialize(&manifest).map_err(|e| Error::ModelFormat {
-        path: "<memory>".into(),
-        reason: format!("cannot encode manifest: {e}"),
-    })?;
+        models: records,
+    }
+    .encode_to_vec();
     let manifest_off = HEADER_LEN;
     let weights_off = (manifest_off + mbytes.len()).div_ceil(WEIGHT_ALIGN) * WEIGHT_ALIGN;
     let mut out = vec![0u8; weights_off + weights.len()];
@@ -126,9 +119,29 @@ pub fn write_models(models: &[CompiledModel]) -> Result<Vec<u8>> {
     out[24..32].copy_from_slice(&(mbytes.len() as u64).to_le_bytes());
     out[32..40].copy_from_slice(&(weights_off as u64).to_le_bytes());
     out[40..48].copy_from_slice(&(weights.len() as u64).to_le_bytes());
-    let sum = checksum(&out[HEADER_LEN..]);
-    out[48..56].copy_from_slice(&sum.to_le_bytes());
+    let msum = manifest_checksum(&out, weights_off);
+    out[48..56].copy_from_slice(&msum.to_le_bytes());
+    let wsum = checksum(&out[weights_off..]);
+    out[56..64].copy_from_slice(&wsum.to_le_bytes());
     Ok(out)
+}
+
+/// Recomputes both checksums of a file image in place (after its manifest or weights
+/// were edited without changing section sizes): what a deliberate editor would do. For
+/// tests and fuzzing; a header too short or inconsistent is left as it is.
+pub fn reseal(bytes: &mut [u8]) {
+    if bytes.len() < HEADER_LEN {
+        return;
+    }
+    let woff = u64_at(bytes, 32);
+    if woff < HEADER_LEN as u64 || woff > bytes.len() as u64 {
+        return;
+    }
+    let woff = woff as usize;
+    let msum = manifest_checksum(bytes, woff);
+    bytes[48..56].copy_from_slice(&msum.to_le_bytes());
+    let wsum = checksum(&bytes[woff..]);
+    bytes[56..64].copy_from_slice(&wsum.to_le_bytes());
 }
 
 /// Writes models to a file.
@@ -174,8 +187,15 @@ fn foreign_kind(bytes: &[u8]) -> Option<&'static str> {
     None
 }
 
-/// Loads and validates models from file bytes; `path` is used in messages only.
-pub fn read_models(bytes: &[u8], path: &str) -> Result<Vec<CompiledModel>> {
+/// Where the sections of a checked header are.
+struct Sections {
+    manifest: std::ops::Range<usize>,
+    weights: std::ops::Range<usize>,
+}
+
+/// Checks size, magic, version, header fields, section bounds and the manifest
+/// checksum (and the weights checksum when `verify_weights`).
+fn check_header(bytes: &[u8], path: &str, verify_weights: bool) -> Result<Sections> {
     let bad = |reason: String| Error::ModelFormat {
         path: path.to_string(),
         reason,
@@ -187,11 +207,8 @@ pub fn read_models(bytes: &[u8], path: &str) -> Result<Vec<CompiledModel>> {
         let what = foreign_kind(bytes).unwrap_or("not a vnpu compiled model (bad magic)");
         return Err(bad(what.into()));
     }
-    if bytes.len() < HEADER_LEN {
-        return Err(bad(format!(
-            "truncated: {} bytes, the header alone is {HEADER_LEN}",
-            bytes.len()
-        )));
+    if bytes.len() < 12 {
+        return Err(bad(format!("truncated: {} bytes", bytes.len())));
     }
     let version = u32_at(bytes, 8);
     if version > FORMAT_VERSION {
@@ -201,7 +218,19 @@ pub fn read_models(bytes: &[u8], path: &str) -> Result<Vec<CompiledModel>> {
             supported: FORMAT_VERSION,
         });
     }
-    if version == 0 || u32_at(bytes, 12) as usize != HEADER_LEN || u64_at(bytes, 56) != 0 {
+    if (1..FORMAT_VERSION).contains(&version) {
+        return Err(bad(format!(
+            "older format version {version}: recompile with `vnpu compile` (this vnpu reads \
+             version {FORMAT_VERSION})"
+        )));
+    }
+    if bytes.len() < HEADER_LEN {
+        return Err(bad(format!(
+            "truncated: {} bytes, the header alone is {HEADER_LEN}",
+            bytes.len()
+        )));
+    }
+    if version == 0 || u32_at(bytes, 12) as usize != HEADER_LEN {
         return Err(bad("corrupted header".into()));
     }
     let (moff, mlen) = (u64_at(bytes, 16), u64_at(bytes, 24));
@@ -213,287 +242,197 @@ pub fn read_models(bytes: &[u8], path: &str) -> Result<Vec<CompiledModel>> {
             "truncated: sections end past the file's {total} bytes"
         )));
     };
-    if moff < HEADER_LEN as u64 || woff < mend || wend != total || woff % WEIGHT_ALIGN as u64 != 0 {
+    if moff != HEADER_LEN as u64 || woff < mend || wend != total || woff % WEIGHT_ALIGN as u64 != 0
+    {
         return Err(bad("corrupted header: inconsistent section offsets".into()));
     }
-    let want = u64_at(bytes, 48);
-    if checksum(&bytes[HEADER_LEN..]) != want {
-        return Err(bad("checksum mismatch: the file is corrupted".into()));
-    }
-    use bincode::Options;
-    let manifest: Manifest = bincode::DefaultOptions::new()
-        .with_fixint_encoding()
-        .with_limit(mlen)
-        .deserialize(&bytes[moff as usize..mend as usize])
-        .map_err(|e| bad(format!("manifest cannot be decoded: {e}")))?;
-    if manifest.models.len() != manifest.consts.len() || manifest.models.is_empty() {
+    // All offsets are now within the file, whose length is a usize.
+    let (mend, woff, wend) = (mend as usize, woff as usize, wend as usize);
+    if manifest_checksum(bytes, woff) != u64_at(bytes, 48) {
         return Err(bad(
-            "manifest holds no model or mismatched constant tables".into()
+            "manifest checksum mismatch: the file is corrupted".into()
         ));
     }
-    let weights = &bytes[woff as usize..wend as usize];
-    let mut models = manifest.models;
-    for (m, entries) in models.iter_mut().zip(manifest.consts) {
-        for e in entries {
-            let numel = e.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
-            let ok = numel.and_then(|n| n.checked_mul(e.dtype.size())) == Some(e.len as usize)
-                && e.offset.checked_add(e.len).is_some_and(|x| x <= wlen)
-                && e.value < m.graph.values.len();
-            if !ok {
-                return Err(bad(format!(
-                    "constant #{} of model '{}' is out of bounds",
-                    e.value, m.name
-                )));
-            }
-            let raw = &weights[e.offset as usize..(e.offset + e.len) as usize];
-            let data = match e.dtype {
-                DType::F32 => TensorData::F32(
-                    raw.chunks_exact(4)
-                        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                        .collect(),
-                ),
-                DType::I32 => TensorData::I32(
-                    raw.chunks_exact(4)
-                        .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                        .collect(),
-                ),
-                DType::I64 => TensorData::I64(
-                    raw.chunks_exact(8)
-                        .map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
-                        .collect(),
-                ),
-                DType::U8 => TensorData::U8(raw.to_vec()),
-                DType::Bool => TensorData::Bool(raw.to_vec()),
-                DType::I8 => TensorData::I8(raw.iter().map(|&b| b as i8).collect()),
-            };
-            m.graph.values[e.value].konst = Some(Arc::new(Tensor {
-                shape: e.shape,
-                data,
-            }));
+    if bytes[mend..woff].iter().any(|&b| b != 0) {
+        return Err(bad("corrupted padding before the weights".into()));
+    }
+    if verify_weights && checksum(&bytes[woff..wend]) != u64_at(bytes, 56) {
+        return Err(bad(
+            "weights checksum mismatch: the file is corrupted".into()
+        ));
+    }
+    Ok(Sections {
+        manifest: HEADER_LEN..mend,
+        weights: woff..wend,
+    })
+}
+
+/// Decodes and validates every model of a file held by `owner`; constants become views
+/// into `owner`.
+fn read_shared(
+    owner: Arc<dyn AsRef<[u8]> + Send + Sync>,
+    path: &str,
+    verify_weights: bool,
+) -> Result<Vec<CompiledModel>> {
+    let bad = |reason: String| Error::ModelFormat {
+        path: path.to_string(),
+        reason,
+    };
+    let bytes: &[u8] = (*owner).as_ref();
+    let sec = check_header(bytes, path, verify_weights)?;
+    let rec = schema::ManifestRecord::decode(&bytes[sec.manifest.clone()])
+        .map_err(|e| bad(format!("manifest cannot be decoded: {e}")))?;
+    if rec.models.is_empty() {
+        return Err(bad("manifest holds no model".into()));
+    }
+    let weights = manifest::Weights {
+        owner: owner.clone(),
+        range: sec.weights,
+    };
+    let mut models: Vec<CompiledModel> = Vec::with_capacity(rec.models.len());
+    for r in rec.models {
+        let name = r.name.clone();
+        if models.iter().any(|m| m.name == name) {
+            return Err(bad(format!(
+                "two models are named '{name}' (names must be unique in a file)"
+            )));
         }
-        validate_model(m).map_err(|r| bad(format!("model '{}': {r}", m.name)))?;
+        let m = manifest::decode_model(r, &weights)
+            .and_then(|m| validate::validate_model(&m).map(|()| m))
+            .map_err(|reason| bad(format!("model '{name}': {reason}")))?;
+        models.push(m);
     }
     Ok(models)
 }
 
-/// Structural checks on a decoded model: indices in range, FCs covering segments.
-fn validate_model(m: &CompiledModel) -> std::result::Result<(), String> {
-    let nv = m.graph.values.len();
-    let nn = m.graph.nodes.len();
-    for n in &m.graph.nodes {
-        if n.inputs
-            .iter()
-            .flatten()
-            .chain(n.outputs.iter())
-            .any(|&v| v >= nv)
-        {
-            return Err(format!("node '{}' references a missing value", n.name));
-        }
-    }
-    if m.graph
-        .inputs
-        .iter()
-        .chain(&m.graph.outputs)
-        .any(|&v| v >= nv)
-    {
-        return Err("graph inputs/outputs reference missing values".into());
-    }
-    if m.inputs.len() != m.graph.inputs.len() || m.outputs.len() != m.graph.outputs.len() {
-        return Err("boundary description does not match the graph".into());
-    }
-    let mut next = 0;
-    for s in &m.segments {
-        if s.start != next || s.end < s.start || s.end > nn || s.fcs.is_empty() {
-            return Err("segments do not cover the nodes in order".into());
-        }
-        for fc in &s.fcs {
-            for st in &fc.steps {
-                if st.node < s.start || st.node >= s.end || st.tiles == 0 || st.tile >= st.tiles {
-                    return Err("an FC step is outside its segment".into());
-                }
-            }
-        }
-        next = s.end;
-    }
-    if next != nn {
-        return Err("segments do not cover every node".into());
-    }
-    if m.node_est_us.len() != nn {
-        return Err("node estimates do not match the nodes".into());
-    }
-    Ok(())
+/// Bytes copied into a buffer aligned for every element type (8 bytes).
+struct AlignedBytes {
+    words: Vec<u64>,
+    len: usize,
 }
 
-/// Reads and validates a compiled model file through a read-only memory map.
-pub fn load_file(path: &Path) -> Result<Vec<CompiledModel>> {
-    let file = std::fs::File::open(path).map_err(|e| Error::Io {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    })?;
-    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
-    let shown = path.display().to_string();
-    if len == 0 {
-        return read_models(&[], &shown);
+impl AsRef<[u8]> for AlignedBytes {
+    fn as_ref(&self) -> &[u8] {
+        &bytemuck::cast_slice(&self.words)[..self.len]
     }
-    // SAFETY: the map is read-only and private to this call; the bytes are treated as
-    // untrusted input and fully validated. A concurrent truncation of the file by another
-    // process could fault; model files are not expected to change while loading.
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::Io {
+}
+
+/// Loads and validates models from file bytes in memory, checking both checksums;
+/// `path` is used in messages only. The bytes are copied once into an aligned buffer
+/// that the constants then borrow.
+pub fn read_models(bytes: &[u8], path: &str) -> Result<Vec<CompiledModel>> {
+    // Header checks first, so junk is refused before any copy.
+    check_header(bytes, path, true)?;
+    let mut words = vec![0u64; bytes.len().div_ceil(8)];
+    bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..bytes.len()].copy_from_slice(bytes);
+    let owner = Arc::new(AlignedBytes {
+        words,
+        len: bytes.len(),
+    });
+    read_shared(owner, path, false)
+}
+
+/// Opens a model file for reading: a regular file (checked on the open descriptor, so
+/// devices, FIFOs and directories are refused without blocking or reading) no larger
+/// than `max_len`. Returns the file and its length.
+pub fn open_regular(path: &Path, max_len: u64) -> Result<(std::fs::File, u64)> {
+    let io = |e: std::io::Error| Error::Io {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    };
+    let mut opts = std::fs::OpenOptions::new();
+    opts.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        // Non-blocking open: a FIFO would otherwise block until a writer appears.
+        opts.custom_flags(libc::O_NONBLOCK);
+    }
+    let file = opts.open(path).map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    let bad = |reason: String| Error::ModelFormat {
+        path: path.display().to_string(),
+        reason,
+    };
+    if !meta.file_type().is_file() {
+        return Err(bad(
+            "not a regular file (a device, FIFO or directory)".into()
+        ));
+    }
+    if meta.len() > max_len {
+        return Err(bad(format!(
+            "{} bytes is larger than any model this vnpu accepts ({max_len})",
+            meta.len()
+        )));
+    }
+    Ok((file, meta.len()))
+}
+
+/// Maps and validates an opened compiled file (see [`open_regular`]) of length `len`;
+/// `verify_weights` also checks the weights checksum.
+pub fn load_opened(
+    file: &std::fs::File,
+    len: u64,
+    path: &Path,
+    verify_weights: bool,
+) -> Result<Vec<CompiledModel>> {
+    let shown = path.display().to_string();
+    if len < HEADER_LEN as u64 {
+        // Too short to hold a header: always an error, with the precise reason.
+        let mut bytes = Vec::new();
+        use std::io::Read;
+        file.take(HEADER_LEN as u64)
+            .read_to_end(&mut bytes)
+            .map_err(|e| Error::Io {
+                path: path.to_path_buf(),
+                reason: e.to_string(),
+            })?;
+        return check_header(&bytes, &shown, true).map(|_| Vec::new());
+    }
+    let mut opts = memmap2::MmapOptions::new();
+    if verify_weights {
+        // Every page is read by the checksum anyway: map them all at once.
+        opts.populate();
+    }
+    // SAFETY: the map is read-only; its bytes are treated as untrusted input and fully
+    // validated before use. A concurrent truncation of the file by another process could
+    // fault; compiled files (and cache entries, written by atomic rename) are not
+    // modified in place.
+    let map = unsafe { opts.map(file) }.map_err(|e| Error::Io {
         path: path.to_path_buf(),
         reason: e.to_string(),
     })?;
-    read_models(&map, &shown)
+    if map.len() as u64 != len {
+        return Err(Error::ModelFormat {
+            path: shown,
+            reason: "the file changed while loading".into(),
+        });
+    }
+    read_shared(Arc::new(map), &shown, verify_weights)
+}
+
+fn load_impl(path: &Path, verify_weights: bool) -> Result<Vec<CompiledModel>> {
+    let (file, len) = open_regular(path, MAX_FILE_LEN)?;
+    load_opened(&file, len, path, verify_weights)
+}
+
+/// Maps and validates a compiled model file. Header and manifest are checksummed; the
+/// weights are validated structurally and borrowed from the map (see the module doc for
+/// why their checksum is left to [`verify_file`]).
+pub fn load_file(path: &Path) -> Result<Vec<CompiledModel>> {
+    load_impl(path, false)
+}
+
+/// As [`load_file`], also checking the weights checksum (`vnpu info --verify`, the
+/// compile cache).
+pub fn load_file_verified(path: &Path) -> Result<Vec<CompiledModel>> {
+    load_impl(path, true)
+}
+
+/// Checks a compiled file completely (both checksums and every model) without keeping it.
+pub fn verify_file(path: &Path) -> Result<()> {
+    load_file_verified(path).map(|_| ())
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::compile::{Fc, Step};
-    use crate::compile::{IoKind, IoLayout, IoSpec, Segment};
-    use crate::ir::{Graph, Node, Op, Placement, UnaryOp, Value};
-
-    fn model(name: &str) -> CompiledModel {
-        let mut g = Graph {
-            name: name.into(),
-            ..Default::default()
-        };
-        let x = g.add_value(Value {
-            name: "x".into(),
-            dtype: DType::F32,
-            shape: Some(vec![1, 4]),
-            declared: None,
-            konst: None,
-        });
-        let w = g.add_const("w", Tensor::from_f32(vec![4], vec![1.0, 2.0, 3.0, 4.0]));
-        let y = g.add_value(Value {
-            name: "y".into(),
-            dtype: DType::F32,
-            shape: Some(vec![1, 4]),
-            declared: None,
-            konst: None,
-        });
-        g.nodes.push(Node {
-            name: "mul".into(),
-            op: Op::Binary(crate::ir::BinaryOp::Mul),
-            inputs: vec![Some(x), Some(w)],
-            outputs: vec![y],
-            absorbed: vec!["mul".into()],
-            placement: Some(Placement::Bpu),
-        });
-        let z = g.add_value(Value {
-            name: "z".into(),
-            dtype: DType::F32,
-            shape: Some(vec![1, 4]),
-            declared: None,
-            konst: None,
-        });
-        g.nodes.push(Node {
-            name: "relu".into(),
-            op: Op::Unary(UnaryOp::Relu),
-            inputs: vec![Some(y)],
-            outputs: vec![z],
-            absorbed: vec!["relu".into()],
-            placement: Some(Placement::Bpu),
-        });
-        g.inputs = vec![x];
-        g.outputs = vec![z];
-        let spec = |n: &str, v| IoSpec {
-            name: n.into(),
-            value: v,
-            kind: IoKind::Tensor,
-            dtype: DType::F32,
-            layout: IoLayout::None,
-            shape: vec![1, 4],
-            byte_size: 16,
-        };
-        CompiledModel {
-            name: name.into(),
-            inputs: vec![spec("x", x)],
-            outputs: vec![spec("z", z)],
-            graph: g,
-            segments: vec![Segment {
-                kind: Placement::Bpu,
-                start: 0,
-                end: 2,
-                fcs: vec![
-                    Fc {
-                        steps: vec![Step {
-                            node: 0,
-                            tile: 0,
-                            tiles: 1,
-                        }],
-                        est_us: 1.0,
-                    },
-                    Fc {
-                        steps: vec![Step {
-                            node: 1,
-                            tile: 0,
-                            tiles: 1,
-                        }],
-                        est_us: 1.0,
-                    },
-                ],
-            }],
-            max_time_per_fc: 1000,
-            node_est_us: vec![1.0, 1.0],
-            over_limit: vec![],
-        }
-    }
-
-    #[test]
-    fn roundtrip_two_models() {
-        let bytes = write_models(&[model("a"), model("b")]).unwrap();
-        let back = read_models(&bytes, "mem").unwrap();
-        assert_eq!(back.len(), 2);
-        assert_eq!(back[1].name, "b");
-        let w = back[0].graph.values[1].konst.as_ref().unwrap();
-        assert_eq!(w.as_f32().unwrap(), &[1.0, 2.0, 3.0, 4.0]);
-        assert_eq!(back[0].segments, model("a").segments);
-    }
-
-    #[test]
-    fn every_truncation_is_a_clean_error() {
-        let bytes = write_models(&[model("a")]).unwrap();
-        for len in 0..bytes.len() {
-            let e = read_models(&bytes[..len], "t").unwrap_err();
-            assert!(matches!(e, Error::ModelFormat { .. }), "len {len}: {e}");
-        }
-    }
-
-    #[test]
-    fn every_bit_flip_is_detected() {
-        let bytes = write_models(&[model("a")]).unwrap();
-        for i in 0..bytes.len() {
-            let mut b = bytes.clone();
-            b[i] ^= 0x10;
-            assert!(read_models(&b, "f").is_err(), "flip at {i} not detected");
-        }
-    }
-
-    #[test]
-    fn foreign_newer_and_random_files() {
-        let e = read_models(b"HBM\x01rest of a vendor model file.....", "v.hbm").unwrap_err();
-        assert!(e.to_string().contains("vendor"), "{e}");
-        let mut b = write_models(&[model("a")]).unwrap();
-        b[8..12].copy_from_slice(&(FORMAT_VERSION + 1).to_le_bytes());
-        let e = read_models(&b, "new").unwrap_err();
-        assert!(matches!(e, Error::IncompatibleModel { .. }));
-        let mut s = 12345u64;
-        for n in [1usize, 63, 64, 65, 1000] {
-            let junk: Vec<u8> = (0..n)
-                .map(|_| {
-                    s = s.wrapping_mul(6364136223846793005).wrapping_add(1);
-                    (s >> 33) as u8
-                })
-                .collect();
-            assert!(read_models(&junk, "r").is_err());
-            let mut with_magic = MAGIC.to_vec();
-            with_magic.extend_from_slice(&junk);
-            assert!(read_models(&with_magic, "r").is_err());
-        }
-        assert!(read_models(&[], "empty")
-            .unwrap_err()
-            .to_string()
-            .contains("empty"));
-    }
-}
+mod tests;

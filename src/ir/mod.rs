@@ -10,4 +10,4 @@ mod tensor;
 
 pub use graph::{Graph, Node, Placement, Value, ValueId};
 pub use ops::*;
-pub use tensor::{ConstRef, DType, Tensor, TensorData};
+pub use tensor::{ConstRef, DType, Elems, SharedBytes, Tensor, TensorData};

@@ -184,6 +184,7 @@ pub fn tensor_proto(name: &str, t: &Tensor) -> TensorProto {
         TensorData::I8(v) => v.iter().map(|&x| x as u8).collect(),
         TensorData::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
         TensorData::I64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        TensorData::Mapped { .. } => t.bytes().to_vec(),
     };
     TensorProto {
         name: name.into(),

@@ -106,6 +106,12 @@ impl Model {
     pub fn new(compiled: CompiledModel) -> Result<Model> {
         let graph = Arc::new(compiled.graph.clone());
         let plan = ModelPlan::new(graph, &PlanOptions::from_env()?)?;
+        crate::format::validate::validate_tiles(&compiled, |n| plan.tiles_for(n)).map_err(
+            |reason| Error::ModelFormat {
+                path: format!("model '{}'", compiled.name),
+                reason,
+            },
+        )?;
         let inputs = compiled.inputs.iter().map(desc_of).collect();
         let outputs = compiled.outputs.iter().map(desc_of).collect();
         Ok(Model {
@@ -254,8 +260,8 @@ impl PackedModel {
         let mut models = Vec::new();
         for c in compiled {
             if models.iter().any(|m: &Arc<Model>| m.name == c.name) {
-                return Err(Error::InvalidArgument {
-                    name: "model".into(),
+                return Err(Error::ModelFormat {
+                    path: "packed model".into(),
                     reason: format!("two models are named '{}'; compile one with --name", c.name),
                 });
             }

@@ -249,17 +249,21 @@ pub fn run_compile(argv: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// `vnpu info FILE [--json]` (FILE may also be an .onnx, compiled on the fly).
+/// `vnpu info FILE [--json] [--verify]` (FILE may also be an .onnx, compiled on the fly).
 pub fn run_info(argv: &[String]) -> Result<(), String> {
-    let a = Args::parse(argv, &["model_name", "model_file"], &["json"])?;
+    let a = Args::parse(argv, &["model_name", "model_file"], &["json", "verify"])?;
     let file = a
         .get("model_file")
         .map(|s| s.to_string())
         .or_else(|| a.positional.first().cloned())
-        .ok_or("usage: vnpu info FILE [--json]")?;
+        .ok_or("usage: vnpu info FILE [--json] [--verify]")?;
     let path = PathBuf::from(&file);
-    let (mut models, _) = vnpu::runtime::loader::load_path(&path, &CompileOptions::default())
+    let (mut models, src) = vnpu::runtime::loader::load_path(&path, &CompileOptions::default())
         .map_err(|e| e.to_string())?;
+    // --verify: also the weights checksum, which loading leaves out (see vnpu::format).
+    if a.has("verify") && src == vnpu::runtime::LoadSource::Compiled {
+        format::verify_file(&path).map_err(|e| e.to_string())?;
+    }
     if let Some(name) = a.get("model_name") {
         let names: Vec<String> = models.iter().map(|m| m.name.clone()).collect();
         models.retain(|m| m.name == name);

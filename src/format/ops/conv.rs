@@ -1,0 +1,47 @@
+//! Records of the conv family: Conv, ConvTranspose.
+
+use super::{AttrsIn, AttrsOut};
+use crate::ir::Op;
+
+pub(super) fn encode(op: &Op, a: &mut AttrsOut) -> Option<&'static str> {
+    Some(match op {
+        Op::Conv { geom, group, post } => {
+            a.geom(geom);
+            a.usize("group", *group);
+            a.post("post", post);
+            "Conv"
+        }
+        Op::ConvTranspose {
+            geom,
+            group,
+            output_padding,
+            output_shape,
+        } => {
+            a.geom(geom);
+            a.usize("group", *group);
+            a.usizes("output_padding", output_padding);
+            a.usizes("output_shape", output_shape);
+            "ConvTranspose"
+        }
+        _ => return None,
+    })
+}
+
+pub(super) fn decode(name: &str, a: &AttrsIn) -> Option<Result<Op, String>> {
+    let f = || -> Result<Op, String> {
+        Ok(match name {
+            "Conv" => Op::Conv {
+                geom: a.geom()?,
+                group: a.usize("group")?,
+                post: a.post("post")?,
+            },
+            _ => Op::ConvTranspose {
+                geom: a.geom()?,
+                group: a.usize("group")?,
+                output_padding: a.usizes("output_padding")?,
+                output_shape: a.usizes("output_shape")?,
+            },
+        })
+    };
+    matches!(name, "Conv" | "ConvTranspose").then(f)
+}

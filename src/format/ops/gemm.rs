@@ -1,0 +1,46 @@
+//! Records of the gemm family: Gemm, MatMul.
+
+use super::{AttrsIn, AttrsOut};
+use crate::ir::Op;
+
+pub(super) fn encode(op: &Op, a: &mut AttrsOut) -> Option<&'static str> {
+    Some(match op {
+        Op::Gemm {
+            alpha,
+            beta,
+            trans_a,
+            trans_b,
+            post,
+        } => {
+            a.float("alpha", *alpha);
+            a.float("beta", *beta);
+            a.bool("trans_a", *trans_a);
+            a.bool("trans_b", *trans_b);
+            a.post("post", post);
+            "Gemm"
+        }
+        Op::MatMul { post } => {
+            a.post("post", post);
+            "MatMul"
+        }
+        _ => return None,
+    })
+}
+
+pub(super) fn decode(name: &str, a: &AttrsIn) -> Option<Result<Op, String>> {
+    let f = || -> Result<Op, String> {
+        Ok(match name {
+            "Gemm" => Op::Gemm {
+                alpha: a.float("alpha")?,
+                beta: a.float("beta")?,
+                trans_a: a.bool("trans_a")?,
+                trans_b: a.bool("trans_b")?,
+                post: a.post("post")?,
+            },
+            _ => Op::MatMul {
+                post: a.post("post")?,
+            },
+        })
+    };
+    matches!(name, "Gemm" | "MatMul").then(f)
+}
