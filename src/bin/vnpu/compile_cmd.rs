@@ -249,19 +249,20 @@ pub fn run_compile(argv: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// `vnpu info FILE [--json] [--verify]` (FILE may also be an .onnx, compiled on the fly).
+/// `vnpu info FILE [--json]` (FILE may also be an .onnx, compiled on the fly). A compiled
+/// file is checked whole, weights checksum included (loading leaves that out, see
+/// vnpu::format), so `info` is also the integrity check of a file.
 pub fn run_info(argv: &[String]) -> Result<(), String> {
-    let a = Args::parse(argv, &["model_name", "model_file"], &["json", "verify"])?;
+    let a = Args::parse(argv, &["model_name", "model_file"], &["json"])?;
     let file = a
         .get("model_file")
         .map(|s| s.to_string())
         .or_else(|| a.positional.first().cloned())
-        .ok_or("usage: vnpu info FILE [--json] [--verify]")?;
+        .ok_or("usage: vnpu info FILE [--json]")?;
     let path = PathBuf::from(&file);
     let (mut models, src) = vnpu::runtime::loader::load_path(&path, &CompileOptions::default())
         .map_err(|e| e.to_string())?;
-    // --verify: also the weights checksum, which loading leaves out (see vnpu::format).
-    if a.has("verify") && src == vnpu::runtime::LoadSource::Compiled {
+    if src == vnpu::runtime::LoadSource::Compiled {
         format::verify_file(&path).map_err(|e| e.to_string())?;
     }
     if let Some(name) = a.get("model_name") {

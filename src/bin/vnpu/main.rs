@@ -12,7 +12,7 @@ const USAGE: &str = "usage: vnpu <command> [options]   (vnpu <command> --help fo
 
 commands:
   compile MODEL.onnx [MORE.onnx ...] -o OUT.bin   compile (several models = one packed file)
-  info FILE [--json] [--verify] [--model-name M]  describe a compiled (or ONNX) model
+  info FILE [--json] [--model-name M]             describe a compiled (or ONNX) model
   model_info --model_file FILE [--model_name M]   same, hrt_model_exec style
   infer --model_file F [--input_file a.bin,...]   run one model once (or --frame_count times)
   perf --model_file a.bin[,b.bin] ...             measure latency and FPS under load
@@ -49,16 +49,16 @@ options:
   --quiet                       no progress lines
 ";
 
-const HELP_INFO: &str = "usage: vnpu info FILE [--json] [--verify] [--model-name M]
+const HELP_INFO: &str = "usage: vnpu info FILE [--json] [--model-name M]
        vnpu model_info --model_file FILE [--model_name M]
 
 Describes a compiled model file (or an ONNX file, compiled on the fly): inputs, outputs,
-segments, FCs and their estimated times.
+segments, FCs and their estimated times. A compiled file is checked whole, the weights'
+checksum included (loading a model checks its header and manifest and bounds-checks the
+weights, but does not hash them), so `info` is also the file's integrity check.
 
 options:
   --json              machine-readable output
-  --verify            also check the weights section's checksum (loading checks the
-                      header and manifest only; weights are bounds-checked, not hashed)
   --model-name M      only the model named M of a packed file
 ";
 
