@@ -67,7 +67,9 @@ pub enum Error {
     #[error("invalid model file {path}: {reason}")]
     ModelFormat { path: String, reason: String },
     /// A compiled model file of a newer format version.
-    #[error("model file {path} has a newer format version {found}; this vnpu reads up to {supported}")]
+    #[error(
+        "model file {path} has a newer format version {found}; this vnpu reads up to {supported}"
+    )]
     IncompatibleModel {
         path: String,
         found: u32,
