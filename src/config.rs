@@ -46,6 +46,8 @@ pub enum Kind {
     Flag,
     /// A file or folder path; empty = none.
     Path,
+    /// One of these names; empty = the default.
+    Choice(&'static [&'static str]),
 }
 
 /// One setting.
@@ -184,7 +186,39 @@ pub const KEYS: &[Key] = &[
         applies: Applies::ModelLoad,
         doc: "folder caching ONNX models compiled on load (empty = no cache)",
     },
+    Key {
+        name: "VNPU_MEMORY_BUDGET_MB",
+        kind: Kind::Int {
+            min: 1,
+            max: 1 << 30,
+        },
+        default: "",
+        applies: Applies::ModelLoad,
+        doc: "most memory (MiB) one model's planned tensors and constants may take \
+              (default: half of the physical memory)",
+    },
+    Key {
+        name: "VNPU_KERNEL_TABLE",
+        kind: Kind::Choice(&["portable", "avx2+fma"]),
+        default: "",
+        applies: Applies::RuntimeStart,
+        doc: "kernel table to use (default: the best this CPU supports); read at the first \
+              kernel call",
+    },
 ];
+
+/// The checked value of a [`Kind::Choice`] key, `None` when unset (or empty); a malformed
+/// environment value is [`Error::Config`].
+pub fn choice(name: &str) -> Result<Option<&'static str>> {
+    let k = key(name)?;
+    match lookup(k.name) {
+        None => Ok(None),
+        Some(v) => match parse(k, &v)? {
+            Value::Choice(c) => Ok(c),
+            _ => Ok(None),
+        },
+    }
+}
 
 /// The key named `name`.
 pub fn key(name: &str) -> Result<&'static Key> {
@@ -206,6 +240,7 @@ enum Value {
     Int(i64),
     Flag(bool),
     Path(Option<PathBuf>),
+    Choice(Option<&'static str>),
 }
 
 fn parse(k: &Key, text: &str) -> Result<Value> {
@@ -230,6 +265,14 @@ fn parse(k: &Key, text: &str) -> Result<Value> {
         Kind::Path => Ok(Value::Path(
             (!text.trim().is_empty()).then(|| PathBuf::from(text)),
         )),
+        Kind::Choice(names) => match text.trim() {
+            "" => Ok(Value::Choice(None)),
+            t => names
+                .iter()
+                .find(|n| **n == t)
+                .map(|n| Value::Choice(Some(n)))
+                .ok_or_else(|| bad(format!("expected one of: {}", names.join(", ")))),
+        },
     }
 }
 
@@ -491,6 +534,12 @@ mod tests {
                     assert!(parse(k, "2").is_err());
                 }
                 Kind::Path => assert_eq!(parse(k, "").unwrap(), Value::Path(None)),
+                Kind::Choice(names) => {
+                    for n in names {
+                        assert_eq!(parse(k, n).unwrap(), Value::Choice(Some(n)));
+                    }
+                    assert!(parse(k, "nope").is_err(), "{}", k.name);
+                }
             }
         }
         assert!(matches!(key("VNPU_NOPE"), Err(Error::Config { .. })));

@@ -5,8 +5,6 @@
 //! machine's physical memory. Over budget is an invalid model (`HB_DNN_INVALID_MODEL`):
 //! the error names the tensor, its shape and the budget.
 
-use std::sync::OnceLock;
-
 use crate::error::{Error, Result};
 use crate::ir::{DType, Graph};
 
@@ -29,16 +27,14 @@ impl MemoryBudget {
         MemoryBudget { bytes }
     }
 
-    /// The process-wide budget: `VNPU_MEMORY_BUDGET_MB` (read once), else half of the
-    /// physical memory.
+    /// The budget: the setting `VNPU_MEMORY_BUDGET_MB` (see [`crate::config`], read at
+    /// every model load), else half of the physical memory.
     pub fn from_env() -> Result<MemoryBudget> {
-        static BUDGET: OnceLock<std::result::Result<u64, String>> = OnceLock::new();
-        let b = BUDGET.get_or_init(|| parse_budget(std::env::var(BUDGET_ENV).ok().as_deref()));
-        match b {
-            Ok(bytes) => Ok(MemoryBudget::new(*bytes)),
+        match parse_budget(crate::config::lookup(BUDGET_ENV).as_deref()) {
+            Ok(bytes) => Ok(MemoryBudget::new(bytes)),
             Err(reason) => Err(Error::CompileOption {
                 option: BUDGET_ENV.into(),
-                reason: reason.clone(),
+                reason,
             }),
         }
     }

@@ -32,7 +32,12 @@ use crate::runtime::Runtime;
 /// - `VNPU_SPIN_US` 0..1000000 (default 50): polling before a core or waiter sleeps.
 ///
 /// Keys taking effect at each later model load: `VNPU_INTRA_OP_THREADS` 1..64 (default
-/// 1), `VNPU_CACHE_DIR` (path, empty = no compile cache).
+/// 1), `VNPU_CACHE_DIR` (path, empty = no compile cache), `VNPU_MEMORY_BUDGET_MB`
+/// 1..1073741824 (default: half of the physical memory): most memory one model's planned
+/// tensors and constants may take.
+///
+/// `VNPU_KERNEL_TABLE` (`portable` or `avx2+fma`; default: the best this CPU supports)
+/// takes effect at the first kernel call of the process.
 ///
 /// Returns 0; `HB_DNN_INVALID_ARGUMENT` for a NULL or unknown key or a value that is
 /// malformed or out of range (the detail names the key, the value and the range);

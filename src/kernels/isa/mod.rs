@@ -127,13 +127,15 @@ pub struct KernelTable {
 }
 
 /// The table the process uses (chosen once): the best this CPU supports, or the one
-/// named by the environment variable `VNPU_KERNEL_TABLE` (e.g. `portable`) when this CPU
+/// named by the setting `VNPU_KERNEL_TABLE` (e.g. `portable`, see `crate::config`) when this CPU
 /// has it, so that whole-model tests can run with every table.
 pub fn table() -> &'static KernelTable {
     static CHOSEN: OnceLock<&'static KernelTable> = OnceLock::new();
     CHOSEN.get_or_init(|| {
         let mut all = tables();
-        let wanted = std::env::var("VNPU_KERNEL_TABLE").ok();
+        // A malformed value was refused when set; from the environment it falls back to
+        // the best table (the CLI and C calls report it through `config::choice`).
+        let wanted = crate::config::choice("VNPU_KERNEL_TABLE").ok().flatten();
         match wanted.and_then(|n| all.iter().position(|t| t.name == n)) {
             Some(i) => all[i],
             None => all.pop().unwrap_or(&portable::TABLE),
