@@ -177,6 +177,13 @@ fn devices_fifos_and_folders_as_the_model_file_are_refused() {
         })
         .expect_err("refused");
         assert!(e.to_string().contains(kind), "{}: {e}", path.display());
+        // The compiler's file entry point (`vnpu compile`, hbDNN on an .onnx) too.
+        let p3 = path.clone();
+        let e = with_watchdog("compile_onnx_file", move || {
+            vnpu::compile::compile_onnx_file(&p3, &vnpu::compile::CompileOptions::default())
+        })
+        .expect_err("refused");
+        assert!(e.to_string().contains(kind), "{}: {e}", path.display());
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

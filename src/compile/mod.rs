@@ -115,12 +115,9 @@ impl CompiledModel {
     }
 }
 
-/// Compiles an ONNX file.
+/// Compiles an ONNX file (a regular file of at most 2 GiB, checked before it is read).
 pub fn compile_onnx_file(path: &Path, opts: &CompileOptions) -> Result<CompiledModel> {
-    let bytes = std::fs::read(path).map_err(|e| Error::Io {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    })?;
+    let bytes = crate::onnx::read_model_file(path, crate::onnx::MAX_ONNX_FILE_BYTES)?;
     let name = opts.name.clone().unwrap_or_else(|| {
         path.file_stem()
             .map(|s| s.to_string_lossy().into_owned())

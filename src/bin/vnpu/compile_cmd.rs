@@ -134,7 +134,8 @@ fn explain_import_error(e: vnpu::Error) -> String {
 /// Imports the ONNX file once before compiling: fills an empty input name with the
 /// model's only input name and reports inputs whose dynamic batch dim is fixed to 1.
 fn inspect_inputs(path: &Path, opts: &mut CompileOptions) -> Result<(), String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    let bytes = vnpu::onnx::read_model_file(path, vnpu::onnx::MAX_ONNX_FILE_BYTES)
+        .map_err(|e| e.to_string())?;
     let g = vnpu::onnx::import_model(
         &bytes,
         &vnpu::onnx::ImportOptions {
