@@ -54,6 +54,8 @@ cargo test --all-targets --features test-ops -- --include-ignored
 cargo test --doc
 
 step "Python package (pytest, over target/debug/libvnpu.so)"
+# The shared library and CLI of the test profile (the same build CMake links below).
+cargo build --profile test --features test-ops --lib --bins
 VNPU_LIBRARY="$repo/target/debug/libvnpu.so" VNPU_CLI="$repo/target/debug/vnpu" \
     scripts/venv.sh python -m pytest -q -p no:cacheprovider tests/python
 
