@@ -547,24 +547,29 @@ mod ordering {
     }
 }
 
-/// `vnpu serve` as its own process: a client waiting on a task gets an error promptly
-/// when the daemon is killed (no hang, even with no timeout).
+/// `vnpu serve --cores 1` as a child process on `socket`, a client of it with `model`
+/// loaded, its input/output regions and a part running that model on them.
 #[cfg(feature = "test-ops")]
-#[test]
-fn a_killed_daemon_fails_waiting_clients() {
-    let dir = temp_dir();
-    let bg = ordering::spin_file(&dir, "bg", 200, 900);
-    let socket = dir.join("d.sock");
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_vnpu"))
+fn serve_process(
+    socket: &Path,
+    model: &Path,
+) -> (
+    std::process::Child,
+    Arc<Client>,
+    vnpu::service::SharedRegion,
+    vnpu::service::SharedRegion,
+    RemotePart,
+) {
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_vnpu"))
         .args(["serve", "--socket"])
-        .arg(&socket)
+        .arg(socket)
         .args(["--cores", "1"])
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    eventually("daemon listening", || Client::connect(&socket).is_ok());
-    let c = Client::connect(&socket).unwrap();
-    let p = c.load_files(&[&bg]).unwrap();
+    eventually("daemon listening", || Client::connect(socket).is_ok());
+    let c = Client::connect(socket).unwrap();
+    let p = c.load_files(&[model]).unwrap();
     let (i, o) = (c.alloc_shared(16).unwrap(), c.alloc_shared(16).unwrap());
     let part = RemotePart {
         model: ModelRef {
@@ -574,6 +579,18 @@ fn a_killed_daemon_fails_waiting_clients() {
         inputs: vec![vec![i.whole()]],
         outputs: vec![o.whole()],
     };
+    (child, c, i, o, part)
+}
+
+/// `vnpu serve` as its own process: a client waiting on a task gets an error promptly
+/// when the daemon is killed (no hang, even with no timeout).
+#[cfg(feature = "test-ops")]
+#[test]
+fn a_killed_daemon_fails_waiting_clients() {
+    let dir = temp_dir();
+    let bg = ordering::spin_file(&dir, "bg", 200, 900);
+    let socket = dir.join("d.sock");
+    let (mut child, c, i, o, part) = serve_process(&socket, &bg);
     // Four tasks of 200 FCs on one core: the last cannot end before the kill.
     let mut last = None;
     for _ in 0..4 {
@@ -603,25 +620,7 @@ fn sigterm_fails_pending_tasks_and_exits_cleanly() {
     let dir = temp_dir();
     let bg = ordering::spin_file(&dir, "bg", 40, 900);
     let socket = dir.join("t.sock");
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_vnpu"))
-        .args(["serve", "--socket"])
-        .arg(&socket)
-        .args(["--cores", "1"])
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    eventually("daemon listening", || Client::connect(&socket).is_ok());
-    let c = Client::connect(&socket).unwrap();
-    let p = c.load_files(&[&bg]).unwrap();
-    let (i, o) = (c.alloc_shared(16).unwrap(), c.alloc_shared(16).unwrap());
-    let part = RemotePart {
-        model: ModelRef {
-            pack: p.id,
-            index: 0,
-        },
-        inputs: vec![vec![i.whole()]],
-        outputs: vec![o.whole()],
-    };
+    let (mut child, c, i, o, part) = serve_process(&socket, &bg);
     let _running = c
         .submit(std::slice::from_ref(&part), CtrlParams::default())
         .unwrap();
