@@ -21,7 +21,7 @@ use once_cell::sync::Lazy;
 use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
-use crate::sched::{SchedConfig, MAX_CORES};
+use crate::sched::{HostPriority, SchedConfig, MAX_CORES};
 
 /// When a setting is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,6 +141,15 @@ pub const KEYS: &[Key] = &[
         default: "0",
         applies: Applies::RuntimeStart,
         doc: "OS nice value of the core threads (negative values need privileges)",
+    },
+    Key {
+        name: "VNPU_HOST_PRIORITY",
+        kind: Kind::Choice(&["idle", "nice", "off"]),
+        default: "idle",
+        applies: Applies::RuntimeStart,
+        doc: "OS priority of FCs below the highest live task priority: `idle` runs them on a \
+              SCHED_IDLE thread of their core, `nice` on a nice-19 thread, `off` on the one \
+              core thread",
     },
     Key {
         name: "VNPU_TRACE",
@@ -395,6 +404,13 @@ pub fn sched_from(lookup: impl Fn(&str) -> Option<String>) -> Result<SchedConfig
     }
     if let Some(v) = int("VNPU_CORE_NICE")? {
         cfg.core_nice = i32::try_from(v).unwrap_or(0);
+    }
+    if let Some(Value::Choice(Some(c))) = read("VNPU_HOST_PRIORITY")? {
+        cfg.host_priority = match c {
+            "nice" => HostPriority::Nice,
+            "off" => HostPriority::Off,
+            _ => HostPriority::Idle,
+        };
     }
     if let Some(Value::Path(p)) = read("VNPU_TRACE")? {
         cfg.trace_path = p;

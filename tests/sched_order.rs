@@ -547,3 +547,73 @@ fn multi_model_task_runs_all_segments_in_order_and_its_inner_cpu_segments_are_mi
         .collect();
     assert_eq!(mine, vec![(0, 0), (0, 1), (1, 0), (2, 0), (3, 0)]);
 }
+
+/// Host priority classes (issue 13 item 3): an FC runs on its core's low-class thread
+/// exactly when a task of higher priority is live at its start, and FC order is unchanged.
+#[test]
+fn fcs_below_the_highest_live_priority_run_in_the_low_host_class() {
+    use vnpu::sched::HostPriority;
+    for mode in [HostPriority::Idle, HostPriority::Nice, HostPriority::Off] {
+        let g = Gates::new();
+        let s = sched_with(2, 1, |c| c.host_priority = mode);
+        g.gate("L", 0, 0);
+        g.gate("L", 0, 1);
+        g.gate("H", 0, 0);
+        let l = submit(
+            &s,
+            &body("L", &g, &[S::B(&[10, 10, 10, 10])]),
+            ctrl(0, 0, 1),
+        );
+        g.wait_started("L", 0, 0);
+        let h = submit(&s, &body("H", &g, &[S::B(&[10, 10])]), ctrl(200, 0, 2));
+        g.wait_started("H", 0, 0);
+        g.open("L", 0, 0);
+        // L's second FC starts while H (priority 200) is live: the low class.
+        g.wait_started("L", 0, 1);
+        g.open("H", 0, 0);
+        g.open("L", 0, 1);
+        l.wait(None).unwrap();
+        h.wait(None).unwrap();
+        let ev = s.trace_events();
+        let (h_in, h_out) = (
+            pos(&ev, TraceKind::Submit, h.id()),
+            pos(&ev, TraceKind::Done, h.id()),
+        );
+        let class = |task: u64, fc: u32| {
+            ev.iter()
+                .find(|e| e.kind == TraceKind::FcStart && e.task == task && e.fc == fc)
+                .map(|e| e.status)
+                .expect("FcStart recorded")
+        };
+        let off = mode == HostPriority::Off;
+        assert_eq!(
+            class(l.id(), 0),
+            0,
+            "{mode:?}: L fc0 started before H existed"
+        );
+        assert_eq!(class(l.id(), 1), if off { 0 } else { 1 }, "{mode:?}");
+        for (i, e) in ev.iter().enumerate() {
+            if e.kind != TraceKind::FcStart {
+                continue;
+            }
+            let h_live = i > h_in && i < h_out;
+            let want = if e.task == l.id() && h_live && !off {
+                1
+            } else {
+                0
+            };
+            assert_eq!(
+                e.status, want,
+                "{mode:?}: FcStart of task {} fc {}",
+                e.task, e.fc
+            );
+        }
+        // The FCs of each task still run in order, one core each.
+        let l_fcs: Vec<u32> = of_kind(&ev, TraceKind::FcStart)
+            .iter()
+            .filter(|e| e.0 == l.id())
+            .map(|e| e.3)
+            .collect();
+        assert_eq!(l_fcs, vec![0, 1, 2, 3]);
+    }
+}

@@ -40,6 +40,9 @@ pub struct SchedConfig {
     /// busy cores at once, which shortens end-to-end latency when the cores saturate
     /// the host's CPUs; negative values need privileges (else a warning, left at 0).
     pub core_nice: i32,
+    /// `VNPU_HOST_PRIORITY`: the OS priority of FCs of tasks below the highest live
+    /// priority (default [`HostPriority::Idle`]).
+    pub host_priority: HostPriority,
     /// `VNPU_TRACE`: start tracing at creation and dump to this file on `dump_trace`/drop.
     pub trace_path: Option<PathBuf>,
     /// `VNPU_TRACE_CAPACITY`: events kept by the trace ring buffer (default 65536).
@@ -47,6 +50,25 @@ pub struct SchedConfig {
     /// `VNPU_SPIN_US`: how long an idle core thread, and a thread in `wait`, polls before
     /// sleeping (µs, default 50; 0 = sleep at once). Trades a little CPU for wake-up latency.
     pub spin_us: u64,
+}
+
+/// How the OS priority of a core's work follows the priority of its FCs (issue 13).
+///
+/// Each core then has two threads of fixed OS priority: the *top* thread (nice
+/// `core_nice`) runs FCs of tasks whose priority equals the highest priority among live
+/// tasks, the *low* thread runs every other FC. Both take FCs from the one FC queue of the
+/// core in its order, one at a time, so FC order is exactly as with one thread; only the
+/// OS's choice between CPUs' runnable threads changes: the application's threads and
+/// top-class FCs take a CPU from low-class FCs at once. (A thread cannot lower its nice
+/// value again without privileges, hence two fixed threads instead of one re-niced one.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostPriority {
+    /// Low-class FCs run under `SCHED_IDLE` (they get a CPU only when nothing else wants it).
+    Idle,
+    /// Low-class FCs run at nice 19.
+    Nice,
+    /// One thread per core at `core_nice`, whatever the FC's priority.
+    Off,
 }
 
 impl Default for SchedConfig {
@@ -64,6 +86,7 @@ impl Default for SchedConfig {
             pin_cores: false,
             rt_priority: false,
             core_nice: 0,
+            host_priority: HostPriority::Idle,
             trace_path: None,
             trace_capacity: 1 << 16,
             spin_us: 50,

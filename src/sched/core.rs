@@ -1,6 +1,14 @@
-//! The core threads (protocol step 10): one thread per virtual NPU core runs the front of
-//! its committed FC window, one FC at a time and never interrupted, unlocked; a panic in
-//! an FC is caught and fails only its task.
+//! The core threads (protocol step 10): each virtual NPU core runs the front of its
+//! committed FC window, one FC at a time and never interrupted, unlocked; a panic in an FC
+//! is caught and fails only its task.
+//!
+//! Host priority classes ([`HostPriority`]): unless it is `Off`, a core has two threads
+//! of fixed OS priority, *top* and *low*. The FC at the front is run by the thread of its
+//! class: top when its task's priority equals the highest priority of the live tasks,
+//! else low (decided when it starts, under the lock; `FcStart` records the class in its
+//! `status`). Whichever thread finds the front belongs to the other class wakes that one
+//! and sleeps, so both threads share the one FC queue and its order, and at most one FC
+//! of a core runs at a time.
 //!
 //! Invariant: a core thread never runs user callbacks (they go to the callback runner), so
 //! no callback can block a core.
@@ -12,17 +20,26 @@ use std::time::{Duration, Instant};
 
 use parking_lot::MutexGuard;
 
+use super::config::HostPriority;
+use super::fc_queue::FcItem;
 use super::lifecycle::stopped_if_released;
 use super::{os, status_of, Done, SchedInner, State, TraceKind};
 use crate::error::{Error, Result};
 
-pub(super) fn core_main(inner: Arc<SchedInner>, k: usize) {
-    os::place_core_thread(
-        k,
-        inner.cfg.pin_cores,
-        inner.cfg.rt_priority,
-        inner.cfg.core_nice,
-    );
+/// Host priority classes a core may have threads for.
+pub(super) const HOST_CLASSES: usize = 2;
+/// The class of FCs of the highest live priority (the core's OS priority, `core_nice`).
+pub(super) const TOP: usize = 0;
+/// The class of every other FC (`SCHED_IDLE` or nice 19).
+pub(super) const LOW: usize = 1;
+
+pub(super) fn core_main(inner: Arc<SchedInner>, k: usize, class: usize) {
+    let cfg = &inner.cfg;
+    match class {
+        TOP => os::place_core_thread(k, cfg.pin_cores, cfg.rt_priority, cfg.core_nice),
+        _ => os::place_low_thread(k, cfg.pin_cores, cfg.host_priority == HostPriority::Idle),
+    }
+    let me = k * HOST_CLASSES + class;
     let mut done: Done = Vec::new();
     let spin = Duration::from_micros(inner.cfg.spin_us);
     let mut spun = false;
@@ -31,24 +48,40 @@ pub(super) fn core_main(inner: Arc<SchedInner>, k: usize) {
         if st.shutdown {
             return;
         }
-        let Some(item) = st.cores[k].fcs.take_next() else {
-            if spun || spin.is_zero() {
-                inner.core_cv[k].wait(&mut st);
-                spun = false;
-            } else {
-                // Poll for new work unlocked for a moment before sleeping: a futex wake-up
-                // costs more than a short FC.
-                let seen = inner.core_work[k].load(Ordering::Acquire);
-                MutexGuard::unlocked(&mut st, || {
-                    spin_until(spin, || inner.core_work[k].load(Ordering::Acquire) != seen)
-                });
-                spun = true;
+        let next = st.cores[k]
+            .fcs
+            .peek_next()
+            .map(|it| inner.class_of(&st, it));
+        match next {
+            Some(c) if c == class => {}
+            Some(other) => {
+                // The front belongs to the core's other thread: hand over and sleep.
+                inner.core_cv[k * HOST_CLASSES + other].notify_one();
+                inner.core_cv[me].wait(&mut st);
+                continue;
             }
+            None => {
+                if class != TOP || spun || spin.is_zero() || st.cores[k].fcs.is_running() {
+                    inner.core_cv[me].wait(&mut st);
+                    spun = false;
+                } else {
+                    // Poll for new work unlocked for a moment before sleeping: a futex
+                    // wake-up costs more than a short FC.
+                    let seen = inner.core_work[k].load(Ordering::Acquire);
+                    MutexGuard::unlocked(&mut st, || {
+                        spin_until(spin, || inner.core_work[k].load(Ordering::Acquire) != seen)
+                    });
+                    spun = true;
+                }
+                continue;
+            }
+        }
+        spun = false;
+        let Some(item) = st.cores[k].fcs.take_next() else {
             continue;
         };
-        spun = false;
         let (t, seg, fc) = (item.task.clone(), item.seg, item.fc);
-        inner.trace(TraceKind::FcStart, &t, Some(k), seg, fc, 0);
+        inner.trace(TraceKind::FcStart, &t, Some(k), seg, fc, class as i32);
         let (result, elapsed) = MutexGuard::unlocked(&mut st, || {
             let start = Instant::now();
             let r = match stopped_if_released(&t) {
@@ -104,6 +137,35 @@ pub(super) fn run_guarded(f: impl FnOnce() -> Result<()>) -> Result<()> {
 }
 
 impl SchedInner {
+    /// The host priority class FC `it` runs in now (see the module doc).
+    pub(super) fn class_of(&self, st: &State, it: &FcItem) -> usize {
+        if self.cfg.host_priority == HostPriority::Off {
+            return TOP;
+        }
+        let top = st
+            .tasks
+            .values()
+            .map(|e| e.shared.ctrl.priority)
+            .max()
+            .unwrap_or(0);
+        if it.task.ctrl.priority >= top {
+            TOP
+        } else {
+            LOW
+        }
+    }
+
+    /// Tells core `k` that its FC queue changed: bumps its work counter (an idle top
+    /// thread polls it) and wakes the thread of the class of its next FC.
+    pub(super) fn wake_core(&self, st: &State, k: usize) {
+        self.core_work[k].fetch_add(1, Ordering::Release);
+        let class = st.cores[k]
+            .fcs
+            .peek_next()
+            .map_or(TOP, |it| self.class_of(st, it));
+        self.core_cv[k * HOST_CLASSES + class].notify_one();
+    }
+
     /// The FC running on core `k` ended (steps 4 and 10).
     fn on_fc_end(
         &self,

@@ -99,6 +99,19 @@ impl FcQueue {
         }
     }
 
+    /// The FC that [`take_next`](Self::take_next) would return, without marking it.
+    pub(crate) fn peek_next(&self) -> Option<&FcItem> {
+        if self.running {
+            return None;
+        }
+        self.committed.front()
+    }
+
+    /// Whether an FC is running.
+    pub(crate) fn is_running(&self) -> bool {
+        self.running
+    }
+
     /// The FC to run next, marking it running; None when empty or one is already running.
     pub(crate) fn take_next(&mut self) -> Option<&FcItem> {
         if self.running {

@@ -212,8 +212,7 @@ impl SchedInner {
             Some(core) => {
                 self.trace(TraceKind::SegmentStart, &t, Some(core), seg, 0, 0);
                 st.cores[core].fcs.push_segment(segment_fcs(&t, seg));
-                self.core_work[core].fetch_add(1, Ordering::Release);
-                self.core_cv[core].notify_one();
+                self.wake_core(st, core);
             }
         }
     }
@@ -239,11 +238,10 @@ impl SchedInner {
         st.queue.remove(&e.shared);
         self.leave_core(st, id);
         if result.is_err() {
-            for (k, c) in st.cores.iter_mut().enumerate() {
+            for k in 0..st.cores.len() {
                 // Dropping its FCs may let others into the committed window.
-                c.fcs.remove_task(id);
-                self.core_work[k].fetch_add(1, Ordering::Release);
-                self.core_cv[k].notify_one();
+                st.cores[k].fcs.remove_task(id);
+                self.wake_core(st, k);
             }
         }
         let t = e.shared;

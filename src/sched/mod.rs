@@ -107,7 +107,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-pub use self::config::{SchedConfig, MAX_CORES};
+pub use self::config::{HostPriority, SchedConfig, MAX_CORES};
 pub use self::dispatch::{insert_reason, InsertReason};
 pub use self::lifecycle::TaskSlot;
 pub use self::task::{
@@ -164,6 +164,7 @@ pub(crate) struct SchedInner {
     cfg: SchedConfig,
     all_cores: u32,
     state: Mutex<State>,
+    /// One condition variable per core thread: index `k * HOST_CLASSES + class`.
     core_cv: Vec<Condvar>,
     /// Bumped (under the lock) whenever FCs are pushed to core k: an idle core polls it.
     core_work: Vec<AtomicU64>,
@@ -214,7 +215,9 @@ impl Scheduler {
                 est: Estimator::default(),
                 shutdown: false,
             }),
-            core_cv: (0..cfg.cores).map(|_| Condvar::new()).collect(),
+            core_cv: (0..cfg.cores * core::HOST_CLASSES)
+                .map(|_| Condvar::new())
+                .collect(),
             core_work: (0..cfg.cores).map(|_| AtomicU64::new(0)).collect(),
             cpu,
             callbacks: Callbacks::new(),
@@ -230,13 +233,24 @@ impl Scheduler {
             threads: Vec::new(),
         };
         let mut spawned = Vec::new();
+        let classes = if inner.cfg.host_priority == HostPriority::Off {
+            1
+        } else {
+            core::HOST_CLASSES
+        };
         for k in 0..inner.cfg.cores {
-            let inner = inner.clone();
-            spawned.push(
-                std::thread::Builder::new()
-                    .name(format!("vnpu-core{k}"))
-                    .spawn(move || core::core_main(inner, k)),
-            );
+            for class in 0..classes {
+                let inner = inner.clone();
+                let name = match class {
+                    core::TOP => format!("vnpu-core{k}"),
+                    _ => format!("vnpu-core{k}-low"),
+                };
+                spawned.push(
+                    std::thread::Builder::new()
+                        .name(name)
+                        .spawn(move || core::core_main(inner, k, class)),
+                );
+            }
         }
         for i in 0..inner.cfg.cpu_threads {
             let (inner, rx) = (inner.clone(), cpu_rx.clone());

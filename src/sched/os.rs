@@ -27,6 +27,45 @@ pub(crate) fn place_core_thread(core: usize, pin: bool, rt: bool, nice: i32) {
     }
 }
 
+/// Places the low-class thread of core `core` (see `core.rs`): pinned like the core's top
+/// thread when `pin`, then `SCHED_IDLE` when `idle` (falling back to nice 19), else nice 19.
+pub(crate) fn place_low_thread(core: usize, pin: bool, idle: bool) {
+    if pin {
+        if let Err(e) = pin_current(core) {
+            eprintln!("vnpu: warning: cannot pin core {core} low thread: {e}; running unpinned");
+        }
+    }
+    if idle {
+        match idle_current() {
+            Ok(()) => return,
+            Err(e) => eprintln!(
+                "vnpu: warning: cannot give core {core} low thread SCHED_IDLE: {e}; using nice 19"
+            ),
+        }
+    }
+    if let Err(e) = nice_current(19) {
+        eprintln!("vnpu: warning: cannot set core {core} low thread nice 19: {e}; left as is");
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn idle_current() -> std::result::Result<(), String> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: pid 0 = the calling thread; `param` is a valid sched_param alive for the
+    // call. Any thread may switch itself to SCHED_IDLE.
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error().to_string())
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn idle_current() -> std::result::Result<(), String> {
+    Err("SCHED_IDLE is only supported on Linux".into())
+}
+
 #[cfg(target_os = "linux")]
 fn pin_current(core: usize) -> std::result::Result<(), String> {
     let host = std::thread::available_parallelism()
@@ -123,6 +162,20 @@ mod tests {
                 .join()
                 .expect("no panic");
             assert!(r.is_ok(), "pinning to CPU 0: {r:?}");
+            let policy = std::thread::spawn(|| {
+                place_low_thread(0, false, true);
+                // SAFETY: plain query of the calling thread's scheduling policy.
+                unsafe { libc::sched_getscheduler(0) }
+            })
+            .join()
+            .expect("no panic");
+            assert_eq!(
+                policy,
+                libc::SCHED_IDLE,
+                "a low-class thread runs SCHED_IDLE"
+            );
+            // SAFETY: as above.
+            assert_ne!(unsafe { libc::sched_getscheduler(0) }, libc::SCHED_IDLE);
         }
     }
 }

@@ -38,7 +38,8 @@ pub enum TraceKind {
     SegmentStart,
     /// A segment ended.
     SegmentEnd,
-    /// An FC started on `core`.
+    /// An FC started on `core`; `status` = its host priority class (0 = top, 1 = low: a
+    /// task of a higher priority was live, see [`HostPriority`](super::HostPriority)).
     FcStart,
     /// An FC ended on `core` (`status` = 0 or its error code).
     FcEnd,
@@ -105,7 +106,7 @@ pub struct TraceEvent {
     pub fc: u32,
     /// The task's priority.
     pub priority: u8,
-    /// A status code or, for `Insert`, the reason code.
+    /// A status code; for `Insert` the reason code, for `FcStart` the host priority class.
     pub status: i32,
     /// The task's label (model names) interned by the tracer; 0 when unknown (the task
     /// was submitted while tracing was off). The JSON dump resolves it.
@@ -332,7 +333,10 @@ impl Tracer {
                             "cat": if is_fc { "fc" } else { "cpu" },
                             "ts": us(s.ts_ns), "dur": us(e.ts_ns.saturating_sub(s.ts_ns)),
                             "args": {"task": e.task, "model": label(e), "priority": e.priority,
-                                     "segment": e.seg, "fc": e.fc, "status": e.status}
+                                     "segment": e.seg, "fc": e.fc, "status": e.status,
+                                     "host_class": if is_fc {
+                                         json!(if s.status == 0 { "top" } else { "low" })
+                                     } else { Value::Null }}
                         }));
                     }
                 }
