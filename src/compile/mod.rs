@@ -63,8 +63,12 @@ pub struct IoSpec {
     pub layout: IoLayout,
     /// Logical shape as reported to users (`[N,3,H,W]` or `[N,H,W,3]` for images).
     pub shape: Vec<usize>,
-    /// Bytes of the buffer.
+    /// Bytes of the buffer (of the graph value; see `quant` for a quantised output).
     pub byte_size: usize,
+    /// A quantised output: the caller's buffer holds S8/S16/S32 converted from the f32
+    /// graph value ([`crate::quant::io`]).
+    #[serde(default)]
+    pub quant: Option<crate::quant::io::OutputQuant>,
 }
 
 /// One segment of a compiled model.
@@ -167,7 +171,8 @@ pub fn compile_graph_within(
     config::check_max_time_per_fc(opts.max_time_per_fc)?;
     // Declared inputs and initializers first: every later size derives from them.
     budget.check_graph(&g)?;
-    let boundary_in = insert_input_conversions(&mut g, opts)?;
+    let mut boundary_in = insert_input_conversions(&mut g, opts)?;
+    crate::quant::io::insert_signed_inputs(&mut g, &mut boundary_in, opts)?;
     fold::infer_and_fold_within(&mut g, budget)?;
     simplify::canonicalize_clip(&mut g);
     if opts.optimize_level > 0 {
@@ -237,7 +242,7 @@ pub fn compile_graph_within(
         .map(|&v| tensor_spec(&graph, v))
         .collect::<Result<Vec<_>>>()?;
     let graph = Arc::try_unwrap(graph).unwrap_or_else(|a| (*a).clone());
-    Ok(CompiledModel {
+    let mut compiled = CompiledModel {
         name: graph.name.clone(),
         graph,
         segments,
@@ -246,7 +251,9 @@ pub fn compile_graph_within(
         max_time_per_fc: opts.max_time_per_fc,
         node_est_us,
         over_limit,
-    })
+    };
+    crate::quant::io::assign_output_types(&mut compiled, opts, None)?;
+    Ok(compiled)
 }
 
 /// Checks that the plan's arena plus the constants fit in the budget before the cost
@@ -348,6 +355,7 @@ fn tensor_spec(g: &Graph, v: ValueId) -> Result<IoSpec> {
                 Error::shape(&val.name, "io", format!("shape {shape:?} is too large"))
             })?,
         shape,
+        quant: None,
     })
 }
 
@@ -477,6 +485,7 @@ fn insert_input_conversions(g: &mut Graph, opts: &CompileOptions) -> Result<Vec<
             layout,
             shape: spec_shape,
             byte_size,
+            quant: None,
         });
     }
     new_nodes.append(&mut g.nodes);

@@ -1,0 +1,3 @@
+//! Quantisation (issue 16): quantised model inputs and outputs at the API boundary.
+
+pub mod io;
