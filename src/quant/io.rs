@@ -358,7 +358,7 @@ pub fn collect_output_ranges(
                 })?;
         }
         for n in 0..m.graph.nodes.len() {
-            plan.run_node(&mut st, n, crate::exec::Tile { index: 0, count: 1 })?;
+            plan.run_node(&mut st, n, crate::exec::Tile::WHOLE)?;
         }
         for (i, r) in ranges.iter_mut().enumerate() {
             let (Some(r), Some(axis)) = (r.as_mut(), axes[i]) else {
