@@ -12,6 +12,7 @@ pub mod fold;
 pub mod fuse;
 pub mod partition;
 pub mod place;
+pub mod quantize;
 pub mod rewrite;
 pub mod simplify;
 #[cfg(test)]
@@ -175,16 +176,22 @@ pub fn compile_graph_within(
     crate::quant::io::insert_signed_inputs(&mut g, &mut boundary_in, opts)?;
     fold::infer_and_fold_within(&mut g, budget)?;
     simplify::canonicalize_clip(&mut g);
-    if opts.optimize_level > 0 {
-        loop {
-            let mut changed = simplify::remove_identities(&mut g);
-            changed += fuse::fold_batchnorm(&mut g);
-            changed += fuse::fuse_silu(&mut g);
-            changed += fuse::fuse_post_ops(&mut g);
-            if changed == 0 {
-                break;
-            }
+    let fuse_all = |g: &mut Graph| loop {
+        let mut changed = simplify::remove_identities(g);
+        changed += fuse::fold_batchnorm(g);
+        changed += fuse::fuse_silu(g);
+        changed += fuse::fuse_post_ops(g);
+        if changed == 0 {
+            break;
         }
+    };
+    if opts.optimize_level > 0 {
+        fuse_all(&mut g);
+    }
+    // Int8 lowering of QDQ patterns, then the weights left in float are folded (and may
+    // now fuse further).
+    if quantize::fold_constant_dequantize(&mut g)? > 0 && opts.optimize_level > 0 {
+        fuse_all(&mut g);
     }
     simplify::eliminate_dead_nodes(&mut g);
     ensure_outputs_computed(&mut g);
