@@ -16,7 +16,6 @@ pub mod ffi;
 pub mod ir;
 pub mod kernels;
 pub mod onnx;
-pub mod quant;
 pub mod runtime;
 pub mod sched;
 pub mod service;

@@ -22,6 +22,8 @@
 //!   output_name: "boxes;scores"          # or "all"; per-output lists like input_parameters
 //!   output_type_rt: "s32;f32"            # f32 (dequantised, default) | s8 | s16 | s32
 //!   quantize_axis: 3                     # optional: the per-channel axis of the scales
+//! calibration_parameters:
+//!   cal_data_dir: calibration/           # samples giving quantised outputs their ranges
 //! compiler_parameters:
 //!   max_time_per_fc: 1000
 //!   optimize_level: O2                   # O0 = no fusion passes
@@ -112,6 +114,9 @@ pub struct CompileOptions {
     pub signed_inputs: Vec<String>,
     /// Outputs of a quantised type (later entries override earlier ones).
     pub outputs: Vec<OutputParams>,
+    /// Calibration samples (`--calibration-data`, `calibration_parameters.cal_data_dir`):
+    /// where quantised outputs without a scale in the graph get their ranges.
+    pub calibration_data: Option<PathBuf>,
 }
 
 impl Default for CompileOptions {
@@ -126,6 +131,7 @@ impl Default for CompileOptions {
             optimize_level: 2,
             signed_inputs: Vec::new(),
             outputs: Vec::new(),
+            calibration_data: None,
         }
     }
 }
@@ -305,6 +311,8 @@ const INPUT_KEYS: &[&str] = &[
 ];
 /// Keys accepted in `output_parameters`.
 const OUTPUT_KEYS: &[&str] = &["output_name", "output_type_rt", "quantize_axis"];
+/// Keys accepted in `calibration_parameters`.
+const CALIBRATION_KEYS: &[&str] = &["cal_data_dir"];
 /// Keys accepted in `compiler_parameters`.
 const COMPILER_KEYS: &[&str] = &["max_time_per_fc", "optimize_level"];
 
@@ -381,6 +389,7 @@ pub fn parse_config(text: &str, base: &Path) -> Result<ConfigFile> {
         "model_parameters",
         "input_parameters",
         "output_parameters",
+        "calibration_parameters",
         "compiler_parameters",
     ];
     check_keys(&root, "", &known)?;
@@ -388,6 +397,7 @@ pub fn parse_config(text: &str, base: &Path) -> Result<ConfigFile> {
         ("model_parameters", MODEL_KEYS),
         ("input_parameters", INPUT_KEYS),
         ("output_parameters", OUTPUT_KEYS),
+        ("calibration_parameters", CALIBRATION_KEYS),
         ("compiler_parameters", COMPILER_KEYS),
     ] {
         check_keys(&section(sec), sec, keys)?;
@@ -482,6 +492,7 @@ pub fn parse_config(text: &str, base: &Path) -> Result<ConfigFile> {
         });
     }
     o.outputs = output_params(&section("output_parameters"))?;
+    o.calibration_data = get(&section("calibration_parameters"), "cal_data_dir").map(|p| base.join(p));
     let cp = section("compiler_parameters");
     if let Some(v) = get(&cp, "max_time_per_fc") {
         let n: u64 = v

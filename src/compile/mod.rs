@@ -172,6 +172,7 @@ pub fn compile_graph_within(
     config::check_max_time_per_fc(opts.max_time_per_fc)?;
     // Declared inputs and initializers first: every later size derives from them.
     budget.check_graph(&g)?;
+    let imported = opts.calibration_data.is_some().then(|| g.clone());
     let mut boundary_in = insert_input_conversions(&mut g, opts)?;
     crate::quant::io::insert_signed_inputs(&mut g, &mut boundary_in, opts)?;
     fold::infer_and_fold_within(&mut g, budget)?;
@@ -188,6 +189,7 @@ pub fn compile_graph_within(
     if opts.optimize_level > 0 {
         fuse_all(&mut g);
     }
+    let output_scales = crate::quant::io::graph_output_scales(&g, opts);
     // Int8 lowering of QDQ patterns, then the weights left in float are folded (and may
     // now fuse further).
     if quantize::fold_constant_dequantize(&mut g)? > 0 && opts.optimize_level > 0 {
@@ -259,7 +261,16 @@ pub fn compile_graph_within(
         node_est_us,
         over_limit,
     };
-    crate::quant::io::assign_output_types(&mut compiled, opts, None)?;
+    let calibrate = |_: &CompiledModel, axes: &[Option<usize>]| match &imported {
+        Some(g0) => crate::quant::io_calib::calibrate_outputs(g0, opts, budget, axes),
+        None => Err(Error::CompileOption {
+            option: "calibration_data".into(),
+            reason: "no calibration directory given".into(),
+        }),
+    };
+    let calibrate: Option<&crate::quant::io::Calibrate> =
+        imported.as_ref().map(|_| &calibrate as &crate::quant::io::Calibrate);
+    crate::quant::io::assign_output_types(&mut compiled, opts, &output_scales, calibrate)?;
     Ok(compiled)
 }
 

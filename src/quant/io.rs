@@ -295,6 +295,7 @@ fn channel_axis(layout: IoLayout, rank: usize) -> Option<usize> {
 
 /// Scales and zero points the graph itself gives an output, with their axis (`None` =
 /// per tensor).
+#[derive(Debug, Clone, PartialEq)]
 pub struct GraphScale {
     /// Scales (one, or one per index of `axis`).
     pub scale: Vec<f32>,
@@ -304,72 +305,178 @@ pub struct GraphScale {
     pub axis: Option<usize>,
 }
 
-/// The scale the graph gives output value `v`, when its producer carries one.
-fn graph_scale(g: &Graph, v: ValueId) -> Option<GraphScale> {
-    let _ = (g, v);
-    None
+/// The scale, zero point and axis of a `DequantizeLinear` node (zero points moved to
+/// the signed domain: a u8 tensor is read as `u - 128`).
+fn dq_scale(g: &Graph, n: &Node) -> Option<GraphScale> {
+    let Op::DequantizeLinear { axis } = n.op else {
+        return None;
+    };
+    let x = n.inputs.first().copied().flatten()?;
+    let scale = g.const_input(n, 1)?.to_f32_vec();
+    let shift = if g.values[x].dtype == DType::U8 { 128 } else { 0 };
+    let zero_point = match g.const_input(n, 2) {
+        Some(z) => z.to_i64_vec()?.iter().map(|&z| (z - shift) as i32).collect(),
+        None => vec![-shift as i32; scale.len()],
+    };
+    Some(GraphScale {
+        axis: if scale.len() > 1 { axis } else { None },
+        scale,
+        zero_point,
+    })
 }
 
-/// Per-output calibration: the max-abs per index of `axis` (or one over the whole
-/// tensor) of every output named in `wanted`, over `samples` (each: one raw byte buffer
-/// per model input, as the compiled model takes it).
+/// The per-channel accumulator scale `x_scale * w_scale[c]` of a Conv / Gemm / MatMul
+/// whose input and weight are DequantizeLinear outputs (int8 in, float out), along its
+/// output channel axis; the epilogue may only clamp (Relu / Clip keep the scale).
+fn accumulator_scale(g: &Graph, n: &Node, producers: &[Option<usize>]) -> Option<GraphScale> {
+    use crate::ir::{PostOp, UnaryOp};
+    let post = n.op.post_ops()?;
+    let (w_axis, out_axis) = match &n.op {
+        Op::Conv { .. } => (0, 1),
+        Op::Gemm { trans_b, .. } => (usize::from(!*trans_b), 1),
+        Op::MatMul { .. } => (1, g.shape(n.outputs[0])?.len().checked_sub(1)?),
+        _ => return None,
+    };
+    let clamp_only = post.iter().all(|p| {
+        matches!(
+            p,
+            PostOp::Unary(UnaryOp::Relu) | PostOp::Unary(UnaryOp::Clip { .. })
+        )
+    });
+    if !clamp_only {
+        return None;
+    }
+    let dq_of = |i: usize| -> Option<GraphScale> {
+        let v = n.inputs.get(i).copied().flatten()?;
+        dq_scale(g, &g.nodes[producers[v]?])
+    };
+    let x = dq_of(0)?;
+    let w = dq_of(1)?;
+    if x.scale.len() != 1 {
+        return None;
+    }
+    if w.scale.len() > 1 && w.axis != Some(w_axis) {
+        return None;
+    }
+    Some(GraphScale {
+        scale: w.scale.iter().map(|&s| s * x.scale[0]).collect(),
+        zero_point: vec![],
+        axis: (w.scale.len() > 1).then_some(out_axis),
+    })
+}
+
+/// The scale the graph gives output value `v`: walking back through ops that keep
+/// quantised values exact (Identity, Relu, Transpose — which moves the axis — and, for a
+/// per-tensor scale, reshapes) to a `DequantizeLinear`, or for S32 to an int8 Conv /
+/// Gemm / MatMul's accumulator.
+fn graph_scale(g: &Graph, v: ValueId, qtype: QType) -> Option<GraphScale> {
+    use crate::ir::UnaryOp;
+    let producers = g.producers();
+    let mut cur = v;
+    // Axis moves of the Transposes passed on the way back, outermost last.
+    let mut perms: Vec<Vec<usize>> = Vec::new();
+    let mut reshaped = false;
+    let found = loop {
+        let n = &g.nodes[producers[cur]?];
+        match &n.op {
+            Op::DequantizeLinear { .. } => break dq_scale(g, n)?,
+            Op::Conv { .. } | Op::Gemm { .. } | Op::MatMul { .. } if qtype == QType::S32 => {
+                break accumulator_scale(g, n, &producers)?
+            }
+            Op::Unary(UnaryOp::Identity) | Op::Unary(UnaryOp::Relu) => {}
+            Op::Transpose { perm: Some(p) } => perms.push(p.clone()),
+            Op::Reshape { .. } | Op::Flatten { .. } | Op::Squeeze { .. } | Op::Unsqueeze { .. } => {
+                reshaped = true
+            }
+            _ => return None,
+        }
+        cur = n.inputs.first().copied().flatten()?;
+    };
+    let mut axis = found.axis;
+    if let Some(mut a) = axis {
+        if reshaped {
+            return None;
+        }
+        for p in perms.iter().rev() {
+            a = p.iter().position(|&q| q == a)?;
+        }
+        axis = Some(a);
+    }
+    Some(GraphScale { axis, ..found })
+}
+
+/// For each graph output, the scale the graph gives it (see [`graph_scale`]) when the
+/// options declare it quantised. Computed before the constant weights' DequantizeLinear
+/// nodes are folded away (the accumulator scale needs them).
+pub fn graph_output_scales(g: &Graph, opts: &CompileOptions) -> Vec<Option<GraphScale>> {
+    g.outputs
+        .iter()
+        .map(|&v| {
+            let p = requested(&opts.outputs, &g.values[v].name)?;
+            graph_scale(g, v, qtype_of(p.output_type)?)
+        })
+        .collect()
+}
+
+/// Per output: the max-abs per index of its axis, for the outputs calibration was asked
+/// about.
 pub type CalibrationRanges = Vec<Option<Vec<f32>>>;
 
-/// Runs the compiled model on the samples and collects, for each output `i` with
-/// `axes[i]` = `Some(axis)`, the max-abs per index of `axis` (`usize::MAX` = per tensor).
+/// Calibrates a compiled model's outputs along the axes asked (`None` = not needed).
+pub type Calibrate<'a> = dyn Fn(&CompiledModel, &[Option<usize>]) -> Result<CalibrationRanges> + 'a;
+
+/// Runs graph `g` on the samples and collects, for each output `i` with `axes[i]` =
+/// `Some(axis)`, the max-abs per index of `axis` (one value when the output has no such
+/// axis). Each sample holds one native-endian byte buffer per graph input.
 pub fn collect_output_ranges(
-    m: &CompiledModel,
+    g: &Graph,
     axes: &[Option<usize>],
     samples: &[Vec<Vec<u8>>],
 ) -> Result<CalibrationRanges> {
-    let plan = crate::exec::ModelPlan::new(
-        Arc::new(m.graph.clone()),
-        &crate::exec::PlanOptions::default(),
-    )?;
+    let plan =
+        crate::exec::ModelPlan::new(Arc::new(g.clone()), &crate::exec::PlanOptions::default())?;
     let mut st = plan.new_state();
+    let shape = |i: usize| g.values[g.outputs[i]].shape.clone().unwrap_or_default();
     let mut ranges: CalibrationRanges = axes
         .iter()
         .enumerate()
-        .map(|(i, a)| {
-            a.map(|a| {
-                let c = m.outputs[i].shape.get(a).copied().unwrap_or(1);
-                vec![0f32; c]
-            })
-        })
+        .map(|(i, a)| a.map(|a| vec![0f32; shape(i).get(a).copied().unwrap_or(1)]))
         .collect();
-    let mut buf = Vec::new();
+    let bad = |reason: String| Error::CompileOption {
+        option: "calibration_data".into(),
+        reason,
+    };
     for (k, sample) in samples.iter().enumerate() {
-        if sample.len() != m.inputs.len() {
-            return Err(Error::CompileOption {
-                option: "calibration_data".into(),
-                reason: format!(
-                    "sample {k} has {} inputs, model '{}' takes {}",
-                    sample.len(),
-                    m.name,
-                    m.inputs.len()
-                ),
-            });
+        if sample.len() != g.inputs.len() {
+            return Err(bad(format!(
+                "sample {k} has {} inputs, model '{}' takes {}",
+                sample.len(),
+                g.name,
+                g.inputs.len()
+            )));
         }
         for (i, bytes) in sample.iter().enumerate() {
-            plan.set_input(&mut st, i, bytes)
-                .map_err(|e| Error::CompileOption {
-                    option: "calibration_data".into(),
-                    reason: format!("sample {k}, input '{}': {e}", m.inputs[i].name),
-                })?;
+            plan.set_input(&mut st, i, bytes).map_err(|e| {
+                bad(format!(
+                    "sample {k}, input '{}': {e}",
+                    g.values[g.inputs[i]].name
+                ))
+            })?;
         }
-        for n in 0..m.graph.nodes.len() {
+        for n in 0..g.nodes.len() {
             plan.run_node(&mut st, n, crate::exec::Tile::WHOLE)?;
         }
         for (i, r) in ranges.iter_mut().enumerate() {
             let (Some(r), Some(axis)) = (r.as_mut(), axes[i]) else {
                 continue;
             };
-            buf.resize(plan.output_len(i), 0u8);
-            plan.read_output(&st, i, &mut buf)?;
-            let shape = &m.outputs[i].shape;
-            let inner: usize = shape.get(axis + 1..).map_or(1, |s| s.iter().product());
+            if g.values[g.outputs[i]].dtype != DType::F32 {
+                continue;
+            }
+            let bytes = plan.output_bytes(&st, i).unwrap_or_default();
+            let inner: usize = shape(i).get(axis + 1..).map_or(1, |s| s.iter().product());
             let c_n = r.len();
-            for (j, c) in buf.chunks_exact(4).enumerate() {
+            for (j, c) in bytes.chunks_exact(4).enumerate() {
                 let x = f32::from_ne_bytes([c[0], c[1], c[2], c[3]]).abs();
                 let ch = if c_n > 1 { (j / inner.max(1)) % c_n } else { 0 };
                 if x.is_finite() && x > r[ch] {
@@ -412,7 +519,8 @@ fn option_err(reason: String) -> Error {
 pub fn assign_output_types(
     m: &mut CompiledModel,
     opts: &CompileOptions,
-    calibrate: Option<&dyn Fn(&CompiledModel, &[Option<usize>]) -> Result<CalibrationRanges>>,
+    graph_scales: &[Option<GraphScale>],
+    calibrate: Option<&Calibrate>,
 ) -> Result<()> {
     for p in &opts.outputs {
         if p.name != ALL_OUTPUTS && !m.outputs.iter().any(|o| o.name == p.name) {
@@ -433,7 +541,7 @@ pub fn assign_output_types(
     }
     // What each quantised output needs: type, axis, and a graph scale when there is one.
     let mut plan: Vec<Option<(QType, usize, Option<GraphScale>)>> = Vec::new();
-    for o in &m.outputs {
+    for (i, o) in m.outputs.iter().enumerate() {
         let Some(p) = requested(&opts.outputs, &o.name) else {
             plan.push(None);
             continue;
@@ -453,7 +561,7 @@ pub fn assign_output_types(
                 o.dtype.name()
             )));
         }
-        let gs = graph_scale(&m.graph, o.value);
+        let gs = graph_scales.get(i).cloned().flatten();
         let axis = p
             .axis
             .or(gs.as_ref().and_then(|g| g.axis))

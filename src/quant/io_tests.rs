@@ -158,8 +158,8 @@ fn calibrated_outputs_dequantise_within_half_a_step() {
         ..Default::default()
     };
     let sample = vec![vec![xb.clone()]];
-    let cal = |m: &CompiledModel, axes: &[Option<usize>]| collect_output_ranges(m, axes, &sample);
-    assign_output_types(&mut m, &opts, Some(&cal)).unwrap();
+    let cal = |m: &CompiledModel, axes: &[Option<usize>]| collect_output_ranges(&m.graph, axes, &sample);
+    assign_output_types(&mut m, &opts, &[], Some(&cal)).unwrap();
     let q0 = m.outputs[0].quant.clone().unwrap();
     let q1 = m.outputs[1].quant.clone().unwrap();
     assert_eq!((q0.qtype, q0.axis, q0.scale.len()), (QType::S8, 3, 3));

@@ -5,6 +5,7 @@
 pub mod data;
 pub mod image;
 pub mod io;
+pub mod io_calib;
 pub mod npy;
 
 pub use data::{calib_inputs, load_samples, CalibInput, Sample};
