@@ -7,7 +7,7 @@
 //! index along `axis`. The scales come from, in this order:
 //! 1. the graph: an output produced by a `DequantizeLinear` (its scale and zero point);
 //! 2. calibration: the max-abs per channel over the calibration samples,
-//!    `scale = max_abs / qmax` (symmetric);
+//!    `scale = max_abs / qmax` (symmetric; qmax 127, 32767, and 2^24 for S32);
 //! 3. otherwise a compile error naming the output and what is missing.
 //!
 //! Scales are always reported per channel of the output's channel axis (a per-tensor
@@ -153,8 +153,8 @@ pub fn quantize_f32(q: &OutputQuant, shape: &[usize], src: &[f32], out: &mut [u8
             0
         };
         let zp = q.zero_point.get(c).copied().unwrap_or(0) as f64;
-        // f64 keeps every i32 exact; x / scale in f32 first, as QuantizeLinear computes.
-        let v = ((x / q.scale[c]) as f64).round_ties_even() + zp;
+        // In f64: exact for every i32, and x / scale is then correctly rounded.
+        let v = (x as f64 / q.scale[c] as f64).round_ties_even() + zp;
         let v = if v.is_nan() { zp } else { v.clamp(lo, hi) } as i64;
         let d = &mut out[i * es..(i + 1) * es];
         match q.qtype {
@@ -488,6 +488,18 @@ pub fn collect_output_ranges(
     Ok(ranges)
 }
 
+/// The integer the calibrated max-abs maps to. S8 and S16 use their whole range; S32
+/// uses 2^24 — the precision of the f32 values it comes from — which leaves 128×
+/// headroom above the calibrated range instead of saturating on values slightly larger
+/// than the samples gave (calibration runs the unfused float graph, whose results differ
+/// from the compiled model's in the last bits).
+fn calibrated_qmax(t: QType) -> f64 {
+    match t {
+        QType::S32 => (1u32 << 24) as f64,
+        _ => t.max() as f64,
+    }
+}
+
 /// The requested type of output `name` (the last matching entry wins; `all` matches
 /// every output).
 fn requested<'a>(params: &'a [OutputParams], name: &str) -> Option<&'a OutputParams> {
@@ -643,7 +655,7 @@ pub fn assign_output_types(
                 let r = ranges.get(i).cloned().flatten().ok_or_else(|| {
                     option_err(format!("output '{}': calibration gave no range", o.name))
                 })?;
-                let qmax = qtype.max() as f64;
+                let qmax = calibrated_qmax(qtype);
                 let s = r
                     .iter()
                     .map(|&a| if a > 0.0 { (a as f64 / qmax) as f32 } else { 1.0 })
