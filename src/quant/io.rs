@@ -260,7 +260,7 @@ pub fn boundary_bytes(spec: &IoSpec) -> usize {
 }
 
 /// The layout an output really has: a 4-D output made by a `Transpose` with perm
-/// `[0, 2, 3, 1]` (possibly followed by element-wise ops) is NHWC.
+/// `[0, 2, 3, 1]` (possibly followed by element-wise ops or Q/DQ) is NHWC.
 pub fn output_layout(g: &Graph, v: ValueId, default: IoLayout) -> IoLayout {
     if default == IoLayout::None {
         return default;
@@ -274,7 +274,10 @@ pub fn output_layout(g: &Graph, v: ValueId, default: IoLayout) -> IoLayout {
         match &n.op {
             Op::Transpose { perm: Some(p) } if p == &[0, 2, 3, 1] => return IoLayout::Nhwc,
             Op::Transpose { perm: Some(p) } if p == &[0, 3, 1, 2] => return IoLayout::Nchw,
-            Op::Unary(_) | Op::Cast { .. } => match n.inputs.first().copied().flatten() {
+            Op::Unary(_)
+            | Op::Cast { .. }
+            | Op::QuantizeLinear { .. }
+            | Op::DequantizeLinear { .. } => match n.inputs.first().copied().flatten() {
                 Some(i) => cur = i,
                 None => break,
             },

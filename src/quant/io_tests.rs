@@ -3,6 +3,7 @@ use crate::compile::config::{InputParams, InputType};
 use crate::compile::testutil::{run_graph, GraphBuilder};
 use crate::compile::{compile_graph, CompileOptions};
 use crate::exec::{ModelPlan, PlanOptions, Tile};
+use crate::ir::{Node, Value};
 
 fn q(qtype: QType, axis: usize, scale: Vec<f32>, zero_point: Vec<i8>) -> OutputQuant {
     OutputQuant {
@@ -235,4 +236,168 @@ fn quantised_outputs_round_trip_through_the_file() {
     let bytes = crate::format::write_models(std::slice::from_ref(&m)).unwrap();
     let e = crate::format::read_models(&bytes, "mem").unwrap_err().to_string();
     assert!(e.contains("2 scales for 3 channels"), "{e}");
+}
+
+fn konst(g: &mut crate::ir::Graph, name: &str, t: Tensor) -> ValueId {
+    g.add_const(name, t)
+}
+
+/// Appends a node with one output of `dtype` and `shape`.
+fn add_node(
+    g: &mut crate::ir::Graph,
+    name: &str,
+    op: Op,
+    inputs: &[ValueId],
+    shape: &[usize],
+    dtype: DType,
+) -> ValueId {
+    let out = g.add_value(Value {
+        name: format!("{name}_out"),
+        dtype,
+        shape: Some(shape.to_vec()),
+        declared: None,
+        konst: None,
+    });
+    g.nodes.push(Node {
+        name: name.into(),
+        op,
+        inputs: inputs.iter().map(|&v| Some(v)).collect(),
+        outputs: vec![out],
+        absorbed: vec![],
+        placement: None,
+    });
+    out
+}
+
+/// x [1,4,2,2] → Transpose to NHWC → Q (u8, scale 0.05, zp 128) → DQ → "y".
+fn qdq_output_graph() -> crate::ir::Graph {
+    use crate::ir::TensorData;
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", &[1, 4, 2, 2]);
+    let t = b.node(
+        "nhwc",
+        Op::Transpose {
+            perm: Some(vec![0, 2, 3, 1]),
+        },
+        &[x],
+        &[1, 2, 2, 4],
+    );
+    let mut g = b.finish(&[]);
+    let s = konst(&mut g, "s", Tensor::from_f32(vec![], vec![0.05]));
+    let z = konst(&mut g, "z", Tensor::new(vec![], TensorData::U8(vec![128])));
+    let q = add_node(
+        &mut g,
+        "q",
+        Op::QuantizeLinear {
+            axis: None,
+            dtype: DType::U8,
+        },
+        &[t, s, z],
+        &[1, 2, 2, 4],
+        DType::U8,
+    );
+    let dq = Op::DequantizeLinear { axis: None };
+    let y = add_node(&mut g, "dq", dq, &[q, s, z], &[1, 2, 2, 4], DType::F32);
+    g.values[y].name = "y".into();
+    g.outputs = vec![y];
+    g
+}
+
+#[test]
+fn dequantize_linear_outputs_give_their_scale() {
+    let opts = CompileOptions {
+        outputs: vec![crate::compile::config::parse_output_flag("y=s8").unwrap()],
+        ..Default::default()
+    };
+    let g = qdq_output_graph();
+    let m = compile_graph(g.clone(), &opts).unwrap();
+    let o = &m.outputs[0];
+    assert_eq!(o.layout, IoLayout::Nhwc);
+    let qd = o.quant.as_ref().unwrap();
+    assert_eq!((qd.qtype, qd.axis), (QType::S8, 3));
+    assert_eq!(qd.scale, vec![0.05; 4]);
+    assert!(qd.zero_point.is_empty(), "u8 zero point 128 is s8 zero point 0");
+    let x: Vec<f32> = crate::compile::testutil::rand_vec(16, 3)
+        .iter()
+        .map(|v| v * 8.0)
+        .collect();
+    let got = run_compiled(&m, &[bytemuck::cast_slice(&x).to_vec()]);
+    let f = run_graph(&g, &[x]);
+    // Exactly the u8 of the QuantizeLinear, moved to s8.
+    for (&b, &v) in got[0].iter().zip(&f[0]) {
+        assert_eq!(b as i8 as f32 * 0.05, v);
+    }
+}
+
+#[test]
+fn int8_conv_outputs_give_their_accumulator_scale_as_s32() {
+    use crate::ir::{ConvGeom, TensorData};
+    let mut g = qdq_output_graph();
+    // Replace the output by a Conv over DQ(x) with DQ(w) per output channel.
+    let dq_out = g.outputs[0];
+    g.values[dq_out].name = "x_dq".into();
+    g.outputs.clear();
+    let w = konst(
+        &mut g,
+        "w",
+        Tensor::new(vec![3, 2, 1, 1], TensorData::I8(vec![1, -2, 3, 4, -5, 6])),
+    );
+    let ws = konst(&mut g, "ws", Tensor::from_f32(vec![3], vec![0.01, 0.02, 0.03]));
+    let wdq = add_node(
+        &mut g,
+        "wdq",
+        Op::DequantizeLinear { axis: Some(0) },
+        &[w, ws],
+        &[3, 2, 1, 1],
+        DType::F32,
+    );
+    // The NHWC [1,2,2,4] DQ output read as [1,2,2,4] NCHW: 2 channels of 2x4.
+    let y = add_node(
+        &mut g,
+        "conv",
+        Op::Conv {
+            geom: ConvGeom {
+                kernel: vec![1, 1],
+                strides: vec![1, 1],
+                dilations: vec![1, 1],
+                pads: vec![0; 4],
+                auto_pad: None,
+            },
+            group: 1,
+            post: vec![],
+        },
+        &[dq_out, wdq],
+        &[1, 3, 2, 4],
+        DType::F32,
+    );
+    g.values[y].name = "acc".into();
+    g.outputs = vec![y];
+    let opts = CompileOptions {
+        outputs: vec![crate::compile::config::parse_output_flag("acc=s32").unwrap()],
+        ..Default::default()
+    };
+    let m = compile_graph(g.clone(), &opts).unwrap();
+    let qd = m.outputs[0].quant.as_ref().unwrap();
+    assert_eq!((qd.qtype, qd.axis), (QType::S32, 1));
+    let want = [0.05f32 * 0.01, 0.05 * 0.02, 0.05 * 0.03];
+    assert_eq!(qd.scale, want.to_vec());
+    let x: Vec<f32> = crate::compile::testutil::rand_vec(16, 5)
+        .iter()
+        .map(|v| v * 4.0)
+        .collect();
+    let got = i32s(&run_compiled(&m, &[bytemuck::cast_slice(&x).to_vec()])[0]);
+    let mut reference = g.clone();
+    crate::compile::quantize::fold_constant_dequantize(&mut reference).unwrap();
+    let f = run_graph(&reference, &[x]);
+    for (k, (&q, &v)) in got.iter().zip(&f[0]).enumerate() {
+        let s = want[k / 8];
+        assert!((q as f32 * s - v).abs() <= 0.5 * s, "{k}: {q} vs {v}");
+    }
+    // Asked as s8, the accumulator scale does not apply: calibration is needed.
+    let opts = CompileOptions {
+        outputs: vec![crate::compile::config::parse_output_flag("acc=s8").unwrap()],
+        ..Default::default()
+    };
+    let e = compile_graph(g, &opts).unwrap_err().to_string();
+    assert!(e.contains("acc") && e.contains("no scale"), "{e}");
 }
