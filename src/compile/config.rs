@@ -492,7 +492,8 @@ pub fn parse_config(text: &str, base: &Path) -> Result<ConfigFile> {
         });
     }
     o.outputs = output_params(&section("output_parameters"))?;
-    o.calibration_data = get(&section("calibration_parameters"), "cal_data_dir").map(|p| base.join(p));
+    o.calibration_data =
+        get(&section("calibration_parameters"), "cal_data_dir").map(|p| base.join(p));
     let cp = section("compiler_parameters");
     if let Some(v) = get(&cp, "max_time_per_fc") {
         let n: u64 = v

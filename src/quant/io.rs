@@ -316,9 +316,17 @@ fn dq_scale(g: &Graph, n: &Node) -> Option<GraphScale> {
     };
     let x = n.inputs.first().copied().flatten()?;
     let scale = g.const_input(n, 1)?.to_f32_vec();
-    let shift = if g.values[x].dtype == DType::U8 { 128 } else { 0 };
+    let shift = if g.values[x].dtype == DType::U8 {
+        128
+    } else {
+        0
+    };
     let zero_point = match g.const_input(n, 2) {
-        Some(z) => z.to_i64_vec()?.iter().map(|&z| (z - shift) as i32).collect(),
+        Some(z) => z
+            .to_i64_vec()?
+            .iter()
+            .map(|&z| (z - shift) as i32)
+            .collect(),
         None => vec![-shift as i32; scale.len()],
     };
     Some(GraphScale {
@@ -661,7 +669,13 @@ pub fn assign_output_types(
                 let qmax = calibrated_qmax(qtype);
                 let s = r
                     .iter()
-                    .map(|&a| if a > 0.0 { (a as f64 / qmax) as f32 } else { 1.0 })
+                    .map(|&a| {
+                        if a > 0.0 {
+                            (a as f64 / qmax) as f32
+                        } else {
+                            1.0
+                        }
+                    })
                     .map(|s| if s > 0.0 { s } else { f32::MIN_POSITIVE })
                     .collect();
                 (per_channel(s), vec![])
@@ -699,19 +713,16 @@ pub fn insert_signed_inputs(
         let k = if want.is_empty() && specs.len() == 1 {
             0
         } else {
-            specs
-                .iter()
-                .position(|s| &s.name == want)
-                .ok_or_else(|| {
-                    bad(format!(
-                        "model has no input '{want}' (inputs: {})",
-                        specs
-                            .iter()
-                            .map(|s| s.name.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ))
-                })?
+            specs.iter().position(|s| &s.name == want).ok_or_else(|| {
+                bad(format!(
+                    "model has no input '{want}' (inputs: {})",
+                    specs
+                        .iter()
+                        .map(|s| s.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            })?
         };
         let spec = &mut specs[k];
         if spec.dtype == DType::I8 {

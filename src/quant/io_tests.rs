@@ -23,7 +23,12 @@ fn quantize_rounds_half_even_and_saturates_per_channel() {
     // Shape [1, 2, 3]: axis 1 has two channels of three elements.
     let x = [0.5f32, 1.5, 2.5, -0.5, 1000.0, -1000.0];
     let mut out = [0u8; 6];
-    quantize_f32(&q(QType::S8, 1, vec![1.0, 0.5], vec![]), &[1, 2, 3], &x, &mut out);
+    quantize_f32(
+        &q(QType::S8, 1, vec![1.0, 0.5], vec![]),
+        &[1, 2, 3],
+        &x,
+        &mut out,
+    );
     assert_eq!(s8s(&out), vec![0, 2, 2, -1, 127, -128]);
     // Per-tensor with a zero point.
     quantize_f32(&q(QType::S8, 0, vec![1.0], vec![3]), &[6], &x, &mut out);
@@ -57,15 +62,25 @@ fn quantize_rounds_half_even_and_saturates_per_channel() {
 
 #[test]
 fn quant_check_names_the_problem() {
-    assert!(q(QType::S8, 3, vec![1.0; 8], vec![]).check(&[1, 4, 4, 8]).is_ok());
-    assert!(q(QType::S8, 3, vec![1.0], vec![]).check(&[1, 4, 4, 8]).is_ok());
-    let e = q(QType::S8, 4, vec![1.0], vec![]).check(&[1, 4, 4, 8]).unwrap_err();
+    assert!(q(QType::S8, 3, vec![1.0; 8], vec![])
+        .check(&[1, 4, 4, 8])
+        .is_ok());
+    assert!(q(QType::S8, 3, vec![1.0], vec![])
+        .check(&[1, 4, 4, 8])
+        .is_ok());
+    let e = q(QType::S8, 4, vec![1.0], vec![])
+        .check(&[1, 4, 4, 8])
+        .unwrap_err();
     assert!(e.contains("axis 4"), "{e}");
-    let e = q(QType::S8, 1, vec![1.0; 3], vec![]).check(&[1, 4]).unwrap_err();
+    let e = q(QType::S8, 1, vec![1.0; 3], vec![])
+        .check(&[1, 4])
+        .unwrap_err();
     assert!(e.contains("3 scales for 4 channels"), "{e}");
     let e = q(QType::S8, 0, vec![0.0], vec![]).check(&[4]).unwrap_err();
     assert!(e.contains("positive"), "{e}");
-    let e = q(QType::S8, 0, vec![1.0], vec![1, 2]).check(&[4]).unwrap_err();
+    let e = q(QType::S8, 0, vec![1.0], vec![1, 2])
+        .check(&[4])
+        .unwrap_err();
     assert!(e.contains("zero points"), "{e}");
 }
 
@@ -73,7 +88,12 @@ fn quant_check_names_the_problem() {
 fn two_output_graph() -> crate::ir::Graph {
     let mut b = GraphBuilder::new();
     let x = b.input("x", &[1, 3, 4, 4]);
-    let r = b.node("relu", Op::Unary(crate::ir::UnaryOp::Relu), &[x], &[1, 3, 4, 4]);
+    let r = b.node(
+        "relu",
+        Op::Unary(crate::ir::UnaryOp::Relu),
+        &[x],
+        &[1, 3, 4, 4],
+    );
     let t = b.node(
         "to_nhwc",
         Op::Transpose {
@@ -82,7 +102,12 @@ fn two_output_graph() -> crate::ir::Graph {
         &[r],
         &[1, 4, 4, 3],
     );
-    let n = b.node("neg", Op::Unary(crate::ir::UnaryOp::Neg), &[x], &[1, 3, 4, 4]);
+    let n = b.node(
+        "neg",
+        Op::Unary(crate::ir::UnaryOp::Neg),
+        &[x],
+        &[1, 3, 4, 4],
+    );
     let mut g = b.finish(&[t, n]);
     g.values[t].name = "nhwc".into();
     g.values[n].name = "flat".into();
@@ -132,14 +157,21 @@ fn quantised_output_without_scale_is_a_named_error() {
         outputs: vec![crate::compile::config::parse_output_flag("nhwc=s32").unwrap()],
         ..Default::default()
     };
-    let e = compile_graph(two_output_graph(), &opts).unwrap_err().to_string();
+    let e = compile_graph(two_output_graph(), &opts)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("nhwc") && e.contains("calibration"), "{e}");
     let opts = CompileOptions {
         outputs: vec![crate::compile::config::parse_output_flag("boxes=s32").unwrap()],
         ..Default::default()
     };
-    let e = compile_graph(two_output_graph(), &opts).unwrap_err().to_string();
-    assert!(e.contains("no output 'boxes'") && e.contains("nhwc, flat"), "{e}");
+    let e = compile_graph(two_output_graph(), &opts)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("no output 'boxes'") && e.contains("nhwc, flat"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -150,7 +182,7 @@ fn calibrated_outputs_dequantise_within_half_a_step() {
         .map(|v| v * 3.0)
         .collect();
     let xb: Vec<u8> = bytemuck::cast_slice(&x).to_vec();
-    let reference = run_compiled(&m, &[xb.clone()]);
+    let reference = run_compiled(&m, std::slice::from_ref(&xb));
     let opts = CompileOptions {
         outputs: vec![
             crate::compile::config::parse_output_flag("all=s8").unwrap(),
@@ -159,7 +191,8 @@ fn calibrated_outputs_dequantise_within_half_a_step() {
         ..Default::default()
     };
     let sample = vec![vec![xb.clone()]];
-    let cal = |m: &CompiledModel, axes: &[Option<usize>]| collect_output_ranges(&m.graph, axes, &sample);
+    let cal =
+        |m: &CompiledModel, axes: &[Option<usize>]| collect_output_ranges(&m.graph, axes, &sample);
     assign_output_types(&mut m, &opts, &[], Some(&cal)).unwrap();
     let q0 = m.outputs[0].quant.clone().unwrap();
     let q1 = m.outputs[1].quant.clone().unwrap();
@@ -171,7 +204,10 @@ fn calibrated_outputs_dequantise_within_half_a_step() {
     let want0 = f32s(&reference[0]);
     for (k, (&b, &w)) in got[0].iter().zip(&want0).enumerate() {
         let deq = (b as i8) as f32 * q0.scale[k % 3];
-        assert!((deq - w).abs() <= q0.scale[k % 3] * 0.5 + 1e-6, "{k}: {deq} vs {w}");
+        assert!(
+            (deq - w).abs() <= q0.scale[k % 3] * 0.5 + 1e-6,
+            "{k}: {deq} vs {w}"
+        );
     }
     let want1 = f32s(&reference[1]);
     for (k, (v, w)) in i32s(&got[1]).into_iter().zip(want1).enumerate() {
@@ -184,7 +220,12 @@ fn calibrated_outputs_dequantise_within_half_a_step() {
 fn signed_image_input_matches_the_unsigned_one() {
     let mut b = GraphBuilder::new();
     let x = b.input("img", &[1, 3, 2, 2]);
-    let y = b.node("id", Op::Unary(crate::ir::UnaryOp::Abs), &[x], &[1, 3, 2, 2]);
+    let y = b.node(
+        "id",
+        Op::Unary(crate::ir::UnaryOp::Abs),
+        &[x],
+        &[1, 3, 2, 2],
+    );
     let g = b.finish(&[y]);
     let rgb = |signed: bool| CompileOptions {
         inputs: vec![InputParams {
@@ -205,7 +246,10 @@ fn signed_image_input_matches_the_unsigned_one() {
     assert_eq!(ms.inputs[0].kind, IoKind::Image(ImageFormat::Rgb));
     assert_eq!(ms.inputs[0].byte_size, 12);
     let pixels: Vec<u8> = vec![0, 1, 127, 128, 129, 255, 10, 20, 30, 40, 50, 60];
-    let signed: Vec<u8> = pixels.iter().map(|&p| (p as i16 - 128) as i8 as u8).collect();
+    let signed: Vec<u8> = pixels
+        .iter()
+        .map(|&p| (p as i16 - 128) as i8 as u8)
+        .collect();
     assert_eq!(run_compiled(&mu, &[pixels]), run_compiled(&ms, &[signed]));
     // A feature map takes byte + 128 as its f32 value.
     let fm = CompileOptions {
@@ -213,9 +257,17 @@ fn signed_image_input_matches_the_unsigned_one() {
         ..Default::default()
     };
     let mf = compile_graph(g.clone(), &fm).unwrap();
-    assert_eq!((mf.inputs[0].dtype, mf.inputs[0].byte_size), (DType::I8, 12));
+    assert_eq!(
+        (mf.inputs[0].dtype, mf.inputs[0].byte_size),
+        (DType::I8, 12)
+    );
     let out = run_compiled(&mf, &[vec![0x80, 0xff, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9]]);
-    let want = run_graph(&g, &[vec![0., 127., 128., 129., 130., 131., 132., 133., 134., 135., 136., 137.]]);
+    let want = run_graph(
+        &g,
+        &[vec![
+            0., 127., 128., 129., 130., 131., 132., 133., 134., 135., 136., 137.,
+        ]],
+    );
     assert_eq!(f32s(&out[0]), want[0]);
     // NV12 stays unsigned.
     let mut nv = rgb(true);
@@ -234,7 +286,9 @@ fn quantised_outputs_round_trip_through_the_file() {
     // A record that does not fit the output's shape is refused at load.
     m.outputs[0].quant = Some(q(QType::S16, 3, vec![0.5, 0.25], vec![]));
     let bytes = crate::format::write_models(std::slice::from_ref(&m)).unwrap();
-    let e = crate::format::read_models(&bytes, "mem").unwrap_err().to_string();
+    let e = crate::format::read_models(&bytes, "mem")
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("2 scales for 3 channels"), "{e}");
 }
 
@@ -316,7 +370,10 @@ fn dequantize_linear_outputs_give_their_scale() {
     let qd = o.quant.as_ref().unwrap();
     assert_eq!((qd.qtype, qd.axis), (QType::S8, 3));
     assert_eq!(qd.scale, vec![0.05; 4]);
-    assert!(qd.zero_point.is_empty(), "u8 zero point 128 is s8 zero point 0");
+    assert!(
+        qd.zero_point.is_empty(),
+        "u8 zero point 128 is s8 zero point 0"
+    );
     let x: Vec<f32> = crate::compile::testutil::rand_vec(16, 3)
         .iter()
         .map(|v| v * 8.0)
@@ -342,7 +399,11 @@ fn int8_conv_outputs_give_their_accumulator_scale_as_s32() {
         "w",
         Tensor::new(vec![3, 2, 1, 1], TensorData::I8(vec![1, -2, 3, 4, -5, 6])),
     );
-    let ws = konst(&mut g, "ws", Tensor::from_f32(vec![3], vec![0.01, 0.02, 0.03]));
+    let ws = konst(
+        &mut g,
+        "ws",
+        Tensor::from_f32(vec![3], vec![0.01, 0.02, 0.03]),
+    );
     let wdq = add_node(
         &mut g,
         "wdq",

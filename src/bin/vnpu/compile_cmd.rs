@@ -50,8 +50,7 @@ fn options_from(a: &Args, opts: &mut CompileOptions) -> Result<(), String> {
         opts.name = Some(n.to_string());
     }
     for v in a.all("output_type") {
-        opts.outputs
-            .push(config::parse_output_flag(&v).map_err(e)?);
+        opts.outputs.push(config::parse_output_flag(&v).map_err(e)?);
     }
     if let Some(v) = a.get("input_data_type") {
         // `NAME=s8` or `s8` (the --input-name input, else the model's only input).

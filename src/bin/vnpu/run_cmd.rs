@@ -312,7 +312,9 @@ fn element_strings(elem: vnpu::runtime::ElemType, b: &[u8]) -> Vec<String> {
             .collect(),
         ElemType::S64 => b
             .chunks_exact(8)
-            .map(|c| i64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]).to_string())
+            .map(|c| {
+                i64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]).to_string()
+            })
             .collect(),
         _ => b.iter().map(|v| v.to_string()).collect(),
     }
