@@ -104,6 +104,15 @@ static int compare(const char *name, const hbDNNTensor *q, const hbDNNTensor *f)
     return 1;
   }
   for (d = 0; d < p->validShape.numDimensions; ++d) n *= p->validShape.dimensionSize[d];
+  {
+    int32_t es = p->tensorType == HB_DNN_TENSOR_TYPE_S8 ? 1 : p->tensorType == HB_DNN_TENSOR_TYPE_S16 ? 2 : 4;
+    int32_t last = p->validShape.numDimensions - 1;
+    if (p->stride[last] != es || (int64_t)p->alignedByteSize != n * es) {
+      fprintf(stderr, "%s: stride %d / alignedByteSize %d do not fit %d-byte elements\n", name,
+              (int)p->stride[last], (int)p->alignedByteSize, (int)es);
+      return 1;
+    }
+  }
   for (d = axis + 1; d < p->validShape.numDimensions; ++d) inner *= p->validShape.dimensionSize[d];
   for (k = 0; k < n; ++k) {
     int32_t c = (int32_t)((k / inner) % channels);
