@@ -23,6 +23,7 @@ pub mod service;
 pub use error::{Error, Result};
 pub mod compile;
 pub mod format;
+pub mod quant;
 
 /// The vnpu version (crate version), part of compiled-file manifests and cache keys.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -17,6 +17,13 @@
 //!   norm_type: data_mean_and_scale       # no_preprocess|data_mean|data_scale|data_mean_and_scale
 //!   mean_value: 123.675 116.28 103.53
 //!   scale_value: 0.01712 0.01751 0.01743
+//!   input_data_type: s8                  # s8: signed pixels (byte = pixel - 128); not nv12
+//! output_parameters:
+//!   output_name: "boxes;scores"          # or "all"; per-output lists like input_parameters
+//!   output_type_rt: "s32;f32"            # f32 (dequantised, default) | s8 | s16 | s32
+//!   quantize_axis: 3                     # optional: the per-channel axis of the scales
+//! calibration_parameters:
+//!   cal_data_dir: calibration/           # samples giving quantised outputs their ranges
 //! compiler_parameters:
 //!   max_time_per_fc: 1000
 //!   optimize_level: O2                   # O0 = no fusion passes
@@ -58,6 +65,34 @@ pub struct InputParams {
     pub scale: Vec<f32>,
 }
 
+/// Element type of a model output at the API boundary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OutputType {
+    /// Dequantised float (the default).
+    F32,
+    /// Signed 8-bit, `quantiType = SCALE`.
+    S8,
+    /// Signed 16-bit, `quantiType = SCALE`.
+    S16,
+    /// Signed 32-bit, `quantiType = SCALE`.
+    S32,
+}
+
+/// The requested boundary type of one output (or of every output: name `all`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutputParams {
+    /// Output name, or `all`.
+    pub name: String,
+    /// Requested element type.
+    pub output_type: OutputType,
+    /// The per-channel axis of the scales (default: the channel axis of a 4-D output,
+    /// per tensor otherwise).
+    pub axis: Option<usize>,
+}
+
+/// Name standing for every output in [`OutputParams::name`].
+pub const ALL_OUTPUTS: &str = "all";
+
 /// Everything that changes how a model compiles. Part of the cache key.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CompileOptions {
@@ -75,6 +110,13 @@ pub struct CompileOptions {
     pub run_on_bpu: Vec<String>,
     /// 0 = no fusion passes; ≥ 1 = all passes (default 2).
     pub optimize_level: u8,
+    /// Inputs taking signed bytes (`byte = pixel - 128`); an empty name = the only input.
+    pub signed_inputs: Vec<String>,
+    /// Outputs of a quantised type (later entries override earlier ones).
+    pub outputs: Vec<OutputParams>,
+    /// Calibration samples (`--calibration-data`, `calibration_parameters.cal_data_dir`):
+    /// where quantised outputs without a scale in the graph get their ranges.
+    pub calibration_data: Option<PathBuf>,
 }
 
 impl Default for CompileOptions {
@@ -87,6 +129,9 @@ impl Default for CompileOptions {
             run_on_cpu: Vec::new(),
             run_on_bpu: Vec::new(),
             optimize_level: 2,
+            signed_inputs: Vec::new(),
+            outputs: Vec::new(),
+            calibration_data: None,
         }
     }
 }
@@ -124,6 +169,54 @@ pub fn parse_input_type(s: &str) -> Result<InputType> {
             })
         }
     })
+}
+
+/// Parses an output type name (`f32`, `s8`, `s16`, `s32`; `float32`, `int8`, ... too).
+pub fn parse_output_type(s: &str) -> Result<OutputType> {
+    Ok(match s.trim().to_ascii_lowercase().as_str() {
+        "f32" | "float" | "float32" => OutputType::F32,
+        "s8" | "int8" => OutputType::S8,
+        "s16" | "int16" => OutputType::S16,
+        "s32" | "int32" => OutputType::S32,
+        other => {
+            return Err(Error::CompileOption {
+                option: "output_type".into(),
+                reason: format!("'{other}' is not one of f32, s8, s16, s32"),
+            })
+        }
+    })
+}
+
+/// Parses `NAME=TYPE` (the `--output-type` flag; NAME may be `all`).
+pub fn parse_output_flag(s: &str) -> Result<OutputParams> {
+    let (name, ty) = s.rsplit_once('=').ok_or_else(|| Error::CompileOption {
+        option: "output_type".into(),
+        reason: format!("'{s}' is not NAME=TYPE (e.g. boxes=s32, all=s8)"),
+    })?;
+    if name.trim().is_empty() {
+        return Err(Error::CompileOption {
+            option: "output_type".into(),
+            reason: format!("'{s}' names no output (use NAME=TYPE or all=TYPE)"),
+        });
+    }
+    Ok(OutputParams {
+        name: name.trim().to_string(),
+        output_type: parse_output_type(ty)?,
+        axis: None,
+    })
+}
+
+/// Parses an input data type: `true` for `s8` (signed pixels), `false` for the default
+/// (`u8` images, `f32` feature maps).
+pub fn parse_input_data_type(s: &str) -> Result<bool> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "s8" | "int8" => Ok(true),
+        "u8" | "uint8" | "f32" | "float32" | "default" => Ok(false),
+        other => Err(Error::CompileOption {
+            option: "input_data_type".into(),
+            reason: format!("'{other}' is not s8 or u8 (images) / f32 (featuremap)"),
+        }),
+    }
 }
 
 /// Parses a layout name; returns `true` for NHWC.
@@ -214,7 +307,12 @@ const INPUT_KEYS: &[&str] = &[
     "norm_type",
     "mean_value",
     "scale_value",
+    "input_data_type",
 ];
+/// Keys accepted in `output_parameters`.
+const OUTPUT_KEYS: &[&str] = &["output_name", "output_type_rt", "quantize_axis"];
+/// Keys accepted in `calibration_parameters`.
+const CALIBRATION_KEYS: &[&str] = &["cal_data_dir"];
 /// Keys accepted in `compiler_parameters`.
 const COMPILER_KEYS: &[&str] = &["max_time_per_fc", "optimize_level"];
 
@@ -290,12 +388,16 @@ pub fn parse_config(text: &str, base: &Path) -> Result<ConfigFile> {
     let known = [
         "model_parameters",
         "input_parameters",
+        "output_parameters",
+        "calibration_parameters",
         "compiler_parameters",
     ];
     check_keys(&root, "", &known)?;
     for (sec, keys) in [
         ("model_parameters", MODEL_KEYS),
         ("input_parameters", INPUT_KEYS),
+        ("output_parameters", OUTPUT_KEYS),
+        ("calibration_parameters", CALIBRATION_KEYS),
         ("compiler_parameters", COMPILER_KEYS),
     ] {
         check_keys(&section(sec), sec, keys)?;
@@ -324,6 +426,7 @@ pub fn parse_config(text: &str, base: &Path) -> Result<ConfigFile> {
         per("input_type_train"),
     );
     let (norms, means, scales) = (per("norm_type"), per("mean_value"), per("scale_value"));
+    let data_types = per("input_data_type");
     for (i, name) in names.iter().enumerate() {
         let pick = |v: &Vec<String>| {
             v.get(i)
@@ -348,6 +451,13 @@ pub fn parse_config(text: &str, base: &Path) -> Result<ConfigFile> {
             Some(s) if s == "bgr" => true,
             Some(s) => return Err(bad("input_type_train", format!("'{s}' is not rgb or bgr"))),
         };
+        if pick(&data_types)
+            .map(|s| parse_input_data_type(&s))
+            .transpose()?
+            .unwrap_or(false)
+        {
+            o.signed_inputs.push(name.clone());
+        }
         let norm = pick(&norms).unwrap_or_else(|| "no_preprocess".into());
         let mean = pick(&means)
             .map(|s| parse_floats("mean_value", &s))
@@ -381,6 +491,9 @@ pub fn parse_config(text: &str, base: &Path) -> Result<ConfigFile> {
             scale,
         });
     }
+    o.outputs = output_params(&section("output_parameters"))?;
+    o.calibration_data =
+        get(&section("calibration_parameters"), "cal_data_dir").map(|p| base.join(p));
     let cp = section("compiler_parameters");
     if let Some(v) = get(&cp, "max_time_per_fc") {
         let n: u64 = v
@@ -401,6 +514,53 @@ pub fn parse_config(text: &str, base: &Path) -> Result<ConfigFile> {
         onnx_model,
         output_prefix,
     })
+}
+
+/// The `output_parameters` section: per-output lists (`a;b`), one value for all.
+fn output_params(sec: &serde_yaml::Value) -> Result<Vec<OutputParams>> {
+    let per = |key: &str| -> Vec<String> {
+        sec.get(key)
+            .and_then(yaml_str)
+            .map(|s| split_list(&s))
+            .unwrap_or_default()
+    };
+    let (names, types, axes) = (
+        per("output_name"),
+        per("output_type_rt"),
+        per("quantize_axis"),
+    );
+    if names.is_empty() && !(types.is_empty() && axes.is_empty()) {
+        return Err(Error::CompileOption {
+            option: "output_name".into(),
+            reason: "output_parameters needs output_name (an output name list, or all)".into(),
+        });
+    }
+    let mut out = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let pick = |v: &Vec<String>| {
+            v.get(i)
+                .or(if v.len() == 1 { v.first() } else { None })
+                .cloned()
+        };
+        let output_type = pick(&types)
+            .map(|s| parse_output_type(&s))
+            .transpose()?
+            .unwrap_or(OutputType::F32);
+        let axis = pick(&axes)
+            .map(|s| {
+                s.trim().parse::<usize>().map_err(|_| Error::CompileOption {
+                    option: "quantize_axis".into(),
+                    reason: format!("'{s}' is not an axis number"),
+                })
+            })
+            .transpose()?;
+        out.push(OutputParams {
+            name: name.clone(),
+            output_type,
+            axis,
+        });
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -475,6 +635,52 @@ compiler_parameters:
             .unwrap_err()
             .to_string();
         assert!(e.contains("did you mean 'mean_value'"), "{e}");
+    }
+
+    #[test]
+    fn output_and_input_types_parse() {
+        let text = "input_parameters:\n  input_name: images\n  input_type_rt: rgb\n  \
+                    input_data_type: s8\noutput_parameters:\n  output_name: [boxes, scores]\n  \
+                    output_type_rt: s32;f32\n  quantize_axis: 3\n";
+        let c = parse_config(text, Path::new(".")).unwrap();
+        assert_eq!(c.options.signed_inputs, vec!["images"]);
+        assert_eq!(
+            c.options.outputs,
+            vec![
+                OutputParams {
+                    name: "boxes".into(),
+                    output_type: OutputType::S32,
+                    axis: Some(3)
+                },
+                OutputParams {
+                    name: "scores".into(),
+                    output_type: OutputType::F32,
+                    axis: Some(3)
+                },
+            ]
+        );
+        let e = parse_config("output_parameters:\n  output_typ_rt: s8\n", Path::new("."))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("did you mean 'output_type_rt'"), "{e}");
+        let e = parse_config("output_parameters:\n  output_type_rt: s8\n", Path::new("."))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("output_name"), "{e}");
+        let e = parse_config(
+            "output_parameters:\n  output_name: all\n  output_type_rt: u4\n",
+            Path::new("."),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("'u4'") && e.contains("s32"), "{e}");
+        let p = parse_output_flag("all=S8").unwrap();
+        assert_eq!((p.name.as_str(), p.output_type), ("all", OutputType::S8));
+        assert!(parse_output_flag("s32").is_err());
+        assert!(parse_output_flag("=s32").is_err());
+        assert!(parse_input_data_type("s8").unwrap());
+        assert!(!parse_input_data_type("u8").unwrap());
+        assert!(parse_input_data_type("s4").is_err());
     }
 
     #[test]

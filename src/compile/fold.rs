@@ -21,7 +21,7 @@ fn never_fold(op: &Op) -> bool {
     match op {
         #[cfg(feature = "test-ops")]
         Op::Spin { .. } | Op::Fail { .. } => true,
-        _ => matches!(op, Op::Preprocess { .. }),
+        _ => matches!(op, Op::Preprocess { .. } | Op::DequantizeLinear { .. }),
     }
 }
 

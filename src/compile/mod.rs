@@ -12,6 +12,7 @@ pub mod fold;
 pub mod fuse;
 pub mod partition;
 pub mod place;
+pub mod quantize;
 pub mod rewrite;
 pub mod simplify;
 #[cfg(test)]
@@ -63,8 +64,12 @@ pub struct IoSpec {
     pub layout: IoLayout,
     /// Logical shape as reported to users (`[N,3,H,W]` or `[N,H,W,3]` for images).
     pub shape: Vec<usize>,
-    /// Bytes of the buffer.
+    /// Bytes of the buffer (of the graph value; see `quant` for a quantised output).
     pub byte_size: usize,
+    /// A quantised output: the caller's buffer holds S8/S16/S32 converted from the f32
+    /// graph value ([`crate::quant::io`]).
+    #[serde(default)]
+    pub quant: Option<crate::quant::io::OutputQuant>,
 }
 
 /// One segment of a compiled model.
@@ -167,19 +172,28 @@ pub fn compile_graph_within(
     config::check_max_time_per_fc(opts.max_time_per_fc)?;
     // Declared inputs and initializers first: every later size derives from them.
     budget.check_graph(&g)?;
-    let boundary_in = insert_input_conversions(&mut g, opts)?;
+    let imported = opts.calibration_data.is_some().then(|| g.clone());
+    let mut boundary_in = insert_input_conversions(&mut g, opts)?;
+    crate::quant::io::insert_signed_inputs(&mut g, &mut boundary_in, opts)?;
     fold::infer_and_fold_within(&mut g, budget)?;
     simplify::canonicalize_clip(&mut g);
-    if opts.optimize_level > 0 {
-        loop {
-            let mut changed = simplify::remove_identities(&mut g);
-            changed += fuse::fold_batchnorm(&mut g);
-            changed += fuse::fuse_silu(&mut g);
-            changed += fuse::fuse_post_ops(&mut g);
-            if changed == 0 {
-                break;
-            }
+    let fuse_all = |g: &mut Graph| loop {
+        let mut changed = simplify::remove_identities(g);
+        changed += fuse::fold_batchnorm(g);
+        changed += fuse::fuse_silu(g);
+        changed += fuse::fuse_post_ops(g);
+        if changed == 0 {
+            break;
         }
+    };
+    if opts.optimize_level > 0 {
+        fuse_all(&mut g);
+    }
+    let output_scales = crate::quant::io::graph_output_scales(&g, opts);
+    // Int8 lowering of QDQ patterns, then the weights left in float are folded (and may
+    // now fuse further).
+    if quantize::fold_constant_dequantize(&mut g)? > 0 && opts.optimize_level > 0 {
+        fuse_all(&mut g);
     }
     simplify::eliminate_dead_nodes(&mut g);
     ensure_outputs_computed(&mut g);
@@ -237,7 +251,7 @@ pub fn compile_graph_within(
         .map(|&v| tensor_spec(&graph, v))
         .collect::<Result<Vec<_>>>()?;
     let graph = Arc::try_unwrap(graph).unwrap_or_else(|a| (*a).clone());
-    Ok(CompiledModel {
+    let mut compiled = CompiledModel {
         name: graph.name.clone(),
         graph,
         segments,
@@ -246,7 +260,18 @@ pub fn compile_graph_within(
         max_time_per_fc: opts.max_time_per_fc,
         node_est_us,
         over_limit,
-    })
+    };
+    let calibrate = |_: &CompiledModel, axes: &[Option<usize>]| match &imported {
+        Some(g0) => crate::quant::io_calib::calibrate_outputs(g0, opts, budget, axes),
+        None => Err(Error::CompileOption {
+            option: "calibration_data".into(),
+            reason: "no calibration directory given".into(),
+        }),
+    };
+    let calibrate: Option<&crate::quant::io::Calibrate> =
+        imported.as_ref().map(|_| &calibrate as &crate::quant::io::Calibrate);
+    crate::quant::io::assign_output_types(&mut compiled, opts, &output_scales, calibrate)?;
+    Ok(compiled)
 }
 
 /// Checks that the plan's arena plus the constants fit in the budget before the cost
@@ -348,6 +373,7 @@ fn tensor_spec(g: &Graph, v: ValueId) -> Result<IoSpec> {
                 Error::shape(&val.name, "io", format!("shape {shape:?} is too large"))
             })?,
         shape,
+        quant: None,
     })
 }
 
@@ -477,6 +503,7 @@ fn insert_input_conversions(g: &mut Graph, opts: &CompileOptions) -> Result<Vec<
             layout,
             shape: spec_shape,
             byte_size,
+            quant: None,
         });
     }
     new_nodes.append(&mut g.nodes);

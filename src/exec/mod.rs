@@ -259,6 +259,18 @@ impl ModelPlan {
         Ok(())
     }
 
+    /// The bytes of graph output `i` as the state holds them after the last node ran
+    /// (native-endian elements); `None` if out of range.
+    pub fn output_bytes<'s>(&'s self, st: &'s ExecState, i: usize) -> Option<&'s [u8]> {
+        match self.outputs.get(i)? {
+            Loc::Const(t) => Some(const_bytes(t)),
+            Loc::Arena { off, len } => {
+                let arena: &[u8] = bytemuck::cast_slice(&st.arena);
+                arena.get(*off..*off + *len)
+            }
+        }
+    }
+
     /// Copies graph output `i` out of the state.
     pub fn read_output(&self, st: &ExecState, i: usize, out: &mut [u8]) -> Result<()> {
         let loc = self.outputs.get(i).ok_or_else(|| Error::InvalidArgument {

@@ -27,6 +27,7 @@ impl TryFrom<i32> for ElemType {
             5 => ElemType::ImgBgr,
             8 => ElemType::S8,
             9 => ElemType::U8,
+            11 => ElemType::S16,
             13 => ElemType::F32,
             14 => ElemType::S32,
             17 => ElemType::S64,
@@ -575,7 +576,7 @@ mod tests {
 
     #[test]
     fn elem_and_layout_conversions_round_trip() {
-        for v in [0, 1, 2, 3, 4, 5, 8, 9, 13, 14, 17] {
+        for v in [0, 1, 2, 3, 4, 5, 8, 9, 11, 13, 14, 17] {
             assert_eq!(ElemType::try_from(v).expect("known") as i32, v);
         }
         assert!(ElemType::try_from(6).is_err());

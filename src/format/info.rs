@@ -3,7 +3,8 @@
 //! JSON schema (stable; fields are only ever added):
 //! `{"vnpu_version", "format_version", "models": [{"name", "max_time_per_fc", "est_us",
 //!   "inputs"/"outputs": [{"name", "valid_shape", "aligned_shape", "layout", "type",
-//!   "quantization", "aligned_byte_size"}],
+//!   "quantization" ("none" or {"type": "scale", "axis", "scale", "zero_point"}),
+//!   "aligned_byte_size"}],
 //!   "segments": [{"index", "kind": "BPU"|"CPU", "first_node", "node_count", "est_us",
 //!     "fcs": [{"index", "est_us", "over_limit", "steps": [{"node", "tile", "tiles"}]}]}],
 //!   "nodes": [{"index", "name", "op", "placement", "est_us", "absorbed": [..], "post_ops": [..]}],
@@ -24,10 +25,48 @@ fn io_json(s: &IoSpec) -> Json {
         IoLayout::Nhwc => "NHWC",
         IoLayout::None => "NONE",
     };
+    let (ty, quantization) = match &s.quant {
+        None => (ty, json!("none")),
+        Some(q) => (
+            q.qtype.name().to_string(),
+            json!({"type": "scale", "axis": q.axis, "scale": q.scale, "zero_point": q.zero_point}),
+        ),
+    };
+    let ty = match (s.kind, s.dtype) {
+        (IoKind::Image(_), crate::ir::DType::I8) => format!("{ty} (s8: byte = pixel - 128)"),
+        _ => ty,
+    };
     json!({
         "name": s.name, "valid_shape": s.shape, "aligned_shape": s.shape, "layout": layout,
-        "type": ty, "quantization": "none", "aligned_byte_size": s.byte_size,
+        "type": ty, "quantization": quantization,
+        "aligned_byte_size": crate::quant::io::boundary_bytes(s),
     })
+}
+
+/// One line about an output's quantisation (`none`, or `scale axis A [s0 s1 ...]`).
+fn quant_text(s: &IoSpec) -> String {
+    let Some(q) = &s.quant else {
+        return "none".into();
+    };
+    let show = |v: Vec<String>| {
+        if v.len() > 4 {
+            format!("{} ... ({} values)", v[..4].join(" "), v.len())
+        } else {
+            v.join(" ")
+        }
+    };
+    let mut t = format!(
+        "scale axis {} [{}]",
+        q.axis,
+        show(q.scale.iter().map(|x| format!("{x:.6e}")).collect())
+    );
+    if !q.zero_point.is_empty() {
+        t += &format!(
+            " zero_point [{}]",
+            show(q.zero_point.iter().map(|z| z.to_string()).collect())
+        );
+    }
+    t
 }
 
 fn post_name(p: &PostOp) -> String {
@@ -136,12 +175,13 @@ pub fn file_text(models: &[CompiledModel]) -> String {
                 let j = io_json(io);
                 let _ = writeln!(
                     s,
-                    "  {title:<6} {:<20} shape {:?} layout {} type {} quant none bytes {}",
+                    "  {title:<6} {:<20} shape {:?} layout {} type {} quant {} bytes {}",
                     io.name,
                     io.shape,
                     j["layout"].as_str().unwrap_or(""),
                     j["type"].as_str().unwrap_or(""),
-                    io.byte_size
+                    quant_text(io),
+                    j["aligned_byte_size"]
                 );
             }
         }

@@ -11,6 +11,7 @@ use super::schema::*;
 use super::WEIGHT_ALIGN;
 use crate::compile::{CompiledModel, Fc, IoKind, IoLayout, IoSpec, OverLimit, Segment, Step};
 use crate::ir::{DType, Graph, Node, Placement, SharedBytes, Tensor, Value};
+use crate::quant::io::{OutputQuant, QType};
 
 /// The weights section of a loaded file.
 pub(super) struct Weights {
@@ -70,7 +71,29 @@ fn io_record(s: &IoSpec, value: u64) -> IoRecord {
         .into(),
         shape: dims(&s.shape),
         byte_size: s.byte_size as u64,
+        quant: s.quant.as_ref().map(|q| OutputQuantRecord {
+            qtype: q.qtype.name().into(),
+            axis: q.axis as u64,
+            scale: q.scale.clone(),
+            zero_point: q.zero_point.iter().map(|&z| z as i32).collect(),
+        }),
     }
+}
+
+fn output_quant(r: &OutputQuantRecord, shape: &[usize]) -> Result<OutputQuant, String> {
+    let q = OutputQuant {
+        qtype: QType::from_name(&r.qtype)
+            .ok_or_else(|| format!("unknown quantised type '{}'", r.qtype))?,
+        axis: index(r.axis, "quantize axis")?,
+        scale: r.scale.clone(),
+        zero_point: r
+            .zero_point
+            .iter()
+            .map(|&z| i8::try_from(z).map_err(|_| format!("zero point {z} is not int8")))
+            .collect::<Result<_, _>>()?,
+    };
+    q.check(shape)?;
+    Ok(q)
 }
 
 fn io_spec(r: &IoRecord) -> Result<IoSpec, String> {
@@ -86,14 +109,25 @@ fn io_spec(r: &IoRecord) -> Result<IoSpec, String> {
         "NONE" => IoLayout::None,
         l => return Err(format!("unknown layout '{l}'")),
     };
+    let shape = usizes(&r.shape, "boundary shape")?;
+    let quant = r
+        .quant
+        .as_ref()
+        .map(|q| output_quant(q, &shape).map_err(|e| format!("output '{}': {e}", r.name)))
+        .transpose()?;
+    let dtype = dtype_of(r.dtype)?;
+    if quant.is_some() && dtype != DType::F32 {
+        return Err(format!("output '{}' is quantised but not f32", r.name));
+    }
     Ok(IoSpec {
         name: r.name.clone(),
         value: index(r.value, "boundary value")?,
         kind,
-        dtype: dtype_of(r.dtype)?,
+        dtype,
         layout,
-        shape: usizes(&r.shape, "boundary shape")?,
+        shape,
         byte_size: index(r.byte_size, "boundary byte size")?,
+        quant,
     })
 }
 
@@ -331,7 +365,14 @@ pub(super) fn decode_model(r: ModelRecord, weights: &Weights) -> Result<Compiled
             outputs: usizes(&r.graph_outputs, "graph output")?,
         },
         segments,
-        inputs: r.inputs.iter().map(io_spec).collect::<Result<_, _>>()?,
+        inputs: r
+            .inputs
+            .iter()
+            .map(|i| match i.quant {
+                Some(_) => Err(format!("input '{}' has an output quantisation", i.name)),
+                None => io_spec(i),
+            })
+            .collect::<Result<_, _>>()?,
         outputs: r.outputs.iter().map(io_spec).collect::<Result<_, _>>()?,
         max_time_per_fc: r.max_time_per_fc,
         node_est_us: r.node_est_us,

@@ -209,6 +209,26 @@ pub struct IoRecord {
     /// Bytes of the buffer.
     #[prost(uint64, tag = "7")]
     pub byte_size: u64,
+    /// A quantised output (absent: the graph value's own type).
+    #[prost(message, optional, tag = "8")]
+    pub quant: Option<OutputQuantRecord>,
+}
+
+/// The quantised type of an output at the API boundary (`quantiType = SCALE`).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct OutputQuantRecord {
+    /// "s8", "s16" or "s32".
+    #[prost(string, tag = "1")]
+    pub qtype: String,
+    /// Axis of the scales in the output's shape.
+    #[prost(uint64, tag = "2")]
+    pub axis: u64,
+    /// Scales (one per index of `axis`, or one).
+    #[prost(float, repeated, tag = "3")]
+    pub scale: Vec<f32>,
+    /// Zero points (int8 range), as many as scales; empty = symmetric.
+    #[prost(sint32, repeated, tag = "4")]
+    pub zero_point: Vec<i32>,
 }
 
 /// One segment.

@@ -49,6 +49,7 @@ pub(super) fn model(name: &str) -> CompiledModel {
         layout: IoLayout::None,
         shape: vec![1, 4],
         byte_size: 16,
+        quant: None,
     };
     let fc = |node| Fc {
         steps: vec![Step {

@@ -379,6 +379,19 @@ pub enum Op {
         scale: Vec<f32>,
         to_bgr: bool,
     },
+    /// ONNX QuantizeLinear. inputs: x (f32), y_scale, [y_zero_point] (both constant by
+    /// compile time). `axis`: `None` for a per-tensor scale, else the (normalised) axis a
+    /// 1-D scale runs along. `dtype`: the output type (U8 or I8; I32 only for the
+    /// integer-output ops ConvInteger / MatMulInteger rewrite to, with scale 1).
+    QuantizeLinear {
+        axis: Option<usize>,
+        dtype: crate::ir::DType,
+    },
+    /// ONNX DequantizeLinear. inputs: x (u8, i8 or i32), x_scale, [x_zero_point]
+    /// (constant by compile time); output f32. `axis` as for `QuantizeLinear`.
+    DequantizeLinear {
+        axis: Option<usize>,
+    },
     /// Test-only operator (domain `ai.vnpu.test`, op `Spin`): copies its input to its
     /// output after busy-waiting `micros`. Lets scheduling tests build FCs of known length.
     #[cfg(feature = "test-ops")]
@@ -443,6 +456,8 @@ impl Op {
             Op::CumSum { .. } => "CumSum",
             Op::NonMaxSuppression { .. } => "NonMaxSuppression",
             Op::Preprocess { .. } => "Preprocess",
+            Op::QuantizeLinear { .. } => "QuantizeLinear",
+            Op::DequantizeLinear { .. } => "DequantizeLinear",
             #[cfg(feature = "test-ops")]
             Op::Spin { .. } => "Spin",
             #[cfg(feature = "test-ops")]

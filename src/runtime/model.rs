@@ -33,6 +33,7 @@ pub enum ElemType {
     ImgBgr = 5,
     S8 = 8,
     U8 = 9,
+    S16 = 11,
     F32 = 13,
     S32 = 14,
     S64 = 17,
@@ -176,12 +177,13 @@ fn desc_of(s: &IoSpec) -> TensorDesc {
         IoLayout::Nhwc => TensorLayout::Nhwc,
         IoLayout::None => TensorLayout::None,
     };
+    let (elem, quant, elem_size) = crate::quant::io::boundary_desc(s, elem);
     let shape: Vec<i32> = s.shape.iter().map(|&d| d as i32).collect();
     let stride = if s.kind == IoKind::Image(ImageFormat::Nv12) {
         vec![0; shape.len()]
     } else {
         let mut st = vec![0i32; shape.len()];
-        let mut acc = s.dtype.size() as i64;
+        let mut acc = elem_size as i64;
         for i in (0..shape.len()).rev() {
             st[i] = acc as i32;
             acc *= shape[i] as i64;
@@ -194,8 +196,8 @@ fn desc_of(s: &IoSpec) -> TensorDesc {
         aligned_shape: shape,
         layout,
         elem,
-        quant: Quant::None,
-        aligned_byte_size: s.byte_size,
+        quant,
+        aligned_byte_size: crate::quant::io::boundary_bytes(s),
         stride,
     }
 }

@@ -195,7 +195,7 @@ fn part_of(r: &ModelRequest) -> Result<PartSpec> {
 
 fn check_outputs(m: &Model, outputs: &[IoBuffer]) -> Result<()> {
     for (i, o) in outputs.iter().enumerate() {
-        let want = m.plan.output_len(i);
+        let want = crate::quant::io::boundary_bytes(&m.compiled.outputs[i]);
         if o.len < want || o.ptr.is_null() {
             return Err(Error::TensorMismatch {
                 name: m.outputs[i].name.clone(),
@@ -277,8 +277,8 @@ impl InferBody {
                 // SAFETY: the caller guarantees the output memory is writable for `len`
                 // bytes and not accessed until the task ends (hbDNN contract).
                 let out = unsafe { std::slice::from_raw_parts_mut(o.ptr, o.len) };
-                let n = m.plan.output_len(i);
-                m.plan.read_output(&st, i, &mut out[..n])?;
+                let n = crate::quant::io::boundary_bytes(&m.compiled.outputs[i]);
+                crate::quant::io::read_output(&m.compiled, &m.plan, &st, i, &mut out[..n])?;
             }
             m.put_state(st);
         }
@@ -536,7 +536,7 @@ impl Runtime {
             })?;
             let outs = (0..outputs.len())
                 .map(|i| {
-                    let n = model.plan.output_len(i);
+                    let n = crate::quant::io::boundary_bytes(&model.compiled.outputs[i]);
                     let o = outputs[i];
                     if o.ptr.is_null() || o.len < n * rois.len() {
                         return Err(Error::TensorMismatch {

@@ -368,6 +368,7 @@ fn elem_of(v: i32) -> WResult<ElemType> {
         5 => ImgBgr,
         8 => S8,
         9 => U8,
+        11 => S16,
         13 => F32,
         14 => S32,
         17 => S64,

@@ -25,6 +25,9 @@ const COMPILE_VALUED: &[&str] = &[
     "run_on_cpu",
     "run_on_bpu",
     "optimize_level",
+    "output_type",
+    "input_data_type",
+    "calibration_data",
 ];
 
 /// Compile options from flags (on top of a YAML config when given).
@@ -45,6 +48,23 @@ fn options_from(a: &Args, opts: &mut CompileOptions) -> Result<(), String> {
     }
     if let Some(n) = a.get("name") {
         opts.name = Some(n.to_string());
+    }
+    for v in a.all("output_type") {
+        opts.outputs.push(config::parse_output_flag(&v).map_err(e)?);
+    }
+    if let Some(v) = a.get("input_data_type") {
+        // `NAME=s8` or `s8` (the --input-name input, else the model's only input).
+        let (name, ty) = match v.split_once('=') {
+            Some((n, t)) => (n.to_string(), t),
+            None => (a.get("input_name").unwrap_or("").to_string(), v),
+        };
+        opts.signed_inputs.retain(|n| n != &name);
+        if config::parse_input_data_type(ty).map_err(e)? {
+            opts.signed_inputs.push(name);
+        }
+    }
+    if let Some(d) = a.get("calibration_data") {
+        opts.calibration_data = Some(PathBuf::from(d));
     }
     opts.run_on_cpu.extend(a.list("run_on_cpu"));
     opts.run_on_bpu.extend(a.list("run_on_bpu"));
@@ -170,7 +190,9 @@ fn inspect_inputs(path: &Path, opts: &mut CompileOptions) -> Result<(), String> 
             );
         }
     }
-    if !opts.inputs.iter().any(|p| p.name.is_empty()) {
+    if !opts.inputs.iter().any(|p| p.name.is_empty())
+        && !opts.signed_inputs.iter().any(|n| n.is_empty())
+    {
         return Ok(());
     }
     if g.inputs.len() != 1 {
@@ -183,6 +205,9 @@ fn inspect_inputs(path: &Path, opts: &mut CompileOptions) -> Result<(), String> 
     let name = g.values[g.inputs[0]].name.clone();
     for p in opts.inputs.iter_mut().filter(|p| p.name.is_empty()) {
         p.name = name.clone();
+    }
+    for n in opts.signed_inputs.iter_mut().filter(|n| n.is_empty()) {
+        *n = name.clone();
     }
     Ok(())
 }

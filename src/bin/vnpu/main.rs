@@ -33,6 +33,7 @@ Compiles ONNX models into one (packed) model file.
 options:
   -o, --output OUT.bin          output file
   --config cfg.yaml             toolchain-style YAML (model_parameters, input_parameters,
+                                output_parameters, calibration_parameters,
                                 compiler_parameters); flags given too override it
   --max-time-per-fc US          split core work into FCs of at most US µs (0 = no limit,
                                 else 1000..=4294967295)
@@ -43,6 +44,12 @@ options:
   --input-type-train rgb|bgr    channel order the model was trained on
   --mean 123.7,116.3,103.5      per-channel mean (alias --mean-value)
   --scale 0.017,...             per-channel scale (alias --scale-value)
+  --input-data-type [NAME=]s8   the input takes signed bytes (byte = pixel - 128; not nv12)
+  --output-type NAME=s32        output NAME as s8|s16|s32 with per-channel scales
+                                (quantiType SCALE) instead of f32; all=TYPE for every
+                                float output (repeatable, later ones win)
+  --calibration-data DIR        samples (NNN.npy, INPUT/NNN.npy or images) giving quantised
+                                outputs their scales when the graph has none
   --name NAME                   model name in the file (one model only)
   --run-on-cpu a,b / --run-on-bpu c   force nodes onto the CPU pool / the cores
   --optimize-level O0..O3, --O0 optimisation level (O0 = no fusion passes)

@@ -171,7 +171,14 @@ pub fn run_infer(argv: &[String]) -> Result<(), String> {
             .enumerate()
             .map(|(i, f)| {
                 if crate::image_input::is_image(f) {
-                    crate::image_input::image_input(f, &m.inputs[i])
+                    let mut b = crate::image_input::image_input(f, &m.inputs[i])?;
+                    if m.compiled.inputs[i].dtype == vnpu::ir::DType::I8
+                        && m.compiled.inputs[i].kind != vnpu::compile::IoKind::Tensor
+                    {
+                        // A signed image input: byte = pixel - 128.
+                        b.iter_mut().for_each(|p| *p ^= 0x80);
+                    }
+                    Ok(b)
                 } else {
                     read_input(f, m.plan.input_len(i))
                 }
@@ -196,8 +203,10 @@ pub fn run_infer(argv: &[String]) -> Result<(), String> {
         .unwrap_or(1)
         .max(1);
     let mut inputs = load.inputs.clone().unwrap_or_default();
-    let mut outputs: Vec<Vec<u8>> = (0..m.outputs.len())
-        .map(|i| vec![0u8; m.plan.output_len(i)])
+    let mut outputs: Vec<Vec<u8>> = m
+        .outputs
+        .iter()
+        .map(|d| vec![0u8; d.aligned_byte_size])
         .collect();
     let mut lats = Vec::new();
     for _ in 0..frames {
@@ -225,14 +234,32 @@ pub fn run_infer(argv: &[String]) -> Result<(), String> {
                 .map(|v| format!("{v:.5}"))
                 .collect()
         } else {
-            o.iter().take(8).map(|v| v.to_string()).collect()
+            element_strings(d.elem, o).into_iter().take(8).collect()
         };
         println!(
-            "  output {} {:?}: [{} ...]",
+            "  output {} {:?} {:?} {}: [{} ...]",
             d.name,
             d.valid_shape,
+            d.elem,
+            layout_name(d.layout),
             preview.join(", ")
         );
+        if let vnpu::runtime::Quant::Scale {
+            axis,
+            scale,
+            zero_point,
+        } = &d.quant
+        {
+            let head: Vec<String> = scale.iter().take(4).map(|s| format!("{s:.6e}")).collect();
+            println!(
+                "    quantiType SCALE, quantizeAxis {axis}, scaleLen {} [{}{}], zeroPointLen {}; \
+                 real = (q - zero_point[c]) * scale[c]",
+                scale.len(),
+                head.join(", "),
+                if scale.len() > 4 { ", ..." } else { "" },
+                zero_point.len()
+            );
+        }
     }
     if a.has("enable_dump") {
         let dir = PathBuf::from(a.get("dump_path").unwrap_or("."));
@@ -255,7 +282,10 @@ pub fn run_infer(argv: &[String]) -> Result<(), String> {
             } else if txt {
                 std::fs::write(
                     &path,
-                    o.iter().map(|v| format!("{v}\n")).collect::<String>(),
+                    element_strings(m.outputs[i].elem, o)
+                        .into_iter()
+                        .map(|v| v + "\n")
+                        .collect::<String>(),
                 )
             } else {
                 std::fs::write(&path, o)
@@ -265,6 +295,37 @@ pub fn run_infer(argv: &[String]) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The elements of an output buffer as text (integers for the integer types).
+fn element_strings(elem: vnpu::runtime::ElemType, b: &[u8]) -> Vec<String> {
+    use vnpu::runtime::ElemType;
+    match elem {
+        ElemType::S8 => b.iter().map(|&v| (v as i8).to_string()).collect(),
+        ElemType::S16 => b
+            .chunks_exact(2)
+            .map(|c| i16::from_ne_bytes([c[0], c[1]]).to_string())
+            .collect(),
+        ElemType::S32 => b
+            .chunks_exact(4)
+            .map(|c| i32::from_ne_bytes([c[0], c[1], c[2], c[3]]).to_string())
+            .collect(),
+        ElemType::S64 => b
+            .chunks_exact(8)
+            .map(|c| {
+                i64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]).to_string()
+            })
+            .collect(),
+        _ => b.iter().map(|v| v.to_string()).collect(),
+    }
+}
+
+fn layout_name(l: vnpu::runtime::TensorLayout) -> &'static str {
+    match l {
+        vnpu::runtime::TensorLayout::Nhwc => "NHWC",
+        vnpu::runtime::TensorLayout::Nchw => "NCHW",
+        vnpu::runtime::TensorLayout::None => "NONE",
+    }
 }
 
 /// The customId range, as printed in errors.

@@ -30,6 +30,7 @@ mod index;
 mod layout;
 mod norm;
 mod pool;
+mod quant;
 mod reduce;
 mod resize;
 mod rnn;
@@ -212,6 +213,7 @@ families! {
     Resize(resize::ResizeKernel),
     Rnn(rnn::RnnKernel),
     Image(image::ImageKernel),
+    Quant(quant::QuantKernel),
     #[cfg(feature = "test-ops")]
     Testing(testing::TestKernel),
 }
@@ -382,6 +384,8 @@ fn plan_kernel(c: &Ctx<'_>) -> Result<Planned> {
             scale,
             to_bgr,
         } => image::plan_preprocess(c, *format, *nhwc, mean, scale, *to_bgr),
+        Op::QuantizeLinear { axis, dtype } => quant::plan_quantize(c, *axis, *dtype),
+        Op::DequantizeLinear { axis } => quant::plan_dequantize(c, *axis),
         #[cfg(feature = "test-ops")]
         Op::Spin { micros } => testing::plan_spin(c, *micros),
         #[cfg(feature = "test-ops")]

@@ -15,6 +15,7 @@ mod index;
 mod layout;
 mod norm;
 mod pool;
+mod quant;
 mod reduce;
 mod resize;
 mod rnn;
@@ -43,6 +44,7 @@ const FAMILIES: &[(&str, Decoder)] = &[
     ("resize", resize::decode),
     ("rnn", rnn::decode),
     ("image", image::decode),
+    ("quant", quant::decode),
     #[cfg(feature = "test-ops")]
     ("testing", testing::decode),
 ];
@@ -90,6 +92,7 @@ pub(super) fn encode_op(op: &Op) -> Result<(String, Vec<AttrRecord>), String> {
         Op::Resize { .. } => resize::encode(op, &mut a),
         Op::Lstm { .. } | Op::Gru { .. } => rnn::encode(op, &mut a),
         Op::Preprocess { .. } => image::encode(op, &mut a),
+        Op::QuantizeLinear { .. } | Op::DequantizeLinear { .. } => quant::encode(op, &mut a),
         #[cfg(feature = "test-ops")]
         Op::Spin { .. } | Op::Fail { .. } => testing::encode(op, &mut a),
         // Test-only ops exist in the IR of a build without `test-ops` only while the IR

@@ -28,6 +28,7 @@ mod index;
 mod layout;
 mod norm;
 mod pool;
+mod quant;
 mod reduce;
 mod resize;
 mod rnn;
@@ -365,6 +366,8 @@ impl<'a> Cx<'a> {
                 ..
             } => self.rnn(*hidden_size, *direction, *layout, 3, 2),
             Op::Preprocess { format, nhwc, .. } => self.preprocess(format, nhwc),
+            Op::QuantizeLinear { axis, dtype } => self.quantize_linear(*axis, *dtype),
+            Op::DequantizeLinear { axis } => self.dequantize_linear(*axis),
             #[cfg(feature = "test-ops")]
             Op::Spin { .. } | Op::Fail { .. } => self.pass_through(),
         }

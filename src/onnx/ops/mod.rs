@@ -19,6 +19,7 @@ mod index;
 mod layout;
 mod norm;
 mod pool;
+mod quant;
 mod reduce;
 mod resize;
 mod rnn;
@@ -178,6 +179,13 @@ static REGISTRY: &[(&str, &str, ImportFn)] = &[
     // rnn
     (ONNX, "LSTM", rnn::lstm),
     (ONNX, "GRU", rnn::gru),
+    // quant
+    (ONNX, "QuantizeLinear", quant::quantize_linear),
+    (ONNX, "DequantizeLinear", quant::dequantize_linear),
+    (ONNX, "QLinearConv", quant::qlinear_conv),
+    (ONNX, "QLinearMatMul", quant::qlinear_matmul),
+    (ONNX, "ConvInteger", quant::conv_integer),
+    (ONNX, "MatMulInteger", quant::matmul_integer),
     // testing (cargo feature `test-ops`)
     #[cfg(feature = "test-ops")]
     (super::TEST_DOMAIN, "Spin", testing::spin),
