@@ -106,6 +106,10 @@ pub struct CompiledModel {
     pub node_est_us: Vec<f64>,
     /// Steps over the limit that could not be tiled.
     pub over_limit: Vec<OverLimit>,
+    /// Conv / GEMM weights packed when the compiled file was written, borrowed from it
+    /// by the plan (empty when compiled now: the plan packs them).
+    #[serde(skip)]
+    pub packed: crate::exec::PackedWeights,
 }
 
 impl CompiledModel {
@@ -246,6 +250,7 @@ pub fn compile_graph_within(
         max_time_per_fc: opts.max_time_per_fc,
         node_est_us,
         over_limit,
+        packed: Default::default(),
     })
 }
 
