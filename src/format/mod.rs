@@ -461,4 +461,6 @@ pub fn verify_file(path: &Path) -> Result<()> {
 }
 
 #[cfg(test)]
+mod packed_tests;
+#[cfg(test)]
 mod tests;

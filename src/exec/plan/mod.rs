@@ -365,6 +365,7 @@ fn plan_kernel(c: &Ctx<'_>, pre: Option<&WeightBuf>) -> Result<Planned> {
         Op::Pad { mode } => layout::plan_pad(c, *mode),
         Op::Gather { axis } => index::plan_gather(c, *axis),
         Op::GatherElements { axis } => index::plan_gather_elements(c, *axis),
+        Op::GatherND { batch_dims } => index::plan_gather_nd(c, *batch_dims),
         Op::TopK { axis, largest, .. } => index::plan_top_k(c, *axis, *largest),
         Op::NonMaxSuppression { .. } => index::plan_nms(c),
         Op::Shape { start, end } => generate::plan_shape(c, *start, *end),
