@@ -14,6 +14,8 @@
 //! tile ranges) is checked by its plan, which fails with a plan error otherwise.
 
 #[cfg(test)]
+mod index_tests;
+#[cfg(test)]
 mod tests;
 
 mod ctx;
