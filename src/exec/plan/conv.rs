@@ -217,10 +217,7 @@ pub(crate) fn plan_conv(
     pre: Option<&WeightBuf>,
 ) -> Result<Planned> {
     let parts = conv_parts(c, geom, group, false)?;
-    let wts = conv_weights(c, &parts.s, &parts, pre)?;
-    let ConvParts {
-        s, pads, wt, bias, ..
-    } = parts;
+    let (s, pads) = (&parts.s, parts.pads);
     let want = |i: usize, k: usize, st: usize, d: usize, pb: usize, pe: usize| {
         i.checked_add(pb)?
             .checked_add(pe)?
@@ -236,6 +233,8 @@ pub(crate) fn plan_conv(
         ));
     }
     let (post, res) = post_ops(c, post, s.c_out)?;
+    let wts = conv_weights(c, s, &parts, pre)?;
+    let ConvParts { s, wt, bias, .. } = parts;
     let mut scratch = s.scratch_len();
     // Tiles split whichever GEMM dimension is larger, so that what each tile repeats
     // (packing B for channel tiles, streaming A for position tiles) stays negligible.
