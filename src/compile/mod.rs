@@ -111,6 +111,10 @@ pub struct CompiledModel {
     pub node_est_us: Vec<f64>,
     /// Steps over the limit that could not be tiled.
     pub over_limit: Vec<OverLimit>,
+    /// Conv / GEMM weights packed when the compiled file was written, borrowed from it
+    /// by the plan (empty when compiled now: the plan packs them).
+    #[serde(skip)]
+    pub packed: crate::exec::PackedWeights,
 }
 
 impl CompiledModel {
@@ -260,6 +264,7 @@ pub fn compile_graph_within(
         max_time_per_fc: opts.max_time_per_fc,
         node_est_us,
         over_limit,
+        packed: Default::default(),
     };
     let calibrate = |_: &CompiledModel, axes: &[Option<usize>]| match &imported {
         Some(g0) => crate::quant::io_calib::calibrate_outputs(g0, opts, budget, axes),

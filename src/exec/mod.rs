@@ -29,6 +29,7 @@ use crate::error::{Error, Result};
 use crate::ir::{self, DType, Graph, Tensor, TensorData};
 use crate::kernels::simd::{self, Isa};
 use plan::NodePlan;
+pub use plan::{PackGeometry, PackedWeights};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -165,6 +166,17 @@ impl ModelPlan {
     /// Builds the plan: checks every node, chooses kernels, packs weights and plans
     /// memory. Errors name the node and operator of anything unsupported.
     pub fn new(graph: Arc<Graph>, opts: &PlanOptions) -> Result<ModelPlan> {
+        Self::with_packed(graph, opts, &PackedWeights::default())
+    }
+
+    /// As [`ModelPlan::new`], borrowing the weights in `packed` (packed ahead, e.g. stored
+    /// in a compiled file) instead of packing them, when they were packed for this plan's
+    /// kernel table; else packing as `new` does.
+    pub fn with_packed(
+        graph: Arc<Graph>,
+        opts: &PlanOptions,
+        packed: &PackedWeights,
+    ) -> Result<ModelPlan> {
         if opts.intra_op_threads == 0 {
             return Err(Error::CompileOption {
                 option: "intra_op_threads".into(),
@@ -173,11 +185,13 @@ impl ModelPlan {
         }
         let isa = simd::best_isa();
         let layout = plan::plan_memory(&graph)?;
+        let usable = !packed.is_empty() && packed.geometry == PackGeometry::of(isa);
         let mut nodes = Vec::with_capacity(graph.nodes.len());
         let (mut scratch, mut iscratch) = (0, 0);
         let mut helper_scratch = 0;
         for (i, n) in graph.nodes.iter().enumerate() {
-            let np = plan::plan_node(&graph, i, n, &layout, opts.intra_op_threads)?;
+            let pre = usable.then(|| packed.get(i)).flatten();
+            let np = plan::plan_node(&graph, i, n, &layout, opts.intra_op_threads, pre)?;
             helper_scratch = helper_scratch.max(np.helper_scratch);
             scratch = scratch.max(np.scratch);
             iscratch = iscratch.max(np.iscratch);
@@ -195,6 +209,25 @@ impl ModelPlan {
             isa,
             opts: opts.clone(),
         })
+    }
+
+    /// The packed weights of this plan's nodes as a compiled file stores them (see
+    /// [`ModelPlan::with_packed`]), copied.
+    pub fn packed_weights(&self) -> PackedWeights {
+        let nodes = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, np)| {
+                let parts = plan::packed_of(&np.kernel)?;
+                let v: Vec<f32> = parts.concat();
+                Some((i, crate::kernels::packed::WeightBuf::owned(v)))
+            })
+            .collect();
+        PackedWeights {
+            geometry: PackGeometry::of(self.isa),
+            nodes,
+        }
     }
 
     /// The graph this plan runs.

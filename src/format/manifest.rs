@@ -10,7 +10,9 @@ use super::ops::{decode_op, encode_op, image_format_from_name, image_format_name
 use super::schema::*;
 use super::WEIGHT_ALIGN;
 use crate::compile::{CompiledModel, Fc, IoKind, IoLayout, IoSpec, OverLimit, Segment, Step};
-use crate::ir::{DType, Graph, Node, Placement, SharedBytes, Tensor, Value};
+use crate::exec::{PackGeometry, PackedWeights};
+use crate::ir::{DType, Graph, Node, Op, Placement, SharedBytes, Tensor, Value};
+use crate::kernels::packed::WeightBuf;
 use crate::quant::io::{OutputQuant, QType};
 
 /// The weights section of a loaded file.
@@ -131,11 +133,109 @@ fn io_spec(r: &IoRecord) -> Result<IoSpec, String> {
     })
 }
 
-/// The record of one model; its constants are appended to `weights`, each aligned.
-/// Constants no node or output reads (left behind by compiler passes) are not stored:
-/// values are renumbered without them.
+/// Appends `b` to the weights section at the next aligned offset (little-endian
+/// elements of `size` bytes); returns the offset.
+fn append_aligned(weights: &mut Vec<u8>, b: &[u8], size: usize) -> u64 {
+    let pad = (WEIGHT_ALIGN - weights.len() % WEIGHT_ALIGN) % WEIGHT_ALIGN;
+    weights.resize(weights.len() + pad, 0);
+    let offset = weights.len() as u64;
+    if cfg!(target_endian = "little") {
+        weights.extend_from_slice(b);
+    } else {
+        weights.extend(b.chunks_exact(size).flat_map(|c| c.iter().rev()));
+    }
+    offset
+}
+
+/// The record of `packed`, its buffers appended to `weights`; `None` when empty.
+fn encode_packed(packed: &PackedWeights, weights: &mut Vec<u8>) -> Option<PackedWeightsRecord> {
+    if packed.is_empty() {
+        return None;
+    }
+    let g = &packed.geometry;
+    Some(PackedWeightsRecord {
+        table: g.table.clone(),
+        mr: g.mr as u64,
+        nr: g.nr as u64,
+        kc: g.kc as u64,
+        blobs: packed
+            .nodes
+            .iter()
+            .map(|(node, buf)| {
+                let b: &[u8] = bytemuck::cast_slice(&buf[..]);
+                PackedBlobRecord {
+                    node: *node as u64,
+                    offset: append_aligned(weights, b, 4),
+                    len: b.len() as u64,
+                }
+            })
+            .collect(),
+    })
+}
+
+/// The packed weights of a record, borrowed from `w` after checking every buffer's node
+/// (an existing Conv, Gemm or MatMul, in increasing order), range, size and alignment.
+/// Empty when there are none, or when they cannot be borrowed on this host (big-endian):
+/// the plan then packs the weights itself.
+fn decode_packed(
+    r: Option<&PackedWeightsRecord>,
+    nodes: &[Node],
+    w: &Weights,
+) -> Result<PackedWeights, String> {
+    let Some(r) = r else {
+        return Ok(PackedWeights::default());
+    };
+    let geometry = PackGeometry {
+        table: r.table.clone(),
+        mr: index(r.mr, "packed mr")?,
+        nr: index(r.nr, "packed nr")?,
+        kc: index(r.kc, "packed kc")?,
+    };
+    let wlen = (w.range.end - w.range.start) as u64;
+    let mut out = Vec::with_capacity(r.blobs.len());
+    for b in &r.blobs {
+        let node = index(b.node, "packed weights node")?;
+        let n = nodes
+            .get(node)
+            .ok_or_else(|| format!("packed weights name node {node}, which does not exist"))?;
+        if !matches!(n.op, Op::Conv { .. } | Op::Gemm { .. } | Op::MatMul { .. }) {
+            return Err(format!(
+                "packed weights on node '{}', a {} (only Conv, Gemm and MatMul have them)",
+                n.name,
+                n.op.name()
+            ));
+        }
+        if out.last().is_some_and(|(p, _)| *p >= node) {
+            return Err("packed weights are not in increasing node order".into());
+        }
+        let in_range = b.offset.checked_add(b.len).is_some_and(|e| e <= wlen);
+        if !in_range || b.offset % WEIGHT_ALIGN as u64 != 0 || b.len % 4 != 0 {
+            return Err(format!(
+                "packed weights of node '{}' are out of bounds, misaligned or of a wrong size",
+                n.name
+            ));
+        }
+        // In range of the weights section, hence of the file (a usize-sized buffer).
+        let start = w.range.start + b.offset as usize;
+        let bytes = SharedBytes::new(w.owner.clone(), start..start + b.len as usize)
+            .ok_or("packed weights are out of bounds")?;
+        match WeightBuf::shared(bytes) {
+            Some(buf) => out.push((node, buf)),
+            None => return Ok(PackedWeights::default()),
+        }
+    }
+    Ok(PackedWeights {
+        geometry,
+        nodes: out,
+    })
+}
+
+/// The record of one model; its constants, then its `packed` weights, are appended to
+/// `weights`, each aligned. Constants no node or output reads (left behind by compiler
+/// passes) are not stored: values are renumbered without them.
 pub(super) fn encode_model(
     m: &CompiledModel,
+    packed: &PackedWeights,
     weights: &mut Vec<u8>,
 ) -> Result<ModelRecord, String> {
     let uses = m.graph.use_counts();
@@ -147,16 +247,8 @@ pub(super) fn encode_model(
         }
         new_id[i] = values.len() as u64;
         let konst = v.konst.as_ref().map(|t| {
-            let pad = (WEIGHT_ALIGN - weights.len() % WEIGHT_ALIGN) % WEIGHT_ALIGN;
-            weights.resize(weights.len() + pad, 0);
-            let offset = weights.len() as u64;
             let b = t.bytes();
-            if cfg!(target_endian = "little") {
-                weights.extend_from_slice(b);
-            } else {
-                let w = t.dtype().size();
-                weights.extend(b.chunks_exact(w).flat_map(|c| c.iter().rev()));
-            }
+            let offset = append_aligned(weights, b, t.dtype().size());
             ConstRecord {
                 dtype: t.dtype().onnx_code(),
                 shape: dims(&t.shape),
@@ -246,6 +338,7 @@ pub(super) fn encode_model(
                 est_us: o.est_us,
             })
             .collect(),
+        packed: encode_packed(packed, weights),
     })
 }
 
@@ -327,6 +420,7 @@ pub(super) fn decode_model(r: ModelRecord, weights: &Weights) -> Result<Compiled
             placement: placement_of(n.placement)?,
         });
     }
+    let packed = decode_packed(r.packed.as_ref(), &nodes, weights)?;
     let mut segments = Vec::with_capacity(r.segments.len());
     for s in &r.segments {
         let kind = placement_of(s.kind)?.ok_or("a segment has no placement")?;
@@ -386,5 +480,6 @@ pub(super) fn decode_model(r: ModelRecord, weights: &Weights) -> Result<Compiled
                 })
             })
             .collect::<Result<_, String>>()?,
+        packed,
     })
 }

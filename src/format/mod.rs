@@ -21,7 +21,15 @@
 //! an invariant the executor relies on.
 //!
 //! Constants are not copied: each becomes a view into the shared read-only map
-//! ([`crate::ir::TensorData::Mapped`]).
+//! ([`crate::ir::TensorData::Mapped`]). Conv and GEMM weights are also stored packed as
+//! the writing host's kernel table wants them (an optional manifest record, see
+//! [`schema::PackedWeightsRecord`]); a plan for the same table borrows them from the map
+//! instead of packing, so loading touches no weight page at all.
+//!
+//! Why an optional record and not a format version bump: the packed weights are
+//! redundant (derived from the constants, which stay), so a reader that ignores them
+//! still computes the same outputs; prost skips the unknown field, and the files
+//! written before it (the golden file among them) keep loading, packing at load.
 //!
 //! Why the weights have their own checksum, checked by [`verify_file`] (`vnpu info
 //! --verify`, and the compile cache) rather than on every load: hashing ~45 MB of
@@ -44,6 +52,7 @@ use prost::Message;
 
 use crate::compile::CompiledModel;
 use crate::error::{Error, Result};
+use crate::exec::{PackGeometry, PackedWeights};
 
 /// File magic.
 pub const MAGIC: &[u8; 8] = b"VNPUMODL";
@@ -91,12 +100,29 @@ fn manifest_checksum(bytes: &[u8], weights_off: usize) -> u64 {
     checksum(&bytes[..48]) ^ checksum(&bytes[HEADER_LEN..weights_off]).rotate_left(23)
 }
 
-/// Serialises models into the file format.
+/// The packed weights a file stores for `m`: those it holds when they were packed for
+/// this host's kernel table, else those its plan packs now. A model the executor cannot
+/// plan is stored without (loading it fails at planning anyway).
+fn packed_for_file(m: &CompiledModel) -> PackedWeights {
+    let isa = crate::kernels::simd::best_isa();
+    if !m.packed.is_empty() && m.packed.geometry == PackGeometry::of(isa) {
+        return m.packed.clone();
+    }
+    let opts = crate::exec::PlanOptions::default();
+    match crate::exec::ModelPlan::new(Arc::new(m.graph.clone()), &opts) {
+        Ok(p) => p.packed_weights(),
+        Err(_) => PackedWeights::default(),
+    }
+}
+
+/// Serialises models into the file format; conv and GEMM weights are also stored packed
+/// for this host's kernel table (see [`schema::PackedWeightsRecord`]).
 pub fn write_models(models: &[CompiledModel]) -> Result<Vec<u8>> {
     let mut weights: Vec<u8> = Vec::new();
     let mut records = Vec::with_capacity(models.len());
     for m in models {
-        let r = manifest::encode_model(m, &mut weights).map_err(|reason| Error::ModelFormat {
+        let packed = packed_for_file(m);
+        let r = manifest::encode_model(m, &packed, &mut weights).map_err(|reason| Error::ModelFormat {
             path: "<memory>".into(),
             reason: format!("model '{}' cannot be written: {reason}", m.name),
         })?;
@@ -434,5 +460,7 @@ pub fn verify_file(path: &Path) -> Result<()> {
     load_file_verified(path).map(|_| ())
 }
 
+#[cfg(test)]
+mod packed_tests;
 #[cfg(test)]
 mod tests;

@@ -58,6 +58,45 @@ pub struct ModelRecord {
     /// Steps over the FC limit that could not be tiled.
     #[prost(message, repeated, tag = "12")]
     pub over_limit: Vec<OverLimitRecord>,
+    /// Conv / GEMM weights packed for one kernel table. Optional and redundant (derived
+    /// from the constants): a reader that does not know the field, or runs another
+    /// table, packs the weights from the constants instead.
+    #[prost(message, optional, tag = "13")]
+    pub packed: Option<PackedWeightsRecord>,
+}
+
+/// Weights packed as one kernel table's GEMM wants them, stored in the weights section.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct PackedWeightsRecord {
+    /// Kernel table name (e.g. `avx2+fma`).
+    #[prost(string, tag = "1")]
+    pub table: String,
+    /// Rows of a packed A panel.
+    #[prost(uint64, tag = "2")]
+    pub mr: u64,
+    /// Columns of a packed B panel.
+    #[prost(uint64, tag = "3")]
+    pub nr: u64,
+    /// Depth of a K block.
+    #[prost(uint64, tag = "4")]
+    pub kc: u64,
+    /// One buffer per node that has packed weights, by increasing node index.
+    #[prost(message, repeated, tag = "5")]
+    pub blobs: Vec<PackedBlobRecord>,
+}
+
+/// One node's packed weights (f32, little-endian) in the weights section.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct PackedBlobRecord {
+    /// Node index (a Conv, Gemm or MatMul).
+    #[prost(uint64, tag = "1")]
+    pub node: u64,
+    /// Byte offset in the weights section (a multiple of `WEIGHT_ALIGN`).
+    #[prost(uint64, tag = "2")]
+    pub offset: u64,
+    /// Byte length (a multiple of 4).
+    #[prost(uint64, tag = "3")]
+    pub len: u64,
 }
 
 /// A graph value.

@@ -73,6 +73,7 @@ pub(super) fn model(name: &str) -> CompiledModel {
         max_time_per_fc: 1000,
         node_est_us: vec![1.0, 1.0],
         over_limit: vec![],
+        packed: Default::default(),
     }
 }
 

@@ -322,6 +322,11 @@ pub enum Op {
     GatherElements {
         axis: i64,
     },
+    /// inputs: data, indices (int64; the last dim indexes the first dims of data after
+    /// the `batch_dims` leading dims, which data and indices share).
+    GatherND {
+        batch_dims: i64,
+    },
     /// inputs: input, shape.
     Expand,
     Cast {
@@ -443,6 +448,7 @@ impl Op {
             Op::TopK { .. } => "TopK",
             Op::Gather { .. } => "Gather",
             Op::GatherElements { .. } => "GatherElements",
+            Op::GatherND { .. } => "GatherND",
             Op::Expand => "Expand",
             Op::Cast { .. } => "Cast",
             Op::Lstm { .. } => "LSTM",

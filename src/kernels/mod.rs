@@ -13,6 +13,7 @@ pub mod gemm;
 pub mod image;
 pub mod nd;
 pub mod norm;
+pub mod packed;
 pub mod pool;
 pub mod reduce;
 pub mod resize;

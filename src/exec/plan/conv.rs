@@ -8,13 +8,14 @@
 //! matrix, packed by tile 0 and kept in the state for the following tiles.
 
 use super::ctx::{expand_channel, geom2, nchw, Ctx};
-use super::errors::{bad_attr, shape_err};
+use super::errors::{bad_attr, shape_err, unsup};
 use super::post::{post_ops, MAX_RESIDUALS};
 use super::{out_f32, FamilyKernel, Planned, Run};
 use crate::error::Result;
-use crate::ir::{self, PostOp};
+use crate::ir::{self, Elems, PostOp, TensorData};
 use crate::kernels::conv::{self, ConvShape, ConvWeights, DeconvPlan};
 use crate::kernels::gemm::{self, Epilogue, NR};
+use crate::kernels::packed::WeightBuf;
 use crate::kernels::simd::Isa;
 use crate::kernels::unary::PostOpRt;
 
@@ -53,22 +54,25 @@ pub(crate) enum ConvKernel {
 }
 
 /// What Conv and ConvTranspose plan alike: the geometry, the weights and the bias.
-struct ConvParts {
+struct ConvParts<'a> {
     s: ConvShape,
     /// top, left, bottom, right
     pads: [usize; 4],
-    wt: Vec<f32>,
+    /// The weights constant, borrowed (not copied: it may be a large mapped tensor).
+    wt: &'a [f32],
+    /// The weights constant when it is borrowed from a compiled file.
+    wt_mapped: Option<&'a ir::SharedBytes>,
     bias: Option<Vec<f32>>,
 }
 
 /// Checks input, weights, output and attributes of a conv (`transposed`: ConvTranspose,
 /// weights `[Cin, Cout/group, k...]`; else `[Cout, Cin/group, k...]`).
-fn conv_parts(
-    c: &Ctx<'_>,
+fn conv_parts<'a>(
+    c: &Ctx<'a>,
     geom: &ir::ConvGeom,
     group: usize,
     transposed: bool,
-) -> Result<ConvParts> {
+) -> Result<ConvParts<'a>> {
     let n = c.n;
     c.outputs_typed(ir::DType::F32)?;
     c.require_f32(0)?;
@@ -89,7 +93,14 @@ fn conv_parts(
             format!("output {os:?} does not fit input {xs:?}"),
         ));
     }
-    let wt = c.const_f32(1, "weight W")?;
+    let (wt, wt_mapped) = match c.konst(1) {
+        Some(t) => match (t.elems(), &t.data) {
+            (Elems::F32(v), TensorData::Mapped { bytes, .. }) => (v, Some(bytes)),
+            (Elems::F32(v), _) => (v, None),
+            _ => return Err(unsup(n, "weight W must be f32")),
+        },
+        None => return Err(unsup(n, "weight W must be a constant")),
+    };
     let ge = geom2(n, geom, xs.len() - 2, &ws[2..])?;
     if !geom.kernel.is_empty() && geom.kernel[..] != ws[2..] {
         return Err(bad_attr(
@@ -132,8 +143,69 @@ fn conv_parts(
         s,
         pads: ge.p,
         wt,
+        wt_mapped,
         bias,
     })
+}
+
+/// Floats of a conv's weights as the kernel reads them ([`ConvWeights`]): the flat
+/// weights for a depthwise conv, else one packed A per group.
+fn packed_len(s: &ConvShape) -> usize {
+    if s.is_depthwise() {
+        s.c_out * s.kh * s.kw
+    } else {
+        s.group * gemm::packed_a_len(s.cout_g(), s.k())
+    }
+}
+
+/// The weights of a conv as the kernel reads them: `pre` (packed when the compiled file
+/// was written) when given, the mapped constant itself for a depthwise conv, else packed
+/// now. Borrowed buffers are cut into groups without copying.
+fn conv_weights(
+    c: &Ctx<'_>,
+    s: &ConvShape,
+    parts: &ConvParts<'_>,
+    pre: Option<&WeightBuf>,
+) -> Result<ConvWeights> {
+    let flat = match pre {
+        Some(p) if p.len() != packed_len(s) => {
+            return Err(shape_err(
+                c.n,
+                format!(
+                    "packed weights hold {} floats, the conv needs {}",
+                    p.len(),
+                    packed_len(s)
+                ),
+            ))
+        }
+        Some(p) => Some(p.clone()),
+        None if s.is_depthwise() => parts.wt_mapped.and_then(|b| WeightBuf::shared(b.clone())),
+        None => None,
+    };
+    let Some(flat) = flat else {
+        return Ok(ConvWeights::pack(s, parts.wt));
+    };
+    if s.is_depthwise() {
+        return Ok(ConvWeights { groups: vec![flat] });
+    }
+    let per = gemm::packed_a_len(s.cout_g(), s.k());
+    let groups = (0..s.group)
+        .map(|g| flat.slice(g * per..(g + 1) * per))
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| shape_err(c.n, "packed weights do not split into groups"))?;
+    Ok(ConvWeights { groups })
+}
+
+/// The weights of a planned conv as they would be stored packed in a compiled file
+/// (what [`conv_weights`] takes as `pre`); `None` when there are none worth storing
+/// (a depthwise conv borrows its constant, a ConvTranspose packs at load).
+pub(super) fn stored_weights(k: &ConvKernel) -> Option<Vec<&[f32]>> {
+    match k {
+        ConvKernel::Conv { s, w, .. } if !s.is_depthwise() => {
+            Some(w.groups.iter().map(|g| &g[..]).collect())
+        }
+        _ => None,
+    }
 }
 
 /// Plans a Conv with its fused post-ops.
@@ -142,8 +214,10 @@ pub(crate) fn plan_conv(
     geom: &ir::ConvGeom,
     group: usize,
     post: &[PostOp],
+    pre: Option<&WeightBuf>,
 ) -> Result<Planned> {
-    let ConvParts { s, pads, wt, bias } = conv_parts(c, geom, group, false)?;
+    let parts = conv_parts(c, geom, group, false)?;
+    let (s, pads) = (&parts.s, parts.pads);
     let want = |i: usize, k: usize, st: usize, d: usize, pb: usize, pe: usize| {
         i.checked_add(pb)?
             .checked_add(pe)?
@@ -159,7 +233,8 @@ pub(crate) fn plan_conv(
         ));
     }
     let (post, res) = post_ops(c, post, s.c_out)?;
-    let wts = ConvWeights::pack(&s, &wt);
+    let wts = conv_weights(c, s, &parts, pre)?;
+    let ConvParts { s, wt, bias, .. } = parts;
     let mut scratch = s.scratch_len();
     // Tiles split whichever GEMM dimension is larger, so that what each tile repeats
     // (packing B for channel tiles, streaming A for position tiles) stays negligible.
@@ -167,7 +242,7 @@ pub(crate) fn plan_conv(
     if conv_shares_b(&s, by_cols) {
         scratch += conv::full_b_len(&s);
     }
-    let par = conv_chunks(&s, &wt, c.threads);
+    let par = conv_chunks(&s, wt, c.threads);
     let helper = par.iter().map(|ch| ch.s.scratch_len()).max().unwrap_or(0);
     let k = ConvKernel::Conv {
         s,
@@ -184,7 +259,7 @@ pub(crate) fn plan_conv(
 /// Plans a ConvTranspose (output padding and shape are already in the output shape).
 pub(crate) fn plan_deconv(c: &Ctx<'_>, geom: &ir::ConvGeom, group: usize) -> Result<Planned> {
     let ConvParts { s, wt, bias, .. } = conv_parts(c, geom, group, true)?;
-    let p = DeconvPlan::new(s, &wt);
+    let p = DeconvPlan::new(s, wt);
     let scratch = p.scratch_len();
     Ok(Planned::new(ConvKernel::Deconv { p, bias }).scratch(scratch))
 }

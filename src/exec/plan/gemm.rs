@@ -8,9 +8,10 @@ use super::errors::{shape_err, unsup};
 use super::post::{post_ops, MAX_RESIDUALS};
 use super::{FamilyKernel, Planned, Run};
 use crate::error::Result;
-use crate::ir::{DType, PostOp};
+use crate::ir::{DType, Elems, PostOp};
 use crate::kernels::eltwise::{self, Bcast};
 use crate::kernels::gemm::{self, Epilogue, NR};
+use crate::kernels::packed::WeightBuf;
 use crate::kernels::unary::PostOpRt;
 
 /// Gemm / MatMul resolved: per batch `C[m,n] = alpha * A · B (+ bias / addend)`.
@@ -26,7 +27,7 @@ pub(crate) struct GemmPlan {
     b_rs: usize,
     b_cs: usize,
     alpha: f32,
-    b_packed: Option<Vec<f32>>,
+    b_packed: Option<WeightBuf>,
     bias: Option<Vec<f32>>,
     addend: Option<Vec<f32>>,
     addend_input: Option<usize>,
@@ -56,12 +57,46 @@ impl GemmPlan {
 }
 
 /// A constant B (`k x n`, element (p, j) at `p * rs + j * cs`) packed for the GEMM,
-/// scaled by `scale`.
-fn pack_const_b(b: &[f32], rs: usize, cs: usize, k: usize, n: usize, scale: f32) -> Vec<f32> {
-    let mut pb = vec![0.0; gemm::packed_b_len(k, n)];
+/// scaled by `scale`; or `pre`, the same packed when the compiled file was written,
+/// after checking its length.
+#[allow(clippy::too_many_arguments)]
+fn pack_const_b(
+    c: &Ctx<'_>,
+    b: &[f32],
+    rs: usize,
+    cs: usize,
+    k: usize,
+    n: usize,
+    scale: f32,
+    pre: Option<&WeightBuf>,
+) -> Result<WeightBuf> {
+    let len = gemm::packed_b_len(k, n);
+    if let Some(p) = pre {
+        if p.len() != len {
+            return Err(shape_err(
+                c.n,
+                format!("packed B holds {} floats, the product needs {len}", p.len()),
+            ));
+        }
+        return Ok(p.clone());
+    }
+    let mut pb = vec![0.0; len];
     let mut row = vec![0.0; n];
     gemm::pack_b(b, rs, cs, k, n, scale, &mut pb, &mut row);
-    pb
+    Ok(WeightBuf::owned(pb))
+}
+
+/// The f32 elements of a constant, borrowed (the caller checked its type is f32).
+fn f32_elems(t: &crate::ir::Tensor) -> &[f32] {
+    match t.elems() {
+        Elems::F32(v) => v,
+        _ => &[],
+    }
+}
+
+/// The packed B of a planned Gemm / MatMul as it would be stored in a compiled file.
+pub(super) fn stored_weights(g: &GemmPlan) -> Option<Vec<&[f32]>> {
+    g.b_packed.as_ref().map(|b| vec![&b[..]])
 }
 
 /// Plans a Gemm (2-D A and B, optional C scaled by `beta`) with its fused post-ops.
@@ -72,6 +107,7 @@ pub(crate) fn plan_gemm(
     ta: bool,
     tb: bool,
     post: &[PostOp],
+    pre: Option<&WeightBuf>,
 ) -> Result<Planned> {
     let n = c.n;
     c.outputs_typed(DType::F32)?;
@@ -102,9 +138,10 @@ pub(crate) fn plan_gemm(
     }
     let (a_rs, a_cs) = if ta { (1, m) } else { (k, 1) };
     let (b_rs, b_cs) = if tb { (1, k) } else { (nn, 1) };
-    let b_packed = c
-        .konst(1)
-        .map(|t| pack_const_b(&t.to_f32_vec(), b_rs, b_cs, k, nn, alpha));
+    let b_packed = match c.konst(1) {
+        Some(t) => Some(pack_const_b(c, f32_elems(t), b_rs, b_cs, k, nn, alpha, pre)?),
+        None => None,
+    };
     let (mut bias, mut addend, mut addend_input) = (None, None, None);
     if c.has(2) && beta != 0.0 {
         c.require_f32(2)?;
@@ -155,7 +192,11 @@ pub(crate) fn plan_gemm(
 
 /// Plans a MatMul (numpy semantics: batch dims broadcast, 1-D operands promoted) with
 /// its fused post-ops.
-pub(crate) fn plan_matmul(c: &Ctx<'_>, post: &[PostOp]) -> Result<Planned> {
+pub(crate) fn plan_matmul(
+    c: &Ctx<'_>,
+    post: &[PostOp],
+    pre: Option<&WeightBuf>,
+) -> Result<Planned> {
     let n = c.n;
     c.outputs_typed(DType::F32)?;
     c.require_f32(0)?;
@@ -193,8 +234,8 @@ pub(crate) fn plan_matmul(c: &Ctx<'_>, post: &[PostOp]) -> Result<Planned> {
     if fold {
         // B is one constant matrix: every batch of A is more rows of one GEMM.
         let mm = nbatch * m;
-        let bv = b_const.map(|t| t.to_f32_vec()).unwrap_or_default();
-        let pb = pack_const_b(&bv, nn, 1, k, nn, 1.0);
+        let bv = b_const.map(f32_elems).unwrap_or_default();
+        let pb = pack_const_b(c, bv, nn, 1, k, nn, 1.0, pre)?;
         return Ok(GemmPlan {
             m: mm,
             n: nn,

@@ -1,4 +1,4 @@
-//! Index family (Gather, GatherElements, TopK, NonMaxSuppression): reads addressed by
+//! Index family (Gather, GatherElements, GatherND, TopK, NonMaxSuppression): reads addressed by
 //! index tensors, and selections that produce indices. Runs whole (one tile); an index
 //! outside its axis is a run-time data error, never an out-of-bounds access.
 
@@ -27,6 +27,17 @@ pub(crate) enum IndexKernel {
         axis: usize,
         elem: usize,
         idx_t: DType,
+    },
+    /// Per batch `b < batches`, per index tuple `t < tuples`: copies the slice of
+    /// `slice` elements of batch `b` of data addressed by the `depth` indices of tuple
+    /// `t`.
+    GatherND {
+        batches: usize,
+        tuples: usize,
+        /// Sizes of the data dims the indices address.
+        dims: Vec<usize>,
+        slice: usize,
+        elem: usize,
     },
     TopK {
         v: AxisView,
@@ -95,6 +106,39 @@ pub(crate) fn plan_gather_elements(c: &Ctx<'_>, axis: i64) -> Result<Planned> {
         axis: a,
         elem: c.itype(0)?.size(),
         idx_t,
+    }))
+}
+
+/// Plans a GatherND (int64 indices; the first `batch_dims` dims shared by data and
+/// indices).
+pub(crate) fn plan_gather_nd(c: &Ctx<'_>, batch_dims: i64) -> Result<Planned> {
+    let n = c.n;
+    c.outputs_typed(c.itype(0)?)?;
+    let (s, is) = (c.ishape(0)?, c.ishape(1)?);
+    if c.itype(1)? != DType::I64 {
+        return Err(unsup(n, "indices must be i64"));
+    }
+    let b = usize::try_from(batch_dims)
+        .ok()
+        .filter(|&b| b < s.len().min(is.len()) && s[..b] == is[..b])
+        .ok_or_else(|| shape_err(n, format!("batch_dims {batch_dims} does not fit {s:?} / {is:?}")))?;
+    let depth = is[is.len() - 1];
+    if depth < 1 || b + depth > s.len() {
+        return Err(shape_err(
+            n,
+            format!("indices {is:?} do not address data {s:?}"),
+        ));
+    }
+    let batches: usize = s[..b].iter().product();
+    let tuples: usize = is[b..is.len() - 1].iter().product();
+    let slice: usize = s[b + depth..].iter().product();
+    out_numel(c, 0, batches * tuples * slice)?;
+    Ok(Planned::new(IndexKernel::GatherND {
+        batches,
+        tuples,
+        dims: s[b..b + depth].to_vec(),
+        slice,
+        elem: c.itype(0)?.size(),
     }))
 }
 
@@ -221,6 +265,35 @@ impl FamilyKernel for IndexKernel {
                         }
                         coord[d] = 0;
                     }
+                }
+            }
+            IndexKernel::GatherND {
+                batches,
+                tuples,
+                dims,
+                slice,
+                elem,
+            } => {
+                let (data, ib) = (io.bytes(0), io.bytes(1));
+                let o = super::out_bytes(out, outs, 0);
+                let row = slice * elem;
+                let per_batch = dims.iter().product::<usize>() * row;
+                let depth = dims.len();
+                for bt in 0..batches * tuples {
+                    let mut at = 0usize;
+                    for (d, &len) in dims.iter().enumerate() {
+                        let raw = read_index(DType::I64, ib, bt * depth + d);
+                        let ix = if raw < 0 { raw + len as i64 } else { raw };
+                        if ix < 0 || ix >= len as i64 {
+                            return Err(run_err(
+                                node,
+                                format!("index {raw} out of range for a dim of size {len}"),
+                            ));
+                        }
+                        at = at * len + ix as usize;
+                    }
+                    let src = (bt / tuples) * per_batch + at * row;
+                    o[bt * row..(bt + 1) * row].copy_from_slice(&data[src..src + row]);
                 }
             }
             IndexKernel::TopK { v, k, largest } => {

@@ -14,11 +14,14 @@
 //! tile ranges) is checked by its plan, which fails with a plan error otherwise.
 
 #[cfg(test)]
+mod index_tests;
+#[cfg(test)]
 mod tests;
 
 mod ctx;
 mod errors;
 mod memory;
+mod packed;
 mod post;
 
 mod conv;
@@ -38,10 +41,12 @@ mod rnn;
 mod testing;
 
 pub(crate) use memory::{plan_memory, Layout};
+pub use packed::{PackGeometry, PackedWeights};
 
 use super::{Inputs, Loc, Tile};
 use crate::error::Result;
 use crate::ir::{Graph, Node, Op};
+use crate::kernels::packed::WeightBuf;
 use crate::kernels::simd::Isa;
 use ctx::Ctx;
 use errors::shape_err;
@@ -235,13 +240,15 @@ impl Kernel {
     }
 }
 
-/// Plans node `i`.
+/// Plans node `i`; `pre`: its weights packed ahead (see [`packed`]), to borrow instead of
+/// packing them.
 pub(crate) fn plan_node(
     g: &Graph,
     i: usize,
     n: &Node,
     layout: &Layout,
     threads: usize,
+    pre: Option<&WeightBuf>,
 ) -> Result<NodePlan> {
     let c = Ctx { g, n, threads };
     let mut inputs = Vec::with_capacity(n.inputs.len());
@@ -267,7 +274,10 @@ pub(crate) fn plan_node(
             }
         }
     }
-    let p = plan_kernel(&c)?;
+    let p = plan_kernel(&c, pre)?;
+    if pre.is_some() && packed_of(&p.kernel).is_none() {
+        return Err(shape_err(n, "packed weights given for a node that packs none"));
+    }
     let (out_off, out_len) = layout.node_block[i];
     Ok(NodePlan {
         kernel: p.kernel,
@@ -282,10 +292,22 @@ pub(crate) fn plan_node(
     })
 }
 
+/// The weights of a planned node as a compiled file stores them packed (the `pre` of
+/// [`plan_node`]), in parts to be stored one after another; `None` for a node that packs
+/// no weights worth storing.
+pub(crate) fn packed_of(k: &Kernel) -> Option<Vec<&[f32]>> {
+    match k {
+        Kernel::Conv(c) => conv::stored_weights(c),
+        Kernel::Gemm(g) => gemm::stored_weights(g),
+        _ => None,
+    }
+}
+
 /// Plans a node by its op: one registration line per op, naming its family's planner.
-fn plan_kernel(c: &Ctx<'_>) -> Result<Planned> {
+/// `pre` (weights packed ahead) is passed to the families that pack weights.
+fn plan_kernel(c: &Ctx<'_>, pre: Option<&WeightBuf>) -> Result<Planned> {
     match &c.n.op {
-        Op::Conv { geom, group, post } => conv::plan_conv(c, geom, *group, post),
+        Op::Conv { geom, group, post } => conv::plan_conv(c, geom, *group, post, pre),
         Op::ConvTranspose { geom, group, .. } => conv::plan_deconv(c, geom, *group),
         Op::Gemm {
             alpha,
@@ -293,8 +315,8 @@ fn plan_kernel(c: &Ctx<'_>) -> Result<Planned> {
             trans_a,
             trans_b,
             post,
-        } => gemm::plan_gemm(c, *alpha, *beta, *trans_a, *trans_b, post),
-        Op::MatMul { post } => gemm::plan_matmul(c, post),
+        } => gemm::plan_gemm(c, *alpha, *beta, *trans_a, *trans_b, post, pre),
+        Op::MatMul { post } => gemm::plan_matmul(c, post, pre),
         Op::Unary(u) => elementwise::plan_unary(c, *u),
         Op::Binary(op) => elementwise::plan_binary(c, *op),
         Op::Where => elementwise::plan_where(c),
@@ -347,6 +369,7 @@ fn plan_kernel(c: &Ctx<'_>) -> Result<Planned> {
         Op::Pad { mode } => layout::plan_pad(c, *mode),
         Op::Gather { axis } => index::plan_gather(c, *axis),
         Op::GatherElements { axis } => index::plan_gather_elements(c, *axis),
+        Op::GatherND { batch_dims } => index::plan_gather_nd(c, *batch_dims),
         Op::TopK { axis, largest, .. } => index::plan_top_k(c, *axis, *largest),
         Op::NonMaxSuppression { .. } => index::plan_nms(c),
         Op::Shape { start, end } => generate::plan_shape(c, *start, *end),

@@ -1,4 +1,5 @@
-//! Records of the index family: Gather, GatherElements, TopK, NonMaxSuppression.
+//! Records of the index family: Gather, GatherElements, GatherND, TopK,
+//! NonMaxSuppression.
 
 use super::{AttrsIn, AttrsOut};
 use crate::ir::Op;
@@ -12,6 +13,10 @@ pub(super) fn encode(op: &Op, a: &mut AttrsOut) -> Option<&'static str> {
         Op::GatherElements { axis } => {
             a.int("axis", *axis);
             "GatherElements"
+        }
+        Op::GatherND { batch_dims } => {
+            a.int("batch_dims", *batch_dims);
+            "GatherND"
         }
         Op::TopK {
             axis,
@@ -40,6 +45,9 @@ pub(super) fn decode(name: &str, a: &AttrsIn) -> Option<Result<Op, String>> {
             "GatherElements" => Op::GatherElements {
                 axis: a.int("axis")?,
             },
+            "GatherND" => Op::GatherND {
+                batch_dims: a.int("batch_dims")?,
+            },
             "TopK" => Op::TopK {
                 axis: a.int("axis")?,
                 largest: a.bool("largest")?,
@@ -52,7 +60,7 @@ pub(super) fn decode(name: &str, a: &AttrsIn) -> Option<Result<Op, String>> {
     };
     matches!(
         name,
-        "Gather" | "GatherElements" | "TopK" | "NonMaxSuppression"
+        "Gather" | "GatherElements" | "GatherND" | "TopK" | "NonMaxSuppression"
     )
     .then(f)
 }

@@ -86,6 +86,7 @@ pub(super) fn encode_op(op: &Op) -> Result<(String, Vec<AttrRecord>), String> {
         | Op::SpaceToDepth { .. } => layout::encode(op, &mut a),
         Op::Gather { .. }
         | Op::GatherElements { .. }
+        | Op::GatherND { .. }
         | Op::TopK { .. }
         | Op::NonMaxSuppression { .. } => index::encode(op, &mut a),
         Op::Shape { .. } | Op::ConstantOfShape { .. } | Op::Range => generate::encode(op, &mut a),

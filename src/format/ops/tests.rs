@@ -129,6 +129,7 @@ fn every_op() -> Vec<Op> {
         },
         Op::Gather { axis: 1 },
         Op::GatherElements { axis: -2 },
+        Op::GatherND { batch_dims: 1 },
         Op::Expand,
         Op::Lstm {
             hidden_size: 16,

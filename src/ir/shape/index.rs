@@ -1,4 +1,5 @@
-//! Shape rules of the index family (Gather, GatherElements, TopK, NonMaxSuppression).
+//! Shape rules of the index family (Gather, GatherElements, GatherND, TopK,
+//! NonMaxSuppression).
 
 use crate::ir::DType;
 use crate::Result;
@@ -62,6 +63,41 @@ impl Cx<'_> {
             )));
         }
         one(dt, idx.to_vec())
+    }
+
+    /// GatherND: `indices[..-1]` then the data dims the last index dim leaves,
+    /// `data[b + last..]`, where the first `b = batch_dims` dims are shared.
+    pub(super) fn gather_nd(&self, batch_dims: i64) -> Result<Vec<TypedShape>> {
+        let (dt, x) = self.req(0)?;
+        let (it, idx) = self.req(1)?;
+        if it != DType::I64 {
+            return Err(self.err("indices must be int64"));
+        }
+        let b = usize::try_from(batch_dims)
+            .ok()
+            .filter(|&b| b < x.len().min(idx.len()))
+            .ok_or_else(|| {
+                self.err(format!(
+                    "batch_dims {batch_dims} must be in [0, min(data rank {}, indices rank {}))",
+                    x.len(),
+                    idx.len()
+                ))
+            })?;
+        if x[..b] != idx[..b] {
+            return Err(self.err(format!(
+                "the first {b} dims of data {x:?} and indices {idx:?} differ"
+            )));
+        }
+        let last = idx[idx.len() - 1];
+        if last < 1 || b + last > x.len() {
+            return Err(self.err(format!(
+                "indices' last dim {last} must be in [1, data rank {} - batch_dims {b}]",
+                x.len()
+            )));
+        }
+        let mut s = idx[..idx.len() - 1].to_vec();
+        s.extend_from_slice(&x[b + last..]);
+        one(dt, s)
     }
 
     /// NonMaxSuppression: static upper bound of selected boxes.

@@ -349,6 +349,7 @@ impl<'a> Cx<'a> {
             Op::TopK { axis, .. } => self.topk(axis),
             Op::Gather { axis } => self.gather(axis),
             Op::GatherElements { axis } => self.gather_elements(axis),
+            Op::GatherND { batch_dims } => self.gather_nd(*batch_dims),
             Op::NonMaxSuppression { .. } => self.nms(),
             Op::Shape { start, end } => self.shape_of(start, end),
             Op::ConstantOfShape { value } => self.constant_of_shape(value),

@@ -20,6 +20,7 @@ pub use deconv::DeconvPlan;
 use super::body::conv::strided_copy;
 use super::gemm::{self, gemm_packed, BSource, Epilogue, MR};
 use super::isa::Isa;
+use super::packed::WeightBuf;
 
 impl ConvShape {
     /// Input channels per group.
@@ -84,8 +85,9 @@ impl ConvShape {
 /// Conv weights packed for the GEMM (one packed A per group), or kept flat for depthwise.
 #[derive(Debug, Clone)]
 pub struct ConvWeights {
-    /// Packed A per group (dense) or `[C, KH*KW]` (depthwise).
-    pub groups: Vec<Vec<f32>>,
+    /// Packed A per group (dense) or `[C, KH*KW]` (depthwise), owned or borrowed from a
+    /// compiled file.
+    pub groups: Vec<WeightBuf>,
 }
 
 impl ConvWeights {
@@ -93,7 +95,7 @@ impl ConvWeights {
     pub fn pack(s: &ConvShape, w: &[f32]) -> ConvWeights {
         if s.is_depthwise() {
             return ConvWeights {
-                groups: vec![w.to_vec()],
+                groups: vec![WeightBuf::owned(w.to_vec())],
             };
         }
         let (mg, k) = (s.cout_g(), s.k());
@@ -101,7 +103,7 @@ impl ConvWeights {
             .map(|g| {
                 let mut pa = vec![0.0; gemm::packed_a_len(mg, k)];
                 gemm::pack_a(&w[g * mg * k..(g + 1) * mg * k], k, 1, mg, k, 1.0, &mut pa);
-                pa
+                WeightBuf::owned(pa)
             })
             .collect();
         ConvWeights { groups }

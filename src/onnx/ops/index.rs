@@ -1,4 +1,4 @@
-//! Index family: `Gather`, `GatherElements`, `TopK`, `NonMaxSuppression`.
+//! Index family: `Gather`, `GatherElements`, `GatherND`, `TopK`, `NonMaxSuppression`.
 
 use super::NodeCx;
 use crate::ir::Op;
@@ -15,6 +15,12 @@ pub(super) fn gather(imp: &mut Importer<'_>, cx: NodeCx<'_>) -> Result<()> {
 pub(super) fn gather_elements(imp: &mut Importer<'_>, cx: NodeCx<'_>) -> Result<()> {
     let axis = cx.a.int_or("axis", 0)?;
     imp.emit(cx, Op::GatherElements { axis }, 2, 2)
+}
+
+/// `GatherND`.
+pub(super) fn gather_nd(imp: &mut Importer<'_>, cx: NodeCx<'_>) -> Result<()> {
+    let batch_dims = cx.a.int_or("batch_dims", 0)?;
+    imp.emit(cx, Op::GatherND { batch_dims }, 2, 2)
 }
 
 /// `TopK` (values and indices).

@@ -167,6 +167,7 @@ static REGISTRY: &[(&str, &str, ImportFn)] = &[
     // index
     (ONNX, "Gather", index::gather),
     (ONNX, "GatherElements", index::gather_elements),
+    (ONNX, "GatherND", index::gather_nd),
     (ONNX, "TopK", index::top_k),
     (ONNX, "NonMaxSuppression", index::non_max_suppression),
     // generate
