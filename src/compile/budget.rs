@@ -1,8 +1,10 @@
 //! The memory budget of one model: every size derived from a model (a value's bytes, the
 //! constants, the planned arena) is checked against it before memory is taken.
 //!
-//! The budget comes from `VNPU_MEMORY_BUDGET_MB` (read once per process), else half the
-//! machine's physical memory. Over budget is an invalid model (`HB_DNN_INVALID_MODEL`):
+//! The budget comes from `VNPU_MEMORY_BUDGET_MB` (read at every model load), else half
+//! the machine's physical memory. The same budget bounds the external-data bytes an ONNX
+//! import may read (the default of `ImportOptions::max_external_bytes`), so one setting
+//! bounds both what is read and what is planned. Over budget is an invalid model (`HB_DNN_INVALID_MODEL`):
 //! the error names the tensor, its shape and the budget.
 
 use crate::error::{Error, Result};
@@ -25,6 +27,19 @@ impl MemoryBudget {
     /// A budget of `bytes`.
     pub fn new(bytes: u64) -> MemoryBudget {
         MemoryBudget { bytes }
+    }
+
+    /// The default budget of this machine: half of its physical memory (4 GiB where
+    /// that cannot be read).
+    pub fn machine_default() -> MemoryBudget {
+        MemoryBudget::new(physical_memory().map_or(FALLBACK_BYTES, |m| m / 2))
+    }
+
+    /// [`MemoryBudget::from_env`], or [`MemoryBudget::machine_default`] when the
+    /// setting is invalid (for defaults that cannot fail; compiling reports the bad
+    /// setting).
+    pub fn from_env_or_default() -> MemoryBudget {
+        MemoryBudget::from_env().unwrap_or_else(|_| MemoryBudget::machine_default())
     }
 
     /// The budget: the setting `VNPU_MEMORY_BUDGET_MB` (see [`crate::config`], read at
@@ -110,7 +125,7 @@ pub fn tensor_bytes(shape: &[usize], dtype: DType) -> Option<u64> {
 /// Parses `VNPU_MEMORY_BUDGET_MB` (`None`: the default for this machine).
 fn parse_budget(v: Option<&str>) -> std::result::Result<u64, String> {
     match v.map(str::trim) {
-        None | Some("") => Ok(physical_memory().map_or(FALLBACK_BYTES, |m| m / 2)),
+        None | Some("") => Ok(MemoryBudget::machine_default().bytes),
         Some(s) => s
             .parse::<u64>()
             .ok()

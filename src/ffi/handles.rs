@@ -102,6 +102,12 @@ pub fn packed_handle(packed: PackedModel) -> Result<hbPackedDNNHandle_t> {
     PackedEntry::register(packed).map(|token| token as hbPackedDNNHandle_t)
 }
 
+/// Live packed-model, model and task handles, in that order (leak checks in tests and
+/// fuzzing: after everything is released all three are 0).
+pub fn live_handle_counts() -> [usize; 3] {
+    [PACKED.live(), MODELS.live(), TASKS.live()]
+}
+
 /// C copies of one tensor's description.
 pub(crate) struct TensorInfo {
     pub(crate) name: CString,

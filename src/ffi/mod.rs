@@ -29,6 +29,6 @@ pub use boundary::last_error_detail;
 pub use config::*;
 pub use dnn::*;
 pub use ext::*;
-pub use handles::packed_handle;
+pub use handles::{live_handle_counts, packed_handle};
 pub use sys::*;
 pub use types::*;

@@ -149,7 +149,6 @@ impl<T> Registry<T> {
     }
 
     /// Number of live values.
-    #[cfg(test)]
     pub(crate) fn live(&self) -> usize {
         let slots = self.slots.lock();
         slots.entries.iter().filter(|s| s.value.is_some()).count()

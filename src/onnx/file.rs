@@ -20,10 +20,6 @@ use crate::{Error, Result};
 /// keep their weights in external data files).
 pub const MAX_ONNX_FILE_BYTES: u64 = 2 << 30;
 
-/// Default bound on the external-data bytes one model may load (the sum over its
-/// tensors), see [`super::ImportOptions::max_external_bytes`].
-pub const DEFAULT_MAX_EXTERNAL_BYTES: u64 = 4 << 30;
-
 /// What a non-regular file is, for messages.
 fn kind(m: &Metadata) -> &'static str {
     let t = m.file_type();

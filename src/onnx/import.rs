@@ -26,7 +26,7 @@ use std::rc::Rc;
 use prost::Message;
 
 use super::attrs::Attrs;
-use super::file::{read_model_file, DEFAULT_MAX_EXTERNAL_BYTES, MAX_ONNX_FILE_BYTES};
+use super::file::{read_model_file, MAX_ONNX_FILE_BYTES};
 use super::ops::{self, NodeCx};
 use super::proto::{self, GraphProto, ModelProto, NodeProto, TensorProto, ValueInfoProto};
 use super::tensor::{decode_tensor, TensorCtx};
@@ -54,8 +54,10 @@ pub struct ImportOptions {
     /// Name of the imported graph; defaults to the ONNX graph name, then `"model"`.
     pub model_name: Option<String>,
     /// Most bytes of external data the model may load, summed over its tensors; a
-    /// tensor over what is left is refused before it is read. Default
-    /// [`DEFAULT_MAX_EXTERNAL_BYTES`].
+    /// tensor over what is left is refused before it is read. Default: the model memory
+    /// budget ([`crate::compile::MemoryBudget::from_env_or_default`], set by
+    /// `VNPU_MEMORY_BUDGET_MB`), which also bounds the model's constants at compile, so
+    /// one setting bounds both.
     pub max_external_bytes: u64,
 }
 
@@ -65,7 +67,7 @@ impl Default for ImportOptions {
             base_dir: None,
             input_shapes: HashMap::new(),
             model_name: None,
-            max_external_bytes: DEFAULT_MAX_EXTERNAL_BYTES,
+            max_external_bytes: crate::compile::MemoryBudget::from_env_or_default().bytes,
         }
     }
 }

@@ -19,7 +19,7 @@ mod tensor;
 #[cfg(test)]
 mod tests;
 
-pub use file::{read_model_file, DEFAULT_MAX_EXTERNAL_BYTES, MAX_ONNX_FILE_BYTES};
+pub use file::{read_model_file, MAX_ONNX_FILE_BYTES};
 #[cfg(feature = "test-ops")]
 pub use import::TEST_DOMAIN;
 pub use import::{import_file, import_model, ImportOptions, MAX_OPSET, MIN_OPSET};

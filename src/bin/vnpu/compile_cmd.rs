@@ -266,6 +266,15 @@ pub fn run_compile(argv: &[String]) -> Result<(), String> {
                 );
             }
         }
+        if compiled.iter().any(|p: &compile::CompiledModel| p.name == c.name) {
+            // A packed file with two models of one name could not be loaded.
+            return Err(format!(
+                "{} gives a second model named '{}': the models of one file need unique names \
+                 (they come from the file names; rename one file)",
+                m.display(),
+                c.name
+            ));
+        }
         compiled.push(c);
     }
     format::save_models(&out, &compiled).map_err(|e| e.to_string())?;

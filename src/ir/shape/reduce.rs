@@ -32,6 +32,10 @@ impl Cx<'_> {
     pub(super) fn arg_reduce(&self, axis: &i64, keepdims: &bool) -> Result<Vec<TypedShape>> {
         let x = self.shape(0)?;
         let ax = self.axis(*axis, x.len())?;
+        if x[ax] == 0 {
+            // No element to pick an index from (the kernel would read one).
+            return Err(self.err(format!("axis {axis} of input shape {x:?} is empty")));
+        }
         let mut red = vec![false; x.len()];
         red[ax] = true;
         one(DType::I64, reduce_shape(x, &red, *keepdims))
