@@ -270,6 +270,16 @@ impl Client {
         .map(|_| ())
     }
 
+    /// Releases a task that has ended without waiting for the answer (one message, no
+    /// round trip). For a task that may still run use [`release`](Self::release).
+    pub fn release_no_reply(&self, task: RemoteTask) -> Result<()> {
+        let fd = self.take_conn()?;
+        sock::send(&fd, &Request::Forget { task: task.0 }.encode(), &[])
+            .map_err(|e| gone(&self.socket, format!("send failed: {e}")))?;
+        self.idle.lock().push(fd);
+        Ok(())
+    }
+
     /// Releases a task (a queued one is cancelled).
     pub fn release(&self, task: RemoteTask) -> Result<()> {
         self.call(&Request::Release { task: task.0 }, &[])
@@ -314,6 +324,16 @@ impl SharedRegion {
             offset: 0,
             len: self.mem.len() as u64,
         }
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.mem.len()
+    }
+
+    /// Always false (a region has at least one byte).
+    pub fn is_empty(&self) -> bool {
+        self.mem.is_empty()
     }
 
     /// Start address in this process.

@@ -322,6 +322,7 @@ fn serve_conn(shared: &Arc<Shared>, fd: OwnedFd) {
         if matches!(req, Request::Hello { .. }) {
             break;
         }
+        let answered = req.answered();
         let resp = match handle(shared, &session, req, pkt.fds) {
             Ok(r) => r,
             Err(e) => Response::Error {
@@ -329,6 +330,9 @@ fn serve_conn(shared: &Arc<Shared>, fd: OwnedFd) {
                 detail: e.to_string(),
             },
         };
+        if !answered {
+            continue;
+        }
         if sock::send(&fd, &resp.encode(), &[]).is_err() {
             break;
         }
@@ -712,7 +716,7 @@ fn handle(shared: &Shared, s: &Arc<Session>, req: Request, fds: Vec<OwnedFd>) ->
             t.wait((timeout_ms > 0).then_some(timeout_ms))?;
             Ok(Response::Ok)
         }
-        Request::Release { task } => {
+        Request::Release { task } | Request::Forget { task } => {
             let e = s.st.lock().tasks.remove(&task).ok_or_else(|| {
                 Error::InvalidTaskHandle(format!("no task {task} in this client"))
             })?;

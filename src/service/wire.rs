@@ -112,6 +112,16 @@ pub enum Request {
     Release { task: u64 },
     /// Daemon status as JSON.
     Status,
+    /// Release a task that has ended, without an answer (the client saw its end, so
+    /// nothing can still touch its memory).
+    Forget { task: u64 },
+}
+
+impl Request {
+    /// Whether the daemon answers this request (every request but [`Request::Forget`]).
+    pub fn answered(&self) -> bool {
+        !matches!(self, Request::Forget { .. })
+    }
 }
 
 /// The daemon's answer.
@@ -455,6 +465,10 @@ impl Request {
                 e.u64(*task);
             }
             Request::Status => e.u16(10),
+            Request::Forget { task } => {
+                e.u16(11);
+                e.u64(*task);
+            }
         }
         e.0
     }
@@ -525,6 +539,7 @@ impl Request {
             },
             9 => Request::Release { task: d.u64()? },
             10 => Request::Status,
+            11 => Request::Forget { task: d.u64()? },
             t => return Err(WireError(format!("request tag {t}"))),
         };
         d.end()?;
@@ -694,6 +709,7 @@ mod tests {
             },
             Request::Release { task: 4 },
             Request::Status,
+            Request::Forget { task: 4 },
         ]
     }
 
