@@ -334,8 +334,8 @@ impl RemoteBuilder {
             return Ok(None);
         }
         let estimate_us = self.models.iter().map(|m| m.estimate_latency_us()).sum();
-        match client.submit(&self.parts, ctrl) {
-            Ok(id) => {
+        match client.submit_ended(&self.parts, ctrl) {
+            Ok((id, ended)) => {
                 let b = std::mem::take(self);
                 let task = Arc::new(RemoteTask {
                     remote,
@@ -345,6 +345,7 @@ impl RemoteBuilder {
                     token,
                     completion: completion.clone(),
                     watched: AtomicBool::new(false),
+                    reported: AtomicBool::new(false),
                     st: Mutex::new(RemoteState {
                         status: None,
                         detail: String::new(),
@@ -354,6 +355,12 @@ impl RemoteBuilder {
                         _models: b.models,
                     }),
                 });
+                if let Some((code, detail)) = ended {
+                    // A short task that already ended: outputs land now, and its end is
+                    // reported by the first wait (or callback registration) after the
+                    // handle exists.
+                    task.record(code, detail);
+                }
                 if completion.has_callback() {
                     task.watch();
                 }
@@ -395,6 +402,8 @@ pub(crate) struct RemoteTask {
     token: usize,
     completion: Arc<Completion>,
     watched: AtomicBool,
+    /// The end was reported to the completion (callback run, waiters released).
+    reported: AtomicBool,
     st: Mutex<RemoteState>,
 }
 
@@ -409,14 +418,28 @@ fn status_result(status: i32, detail: &str) -> Result<()> {
 }
 
 impl RemoteTask {
-    /// Records the task's end (first caller only): copies staged outputs back unless the
-    /// task was released, then reports the end to the completion (runs a callback).
+    /// Records the task's end and reports it to the completion (runs a callback).
     fn end(&self, status: i32, detail: String) {
-        let first = {
+        self.record(status, detail);
+        self.report();
+    }
+
+    /// Reports the recorded end to the completion, once.
+    fn report(&self) {
+        let Some(status) = self.st.lock().status else {
+            return;
+        };
+        if !self.reported.swap(true, Ordering::SeqCst) {
+            self.completion.finish(self.token, status);
+        }
+    }
+
+    /// Records the task's end (first caller only): copies staged outputs back unless the
+    /// task was released.
+    fn record(&self, status: i32, detail: String) {
+        {
             let mut st = self.st.lock();
-            if st.status.is_some() {
-                false
-            } else {
+            if st.status.is_none() {
                 if !st.released {
                     for c in &st.copy_out {
                         // SAFETY: see `CopyOut`: the caller's output memory is valid
@@ -427,11 +450,7 @@ impl RemoteTask {
                 }
                 st.status = Some(status);
                 st.detail = detail;
-                true
             }
-        };
-        if first {
-            self.completion.finish(self.token, status);
         }
     }
 
@@ -443,7 +462,10 @@ impl RemoteTask {
     /// Waits for the end (`None` or `Some(0)` = no limit).
     pub(crate) fn wait(&self, timeout_ms: Option<u64>) -> Result<()> {
         if let Some(r) = self.recorded() {
-            return r;
+            if !self.watched.load(Ordering::SeqCst) {
+                self.report();
+                return r;
+            }
         }
         if self.watched.load(Ordering::SeqCst) {
             let limit = timeout_ms
@@ -477,12 +499,15 @@ impl RemoteTask {
         let spawned = std::thread::Builder::new()
             .name("vnpu-svc-callback".into())
             .spawn(move || {
-                let (status, detail) = match t.client.wait(t.id, None) {
-                    Ok(()) => (0, String::new()),
-                    Err(e) => (e.code(), e.to_string()),
-                };
+                if t.recorded().is_none() {
+                    let (status, detail) = match t.client.wait(t.id, None) {
+                        Ok(()) => (0, String::new()),
+                        Err(e) => (e.code(), e.to_string()),
+                    };
+                    t.record(status, detail);
+                }
                 let _one_at_a_time = CALLBACKS.lock();
-                t.end(status, detail);
+                t.report();
             });
         if spawned.is_err() {
             // No thread: a later wait observes the end itself (and runs the callback).

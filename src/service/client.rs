@@ -221,6 +221,16 @@ impl Client {
 
     /// Submits a task of one or more models.
     pub fn submit(&self, parts: &[RemotePart], ctrl: CtrlParams) -> Result<RemoteTask> {
+        self.submit_ended(parts, ctrl).map(|(t, _)| t)
+    }
+
+    /// Submits a task; also returns its end status (code, detail) when it had already
+    /// ended by the time the daemon answered (short tasks), so no wait is needed.
+    pub fn submit_ended(
+        &self,
+        parts: &[RemotePart],
+        ctrl: CtrlParams,
+    ) -> Result<(RemoteTask, Option<(i32, String)>)> {
         let parts = parts
             .iter()
             .map(|p| PartRef {
@@ -229,7 +239,13 @@ impl Client {
                 outputs: p.outputs.clone(),
             })
             .collect();
-        self.expect_task(&Request::Submit { parts, ctrl })
+        match self.call(&Request::Submit { parts, ctrl }, &[])? {
+            Response::Task { task } => Ok((RemoteTask(task), None)),
+            Response::TaskEnded { task, code, detail } => {
+                Ok((RemoteTask(task), Some((code, detail))))
+            }
+            other => Err(gone(&self.socket, format!("unexpected answer {other:?}"))),
+        }
     }
 
     /// Submits ROI inference on an NV12 frame in shared memory.
@@ -252,7 +268,7 @@ impl Client {
 
     fn expect_task(&self, req: &Request) -> Result<RemoteTask> {
         match self.call(req, &[])? {
-            Response::Task { task } => Ok(RemoteTask(task)),
+            Response::Task { task } | Response::TaskEnded { task, .. } => Ok(RemoteTask(task)),
             other => Err(gone(&self.socket, format!("unexpected answer {other:?}"))),
         }
     }

@@ -135,6 +135,9 @@ pub enum Response {
     Region { region: u64 },
     /// A task was submitted.
     Task { task: u64 },
+    /// A task was submitted and had already ended when the daemon answered (a short task:
+    /// the client's wait needs no round trip). `code` 0 = success.
+    TaskEnded { task: u64, code: i32, detail: String },
     /// The request succeeded (a task ended well, a release happened, ...).
     Ok,
     /// Status JSON.
@@ -578,6 +581,12 @@ impl Response {
                 e.u16(104);
                 e.u64(*task);
             }
+            Response::TaskEnded { task, code, detail } => {
+                e.u16(108);
+                e.u64(*task);
+                e.i32(*code);
+                e.str(detail);
+            }
             Response::Ok => e.u16(105),
             Response::Status { json } => {
                 e.u16(106);
@@ -621,6 +630,11 @@ impl Response {
             }
             103 => Response::Region { region: d.u64()? },
             104 => Response::Task { task: d.u64()? },
+            108 => Response::TaskEnded {
+                task: d.u64()?,
+                code: d.i32()?,
+                detail: d.str()?,
+            },
             105 => Response::Ok,
             106 => Response::Status { json: d.str()? },
             107 => Response::Error {
@@ -730,6 +744,11 @@ mod tests {
             },
             Response::Region { region: 8 },
             Response::Task { task: 9 },
+            Response::TaskEnded {
+                task: 9,
+                code: -6000016,
+                detail: "cancelled".into(),
+            },
             Response::Ok,
             Response::Status { json: "{}".into() },
             Response::Error {
