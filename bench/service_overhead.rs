@@ -39,7 +39,7 @@ fn percentile(sorted: &[Duration], p: f64) -> f64 {
 
 /// A daemon served by a thread of this process.
 struct Served {
-    daemon: Arc<Daemon>,
+    _daemon: Arc<Daemon>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -59,7 +59,7 @@ impl Served {
         let (d, s) = (daemon.clone(), stop.clone());
         let thread = Some(std::thread::spawn(move || d.run(&s).expect("serve")));
         Served {
-            daemon,
+            _daemon: daemon,
             stop,
             thread,
         }
@@ -72,7 +72,6 @@ impl Drop for Served {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        let _ = &self.daemon;
     }
 }
 
