@@ -927,3 +927,102 @@ mod c_api {
         println!("child: done");
     }
 }
+
+/// Timeouts and releasing a running task through the C API in service mode.
+#[cfg(feature = "test-ops")]
+mod c_api_timeouts {
+    use super::*;
+    use std::ffi::CString;
+    use std::ptr::null_mut;
+    use vnpu::ffi::*;
+
+    #[test]
+    fn c_wait_timeouts_and_running_release_through_the_daemon() {
+        let dir = temp_dir();
+        let model = ordering::spin_file(&dir, "slow", 30, 900);
+        let d = TestDaemon::start(&dir, 1, 0);
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "c_api_timeouts::child_timeouts",
+                "--exact",
+                "--ignored",
+                "--nocapture",
+            ])
+            .env("VNPU_SERVICE", &d.socket)
+            .env("VNPU_SERVICE_TEST_CHILD", &model)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{text}");
+        assert!(text.contains("child: done"), "{text}");
+    }
+
+    #[test]
+    #[ignore = "run by c_wait_timeouts_and_running_release_through_the_daemon"]
+    fn child_timeouts() {
+        let Some(model) = std::env::var_os("VNPU_SERVICE_TEST_CHILD") else {
+            return;
+        };
+        let path = CString::new(model.to_str().unwrap()).unwrap();
+        let mut names = [path.as_ptr()];
+        let (mut p, mut h, mut list, mut n) = (null_mut(), null_mut(), null_mut(), 0);
+        // SAFETY: all-zero properties are valid values.
+        let (mut ip, mut op): (hbDNNTensorProperties, hbDNNTensorProperties) =
+            unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+        let zero = hbSysMem {
+            phyAddr: 0,
+            virAddr: null_mut(),
+            memSize: 0,
+        };
+        let (mut xm, mut ym) = (zero, zero);
+        // SAFETY: valid out-pointers and one valid path.
+        unsafe {
+            assert_eq!(hbDNNInitializeFromFiles(&mut p, names.as_mut_ptr(), 1), 0);
+            assert_eq!(hbDNNGetModelNameList(&mut list, &mut n, p), 0);
+            assert_eq!(hbDNNGetModelHandle(&mut h, p, *list), 0);
+            assert_eq!(hbDNNGetInputTensorProperties(&mut ip, h, 0), 0);
+            assert_eq!(hbDNNGetOutputTensorProperties(&mut op, h, 0), 0);
+            assert_eq!(hbSysAllocMem(&mut xm, ip.alignedByteSize as u32), 0);
+            assert_eq!(hbSysAllocMem(&mut ym, op.alignedByteSize as u32), 0);
+        }
+        let input = hbDNNTensor {
+            sysMem: [xm, zero, zero, zero],
+            properties: ip,
+        };
+        let mut output = hbDNNTensor {
+            sysMem: [ym, zero, zero, zero],
+            properties: op,
+        };
+        let mut ctrl = hbDNNInferCtrlParam {
+            bpuCoreId: 0,
+            dspCoreId: 0,
+            priority: 0,
+            more: 0,
+            customId: 0,
+            reserved1: 0,
+            reserved2: 0,
+        };
+        let (mut t1, mut t2) = (null_mut(), null_mut());
+        let mut o: *mut hbDNNTensor = &mut output;
+        // SAFETY: valid pointers; the memory outlives both tasks.
+        unsafe {
+            assert_eq!(hbDNNInfer(&mut t1, &mut o, &input, h, &mut ctrl), 0);
+            assert_eq!(hbDNNInfer(&mut t2, &mut o, &input, h, &mut ctrl), 0);
+            // 30 FCs of 0.9 ms each: a 1 ms wait times out and leaves the task intact.
+            assert_eq!(hbDNNWaitTaskDone(t1, 1), codes::HB_DNN_TIMEOUT);
+            // Releasing the queued second task cancels it; the first still ends well.
+            assert_eq!(hbDNNReleaseTask(t2), 0);
+            assert_eq!(hbDNNWaitTaskDone(t1, 0), 0);
+            assert_eq!(hbDNNReleaseTask(t1), 0);
+            // A running task released without a wait: the call returns once its FC ended.
+            let mut t3 = null_mut();
+            assert_eq!(hbDNNInfer(&mut t3, &mut o, &input, h, &mut ctrl), 0);
+            assert_eq!(hbDNNReleaseTask(t3), 0);
+            assert_eq!(hbSysFreeMem(&mut xm), 0);
+            assert_eq!(hbSysFreeMem(&mut ym), 0);
+            assert_eq!(hbDNNRelease(p), 0);
+        }
+        println!("child: done");
+    }
+}
