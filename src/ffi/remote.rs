@@ -283,6 +283,7 @@ impl RemoteBuilder {
         };
         let mut copy_out = Vec::new();
         let mut new_parts = Vec::with_capacity(parts.len());
+        let mut new_models = Vec::with_capacity(parts.len());
         for p in parts {
             let m = match &p.model {
                 ModelTarget::Remote(m) if Arc::ptr_eq(&m.pack.client, &client) => m.clone(),
@@ -322,11 +323,12 @@ impl RemoteBuilder {
                 inputs,
                 outputs,
             });
-            self.models.push(p.model);
+            new_models.push(p.model);
         }
         // Inputs are in staging or shared memory now; ROI crops are no longer needed.
         drop(owned);
         self.parts.extend(new_parts);
+        self.models.extend(new_models);
         self.copy_out.extend(copy_out);
         let had_region = region.is_some();
         self.staging.extend(region);
