@@ -63,8 +63,10 @@ pub struct RemotePart {
     pub outputs: Vec<BufRef>,
 }
 
-/// How long a caller polls for the daemon's answer before sleeping.
-const SPIN: std::time::Duration = std::time::Duration::from_micros(50);
+/// How long a caller polls for the daemon's answer before sleeping: not at all. The
+/// daemon's connection thread and core thread are the ones that should keep a CPU while
+/// a short task runs (a spinning client takes the CPU the core needs on small machines).
+const SPIN: std::time::Duration = std::time::Duration::ZERO;
 
 fn gone(socket: &Path, why: impl std::fmt::Display) -> Error {
     Error::Service {
