@@ -207,6 +207,14 @@ pub const KEYS: &[Key] = &[
               (default: half of the physical memory)",
     },
     Key {
+        name: "VNPU_SERVICE",
+        kind: Kind::Path,
+        default: "",
+        applies: Applies::RuntimeStart,
+        doc: "socket of a `vnpu serve` daemon: every hbDNN/hbSys call goes there (empty = \
+              run in process)",
+    },
+    Key {
         name: "VNPU_KERNEL_TABLE",
         kind: Kind::Choice(&["portable", "avx2+fma"]),
         default: "",

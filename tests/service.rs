@@ -634,3 +634,395 @@ fn sigterm_fails_pending_tasks_and_exits_cleanly() {
     assert!(!socket.exists(), "socket removed on shutdown");
     drop((i, o));
 }
+
+/// The C ABI in service mode: a child process (this test binary re-run with
+/// `VNPU_SERVICE` set) makes plain hbDNN/hbSys calls, unchanged, and they all go to the
+/// daemon. Checks results against the in-process runtime, that `hbSysAllocMem` memory is
+/// not copied (the staging counter stays 0) while heap memory is staged, callbacks,
+/// `more`, release and the unreachable-daemon error.
+mod c_api {
+    use super::*;
+    use std::ffi::{c_void, CString};
+    use std::ptr::null_mut;
+    use vnpu::ffi::*;
+
+    const CHILD_ENV: &str = "VNPU_SERVICE_TEST_CHILD";
+
+    fn ctrl(more: i32, priority: i32) -> hbDNNInferCtrlParam {
+        hbDNNInferCtrlParam {
+            bpuCoreId: 0,
+            dspCoreId: 0,
+            priority,
+            more,
+            customId: 0,
+            reserved1: 0,
+            reserved2: 0,
+        }
+    }
+
+    fn tensor(p: hbDNNTensorProperties, ptr: *mut c_void, len: usize) -> hbDNNTensor {
+        let mem = hbSysMem {
+            phyAddr: 0,
+            virAddr: null_mut(),
+            memSize: 0,
+        };
+        let mut t = hbDNNTensor {
+            sysMem: [mem; 4],
+            properties: p,
+        };
+        t.sysMem[0].virAddr = ptr;
+        t.sysMem[0].memSize = len as u32;
+        t
+    }
+
+    unsafe extern "C" fn on_done(_t: hbDNNTaskHandle_t, status: i32, user: *mut c_void) {
+        // SAFETY: `user` is the `AtomicUsize` of the test, alive until it ends.
+        let seen = unsafe { &*(user as *const AtomicUsize) };
+        seen.fetch_add(1 + status.unsigned_abs() as usize * 1000, Ordering::SeqCst);
+    }
+
+    /// Runs `name` in a child process with `VNPU_SERVICE=socket`.
+    fn run_child(name: &str, socket: &Path, model: &Path) -> std::process::Output {
+        std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                name,
+                "--exact",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("VNPU_SERVICE", socket)
+            .env(CHILD_ENV, model)
+            .output()
+            .unwrap()
+    }
+
+    #[test]
+    fn unchanged_c_calls_go_to_the_daemon() {
+        let dir = temp_dir();
+        let model = classifier_file(&dir);
+        let d = TestDaemon::start(&dir, 2, 0);
+        let out = run_child("c_api::child_calls", &d.socket, &model);
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{text}");
+        assert!(text.contains("child: done"), "{text}");
+        // Everything the child held was released with it.
+        assert!(d.daemon.status_json()["clients"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["live_tasks"] == 0));
+    }
+
+    #[test]
+    fn an_unreachable_daemon_fails_c_calls_with_the_socket_named() {
+        let dir = temp_dir();
+        let model = classifier_file(&dir);
+        let out = run_child("c_api::child_unreachable", &dir.join("none.sock"), &model);
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{text}");
+        assert!(text.contains("child: done"), "{text}");
+    }
+
+    fn child_model() -> Option<PathBuf> {
+        std::env::var_os(CHILD_ENV).map(PathBuf::from)
+    }
+
+    #[test]
+    #[ignore = "run by an_unreachable_daemon_fails_c_calls_with_the_socket_named"]
+    fn child_unreachable() {
+        let Some(model) = child_model() else { return };
+        let path = CString::new(model.to_str().unwrap()).unwrap();
+        let mut names = [path.as_ptr()];
+        let mut p = null_mut();
+        // SAFETY: valid out-pointer and one valid path.
+        let rc = unsafe { hbDNNInitializeFromFiles(&mut p, names.as_mut_ptr(), 1) };
+        assert_eq!(rc, codes::HB_DNN_MULTI_PROGRESS_USE_ERROR);
+        assert!(
+            last_error_detail().contains("none.sock"),
+            "{}",
+            last_error_detail()
+        );
+        let mut m = hbSysMem {
+            phyAddr: 0,
+            virAddr: null_mut(),
+            memSize: 0,
+        };
+        // SAFETY: valid out-pointer.
+        let rc = unsafe { hbSysAllocMem(&mut m, 64) };
+        assert_eq!(rc, codes::HB_DNN_MULTI_PROGRESS_USE_ERROR);
+        println!("child: done");
+    }
+
+    #[test]
+    #[ignore = "run by unchanged_c_calls_go_to_the_daemon"]
+    fn child_calls() {
+        let Some(model) = child_model() else { return };
+        assert!(vnpu::ffi::service_socket().is_some(), "service mode");
+        // The reference: the same model in this process's own runtime.
+        let local = PackedModel::load_files(std::slice::from_ref(&model)).unwrap();
+        let m = local.models[0].clone();
+        let mut input = vec![0u8; m.inputs[0].aligned_byte_size];
+        fill_input(&mut input, m.inputs[0].elem);
+        let mut want = vec![0u8; m.outputs[0].aligned_byte_size];
+        let rt = Runtime::with_config(SchedConfig::default()).unwrap();
+        let t = rt
+            .submit(
+                vec![ModelRequest {
+                    model: m.clone(),
+                    inputs: vec![vec![IoBuffer::from_slice(&mut input)]],
+                    outputs: vec![IoBuffer::from_slice(&mut want)],
+                    rois: vec![],
+                }],
+                CtrlParams::default(),
+            )
+            .unwrap();
+        t.wait(None).unwrap();
+
+        let path = CString::new(model.to_str().unwrap()).unwrap();
+        let mut names = [path.as_ptr()];
+        let (mut p, mut h) = (null_mut(), null_mut());
+        let mut list = null_mut();
+        let mut n = 0;
+        // SAFETY: all-zero properties are valid values.
+        let (mut ip, mut op): (hbDNNTensorProperties, hbDNNTensorProperties) =
+            unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+        // SAFETY: valid out-pointers and one valid path.
+        unsafe {
+            assert_eq!(hbDNNInitializeFromFiles(&mut p, names.as_mut_ptr(), 1), 0);
+            assert_eq!(hbDNNGetModelNameList(&mut list, &mut n, p), 0);
+            assert_eq!(n, 1);
+            assert_eq!(hbDNNGetModelHandle(&mut h, p, *list), 0);
+            assert_eq!(hbDNNGetInputTensorProperties(&mut ip, h, 0), 0);
+            assert_eq!(hbDNNGetOutputTensorProperties(&mut op, h, 0), 0);
+        }
+        assert_eq!(ip.alignedByteSize as usize, input.len());
+
+        // 1. hbSysAllocMem memory: shared with the daemon, nothing staged.
+        let zero = hbSysMem {
+            phyAddr: 0,
+            virAddr: null_mut(),
+            memSize: 0,
+        };
+        let (mut xm, mut ym) = (zero, zero);
+        // SAFETY: valid out-pointers; the copies stay inside the allocations.
+        unsafe {
+            assert_eq!(hbSysAllocMem(&mut xm, input.len() as u32), 0);
+            assert_eq!(hbSysAllocCachedMem(&mut ym, want.len() as u32), 0);
+            assert_eq!(
+                hbSysWriteMem(&mut xm, input.as_ptr() as *mut _, input.len() as u32),
+                0
+            );
+        }
+        let xt = tensor(ip, xm.virAddr, input.len());
+        let mut yt = tensor(op, ym.virAddr, want.len());
+        for prio in [0, 200] {
+            let mut t = null_mut();
+            let mut o: *mut hbDNNTensor = &mut yt;
+            let mut c = ctrl(0, prio);
+            // SAFETY: valid pointers; the memory outlives the task.
+            unsafe {
+                assert_eq!(hbDNNInfer(&mut t, &mut o, &xt, h, &mut c), 0);
+                assert_eq!(hbDNNWaitTaskDone(t, 0), 0);
+                assert_eq!(hbDNNReleaseTask(t), 0);
+                assert_eq!(
+                    hbDNNReleaseTask(t),
+                    codes::HB_DNN_INVALID_TASK_HANDLE,
+                    "double release"
+                );
+            }
+            // SAFETY: `ym` holds `want.len()` bytes.
+            let got = unsafe { std::slice::from_raw_parts(ym.virAddr as *const u8, want.len()) };
+            assert_eq!(got, &want[..]);
+        }
+        assert_eq!(
+            service_staged_bytes(),
+            0,
+            "hbSysAllocMem memory is not copied"
+        );
+
+        // 2. Heap memory: staged (counted), same result; a callback and `more`.
+        let mut x = input.clone();
+        let mut y = vec![0u8; want.len()];
+        let mut y2 = vec![0u8; want.len()];
+        let xh = tensor(ip, x.as_mut_ptr().cast(), x.len());
+        let mut yh = tensor(op, y.as_mut_ptr().cast(), y.len());
+        let mut yh2 = tensor(op, y2.as_mut_ptr().cast(), y2.len());
+        let seen = AtomicUsize::new(0);
+        let user = &seen as *const AtomicUsize as *mut c_void;
+        let mut t = null_mut();
+        let (mut o1, mut o2): (*mut hbDNNTensor, *mut hbDNNTensor) = (&mut yh, &mut yh2);
+        let (mut c1, mut c0) = (ctrl(1, 0), ctrl(0, 0));
+        // SAFETY: valid pointers; the memory outlives the task.
+        unsafe {
+            assert_eq!(hbDNNInfer(&mut t, &mut o1, &xh, h, &mut c1), 0);
+            assert_eq!(
+                hbDNNWaitTaskDone(t, 0),
+                codes::HB_DNN_API_USE_ERROR,
+                "still being assembled"
+            );
+            assert_eq!(hbDNNSetTaskDoneCb(t, Some(on_done), user), 0);
+            assert_eq!(hbDNNInfer(&mut t, &mut o2, &xh, h, &mut c0), 0);
+            assert_eq!(hbDNNWaitTaskDone(t, 0), 0);
+        }
+        assert_eq!(
+            seen.load(Ordering::SeqCst),
+            1,
+            "callback ran once, status 0"
+        );
+        assert_eq!(y, want);
+        assert_eq!(y2, want);
+        let staged = service_staged_bytes();
+        assert!(
+            staged >= 2 * (input.len() + want.len()) as u64,
+            "heap memory is staged ({staged} bytes)"
+        );
+        // SAFETY: live handles; the callback already fired.
+        unsafe {
+            assert_eq!(
+                hbDNNSetTaskDoneCb(t, Some(on_done), user),
+                codes::HB_DNN_API_USE_ERROR
+            );
+            assert_eq!(hbDNNReleaseTask(t), 0);
+        }
+        // A callback registered after the end, on a task with none, fires once at once.
+        let mut t = null_mut();
+        let mut o: *mut hbDNNTensor = &mut yh;
+        let mut c = ctrl(0, 0);
+        // SAFETY: valid pointers; the memory outlives the task.
+        unsafe {
+            assert_eq!(hbDNNInfer(&mut t, &mut o, &xh, h, &mut c), 0);
+            assert_eq!(hbDNNWaitTaskDone(t, 0), 0);
+            assert_eq!(hbDNNSetTaskDoneCb(t, Some(on_done), user), 0);
+            assert_eq!(hbDNNReleaseTask(t), 0);
+        }
+        assert_eq!(seen.load(Ordering::SeqCst), 2);
+        // A callback without any wait: the watcher observes the end.
+        let mut t = null_mut();
+        let mut o: *mut hbDNNTensor = &mut yh;
+        y.iter_mut().for_each(|b| *b = 0);
+        // SAFETY: valid pointers; the memory outlives the task.
+        unsafe {
+            assert_eq!(hbDNNInfer(&mut t, &mut o, &xh, h, &mut c), 0);
+            assert_eq!(hbDNNSetTaskDoneCb(t, Some(on_done), user), 0);
+        }
+        let t0 = std::time::Instant::now();
+        while seen.load(Ordering::SeqCst) < 3 {
+            assert!(t0.elapsed().as_secs() < 30, "callback never ran");
+            std::thread::yield_now();
+        }
+        // SAFETY: a live handle.
+        unsafe { assert_eq!(hbDNNReleaseTask(t), 0) };
+        assert_eq!(y, want, "outputs land before the callback runs");
+
+        // SAFETY: live memory and handles, released once.
+        unsafe {
+            assert_eq!(hbSysFreeMem(&mut xm), 0);
+            assert_eq!(hbSysFreeMem(&mut ym), 0);
+            assert_eq!(hbSysFreeMem(&mut ym), codes::HB_SYS_INVALID_ARGUMENT);
+            assert_eq!(hbDNNRelease(p), 0);
+        }
+        println!("child: done");
+    }
+}
+
+/// Timeouts and releasing a running task through the C API in service mode.
+#[cfg(feature = "test-ops")]
+mod c_api_timeouts {
+    use super::*;
+    use std::ffi::CString;
+    use std::ptr::null_mut;
+    use vnpu::ffi::*;
+
+    #[test]
+    fn c_wait_timeouts_and_running_release_through_the_daemon() {
+        let dir = temp_dir();
+        let model = ordering::spin_file(&dir, "slow", 30, 900);
+        let d = TestDaemon::start(&dir, 1, 0);
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "c_api_timeouts::child_timeouts",
+                "--exact",
+                "--ignored",
+                "--nocapture",
+            ])
+            .env("VNPU_SERVICE", &d.socket)
+            .env("VNPU_SERVICE_TEST_CHILD", &model)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{text}");
+        assert!(text.contains("child: done"), "{text}");
+    }
+
+    #[test]
+    #[ignore = "run by c_wait_timeouts_and_running_release_through_the_daemon"]
+    fn child_timeouts() {
+        let Some(model) = std::env::var_os("VNPU_SERVICE_TEST_CHILD") else {
+            return;
+        };
+        let path = CString::new(model.to_str().unwrap()).unwrap();
+        let mut names = [path.as_ptr()];
+        let (mut p, mut h, mut list, mut n) = (null_mut(), null_mut(), null_mut(), 0);
+        // SAFETY: all-zero properties are valid values.
+        let (mut ip, mut op): (hbDNNTensorProperties, hbDNNTensorProperties) =
+            unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+        let zero = hbSysMem {
+            phyAddr: 0,
+            virAddr: null_mut(),
+            memSize: 0,
+        };
+        let (mut xm, mut ym) = (zero, zero);
+        // SAFETY: valid out-pointers and one valid path.
+        unsafe {
+            assert_eq!(hbDNNInitializeFromFiles(&mut p, names.as_mut_ptr(), 1), 0);
+            assert_eq!(hbDNNGetModelNameList(&mut list, &mut n, p), 0);
+            assert_eq!(hbDNNGetModelHandle(&mut h, p, *list), 0);
+            assert_eq!(hbDNNGetInputTensorProperties(&mut ip, h, 0), 0);
+            assert_eq!(hbDNNGetOutputTensorProperties(&mut op, h, 0), 0);
+            assert_eq!(hbSysAllocMem(&mut xm, ip.alignedByteSize as u32), 0);
+            assert_eq!(hbSysAllocMem(&mut ym, op.alignedByteSize as u32), 0);
+        }
+        let input = hbDNNTensor {
+            sysMem: [xm, zero, zero, zero],
+            properties: ip,
+        };
+        let mut output = hbDNNTensor {
+            sysMem: [ym, zero, zero, zero],
+            properties: op,
+        };
+        let mut ctrl = hbDNNInferCtrlParam {
+            bpuCoreId: 0,
+            dspCoreId: 0,
+            priority: 0,
+            more: 0,
+            customId: 0,
+            reserved1: 0,
+            reserved2: 0,
+        };
+        let (mut t1, mut t2) = (null_mut(), null_mut());
+        let mut o: *mut hbDNNTensor = &mut output;
+        // SAFETY: valid pointers; the memory outlives both tasks.
+        unsafe {
+            assert_eq!(hbDNNInfer(&mut t1, &mut o, &input, h, &mut ctrl), 0);
+            assert_eq!(hbDNNInfer(&mut t2, &mut o, &input, h, &mut ctrl), 0);
+            // 30 FCs of 0.9 ms each: a 1 ms wait times out and leaves the task intact.
+            assert_eq!(hbDNNWaitTaskDone(t1, 1), codes::HB_DNN_TIMEOUT);
+            // Releasing the queued second task cancels it; the first still ends well.
+            assert_eq!(hbDNNReleaseTask(t2), 0);
+            assert_eq!(hbDNNWaitTaskDone(t1, 0), 0);
+            assert_eq!(hbDNNReleaseTask(t1), 0);
+            // A running task released without a wait: the call returns once its FC ended.
+            let mut t3 = null_mut();
+            assert_eq!(hbDNNInfer(&mut t3, &mut o, &input, h, &mut ctrl), 0);
+            assert_eq!(hbDNNReleaseTask(t3), 0);
+            assert_eq!(hbSysFreeMem(&mut xm), 0);
+            assert_eq!(hbSysFreeMem(&mut ym), 0);
+            assert_eq!(hbDNNRelease(p), 0);
+        }
+        println!("child: done");
+    }
+}

@@ -13,12 +13,13 @@ use std::sync::Arc;
 use crate::error::{describe_code_c, Error, Result, UNKNOWN_CODE};
 use crate::ffi::boundary::{self, c_str, count, non_null, write_out};
 use crate::ffi::convert::{frame_input, image_hw, input_planes, output_buffers};
+use crate::ffi::engine::{engine, Part};
 use crate::ffi::handles::{
     PackedEntry, Pending, TaskEntry, TaskState, UserCallback, MODELS, PACKED, TASKS,
 };
 use crate::ffi::types::*;
 use crate::runtime::roi::{crop_resize, Nv12Frame, RoiOutput};
-use crate::runtime::{CtrlParams, ElemType, IoBuffer, ModelRequest, PackedModel, Roi, Runtime};
+use crate::runtime::{CtrlParams, ElemType, IoBuffer, Roi};
 
 /// `hbDNNGetVersion` string: the hbDNN API version, then ours.
 const VERSION: &str = concat!("1.24.5_(vnpu ", env!("CARGO_PKG_VERSION"), ")\0");
@@ -94,8 +95,7 @@ pub unsafe extern "C" fn hbDNNInitializeFromFiles(
             })?;
             paths.push(path);
         }
-        let packed = PackedModel::load_files(&paths)?;
-        let token = PackedEntry::register(packed)?;
+        let token = PackedEntry::register_loaded(engine().load_files(&paths)?)?;
         // SAFETY: checked non-null above; writable per contract.
         unsafe { write_out(packedDNNHandle, token as hbPackedDNNHandle_t) };
         Ok(())
@@ -136,8 +136,7 @@ pub unsafe extern "C" fn hbDNNInitializeFromDDR(
             // SAFETY: non-null and valid for `len` bytes (caller's contract).
             blobs.push(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len as usize) });
         }
-        let packed = PackedModel::load_bytes(&blobs)?;
-        let token = PackedEntry::register(packed)?;
+        let token = PackedEntry::register_loaded(engine().load_bytes(&blobs)?)?;
         // SAFETY: checked non-null above; writable per contract.
         unsafe { write_out(packedDNNHandle, token as hbPackedDNNHandle_t) };
         Ok(())
@@ -363,7 +362,7 @@ unsafe fn add_to_task(
     // SAFETY: non-null, readable (caller's contract).
     let current = unsafe { slot.read() } as usize;
     let (entry, token, fresh) = if current == 0 {
-        let entry = Arc::new(TaskEntry::building());
+        let entry = Arc::new(TaskEntry::building(engine().assembly()));
         let token = TASKS.insert(entry.clone())?;
         (entry, token, true)
     } else {
@@ -378,7 +377,7 @@ unsafe fn add_to_task(
     // Take the builder out of the entry (without holding its lock while submitting: a
     // done callback may call back into us).
     let mut builder = match &mut *entry.state.lock() {
-        TaskState::Building(b) => std::mem::take(b),
+        TaskState::Building(b) => b.take(),
         TaskState::Submitted(_) => {
             return fail(Error::ApiUse(
                 "*taskHandle holds a submitted task; set it to NULL before hbDNNInfer \
@@ -387,13 +386,14 @@ unsafe fn add_to_task(
             ))
         }
     };
-    let rt = match Runtime::global() {
-        Ok(rt) => rt,
-        Err(e) => return fail(e),
-    };
-    let completion = entry.completion.clone();
-    let on_done = Box::new(move |status| completion.finish(token, status));
-    match builder.add(rt, pending.parts, pending.owned, more, params, on_done) {
+    match builder.add(
+        pending.parts,
+        pending.owned,
+        more,
+        params,
+        token,
+        &entry.completion,
+    ) {
         Ok(None) => *entry.state.lock() = TaskState::Building(builder),
         Ok(Some(task)) => {
             *entry.state.lock() = TaskState::Submitted(task.clone());
@@ -457,13 +457,13 @@ pub unsafe extern "C" fn hbDNNInfer(
         // SAFETY: arrays of the model's input / output count (caller's contract).
         let (ins, outs) = unsafe {
             (
-                std::slice::from_raw_parts(input, m.model.inputs.len()),
-                std::slice::from_raw_parts(outputs, m.model.outputs.len()),
+                std::slice::from_raw_parts(input, m.model.inputs().len()),
+                std::slice::from_raw_parts(outputs, m.model.outputs().len()),
             )
         };
         let inputs = m
             .model
-            .inputs
+            .inputs()
             .iter()
             .zip(ins)
             .enumerate()
@@ -471,17 +471,16 @@ pub unsafe extern "C" fn hbDNNInfer(
             .collect::<Result<Vec<_>>>()?;
         let outputs = m
             .model
-            .outputs
+            .outputs()
             .iter()
             .zip(outs)
             .enumerate()
             .map(|(i, (d, t))| Ok(output_buffers(i, d, t, 1)?.remove(0)))
             .collect::<Result<Vec<_>>>()?;
-        let part = ModelRequest {
+        let part = Part {
             model: m.model.clone(),
             inputs,
             outputs,
-            rois: Vec::new(),
         };
         // SAFETY: `inferCtrlParam` non-null and readable (caller's contract).
         let ctrl = unsafe { inferCtrlParam.read() };
@@ -586,7 +585,7 @@ pub unsafe extern "C" fn hbDNNRoiInfer(
         let m = MODELS.get(dnnHandle as usize)?;
         let model = &m.model;
         let resizer: Vec<bool> = model
-            .inputs
+            .inputs()
             .iter()
             .map(|d| {
                 matches!(
@@ -601,7 +600,7 @@ pub unsafe extern "C" fn hbDNNRoiInfer(
                 name: "dnnHandle".into(),
                 reason: format!(
                     "model '{}' has no NV12 or Y input; hbDNNRoiInfer needs one",
-                    model.name
+                    model.name()
                 ),
             });
         }
@@ -617,17 +616,17 @@ pub unsafe extern "C" fn hbDNNRoiInfer(
         // SAFETY: `output` is non-null and readable (caller's contract).
         let outputs = unsafe { output.read() };
         non_null(outputs, "*output")?;
-        let n_in = model.inputs.len();
+        let n_in = model.inputs().len();
         // SAFETY: arrays of the documented lengths (caller's contract).
         let (ins, outs, rois) = unsafe {
             (
                 std::slice::from_raw_parts(input, batch * n_in),
-                std::slice::from_raw_parts(outputs, model.outputs.len()),
+                std::slice::from_raw_parts(outputs, model.outputs().len()),
                 std::slice::from_raw_parts(rois, n_rois),
             )
         };
         let mut out_bufs = model
-            .outputs
+            .outputs()
             .iter()
             .zip(outs)
             .enumerate()
@@ -637,7 +636,7 @@ pub unsafe extern "C" fn hbDNNRoiInfer(
         let mut roi_iter = rois.iter();
         for b in 0..batch {
             let mut inputs = Vec::with_capacity(n_in);
-            for (i, d) in model.inputs.iter().enumerate() {
+            for (i, d) in model.inputs().iter().enumerate() {
                 let t = &ins[b * n_in + i];
                 if resizer[i] {
                     let frame = frame_input(i, d, t)?;
@@ -657,11 +656,10 @@ pub unsafe extern "C" fn hbDNNRoiInfer(
                 }
             }
             let outputs = out_bufs.iter_mut().map(|o| o[b]).collect();
-            pending.parts.push(ModelRequest {
+            pending.parts.push(Part {
                 model: model.clone(),
                 inputs,
                 outputs,
-                rois: Vec::new(),
             });
         }
         // SAFETY: `inferCtrlParam` non-null and readable (caller's contract).
@@ -695,7 +693,11 @@ pub unsafe extern "C" fn hbDNNSetTaskDoneCb(
             name: "cb".into(),
             reason: "is NULL".into(),
         })?;
-        entry.completion.set(token, UserCallback { cb, userdata })
+        entry.completion.set(token, UserCallback { cb, userdata })?;
+        if let Ok(task) = entry.task() {
+            task.callback_registered();
+        }
+        Ok(())
     })
 }
 

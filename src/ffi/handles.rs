@@ -1,12 +1,13 @@
 //! What the three C handle kinds resolve to, and their registries.
 //!
-//! - a packed handle → [`PackedEntry`]: the loaded [`PackedModel`], its model names as C
-//!   strings and the tokens of its model handles (created at load, one per model);
-//! - a model handle → [`ModelEntry`]: the [`Model`] plus C copies of its tensor
-//!   properties (names, scale and zero-point arrays) that C callers may keep pointers
-//!   into while the packed model is loaded;
-//! - a task handle → [`TaskEntry`]: a task being assembled with `more` (a runtime
-//!   [`TaskBuilder`]) or a submitted runtime [`Task`], plus the done-callback state.
+//! - a packed handle → [`PackedEntry`]: what keeps the loaded pack alive (an in-process
+//!   [`PackedModel`] or a pack held by the vnpu daemon), its model names as C strings and
+//!   the tokens of its model handles (created at load, one per model);
+//! - a model handle → [`ModelEntry`]: the [`ModelTarget`] (in process or in the daemon)
+//!   plus C copies of its tensor properties (names, scale and zero-point arrays) that C
+//!   callers may keep pointers into while the packed model is loaded;
+//! - a task handle → [`TaskEntry`]: a task being assembled with `more` (an
+//!   [`Assembly`]) or a [`Submitted`] task, plus the done-callback state.
 //!
 //! Releasing a packed model removes its model handles; models stay alive while a task
 //! still uses them (they are `Arc`s). The C-visible memory of an entry (strings,
@@ -19,9 +20,10 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::error::{Error, Result};
 use crate::ffi::convert::c_properties;
+use crate::ffi::engine::{Assembly, Loaded, ModelTarget, Part, Submitted};
 use crate::ffi::registry::Registry;
 use crate::ffi::types::*;
-use crate::runtime::{Model, ModelRequest, PackedModel, Quant, Task, TaskBuilder};
+use crate::runtime::{PackedModel, Quant};
 
 /// Live packed models.
 pub(crate) static PACKED: Registry<PackedEntry> =
@@ -35,7 +37,7 @@ pub(crate) static TASKS: Registry<TaskEntry> = Registry::new(3, "task", Error::I
 /// A loaded packed model.
 pub(crate) struct PackedEntry {
     /// Kept for the life of the handle; models are shared with their model entries.
-    _packed: PackedModel,
+    _packed: Box<dyn std::any::Any + Send + Sync>,
     _names: Vec<CString>,
     /// `names[i].as_ptr()`, handed out by `hbDNNGetModelNameList`.
     name_ptrs: Box<[*const c_char]>,
@@ -50,21 +52,29 @@ unsafe impl Send for PackedEntry {}
 unsafe impl Sync for PackedEntry {}
 
 impl PackedEntry {
-    /// Registers every model of `packed` and wraps it; on failure nothing stays
-    /// registered.
+    /// Registers an in-process packed model (see [`PackedEntry::register_loaded`]).
     pub(crate) fn register(packed: PackedModel) -> Result<usize> {
-        let mut names = Vec::with_capacity(packed.models.len());
-        let mut models = Vec::with_capacity(packed.models.len());
+        Self::register_loaded(Loaded::local(packed))
+    }
+
+    /// Registers every model of a loaded pack and wraps it; on failure nothing stays
+    /// registered.
+    pub(crate) fn register_loaded(loaded: Loaded) -> Result<usize> {
+        let Loaded {
+            keep,
+            models: targets,
+        } = loaded;
+        let mut names = Vec::with_capacity(targets.len());
+        let mut models = Vec::with_capacity(targets.len());
         let result = (|| {
-            for m in &packed.models {
-                names.push(
-                    CString::new(m.name.as_str()).map_err(|_| Error::ModelFormat {
-                        path: m.name.clone(),
-                        reason: "model name contains a NUL byte".into(),
-                    })?,
-                );
-                let entry = ModelEntry::new(m.clone())?;
-                models.push((m.name.clone(), MODELS.insert(Arc::new(entry))?));
+            for m in targets {
+                let name = m.name().to_owned();
+                names.push(CString::new(name.as_str()).map_err(|_| Error::ModelFormat {
+                    path: name.clone(),
+                    reason: "model name contains a NUL byte".into(),
+                })?);
+                let entry = ModelEntry::new(m)?;
+                models.push((name, MODELS.insert(Arc::new(entry))?));
             }
             Ok(())
         })();
@@ -76,7 +86,7 @@ impl PackedEntry {
         }
         let name_ptrs = names.iter().map(|n| n.as_ptr()).collect();
         let entry = PackedEntry {
-            _packed: packed,
+            _packed: keep,
             _names: names,
             name_ptrs,
             models,
@@ -143,7 +153,7 @@ impl TensorInfo {
 
 /// A model handle's target.
 pub(crate) struct ModelEntry {
-    pub(crate) model: Arc<Model>,
+    pub(crate) model: ModelTarget,
     pub(crate) inputs: Vec<TensorInfo>,
     pub(crate) outputs: Vec<TensorInfo>,
 }
@@ -155,14 +165,14 @@ unsafe impl Send for ModelEntry {}
 unsafe impl Sync for ModelEntry {}
 
 impl ModelEntry {
-    fn new(model: Arc<Model>) -> Result<ModelEntry> {
+    fn new(model: ModelTarget) -> Result<ModelEntry> {
         let inputs = model
-            .inputs
+            .inputs()
             .iter()
             .map(TensorInfo::new)
             .collect::<Result<_>>()?;
         let outputs = model
-            .outputs
+            .outputs()
             .iter()
             .map(TensorInfo::new)
             .collect::<Result<_>>()?;
@@ -193,6 +203,8 @@ struct CompletionState {
     fired: bool,
     /// The entry holds its submitted task (or was released): the callback may run.
     armed: bool,
+    /// `finish` returned: the status is known and the callback (if any) has returned.
+    ended: bool,
 }
 
 /// Completion state shared between a task entry and the runtime's done callback.
@@ -200,6 +212,7 @@ struct CompletionState {
 pub(crate) struct Completion {
     inner: Mutex<CompletionState>,
     armed_cv: Condvar,
+    ended_cv: Condvar,
 }
 
 impl Completion {
@@ -222,6 +235,31 @@ impl Completion {
             // with the task's handle and the caller's userdata, as documented.
             unsafe { (u.cb)(token as hbDNNTaskHandle_t, status, u.userdata) };
         }
+        self.inner.lock().ended = true;
+        self.ended_cv.notify_all();
+    }
+
+    /// Whether a user callback is registered and has not run yet.
+    pub(crate) fn has_callback(&self) -> bool {
+        self.inner.lock().user.is_some()
+    }
+
+    /// Waits until [`finish`](Self::finish) returned (`None` = no limit); the task's
+    /// status, or `None` on timeout.
+    pub(crate) fn wait_ended(&self, timeout: Option<std::time::Duration>) -> Option<i32> {
+        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        let mut g = self.inner.lock();
+        while !g.ended {
+            match deadline {
+                Some(d) => {
+                    if self.ended_cv.wait_until(&mut g, d).timed_out() && !g.ended {
+                        return None;
+                    }
+                }
+                None => self.ended_cv.wait(&mut g),
+            }
+        }
+        g.status
     }
 
     /// The entry now holds its submitted task: the callback may run.
@@ -270,7 +308,7 @@ impl Completion {
 /// Model requests of one `hbDNNInfer` / `hbDNNRoiInfer` call, and buffers they point into.
 #[derive(Default)]
 pub(crate) struct Pending {
-    pub(crate) parts: Vec<ModelRequest>,
+    pub(crate) parts: Vec<Part>,
     /// Library-owned input memory (ROI crops), freed when the task ends.
     pub(crate) owned: Vec<Box<[u8]>>,
 }
@@ -278,9 +316,9 @@ pub(crate) struct Pending {
 /// Where a task is in its life.
 pub(crate) enum TaskState {
     /// Being assembled with `more = 1` (holds a slot under the task limit).
-    Building(TaskBuilder),
-    /// Submitted to the runtime.
-    Submitted(Arc<Task>),
+    Building(Assembly),
+    /// Submitted to the runtime or the daemon.
+    Submitted(Submitted),
 }
 
 /// A task handle's target.
@@ -291,15 +329,15 @@ pub(crate) struct TaskEntry {
 
 impl TaskEntry {
     /// A task in the building state.
-    pub(crate) fn building() -> TaskEntry {
+    pub(crate) fn building(assembly: Assembly) -> TaskEntry {
         TaskEntry {
-            state: Mutex::new(TaskState::Building(TaskBuilder::new())),
+            state: Mutex::new(TaskState::Building(assembly)),
             completion: Arc::new(Completion::default()),
         }
     }
 
     /// The submitted task; [`Error::ApiUse`] while it is being assembled.
-    pub(crate) fn task(&self) -> Result<Arc<Task>> {
+    pub(crate) fn task(&self) -> Result<Submitted> {
         match &*self.state.lock() {
             TaskState::Submitted(t) => Ok(t.clone()),
             TaskState::Building(_) => Err(Error::ApiUse(

@@ -10,12 +10,13 @@ use std::sync::atomic::{fence, Ordering};
 
 use crate::error::{Error, Result};
 use crate::ffi::boundary::{self, sys_non_null, write_out};
+use crate::ffi::engine::engine;
 use crate::ffi::types::*;
 use crate::runtime::mem;
 
 fn alloc_into(mem_out: *mut hbSysMem, size: u32, cached: bool) -> Result<()> {
     sys_non_null(mem_out, "mem")?;
-    let p = mem::alloc(size as usize, cached)?;
+    let p = engine().alloc(size as usize, cached)?;
     // SAFETY: checked non-null; writable per the caller's contract.
     unsafe {
         write_out(
@@ -144,7 +145,7 @@ pub unsafe extern "C" fn hbSysReadMem(dest: *mut c_char, src: *mut hbSysMem, siz
 pub unsafe extern "C" fn hbSysFreeMem(mem: *mut hbSysMem) -> i32 {
     boundary::status(|| {
         let m = read_mem(mem)?;
-        mem::free(m.virAddr.cast())
+        engine().free(m.virAddr.cast())
     })
 }
 

@@ -63,8 +63,10 @@ pub struct RemotePart {
     pub outputs: Vec<BufRef>,
 }
 
-/// How long a caller polls for the daemon's answer before sleeping.
-const SPIN: std::time::Duration = std::time::Duration::from_micros(50);
+/// How long a caller polls for the daemon's answer before sleeping: not at all. The
+/// daemon's connection thread and core thread are the ones that should keep a CPU while
+/// a short task runs (a spinning client takes the CPU the core needs on small machines).
+const SPIN: std::time::Duration = std::time::Duration::ZERO;
 
 fn gone(socket: &Path, why: impl std::fmt::Display) -> Error {
     Error::Service {
@@ -221,6 +223,16 @@ impl Client {
 
     /// Submits a task of one or more models.
     pub fn submit(&self, parts: &[RemotePart], ctrl: CtrlParams) -> Result<RemoteTask> {
+        self.submit_ended(parts, ctrl).map(|(t, _)| t)
+    }
+
+    /// Submits a task; also returns its end status (code, detail) when it had already
+    /// ended by the time the daemon answered (short tasks), so no wait is needed.
+    pub fn submit_ended(
+        &self,
+        parts: &[RemotePart],
+        ctrl: CtrlParams,
+    ) -> Result<(RemoteTask, Option<(i32, String)>)> {
         let parts = parts
             .iter()
             .map(|p| PartRef {
@@ -229,7 +241,13 @@ impl Client {
                 outputs: p.outputs.clone(),
             })
             .collect();
-        self.expect_task(&Request::Submit { parts, ctrl })
+        match self.call(&Request::Submit { parts, ctrl }, &[])? {
+            Response::Task { task } => Ok((RemoteTask(task), None)),
+            Response::TaskEnded { task, code, detail } => {
+                Ok((RemoteTask(task), Some((code, detail))))
+            }
+            other => Err(gone(&self.socket, format!("unexpected answer {other:?}"))),
+        }
     }
 
     /// Submits ROI inference on an NV12 frame in shared memory.
@@ -252,7 +270,7 @@ impl Client {
 
     fn expect_task(&self, req: &Request) -> Result<RemoteTask> {
         match self.call(req, &[])? {
-            Response::Task { task } => Ok(RemoteTask(task)),
+            Response::Task { task } | Response::TaskEnded { task, .. } => Ok(RemoteTask(task)),
             other => Err(gone(&self.socket, format!("unexpected answer {other:?}"))),
         }
     }
@@ -268,6 +286,16 @@ impl Client {
             &[],
         )
         .map(|_| ())
+    }
+
+    /// Releases a task that has ended without waiting for the answer (one message, no
+    /// round trip). For a task that may still run use [`release`](Self::release).
+    pub fn release_no_reply(&self, task: RemoteTask) -> Result<()> {
+        let fd = self.take_conn()?;
+        sock::send(&fd, &Request::Forget { task: task.0 }.encode(), &[])
+            .map_err(|e| gone(&self.socket, format!("send failed: {e}")))?;
+        self.idle.lock().push(fd);
+        Ok(())
     }
 
     /// Releases a task (a queued one is cancelled).
@@ -314,6 +342,16 @@ impl SharedRegion {
             offset: 0,
             len: self.mem.len() as u64,
         }
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.mem.len()
+    }
+
+    /// Always false (a region has at least one byte).
+    pub fn is_empty(&self) -> bool {
+        self.mem.is_empty()
     }
 
     /// Start address in this process.

@@ -322,6 +322,7 @@ fn serve_conn(shared: &Arc<Shared>, fd: OwnedFd) {
         if matches!(req, Request::Hello { .. }) {
             break;
         }
+        let answered = req.answered();
         let resp = match handle(shared, &session, req, pkt.fds) {
             Ok(r) => r,
             Err(e) => Response::Error {
@@ -329,6 +330,9 @@ fn serve_conn(shared: &Arc<Shared>, fd: OwnedFd) {
                 detail: e.to_string(),
             },
         };
+        if !answered {
+            continue;
+        }
         if sock::send(&fd, &resp.encode(), &[]).is_err() {
             break;
         }
@@ -669,11 +673,12 @@ fn handle(shared: &Shared, s: &Arc<Session>, req: Request, fds: Vec<OwnedFd>) ->
                 });
                 first_pack.get_or_insert(pack);
             }
+            let estimate: u64 = reqs.iter().map(|r| r.model.estimate_latency_us()).sum();
             let task = shared.runtime.submit(reqs, ctrl)?;
             let pack = first_pack.ok_or_else(|| Error::ApiUse("empty task".into()))?;
-            Ok(Response::Task {
-                task: add_task(shared, s, &mut st, task, pack, held),
-            })
+            let id = add_task(shared, s, &mut st, task.clone(), pack, held);
+            drop(st);
+            Ok(submitted(id, &task, estimate))
         }
         Request::SubmitRoi {
             model,
@@ -712,7 +717,7 @@ fn handle(shared: &Shared, s: &Arc<Session>, req: Request, fds: Vec<OwnedFd>) ->
             t.wait((timeout_ms > 0).then_some(timeout_ms))?;
             Ok(Response::Ok)
         }
-        Request::Release { task } => {
+        Request::Release { task } | Request::Forget { task } => {
             let e = s.st.lock().tasks.remove(&task).ok_or_else(|| {
                 Error::InvalidTaskHandle(format!("no task {task} in this client"))
             })?;
@@ -722,6 +727,33 @@ fn handle(shared: &Shared, s: &Arc<Session>, req: Request, fds: Vec<OwnedFd>) ->
         Request::Status => Ok(Response::Status {
             json: status_json(shared).to_string(),
         }),
+    }
+}
+
+/// Tasks estimated at most this long (µs) are waited for briefly before the daemon
+/// answers their `Submit`, so that a client that waits right away needs no second round
+/// trip.
+const SHORT_TASK_US: u64 = 100;
+
+/// The answer to a submission: `TaskEnded` when a short task ended within about twice its
+/// estimate, else `Task`.
+fn submitted(id: u64, task: &Task, estimate_us: u64) -> Response {
+    if estimate_us > SHORT_TASK_US {
+        return Response::Task { task: id };
+    }
+    let limit = std::time::Duration::from_micros(2 * estimate_us + 20);
+    match task.handle().wait(Some(limit)) {
+        Ok(()) => Response::TaskEnded {
+            task: id,
+            code: 0,
+            detail: String::new(),
+        },
+        Err(Error::Timeout { .. }) => Response::Task { task: id },
+        Err(e) => Response::TaskEnded {
+            task: id,
+            code: e.code(),
+            detail: e.to_string(),
+        },
     }
 }
 

@@ -280,8 +280,30 @@ pub fn recv_spin(
     recv_flags(fd, max, 0)
 }
 
+thread_local! {
+    /// Receive buffer of this thread (allocated once, not zeroed per message).
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Control-message buffer size for [`MAX_FDS`] descriptors, in `u64`s.
+const CMSG_WORDS: usize = 16;
+
 fn recv_flags(fd: &OwnedFd, max: usize, flags: libc::c_int) -> io::Result<Option<Packet>> {
-    let mut buf = vec![0u8; max + 1];
+    SCRATCH.with(|s| {
+        let mut buf = s.borrow_mut();
+        if buf.len() < max + 1 {
+            buf.resize(max + 1, 0);
+        }
+        recv_into(fd, &mut buf[..max + 1], max, flags)
+    })
+}
+
+fn recv_into(
+    fd: &OwnedFd,
+    buf: &mut [u8],
+    max: usize,
+    flags: libc::c_int,
+) -> io::Result<Option<Packet>> {
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr() as *mut libc::c_void,
         iov_len: buf.len(),
@@ -289,7 +311,8 @@ fn recv_flags(fd: &OwnedFd, max: usize, flags: libc::c_int) -> io::Result<Option
     // SAFETY: CMSG_SPACE is a pure size computation.
     let space =
         unsafe { libc::CMSG_SPACE((MAX_FDS * std::mem::size_of::<RawFd>()) as u32) } as usize;
-    let mut cbuf = vec![0u64; space.div_ceil(8)];
+    let mut cbuf = [0u64; CMSG_WORDS];
+    let space = space.min(CMSG_WORDS * 8);
     // SAFETY: msghdr is plain old data; all-zero is a valid value.
     let mut mh: libc::msghdr = unsafe { std::mem::zeroed() };
     mh.msg_iov = &mut iov;
@@ -333,8 +356,10 @@ fn recv_flags(fd: &OwnedFd, max: usize, flags: libc::c_int) -> io::Result<Option
     if n == 0 && fds.is_empty() {
         return Ok(None);
     }
-    buf.truncate(n);
-    Ok(Some(Packet { bytes: buf, fds }))
+    Ok(Some(Packet {
+        bytes: buf[..n].to_vec(),
+        fds,
+    }))
 }
 
 #[cfg(test)]

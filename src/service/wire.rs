@@ -112,6 +112,16 @@ pub enum Request {
     Release { task: u64 },
     /// Daemon status as JSON.
     Status,
+    /// Release a task that has ended, without an answer (the client saw its end, so
+    /// nothing can still touch its memory).
+    Forget { task: u64 },
+}
+
+impl Request {
+    /// Whether the daemon answers this request (every request but [`Request::Forget`]).
+    pub fn answered(&self) -> bool {
+        !matches!(self, Request::Forget { .. })
+    }
 }
 
 /// The daemon's answer.
@@ -125,6 +135,9 @@ pub enum Response {
     Region { region: u64 },
     /// A task was submitted.
     Task { task: u64 },
+    /// A task was submitted and had already ended when the daemon answered (a short task:
+    /// the client's wait needs no round trip). `code` 0 = success.
+    TaskEnded { task: u64, code: i32, detail: String },
     /// The request succeeded (a task ended well, a release happened, ...).
     Ok,
     /// Status JSON.
@@ -456,6 +469,10 @@ impl Request {
                 e.u64(*task);
             }
             Request::Status => e.u16(10),
+            Request::Forget { task } => {
+                e.u16(11);
+                e.u64(*task);
+            }
         }
         e.0
     }
@@ -526,6 +543,7 @@ impl Request {
             },
             9 => Request::Release { task: d.u64()? },
             10 => Request::Status,
+            11 => Request::Forget { task: d.u64()? },
             t => return Err(WireError(format!("request tag {t}"))),
         };
         d.end()?;
@@ -563,6 +581,12 @@ impl Response {
             Response::Task { task } => {
                 e.u16(104);
                 e.u64(*task);
+            }
+            Response::TaskEnded { task, code, detail } => {
+                e.u16(108);
+                e.u64(*task);
+                e.i32(*code);
+                e.str(detail);
             }
             Response::Ok => e.u16(105),
             Response::Status { json } => {
@@ -607,6 +631,11 @@ impl Response {
             }
             103 => Response::Region { region: d.u64()? },
             104 => Response::Task { task: d.u64()? },
+            108 => Response::TaskEnded {
+                task: d.u64()?,
+                code: d.i32()?,
+                detail: d.str()?,
+            },
             105 => Response::Ok,
             106 => Response::Status { json: d.str()? },
             107 => Response::Error {
@@ -695,6 +724,7 @@ mod tests {
             },
             Request::Release { task: 4 },
             Request::Status,
+            Request::Forget { task: 4 },
         ]
     }
 
@@ -715,6 +745,11 @@ mod tests {
             },
             Response::Region { region: 8 },
             Response::Task { task: 9 },
+            Response::TaskEnded {
+                task: 9,
+                code: -6000016,
+                detail: "cancelled".into(),
+            },
             Response::Ok,
             Response::Status { json: "{}".into() },
             Response::Error {
