@@ -272,3 +272,103 @@ crate::kernels::isa::twin_test!(winograd_tables_match_portable, 2e-4, |t| {
     }
     out
 });
+
+/// Through the executor: a Conv node with a fused residual add and ReLU that the plan
+/// computes by Winograd, run whole and by every tile (tile rows, or channel tiles
+/// sharing the transformed input), against the direct definition.
+#[test]
+fn planned_conv_takes_winograd_whole_and_tiled() {
+    use crate::exec::{ModelPlan, PlanOptions, Tile};
+    use crate::ir::{ConvGeom, DType, Graph, Node, Op, PostOp, Tensor, Value};
+    use std::sync::Arc;
+    // (Cin, HxW, Cout): tiles by rows (plane larger than the channels), then by channels.
+    for (ci, hw, co) in [(48usize, 24usize, 48usize), (32, 16, 264)] {
+        let s = shape(1, ci, (hw, hw), co, [1, 1, 1, 1]);
+        assert!(
+            crate::compile::cost::winograd_wins(&s),
+            "{s:?} picks Winograd"
+        );
+        let ohw = hw * hw;
+        let x = rand_vec(ci * ohw, 11);
+        let w = rand_vec(co * ci * 9, 12);
+        let bias = rand_vec(co, 13);
+        let res = rand_vec(co * ohw, 14);
+        let mut g = Graph::default();
+        let val = |g: &mut Graph, dims: &[usize]| {
+            let name = format!("v{}", g.values.len());
+            g.add_value(Value {
+                name,
+                dtype: DType::F32,
+                shape: Some(dims.to_vec()),
+                declared: None,
+                konst: None,
+            })
+        };
+        let xi = val(&mut g, &[1, ci, hw, hw]);
+        let ri = val(&mut g, &[1, co, hw, hw]);
+        let yi = val(&mut g, &[1, co, hw, hw]);
+        g.inputs = vec![xi, ri];
+        let wi = g.add_const("w", Tensor::from_f32(vec![co, ci, 3, 3], w.clone()));
+        let bi = g.add_const("b", Tensor::from_f32(vec![co], bias.clone()));
+        g.nodes.push(Node {
+            name: "conv".into(),
+            op: Op::Conv {
+                geom: ConvGeom {
+                    kernel: vec![3, 3],
+                    strides: vec![1, 1],
+                    dilations: vec![],
+                    pads: vec![1, 1, 1, 1],
+                    auto_pad: None,
+                },
+                group: 1,
+                post: vec![PostOp::AddInput { input: 3 }, PostOp::Unary(UnaryOp::Relu)],
+            },
+            inputs: vec![Some(xi), Some(wi), Some(bi), Some(ri)],
+            outputs: vec![yi],
+            absorbed: vec!["conv".into()],
+            placement: Some(crate::ir::Placement::Bpu),
+        });
+        g.outputs = vec![yi];
+        let opts = PlanOptions {
+            intra_op_threads: 1,
+            profile: false,
+        };
+        let plan = ModelPlan::new(Arc::new(g), &opts).expect("plan");
+        let tiles = plan.tiles_for(0);
+        let want_tiles = if ohw > co {
+            hw.div_ceil(4)
+        } else {
+            co.div_ceil(MR)
+        };
+        assert_eq!(tiles, want_tiles, "Winograd tiling");
+        let (want, mag) = direct(&s, &x, &w, &bias);
+        let want: Vec<f64> = want
+            .iter()
+            .zip(&res)
+            .map(|(a, r)| (a + f64::from(*r)).max(0.0))
+            .collect();
+        let mag: Vec<f64> = mag
+            .iter()
+            .zip(&res)
+            .map(|(m, r)| m + f64::from(r.abs()))
+            .collect();
+        for count in [1, tiles] {
+            let mut st = plan.new_state();
+            plan.set_input(&mut st, 0, bytemuck::cast_slice(&x))
+                .expect("x");
+            plan.set_input(&mut st, 1, bytemuck::cast_slice(&res))
+                .expect("res");
+            for index in 0..count {
+                plan.run_node(&mut st, 0, Tile { index, count })
+                    .expect("run");
+            }
+            let mut out = vec![0u8; plan.output_len(0)];
+            plan.read_output(&st, 0, &mut out).expect("read");
+            let y: Vec<f32> = out
+                .chunks_exact(4)
+                .map(|b| f32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+                .collect();
+            assert_within(&y, &want, &mag, TOL, &format!("{s:?} in {count} tiles"));
+        }
+    }
+}
