@@ -2,7 +2,10 @@
 //! 3x3 stride-1 convs (ResNet-18 stages and a few detector shapes), single thread,
 //! bias + ReLU fused, rounds interleaved, best of each. Prints ms and the ratio.
 //!
-//! Run: `cargo bench --bench winograd_bench` (optionally `-- quick`).
+//! Then, with `-- models DIR`, the whole-model time of every `DIR/*.onnx` (compiled
+//! unsplit, every node run whole on this thread, thread CPU time, best of the rounds).
+//!
+//! Run: `cargo bench --bench winograd_bench` (optionally `-- quick`, `-- models DIR`).
 
 use std::time::Instant;
 use vnpu::ir::UnaryOp;
@@ -50,7 +53,66 @@ fn time(f: &mut impl FnMut()) -> (f64, f64) {
     (thread_ms() - c, t.elapsed().as_secs_f64() * 1e3)
 }
 
+/// Best thread-CPU and wall ms of running every node of each model in `dir` whole.
+fn bench_models(dir: &str, rounds: usize) {
+    use vnpu::compile::{compile_onnx_file, CompileOptions};
+    use vnpu::exec::Tile;
+    let mut paths: Vec<_> = std::fs::read_dir(dir)
+        .expect("models folder")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "onnx"))
+        .collect();
+    paths.sort();
+    println!("\nwhole model, 1 thread, nodes run whole (best of {rounds})");
+    println!("{:<20} {:>10} {:>10}", "model", "cpu ms", "wall ms");
+    for p in paths {
+        let opts = CompileOptions {
+            max_time_per_fc: 0,
+            ..Default::default()
+        };
+        let c = match compile_onnx_file(&p, &opts) {
+            Ok(c) => c,
+            Err(e) => {
+                println!("{:<20} compile failed: {e}", p.display());
+                continue;
+            }
+        };
+        let popts = vnpu::exec::PlanOptions {
+            intra_op_threads: 1,
+            profile: false,
+        };
+        let plan = &vnpu::exec::ModelPlan::new(std::sync::Arc::new(c.graph), &popts).expect("plan");
+        let mut st = plan.new_state();
+        let inputs: Vec<Vec<u8>> = (0..plan.graph().inputs.len())
+            .map(|i| (0..plan.input_len(i)).map(|k| (k % 7) as u8 * 8).collect())
+            .collect();
+        let nodes = plan.graph().nodes.len();
+        let mut run = || {
+            for (i, b) in inputs.iter().enumerate() {
+                plan.set_input(&mut st, i, b).expect("input");
+            }
+            for n in 0..nodes {
+                plan.run_node(&mut st, n, Tile::WHOLE).expect("run");
+            }
+        };
+        run();
+        let mut best = (f64::INFINITY, f64::INFINITY);
+        for _ in 0..rounds {
+            let t = time(&mut run);
+            best = (best.0.min(t.0), best.1.min(t.1));
+        }
+        let name = p.file_stem().map(|s| s.to_string_lossy().into_owned());
+        println!("{:<20} {:>10.2} {:>10.2}", name.unwrap_or_default(), best.0, best.1);
+    }
+}
+
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "models") {
+        let dir = args.get(i + 1).map_or("build/bench-models", |s| s.as_str());
+        bench_models(dir, 10);
+        return;
+    }
     let quick = std::env::args().any(|a| a == "quick");
     let rounds = if quick { 3 } else { 15 };
     let isa = isa::best_isa();
