@@ -6,6 +6,7 @@
 //! unsplit, every node run whole on this thread, thread CPU time, best of the rounds).
 //!
 //! Run: `cargo bench --bench winograd_bench` (optionally `-- quick`, `-- models DIR`).
+//! Run by `cargo test` (no `--bench` argument) it is a one-round smoke run of two shapes.
 
 use std::time::Instant;
 use vnpu::ir::UnaryOp;
@@ -102,7 +103,12 @@ fn bench_models(dir: &str, rounds: usize) {
             best = (best.0.min(t.0), best.1.min(t.1));
         }
         let name = p.file_stem().map(|s| s.to_string_lossy().into_owned());
-        println!("{:<20} {:>10.2} {:>10.2}", name.unwrap_or_default(), best.0, best.1);
+        println!(
+            "{:<20} {:>10.2} {:>10.2}",
+            name.unwrap_or_default(),
+            best.0,
+            best.1
+        );
     }
 }
 
@@ -113,15 +119,25 @@ fn main() {
         bench_models(dir, 10);
         return;
     }
-    let quick = std::env::args().any(|a| a == "quick");
-    let rounds = if quick { 3 } else { 15 };
+    let smoke = !args.iter().any(|a| a == "--bench");
+    let quick = args.iter().any(|a| a == "quick");
+    let rounds = if smoke {
+        1
+    } else if quick {
+        3
+    } else {
+        15
+    };
     let isa = isa::best_isa();
-    println!("3x3 stride-1 conv, pad 1, bias + ReLU, 1 thread, table {}", isa.table().name);
+    println!(
+        "3x3 stride-1 conv, pad 1, bias + ReLU, 1 thread, table {}",
+        isa.table().name
+    );
     println!(
         "{:>5} {:>5} {:>5} {:>10} {:>10} {:>7} {:>9} {:>7} {:>6}",
         "Cin", "Cout", "HxW", "im2col ms", "wino ms", "ratio", "wall rat", "max err", "pick"
     );
-    for &(ci, co, hw) in &[
+    let shapes: &[(usize, usize, usize)] = &[
         (64usize, 64usize, 56usize),
         (128, 128, 28),
         (256, 256, 14),
@@ -134,7 +150,8 @@ fn main() {
         (32, 64, 40),
         (24, 24, 160),
         (32, 32, 160),
-    ] {
+    ];
+    for &(ci, co, hw) in if smoke { &shapes[..2] } else { shapes } {
         let s = ConvShape {
             n: 1,
             c_in: ci,
@@ -170,9 +187,26 @@ fn main() {
         let mut s2 = vec![0.0; p.scratch_len()];
         let mut y2 = vec![0.0; co * ohw];
         let th = p.tile_rows();
-        let mut direct = || conv2d(isa, &s, &wts, &x, &mut y1, 0, co, (0, ohw), None, &epi, &mut s1);
+        let mut direct = || {
+            conv2d(
+                isa,
+                &s,
+                &wts,
+                &x,
+                &mut y1,
+                0,
+                co,
+                (0, ohw),
+                None,
+                &epi,
+                &mut s1,
+            )
+        };
         let mut wino = || p.run(isa, &x, &mut y2, (0, co), (0, th), None, &epi, &mut s2);
-        let (mut a, mut b) = ((f64::INFINITY, f64::INFINITY), (f64::INFINITY, f64::INFINITY));
+        let (mut a, mut b) = (
+            (f64::INFINITY, f64::INFINITY),
+            (f64::INFINITY, f64::INFINITY),
+        );
         let min = |u: (f64, f64), v: (f64, f64)| (u.0.min(v.0), u.1.min(v.1));
         for _ in 0..rounds {
             a = min(a, time(&mut direct));
@@ -190,7 +224,11 @@ fn main() {
             b.0,
             b.0 / a.0,
             b.1 / a.1,
-            if vnpu::compile::cost::winograd_wins(&s) { "wino" } else { "im2col" }
+            if vnpu::compile::cost::winograd_wins(&s) {
+                "wino"
+            } else {
+                "im2col"
+            }
         );
     }
 }

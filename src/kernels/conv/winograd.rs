@@ -356,8 +356,7 @@ impl WinogradPlan {
                 }
                 output_transform(&m, &mut o);
                 let lanes = NR.min(nb - g * NR);
-                for l in 0..lanes {
-                    let t = tb + g * NR + l;
+                for (l, t) in (tb + g * NR..tb + g * NR + lanes).enumerate() {
                     let (oy0, ox0) = ((t / self.tw) * TILE, (t % self.tw) * TILE);
                     let rows = TILE.min(s.oh - oy0);
                     let cols = TILE.min(s.ow - ox0);
