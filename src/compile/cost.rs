@@ -83,3 +83,35 @@ impl<'a> CostModel<'a> {
             .collect()
     }
 }
+
+/// Relative costs of the Winograd F(4x4, 3x3) path, in direct-conv multiply-accumulates
+/// (the im2col GEMM runs near peak): per input channel of a tile (gather + `Bᵀ d B`), per
+/// output channel of a tile (`Aᵀ m A` + scatter), and per multiply-accumulate of the 36
+/// GEMMs (narrow, on `NR`-tile panels, with the transformed weights streamed per block).
+/// Fitted on thread CPU times of `bench/winograd_bench.rs` (AVX2, 16 to 512 channels):
+/// the time ratio is about `0.4 + 5 (1/Cin + 1/Cout)` on large planes.
+const WINO_IN_PER_TILE: f64 = 730.0;
+const WINO_OUT_PER_TILE: f64 = 730.0;
+const WINO_GEMM_MAC: f64 = 1.5;
+/// The Winograd path is chosen when its estimate is below this fraction of the direct
+/// conv's (a margin for the estimate's error).
+const WINO_MARGIN: f64 = 0.85;
+
+/// True when the Winograd path should beat the im2col GEMM on conv `s`: the estimate
+/// counts the 36 GEMMs over `NR`-padded tile panels plus the two transforms (per tile
+/// and channel), against the direct conv's multiply-accumulates.
+pub fn winograd_wins(s: &crate::kernels::conv::ConvShape) -> bool {
+    use crate::kernels::conv::WinogradPlan;
+    use crate::kernels::gemm::NR;
+    if !WinogradPlan::wins(s) {
+        return false;
+    }
+    let tiles = (s.oh.div_ceil(4) * s.ow.div_ceil(4)) as f64;
+    let panels = tiles / NR as f64;
+    let padded = panels.ceil() * NR as f64;
+    let (ci, co) = (s.c_in as f64, s.c_out as f64);
+    let gemm = 36.0 * ci * co * padded * WINO_GEMM_MAC;
+    let transforms = tiles * (ci * WINO_IN_PER_TILE + co * WINO_OUT_PER_TILE);
+    let direct = (s.macs() / s.n.max(1)) as f64;
+    gemm + transforms < WINO_MARGIN * direct
+}

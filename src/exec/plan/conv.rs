@@ -13,7 +13,7 @@ use super::post::{post_ops, MAX_RESIDUALS};
 use super::{out_f32, FamilyKernel, Planned, Run};
 use crate::error::Result;
 use crate::ir::{self, Elems, PostOp, TensorData};
-use crate::kernels::conv::{self, ConvShape, ConvWeights, DeconvPlan};
+use crate::kernels::conv::{self, ConvShape, ConvWeights, DeconvPlan, WinogradPlan};
 use crate::kernels::gemm::{self, Epilogue, NR};
 use crate::kernels::packed::WeightBuf;
 use crate::kernels::simd::Isa;
@@ -50,6 +50,15 @@ pub(crate) enum ConvKernel {
     Deconv {
         p: DeconvPlan,
         bias: Option<Vec<f32>>,
+    },
+    /// A dense 3x3 stride-1 conv by Winograd F(4x4, 3x3); tiles split tile rows when
+    /// `by_rows`, else output channels (sharing one transformed input).
+    Winograd {
+        p: WinogradPlan,
+        bias: Option<Vec<f32>>,
+        post: Vec<PostOpRt>,
+        res: Vec<usize>,
+        by_rows: bool,
     },
 }
 
@@ -233,6 +242,10 @@ pub(crate) fn plan_conv(
         ));
     }
     let (post, res) = post_ops(c, post, s.c_out)?;
+    if c.threads < 2 && crate::compile::cost::winograd_wins(s) {
+        let ConvParts { s, wt, bias, .. } = parts;
+        return Ok(plan_winograd(&s, wt, bias, post, res));
+    }
     let wts = conv_weights(c, s, &parts, pre)?;
     let ConvParts { s, wt, bias, .. } = parts;
     let mut scratch = s.scratch_len();
@@ -254,6 +267,29 @@ pub(crate) fn plan_conv(
         par,
     };
     Ok(Planned::new(k).scratch(scratch).helper_scratch(helper))
+}
+
+/// Plans a conv the Winograd path computes (one thread): channel tiles of one image share
+/// its transformed input, packed by tile 0 and kept in the state like an im2col matrix.
+fn plan_winograd(
+    s: &ConvShape,
+    wt: &[f32],
+    bias: Option<Vec<f32>>,
+    post: Vec<PostOpRt>,
+    res: Vec<usize>,
+) -> Planned {
+    let p = WinogradPlan::new(s, wt);
+    let by_rows = s.oh * s.ow > s.c_out;
+    let shared = if !by_rows && s.n == 1 { p.input_len() } else { 0 };
+    let scratch = p.scratch_len() + shared;
+    let k = ConvKernel::Winograd {
+        p,
+        bias,
+        post,
+        res,
+        by_rows,
+    };
+    Planned::new(k).scratch(scratch)
 }
 
 /// Plans a ConvTranspose (output padding and shape are already in the output shape).
@@ -366,12 +402,15 @@ impl FamilyKernel for ConvKernel {
                 }
             }
             ConvKernel::Deconv { p, .. } => p.s.c_out,
+            ConvKernel::Winograd { p, by_rows, .. } if *by_rows => p.tile_rows(),
+            ConvKernel::Winograd { p, .. } => p.shape().c_out.div_ceil(gemm::MR),
         }
     }
 
     fn macs(&self) -> usize {
         match self {
             ConvKernel::Conv { s, .. } => s.macs(),
+            ConvKernel::Winograd { p, .. } => p.shape().macs(),
             ConvKernel::Deconv { p, .. } => {
                 p.s.n * p.s.c_in * p.s.h * p.s.w * p.s.cout_g() * p.s.kh * p.s.kw
             }
@@ -429,6 +468,42 @@ impl FamilyKernel for ConvKernel {
                 let (lo, hi) = tile.range(p.s.c_out, 1);
                 let y = out_f32(r.out, r.outs, 0);
                 p.run(r.isa, io.f32(0), bias.as_deref(), y, lo, hi, r.scratch);
+            }
+            ConvKernel::Winograd {
+                p,
+                bias,
+                post,
+                res,
+                by_rows,
+            } => {
+                let s = p.shape();
+                let (chans, rows) = if *by_rows {
+                    ((0, s.c_out), tile.range(p.tile_rows(), 1))
+                } else {
+                    (tile.range(s.c_out, gemm::MR), (0, p.tile_rows()))
+                };
+                let mut resid: [&[f32]; MAX_RESIDUALS] = [&[]; MAX_RESIDUALS];
+                for (d, &i) in resid.iter_mut().zip(res) {
+                    *d = io.f32(i);
+                }
+                let epi = Epilogue {
+                    bias: bias.as_deref(),
+                    post,
+                    residuals: &resid[..res.len()],
+                    ..Epilogue::NONE
+                };
+                let (x, y) = (io.f32(0), out_f32(r.out, r.outs, 0));
+                if tile.count > 1 && !*by_rows && s.n == 1 {
+                    // Channel tiles share the transformed input: tile 0 computes it.
+                    let (v, rest) = r.scratch.split_at_mut(p.input_len());
+                    if tile.index == 0 || *r.bcache != Some(r.index) {
+                        p.transform_input(x, v);
+                        *r.bcache = Some(r.index);
+                    }
+                    p.run(r.isa, x, y, chans, rows, Some(v), &epi, rest);
+                } else {
+                    p.run(r.isa, x, y, chans, rows, None, &epi, r.scratch);
+                }
             }
         }
         Ok(())

@@ -12,10 +12,12 @@
 //! residuals) runs inside the GEMM / per channel plane while it is hot.
 
 mod deconv;
+mod winograd;
 
 pub use super::body::conv::{depthwise_scratch_len, ConvShape};
 pub use super::body::pool::valid_range;
 pub use deconv::DeconvPlan;
+pub use winograd::WinogradPlan;
 
 use super::body::conv::strided_copy;
 use super::gemm::{self, gemm_packed, BSource, Epilogue, MR};

@@ -1,0 +1,374 @@
+//! Winograd conv against the direct definition (error bounded relative to `Σ|x||w|`, as
+//! onnxruntime's Winograd tests bound it), tiles against the whole, every table against
+//! the portable one.
+
+use super::*;
+use crate::ir::UnaryOp;
+use crate::kernels::conv::{conv2d, ConvWeights};
+use crate::kernels::testutil::rand_vec;
+use crate::kernels::unary::PostOpRt;
+
+fn shape(n: usize, c_in: usize, (h, w): (usize, usize), c_out: usize, p: [usize; 4]) -> ConvShape {
+    ConvShape {
+        n,
+        c_in,
+        h,
+        w,
+        c_out,
+        oh: h + p[0] + p[2] - 2,
+        ow: w + p[1] + p[3] - 2,
+        kh: 3,
+        kw: 3,
+        sh: 1,
+        sw: 1,
+        dh: 1,
+        dw: 1,
+        ph: p[0],
+        pw: p[1],
+        group: 1,
+    }
+}
+
+/// Direct conv in f64: the exact result and `Σ|x||w| + |bias|` per output.
+fn direct(s: &ConvShape, x: &[f32], w: &[f32], bias: &[f32]) -> (Vec<f64>, Vec<f64>) {
+    let len = s.n * s.c_out * s.oh * s.ow;
+    let (mut y, mut mag) = (vec![0.0; len], vec![0.0; len]);
+    for b in 0..s.n {
+        for co in 0..s.c_out {
+            for oy in 0..s.oh {
+                for ox in 0..s.ow {
+                    let (mut acc, mut m) = (f64::from(bias[co]), f64::from(bias[co].abs()));
+                    for ci in 0..s.c_in {
+                        for ky in 0..3 {
+                            for kx in 0..3 {
+                                let iy = (oy + ky) as isize - s.ph as isize;
+                                let ix = (ox + kx) as isize - s.pw as isize;
+                                if iy < 0 || ix < 0 || iy >= s.h as isize || ix >= s.w as isize {
+                                    continue;
+                                }
+                                let xv = f64::from(
+                                    x[((b * s.c_in + ci) * s.h + iy as usize) * s.w + ix as usize],
+                                );
+                                let wv = f64::from(w[((co * s.c_in + ci) * 3 + ky) * 3 + kx]);
+                                acc += xv * wv;
+                                m += (xv * wv).abs();
+                            }
+                        }
+                    }
+                    let i = ((b * s.c_out + co) * s.oh + oy) * s.ow + ox;
+                    y[i] = acc;
+                    mag[i] = m;
+                }
+            }
+        }
+    }
+    (y, mag)
+}
+
+/// Asserts `|got - want| <= tol * mag` element-wise.
+fn assert_within(got: &[f32], want: &[f64], mag: &[f64], tol: f64, what: &str) {
+    assert_eq!(got.len(), want.len());
+    for (i, ((g, w), m)) in got.iter().zip(want).zip(mag).enumerate() {
+        let err = (f64::from(*g) - w).abs();
+        assert!(
+            err <= tol * m.max(1e-30),
+            "{what}: element {i}: got {g}, want {w} (scale {m})"
+        );
+    }
+}
+
+/// Relative error bound: a few hundred f32 ulps of `Σ|x||w|` (the direct GEMM is within a
+/// few tens).
+const TOL: f64 = 3e-5;
+
+fn cases() -> Vec<ConvShape> {
+    vec![
+        // Edge tiles on both sides, asymmetric and no padding, a batch, Cin over one K
+        // block, ragged channel panels, blocks of several panels.
+        shape(1, 3, (9, 11), 8, [1, 1, 1, 1]),
+        shape(2, 5, (8, 8), 7, [0, 0, 0, 0]),
+        shape(1, 4, (13, 10), 13, [2, 1, 0, 2]),
+        shape(1, 16, (17, 23), 20, [1, 1, 1, 1]),
+        shape(1, 260, (6, 7), 6, [1, 0, 1, 0]),
+        shape(1, 2, (40, 45), 3, [1, 1, 1, 1]),
+        shape(1, 1, (3, 3), 1, [0, 0, 0, 0]),
+    ]
+}
+
+#[test]
+fn winograd_matches_direct_over_edge_shapes() {
+    for isa in crate::kernels::isa::available_isas() {
+        for s in cases() {
+            let x = rand_vec(s.n * s.c_in * s.h * s.w, 1);
+            let w = rand_vec(s.c_out * s.c_in * 9, 2);
+            let bias = rand_vec(s.c_out, 3);
+            let (want, mag) = direct(&s, &x, &w, &bias);
+            let p = WinogradPlan::new(&s, &w);
+            let epi = Epilogue {
+                bias: Some(&bias),
+                ..Epilogue::NONE
+            };
+            let mut scratch = vec![f32::NAN; p.scratch_len()];
+            let mut y = vec![f32::NAN; want.len()];
+            let th = p.tile_rows();
+            p.run(
+                isa,
+                &x,
+                &mut y,
+                (0, s.c_out),
+                (0, th),
+                None,
+                &epi,
+                &mut scratch,
+            );
+            assert_within(&y, &want, &mag, TOL, &format!("{s:?} whole"));
+            // Position tiles (tile rows) and channel tiles cover the whole.
+            y.fill(f32::NAN);
+            let mid = th / 2;
+            p.run(
+                isa,
+                &x,
+                &mut y,
+                (0, s.c_out),
+                (0, mid),
+                None,
+                &epi,
+                &mut scratch,
+            );
+            p.run(
+                isa,
+                &x,
+                &mut y,
+                (0, s.c_out),
+                (mid, th),
+                None,
+                &epi,
+                &mut scratch,
+            );
+            assert_within(&y, &want, &mag, TOL, &format!("{s:?} row tiles"));
+            if s.n == 1 && s.c_out > MR {
+                let mut v = vec![f32::NAN; p.input_len()];
+                p.transform_input(&x, &mut v);
+                y.fill(f32::NAN);
+                let m = (s.c_out / 2 / MR * MR).max(MR);
+                for c in [(0, m), (m, s.c_out)] {
+                    p.run(isa, &x, &mut y, c, (0, th), Some(&v), &epi, &mut scratch);
+                }
+                assert_within(&y, &want, &mag, TOL, &format!("{s:?} channel tiles"));
+            }
+        }
+    }
+}
+
+#[test]
+fn winograd_fuses_the_epilogue() {
+    let s = shape(1, 16, (19, 14), 12, [1, 1, 1, 1]);
+    let isa = crate::kernels::isa::best_isa();
+    let ohw = s.oh * s.ow;
+    let x = rand_vec(s.c_in * s.h * s.w, 4);
+    let w = rand_vec(s.c_out * s.c_in * 9, 5);
+    let bias = rand_vec(s.c_out, 6);
+    let res = rand_vec(s.c_out * ohw, 7);
+    let post = [
+        PostOpRt::AddInput { slot: 0 },
+        PostOpRt::Unary(UnaryOp::Relu),
+    ];
+    let residuals: [&[f32]; 1] = [&res];
+    let epi = Epilogue {
+        bias: Some(&bias),
+        post: &post,
+        residuals: &residuals,
+        ..Epilogue::NONE
+    };
+    // The im2col path with the same epilogue is the reference.
+    let mut want = vec![0.0; s.c_out * ohw];
+    let wts = ConvWeights::pack(&s, &w);
+    let mut scratch = vec![0.0; s.scratch_len()];
+    conv2d(
+        isa,
+        &s,
+        &wts,
+        &x,
+        &mut want,
+        0,
+        s.c_out,
+        (0, ohw),
+        None,
+        &epi,
+        &mut scratch,
+    );
+    let p = WinogradPlan::new(&s, &w);
+    let mut scratch = vec![0.0; p.scratch_len()];
+    let mut y = vec![f32::NAN; want.len()];
+    // Row tiles that end mid-block and mid-tile-row still finish every row's epilogue.
+    let th = p.tile_rows();
+    for r in [(0, 1), (1, 3), (3, th)] {
+        p.run(isa, &x, &mut y, (0, s.c_out), r, None, &epi, &mut scratch);
+    }
+    for (i, (g, w)) in y.iter().zip(&want).enumerate() {
+        assert!(
+            (g - w).abs() <= 1e-4 * (1.0 + w.abs()),
+            "element {i}: got {g}, want {w}"
+        );
+    }
+}
+
+#[test]
+fn winograd_selection() {
+    let big = shape(1, 64, (56, 56), 64, [1, 1, 1, 1]);
+    assert!(WinogradPlan::wins(&big));
+    assert!(!WinogradPlan::wins(&shape(
+        1,
+        8,
+        (56, 56),
+        64,
+        [1, 1, 1, 1]
+    )));
+    assert!(!WinogradPlan::wins(&shape(1, 64, (4, 4), 64, [1, 1, 1, 1])));
+    let strided = ConvShape {
+        sh: 2,
+        sw: 2,
+        oh: 28,
+        ow: 28,
+        ..big.clone()
+    };
+    assert!(!WinogradPlan::applies(&strided));
+    let grouped = ConvShape { group: 2, ..big };
+    assert!(!WinogradPlan::applies(&grouped));
+}
+
+// The output transform sums points with weights up to 8 x 8, so the tables' rounding
+// differences (fused or separate multiply-add in the GEMM) grow by about that much.
+crate::kernels::isa::twin_test!(winograd_tables_match_portable, 2e-4, |t| {
+    let mut out = Vec::new();
+    for s in cases() {
+        let x = rand_vec(s.n * s.c_in * s.h * s.w, 8);
+        let w = rand_vec(s.c_out * s.c_in * 9, 9);
+        let bias = rand_vec(s.c_out, 10);
+        let post = [PostOpRt::Unary(UnaryOp::Clip {
+            min: -0.5,
+            max: 2.0,
+        })];
+        let epi = Epilogue {
+            bias: Some(&bias),
+            post: &post,
+            ..Epilogue::NONE
+        };
+        let p = WinogradPlan::new(&s, &w);
+        let mut scratch = vec![0.0; p.scratch_len()];
+        let mut y = vec![0.0; s.n * s.c_out * s.oh * s.ow];
+        let th = p.tile_rows();
+        p.run(
+            t.isa,
+            &x,
+            &mut y,
+            (0, s.c_out),
+            (0, th),
+            None,
+            &epi,
+            &mut scratch,
+        );
+        out.extend_from_slice(&y);
+    }
+    out
+});
+
+/// Through the executor: a Conv node with a fused residual add and ReLU that the plan
+/// computes by Winograd, run whole and by every tile (tile rows, or channel tiles
+/// sharing the transformed input), against the direct definition.
+#[test]
+fn planned_conv_takes_winograd_whole_and_tiled() {
+    use crate::exec::{ModelPlan, PlanOptions, Tile};
+    use crate::ir::{ConvGeom, DType, Graph, Node, Op, PostOp, Tensor, Value};
+    use std::sync::Arc;
+    // (Cin, HxW, Cout): tiles by rows (plane larger than the channels), then by channels.
+    for (ci, hw, co) in [(48usize, 24usize, 48usize), (32, 16, 264)] {
+        let s = shape(1, ci, (hw, hw), co, [1, 1, 1, 1]);
+        assert!(
+            crate::compile::cost::winograd_wins(&s),
+            "{s:?} picks Winograd"
+        );
+        let ohw = hw * hw;
+        let x = rand_vec(ci * ohw, 11);
+        let w = rand_vec(co * ci * 9, 12);
+        let bias = rand_vec(co, 13);
+        let res = rand_vec(co * ohw, 14);
+        let mut g = Graph::default();
+        let val = |g: &mut Graph, dims: &[usize]| {
+            let name = format!("v{}", g.values.len());
+            g.add_value(Value {
+                name,
+                dtype: DType::F32,
+                shape: Some(dims.to_vec()),
+                declared: None,
+                konst: None,
+            })
+        };
+        let xi = val(&mut g, &[1, ci, hw, hw]);
+        let ri = val(&mut g, &[1, co, hw, hw]);
+        let yi = val(&mut g, &[1, co, hw, hw]);
+        g.inputs = vec![xi, ri];
+        let wi = g.add_const("w", Tensor::from_f32(vec![co, ci, 3, 3], w.clone()));
+        let bi = g.add_const("b", Tensor::from_f32(vec![co], bias.clone()));
+        g.nodes.push(Node {
+            name: "conv".into(),
+            op: Op::Conv {
+                geom: ConvGeom {
+                    kernel: vec![3, 3],
+                    strides: vec![1, 1],
+                    dilations: vec![],
+                    pads: vec![1, 1, 1, 1],
+                    auto_pad: None,
+                },
+                group: 1,
+                post: vec![PostOp::AddInput { input: 3 }, PostOp::Unary(UnaryOp::Relu)],
+            },
+            inputs: vec![Some(xi), Some(wi), Some(bi), Some(ri)],
+            outputs: vec![yi],
+            absorbed: vec!["conv".into()],
+            placement: Some(crate::ir::Placement::Bpu),
+        });
+        g.outputs = vec![yi];
+        let opts = PlanOptions {
+            intra_op_threads: 1,
+            profile: false,
+        };
+        let plan = ModelPlan::new(Arc::new(g), &opts).expect("plan");
+        let tiles = plan.tiles_for(0);
+        let want_tiles = if ohw > co {
+            hw.div_ceil(4)
+        } else {
+            co.div_ceil(MR)
+        };
+        assert_eq!(tiles, want_tiles, "Winograd tiling");
+        let (want, mag) = direct(&s, &x, &w, &bias);
+        let want: Vec<f64> = want
+            .iter()
+            .zip(&res)
+            .map(|(a, r)| (a + f64::from(*r)).max(0.0))
+            .collect();
+        let mag: Vec<f64> = mag
+            .iter()
+            .zip(&res)
+            .map(|(m, r)| m + f64::from(r.abs()))
+            .collect();
+        for count in [1, tiles] {
+            let mut st = plan.new_state();
+            plan.set_input(&mut st, 0, bytemuck::cast_slice(&x))
+                .expect("x");
+            plan.set_input(&mut st, 1, bytemuck::cast_slice(&res))
+                .expect("res");
+            for index in 0..count {
+                plan.run_node(&mut st, 0, Tile { index, count })
+                    .expect("run");
+            }
+            let mut out = vec![0u8; plan.output_len(0)];
+            plan.read_output(&st, 0, &mut out).expect("read");
+            let y: Vec<f32> = out
+                .chunks_exact(4)
+                .map(|b| f32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+                .collect();
+            assert_within(&y, &want, &mag, TOL, &format!("{s:?} in {count} tiles"));
+        }
+    }
+}
