@@ -8,6 +8,9 @@
 //! Dependency direction: `ffi -> runtime -> sched -> exec -> kernels`;
 //! `compile -> ir <- onnx`; `format` is shared by `compile` and `runtime`.
 #![deny(unsafe_op_in_unsafe_fn)]
+// Every unsafe block names its conditions in a `// SAFETY:` comment (an error under
+// `cargo clippy -- -D warnings`, which CI runs).
+#![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod config;
 pub mod error;

@@ -56,8 +56,8 @@ unsafe extern "C" fn on_done(task: hbDNNTaskHandle_t, status: i32, user: *mut c_
         let mut c = ctrl(0);
         // SAFETY: valid pointers; the memory outlives the inner task (waited here).
         let rc = unsafe { hbDNNInfer(&mut t, &mut o, &ctx.input, ctx.model, &mut c) };
-        // SAFETY: the inner task's handle, when submitted.
         inner = Some(if rc == 0 {
+            // SAFETY: the inner task's handle, when submitted.
             unsafe {
                 let w = hbDNNWaitTaskDone(t, 0);
                 assert_eq!(hbDNNReleaseTask(t), 0);
@@ -148,8 +148,8 @@ fn c_callbacks_wait_release_submit_and_fire_once() {
             while ctx.seen.lock().unwrap().status.is_empty() {
                 std::thread::yield_now();
             }
-            // SAFETY: a released handle is a documented error.
             assert_eq!(
+                // SAFETY: a released handle is a documented error.
                 unsafe { hbDNNWaitTaskDone(t, 0) },
                 HB_DNN_INVALID_TASK_HANDLE
             );

@@ -111,8 +111,8 @@ fn config_calls_trace_calls_and_the_assembly_limit() {
     assert_eq!(set("VNPU_NO_SUCH_KEY", Some("1")), HB_DNN_INVALID_ARGUMENT);
     assert!(detail().contains("unknown key"), "{}", detail());
     assert_eq!(get("VNPU_NO_SUCH_KEY"), Err(HB_DNN_INVALID_ARGUMENT));
-    // SAFETY: NULL key is a documented error.
     assert_eq!(
+        // SAFETY: NULL key is a documented error.
         unsafe { vnpuSetConfig(std::ptr::null(), std::ptr::null()) },
         HB_DNN_INVALID_ARGUMENT
     );
@@ -142,8 +142,8 @@ fn config_calls_trace_calls_and_the_assembly_limit() {
     let path = CString::new(MODEL).unwrap();
     let mut names = [path.as_ptr()];
     let mut p = null_mut();
-    // SAFETY: one valid path.
     assert_eq!(
+        // SAFETY: one valid path.
         unsafe { hbDNNInitializeFromFiles(&mut p, names.as_mut_ptr(), 1) },
         0
     );

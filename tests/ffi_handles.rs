@@ -124,9 +124,9 @@ fn names_models_and_properties() {
     // SAFETY: valid out-pointers.
     assert_eq!(unsafe { hbDNNGetModelNameList(&mut list, &mut n, p) }, 0);
     assert_eq!(n, 2);
-    // SAFETY: the library returned `n` valid C strings.
     let names: Vec<String> = (0..n as usize)
         .map(|i| {
+            // SAFETY: the library returned `n` valid C strings.
             unsafe { CStr::from_ptr(*list.add(i)) }
                 .to_string_lossy()
                 .into_owned()

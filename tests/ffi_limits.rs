@@ -59,8 +59,8 @@ fn unreleased_tasks_hit_the_limit_until_released() {
     let mut data = [bytes.as_ptr().cast()];
     let mut len = [bytes.len() as i32];
     let mut p = null_mut();
-    // SAFETY: arrays of one entry; the bytes outlive the call.
     assert_eq!(
+        // SAFETY: arrays of one entry; the bytes outlive the call.
         unsafe { hbDNNInitializeFromDDR(&mut p, data.as_mut_ptr(), len.as_mut_ptr(), 1) },
         0
     );

@@ -122,9 +122,11 @@ pub fn write_models(models: &[CompiledModel]) -> Result<Vec<u8>> {
     let mut records = Vec::with_capacity(models.len());
     for m in models {
         let packed = packed_for_file(m);
-        let r = manifest::encode_model(m, &packed, &mut weights).map_err(|reason| Error::ModelFormat {
-            path: "<memory>".into(),
-            reason: format!("model '{}' cannot be written: {reason}", m.name),
+        let r = manifest::encode_model(m, &packed, &mut weights).map_err(|reason| {
+            Error::ModelFormat {
+                path: "<memory>".into(),
+                reason: format!("model '{}' cannot be written: {reason}", m.name),
+            }
         })?;
         records.push(r);
     }

@@ -10,7 +10,9 @@ use crate::ir::{DType, Tensor};
 use crate::onnx::builder::{attr, ModelBuilder};
 
 fn ramp(n: usize, m: usize) -> Vec<f32> {
-    (0..n).map(|i| ((i % m) as f32 - m as f32 / 2.0) / m as f32).collect()
+    (0..n)
+        .map(|i| ((i % m) as f32 - m as f32 / 2.0) / m as f32)
+        .collect()
 }
 
 /// Dense, grouped and depthwise convs, a Gemm (transposed B, alpha) and a MatMul.
@@ -23,7 +25,13 @@ fn conv_gemm_model() -> CompiledModel {
         .initializer("fc", &Tensor::from_f32(vec![5, 8], ramp(40, 9)))
         .initializer("mm", &Tensor::from_f32(vec![5, 3], ramp(15, 4)))
         .initializer("shape", &Tensor::from_i64(vec![2], vec![1, 8]))
-        .node("Conv", "dense", &["x", "w1"], &["a"], vec![attr::ints("pads", &[1, 1, 1, 1])])
+        .node(
+            "Conv",
+            "dense",
+            &["x", "w1"],
+            &["a"],
+            vec![attr::ints("pads", &[1, 1, 1, 1])],
+        )
         .node(
             "Conv",
             "grouped",
@@ -54,11 +62,7 @@ fn conv_gemm_model() -> CompiledModel {
 }
 
 fn run(m: &CompiledModel, packed: &PackedWeights) -> Result<Vec<u8>> {
-    let plan = ModelPlan::with_packed(
-        Arc::new(m.graph.clone()),
-        &PlanOptions::default(),
-        packed,
-    )?;
+    let plan = ModelPlan::with_packed(Arc::new(m.graph.clone()), &PlanOptions::default(), packed)?;
     let mut st = plan.new_state();
     let x = ramp(4 * 36, 11);
     plan.set_input(&mut st, 0, bytemuck::cast_slice(&x))?;
@@ -84,7 +88,10 @@ fn packed_weights_are_stored_borrowed_and_give_the_same_outputs() {
         .map(|(n, _)| back[0].graph.nodes[*n].op.name())
         .collect();
     assert_eq!(ops, ["Conv", "Conv", "Gemm", "MatMul"], "{ops:?}");
-    assert!(p.nodes.iter().all(|(_, b)| b.is_shared()), "borrowed, not copied");
+    assert!(
+        p.nodes.iter().all(|(_, b)| b.is_shared()),
+        "borrowed, not copied"
+    );
     let want = run(&m, &PackedWeights::default()).unwrap();
     assert_eq!(run(&back[0], p).unwrap(), want, "borrowed = packed at load");
     // Packed for another table: ignored, the plan packs.
@@ -127,11 +134,19 @@ fn inconsistent_packed_weights_are_refused() {
         let p = r.models[0].packed.as_mut().unwrap();
         p.blobs[1].node = pool;
     });
-    assert!(err(&on_pool).contains("only Conv, Gemm and MatMul"), "{}", err(&on_pool));
+    assert!(
+        err(&on_pool).contains("only Conv, Gemm and MatMul"),
+        "{}",
+        err(&on_pool)
+    );
     let unordered = edit_manifest(&bytes, |r| {
         r.models[0].packed.as_mut().unwrap().blobs.swap(0, 1);
     });
-    assert!(err(&unordered).contains("increasing node order"), "{}", err(&unordered));
+    assert!(
+        err(&unordered).contains("increasing node order"),
+        "{}",
+        err(&unordered)
+    );
     let outside = edit_manifest(&bytes, |r| {
         r.models[0].packed.as_mut().unwrap().blobs[0].offset = 1 << 40;
     });
@@ -139,7 +154,11 @@ fn inconsistent_packed_weights_are_refused() {
     let missing = edit_manifest(&bytes, |r| {
         r.models[0].packed.as_mut().unwrap().blobs[0].node = 999;
     });
-    assert!(err(&missing).contains("does not exist"), "{}", err(&missing));
+    assert!(
+        err(&missing).contains("does not exist"),
+        "{}",
+        err(&missing)
+    );
     // A buffer of the wrong length loads (a record alone cannot tell) but does not plan.
     let short = edit_manifest(&bytes, |r| {
         r.models[0].packed.as_mut().unwrap().blobs[0].len -= 4;

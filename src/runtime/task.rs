@@ -546,8 +546,8 @@ impl Runtime {
                             actual: o.len.to_string(),
                         });
                     }
-                    // SAFETY: in bounds: k * n + n <= rois.len() * n <= o.len.
                     Ok(IoBuffer {
+                        // SAFETY: in bounds: k * n + n <= rois.len() * n <= o.len.
                         ptr: unsafe { o.ptr.add(k * n) },
                         len: n,
                     })

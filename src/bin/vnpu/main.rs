@@ -1,4 +1,6 @@
 //! The `vnpu` command line: compile, info, model_info, infer, perf, trace, demo.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(clippy::undocumented_unsafe_blocks)]
 
 mod args;
 mod compile_cmd;

@@ -139,7 +139,16 @@ pub(crate) fn plan_gemm(
     let (a_rs, a_cs) = if ta { (1, m) } else { (k, 1) };
     let (b_rs, b_cs) = if tb { (1, k) } else { (nn, 1) };
     let b_packed = match c.konst(1) {
-        Some(t) => Some(pack_const_b(c, f32_elems(t), b_rs, b_cs, k, nn, alpha, pre)?),
+        Some(t) => Some(pack_const_b(
+            c,
+            f32_elems(t),
+            b_rs,
+            b_cs,
+            k,
+            nn,
+            alpha,
+            pre,
+        )?),
         None => None,
     };
     let (mut bias, mut addend, mut addend_input) = (None, None, None);

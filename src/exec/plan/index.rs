@@ -121,7 +121,12 @@ pub(crate) fn plan_gather_nd(c: &Ctx<'_>, batch_dims: i64) -> Result<Planned> {
     let b = usize::try_from(batch_dims)
         .ok()
         .filter(|&b| b < s.len().min(is.len()) && s[..b] == is[..b])
-        .ok_or_else(|| shape_err(n, format!("batch_dims {batch_dims} does not fit {s:?} / {is:?}")))?;
+        .ok_or_else(|| {
+            shape_err(
+                n,
+                format!("batch_dims {batch_dims} does not fit {s:?} / {is:?}"),
+            )
+        })?;
     let depth = is[is.len() - 1];
     if depth < 1 || b + depth > s.len() {
         return Err(shape_err(

@@ -25,7 +25,9 @@ fn gather_nd(
     assert_eq!(inferred, vec![(DType::F32, os.to_vec())]);
     let plan = ModelPlan::new(Arc::new(b.g), &PlanOptions::default())?;
     let mut st = plan.new_state();
-    let data: Vec<f32> = (0..ds.iter().product::<usize>()).map(|v| v as f32).collect();
+    let data: Vec<f32> = (0..ds.iter().product::<usize>())
+        .map(|v| v as f32)
+        .collect();
     plan.set_input(&mut st, 0, bytemuck::cast_slice(&data))?;
     plan.set_input(&mut st, 1, bytemuck::cast_slice(idx))?;
     plan.run_node(&mut st, 0, Tile::WHOLE)?;

@@ -276,7 +276,10 @@ pub(crate) fn plan_node(
     }
     let p = plan_kernel(&c, pre)?;
     if pre.is_some() && packed_of(&p.kernel).is_none() {
-        return Err(shape_err(n, "packed weights given for a node that packs none"));
+        return Err(shape_err(
+            n,
+            "packed weights given for a node that packs none",
+        ));
     }
     let (out_off, out_len) = layout.node_block[i];
     Ok(NodePlan {
