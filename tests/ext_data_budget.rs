@@ -13,7 +13,9 @@ use vnpu::compile::budget::BUDGET_ENV;
 use vnpu::compile::{compile_onnx_file, CompileOptions, MemoryBudget};
 use vnpu::ir::DType;
 use vnpu::onnx::builder::ModelBuilder;
-use vnpu::onnx::proto::{data_type, ModelProto, StringStringEntryProto, TensorProto, DATA_LOCATION_EXTERNAL};
+use vnpu::onnx::proto::{
+    data_type, ModelProto, StringStringEntryProto, TensorProto, DATA_LOCATION_EXTERNAL,
+};
 use vnpu::onnx::{import_file, ImportOptions};
 use vnpu::Error;
 
@@ -30,18 +32,22 @@ fn mul_by_external(n: usize) -> ModelProto {
         key: k.into(),
         value: v,
     };
-    m.graph.as_mut().expect("graph").initializer.push(TensorProto {
-        name: "w".into(),
-        dims: vec![n as i64],
-        data_type: data_type::FLOAT,
-        data_location: DATA_LOCATION_EXTERNAL,
-        external_data: vec![
-            entry("location", "w.bin".into()),
-            entry("offset", "0".into()),
-            entry("length", (n * 4).to_string()),
-        ],
-        ..Default::default()
-    });
+    m.graph
+        .as_mut()
+        .expect("graph")
+        .initializer
+        .push(TensorProto {
+            name: "w".into(),
+            dims: vec![n as i64],
+            data_type: data_type::FLOAT,
+            data_location: DATA_LOCATION_EXTERNAL,
+            external_data: vec![
+                entry("location", "w.bin".into()),
+                entry("offset", "0".into()),
+                entry("length", (n * 4).to_string()),
+            ],
+            ..Default::default()
+        });
     m
 }
 
@@ -90,7 +96,9 @@ fn the_memory_budget_bounds_external_data() {
         max_external_bytes: 1024,
         ..Default::default()
     };
-    assert!(over_limit(&import_file(&onnx(&small), &tight).expect_err("1 KiB limit")));
+    assert!(over_limit(
+        &import_file(&onnx(&small), &tight).expect_err("1 KiB limit")
+    ));
 
     // Unset: the machine default (half the physical memory).
     set_budget_mb(None);
@@ -98,7 +106,10 @@ fn the_memory_budget_bounds_external_data() {
         ImportOptions::default().max_external_bytes,
         MemoryBudget::machine_default().bytes
     );
-    assert_eq!(MemoryBudget::from_env_or_default(), MemoryBudget::machine_default());
+    assert_eq!(
+        MemoryBudget::from_env_or_default(),
+        MemoryBudget::machine_default()
+    );
     for d in [small, large] {
         let _ = std::fs::remove_dir_all(d);
     }

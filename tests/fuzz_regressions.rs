@@ -19,7 +19,13 @@ fn argmax_over_an_empty_axis_is_refused() {
     for op in ["ArgMax", "ArgMin"] {
         let m = ModelBuilder::new("argmax_empty", 17)
             .input("x", DType::F32, &[3, 1000, 0])
-            .node(op, "a", &["x"], &["y"], vec![attr::int("axis", -1), attr::int("keepdims", 0)])
+            .node(
+                op,
+                "a",
+                &["x"],
+                &["y"],
+                vec![attr::int("axis", -1), attr::int("keepdims", 0)],
+            )
             .output("y");
         let e = compile(m).expect_err("no index to pick");
         assert!(e.to_string().contains("empty"), "{e}");

@@ -62,8 +62,11 @@ fn add2() -> &'static [u8] {
 fn golden_path() -> &'static CString {
     static PATH: OnceLock<CString> = OnceLock::new();
     PATH.get_or_init(|| {
-        CString::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/golden/small_v2.vnpu"))
-            .expect("no NUL")
+        CString::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/golden/small_v2.vnpu"
+        ))
+        .expect("no NUL")
     })
 }
 
@@ -162,7 +165,11 @@ impl State {
 
     /// Releases every live task that holds memory `m`.
     fn release_users(&mut self, m: usize) {
-        for t in self.tasks.iter_mut().filter(|t| t.live && t.mems.contains(&m)) {
+        for t in self
+            .tasks
+            .iter_mut()
+            .filter(|t| t.live && t.mems.contains(&m))
+        {
             // SAFETY: a handle this harness got from hbDNNInfer.
             let r = unsafe { hbDNNReleaseTask(t.handle) };
             assert_eq!(r, 0, "releasing a live task failed");
@@ -285,7 +292,11 @@ fn infer(st: &mut State, b: &mut Bytes) {
         reserved1: 0,
         reserved2: 0,
     };
-    let onto = if b.u8() % 3 == 0 { st.task_index(b) } else { None };
+    let onto = if b.u8() % 3 == 0 {
+        st.task_index(b)
+    } else {
+        None
+    };
     let mut handle = onto.map_or(std::ptr::null_mut(), |i| st.tasks[i].handle);
     let mut out_ptr = outs.as_mut_ptr();
     // SAFETY: `ins` / `outs` hold 8 tensors, at least the model's counts; the memory
@@ -354,7 +365,11 @@ fn step(st: &mut State, b: &mut Bytes) {
             // SAFETY: the library returned `n` valid C strings, live while `p` is.
             let name = unsafe { *list.add(k) };
             let bogus = c"no-such-model";
-            let name = if b.u8() % 8 == 0 { bogus.as_ptr() } else { name };
+            let name = if b.u8() % 8 == 0 {
+                bogus.as_ptr()
+            } else {
+                name
+            };
             let mut m: hbDNNHandle_t = std::ptr::null_mut();
             // SAFETY: `m` writable, `name` NUL-terminated.
             if unsafe { hbDNNGetModelHandle(&mut m, p, name) } == 0 {
@@ -380,7 +395,11 @@ fn step(st: &mut State, b: &mut Bytes) {
                 st.release_users(i);
                 let mut m = st.mems[i].take().expect("live");
                 // SAFETY: a live allocation of this harness, used by no live task.
-                assert_eq!(unsafe { hbSysFreeMem(&mut m) }, 0, "free of a live allocation");
+                assert_eq!(
+                    unsafe { hbSysFreeMem(&mut m) },
+                    0,
+                    "free of a live allocation"
+                );
             }
         }
         6..=8 => infer(st, b),
@@ -388,14 +407,21 @@ fn step(st: &mut State, b: &mut Bytes) {
             let t = st.task_handle(b);
             let timeout = [0, 1, 2, -1, 5][b.pick(5)];
             // SAFETY: any handle value is accepted.
-            trace("hbDNNWaitTaskDone", unsafe { hbDNNWaitTaskDone(t, timeout) });
+            trace("hbDNNWaitTaskDone", unsafe {
+                hbDNNWaitTaskDone(t, timeout)
+            });
         }
         11 => {
             if let Some(i) = st.task_index(b) {
                 let t = &mut st.tasks[i];
                 // SAFETY: any handle value is accepted (a released one is an error).
                 let r = unsafe { hbDNNReleaseTask(t.handle) };
-                assert_eq!(r == 0, t.live, "release of a task handle (live: {})", t.live);
+                assert_eq!(
+                    r == 0,
+                    t.live,
+                    "release of a task handle (live: {})",
+                    t.live
+                );
                 t.live = false;
             }
         }
@@ -456,7 +482,11 @@ fuzz_target!(|data: &[u8]| {
     // Give everything back; each release of a live handle must succeed.
     for t in st.tasks.iter().filter(|t| t.live) {
         // SAFETY: a handle this harness got from hbDNNInfer and did not release.
-        assert_eq!(unsafe { hbDNNReleaseTask(t.handle) }, 0, "final task release");
+        assert_eq!(
+            unsafe { hbDNNReleaseTask(t.handle) },
+            0,
+            "final task release"
+        );
     }
     for m in st.mems.iter_mut().filter_map(Option::take) {
         let mut m = m;

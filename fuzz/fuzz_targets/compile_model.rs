@@ -39,35 +39,176 @@ fuzz_target!(|data: &[u8]| {
 
 /// Operator types the importer knows (and a few it does not).
 const OPS: &[&str] = &[
-    "Conv", "ConvTranspose", "Gemm", "MatMul", "Relu", "Sigmoid", "HardSwish", "Tanh", "Erf",
-    "Softplus", "Exp", "Log", "Abs", "Neg", "Sqrt", "Reciprocal", "Floor", "Ceil", "Round",
-    "Sign", "Not", "Sin", "Cos", "Identity", "LeakyRelu", "Elu", "Selu", "HardSigmoid", "Gelu",
-    "Clip", "Dropout", "Add", "Sub", "Mul", "Div", "Pow", "Equal", "Less", "LessOrEqual",
-    "Greater", "GreaterOrEqual", "And", "Or", "Xor", "PRelu", "Mod", "Sum", "Mean", "Max",
-    "Min", "Where", "Cast", "CastLike", "BatchNormalization", "InstanceNormalization",
-    "LayerNormalization", "Softmax", "LogSoftmax", "MaxPool", "AveragePool",
-    "GlobalAveragePool", "GlobalMaxPool", "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin",
-    "ReduceProd", "ReduceSumSquare", "ReduceLogSumExp", "ArgMax", "ArgMin", "CumSum", "Concat",
-    "Split", "Slice", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Pad",
-    "Expand", "Tile", "DepthToSpace", "SpaceToDepth", "Gather", "GatherElements", "TopK",
-    "NonMaxSuppression", "Shape", "ConstantOfShape", "Range", "Resize", "Upsample", "LSTM",
-    "GRU", "Constant", "Size", "Einsum",
+    "Conv",
+    "ConvTranspose",
+    "Gemm",
+    "MatMul",
+    "Relu",
+    "Sigmoid",
+    "HardSwish",
+    "Tanh",
+    "Erf",
+    "Softplus",
+    "Exp",
+    "Log",
+    "Abs",
+    "Neg",
+    "Sqrt",
+    "Reciprocal",
+    "Floor",
+    "Ceil",
+    "Round",
+    "Sign",
+    "Not",
+    "Sin",
+    "Cos",
+    "Identity",
+    "LeakyRelu",
+    "Elu",
+    "Selu",
+    "HardSigmoid",
+    "Gelu",
+    "Clip",
+    "Dropout",
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Pow",
+    "Equal",
+    "Less",
+    "LessOrEqual",
+    "Greater",
+    "GreaterOrEqual",
+    "And",
+    "Or",
+    "Xor",
+    "PRelu",
+    "Mod",
+    "Sum",
+    "Mean",
+    "Max",
+    "Min",
+    "Where",
+    "Cast",
+    "CastLike",
+    "BatchNormalization",
+    "InstanceNormalization",
+    "LayerNormalization",
+    "Softmax",
+    "LogSoftmax",
+    "MaxPool",
+    "AveragePool",
+    "GlobalAveragePool",
+    "GlobalMaxPool",
+    "ReduceMean",
+    "ReduceSum",
+    "ReduceMax",
+    "ReduceMin",
+    "ReduceProd",
+    "ReduceSumSquare",
+    "ReduceLogSumExp",
+    "ArgMax",
+    "ArgMin",
+    "CumSum",
+    "Concat",
+    "Split",
+    "Slice",
+    "Reshape",
+    "Flatten",
+    "Squeeze",
+    "Unsqueeze",
+    "Transpose",
+    "Pad",
+    "Expand",
+    "Tile",
+    "DepthToSpace",
+    "SpaceToDepth",
+    "Gather",
+    "GatherElements",
+    "TopK",
+    "NonMaxSuppression",
+    "Shape",
+    "ConstantOfShape",
+    "Range",
+    "Resize",
+    "Upsample",
+    "LSTM",
+    "GRU",
+    "Constant",
+    "Size",
+    "Einsum",
 ];
 
 /// Attribute names the importer reads.
 const ATTRS: &[&str] = &[
-    "axes", "axis", "mode", "alpha", "kernel_shape", "group", "blocksize", "pads",
-    "output_shape", "output_padding", "epsilon", "value", "to", "split", "perm", "num_outputs",
-    "min", "max", "keepdims", "hidden_size", "direction", "coordinate_transformation_mode",
-    "ceil_mode", "beta", "auto_pad", "strides", "dilations", "largest", "sorted", "exclusive",
-    "reverse", "select_last_index", "noop_with_empty_axes", "transA", "transB", "storage_order",
-    "count_include_pad", "nearest_mode", "linear_before_reset", "layout", "stash_type",
+    "axes",
+    "axis",
+    "mode",
+    "alpha",
+    "kernel_shape",
+    "group",
+    "blocksize",
+    "pads",
+    "output_shape",
+    "output_padding",
+    "epsilon",
+    "value",
+    "to",
+    "split",
+    "perm",
+    "num_outputs",
+    "min",
+    "max",
+    "keepdims",
+    "hidden_size",
+    "direction",
+    "coordinate_transformation_mode",
+    "ceil_mode",
+    "beta",
+    "auto_pad",
+    "strides",
+    "dilations",
+    "largest",
+    "sorted",
+    "exclusive",
+    "reverse",
+    "select_last_index",
+    "noop_with_empty_axes",
+    "transA",
+    "transB",
+    "storage_order",
+    "count_include_pad",
+    "nearest_mode",
+    "linear_before_reset",
+    "layout",
+    "stash_type",
 ];
 
 /// Integers worth trying where a size, an axis or an index goes.
 const INTS: &[i64] = &[
-    0, 1, 2, 3, 4, -1, -2, -3, 7, 8, 16, 64, 255, 256, 1 << 16, 1 << 20, 1 << 31, -(1 << 31),
-    (1 << 31) - 1, i64::MAX, i64::MIN, 1 << 40,
+    0,
+    1,
+    2,
+    3,
+    4,
+    -1,
+    -2,
+    -3,
+    7,
+    8,
+    16,
+    64,
+    255,
+    256,
+    1 << 16,
+    1 << 20,
+    1 << 31,
+    -(1 << 31),
+    (1 << 31) - 1,
+    i64::MAX,
+    i64::MIN,
+    1 << 40,
 ];
 
 /// A small deterministic generator seeded by libFuzzer.
@@ -135,11 +276,15 @@ fn mutate_model(m: &mut ModelProto, r: &mut Rng) -> bool {
     names.extend(g.node.iter().flat_map(|n| n.output.iter().cloned()));
     match r.below(8) {
         0 | 1 => {
-            let Some(n) = pick(&mut g.node, r) else { return false };
+            let Some(n) = pick(&mut g.node, r) else {
+                return false;
+            };
             n.op_type = OPS[r.below(OPS.len())].into();
         }
         2 | 3 => {
-            let Some(n) = pick(&mut g.node, r) else { return false };
+            let Some(n) = pick(&mut g.node, r) else {
+                return false;
+            };
             if n.attribute.is_empty() || r.below(5) == 0 {
                 n.attribute.push(AttributeProto {
                     name: ATTRS[r.below(ATTRS.len())].into(),
@@ -184,7 +329,9 @@ fn mutate_model(m: &mut ModelProto, r: &mut Rng) -> bool {
                     shape.dim.remove(k);
                 }
                 _ => {
-                    let Some(d) = pick(&mut shape.dim, r) else { return false };
+                    let Some(d) = pick(&mut shape.dim, r) else {
+                        return false;
+                    };
                     *d = if r.below(5) == 0 {
                         Dimension {
                             dim_value: None,
@@ -202,7 +349,9 @@ fn mutate_model(m: &mut ModelProto, r: &mut Rng) -> bool {
             }
         }
         5 => {
-            let Some(t) = pick(&mut g.initializer, r) else { return false };
+            let Some(t) = pick(&mut g.initializer, r) else {
+                return false;
+            };
             match r.below(4) {
                 0 if !t.dims.is_empty() => {
                     let k = r.below(t.dims.len());
@@ -217,7 +366,10 @@ fn mutate_model(m: &mut ModelProto, r: &mut Rng) -> bool {
                     if !t.int64_data.is_empty() {
                         let k = r.below(t.int64_data.len());
                         t.int64_data[k] = r.int();
-                    } else if t.raw_data.len() % 8 == 0 && !t.raw_data.is_empty() && t.data_type == 7 {
+                    } else if t.raw_data.len() % 8 == 0
+                        && !t.raw_data.is_empty()
+                        && t.data_type == 7
+                    {
                         let k = r.below(t.raw_data.len() / 8) * 8;
                         t.raw_data[k..k + 8].copy_from_slice(&r.int().to_le_bytes());
                     } else {
@@ -227,7 +379,9 @@ fn mutate_model(m: &mut ModelProto, r: &mut Rng) -> bool {
             }
         }
         6 => {
-            let Some(n) = pick(&mut g.node, r) else { return false };
+            let Some(n) = pick(&mut g.node, r) else {
+                return false;
+            };
             match r.below(4) {
                 0 => n.input.push(String::new()),
                 1 if !n.input.is_empty() => {
@@ -235,7 +389,9 @@ fn mutate_model(m: &mut ModelProto, r: &mut Rng) -> bool {
                     n.input.remove(k);
                 }
                 _ => {
-                    let Some(i) = pick(&mut n.input, r) else { return false };
+                    let Some(i) = pick(&mut n.input, r) else {
+                        return false;
+                    };
                     if let Some(name) = names.get(r.below(names.len())) {
                         i.clone_from(name);
                     }

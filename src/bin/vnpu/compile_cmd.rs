@@ -266,7 +266,10 @@ pub fn run_compile(argv: &[String]) -> Result<(), String> {
                 );
             }
         }
-        if compiled.iter().any(|p: &compile::CompiledModel| p.name == c.name) {
+        if compiled
+            .iter()
+            .any(|p: &compile::CompiledModel| p.name == c.name)
+        {
             // A packed file with two models of one name could not be loaded.
             return Err(format!(
                 "{} gives a second model named '{}': the models of one file need unique names \
