@@ -230,7 +230,11 @@ fn round_trip(dir: &Path, n: usize) {
             c_api.push(t0.elapsed());
         }
     }
-    assert_eq!(service_staged_bytes(), 0, "hbSysAllocMem memory is not staged");
+    assert_eq!(
+        service_staged_bytes(),
+        0,
+        "hbSysAllocMem memory is not staged"
+    );
     // SAFETY: live memory and pack.
     unsafe {
         hbSysFreeMem(&mut xm);
@@ -451,8 +455,12 @@ fn priority(dir: &Path, requests: usize) {
         "\npriority under load (corelimit 1): MobileNetV2 prio 255 every 30 ms, open loop, \
          vs ResNet-18 prio 0 flat out; {requests} requests"
     );
-    println!("| configuration                    | fg p50 ms | fg p99 ms | fg max ms | bg tasks/s |");
-    println!("|----------------------------------|-----------|-----------|-----------|------------|");
+    println!(
+        "| configuration                    | fg p50 ms | fg p99 ms | fg max ms | bg tasks/s |"
+    );
+    println!(
+        "|----------------------------------|-----------|-----------|-----------|------------|"
+    );
     let base = results[0].1.bg_per_s;
     for (name, mut o) in results {
         o.fg.sort();
