@@ -59,6 +59,9 @@ pub(crate) enum ConvKernel {
         post: Vec<PostOpRt>,
         res: Vec<usize>,
         by_rows: bool,
+        /// Output-channel chunks `[c0, c1)` run on intra-op threads over one shared
+        /// transformed input when the node runs whole; empty = one thread.
+        par: Vec<(usize, usize)>,
     },
 }
 
@@ -213,6 +216,7 @@ pub(super) fn stored_weights(k: &ConvKernel) -> Option<Vec<&[f32]>> {
         ConvKernel::Conv { s, w, .. } if !s.is_depthwise() => {
             Some(w.groups.iter().map(|g| &g[..]).collect())
         }
+        ConvKernel::Winograd { p, .. } => Some(vec![p.weights()]),
         _ => None,
     }
 }
@@ -242,9 +246,9 @@ pub(crate) fn plan_conv(
         ));
     }
     let (post, res) = post_ops(c, post, s.c_out)?;
-    if c.threads < 2 && crate::compile::cost::winograd_wins(s) {
+    if crate::compile::cost::winograd_wins(s) {
         let ConvParts { s, wt, bias, .. } = parts;
-        return Ok(plan_winograd(&s, wt, bias, post, res));
+        return Ok(plan_winograd(&s, wt, pre, bias, post, res, c.threads));
     }
     let wts = conv_weights(c, s, &parts, pre)?;
     let ConvParts { s, wt, bias, .. } = parts;
@@ -274,22 +278,95 @@ pub(crate) fn plan_conv(
 fn plan_winograd(
     s: &ConvShape,
     wt: &[f32],
+    pre: Option<&WeightBuf>,
     bias: Option<Vec<f32>>,
     post: Vec<PostOpRt>,
     res: Vec<usize>,
+    threads: usize,
 ) -> Planned {
-    let p = WinogradPlan::new(s, wt);
+    // Transformed weights stored by the compiled file for this kernel table, else
+    // transformed now.
+    let p = pre
+        .and_then(|u| WinogradPlan::with_weights(s, u.clone()))
+        .unwrap_or_else(|| WinogradPlan::new(s, wt));
     let by_rows = s.oh * s.ow > s.c_out;
-    let shared = if !by_rows && s.n == 1 { p.input_len() } else { 0 };
+    // Output-channel chunks for intra-op threads, as the im2col path cuts them.
+    let par: Vec<(usize, usize)> = conv_chunk_ranges(s, threads);
+    let shared = if (!by_rows || !par.is_empty()) && s.n == 1 {
+        p.input_len()
+    } else {
+        0
+    };
     let scratch = p.scratch_len() + shared;
+    let helper = if par.is_empty() {
+        0
+    } else {
+        p.chunk_scratch_len()
+    };
     let k = ConvKernel::Winograd {
         p,
         bias,
         post,
         res,
         by_rows,
+        par,
     };
-    Planned::new(k).scratch(scratch)
+    Planned::new(k).scratch(scratch).helper_scratch(helper)
+}
+
+/// The output-channel ranges [`conv_chunks`] cuts (empty = one thread).
+fn conv_chunk_ranges(s: &ConvShape, threads: usize) -> Vec<(usize, usize)> {
+    if threads < 2 || s.n != 1 || s.group != 1 || s.is_depthwise() || s.macs() < PAR_MIN_MACS {
+        return Vec::new();
+    }
+    let panels = s.c_out.div_ceil(gemm::MR);
+    let per = panels.div_ceil(threads.min(panels));
+    if per >= panels {
+        return Vec::new();
+    }
+    (0..panels)
+        .step_by(per)
+        .map(|p0| (p0 * gemm::MR, ((p0 + per) * gemm::MR).min(s.c_out)))
+        .collect()
+}
+
+/// Runs a Winograd conv's channel chunks on scoped helper threads (the first on this
+/// thread) over the transformed input `v`, each writing its own block of channels.
+#[allow(clippy::too_many_arguments)]
+fn run_winograd_chunks(
+    isa: Isa,
+    p: &WinogradPlan,
+    par: &[(usize, usize)],
+    v: &[f32],
+    y: &mut [f32],
+    epi: &Epilogue<'_>,
+    scratch: &mut [f32],
+    helpers: &mut [Vec<f32>],
+) {
+    let ohw = p.shape().oh * p.shape().ow;
+    let run = |(c0, c1): (usize, usize), part: &mut [f32], scratch: &mut [f32]| {
+        let mut rc: [&[f32]; MAX_RESIDUALS] = [&[]; MAX_RESIDUALS];
+        for (d, r) in rc.iter_mut().zip(epi.residuals) {
+            *d = &r[c0 * ohw..c1 * ohw];
+        }
+        let e = Epilogue {
+            channel_offset: c0,
+            residuals: &rc[..epi.residuals.len()],
+            ..*epi
+        };
+        p.run_chunk(isa, v, part, (c0, c1), &e, scratch);
+    };
+    std::thread::scope(|sc| {
+        let (&first, rest) = par.split_first().expect("chunks");
+        let (y0, mut tail) = y.split_at_mut((first.1 - first.0) * ohw);
+        for (&ch, h) in rest.iter().zip(helpers.iter_mut()) {
+            let (part, t) = std::mem::take(&mut tail).split_at_mut((ch.1 - ch.0) * ohw);
+            tail = t;
+            let run = &run;
+            sc.spawn(move || run(ch, part, h));
+        }
+        run(first, y0, scratch);
+    });
 }
 
 /// Plans a ConvTranspose (output padding and shape are already in the output shape).
@@ -475,6 +552,7 @@ impl FamilyKernel for ConvKernel {
                 post,
                 res,
                 by_rows,
+                par,
             } => {
                 let s = p.shape();
                 let (chans, rows) = if *by_rows {
@@ -493,7 +571,12 @@ impl FamilyKernel for ConvKernel {
                     ..Epilogue::NONE
                 };
                 let (x, y) = (io.f32(0), out_f32(r.out, r.outs, 0));
-                if tile.count > 1 && !*by_rows && s.n == 1 {
+                if tile.count == 1 && !par.is_empty() && r.helpers.len() + 1 >= par.len() {
+                    let (v, rest) = r.scratch.split_at_mut(p.input_len());
+                    p.transform_input(x, v);
+                    *r.bcache = Some(r.index);
+                    run_winograd_chunks(r.isa, p, par, v, y, &epi, rest, r.helpers);
+                } else if tile.count > 1 && !*by_rows && s.n == 1 {
                     // Channel tiles share the transformed input: tile 0 computes it.
                     let (v, rest) = r.scratch.split_at_mut(p.input_len());
                     if tile.index == 0 || *r.bcache != Some(r.index) {

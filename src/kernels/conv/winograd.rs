@@ -24,6 +24,7 @@
 use super::ConvShape;
 use crate::kernels::gemm::{self, gemm_packed, BSource, Epilogue, KC, MR, NR};
 use crate::kernels::isa::Isa;
+use crate::kernels::packed::WeightBuf;
 
 /// Output tile side.
 const TILE: usize = 4;
@@ -44,8 +45,9 @@ type Lanes = [f32; NR];
 #[derive(Debug, Clone)]
 pub struct WinogradPlan {
     s: ConvShape,
-    /// 36 packed A matrices (`Cout x Cin`), point after point: the conv's packed weights.
-    u: Vec<f32>,
+    /// 36 packed A matrices (`Cout x Cin`), point after point: the conv's packed weights
+    /// (owned, or borrowed from a compiled file's mapping).
+    u: WeightBuf,
     /// Tiles across and down the output plane.
     tw: usize,
     th: usize,
@@ -99,7 +101,7 @@ impl WinogradPlan {
             }
         }
         let alen = gemm::packed_a_len(co, ci);
-        let mut u = vec![0.0f32; POINTS * alen];
+        let mut u = vec![0.0f32; Self::weights_len(s)];
         for p in 0..POINTS {
             gemm::pack_a(
                 &up[p * co * ci..(p + 1) * co * ci],
@@ -111,19 +113,35 @@ impl WinogradPlan {
                 &mut u[p * alen..(p + 1) * alen],
             );
         }
+        Self::with_weights(s, WeightBuf::owned(u)).expect("weights of the planned length")
+    }
+
+    /// Floats of the transformed weights of `s` ([`Self::weights`]).
+    pub fn weights_len(s: &ConvShape) -> usize {
+        POINTS * gemm::packed_a_len(s.c_out, s.c_in)
+    }
+
+    /// Plans `s` (which must satisfy [`Self::applies`]) with weights already transformed
+    /// and packed (what [`Self::weights`] returned for the same shape and kernel table,
+    /// e.g. stored in a compiled file); `None` when `u` has another length.
+    pub fn with_weights(s: &ConvShape, u: WeightBuf) -> Option<WinogradPlan> {
+        if !Self::applies(s) || u.len() != Self::weights_len(s) {
+            return None;
+        }
+        let (ci, co) = (s.c_in, s.c_out);
         let tw = s.ow.div_ceil(TILE);
         let th = s.oh.div_ceil(TILE);
         let fit = BLOCK_FLOATS / (POINTS * (ci + co)) / NR * NR;
         let nt = fit
             .clamp(NR, MAX_BLOCK_TILES)
             .min((tw * th).div_ceil(NR) * NR);
-        WinogradPlan {
+        Some(WinogradPlan {
             s: s.clone(),
             u,
             tw,
             th,
             nt,
-        }
+        })
     }
 
     /// The conv geometry.
@@ -195,10 +213,65 @@ impl WinogradPlan {
         epi: &Epilogue<'_>,
         scratch: &mut [f32],
     ) {
+        let rows = (ty0, ty1);
+        self.run_into(isa, x, y, 0, (c_lo, c_hi), rows, shared, epi, scratch);
+    }
+
+    /// Scratch floats a [`Self::run_chunk`] call needs.
+    pub fn chunk_scratch_len(&self) -> usize {
+        self.m_len()
+    }
+
+    /// Output channels `[c_lo, c_hi)` (`c_lo` a multiple of [`MR`]) of a one-image conv
+    /// from its transformed input `shared` ([`Self::transform_input`]) into `y`, which
+    /// holds those channels only (`[c_hi - c_lo, OH, OW]`), like `epi` (its residuals and
+    /// channel offset already taken for the chunk): one intra-op thread's part.
+    /// `scratch` holds [`Self::chunk_scratch_len`] floats.
+    pub fn run_chunk(
+        &self,
+        isa: Isa,
+        shared: &[f32],
+        y: &mut [f32],
+        (c_lo, c_hi): (usize, usize),
+        epi: &Epilogue<'_>,
+        scratch: &mut [f32],
+    ) {
+        let rows = (0, self.th);
+        self.run_into(
+            isa,
+            &[],
+            y,
+            c_lo,
+            (c_lo, c_hi),
+            rows,
+            Some(shared),
+            epi,
+            scratch,
+        );
+    }
+
+    /// [`Self::run`] into `y` holding channels `y_c0..` of each image (`epi` likewise).
+    #[allow(clippy::too_many_arguments)]
+    fn run_into(
+        &self,
+        isa: Isa,
+        x: &[f32],
+        y: &mut [f32],
+        y_c0: usize,
+        (c_lo, c_hi): (usize, usize),
+        (ty0, ty1): (usize, usize),
+        shared: Option<&[f32]>,
+        epi: &Epilogue<'_>,
+        scratch: &mut [f32],
+    ) {
         let s = &self.s;
         let (hw, ohw) = (s.h * s.w, s.oh * s.ow);
         let (ci, co) = (s.c_in, s.c_out);
         assert!(c_lo % MR == 0 && c_lo <= c_hi && c_hi <= co && ty1 <= self.th);
+        assert!(
+            y_c0 <= c_lo && y.len() >= s.n * (c_hi - y_c0) * ohw,
+            "output too short"
+        );
         assert!(
             shared.is_none() || (s.n == 1 && (ty0, ty1) == (0, self.th)),
             "a shared transformed input covers one whole image"
@@ -213,28 +286,34 @@ impl WinogradPlan {
         });
         let mbuf = &mut mbuf[..self.m_len()];
         let alen = gemm::packed_a_len(co, ci);
+        let per = y.len() / s.n;
         for b in 0..s.n {
-            let xb = &x[b * ci * hw..(b + 1) * ci * hw];
-            let yb = &mut y[b * co * ohw..(b + 1) * co * ohw];
+            let yb = &mut y[b * per..(b + 1) * per];
             let mut res_b: [&[f32]; 4] = [&[]; 4];
             for (d, r) in res_b.iter_mut().zip(epi.residuals) {
-                *d = &r[b * co * ohw..(b + 1) * co * ohw];
+                let per = r.len() / s.n;
+                *d = &r[b * per..(b + 1) * per];
             }
             let epi_b = Epilogue {
                 residuals: &res_b[..epi.residuals.len()],
                 ..*epi
             };
+            // Tiles to write; the GEMMs run on whole NR panels of blocks aligned from tile
+            // 0, so that every tile is computed by the same kernels as in a whole run (a
+            // range of tiles then equals the whole bit for bit).
             let (t0, t1) = (ty0 * self.tw, ty1 * self.tw);
-            let mut tb = t0;
+            let a1 = (t1.div_ceil(NR) * NR).min(self.tw * self.th);
+            let mut tb = t0 / NR * NR;
             let mut voff = 0;
             // Output rows whose tiles are all written (and whose epilogue ran).
             let mut rows_done = ty0 * TILE;
-            while tb < t1 {
-                let nb = self.nt.min(t1 - tb);
+            while tb < a1 {
+                let nb = ((tb / self.nt + 1) * self.nt).min(a1) - tb;
                 let vlen = self.v_len(nb);
                 let v: &[f32] = match shared {
                     Some(sh) => &sh[voff..voff + vlen],
                     None => {
+                        let xb = &x[b * ci * hw..(b + 1) * ci * hw];
                         self.transform_block(xb, tb, nb, &mut vbuf[..vlen]);
                         &vbuf[..vlen]
                     }
@@ -257,12 +336,13 @@ impl WinogradPlan {
                         &Epilogue::NONE,
                     );
                 }
-                self.output_block(mbuf, tb, nb, (c_lo, c_hi), yb);
+                let keep = (t0.max(tb), t1.min(tb + nb));
+                self.output_block(mbuf, tb, nb, keep, (c_lo, c_hi), &mut yb[..], y_c0);
                 tb += nb;
-                let rows = ((tb / self.tw) * TILE).min(s.oh);
+                let rows = ((tb.min(t1) / self.tw) * TILE).min(s.oh);
                 if rows > rows_done && !epi.is_empty() {
                     let (j0, j1) = (rows_done * s.ow, rows * s.ow);
-                    epi_b.apply(isa, yb, ohw, c_lo, c_hi - c_lo, j0, j1 - j0);
+                    epi_b.apply(isa, yb, ohw, c_lo - y_c0, c_hi - c_lo, j0, j1 - j0);
                 }
                 rows_done = rows_done.max(rows);
             }
@@ -333,22 +413,26 @@ impl WinogradPlan {
         }
     }
 
-    /// Output transform of tiles `[tb, tb + nb)`, channels `[c_lo, c_hi)`, from the GEMM
-    /// outputs in `mbuf` into the image's output planes `y` (`[Cout, OH, OW]`).
+    /// Output transform of the tiles `[k0, k1)` of block `[tb, tb + nb)`, channels
+    /// `[c_lo, c_hi)`, from the GEMM outputs in `mbuf` into the image's output planes `y`
+    /// (channels `y_c0..`).
+    #[allow(clippy::too_many_arguments)]
     fn output_block(
         &self,
         mbuf: &[f32],
         tb: usize,
         nb: usize,
+        (k0, k1): (usize, usize),
         (c_lo, c_hi): (usize, usize),
         y: &mut [f32],
+        y_c0: usize,
     ) {
         let s = &self.s;
         let (co, ohw, nt) = (s.c_out, s.oh * s.ow, self.nt);
         let mut m = [[0.0f32; NR]; POINTS];
         let mut o = [[0.0f32; NR]; TILE * TILE];
         for c in c_lo..c_hi {
-            let plane = &mut y[c * ohw..(c + 1) * ohw];
+            let plane = &mut y[(c - y_c0) * ohw..(c - y_c0 + 1) * ohw];
             for g in 0..nb.div_ceil(NR) {
                 for (p, mp) in m.iter_mut().enumerate() {
                     let at = (p * co + c) * nt + g * NR;
@@ -357,6 +441,9 @@ impl WinogradPlan {
                 output_transform(&m, &mut o);
                 let lanes = NR.min(nb - g * NR);
                 for (l, t) in (tb + g * NR..tb + g * NR + lanes).enumerate() {
+                    if t < k0 || t >= k1 {
+                        continue;
+                    }
                     let (oy0, ox0) = ((t / self.tw) * TILE, (t % self.tw) * TILE);
                     let rows = TILE.min(s.oh - oy0);
                     let cols = TILE.min(s.ow - ox0);
