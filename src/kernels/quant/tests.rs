@@ -516,7 +516,15 @@ fn twin_outputs(t: &'static KernelTable) -> Vec<f32> {
             .map(|x| x * 9.0)
             .collect();
         // Ties, saturation and NaN.
-        let special = [0.035f32, -0.105, 1e9, -1e9, f32::INFINITY, f32::NEG_INFINITY, f32::NAN];
+        let special = [
+            0.035f32,
+            -0.105,
+            1e9,
+            -1e9,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+        ];
         for (d, s) in xs.iter_mut().step_by(3).zip(special) {
             *d = s;
         }

@@ -9,7 +9,6 @@
 
 use super::body::{self, AddParams};
 use super::table::{QuantTable, QMR, QNR};
-use crate::kernels::body::conv::ConvShape;
 use crate::kernels::body::pool::PoolShape;
 use std::arch::x86_64::*;
 
@@ -22,7 +21,7 @@ pub(crate) static TABLE: QuantTable = QuantTable {
     quantize,
     dequantize,
     qadd,
-    dw_plane,
+    dw_taps,
     max_pool_plane,
 };
 
@@ -45,7 +44,7 @@ macro_rules! avx2_build {
     };
 }
 
-avx2_build!(dw_plane, body::dw_plane, (s: &ConvShape, w: &[i16], xpad: &[i16], wp: usize, acc: &mut [i32]));
+avx2_build!(dw_taps, body::dw_taps, (offs: &[usize], w: &[i16], src: &[i16], acc: &mut [i32]));
 avx2_build!(max_pool_plane, body::max_pool_plane, (s: &PoolShape, x: &[u8], y: &mut [u8]));
 
 fn tile(kp: usize, a: &[i16], b: &[i16], c: &mut [i32], ldc: usize) {
