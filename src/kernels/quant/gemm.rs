@@ -105,6 +105,7 @@ pub(crate) fn scatter_b_pair(k: usize, p: usize, r0: &[u8], r1: &[u8], out: &mut
 /// Computes `C = A · B` for `a_panels` packed A panels (`pa`) times `b_panels` packed B
 /// panels (`pb`) of `kp` pairs into `c` (`a_panels * QMR` rows of stride `ldc >=
 /// b_panels * QNR`).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn gemm_block(
     t: &QuantTable,
     kp: usize,
