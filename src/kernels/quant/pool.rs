@@ -16,8 +16,9 @@ pub fn maxpool_u8(isa: Isa, s: &PoolShape, x: &[u8], y: &mut [u8], lo: usize, hi
     }
 }
 
-/// Average pool of planes `[lo, hi)` as onnxruntime's QLinearAveragePool computes it:
-/// the window's dequantised values summed in f32 (row by row), divided by the count
+/// Average pool of planes `[lo, hi)` as the float QDQ graph (DQ, f32 AveragePool, Q)
+/// computes it: the window's dequantised values summed in f32 (row by row, like
+/// `kernels::pool::avg_pool`), divided by the count
 /// (with `count_include_pad`, the declared padding counts, not the cells `ceil_mode`
 /// adds), quantised to `(y_s, y_zp)`.
 #[allow(clippy::too_many_arguments)]
