@@ -15,6 +15,7 @@ pub mod nd;
 pub mod norm;
 pub mod packed;
 pub mod pool;
+pub mod quant;
 pub mod reduce;
 pub mod resize;
 pub mod rnn;
