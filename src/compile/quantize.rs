@@ -51,12 +51,13 @@ struct Dq {
 impl Dq {
     /// Per-tensor u8 parameters, when the input is u8 and per-tensor.
     fn u8_param(&self, g: &Graph) -> Option<QParam> {
-        (g.values[self.x].dtype == DType::U8 && self.scale.len() == 1)
-            .then(|| QParam {
-                scale: self.scale[0],
-                zp: u8::try_from(self.zp[0]).ok()?,
-            })
-            .flatten()
+        if g.values[self.x].dtype != DType::U8 || self.scale.len() != 1 {
+            return None;
+        }
+        Some(QParam {
+            scale: self.scale[0],
+            zp: u8::try_from(self.zp[0]).ok()?,
+        })
     }
 }
 
@@ -225,7 +226,11 @@ fn s8_weights(g: &Graph, dq: &Dq, axis: usize, channels: usize) -> Option<(Vec<i
         .iter()
         .enumerate()
         .map(|(i, &x)| {
-            let c = if per { (i / inner.max(1)) % channels } else { 0 };
+            let c = if per {
+                (i / inner.max(1)) % channels
+            } else {
+                0
+            };
             i8::try_from(x - dq.zp[c]).ok()
         })
         .collect::<Option<Vec<i8>>>()?;
@@ -353,7 +358,10 @@ fn add_const(g: &mut Graph, base: &str, t: Tensor) -> ValueId {
 /// QConv / QGemm from a Conv, Gemm or MatMul between DQ and Q.
 fn match_linear(g: &mut Graph, ix: &Index, i: usize) -> Option<Match> {
     let n = &g.nodes[i];
-    let (xq, wq) = (dq_of(g, ix, n.inputs[0]?)?, dq_of(g, ix, n.inputs.get(1).copied()??)?);
+    let (xq, wq) = (
+        dq_of(g, ix, n.inputs[0]?)?,
+        dq_of(g, ix, n.inputs.get(1).copied()??)?,
+    );
     let end = q_end(g, ix, n.outputs[0])?;
     let x = xq.u8_param(g)?;
     let wshape = g.values[wq.x].shape.clone()?;
@@ -444,7 +452,11 @@ fn match_linear(g: &mut Graph, ix: &Index, i: usize) -> Option<Match> {
     let wv = add_const(g, &format!("{name}/w_i8"), w);
     let bv = bias.map(|b| {
         let len = b.len();
-        add_const(g, &format!("{name}/b_i32"), Tensor::new(vec![len], TensorData::I32(b)))
+        add_const(
+            g,
+            &format!("{name}/b_i32"),
+            Tensor::new(vec![len], TensorData::I32(b)),
+        )
     });
     let mut dead = vec![end.q];
     dead.extend(end.act.map(|(a, _)| a));
@@ -648,3 +660,5 @@ pub fn fold_constant_dequantize(g: &mut Graph) -> Result<usize> {
     Ok(folded.len())
 }
 
+#[cfg(test)]
+mod tests;

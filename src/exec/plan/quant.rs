@@ -269,7 +269,6 @@ pub(crate) enum QKernel {
     Gemm {
         m: usize,
         b: QGemmB,
-        x_zp: u8,
         bias: Vec<i32>,
         out: QOut,
     },
@@ -294,7 +293,12 @@ fn int8_weights(c: &Ctx<'_>, n: usize) -> Result<(Vec<i8>, Option<Vec<i32>>)> {
     let bias = match c.konst(2).map(|t| t.elems()) {
         None if !c.has(2) => None,
         Some(Elems::I32(b)) if b.len() == n => Some(b.to_vec()),
-        _ => return Err(unsup(c.n, format!("bias must be a constant i32 tensor of {n}"))),
+        _ => {
+            return Err(unsup(
+                c.n,
+                format!("bias must be a constant i32 tensor of {n}"),
+            ))
+        }
     };
     Ok((w, bias))
 }
@@ -328,7 +332,10 @@ pub(crate) fn plan_qconv(
         ));
     }
     if w_scale.len() != cout {
-        return Err(shape_err(n, format!("{} weight scales for {cout}", w_scale.len())));
+        return Err(shape_err(
+            n,
+            format!("{} weight scales for {cout}", w_scale.len()),
+        ));
     }
     let s = ConvShape {
         n: nb,
@@ -349,7 +356,9 @@ pub(crate) fn plan_qconv(
         group,
     };
     let full = |i: usize, k: usize, st: usize, d: usize, pb: usize, pe: usize| {
-        (i + pb + pe).checked_sub(d * (k - 1) + 1).map(|v| v / st + 1)
+        (i + pb + pe)
+            .checked_sub(d * (k - 1) + 1)
+            .map(|v| v / st + 1)
     };
     if full(h, s.kh, s.sh, s.dh, ge.p[0], ge.p[2]) != Some(oh)
         || full(w, s.kw, s.sw, s.dw, ge.p[1], ge.p[3]) != Some(ow)
@@ -408,14 +417,20 @@ pub(crate) fn plan_qgemm(
     Ok(Planned::new(QuantKernel::Int8(Box::new(QKernel::Gemm {
         m,
         b: qb,
-        x_zp: x.zp,
         bias,
         out,
     }))))
 }
 
 /// Plans a QAdd of two u8 tensors of one shape.
-pub(crate) fn plan_qadd(c: &Ctx<'_>, a: QParam, b: QParam, y: QParam, lo: u8, hi: u8) -> Result<Planned> {
+pub(crate) fn plan_qadd(
+    c: &Ctx<'_>,
+    a: QParam,
+    b: QParam,
+    y: QParam,
+    lo: u8,
+    hi: u8,
+) -> Result<Planned> {
     c.outputs_typed(DType::U8)?;
     if c.itype(0)? != DType::U8 || c.itype(1)? != DType::U8 || c.ishape(0)? != c.ishape(1)? {
         return Err(unsup(c.n, "QAdd needs two u8 inputs of one shape"));
@@ -431,7 +446,10 @@ pub(crate) fn plan_qadd(c: &Ctx<'_>, a: QParam, b: QParam, y: QParam, lo: u8, hi
         lo,
         hi,
     };
-    Ok(Planned::new(QuantKernel::Int8(Box::new(QKernel::Add { p, n }))))
+    Ok(Planned::new(QuantKernel::Int8(Box::new(QKernel::Add {
+        p,
+        n,
+    }))))
 }
 
 /// Plans a QRequant (u8 → u8).
@@ -441,7 +459,9 @@ pub(crate) fn plan_qrequant(c: &Ctx<'_>, x: QParam, y: QParam) -> Result<Planned
         return Err(unsup(c.n, "QRequant input must be u8"));
     }
     let n = c.same_numel(0, 0)?;
-    Ok(Planned::new(QuantKernel::Int8(Box::new(QKernel::Requant { x, y, n }))))
+    Ok(Planned::new(QuantKernel::Int8(Box::new(
+        QKernel::Requant { x, y, n },
+    ))))
 }
 
 /// Plans a QMaxPool (u8 NCHW).
@@ -455,7 +475,10 @@ pub(crate) fn plan_qmaxpool(c: &Ctx<'_>, geom: &ConvGeom) -> Result<Planned> {
     let [nb, ch, h, w] = nchw(n, xs)?;
     let [onb, och, oh, ow] = nchw(n, os)?;
     if os.len() != xs.len() || (onb, och) != (nb, ch) {
-        return Err(shape_err(n, format!("output {os:?} does not fit input {xs:?}")));
+        return Err(shape_err(
+            n,
+            format!("output {os:?} does not fit input {xs:?}"),
+        ));
     }
     let ge = geom2(n, geom, xs.len() - 2, &[])?;
     Ok(Planned::new(QuantKernel::Int8(Box::new(QKernel::MaxPool(
@@ -527,13 +550,7 @@ impl QKernel {
                     }
                 });
             }
-            QKernel::Gemm {
-                m,
-                b,
-                x_zp: _,
-                bias,
-                out,
-            } => {
+            QKernel::Gemm { m, b, bias, out } => {
                 let (lo, hi) = tile.range(*m, 1);
                 let (k, cols) = (b.k(), b.n());
                 let a = &x[lo * k..hi * k];

@@ -168,7 +168,13 @@ pub(super) fn decode(name: &str, a: &AttrsIn) -> Option<Result<Op, String>> {
     };
     matches!(
         name,
-        "QuantizeLinear" | "DequantizeLinear" | "QConv" | "QGemm" | "QAdd" | "QRequant" | "QMaxPool"
+        "QuantizeLinear"
+            | "DequantizeLinear"
+            | "QConv"
+            | "QGemm"
+            | "QAdd"
+            | "QRequant"
+            | "QMaxPool"
     )
     .then(f)
 }

@@ -124,7 +124,9 @@ impl Cx<'_> {
     pub(super) fn qgemm(&self, w_scale: &[f32], y: &Option<QParam>) -> Result<Vec<TypedShape>> {
         let (a, b) = (self.shape(0)?, self.shape(1)?);
         if a.len() < 2 || b.len() != 2 {
-            return Err(self.err(format!("QGemm needs [.., m, k] x [k, n], got {a:?} x {b:?}")));
+            return Err(self.err(format!(
+                "QGemm needs [.., m, k] x [k, n], got {a:?} x {b:?}"
+            )));
         }
         let out = self.matmul(a, b)?;
         let dt = self.int8_operands(b[1], w_scale, y)?;
