@@ -153,6 +153,11 @@ fn run_case(c: &Case) -> Result<(Measured, usize, usize), String> {
         let mut got = vec![0u8; plan.output_len(i)];
         plan.read_output(&st, i, &mut got)
             .map_err(|e| format!("output '{}': {e}", o.name))?;
+        // `VNPU_QUANT_DUMP=DIR` keeps vnpu's outputs (`DIR/<case>.out<i>.bin`) for study.
+        if let Some(d) = std::env::var_os("VNPU_QUANT_DUMP") {
+            let f = Path::new(&d).join(format!("{}.out{i}.bin", c.name));
+            std::fs::write(&f, &got).map_err(|e| format!("{}: {e}", f.display()))?;
+        }
         if got.len() != want.len() {
             return Err(format!(
                 "output '{}': {} bytes, reference {}",

@@ -36,7 +36,8 @@ use super::rewrite::remove_nodes;
 use super::simplify::eliminate_dead_nodes;
 use crate::error::{Error, Result};
 use crate::ir::{
-    DType, Elems, Graph, Node, Op, PostOp, QParam, ResizeMode, Tensor, TensorData, UnaryOp, ValueId,
+    BinaryOp, DType, Elems, Graph, Node, Op, PostOp, QParam, ResizeMode, Tensor, TensorData, UnaryOp,
+    ValueId,
 };
 
 /// What a DequantizeLinear with constant parameters reads.
@@ -290,7 +291,9 @@ pub fn lower_int8(g: &mut Graph) -> Result<usize> {
     for i in 0..g.nodes.len() {
         let m = match &g.nodes[i].op {
             Op::Conv { .. } | Op::Gemm { .. } | Op::MatMul { .. } => match_linear(g, &ix, i),
-            Op::Binary(crate::ir::BinaryOp::Add) => match_add(g, &ix, i),
+            Op::Binary(BinaryOp::Add | BinaryOp::Mul) => match_add(g, &ix, i),
+            Op::Unary(_) => match_unary(g, &ix, i),
+            Op::Split { .. } => match_split(g, &ix, i),
             _ => match_moving(g, &ix, i),
         };
         let Some(m) = m else { continue };
@@ -302,7 +305,7 @@ pub fn lower_int8(g: &mut Graph) -> Result<usize> {
         let n = &mut g.nodes[i];
         n.op = m.op;
         n.inputs = m.inputs;
-        n.outputs = vec![m.out];
+        n.outputs = m.outs;
         n.absorbed.extend(absorbed);
         dead.extend(m.dead);
         if !m.before.is_empty() {
@@ -344,7 +347,7 @@ fn remove_and_insert(g: &mut Graph, dead: &[usize], mut insert: HashMap<usize, V
 struct Match {
     op: Op,
     inputs: Vec<Option<ValueId>>,
-    out: ValueId,
+    outs: Vec<ValueId>,
     dead: Vec<usize>,
     before: Vec<Node>,
 }
@@ -463,7 +466,7 @@ fn match_linear(g: &mut Graph, ix: &Index, i: usize) -> Option<Match> {
     Some(Match {
         op,
         inputs: vec![Some(xq.x), Some(wv), bv],
-        out: end.out,
+        outs: vec![end.out],
         dead,
         before: Vec::new(),
     })
@@ -480,9 +483,11 @@ fn transpose(w: &[i8], rows: usize, cols: usize) -> Vec<i8> {
     t
 }
 
-/// QAdd from `DQ(a), DQ(b) → Add [→ Relu] → Q` on equal shapes.
+/// QAdd from `DQ(a), DQ(b) → Add [→ Relu] → Q`, QMul from `DQ(a), DQ(b) → Mul → Q`,
+/// on equal shapes.
 fn match_add(g: &Graph, ix: &Index, i: usize) -> Option<Match> {
     let n = &g.nodes[i];
+    let is_mul = matches!(n.op, Op::Binary(BinaryOp::Mul));
     let (da, db) = (dq_of(g, ix, n.inputs[0]?)?, dq_of(g, ix, n.inputs[1]?)?);
     let (a, b) = (da.u8_param(g)?, db.u8_param(g)?);
     if g.values[da.x].shape != g.values[db.x].shape || g.values[da.x].konst.is_some() {
@@ -492,12 +497,19 @@ fn match_add(g: &Graph, ix: &Index, i: usize) -> Option<Match> {
     let y = end.y?;
     let acts: Vec<UnaryOp> = end.act.iter().map(|&(_, a)| a).collect();
     let (lo, hi) = bounds(Some(y), &acts)?;
+    if is_mul && end.act.is_some() {
+        return None;
+    }
     let mut dead = vec![end.q];
     dead.extend(end.act.map(|(a, _)| a));
     Some(Match {
-        op: Op::QAdd { a, b, y, lo, hi },
+        op: if is_mul {
+            Op::QMul { a, b, y }
+        } else {
+            Op::QAdd { a, b, y, lo, hi }
+        },
         inputs: vec![Some(da.x), Some(db.x)],
-        out: end.out,
+        outs: vec![end.out],
         dead,
         before: Vec::new(),
     })
@@ -563,9 +575,101 @@ fn match_moving(g: &mut Graph, ix: &Index, i: usize) -> Option<Match> {
     Some(Match {
         op,
         inputs,
-        out: end.out,
+        outs: vec![end.out],
         dead: vec![end.q],
         before,
+    })
+}
+
+/// `f(x)` in f64 for the element-wise functions a table can hold.
+fn eval_unary(u: UnaryOp, x: f64) -> Option<f64> {
+    let sig = |x: f64| 1.0 / (1.0 + (-x).exp());
+    Some(match u {
+        UnaryOp::Relu => x.max(0.0),
+        UnaryOp::LeakyRelu { alpha } => {
+            if x >= 0.0 {
+                x
+            } else {
+                x * f64::from(alpha)
+            }
+        }
+        UnaryOp::Clip { min, max } => x.max(f64::from(min)).min(f64::from(max)),
+        UnaryOp::Sigmoid => sig(x),
+        UnaryOp::HardSigmoid { alpha, beta } => {
+            (f64::from(alpha) * x + f64::from(beta)).clamp(0.0, 1.0)
+        }
+        UnaryOp::HardSwish => x * (x / 6.0 + 0.5).clamp(0.0, 1.0),
+        UnaryOp::Silu => x * sig(x),
+        UnaryOp::Elu { alpha } => {
+            if x >= 0.0 {
+                x
+            } else {
+                f64::from(alpha) * (x.exp() - 1.0)
+            }
+        }
+        UnaryOp::Tanh => x.tanh(),
+        UnaryOp::Softplus => x.exp().ln_1p(),
+        UnaryOp::Exp => x.exp(),
+        UnaryOp::Abs => x.abs(),
+        UnaryOp::Neg => -x,
+        UnaryOp::Identity => x,
+        _ => return None,
+    })
+}
+
+/// QLut from `DQ(x) → f → [Relu/Clip →] Q` for an element-wise `f` (the table computes
+/// `f` in f64, then quantises as Q does).
+fn match_unary(g: &Graph, ix: &Index, i: usize) -> Option<Match> {
+    let n = &g.nodes[i];
+    let Op::Unary(u) = n.op else { return None };
+    let dq = dq_of(g, ix, n.inputs[0]?)?;
+    let x = dq.u8_param(g)?;
+    let end = q_end(g, ix, n.outputs[0])?;
+    let y = end.y?;
+    let mut table = Vec::with_capacity(256);
+    for q in 0..=255u8 {
+        let v = (i32::from(q) - i32::from(x.zp)) as f32 * x.scale;
+        let mut f = eval_unary(u, f64::from(v))? as f32;
+        if let Some((_, a)) = end.act {
+            f = eval_unary(a, f64::from(f))? as f32;
+        }
+        table.push(quantize(f, y));
+    }
+    let mut dead = vec![end.q];
+    dead.extend(end.act.map(|(a, _)| a));
+    Some(Match {
+        op: Op::QLut { table },
+        inputs: vec![Some(dq.x)],
+        outs: vec![end.out],
+        dead,
+        before: Vec::new(),
+    })
+}
+
+/// Split of a u8 tensor whose every output is quantised again with the input's
+/// parameters: the same Split on u8.
+fn match_split(g: &Graph, ix: &Index, i: usize) -> Option<Match> {
+    let n = &g.nodes[i];
+    let dq = dq_of(g, ix, n.inputs[0]?)?;
+    let x = dq.u8_param(g)?;
+    let mut outs = Vec::new();
+    let mut dead = Vec::new();
+    for &o in &n.outputs {
+        let end = q_end(g, ix, o)?;
+        if end.y != Some(x) || end.act.is_some() {
+            return None;
+        }
+        outs.push(end.out);
+        dead.push(end.q);
+    }
+    let mut inputs = n.inputs.clone();
+    inputs[0] = Some(dq.x);
+    Some(Match {
+        op: n.op.clone(),
+        inputs,
+        outs,
+        dead,
+        before: Vec::new(),
     })
 }
 

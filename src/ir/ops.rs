@@ -443,6 +443,18 @@ pub enum Op {
         x: QParam,
         y: QParam,
     },
+    /// u8 → u8 through a 256-entry table: an element-wise function between DQ and Q
+    /// (`table[q] = Q(f(DQ(q)))`, computed at compile time).
+    QLut {
+        table: Vec<u8>,
+    },
+    /// Int8 element-wise multiply of two u8 tensors of the same shape, lowered from
+    /// `DQ(a), DQ(b) → Mul → Q`; computed as the float reference does.
+    QMul {
+        a: QParam,
+        b: QParam,
+        y: QParam,
+    },
     /// MaxPool on a u8 tensor (max commutes with the monotonic (de)quantisation; input
     /// and output share their parameters).
     QMaxPool {
@@ -520,6 +532,8 @@ impl Op {
             Op::QAdd { .. } => "QAdd",
             Op::QRequant { .. } => "QRequant",
             Op::QMaxPool { .. } => "QMaxPool",
+            Op::QLut { .. } => "QLut",
+            Op::QMul { .. } => "QMul",
             #[cfg(feature = "test-ops")]
             Op::Spin { .. } => "Spin",
             #[cfg(feature = "test-ops")]

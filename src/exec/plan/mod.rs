@@ -405,6 +405,8 @@ fn plan_kernel(c: &Ctx<'_>) -> Result<Planned> {
         Op::QAdd { a, b, y, lo, hi } => quant::plan_qadd(c, *a, *b, *y, *lo, *hi),
         Op::QRequant { x, y } => quant::plan_qrequant(c, *x, *y),
         Op::QMaxPool { geom, .. } => quant::plan_qmaxpool(c, geom),
+        Op::QLut { table } => quant::plan_qlut(c, table),
+        Op::QMul { a, b, y } => quant::plan_qmul(c, *a, *b, *y),
         #[cfg(feature = "test-ops")]
         Op::Spin { micros } => testing::plan_spin(c, *micros),
         #[cfg(feature = "test-ops")]

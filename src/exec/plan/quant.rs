@@ -111,6 +111,12 @@ pub(crate) fn plan_dequantize(c: &Ctx<'_>, axis: Option<usize>) -> Result<Planne
     Ok(Planned::new(QuantKernel::Dequantize { p, from, n }))
 }
 
+/// `(q - zp) * scale` (DequantizeLinear of one u8).
+#[inline]
+fn dequantize_one(q: u8, scale: f32, zp: u8) -> f32 {
+    (i32::from(q) - i32::from(zp)) as f32 * scale
+}
+
 /// `saturate(round_half_even(x / scale) + zp)` into `[lo, hi]`, as onnxruntime's
 /// QuantizeLinear computes it (division and rounding in f32).
 #[inline]
@@ -282,6 +288,16 @@ pub(crate) enum QKernel {
         n: usize,
     },
     MaxPool(PoolShape),
+    Lut {
+        table: Box<[u8; 256]>,
+        n: usize,
+    },
+    Mul {
+        a: QParam,
+        b: QParam,
+        y: QParam,
+        n: usize,
+    },
 }
 
 /// The constant i8 weights (input 1) and optional i32 bias (input 2) of QConv / QGemm.
@@ -464,6 +480,39 @@ pub(crate) fn plan_qrequant(c: &Ctx<'_>, x: QParam, y: QParam) -> Result<Planned
     ))))
 }
 
+/// Plans a QLut (u8 → u8 through 256 entries).
+pub(crate) fn plan_qlut(c: &Ctx<'_>, table: &[u8]) -> Result<Planned> {
+    c.outputs_typed(DType::U8)?;
+    if c.itype(0)? != DType::U8 {
+        return Err(unsup(c.n, "QLut input must be u8"));
+    }
+    let table: Box<[u8; 256]> = table
+        .to_vec()
+        .into_boxed_slice()
+        .try_into()
+        .map_err(|_| shape_err(c.n, "the table must have 256 entries"))?;
+    let n = c.same_numel(0, 0)?;
+    Ok(Planned::new(QuantKernel::Int8(Box::new(QKernel::Lut {
+        table,
+        n,
+    }))))
+}
+
+/// Plans a QMul of two u8 tensors of one shape.
+pub(crate) fn plan_qmul(c: &Ctx<'_>, a: QParam, b: QParam, y: QParam) -> Result<Planned> {
+    c.outputs_typed(DType::U8)?;
+    if c.itype(0)? != DType::U8 || c.itype(1)? != DType::U8 || c.ishape(0)? != c.ishape(1)? {
+        return Err(unsup(c.n, "QMul needs two u8 inputs of one shape"));
+    }
+    let n = c.same_numel(0, 0)?;
+    Ok(Planned::new(QuantKernel::Int8(Box::new(QKernel::Mul {
+        a,
+        b,
+        y,
+        n,
+    }))))
+}
+
 /// Plans a QMaxPool (u8 NCHW).
 pub(crate) fn plan_qmaxpool(c: &Ctx<'_>, geom: &ConvGeom) -> Result<Planned> {
     let n = c.n;
@@ -504,7 +553,10 @@ impl QKernel {
         match self {
             QKernel::Conv { s, align, .. } => s.c_out.div_ceil(*align),
             QKernel::Gemm { m, .. } => *m,
-            QKernel::Add { n, .. } | QKernel::Requant { n, .. } => n.div_ceil(ELEMS_PER_TILE),
+            QKernel::Add { n, .. }
+            | QKernel::Requant { n, .. }
+            | QKernel::Lut { n, .. }
+            | QKernel::Mul { n, .. } => n.div_ceil(ELEMS_PER_TILE),
             QKernel::MaxPool(s) => s.planes,
         }
     }
@@ -592,6 +644,21 @@ impl QKernel {
             QKernel::MaxPool(s) => {
                 let (lo, hi) = tile.range(s.planes, 1);
                 maxpool_u8(isa, s, x, r.out_bytes(0), lo, hi);
+            }
+            QKernel::Lut { table, n } => {
+                let (lo, hi) = tile.range(*n, ELEMS_PER_TILE);
+                for (o, &v) in r.out_bytes(0)[lo..hi].iter_mut().zip(&x[lo..hi]) {
+                    *o = table[usize::from(v)];
+                }
+            }
+            QKernel::Mul { a, b, y, n } => {
+                let (lo, hi) = tile.range(*n, ELEMS_PER_TILE);
+                let bx = io.bytes(1);
+                let o = &mut r.out_bytes(0)[lo..hi];
+                for ((o, &p), &q) in o.iter_mut().zip(&x[lo..hi]).zip(&bx[lo..hi]) {
+                    let v = dequantize_one(p, a.scale, a.zp) * dequantize_one(q, b.scale, b.zp);
+                    *o = quantize_one(v, y.scale, i32::from(y.zp), 0.0, 255.0) as u8;
+                }
             }
         }
     }

@@ -116,6 +116,16 @@ pub(super) fn encode(op: &Op, a: &mut AttrsOut) -> Option<&'static str> {
             put_q(a, "y", y);
             "QRequant"
         }
+        Op::QLut { table } => {
+            a.ints("table", &table.iter().map(|&v| i64::from(v)).collect::<Vec<_>>());
+            "QLut"
+        }
+        Op::QMul { a: qa, b: qb, y } => {
+            put_q(a, "a", qa);
+            put_q(a, "b", qb);
+            put_q(a, "y", y);
+            "QMul"
+        }
         Op::QMaxPool { geom, ceil_mode } => {
             a.geom(geom);
             a.bool("ceil_mode", *ceil_mode);
@@ -160,6 +170,19 @@ pub(super) fn decode(name: &str, a: &AttrsIn) -> Option<Result<Op, String>> {
                 x: req_q(a, "x")?,
                 y: req_q(a, "y")?,
             },
+            "QLut" => Op::QLut {
+                table: a
+                    .opt_ints("table")
+                    .ok_or("QLut: attribute 'table' is missing")?
+                    .into_iter()
+                    .map(|v| u8::try_from(v).map_err(|_| "QLut: a table entry is not a u8".to_string()))
+                    .collect::<Result<_, _>>()?,
+            },
+            "QMul" => Op::QMul {
+                a: req_q(a, "a")?,
+                b: req_q(a, "b")?,
+                y: req_q(a, "y")?,
+            },
             _ => Op::QMaxPool {
                 geom: a.geom()?,
                 ceil_mode: a.bool("ceil_mode")?,
@@ -175,6 +198,96 @@ pub(super) fn decode(name: &str, a: &AttrsIn) -> Option<Result<Op, String>> {
             | "QAdd"
             | "QRequant"
             | "QMaxPool"
+            | "QLut"
+            | "QMul"
     )
     .then(f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{decode_op, encode_op};
+    use crate::ir::{ConvGeom, DType, Op, QParam};
+
+    #[test]
+    fn every_quant_op_round_trips() {
+        let q = |scale, zp| QParam { scale, zp };
+        let geom = ConvGeom {
+            kernel: vec![3, 3],
+            strides: vec![2, 2],
+            dilations: vec![1, 1],
+            pads: vec![1, 1, 1, 1],
+            auto_pad: None,
+        };
+        let ops = vec![
+            Op::QuantizeLinear {
+                axis: None,
+                dtype: DType::I8,
+            },
+            Op::QuantizeLinear {
+                axis: Some(1),
+                dtype: DType::I32,
+            },
+            Op::DequantizeLinear { axis: Some(0) },
+            Op::DequantizeLinear { axis: None },
+            Op::QConv {
+                geom: geom.clone(),
+                group: 2,
+                x: q(0.5, 3),
+                w_scale: vec![0.1, 0.2],
+                y: Some(q(0.25, 128)),
+                lo: 128,
+                hi: 250,
+            },
+            Op::QConv {
+                geom: geom.clone(),
+                group: 1,
+                x: q(1.0, 0),
+                w_scale: vec![1.0],
+                y: None,
+                lo: 0,
+                hi: 255,
+            },
+            Op::QGemm {
+                x: q(0.5, 3),
+                w_scale: vec![0.1],
+                y: Some(q(2.0, 7)),
+                lo: 0,
+                hi: 255,
+            },
+            Op::QAdd {
+                a: q(0.1, 1),
+                b: q(0.2, 2),
+                y: q(0.3, 3),
+                lo: 3,
+                hi: 255,
+            },
+            Op::QMul {
+                a: q(0.1, 1),
+                b: q(0.2, 2),
+                y: q(0.3, 3),
+            },
+            Op::QRequant {
+                x: q(0.1, 1),
+                y: q(0.2, 2),
+            },
+            Op::QLut {
+                table: (0..=255).rev().collect(),
+            },
+            Op::QMaxPool {
+                geom,
+                ceil_mode: true,
+            },
+        ];
+        for op in ops {
+            let (name, attrs) = encode_op(&op).expect("encode");
+            assert_eq!(decode_op(&name, &attrs).expect("decode"), op);
+        }
+        let (name, mut attrs) = encode_op(&Op::QLut {
+            table: vec![0; 256],
+        })
+        .expect("encode");
+        attrs[0].ints[5] = 300;
+        assert!(decode_op(&name, &attrs).is_err());
+    }
 }

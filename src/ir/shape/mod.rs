@@ -378,6 +378,8 @@ impl<'a> Cx<'a> {
             Op::QGemm { w_scale, y, .. } => self.qgemm(w_scale, y),
             Op::QAdd { .. } => self.qadd(),
             Op::QRequant { .. } => self.qrequant(),
+            Op::QLut { table } => self.qlut(table),
+            Op::QMul { .. } => self.qadd(),
             Op::QMaxPool { geom, ceil_mode } => self.qmaxpool(geom, *ceil_mode),
             #[cfg(feature = "test-ops")]
             Op::Spin { .. } | Op::Fail { .. } => self.pass_through(),

@@ -133,12 +133,12 @@ impl Cx<'_> {
         one(dt, out)
     }
 
-    /// QAdd: two u8 tensors of one shape.
+    /// QAdd / QMul: two u8 tensors of one shape.
     pub(super) fn qadd(&self) -> Result<Vec<TypedShape>> {
         let a = self.typed(0, DType::U8)?;
         let b = self.typed(1, DType::U8)?;
         if a != b {
-            return Err(self.err(format!("QAdd needs equal shapes, got {a:?} and {b:?}")));
+            return Err(self.err(format!("needs equal shapes, got {a:?} and {b:?}")));
         }
         one(DType::U8, a.to_vec())
     }
@@ -146,6 +146,14 @@ impl Cx<'_> {
     /// QRequant: u8 to u8, same shape.
     pub(super) fn qrequant(&self) -> Result<Vec<TypedShape>> {
         one(DType::U8, self.typed(0, DType::U8)?.to_vec())
+    }
+
+    /// QLut: u8 to u8 through a table of 256 entries.
+    pub(super) fn qlut(&self, table: &[u8]) -> Result<Vec<TypedShape>> {
+        if table.len() != 256 {
+            return Err(self.err(format!("the table has {} entries, not 256", table.len())));
+        }
+        self.qrequant()
     }
 
     /// QMaxPool: the pool window on a u8 tensor.
