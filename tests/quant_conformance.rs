@@ -144,6 +144,22 @@ fn run_case(c: &Case) -> Result<(Measured, usize, usize), String> {
                     let n = &model.graph.nodes[s.node];
                     format!("node '{}' ({}): {e}", n.name, n.op.name())
                 })?;
+                // `VNPU_QUANT_DUMP_CASE=<case>` (with `VNPU_QUANT_DUMP=DIR`) also keeps
+                // every node output of that case, by value name.
+                if let (Some(d), Ok(case)) = (
+                    std::env::var_os("VNPU_QUANT_DUMP"),
+                    std::env::var("VNPU_QUANT_DUMP_CASE"),
+                ) {
+                    if case == c.name && tile.index + 1 == tile.count {
+                        let n = &model.graph.nodes[s.node];
+                        for (k, &v) in n.outputs.iter().enumerate() {
+                            let name = model.graph.values[v].name.replace('/', "_");
+                            if let Some(b) = plan.node_output(&st, s.node, k) {
+                                let _ = std::fs::write(Path::new(&d).join(name), b);
+                            }
+                        }
+                    }
+                }
             }
         }
     }

@@ -523,6 +523,23 @@ fn match_moving(g: &mut Graph, ix: &Index, i: usize) -> Option<Match> {
             geom: geom.clone(),
             ceil_mode: *ceil_mode,
         },
+        Op::Softmax { axis } => {
+            let rank = g.values[n.inputs[0]?].shape.as_ref()?.len();
+            let axis = crate::ir::shape::norm_axis(*axis, rank)?;
+            let dq = dq_of(g, ix, n.inputs[0]?)?;
+            let x = dq.u8_param(g)?;
+            let end = q_end(g, ix, n.outputs[0])?;
+            if end.act.is_some() {
+                return None;
+            }
+            return Some(Match {
+                op: Op::QSoftmax { axis, x, y: end.y? },
+                inputs: vec![Some(dq.x)],
+                outs: vec![end.out],
+                dead: vec![end.q],
+                before: Vec::new(),
+            });
+        }
         Op::Resize {
             mode: ResizeMode::Nearest,
             ..

@@ -455,6 +455,14 @@ pub enum Op {
         b: QParam,
         y: QParam,
     },
+    /// Softmax of a u8 tensor along `axis` (normalised), lowered from
+    /// `DQ(x) → Softmax → Q`: dequantise, `exp(x - max)` correctly rounded to f32, f32
+    /// sum, multiply by its reciprocal, quantise.
+    QSoftmax {
+        axis: usize,
+        x: QParam,
+        y: QParam,
+    },
     /// MaxPool on a u8 tensor (max commutes with the monotonic (de)quantisation; input
     /// and output share their parameters).
     QMaxPool {
@@ -534,6 +542,7 @@ impl Op {
             Op::QMaxPool { .. } => "QMaxPool",
             Op::QLut { .. } => "QLut",
             Op::QMul { .. } => "QMul",
+            Op::QSoftmax { .. } => "QSoftmax",
             #[cfg(feature = "test-ops")]
             Op::Spin { .. } => "Spin",
             #[cfg(feature = "test-ops")]

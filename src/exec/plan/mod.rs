@@ -407,6 +407,7 @@ fn plan_kernel(c: &Ctx<'_>) -> Result<Planned> {
         Op::QMaxPool { geom, .. } => quant::plan_qmaxpool(c, geom),
         Op::QLut { table } => quant::plan_qlut(c, table),
         Op::QMul { a, b, y } => quant::plan_qmul(c, *a, *b, *y),
+        Op::QSoftmax { axis, x, y } => quant::plan_qsoftmax(c, *axis, *x, *y),
         #[cfg(feature = "test-ops")]
         Op::Spin { micros } => testing::plan_spin(c, *micros),
         #[cfg(feature = "test-ops")]

@@ -298,6 +298,14 @@ pub(crate) enum QKernel {
         y: QParam,
         n: usize,
     },
+    /// Softmax over `len` elements `inner` apart, for `outer * inner` lanes.
+    Softmax {
+        x: QParam,
+        y: QParam,
+        outer: usize,
+        len: usize,
+        inner: usize,
+    },
 }
 
 /// The constant i8 weights (input 1) and optional i32 bias (input 2) of QConv / QGemm.
@@ -513,6 +521,46 @@ pub(crate) fn plan_qmul(c: &Ctx<'_>, a: QParam, b: QParam, y: QParam) -> Result<
     }))))
 }
 
+/// Plans a QSoftmax along `axis`.
+pub(crate) fn plan_qsoftmax(c: &Ctx<'_>, axis: usize, x: QParam, y: QParam) -> Result<Planned> {
+    c.outputs_typed(DType::U8)?;
+    if c.itype(0)? != DType::U8 {
+        return Err(unsup(c.n, "QSoftmax input must be u8"));
+    }
+    c.same_numel(0, 0)?;
+    let s = c.ishape(0)?;
+    if axis >= s.len() {
+        return Err(shape_err(c.n, format!("axis {axis} out of range")));
+    }
+    let (outer, len, inner) = (
+        s[..axis].iter().product(),
+        s[axis],
+        s[axis + 1..].iter().product(),
+    );
+    Ok(Planned::new(QuantKernel::Int8(Box::new(QKernel::Softmax {
+        x,
+        y,
+        outer,
+        len,
+        inner,
+    }))))
+}
+
+/// One softmax lane: `len` u8 values `inner` apart from `x[0]` into `y` likewise.
+fn softmax_lane(x: &[u8], y: &mut [u8], (len, inner): (usize, usize), qx: QParam, qy: QParam) {
+    let v = |i: usize| dequantize_one(x[i * inner], qx.scale, qx.zp);
+    let m = (0..len).map(v).fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0f32;
+    for i in 0..len {
+        sum += f64::from(v(i) - m).exp() as f32;
+    }
+    let inv = 1.0 / sum;
+    for i in 0..len {
+        let e = f64::from(v(i) - m).exp() as f32;
+        y[i * inner] = quantize_one(e * inv, qy.scale, i32::from(qy.zp), 0.0, 255.0) as u8;
+    }
+}
+
 /// Plans a QMaxPool (u8 NCHW).
 pub(crate) fn plan_qmaxpool(c: &Ctx<'_>, geom: &ConvGeom) -> Result<Planned> {
     let n = c.n;
@@ -557,6 +605,7 @@ impl QKernel {
             | QKernel::Requant { n, .. }
             | QKernel::Lut { n, .. }
             | QKernel::Mul { n, .. } => n.div_ceil(ELEMS_PER_TILE),
+            QKernel::Softmax { outer, .. } => *outer,
             QKernel::MaxPool(s) => s.planes,
         }
     }
@@ -644,6 +693,23 @@ impl QKernel {
             QKernel::MaxPool(s) => {
                 let (lo, hi) = tile.range(s.planes, 1);
                 maxpool_u8(isa, s, x, r.out_bytes(0), lo, hi);
+            }
+            QKernel::Softmax {
+                x: qx,
+                y,
+                outer,
+                len,
+                inner,
+            } => {
+                let (lo, hi) = tile.range(*outer, 1);
+                let o = r.out_bytes(0);
+                let block = len * inner;
+                for b in lo..hi {
+                    let (xb, ob) = (&x[b * block..], &mut o[b * block..]);
+                    for j in 0..*inner {
+                        softmax_lane(&xb[j..], &mut ob[j..], (*len, *inner), *qx, *y);
+                    }
+                }
             }
             QKernel::Lut { table, n } => {
                 let (lo, hi) = tile.range(*n, ELEMS_PER_TILE);

@@ -126,6 +126,12 @@ pub(super) fn encode(op: &Op, a: &mut AttrsOut) -> Option<&'static str> {
             put_q(a, "y", y);
             "QMul"
         }
+        Op::QSoftmax { axis, x, y } => {
+            a.usize("axis", *axis);
+            put_q(a, "x", x);
+            put_q(a, "y", y);
+            "QSoftmax"
+        }
         Op::QMaxPool { geom, ceil_mode } => {
             a.geom(geom);
             a.bool("ceil_mode", *ceil_mode);
@@ -183,6 +189,11 @@ pub(super) fn decode(name: &str, a: &AttrsIn) -> Option<Result<Op, String>> {
                 b: req_q(a, "b")?,
                 y: req_q(a, "y")?,
             },
+            "QSoftmax" => Op::QSoftmax {
+                axis: a.usize("axis")?,
+                x: req_q(a, "x")?,
+                y: req_q(a, "y")?,
+            },
             _ => Op::QMaxPool {
                 geom: a.geom()?,
                 ceil_mode: a.bool("ceil_mode")?,
@@ -200,6 +211,7 @@ pub(super) fn decode(name: &str, a: &AttrsIn) -> Option<Result<Op, String>> {
             | "QMaxPool"
             | "QLut"
             | "QMul"
+            | "QSoftmax"
     )
     .then(f)
 }
@@ -270,6 +282,11 @@ mod tests {
             Op::QRequant {
                 x: q(0.1, 1),
                 y: q(0.2, 2),
+            },
+            Op::QSoftmax {
+                axis: 1,
+                x: q(0.1, 1),
+                y: q(1.0 / 256.0, 0),
             },
             Op::QLut {
                 table: (0..=255).rev().collect(),

@@ -380,6 +380,7 @@ impl<'a> Cx<'a> {
             Op::QRequant { .. } => self.qrequant(),
             Op::QLut { table } => self.qlut(table),
             Op::QMul { .. } => self.qadd(),
+            Op::QSoftmax { axis, .. } => self.qsoftmax(*axis),
             Op::QMaxPool { geom, ceil_mode } => self.qmaxpool(geom, *ceil_mode),
             #[cfg(feature = "test-ops")]
             Op::Spin { .. } | Op::Fail { .. } => self.pass_through(),

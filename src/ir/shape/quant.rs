@@ -156,6 +156,15 @@ impl Cx<'_> {
         self.qrequant()
     }
 
+    /// QSoftmax: u8 to u8 along an axis of the input.
+    pub(super) fn qsoftmax(&self, axis: usize) -> Result<Vec<TypedShape>> {
+        let out = self.qrequant()?;
+        if axis >= out[0].1.len() {
+            return Err(self.err(format!("axis {axis} is out of range")));
+        }
+        Ok(out)
+    }
+
     /// QMaxPool: the pool window on a u8 tensor.
     pub(super) fn qmaxpool(&self, geom: &ConvGeom, ceil_mode: bool) -> Result<Vec<TypedShape>> {
         let x = self.typed(0, DType::U8)?;
