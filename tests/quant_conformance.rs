@@ -248,3 +248,35 @@ fn quantised_models_match_onnxruntime() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// Best of `runs` whole-model runs (ms) of a compiled model, one thread, all nodes in
+/// order (zeroed inputs).
+fn best_ms(path: &Path, runs: usize) -> Result<f64, String> {
+    let m = compile::compile_onnx_file(path, &CompileOptions::default())
+        .map_err(|e| format!("compile {}: {e}", path.display()))?;
+    let plan = ModelPlan::new(Arc::new(m.graph.clone()), &PlanOptions::default())
+        .map_err(|e| format!("plan: {e}"))?;
+    let mut st = plan.new_state();
+    let mut best = f64::INFINITY;
+    for _ in 0..runs {
+        let t0 = std::time::Instant::now();
+        plan.run_all(&mut st).map_err(|e| format!("run: {e}"))?;
+        best = best.min(t0.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok(best)
+}
+
+/// Prints int8 vs f32 times of the ResNet-18 (indicative; never a pass/fail criterion).
+#[test]
+#[ignore = "timing print: VNPU_QUANT_DIR and VNPU_TEST_MODELS (f32 resnet18.onnx)"]
+fn int8_vs_f32_resnet18_timing() {
+    let q = PathBuf::from(std::env::var("VNPU_QUANT_DIR").expect("VNPU_QUANT_DIR"))
+        .join("resnet18/model.onnx");
+    let f = PathBuf::from(std::env::var("VNPU_TEST_MODELS").expect("VNPU_TEST_MODELS"))
+        .join("resnet18.onnx");
+    let (tq, tf) = (best_ms(&q, 5).expect("int8"), best_ms(&f, 5).expect("f32"));
+    println!(
+        "resnet18 1 thread, best of 5: int8 {tq:.1} ms, f32 {tf:.1} ms, int8/f32 = {:.2}",
+        tq / tf
+    );
+}
