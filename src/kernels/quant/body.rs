@@ -7,7 +7,6 @@
 //! to even and shifted by the zero point. Integer sums wrap like the SIMD adds.
 
 use super::table::{QMR, QNR};
-use crate::kernels::body::conv::ConvShape;
 use crate::kernels::body::pool::{valid_range, PoolShape};
 
 /// `x` clamped to `[minv, maxv]` the way `maxps(x, minv)` then `minps(x, maxv)` do (a NaN
@@ -160,36 +159,25 @@ pub fn qadd(p: &AddParams, a: &[u8], b: &[u8], out: &mut [u8]) {
     }
 }
 
-/// Depthwise accumulation of one plane (see `QuantTable::dw_plane`): `xpad` is the
-/// plane padded with its zero point, `wp` columns per row, covering every tap of every
-/// output; `w` holds the `kh * kw` taps.
+/// Outputs accumulated per block in [`dw_taps`] (the block stays in registers / L1).
+const DW_BLOCK: usize = 128;
+
+/// Depthwise accumulation (see `QuantTable::dw_taps`): `acc[j] = sum_t w[t] *
+/// src[offs[t] + j]` for every `j < acc.len()`.
 #[inline(always)]
-pub fn dw_plane(s: &ConvShape, w: &[i16], xpad: &[i16], wp: usize, acc: &mut [i32]) {
-    let (ow, khw) = (s.ow, s.kh * s.kw);
-    assert!(w.len() >= khw && acc.len() >= s.oh * ow);
-    if s.oh * ow == 0 {
-        return;
-    }
-    let need = ((s.oh - 1) * s.sh + (s.kh - 1) * s.dh) * wp + (ow - 1) * s.sw + (s.kw - 1) * s.dw;
-    assert!(xpad.len() > need && wp > (ow - 1) * s.sw + (s.kw - 1) * s.dw);
-    for (oy, arow) in acc.chunks_exact_mut(ow).take(s.oh).enumerate() {
-        arow.fill(0);
-        for ky in 0..s.kh {
-            let base = (oy * s.sh + ky * s.dh) * wp;
-            for kx in 0..s.kw {
-                let wv = w[ky * s.kw + kx] as i32;
-                let src = &xpad[base + kx * s.dw..];
-                if s.sw == 1 {
-                    for (a, &x) in arow.iter_mut().zip(&src[..ow]) {
-                        *a = a.wrapping_add(wv * x as i32);
-                    }
-                } else {
-                    for (a, x) in arow.iter_mut().zip(src.iter().step_by(s.sw)) {
-                        *a = a.wrapping_add(wv * *x as i32);
-                    }
-                }
+pub fn dw_taps(offs: &[usize], w: &[i16], src: &[i16], acc: &mut [i32]) {
+    let n = acc.len();
+    assert!(offs.len() <= w.len() && offs.iter().all(|&o| o + n <= src.len()));
+    for (jb, ab) in acc.chunks_mut(DW_BLOCK).enumerate() {
+        let (j0, len) = (jb * DW_BLOCK, ab.len());
+        let mut t = [0i32; DW_BLOCK];
+        for (&o, &wv) in offs.iter().zip(w) {
+            let wv = wv as i32;
+            for (d, &x) in t[..len].iter_mut().zip(&src[o + j0..o + j0 + len]) {
+                *d = d.wrapping_add(wv * x as i32);
             }
         }
+        ab.copy_from_slice(&t[..len]);
     }
 }
 

@@ -10,7 +10,7 @@
 //!   exact at the borders too.
 //! * Depthwise conv (one input and one output channel per group): direct, each channel
 //!   plane padded once with the zero point, each tap accumulated over output rows
-//!   (`QuantTable::dw_plane`).
+//!   (`QuantTable::dw_taps`) on the phase-split plane ([`dw_phases`]).
 //!
 //! A call computes output channels `chans` (any range) of every image.
 
@@ -352,12 +352,16 @@ fn im2col_row<'a>(
     buf
 }
 
-/// Padded plane geometry of a depthwise conv: `(hp, wp)`, exactly what the taps read.
-fn dw_padded(s: &ConvShape) -> (usize, usize) {
-    (
-        (s.oh - 1) * s.sh + (s.kh - 1) * s.dh + 1,
-        (s.ow - 1) * s.sw + (s.kw - 1) * s.dw + 1,
-    )
+/// Geometry of the phase-split padded plane of a depthwise conv: `(hps, wps, plen)`.
+/// The plane padded with the zero point is split into `sh * sw` phases (phase `(qy, qx)`
+/// holds padded rows `qy, qy + sh, ..` and columns `qx, qx + sw, ..`), so that every tap
+/// reads a phase at stride 1 and the sums run over whole rows of `wps` (the first `ow`
+/// of each are kept). Each phase has one spare row for the last row's overrun.
+pub(crate) fn dw_phases(s: &ConvShape) -> (usize, usize, usize) {
+    let hp = (s.oh.max(1) - 1) * s.sh + (s.kh - 1) * s.dh + 1;
+    let wp = (s.ow.max(1) - 1) * s.sw + (s.kw - 1) * s.dw + 1;
+    let (hps, wps) = (hp.div_ceil(s.sh), wp.div_ceil(s.sw));
+    (hps, wps, (hps + 1) * wps)
 }
 
 /// Depthwise conv of channels `[c_lo, c_hi)` of one image.
@@ -374,26 +378,55 @@ fn depthwise(
     scratch: &mut QScratch,
 ) {
     let (hw, ohw, khw) = (s.h * s.w, s.oh * s.ow, s.kh * s.kw);
-    let (hp, wp) = dw_padded(s);
-    let (xpad, acc, _) = scratch.conv_bufs(hp * wp, ohw, 0);
+    let (hps, wps, plen) = dw_phases(s);
+    let (phases, acc, _) = scratch.conv_bufs(s.sh * s.sw * plen, s.oh * wps + ohw, 0);
+    let (full, acc) = acc.split_at_mut(s.oh * wps);
+    let mut offs = [0usize; 64];
+    let many: Vec<usize>;
+    let tap = |ky: usize, kx: usize| {
+        let (qy, ry) = ((ky * s.dh) % s.sh, (ky * s.dh) / s.sh);
+        let (qx, rx) = ((kx * s.dw) % s.sw, (kx * s.dw) / s.sw);
+        (qy * s.sw + qx) * plen + ry * wps + rx
+    };
+    let offs: &[usize] = if khw <= offs.len() {
+        for (i, o) in offs[..khw].iter_mut().enumerate() {
+            *o = tap(i / s.kw, i % s.kw);
+        }
+        &offs[..khw]
+    } else {
+        many = (0..khw).map(|i| tap(i / s.kw, i % s.kw)).collect();
+        &many
+    };
     for c in c_lo..c_hi {
         let plane = &xb[c * hw..(c + 1) * hw];
-        xpad.fill(zp as i16);
-        for py in 0..hp {
-            let iy = py as isize - s.ph as isize;
-            if iy < 0 || iy >= s.h as isize {
-                continue;
-            }
-            let src = &plane[iy as usize * s.w..(iy as usize + 1) * s.w];
-            // Padded columns px with 0 <= px - pw < w.
-            let x1 = (s.pw + s.w).min(wp);
-            if s.pw < x1 {
-                for (d, &v) in xpad[py * wp + s.pw..py * wp + x1].iter_mut().zip(src) {
-                    *d = v as i16;
+        for qy in 0..s.sh {
+            for qx in 0..s.sw {
+                let ph = &mut phases[(qy * s.sw + qx) * plen..][..plen];
+                ph.fill(zp as i16);
+                for r in 0..hps {
+                    let iy = (r * s.sh + qy) as isize - s.ph as isize;
+                    if iy < 0 || iy >= s.h as isize {
+                        continue;
+                    }
+                    let src = &plane[iy as usize * s.w..(iy as usize + 1) * s.w];
+                    // Phase columns cc with 0 <= cc * sw + qx - pw < w.
+                    let (lo, hi) =
+                        crate::kernels::body::pool::valid_range(wps, s.sw, s.pw, qx, s.w);
+                    let row = &mut ph[r * wps..(r + 1) * wps];
+                    if lo >= hi {
+                        continue;
+                    }
+                    let ix0 = lo * s.sw + qx - s.pw;
+                    for (d, &v) in row[lo..hi].iter_mut().zip(src[ix0..].iter().step_by(s.sw)) {
+                        *d = v as i16;
+                    }
                 }
             }
         }
-        (t.dw_plane)(s, &w[c * khw..(c + 1) * khw], xpad, wp, acc);
+        (t.dw_taps)(offs, &w[c * khw..(c + 1) * khw], phases, full);
+        for (a, f) in acc.chunks_exact_mut(s.ow).zip(full.chunks_exact(wps)) {
+            a.copy_from_slice(&f[..s.ow]);
+        }
         dst.put(t, c, acc, ob + c * ohw);
     }
 }

@@ -82,12 +82,23 @@ pub(crate) fn scatter_b_pair(k: usize, p: usize, r0: &[u8], r1: &[u8], out: &mut
     debug_assert!(p % 2 == 0 && r0.len() == r1.len());
     let panel = pairs(k) * QNR * 2;
     let off = (p / 2) * QNR * 2;
-    for (jp, (c0, c1)) in r0.chunks(QNR).zip(r1.chunks(QNR)).enumerate() {
-        let dst = &mut out[jp * panel + off..jp * panel + off + QNR * 2];
-        for ((d, &a), &b) in dst.chunks_exact_mut(2).zip(c0).zip(c1) {
-            d[0] = a as i16;
-            d[1] = b as i16;
+    let full = r0.len() / QNR;
+    for jp in 0..full {
+        // Fixed sizes: the interleave compiles to byte shuffles.
+        let c0: &[u8; QNR] = r0[jp * QNR..(jp + 1) * QNR].try_into().expect("QNR bytes");
+        let c1: &[u8; QNR] = r1[jp * QNR..(jp + 1) * QNR].try_into().expect("QNR bytes");
+        let at = jp * panel + off;
+        let dst: &mut [i16; 2 * QNR] = (&mut out[at..at + 2 * QNR]).try_into().expect("2 QNR i16");
+        for j in 0..QNR {
+            dst[2 * j] = c0[j] as i16;
+            dst[2 * j + 1] = c1[j] as i16;
         }
+    }
+    let (c0, c1) = (&r0[full * QNR..], &r1[full * QNR..]);
+    let at = full * panel + off;
+    for (j, (&a, &b)) in c0.iter().zip(c1).enumerate() {
+        out[at + 2 * j] = a as i16;
+        out[at + 2 * j + 1] = b as i16;
     }
 }
 

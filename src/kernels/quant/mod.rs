@@ -90,11 +90,8 @@ impl QScratch {
     pub fn reserve_conv(&mut self, s: &crate::kernels::body::conv::ConvShape) {
         let ohw = s.oh * s.ow;
         if s.is_depthwise() {
-            let (hp, wp) = (
-                (s.oh.max(1) - 1) * s.sh + (s.kh - 1) * s.dh + 1,
-                (s.ow.max(1) - 1) * s.sw + (s.kw - 1) * s.dw + 1,
-            );
-            self.conv_bufs(hp * wp, ohw, 0);
+            let (_, wps, plen) = conv::dw_phases(s);
+            self.conv_bufs(s.sh * s.sw * plen, s.oh * wps + ohw, 0);
         } else {
             let nc = gemm::QNC.min(ohw.div_ceil(table::QNR) * table::QNR);
             let mc = gemm::QMC.min(s.cout_g().div_ceil(table::QMR) * table::QMR);

@@ -4,7 +4,6 @@
 //! `x86_64_avx2` and is only reachable through the AVX2 kernel table.
 
 use super::body;
-use crate::kernels::body::conv::ConvShape;
 use crate::kernels::body::pool::PoolShape;
 
 /// Rows of one int8 GEMM micro-tile (and of one packed A panel).
@@ -39,9 +38,9 @@ pub struct QuantTable {
     /// The u8 add: `out[i] = q((a[i]-za)*sa + (b[i]-zb)*sb)`, `b` of `a.len()` elements or
     /// one (broadcast), see [`body::AddParams`].
     pub qadd: fn(p: &body::AddParams, a: &[u8], b: &[u8], out: &mut [u8]),
-    /// Depthwise accumulation of one channel plane: `acc[oy*ow+ox] = sum w[ky,kx] *
-    /// xpad[(oy*sh+ky*dh)*wp + ox*sw+kx*dw]` (see [`body::dw_plane`]).
-    pub dw_plane: fn(s: &ConvShape, w: &[i16], xpad: &[i16], wp: usize, acc: &mut [i32]),
+    /// Depthwise accumulation: `acc[j] = sum_t w[t] * src[offs[t] + j]` for every
+    /// `j < acc.len()` (one tap per offset; see `conv` for the phase-split plane).
+    pub dw_taps: fn(offs: &[usize], w: &[i16], src: &[i16], acc: &mut [i32]),
     /// Max pool of one u8 plane (padding never wins).
     pub max_pool_plane: fn(s: &PoolShape, x: &[u8], y: &mut [u8]),
 }
@@ -55,6 +54,6 @@ pub static PORTABLE: QuantTable = QuantTable {
     quantize: body::quantize,
     dequantize: body::dequantize,
     qadd: body::qadd,
-    dw_plane: body::dw_plane,
+    dw_taps: body::dw_taps,
     max_pool_plane: body::max_pool_plane,
 };

@@ -489,7 +489,7 @@ fn resize_matches_float_qdq() {
 /// Every output of one table over the edge sizes, as exact f32s (i32 split in halves).
 fn twin_outputs(t: &'static KernelTable) -> Vec<f32> {
     let mut v = Vec::new();
-    let mut push8 = |v: &mut Vec<f32>, x: &[u8]| v.extend(x.iter().map(|&b| b as f32));
+    let push8 = |v: &mut Vec<f32>, x: &[u8]| v.extend(x.iter().map(|&b| b as f32));
     let push32 = |v: &mut Vec<f32>, x: &[i32]| {
         for &a in x {
             v.push((a >> 16) as f32);
@@ -511,10 +511,23 @@ fn twin_outputs(t: &'static KernelTable) -> Vec<f32> {
         for o in run_add(t, n) {
             push8(&mut v, &o);
         }
-        let xs: Vec<f32> = crate::kernels::testutil::rand_vec(n * 3, 9)
+        let mut xs: Vec<f32> = crate::kernels::testutil::rand_vec(n * 3, 9)
             .iter()
             .map(|x| x * 9.0)
             .collect();
+        // Ties, saturation and NaN.
+        let special = [
+            0.035f32,
+            -0.105,
+            1e9,
+            -1e9,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+        ];
+        for (d, s) in xs.iter_mut().step_by(3).zip(special) {
+            *d = s;
+        }
         let mut q = vec![0u8; xs.len()];
         quantize_f32(t.isa, &xs, 0.07, 121, &mut q);
         push8(&mut v, &q);

@@ -8,9 +8,9 @@
 //! that has AVX2.
 
 use super::body::{self, AddParams};
-use super::table::QuantTable;
-use crate::kernels::body::conv::ConvShape;
+use super::table::{QuantTable, QMR, QNR};
 use crate::kernels::body::pool::PoolShape;
+use std::arch::x86_64::*;
 
 /// The AVX2 int8 table.
 pub(crate) static TABLE: QuantTable = QuantTable {
@@ -21,7 +21,7 @@ pub(crate) static TABLE: QuantTable = QuantTable {
     quantize,
     dequantize,
     qadd,
-    dw_plane,
+    dw_taps,
     max_pool_plane,
 };
 
@@ -44,11 +44,252 @@ macro_rules! avx2_build {
     };
 }
 
-avx2_build!(tile, body::tile, (kp: usize, a: &[i16], b: &[i16], c: &mut [i32], ldc: usize));
-avx2_build!(requant_scalar, body::requant_scalar, (acc: &[i32], bias: i32, mult: f32, zp: i32, lo: u8, hi: u8, out: &mut [u8]));
-avx2_build!(requant_cols, body::requant_cols, (acc: &[i32], bias: &[i32], mult: &[f32], zp: i32, lo: u8, hi: u8, out: &mut [u8]));
-avx2_build!(quantize, body::quantize, (x: &[f32], scale: f32, zp: u8, out: &mut [u8]));
-avx2_build!(dequantize, body::dequantize, (x: &[u8], scale: f32, zp: u8, out: &mut [f32]));
-avx2_build!(qadd, body::qadd, (p: &AddParams, a: &[u8], b: &[u8], out: &mut [u8]));
-avx2_build!(dw_plane, body::dw_plane, (s: &ConvShape, w: &[i16], xpad: &[i16], wp: usize, acc: &mut [i32]));
+avx2_build!(dw_taps, body::dw_taps, (offs: &[usize], w: &[i16], src: &[i16], acc: &mut [i32]));
 avx2_build!(max_pool_plane, body::max_pool_plane, (s: &PoolShape, x: &[u8], y: &mut [u8]));
+
+fn tile(kp: usize, a: &[i16], b: &[i16], c: &mut [i32], ldc: usize) {
+    assert!(a.len() >= kp * QMR * 2 && b.len() >= kp * QNR * 2);
+    assert!(ldc >= QNR && c.len() >= (QMR - 1) * ldc + QNR);
+    // SAFETY: AVX2 was detected (see the module doc); the asserts bound every offset the
+    // tile touches (a: kp*12 i16, b: kp*32 i16, c: QMR rows of QNR at ldc).
+    unsafe { tile_6x16(kp, a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), ldc) }
+}
+
+/// The 6x16 int8 tile: per K pair, one `pmaddwd` per row and half-panel (the pair of A
+/// broadcast as one i32 against 8 column pairs of B), summed in i32.
+///
+/// # Safety
+/// AVX2 must be available; `a` valid for `kp * 12` reads, `b` for `kp * 32`, `c` for 6
+/// rows of 16 i32 at stride `ldc`.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn tile_6x16(kp: usize, a: *const i16, b: *const i16, c: *mut i32, ldc: usize) {
+    let mut t = [_mm256_setzero_si256(); 2 * QMR];
+    for q in 0..kp {
+        // SAFETY: pair q < kp: 32 i16 of B and 12 i16 (6 pairs) of A are readable.
+        let (b0, b1, ap) = unsafe {
+            let bp = b.add(q * QNR * 2);
+            (
+                _mm256_loadu_si256(bp as *const __m256i),
+                _mm256_loadu_si256(bp.add(QNR) as *const __m256i),
+                a.add(q * QMR * 2) as *const i32,
+            )
+        };
+        for r in 0..QMR {
+            // SAFETY: r < QMR, inside pair q of the A panel (unaligned i32 read).
+            let av = _mm256_set1_epi32(unsafe { ap.add(r).read_unaligned() });
+            t[2 * r] = _mm256_add_epi32(t[2 * r], _mm256_madd_epi16(av, b0));
+            t[2 * r + 1] = _mm256_add_epi32(t[2 * r + 1], _mm256_madd_epi16(av, b1));
+        }
+    }
+    for r in 0..QMR {
+        // SAFETY: row r < QMR of C, 16 i32, guaranteed by the caller.
+        unsafe {
+            let cp = c.add(r * ldc) as *mut __m256i;
+            _mm256_storeu_si256(cp, t[2 * r]);
+            _mm256_storeu_si256(cp.add(1), t[2 * r + 1]);
+        }
+    }
+}
+
+/// Clamp to `[vmin, vmax]` as `body::clamp_round` (`maxps` first: a NaN gives `vmin`),
+/// round half to even (`cvtps2dq` under the default rounding mode), add `vzp`.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn clamp_round8(v: __m256, vmin: __m256, vmax: __m256, vzp: __m256i) -> __m256i {
+    let v = _mm256_min_ps(_mm256_max_ps(v, vmin), vmax);
+    _mm256_add_epi32(_mm256_cvtps_epi32(v), vzp)
+}
+
+/// Four vectors of i32 in `[0, 255]` → 32 bytes in order.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn pack32(v: [__m256i; 4]) -> __m256i {
+    let p0 = _mm256_packs_epi32(v[0], v[1]);
+    let p1 = _mm256_packs_epi32(v[2], v[3]);
+    let u = _mm256_packus_epi16(p0, p1);
+    _mm256_permutevar8x32_epi32(u, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
+}
+
+/// Eight u8 at `p` widened to i32.
+///
+/// # Safety
+/// AVX2 must be available and `p` valid for 8 reads.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn load8_u8(p: *const u8) -> __m256i {
+    // SAFETY: 8 bytes readable (caller).
+    _mm256_cvtepu8_epi32(unsafe { _mm_loadl_epi64(p as *const __m128i) })
+}
+
+/// Runs `f(i)` (the i32 results of elements `i..i + 8`) over the 32-element blocks of
+/// `out` and stores the bytes; returns where the tail (left to the scalar body) starts.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn map32(out: &mut [u8], f: impl Fn(usize) -> __m256i) -> usize {
+    let n32 = out.len() / 32 * 32;
+    let mut i = 0;
+    while i < n32 {
+        let v = pack32([f(i), f(i + 8), f(i + 16), f(i + 24)]);
+        // SAFETY: i + 32 <= out.len().
+        unsafe { _mm256_storeu_si256(out.as_mut_ptr().add(i) as *mut __m256i, v) };
+        i += 32;
+    }
+    n32
+}
+
+fn requant_scalar(acc: &[i32], bias: i32, mult: f32, zp: i32, lo: u8, hi: u8, out: &mut [u8]) {
+    let n = out.len().min(acc.len());
+    // SAFETY: AVX2 was detected (see the module doc).
+    unsafe { requant_scalar_avx2(&acc[..n], bias, mult, zp, lo, hi, &mut out[..n]) }
+}
+
+#[target_feature(enable = "avx2")]
+fn requant_scalar_avx2(acc: &[i32], bias: i32, mult: f32, zp: i32, lo: u8, hi: u8, out: &mut [u8]) {
+    let (minv, maxv) = body::bounds(lo, hi, zp);
+    let (vmin, vmax, vzp) = (
+        _mm256_set1_ps(minv),
+        _mm256_set1_ps(maxv),
+        _mm256_set1_epi32(zp),
+    );
+    let (vb, vm) = (_mm256_set1_epi32(bias), _mm256_set1_ps(mult));
+    let ap = acc.as_ptr();
+    let done = map32(out, |i| {
+        // SAFETY: i + 8 <= out.len() == acc.len().
+        let a = unsafe { _mm256_loadu_si256(ap.add(i) as *const __m256i) };
+        let v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(a, vb)), vm);
+        clamp_round8(v, vmin, vmax, vzp)
+    });
+    body::requant_scalar(&acc[done..], bias, mult, zp, lo, hi, &mut out[done..]);
+}
+
+fn requant_cols(acc: &[i32], bias: &[i32], mult: &[f32], zp: i32, lo: u8, hi: u8, out: &mut [u8]) {
+    let n = out.len().min(acc.len()).min(bias.len()).min(mult.len());
+    // SAFETY: AVX2 was detected (see the module doc).
+    unsafe { requant_cols_avx2(&acc[..n], &bias[..n], &mult[..n], zp, lo, hi, &mut out[..n]) }
+}
+
+#[target_feature(enable = "avx2")]
+fn requant_cols_avx2(
+    acc: &[i32],
+    bias: &[i32],
+    mult: &[f32],
+    zp: i32,
+    lo: u8,
+    hi: u8,
+    out: &mut [u8],
+) {
+    let (minv, maxv) = body::bounds(lo, hi, zp);
+    let (vmin, vmax, vzp) = (
+        _mm256_set1_ps(minv),
+        _mm256_set1_ps(maxv),
+        _mm256_set1_epi32(zp),
+    );
+    let (ap, bp, mp) = (acc.as_ptr(), bias.as_ptr(), mult.as_ptr());
+    let done = map32(out, |i| {
+        // SAFETY: i + 8 <= out.len(), the length of all three inputs.
+        let (a, b, m) = unsafe {
+            (
+                _mm256_loadu_si256(ap.add(i) as *const __m256i),
+                _mm256_loadu_si256(bp.add(i) as *const __m256i),
+                _mm256_loadu_ps(mp.add(i)),
+            )
+        };
+        let v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(a, b)), m);
+        clamp_round8(v, vmin, vmax, vzp)
+    });
+    body::requant_cols(
+        &acc[done..],
+        &bias[done..],
+        &mult[done..],
+        zp,
+        lo,
+        hi,
+        &mut out[done..],
+    );
+}
+
+fn quantize(x: &[f32], scale: f32, zp: u8, out: &mut [u8]) {
+    let n = out.len().min(x.len());
+    // SAFETY: AVX2 was detected (see the module doc).
+    unsafe { quantize_avx2(&x[..n], scale, zp, &mut out[..n]) }
+}
+
+#[target_feature(enable = "avx2")]
+fn quantize_avx2(x: &[f32], scale: f32, zp: u8, out: &mut [u8]) {
+    let (minv, maxv) = body::bounds(0, 255, zp as i32);
+    let (vmin, vmax) = (_mm256_set1_ps(minv), _mm256_set1_ps(maxv));
+    let (vzp, vs) = (_mm256_set1_epi32(zp as i32), _mm256_set1_ps(scale));
+    let xp = x.as_ptr();
+    let done = map32(out, |i| {
+        // SAFETY: i + 8 <= out.len() == x.len().
+        let v = unsafe { _mm256_loadu_ps(xp.add(i)) };
+        clamp_round8(_mm256_div_ps(v, vs), vmin, vmax, vzp)
+    });
+    body::quantize(&x[done..], scale, zp, &mut out[done..]);
+}
+
+fn dequantize(x: &[u8], scale: f32, zp: u8, out: &mut [f32]) {
+    let n = out.len().min(x.len());
+    // SAFETY: AVX2 was detected (see the module doc).
+    unsafe { dequantize_avx2(&x[..n], scale, zp, &mut out[..n]) }
+}
+
+#[target_feature(enable = "avx2")]
+fn dequantize_avx2(x: &[u8], scale: f32, zp: u8, out: &mut [f32]) {
+    let (vzp, vs) = (_mm256_set1_epi32(zp as i32), _mm256_set1_ps(scale));
+    let n8 = out.len() / 8 * 8;
+    let mut i = 0;
+    while i < n8 {
+        // SAFETY: i + 8 <= out.len() == x.len().
+        unsafe {
+            let v = _mm256_sub_epi32(load8_u8(x.as_ptr().add(i)), vzp);
+            _mm256_storeu_ps(
+                out.as_mut_ptr().add(i),
+                _mm256_mul_ps(_mm256_cvtepi32_ps(v), vs),
+            );
+        }
+        i += 8;
+    }
+    body::dequantize(&x[n8..], scale, zp, &mut out[n8..]);
+}
+
+fn qadd(p: &AddParams, a: &[u8], b: &[u8], out: &mut [u8]) {
+    assert!(out.len() <= a.len() && (b.len() == 1 || out.len() <= b.len()));
+    if out.is_empty() {
+        return;
+    }
+    // SAFETY: AVX2 was detected (see the module doc); lengths checked above.
+    unsafe { qadd_avx2(p, a, b, out) }
+}
+
+/// # Safety
+/// AVX2 must be available; `a` (and `b`, unless it has one element) hold `out.len()`.
+#[target_feature(enable = "avx2")]
+unsafe fn qadd_avx2(p: &AddParams, a: &[u8], b: &[u8], out: &mut [u8]) {
+    let (minv, maxv) = body::bounds(p.lo, p.hi, p.y_zp as i32);
+    let (vmin, vmax) = (_mm256_set1_ps(minv), _mm256_set1_ps(maxv));
+    let vzy = _mm256_set1_epi32(p.y_zp as i32);
+    let (vza, vsa) = (_mm256_set1_epi32(p.a_zp as i32), _mm256_set1_ps(p.a_scale));
+    let (vzb, vsb) = (_mm256_set1_epi32(p.b_zp as i32), _mm256_set1_ps(p.b_scale));
+    let vsy = _mm256_set1_ps(p.y_scale);
+    let scalar_b = b.len() == 1 && out.len() != 1;
+    // The broadcast operand dequantised once: the same f32 the body computes per element.
+    let fb1 = _mm256_set1_ps(body::dequantize_one(b[0], p.b_scale, p.b_zp));
+    let (ap, bp) = (a.as_ptr(), b.as_ptr());
+    let done = map32(out, |i| {
+        // SAFETY: i + 8 <= out.len() <= a.len() (and b.len() unless broadcast).
+        let fa = unsafe { _mm256_cvtepi32_ps(_mm256_sub_epi32(load8_u8(ap.add(i)), vza)) };
+        let fb = if scalar_b {
+            fb1
+        } else {
+            // SAFETY: as above.
+            let vb = unsafe { _mm256_sub_epi32(load8_u8(bp.add(i)), vzb) };
+            _mm256_mul_ps(_mm256_cvtepi32_ps(vb), vsb)
+        };
+        let v = _mm256_div_ps(_mm256_add_ps(_mm256_mul_ps(fa, vsa), fb), vsy);
+        clamp_round8(v, vmin, vmax, vzy)
+    });
+    let bt = if scalar_b { b } else { &b[done..] };
+    body::qadd(p, &a[done..], bt, &mut out[done..]);
+}

@@ -1,0 +1,196 @@
+//! Int8 kernels against our f32 kernels, single thread, on ResNet / MobileNet-like
+//! layers: conv (`kernels::quant::qconv_u8` with the fused requantisation vs
+//! `kernels::conv::conv2d`) and GEMM (`qgemm_u8` vs `gemm_packed`), best-of-N times and
+//! the ratio int8 / f32 (goal for whole networks: <= 0.5). Times on a loaded machine are
+//! indicative only; read the ratios.
+//!
+//! Run: `cargo bench --bench quant_bench` (`-- quick` for fewer repetitions). Without
+//! `--bench` (as `cargo test --all-targets` runs it) it does one short smoke round.
+
+use std::time::Instant;
+use vnpu::kernels::conv::{conv2d, ConvShape, ConvWeights};
+use vnpu::kernels::quant::{self, QConvWeights, QGemmB, QScratch, Requant};
+use vnpu::kernels::{gemm, isa};
+
+fn rand_f32(n: usize, seed: u64) -> Vec<f32> {
+    rand_u8(n, seed).into_iter().map(|v| (v as f32 - 128.0) / 640.0).collect()
+}
+
+fn rand_u8(n: usize, seed: u64) -> Vec<u8> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 32) as u8
+        })
+        .collect()
+}
+
+/// Best-of-`reps` seconds of `f`.
+fn best(reps: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    (0..reps)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64()
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+type Layer = (&'static str, usize, usize, usize, usize, usize, usize);
+
+fn bench_conv(reps: usize, layers: &[Layer]) {
+    println!("Conv layers (f32 conv2d on the best table; int8 qconv_u8 per table)");
+    let isas = isa::available_isas();
+    print!("{:<34} {:>10}", "layer", "f32 us");
+    for i in &isas {
+        print!(" {:>14}", format!("int8 {} us", i.table().quant.name));
+    }
+    println!(" {:>10}", "int8/f32");
+    for &(name, ci, hw, co, k, st, group) in layers {
+        let p = k / 2;
+        let o = (hw + 2 * p - k) / st + 1;
+        let s = ConvShape {
+            n: 1,
+            c_in: ci,
+            h: hw,
+            w: hw,
+            c_out: co,
+            oh: o,
+            ow: o,
+            kh: k,
+            kw: k,
+            sh: st,
+            sw: st,
+            dh: 1,
+            dw: 1,
+            ph: p,
+            pw: p,
+            group,
+        };
+        let klen = co * ci / group * k * k;
+        let wf = ConvWeights::pack(&s, &rand_f32(klen, 3));
+        let xf = rand_f32(ci * hw * hw, 4);
+        let mut yf = vec![0.0; co * o * o];
+        let mut scratch = vec![0.0; s.scratch_len()];
+        let best_isa = isa::best_isa();
+        let none = gemm::Epilogue::NONE;
+        let tf = best(reps, || {
+            conv2d(
+                best_isa,
+                &s,
+                &wf,
+                &xf,
+                &mut yf,
+                0,
+                co,
+                (0, o * o),
+                None,
+                &none,
+                &mut scratch,
+            )
+        });
+        let w8: Vec<i8> = rand_u8(klen, 5).into_iter().map(|v| v as i8).collect();
+        let wq = QConvWeights::pack(&w8, co, ci / group, k, k, group);
+        let x8 = rand_u8(ci * hw * hw, 6);
+        let mult = vec![1.0 / 4096.0; co];
+        let bias = wq.fold_bias(None, 128);
+        let rq = Requant { mult: &mult, bias: &bias, y_zp: 0, lo: 0, hi: 255 };
+        let mut y8 = vec![0u8; co * o * o];
+        let mut qs = QScratch::new();
+        qs.reserve_conv(&s);
+        print!("{name:<34} {:>10.1}", tf * 1e6);
+        let mut t_best = f64::INFINITY;
+        for &i in &isas {
+            let t8 = best(reps, || {
+                quant::qconv_u8(i, &s, &x8, 128, &wq, &rq, &mut y8, (0, co), &mut qs)
+            });
+            print!(" {:>14.1}", t8 * 1e6);
+            t_best = t_best.min(t8);
+        }
+        println!(" {:>10.2}", t_best / tf);
+    }
+}
+
+fn bench_gemm(reps: usize, shapes: &[(usize, usize, usize)]) {
+    println!("GEMM M x N x K (f32 gemm_packed on the best table; int8 qgemm_u8 per table)");
+    let isas = isa::available_isas();
+    print!("{:<20} {:>10}", "shape", "f32 us");
+    for i in &isas {
+        print!(" {:>14}", format!("int8 {} us", i.table().quant.name));
+    }
+    println!(" {:>10}", "int8/f32");
+    for &(m, n, k) in shapes {
+        let a = rand_f32(m * k, 1);
+        let b = rand_f32(k * n, 2);
+        let mut pa = vec![0.0; gemm::packed_a_len(m, k)];
+        let mut pb = vec![0.0; gemm::packed_b_len(k, n)];
+        let mut c = vec![0.0; m * n];
+        let best_isa = isa::best_isa();
+        // Like a model's GEMM: B (weights) packed once, A (activations) packed per run.
+        gemm::pack_b(&b, n, 1, k, n, 1.0, &mut pb, &mut vec![0.0; n]);
+        let tf = best(reps, || {
+            gemm::pack_a(&a, k, 1, m, k, 1.0, &mut pa);
+            gemm::gemm_packed(
+                best_isa,
+                m,
+                n,
+                k,
+                &pa,
+                gemm::BSource::Packed(&pb),
+                &mut [],
+                &mut c,
+                n,
+                (0, m),
+                (0, n),
+                &gemm::Epilogue::NONE,
+            )
+        });
+        let a8 = rand_u8(m * k, 3);
+        let b8: Vec<i8> = rand_u8(k * n, 4).into_iter().map(|v| v as i8).collect();
+        let qb = QGemmB::pack(&b8, k, n);
+        let mult = vec![1.0 / 4096.0; n];
+        let bias = qb.fold_bias(None, 128);
+        let rq = Requant { mult: &mult, bias: &bias, y_zp: 0, lo: 0, hi: 255 };
+        let mut c8 = vec![0u8; m * n];
+        let mut qs = QScratch::new();
+        qs.reserve_gemm(m, k, n);
+        print!("{:<20} {:>10.1}", format!("{m}x{n}x{k}"), tf * 1e6);
+        let mut t_best = f64::INFINITY;
+        for &i in &isas {
+            let t8 = best(reps, || quant::qgemm_u8(i, &a8, k, m, &qb, &rq, &mut c8, n, &mut qs));
+            print!(" {:>14.1}", t8 * 1e6);
+            t_best = t_best.min(t8);
+        }
+        println!(" {:>10.2}", t_best / tf);
+    }
+}
+
+fn main() {
+    let bench = std::env::args().any(|a| a == "--bench");
+    let quick = !bench || std::env::args().any(|a| a == "quick");
+    let reps = if !bench { 1 } else if quick { 3 } else { 10 };
+    println!("kernel table: {}", vnpu::kernels::table().name);
+    let layers: [Layer; 8] = [
+        ("3x3 64->64 @56 (ResNet)", 64, 56, 64, 3, 1, 1),
+        ("1x1 256->64 @56 (ResNet-50)", 256, 56, 64, 1, 1, 1),
+        ("3x3 128->128 @28 (ResNet)", 128, 28, 128, 3, 1, 1),
+        ("3x3 256->256 @14 (ResNet)", 256, 14, 256, 3, 1, 1),
+        ("7x7/2 3->64 @224 (ResNet stem)", 3, 224, 64, 7, 2, 1),
+        ("1x1 96->24 @56 (MobileNetV2)", 96, 56, 24, 1, 1, 1),
+        ("dw3x3 192 @28 (MobileNetV2)", 192, 28, 192, 3, 1, 192),
+        ("dw3x3/2 96 @112 (MobileNetV2)", 96, 112, 96, 3, 2, 96),
+    ];
+    let shapes = [(3136, 64, 256), (196, 256, 2304), (1, 1000, 512), (256, 256, 256)];
+    if bench {
+        bench_conv(reps, &layers);
+        println!();
+        bench_gemm(reps, &shapes);
+    } else {
+        bench_conv(reps, &layers[5..6]);
+        bench_gemm(reps, &shapes[2..3]);
+    }
+}
