@@ -10,11 +10,14 @@
 //!      B) → `QGemm` (B stored `[k, n]`);
 //!    * an integer-output chain (`ConvInteger` / `MatMulInteger` as imported: unit
 //!      scales, `Q → i32`) → `QConv` / `QGemm` with an i32 output;
-//!    * `DQ(a), DQ(b) → Add [→ Relu] → Q` (same shapes) → `QAdd`;
+//!    * `DQ(a), DQ(b) → Add [→ Relu] → Q` (same shapes) → `QAdd`; `→ Mul → Q` → `QMul`;
+//!    * `DQ(x) → f → Q` for an element-wise function (Sigmoid, SiLU, HardSwish, Tanh,
+//!      ...) → `QLut` (256 entries computed in f64 at compile time);
+//!    * `DQ(x) → Softmax → Q` → `QSoftmax`;
 //!    * `DQ(x) → op → Q` with equal parameters on both sides, for MaxPool (`QMaxPool`),
-//!      Reshape / Flatten / Squeeze / Unsqueeze / Transpose / Slice / nearest Resize
-//!      (the same op, on u8), and Concat (inputs with other parameters first go through
-//!      a `QRequant`).
+//!      Reshape / Flatten / Squeeze / Unsqueeze / Transpose / Slice / nearest Resize /
+//!      Split (the same op, on u8), and Concat (inputs with other parameters first go
+//!      through a `QRequant`).
 //!    What matches nothing stays DQ → f32 op → Q and runs in float (correct, slower).
 //! 3. Dead nodes go; [`fold_constant_dequantize`] then evaluates the DQ nodes left on
 //!    constants (weights of float ops).
@@ -36,8 +39,8 @@ use super::rewrite::remove_nodes;
 use super::simplify::eliminate_dead_nodes;
 use crate::error::{Error, Result};
 use crate::ir::{
-    BinaryOp, DType, Elems, Graph, Node, Op, PostOp, QParam, ResizeMode, Tensor, TensorData, UnaryOp,
-    ValueId,
+    BinaryOp, DType, Elems, Graph, Node, Op, PostOp, QParam, ResizeMode, Tensor, TensorData,
+    UnaryOp, ValueId,
 };
 
 /// What a DequantizeLinear with constant parameters reads.

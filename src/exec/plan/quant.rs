@@ -537,13 +537,15 @@ pub(crate) fn plan_qsoftmax(c: &Ctx<'_>, axis: usize, x: QParam, y: QParam) -> R
         s[axis],
         s[axis + 1..].iter().product(),
     );
-    Ok(Planned::new(QuantKernel::Int8(Box::new(QKernel::Softmax {
-        x,
-        y,
-        outer,
-        len,
-        inner,
-    }))))
+    Ok(Planned::new(QuantKernel::Int8(Box::new(
+        QKernel::Softmax {
+            x,
+            y,
+            outer,
+            len,
+            inner,
+        },
+    ))))
 }
 
 /// One softmax lane: `len` u8 values `inner` apart from `x[0]` into `y` likewise.

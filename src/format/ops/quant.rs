@@ -117,7 +117,10 @@ pub(super) fn encode(op: &Op, a: &mut AttrsOut) -> Option<&'static str> {
             "QRequant"
         }
         Op::QLut { table } => {
-            a.ints("table", &table.iter().map(|&v| i64::from(v)).collect::<Vec<_>>());
+            a.ints(
+                "table",
+                &table.iter().map(|&v| i64::from(v)).collect::<Vec<_>>(),
+            );
             "QLut"
         }
         Op::QMul { a: qa, b: qb, y } => {
@@ -181,7 +184,9 @@ pub(super) fn decode(name: &str, a: &AttrsIn) -> Option<Result<Op, String>> {
                     .opt_ints("table")
                     .ok_or("QLut: attribute 'table' is missing")?
                     .into_iter()
-                    .map(|v| u8::try_from(v).map_err(|_| "QLut: a table entry is not a u8".to_string()))
+                    .map(|v| {
+                        u8::try_from(v).map_err(|_| "QLut: a table entry is not a u8".to_string())
+                    })
                     .collect::<Result<_, _>>()?,
             },
             "QMul" => Op::QMul {
