@@ -18,6 +18,7 @@
 //!      Reshape / Flatten / Squeeze / Unsqueeze / Transpose / Slice / nearest Resize /
 //!      Split (the same op, on u8), and Concat (inputs with other parameters first go
 //!      through a `QRequant`).
+//!
 //!    What matches nothing stays DQ → f32 op → Q and runs in float (correct, slower).
 //! 3. Dead nodes go; [`fold_constant_dequantize`] then evaluates the DQ nodes left on
 //!    constants (weights of float ops).
@@ -566,11 +567,11 @@ fn match_moving(g: &mut Graph, ix: &Index, i: usize) -> Option<Match> {
     let mut inputs = n.inputs.clone();
     let mut before = Vec::new();
     let name = n.name.clone();
-    for k in 0..data {
-        let dq = dq_of(g, ix, inputs[k]?)?;
+    for (k, slot) in inputs.iter_mut().enumerate().take(data) {
+        let dq = dq_of(g, ix, (*slot)?)?;
         let p = dq.u8_param(g)?;
         if p == y {
-            inputs[k] = Some(dq.x);
+            *slot = Some(dq.x);
         } else if is_concat {
             let v = g.values[dq.x].clone();
             let out = g.add_value(crate::ir::Value {
@@ -587,7 +588,7 @@ fn match_moving(g: &mut Graph, ix: &Index, i: usize) -> Option<Match> {
                 absorbed: vec![],
                 placement: None,
             });
-            inputs[k] = Some(out);
+            *slot = Some(out);
         } else {
             return None;
         }

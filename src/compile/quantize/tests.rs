@@ -142,7 +142,7 @@ fn float(g: &Graph) -> Graph {
 fn conv_pool_add_lower_to_int8_within_one_step() {
     let g = qdq_graph();
     let x = rand_vec(4 * 36, 3);
-    let want = run_graph(&float(&g), &[x.clone()]);
+    let want = run_graph(&float(&g), std::slice::from_ref(&x));
     let mut l = g.clone();
     assert_eq!(lower_int8(&mut l).expect("lower"), 3);
     let ops: Vec<&str> = l.nodes.iter().map(|n| n.op.name()).collect();
@@ -178,6 +178,9 @@ fn unmatched_patterns_stay_in_float() {
         .any(|n| n.name == "conv" && matches!(n.op, Op::Conv { .. })));
     assert_eq!(fold_constant_dequantize(&mut l).expect("fold"), 2);
     let x = rand_vec(4 * 36, 5);
-    let (a, b) = (run_graph(&float(&g), &[x.clone()]), run_graph(&l, &[x]));
+    let (a, b) = (
+        run_graph(&float(&g), std::slice::from_ref(&x)),
+        run_graph(&l, &[x]),
+    );
     assert_eq!(a[1], b[1], "the float conv output is unchanged");
 }
