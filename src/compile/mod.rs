@@ -196,6 +196,7 @@ pub fn compile_graph_within(
     let output_scales = crate::quant::io::graph_output_scales(&g, opts);
     // Int8 lowering of QDQ patterns, then the weights left in float are folded (and may
     // now fuse further).
+    quantize::lower_int8(&mut g)?;
     if quantize::fold_constant_dequantize(&mut g)? > 0 && opts.optimize_level > 0 {
         fuse_all(&mut g);
     }

@@ -1,8 +1,45 @@
 //! Records of the quant family: QuantizeLinear, DequantizeLinear (attribute `axis`
-//! present only for per-axis parameters; `dtype` as an ONNX type code).
+//! present only for per-axis parameters; `dtype` as an ONNX type code) and the int8
+//! ops QConv, QGemm, QAdd, QRequant, QMaxPool (quantisation parameters as
+//! `<name>_scale` / `<name>_zp` pairs; an absent `y` pair means an i32 output).
 
 use super::{AttrsIn, AttrsOut};
-use crate::ir::Op;
+use crate::ir::{Op, QParam};
+
+/// Writes `q` as `<name>_scale` and `<name>_zp`.
+fn put_q(a: &mut AttrsOut, name: &str, q: &QParam) {
+    a.float(&format!("{name}_scale"), q.scale);
+    a.int(&format!("{name}_zp"), i64::from(q.zp));
+}
+
+/// Reads `<name>_scale` / `<name>_zp`; `None` when absent.
+fn get_q(a: &AttrsIn, name: &str) -> Result<Option<QParam>, String> {
+    let (s, z) = (format!("{name}_scale"), format!("{name}_zp"));
+    if a.get(&s).is_none() {
+        return Ok(None);
+    }
+    let zp = u8::try_from(a.int(&z)?).map_err(|_| format!("attribute '{z}' is not a u8"))?;
+    Ok(Some(QParam {
+        scale: a.float(&s)?,
+        zp,
+    }))
+}
+
+/// Reads a required parameter pair.
+fn req_q(a: &AttrsIn, name: &str) -> Result<QParam, String> {
+    get_q(a, name)?.ok_or_else(|| format!("attribute '{name}_scale' is missing"))
+}
+
+/// Reads a u8 attribute.
+fn get_u8(a: &AttrsIn, name: &str) -> Result<u8, String> {
+    u8::try_from(a.int(name)?).map_err(|_| format!("attribute '{name}' is not a u8"))
+}
+
+/// The clamp bounds of an int8 op.
+fn put_bounds(a: &mut AttrsOut, lo: u8, hi: u8) {
+    a.int("lo", i64::from(lo));
+    a.int("hi", i64::from(hi));
+}
 
 /// The optional axis as a record attribute.
 fn put_axis(a: &mut AttrsOut, axis: Option<usize>) {
@@ -27,6 +64,82 @@ pub(super) fn encode(op: &Op, a: &mut AttrsOut) -> Option<&'static str> {
             put_axis(a, *axis);
             "DequantizeLinear"
         }
+        Op::QConv {
+            geom,
+            group,
+            x,
+            w_scale,
+            y,
+            lo,
+            hi,
+        } => {
+            a.geom(geom);
+            a.usize("group", *group);
+            put_q(a, "x", x);
+            a.floats("w_scale", w_scale);
+            if let Some(y) = y {
+                put_q(a, "y", y);
+            }
+            put_bounds(a, *lo, *hi);
+            "QConv"
+        }
+        Op::QGemm {
+            x,
+            w_scale,
+            y,
+            lo,
+            hi,
+        } => {
+            put_q(a, "x", x);
+            a.floats("w_scale", w_scale);
+            if let Some(y) = y {
+                put_q(a, "y", y);
+            }
+            put_bounds(a, *lo, *hi);
+            "QGemm"
+        }
+        Op::QAdd {
+            a: qa,
+            b: qb,
+            y,
+            lo,
+            hi,
+        } => {
+            put_q(a, "a", qa);
+            put_q(a, "b", qb);
+            put_q(a, "y", y);
+            put_bounds(a, *lo, *hi);
+            "QAdd"
+        }
+        Op::QRequant { x, y } => {
+            put_q(a, "x", x);
+            put_q(a, "y", y);
+            "QRequant"
+        }
+        Op::QLut { table } => {
+            a.ints(
+                "table",
+                &table.iter().map(|&v| i64::from(v)).collect::<Vec<_>>(),
+            );
+            "QLut"
+        }
+        Op::QMul { a: qa, b: qb, y } => {
+            put_q(a, "a", qa);
+            put_q(a, "b", qb);
+            put_q(a, "y", y);
+            "QMul"
+        }
+        Op::QSoftmax { axis, x, y } => {
+            a.usize("axis", *axis);
+            put_q(a, "x", x);
+            put_q(a, "y", y);
+            "QSoftmax"
+        }
+        Op::QMaxPool { geom, ceil_mode } => {
+            a.geom(geom);
+            a.bool("ceil_mode", *ceil_mode);
+            "QMaxPool"
+        }
         _ => return None,
     })
 }
@@ -38,8 +151,165 @@ pub(super) fn decode(name: &str, a: &AttrsIn) -> Option<Result<Op, String>> {
                 axis: get_axis(a)?,
                 dtype: a.dtype("dtype")?,
             },
-            _ => Op::DequantizeLinear { axis: get_axis(a)? },
+            "DequantizeLinear" => Op::DequantizeLinear { axis: get_axis(a)? },
+            "QConv" => Op::QConv {
+                geom: a.geom()?,
+                group: a.usize("group")?,
+                x: req_q(a, "x")?,
+                w_scale: a.floats("w_scale")?,
+                y: get_q(a, "y")?,
+                lo: get_u8(a, "lo")?,
+                hi: get_u8(a, "hi")?,
+            },
+            "QGemm" => Op::QGemm {
+                x: req_q(a, "x")?,
+                w_scale: a.floats("w_scale")?,
+                y: get_q(a, "y")?,
+                lo: get_u8(a, "lo")?,
+                hi: get_u8(a, "hi")?,
+            },
+            "QAdd" => Op::QAdd {
+                a: req_q(a, "a")?,
+                b: req_q(a, "b")?,
+                y: req_q(a, "y")?,
+                lo: get_u8(a, "lo")?,
+                hi: get_u8(a, "hi")?,
+            },
+            "QRequant" => Op::QRequant {
+                x: req_q(a, "x")?,
+                y: req_q(a, "y")?,
+            },
+            "QLut" => Op::QLut {
+                table: a
+                    .opt_ints("table")
+                    .ok_or("QLut: attribute 'table' is missing")?
+                    .into_iter()
+                    .map(|v| {
+                        u8::try_from(v).map_err(|_| "QLut: a table entry is not a u8".to_string())
+                    })
+                    .collect::<Result<_, _>>()?,
+            },
+            "QMul" => Op::QMul {
+                a: req_q(a, "a")?,
+                b: req_q(a, "b")?,
+                y: req_q(a, "y")?,
+            },
+            "QSoftmax" => Op::QSoftmax {
+                axis: a.usize("axis")?,
+                x: req_q(a, "x")?,
+                y: req_q(a, "y")?,
+            },
+            _ => Op::QMaxPool {
+                geom: a.geom()?,
+                ceil_mode: a.bool("ceil_mode")?,
+            },
         })
     };
-    matches!(name, "QuantizeLinear" | "DequantizeLinear").then(f)
+    matches!(
+        name,
+        "QuantizeLinear"
+            | "DequantizeLinear"
+            | "QConv"
+            | "QGemm"
+            | "QAdd"
+            | "QRequant"
+            | "QMaxPool"
+            | "QLut"
+            | "QMul"
+            | "QSoftmax"
+    )
+    .then(f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{decode_op, encode_op};
+    use crate::ir::{ConvGeom, DType, Op, QParam};
+
+    #[test]
+    fn every_quant_op_round_trips() {
+        let q = |scale, zp| QParam { scale, zp };
+        let geom = ConvGeom {
+            kernel: vec![3, 3],
+            strides: vec![2, 2],
+            dilations: vec![1, 1],
+            pads: vec![1, 1, 1, 1],
+            auto_pad: None,
+        };
+        let ops = vec![
+            Op::QuantizeLinear {
+                axis: None,
+                dtype: DType::I8,
+            },
+            Op::QuantizeLinear {
+                axis: Some(1),
+                dtype: DType::I32,
+            },
+            Op::DequantizeLinear { axis: Some(0) },
+            Op::DequantizeLinear { axis: None },
+            Op::QConv {
+                geom: geom.clone(),
+                group: 2,
+                x: q(0.5, 3),
+                w_scale: vec![0.1, 0.2],
+                y: Some(q(0.25, 128)),
+                lo: 128,
+                hi: 250,
+            },
+            Op::QConv {
+                geom: geom.clone(),
+                group: 1,
+                x: q(1.0, 0),
+                w_scale: vec![1.0],
+                y: None,
+                lo: 0,
+                hi: 255,
+            },
+            Op::QGemm {
+                x: q(0.5, 3),
+                w_scale: vec![0.1],
+                y: Some(q(2.0, 7)),
+                lo: 0,
+                hi: 255,
+            },
+            Op::QAdd {
+                a: q(0.1, 1),
+                b: q(0.2, 2),
+                y: q(0.3, 3),
+                lo: 3,
+                hi: 255,
+            },
+            Op::QMul {
+                a: q(0.1, 1),
+                b: q(0.2, 2),
+                y: q(0.3, 3),
+            },
+            Op::QRequant {
+                x: q(0.1, 1),
+                y: q(0.2, 2),
+            },
+            Op::QSoftmax {
+                axis: 1,
+                x: q(0.1, 1),
+                y: q(1.0 / 256.0, 0),
+            },
+            Op::QLut {
+                table: (0..=255).rev().collect(),
+            },
+            Op::QMaxPool {
+                geom,
+                ceil_mode: true,
+            },
+        ];
+        for op in ops {
+            let (name, attrs) = encode_op(&op).expect("encode");
+            assert_eq!(decode_op(&name, &attrs).expect("decode"), op);
+        }
+        let (name, mut attrs) = encode_op(&Op::QLut {
+            table: vec![0; 256],
+        })
+        .expect("encode");
+        attrs[0].ints[5] = 300;
+        assert!(decode_op(&name, &attrs).is_err());
+    }
 }
