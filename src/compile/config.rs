@@ -644,6 +644,12 @@ compiler_parameters:
                     output_type_rt: s32;f32\n  quantize_axis: 3\n";
         let c = parse_config(text, Path::new(".")).unwrap();
         assert_eq!(c.options.signed_inputs, vec!["images"]);
+        let cal = parse_config(
+            "calibration_parameters:\n  cal_data_dir: cal\n",
+            Path::new("/m"),
+        )
+        .unwrap();
+        assert_eq!(cal.options.calibration_data, Some(PathBuf::from("/m/cal")));
         assert_eq!(
             c.options.outputs,
             vec![
