@@ -171,6 +171,9 @@ pub fn compile_graph_within(
     let boundary_in = insert_input_conversions(&mut g, opts)?;
     fold::infer_and_fold_within(&mut g, budget)?;
     simplify::canonicalize_clip(&mut g);
+    if let Some(q) = &opts.quantize {
+        crate::quant::quantize_graph(&mut g, opts, q)?;
+    }
     let fuse_all = |g: &mut Graph| loop {
         let mut changed = simplify::remove_identities(g);
         changed += fuse::fold_batchnorm(g);
