@@ -67,7 +67,34 @@ fn is_f32_activation(g: &Graph, v: ValueId) -> bool {
     val.konst.is_none() && val.dtype == DType::F32 && val.shape.is_some()
 }
 
+/// Operators that compute in int8 whatever their neighbours do.
+fn computes(op: &Op) -> bool {
+    matches!(op, Op::Conv { .. } | Op::Gemm { .. } | Op::MatMul { .. })
+}
+
+/// Operators that only move or clamp values: an int8 tensor stays int8 through them.
+fn moves_data(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Reshape { .. }
+            | Op::Flatten { .. }
+            | Op::Squeeze { .. }
+            | Op::Unsqueeze { .. }
+            | Op::Transpose { .. }
+            | Op::Split { .. }
+            | Op::Slice
+            | Op::Unary(UnaryOp::Relu)
+            | Op::Unary(UnaryOp::Clip { .. })
+    )
+}
+
 /// The activation tensors to quantise, in a deterministic order.
+///
+/// Inputs and outputs of Conv/Gemm/MatMul are always chosen. Add (of two activations),
+/// Concat, pooling and Resize are quantised only when one of their inputs is already an
+/// int8 tensor (chosen, or derived from one through data-movement ops): quantising them
+/// elsewhere (box decoding, a concat of boxes and scores) only loses precision. A graph
+/// output is never quantised: it stays f32 at full precision.
 pub fn select_tensors(g: &Graph) -> Vec<ValueId> {
     let mut readers: Vec<Vec<usize>> = vec![Vec::new(); g.values.len()];
     for (i, n) in g.nodes.iter().enumerate() {
@@ -76,24 +103,41 @@ pub fn select_tensors(g: &Graph) -> Vec<ValueId> {
         }
     }
     let mut chosen = Vec::new();
-    let mut seen = HashSet::new();
-    let mut take = |v: ValueId, chosen: &mut Vec<ValueId>| {
-        if is_f32_activation(g, v) && seen.insert(v) {
+    // Chosen values and values derived from them by data movement.
+    let mut int8: HashSet<ValueId> = HashSet::new();
+    let mut take = |v: ValueId, chosen: &mut Vec<ValueId>, int8: &mut HashSet<ValueId>| {
+        if is_f32_activation(g, v) && !g.outputs.contains(&v) && int8.insert(v) {
             chosen.push(v);
         }
     };
     for n in &g.nodes {
-        if !quantisable(&n.op) {
+        let acts: Vec<ValueId> = activation_inputs(&n.op, n.inputs.len())
+            .into_iter()
+            .filter_map(|p| n.inputs.get(p).copied().flatten())
+            .filter(|&v| g.values[v].konst.is_none())
+            .collect();
+        let wanted = quantisable(&n.op)
+            && (computes(&n.op)
+                || match n.op {
+                    Op::Binary(BinaryOp::Add) => {
+                        acts.len() == 2 && acts.iter().any(|v| int8.contains(v))
+                    }
+                    _ => acts.iter().any(|v| int8.contains(v)),
+                });
+        if !wanted {
+            if moves_data(&n.op)
+                && n.inputs
+                    .first()
+                    .copied()
+                    .flatten()
+                    .is_some_and(|v| int8.contains(&v))
+            {
+                int8.extend(n.outputs.iter().copied());
+            }
             continue;
         }
-        let weight = weight_axis(&n.op, 2).map(|w| w.0);
-        for p in activation_inputs(&n.op, n.inputs.len()) {
-            if let Some(Some(v)) = n.inputs.get(p) {
-                if Some(p) == weight && g.values[*v].konst.is_some() {
-                    continue;
-                }
-                take(*v, &mut chosen);
-            }
+        for v in acts {
+            take(v, &mut chosen, &mut int8);
         }
         let Some(&out) = n.outputs.first() else {
             continue;
@@ -104,7 +148,7 @@ pub fn select_tensors(g: &Graph) -> Vec<ValueId> {
             }
             _ => None,
         };
-        take(act.unwrap_or(out), &mut chosen);
+        take(act.unwrap_or(out), &mut chosen, &mut int8);
     }
     chosen
 }
