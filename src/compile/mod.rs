@@ -188,6 +188,7 @@ pub fn compile_graph_within(
     }
     // Int8 lowering of QDQ patterns, then the weights left in float are folded (and may
     // now fuse further).
+    quantize::lower_int8(&mut g)?;
     if quantize::fold_constant_dequantize(&mut g)? > 0 && opts.optimize_level > 0 {
         fuse_all(&mut g);
     }
