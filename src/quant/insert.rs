@@ -88,13 +88,43 @@ fn moves_data(op: &Op) -> bool {
     )
 }
 
+/// Float operators an int8 tensor's consumers may pass through on the way to an int8
+/// op (the activations of conv blocks: SiLU as Sigmoid + Mul, HardSwish, ...).
+fn passes_on(op: &Op) -> bool {
+    moves_data(op) || matches!(op, Op::Unary(_) | Op::Binary(BinaryOp::Mul)) || quantisable(op)
+}
+
+/// True when `v` reaches a Conv/Gemm/MatMul through data movement, element-wise
+/// activations and int8-capable ops only: quantising it then feeds an int8 op.
+fn feeds_int8(g: &Graph, readers: &[Vec<usize>], v: ValueId, memo: &mut Vec<Option<bool>>) -> bool {
+    if let Some(r) = memo[v] {
+        return r;
+    }
+    memo[v] = Some(false);
+    let mut found = false;
+    for &r in &readers[v] {
+        let n = &g.nodes[r];
+        if computes(&n.op) {
+            found = true;
+        } else if passes_on(&n.op) {
+            found = n.outputs.iter().any(|&o| feeds_int8(g, readers, o, memo));
+        }
+        if found {
+            break;
+        }
+    }
+    memo[v] = Some(found);
+    found
+}
+
 /// The activation tensors to quantise, in a deterministic order.
 ///
-/// Inputs and outputs of Conv/Gemm/MatMul are always chosen. Add (of two activations),
-/// Concat, pooling and Resize are quantised only when one of their inputs is already an
-/// int8 tensor (chosen, or derived from one through data-movement ops): quantising them
-/// elsewhere (box decoding, a concat of boxes and scores) only loses precision. A graph
-/// output is never quantised: it stays f32 at full precision.
+/// An op is quantised (its activation inputs and its output) when its output feeds an
+/// int8 op ([`feeds_int8`]: a last conv whose result only goes to float post-processing
+/// stays float) and, for Add (of two activations), Concat, pooling and Resize, when one
+/// of its inputs is already an int8 tensor (chosen, or derived from one by data
+/// movement): quantising them elsewhere (box decoding, a concat of boxes and scores)
+/// only loses precision. A graph output is never quantised: it stays f32.
 pub fn select_tensors(g: &Graph) -> Vec<ValueId> {
     let mut readers: Vec<Vec<usize>> = vec![Vec::new(); g.values.len()];
     for (i, n) in g.nodes.iter().enumerate() {
@@ -102,10 +132,11 @@ pub fn select_tensors(g: &Graph) -> Vec<ValueId> {
             readers[*v].push(i);
         }
     }
+    let mut memo = vec![None; g.values.len()];
     let mut chosen = Vec::new();
     // Chosen values and values derived from them by data movement.
     let mut int8: HashSet<ValueId> = HashSet::new();
-    let mut take = |v: ValueId, chosen: &mut Vec<ValueId>, int8: &mut HashSet<ValueId>| {
+    let take = |v: ValueId, chosen: &mut Vec<ValueId>, int8: &mut HashSet<ValueId>| {
         if is_f32_activation(g, v) && !g.outputs.contains(&v) && int8.insert(v) {
             chosen.push(v);
         }
@@ -116,7 +147,16 @@ pub fn select_tensors(g: &Graph) -> Vec<ValueId> {
             .filter_map(|p| n.inputs.get(p).copied().flatten())
             .filter(|&v| g.values[v].konst.is_none())
             .collect();
+        let out = n.outputs.first().copied();
+        // The output that would be quantised: past a Relu/Clip that alone reads it.
+        let qout = out.map(|o| match readers[o].as_slice() {
+            [r] if !g.outputs.contains(&o) && is_activation(&g.nodes[*r].op) => {
+                g.nodes[*r].outputs.first().copied().unwrap_or(o)
+            }
+            _ => o,
+        });
         let wanted = quantisable(&n.op)
+            && qout.is_some_and(|o| feeds_int8(g, &readers, o, &mut memo))
             && (computes(&n.op)
                 || match n.op {
                     Op::Binary(BinaryOp::Add) => {
@@ -139,16 +179,9 @@ pub fn select_tensors(g: &Graph) -> Vec<ValueId> {
         for v in acts {
             take(v, &mut chosen, &mut int8);
         }
-        let Some(&out) = n.outputs.first() else {
-            continue;
-        };
-        let act = match readers[out].as_slice() {
-            [r] if !g.outputs.contains(&out) && is_activation(&g.nodes[*r].op) => {
-                g.nodes[*r].outputs.first().copied()
-            }
-            _ => None,
-        };
-        take(act.unwrap_or(out), &mut chosen, &mut int8);
+        if let Some(o) = qout {
+            take(o, &mut chosen, &mut int8);
+        }
     }
     chosen
 }

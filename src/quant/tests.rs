@@ -20,7 +20,7 @@ fn conv(k: usize) -> Op {
     }
 }
 
-/// x -> Conv3x3 -> Relu -> r ; r -> Conv1x1 -> c ; Add(r, c) -> GAP -> out0 ;
+/// x -> Conv3x3 -> Relu -> r ; r -> Conv1x1 -> c ; Add(r, c) -> Conv1x1 -> GAP -> out0 ;
 /// Sigmoid(c) -> out1 (stays float).
 fn model() -> Graph {
     let mut b = GraphBuilder::new();
@@ -32,7 +32,9 @@ fn model() -> Graph {
     let w2 = b.konst("w2", &[8, 8, 1, 1], rand_vec(64, 3));
     let c2 = b.node("conv2", conv(1), &[r, w2], &[1, 8, 8, 8]);
     let a = b.node("add", Op::Binary(BinaryOp::Add), &[r, c2], &[1, 8, 8, 8]);
-    let gap = b.node("gap", Op::GlobalAveragePool, &[a], &[1, 8, 1, 1]);
+    let w3 = b.konst("w3", &[8, 8, 1, 1], rand_vec(64, 4));
+    let c3 = b.node("conv3", conv(1), &[a, w3], &[1, 8, 8, 8]);
+    let gap = b.node("gap", Op::GlobalAveragePool, &[c3], &[1, 8, 1, 1]);
     let s = b.node("sig", Op::Unary(UnaryOp::Sigmoid), &[c2], &[1, 8, 8, 8]);
     b.finish(&[gap, s])
 }
@@ -69,8 +71,8 @@ fn qdq_pairs_go_around_int8_ops_and_weights_become_s8() {
     )
     .unwrap();
     assert_eq!(r.samples, 4);
-    // x, relu output (not conv1's), conv2 output, add output; the GAP output is a graph
-    // output and stays f32.
+    // x, relu output (not conv1's), conv2 output, add output; conv3 feeds only the GAP
+    // whose output is a graph output, so conv3 and the GAP stay f32.
     assert_eq!(
         r.tensors,
         4,
@@ -89,6 +91,10 @@ fn qdq_pairs_go_around_int8_ops_and_weights_become_s8() {
         .filter(|n| matches!(n.op, Op::DequantizeLinear { axis: Some(0) }))
         .collect();
     assert_eq!(wdq.len(), 2);
+    assert!(g
+        .nodes
+        .iter()
+        .any(|n| n.name == "conv3" && g.values[n.inputs[1].unwrap()].name == "w3"));
     let wq = g.values[wdq[0].inputs[0].unwrap()].konst.clone().unwrap();
     assert_eq!(wq.dtype(), crate::ir::DType::I8);
     // The sigmoid reads the dequantised conv2 output; conv1's output is read by relu only.
@@ -184,4 +190,45 @@ fn missing_calibration_data_is_a_named_compile_error() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("/nonexistent/calib"), "{e}");
+}
+
+#[test]
+fn image_inputs_calibrate_from_png_files_through_the_preprocessing() {
+    use crate::compile::{InputParams, InputType};
+    use crate::ir::ImageFormat;
+    let d = std::env::temp_dir().join(format!("vnpu_ptq_png_{}", std::process::id()));
+    std::fs::remove_dir_all(&d).ok();
+    std::fs::create_dir_all(&d).unwrap();
+    for k in 0..3u8 {
+        let f = std::fs::File::create(d.join(format!("{k}.png"))).unwrap();
+        let mut enc = png::Encoder::new(std::io::BufWriter::new(f), 5, 4);
+        enc.set_color(png::ColorType::Rgb);
+        enc.set_depth(png::BitDepth::Eight);
+        let px: Vec<u8> = (0..60u32)
+            .map(|i| ((i * 37 + u32::from(k) * 91) % 256) as u8)
+            .collect();
+        enc.write_header().unwrap().write_image_data(&px).unwrap();
+    }
+    let opts = CompileOptions {
+        inputs: vec![InputParams {
+            name: "x".into(),
+            shape: None,
+            input_type: InputType::Image(ImageFormat::Rgb),
+            nhwc: true,
+            train_bgr: false,
+            mean: vec![128.0; 3],
+            scale: vec![1.0 / 128.0; 3],
+        }],
+        quantize: Some(qopts(&d, CalibrationType::Percentile(99.9), true)),
+        ..Default::default()
+    };
+    let c = crate::compile::compile_graph(model(), &opts).unwrap();
+    assert_eq!(c.inputs[0].shape, vec![1, 8, 8, 3]);
+    // Three PNG samples went through the model's own preprocessing.
+    let mut g = model();
+    let mut o2 = opts.clone();
+    o2.inputs.clear();
+    let bad = quantize_graph(&mut g, &o2, o2.quantize.as_ref().unwrap()).unwrap_err();
+    assert!(bad.to_string().contains("input_type_rt"), "{bad}");
+    std::fs::remove_dir_all(&d).ok();
 }
