@@ -172,11 +172,17 @@ pub fn compile_graph_within(
     config::check_max_time_per_fc(opts.max_time_per_fc)?;
     // Declared inputs and initializers first: every later size derives from them.
     budget.check_graph(&g)?;
-    let imported = opts.calibration_data.is_some().then(|| g.clone());
+    let imported = (!opts.outputs.is_empty()
+        && (opts.calibration_data.is_some() || opts.quantize.is_some()))
+    .then(|| g.clone());
     let mut boundary_in = insert_input_conversions(&mut g, opts)?;
-    crate::quant::io::insert_signed_inputs(&mut g, &mut boundary_in, opts)?;
     fold::infer_and_fold_within(&mut g, budget)?;
     simplify::canonicalize_clip(&mut g);
+    if let Some(q) = &opts.quantize {
+        crate::quant::quantize_graph(&mut g, opts, q)?;
+    }
+    // After PTQ, whose calibration feeds the preprocessing nodes' outputs directly.
+    crate::quant::io::insert_signed_inputs(&mut g, &mut boundary_in, opts)?;
     let fuse_all = |g: &mut Graph| loop {
         let mut changed = simplify::remove_identities(g);
         changed += fuse::fold_batchnorm(g);
@@ -192,6 +198,7 @@ pub fn compile_graph_within(
     let output_scales = crate::quant::io::graph_output_scales(&g, opts);
     // Int8 lowering of QDQ patterns, then the weights left in float are folded (and may
     // now fuse further).
+    quantize::lower_int8(&mut g)?;
     if quantize::fold_constant_dequantize(&mut g)? > 0 && opts.optimize_level > 0 {
         fuse_all(&mut g);
     }

@@ -186,6 +186,17 @@ pub enum ImageFormat {
     Gray,
 }
 
+/// Quantisation parameters of a u8 activation tensor inside a compiled plan ("u8
+/// domain": an ONNX s8 tensor is stored as `s + 128` with `zp + 128`):
+/// `real = (q - zp) * scale`.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct QParam {
+    /// Step between two quantised values.
+    pub scale: f32,
+    /// The quantised value of real 0.
+    pub zp: u8,
+}
+
 /// An operator with its attributes. Inputs are positional as in ONNX (optional inputs
 /// absent are `None` in [`crate::ir::Node::inputs`]).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -392,6 +403,52 @@ pub enum Op {
     DequantizeLinear {
         axis: Option<usize>,
     },
+    /// Int8 convolution, lowered from `DQ(x), DQ(w) [, DQ(b)] → Conv [→ Relu/Clip] → Q`.
+    /// inputs: x (u8, quantised by `x`), w (i8 constant `[cout, cin/group, k...]`,
+    /// symmetric, per output channel scales `w_scale`), [bias (i32 constant `[cout]` in
+    /// units of `x.scale * w_scale[c]`)]. Output: u8 requantised to `y` and clamped to
+    /// `[lo, hi]` (a fused ReLU/Clip), or, when `y` is `None`, the raw i32 accumulator
+    /// plus bias.
+    QConv {
+        geom: ConvGeom,
+        group: usize,
+        x: QParam,
+        w_scale: Vec<f32>,
+        y: Option<QParam>,
+        lo: u8,
+        hi: u8,
+    },
+    /// Int8 matrix product, lowered from Gemm / MatMul between DQ and Q. inputs: a (u8,
+    /// `[.., m, k]`, rows flattened), b (i8 constant `[k, n]`, per column scales
+    /// `w_scale`), [bias (i32 constant `[n]`)]. Output as for `QConv`.
+    QGemm {
+        x: QParam,
+        w_scale: Vec<f32>,
+        y: Option<QParam>,
+        lo: u8,
+        hi: u8,
+    },
+    /// Int8 element-wise add of two u8 tensors of the same shape, lowered from
+    /// `DQ(a), DQ(b) → Add [→ Relu] → Q`; computed as the float reference does
+    /// (dequantise, add, requantise), clamped to `[lo, hi]`.
+    QAdd {
+        a: QParam,
+        b: QParam,
+        y: QParam,
+        lo: u8,
+        hi: u8,
+    },
+    /// u8 → u8 change of quantisation parameters (`Q(DQ(x))` with different params).
+    QRequant {
+        x: QParam,
+        y: QParam,
+    },
+    /// MaxPool on a u8 tensor (max commutes with the monotonic (de)quantisation; input
+    /// and output share their parameters).
+    QMaxPool {
+        geom: ConvGeom,
+        ceil_mode: bool,
+    },
     /// Test-only operator (domain `ai.vnpu.test`, op `Spin`): copies its input to its
     /// output after busy-waiting `micros`. Lets scheduling tests build FCs of known length.
     #[cfg(feature = "test-ops")]
@@ -458,6 +515,11 @@ impl Op {
             Op::Preprocess { .. } => "Preprocess",
             Op::QuantizeLinear { .. } => "QuantizeLinear",
             Op::DequantizeLinear { .. } => "DequantizeLinear",
+            Op::QConv { .. } => "QConv",
+            Op::QGemm { .. } => "QGemm",
+            Op::QAdd { .. } => "QAdd",
+            Op::QRequant { .. } => "QRequant",
+            Op::QMaxPool { .. } => "QMaxPool",
             #[cfg(feature = "test-ops")]
             Op::Spin { .. } => "Spin",
             #[cfg(feature = "test-ops")]

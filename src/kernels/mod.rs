@@ -14,6 +14,7 @@ pub mod image;
 pub mod nd;
 pub mod norm;
 pub mod pool;
+pub mod quant;
 pub mod reduce;
 pub mod resize;
 pub mod rnn;

@@ -386,6 +386,25 @@ fn plan_kernel(c: &Ctx<'_>) -> Result<Planned> {
         } => image::plan_preprocess(c, *format, *nhwc, mean, scale, *to_bgr),
         Op::QuantizeLinear { axis, dtype } => quant::plan_quantize(c, *axis, *dtype),
         Op::DequantizeLinear { axis } => quant::plan_dequantize(c, *axis),
+        Op::QConv {
+            geom,
+            group,
+            x,
+            w_scale,
+            y,
+            lo,
+            hi,
+        } => quant::plan_qconv(c, geom, *group, (*x, w_scale, *y), (*lo, *hi)),
+        Op::QGemm {
+            x,
+            w_scale,
+            y,
+            lo,
+            hi,
+        } => quant::plan_qgemm(c, (*x, w_scale, *y), (*lo, *hi)),
+        Op::QAdd { a, b, y, lo, hi } => quant::plan_qadd(c, *a, *b, *y, *lo, *hi),
+        Op::QRequant { x, y } => quant::plan_qrequant(c, *x, *y),
+        Op::QMaxPool { geom, .. } => quant::plan_qmaxpool(c, geom),
         #[cfg(feature = "test-ops")]
         Op::Spin { micros } => testing::plan_spin(c, *micros),
         #[cfg(feature = "test-ops")]

@@ -1,14 +1,25 @@
 //! Quant family: QuantizeLinear and DequantizeLinear, run in float exactly as ONNX
 //! defines them (and as onnxruntime computes them):
 //! `q = saturate(round_half_even(x / scale) + zp)`, `x = (q - zp) * scale` (the
-//! subtraction in integers, the product in f32). Per-tensor or per-axis parameters.
-//! Tiles split element ranges.
+//! subtraction in integers, the product in f32), per-tensor or per-axis; and the
+//! lowered int8 ops (QConv, QGemm, QAdd, QRequant, QMaxPool) on the kernels of
+//! `kernels::quant`. Weights are packed and the input zero-point correction folded into
+//! the bias at plan time.
+//!
+//! Tiles: element ranges (Q, DQ, QAdd, QRequant), output channels (QConv, whole groups
+//! of a grouped conv), rows (QGemm), planes (QMaxPool).
 
-use super::ctx::Ctx;
+use super::ctx::{geom2, nchw, Ctx};
 use super::errors::{shape_err, unsup};
 use super::{FamilyKernel, Planned, Run, ELEMS_PER_TILE};
 use crate::error::Result;
-use crate::ir::DType;
+use crate::ir::{ConvGeom, DType, Elems, QParam};
+use crate::kernels::body::conv::ConvShape;
+use crate::kernels::body::pool::PoolShape;
+use crate::kernels::quant::{
+    maxpool_u8, qadd, qconv_i32, qconv_u8, qgemm_i32, qgemm_u8, requant_u8, AddParams,
+    QConvWeights, QGemmB, QScratch, Requant,
+};
 
 /// Per-tensor or per-axis quantisation parameters resolved for a flat loop: element
 /// `i` uses entry `(i / inner) % scale.len()`.
@@ -38,6 +49,8 @@ pub(crate) enum QuantKernel {
     Quantize { p: QParams, to: DType, n: usize },
     /// `from` (u8, i8 or i32) → f32.
     Dequantize { p: QParams, from: DType, n: usize },
+    /// A lowered int8 op.
+    Int8(Box<QKernel>),
 }
 
 /// Reads the constant scale (input 1) and zero point (input 2) of a Q/DQ node on input 0,
@@ -116,6 +129,14 @@ impl FamilyKernel for QuantKernel {
             QuantKernel::Quantize { n, .. } | QuantKernel::Dequantize { n, .. } => {
                 n.div_ceil(ELEMS_PER_TILE)
             }
+            QuantKernel::Int8(k) => k.tiles(),
+        }
+    }
+
+    fn macs(&self) -> usize {
+        match self {
+            QuantKernel::Int8(k) => k.macs(),
+            _ => 0,
         }
     }
 
@@ -123,6 +144,7 @@ impl FamilyKernel for QuantKernel {
         let tile = r.tile;
         let io = r.io;
         match self {
+            QuantKernel::Int8(k) => k.run(&mut r),
             QuantKernel::Quantize { p, to, n } => {
                 let (lo, hi) = tile.range(*n, ELEMS_PER_TILE);
                 let x = &io.f32(0)[lo..hi];
@@ -181,5 +203,396 @@ impl FamilyKernel for QuantKernel {
             }
         }
         Ok(())
+    }
+}
+
+// ---- The lowered int8 ops (kernels in `kernels::quant`). ----
+
+thread_local! {
+    /// Per-thread scratch of the int8 kernels: it grows to the largest node a thread
+    /// runs (on its first run) and is reused after, so steady-state runs do not allocate.
+    static QSCRATCH: std::cell::RefCell<QScratch> = std::cell::RefCell::new(QScratch::new());
+}
+
+/// Runs `f` with this thread's int8 scratch.
+fn with_scratch<R>(f: impl FnOnce(&mut QScratch) -> R) -> R {
+    QSCRATCH.with(|s| f(&mut s.borrow_mut()))
+}
+
+/// The requantisation of a QConv / QGemm output: u8 with per-channel multipliers, or the
+/// raw i32 sums.
+#[derive(Debug)]
+pub(crate) enum QOut {
+    U8 {
+        mult: Vec<f32>,
+        y_zp: u8,
+        lo: u8,
+        hi: u8,
+    },
+    I32,
+}
+
+impl QOut {
+    fn new(x: QParam, w_scale: &[f32], y: Option<QParam>, lo: u8, hi: u8) -> QOut {
+        match y {
+            Some(y) => QOut::U8 {
+                mult: w_scale.iter().map(|&ws| x.scale * ws / y.scale).collect(),
+                y_zp: y.zp,
+                lo,
+                hi,
+            },
+            None => QOut::I32,
+        }
+    }
+
+    fn dtype(&self) -> DType {
+        match self {
+            QOut::U8 { .. } => DType::U8,
+            QOut::I32 => DType::I32,
+        }
+    }
+}
+
+/// A planned int8 node.
+#[derive(Debug)]
+pub(crate) enum QKernel {
+    /// Conv of `s`; tiles split output channels (aligned to `align`).
+    Conv {
+        s: ConvShape,
+        x_zp: u8,
+        w: QConvWeights,
+        bias: Vec<i32>,
+        out: QOut,
+        align: usize,
+    },
+    /// `m` rows of depth `b.k()`; tiles split rows.
+    Gemm {
+        m: usize,
+        b: QGemmB,
+        bias: Vec<i32>,
+        out: QOut,
+    },
+    Add {
+        p: AddParams,
+        n: usize,
+    },
+    Requant {
+        x: QParam,
+        y: QParam,
+        n: usize,
+    },
+    MaxPool(PoolShape),
+}
+
+/// The constant i8 weights (input 1) and optional i32 bias (input 2) of QConv / QGemm.
+fn int8_weights(c: &Ctx<'_>, n: usize) -> Result<(Vec<i8>, Option<Vec<i32>>)> {
+    let w = match c.konst(1).map(|t| t.elems()) {
+        Some(Elems::I8(w)) => w.to_vec(),
+        _ => return Err(unsup(c.n, "weights must be a constant i8 tensor")),
+    };
+    let bias = match c.konst(2).map(|t| t.elems()) {
+        None if !c.has(2) => None,
+        Some(Elems::I32(b)) if b.len() == n => Some(b.to_vec()),
+        _ => {
+            return Err(unsup(
+                c.n,
+                format!("bias must be a constant i32 tensor of {n}"),
+            ))
+        }
+    };
+    Ok((w, bias))
+}
+
+/// Plans a QConv (2-D or 1-D, NCHW).
+pub(crate) fn plan_qconv(
+    c: &Ctx<'_>,
+    geom: &ConvGeom,
+    group: usize,
+    (x, w_scale, y): (QParam, &[f32], Option<QParam>),
+    (lo, hi): (u8, u8),
+) -> Result<Planned> {
+    let n = c.n;
+    let out = QOut::new(x, w_scale, y, lo, hi);
+    c.outputs_typed(out.dtype())?;
+    let (xs, ws, os) = (c.ishape(0)?, c.ishape(1)?, c.oshape(0)?);
+    if c.itype(0)? != DType::U8 {
+        return Err(unsup(n, "QConv input must be u8"));
+    }
+    let [nb, cin, h, w] = nchw(n, xs)?;
+    let [onb, cout, oh, ow] = nchw(n, os)?;
+    if ws.len() != xs.len() || os.len() != xs.len() || onb != nb {
+        return Err(shape_err(n, format!("shapes {xs:?} * {ws:?} -> {os:?}")));
+    }
+    let ge = geom2(n, geom, xs.len() - 2, &ws[2..])?;
+    if group == 0 || cin % group != 0 || cout % group != 0 || ws[0] != cout || ws[1] * group != cin
+    {
+        return Err(shape_err(
+            n,
+            format!("weights {ws:?} do not fit input {xs:?} with group {group}"),
+        ));
+    }
+    if w_scale.len() != cout {
+        return Err(shape_err(
+            n,
+            format!("{} weight scales for {cout}", w_scale.len()),
+        ));
+    }
+    let s = ConvShape {
+        n: nb,
+        c_in: cin,
+        h,
+        w,
+        c_out: cout,
+        oh,
+        ow,
+        kh: ge.k[0],
+        kw: ge.k[1],
+        sh: ge.s[0],
+        sw: ge.s[1],
+        dh: ge.d[0],
+        dw: ge.d[1],
+        ph: ge.p[0],
+        pw: ge.p[1],
+        group,
+    };
+    let full = |i: usize, k: usize, st: usize, d: usize, pb: usize, pe: usize| {
+        (i + pb + pe)
+            .checked_sub(d * (k - 1) + 1)
+            .map(|v| v / st + 1)
+    };
+    if full(h, s.kh, s.sh, s.dh, ge.p[0], ge.p[2]) != Some(oh)
+        || full(w, s.kw, s.sw, s.dw, ge.p[1], ge.p[3]) != Some(ow)
+    {
+        return Err(shape_err(n, "output size does not match the conv geometry"));
+    }
+    let (wt, bias) = int8_weights(c, cout)?;
+    if wt.len() != cout * ws[1] * s.kh * s.kw {
+        return Err(shape_err(n, "weights size"));
+    }
+    let qw = QConvWeights::pack(&wt, cout, ws[1], s.kh, s.kw, group);
+    let bias = qw.fold_bias(bias.as_deref(), x.zp);
+    // Channel tiles stay whole groups of a grouped (non-depthwise) conv.
+    let align = if group > 1 && cout != group {
+        cout / group
+    } else {
+        8
+    };
+    Ok(Planned::new(QuantKernel::Int8(Box::new(QKernel::Conv {
+        s,
+        x_zp: x.zp,
+        w: qw,
+        bias,
+        out,
+        align,
+    }))))
+}
+
+/// Plans a QGemm: `a [.., m, k] x b [k, n]`.
+pub(crate) fn plan_qgemm(
+    c: &Ctx<'_>,
+    (x, w_scale, y): (QParam, &[f32], Option<QParam>),
+    (lo, hi): (u8, u8),
+) -> Result<Planned> {
+    let n = c.n;
+    let out = QOut::new(x, w_scale, y, lo, hi);
+    c.outputs_typed(out.dtype())?;
+    if c.itype(0)? != DType::U8 {
+        return Err(unsup(n, "QGemm input must be u8"));
+    }
+    let (a, b) = (c.ishape(0)?, c.ishape(1)?);
+    if a.len() < 2 || b.len() != 2 || a[a.len() - 1] != b[0] || w_scale.len() != b[1] {
+        return Err(shape_err(n, format!("QGemm of {a:?} x {b:?}")));
+    }
+    let (k, cols) = (b[0], b[1]);
+    let m: usize = a[..a.len() - 1].iter().product();
+    if c.oshape(0)?.iter().product::<usize>() != m * cols {
+        return Err(shape_err(n, "output size"));
+    }
+    let (wt, bias) = int8_weights(c, cols)?;
+    if wt.len() != k * cols {
+        return Err(shape_err(n, "weights size"));
+    }
+    let qb = QGemmB::pack(&wt, k, cols);
+    let bias = qb.fold_bias(bias.as_deref(), x.zp);
+    Ok(Planned::new(QuantKernel::Int8(Box::new(QKernel::Gemm {
+        m,
+        b: qb,
+        bias,
+        out,
+    }))))
+}
+
+/// Plans a QAdd of two u8 tensors of one shape.
+pub(crate) fn plan_qadd(
+    c: &Ctx<'_>,
+    a: QParam,
+    b: QParam,
+    y: QParam,
+    lo: u8,
+    hi: u8,
+) -> Result<Planned> {
+    c.outputs_typed(DType::U8)?;
+    if c.itype(0)? != DType::U8 || c.itype(1)? != DType::U8 || c.ishape(0)? != c.ishape(1)? {
+        return Err(unsup(c.n, "QAdd needs two u8 inputs of one shape"));
+    }
+    let n = c.same_numel(0, 0)?;
+    let p = AddParams {
+        a_scale: a.scale,
+        a_zp: a.zp,
+        b_scale: b.scale,
+        b_zp: b.zp,
+        y_scale: y.scale,
+        y_zp: y.zp,
+        lo,
+        hi,
+    };
+    Ok(Planned::new(QuantKernel::Int8(Box::new(QKernel::Add {
+        p,
+        n,
+    }))))
+}
+
+/// Plans a QRequant (u8 → u8).
+pub(crate) fn plan_qrequant(c: &Ctx<'_>, x: QParam, y: QParam) -> Result<Planned> {
+    c.outputs_typed(DType::U8)?;
+    if c.itype(0)? != DType::U8 {
+        return Err(unsup(c.n, "QRequant input must be u8"));
+    }
+    let n = c.same_numel(0, 0)?;
+    Ok(Planned::new(QuantKernel::Int8(Box::new(
+        QKernel::Requant { x, y, n },
+    ))))
+}
+
+/// Plans a QMaxPool (u8 NCHW).
+pub(crate) fn plan_qmaxpool(c: &Ctx<'_>, geom: &ConvGeom) -> Result<Planned> {
+    let n = c.n;
+    c.outputs_typed(DType::U8)?;
+    if c.itype(0)? != DType::U8 {
+        return Err(unsup(n, "QMaxPool input must be u8"));
+    }
+    let (xs, os) = (c.ishape(0)?, c.oshape(0)?);
+    let [nb, ch, h, w] = nchw(n, xs)?;
+    let [onb, och, oh, ow] = nchw(n, os)?;
+    if os.len() != xs.len() || (onb, och) != (nb, ch) {
+        return Err(shape_err(
+            n,
+            format!("output {os:?} does not fit input {xs:?}"),
+        ));
+    }
+    let ge = geom2(n, geom, xs.len() - 2, &[])?;
+    Ok(Planned::new(QuantKernel::Int8(Box::new(QKernel::MaxPool(
+        PoolShape {
+            planes: nb * ch,
+            h,
+            w,
+            oh,
+            ow,
+            kh: ge.k[0],
+            kw: ge.k[1],
+            sh: ge.s[0],
+            sw: ge.s[1],
+            dh: ge.d[0],
+            dw: ge.d[1],
+            pads: ge.p,
+        },
+    )))))
+}
+
+impl QKernel {
+    fn tiles(&self) -> usize {
+        match self {
+            QKernel::Conv { s, align, .. } => s.c_out.div_ceil(*align),
+            QKernel::Gemm { m, .. } => *m,
+            QKernel::Add { n, .. } | QKernel::Requant { n, .. } => n.div_ceil(ELEMS_PER_TILE),
+            QKernel::MaxPool(s) => s.planes,
+        }
+    }
+
+    fn macs(&self) -> usize {
+        match self {
+            QKernel::Conv { s, .. } => {
+                s.n * s.c_out * s.oh * s.ow * (s.c_in / s.group.max(1)) * s.kh * s.kw
+            }
+            QKernel::Gemm { m, b, .. } => m * b.k() * b.n(),
+            _ => 0,
+        }
+    }
+
+    fn run(&self, r: &mut Run<'_>) {
+        let (tile, isa, io) = (r.tile, r.isa, r.io);
+        let x = io.bytes(0);
+        match self {
+            QKernel::Conv {
+                s,
+                x_zp,
+                w,
+                bias,
+                out,
+                align,
+            } => {
+                let chans = tile.range(s.c_out, *align);
+                let o = r.out_bytes(0);
+                with_scratch(|sc| match out {
+                    QOut::U8 { mult, y_zp, lo, hi } => {
+                        let rq = Requant {
+                            mult,
+                            bias,
+                            y_zp: i32::from(*y_zp),
+                            lo: *lo,
+                            hi: *hi,
+                        };
+                        qconv_u8(isa, s, x, *x_zp, w, &rq, o, chans, sc);
+                    }
+                    QOut::I32 => {
+                        let o: &mut [i32] = bytemuck::cast_slice_mut(o);
+                        qconv_i32(isa, s, x, *x_zp, w, bias, o, chans, sc);
+                    }
+                });
+            }
+            QKernel::Gemm { m, b, bias, out } => {
+                let (lo, hi) = tile.range(*m, 1);
+                let (k, cols) = (b.k(), b.n());
+                let a = &x[lo * k..hi * k];
+                let o = r.out_bytes(0);
+                with_scratch(|sc| match out {
+                    QOut::U8 {
+                        mult,
+                        y_zp,
+                        lo: l,
+                        hi: h,
+                    } => {
+                        let rq = Requant {
+                            mult,
+                            bias,
+                            y_zp: i32::from(*y_zp),
+                            lo: *l,
+                            hi: *h,
+                        };
+                        let o = &mut o[lo * cols..hi * cols];
+                        qgemm_u8(isa, a, k, hi - lo, b, &rq, o, cols, sc);
+                    }
+                    QOut::I32 => {
+                        let o: &mut [i32] = bytemuck::cast_slice_mut(o);
+                        let o = &mut o[lo * cols..hi * cols];
+                        qgemm_i32(isa, a, k, hi - lo, b, bias, o, cols, sc);
+                    }
+                });
+            }
+            QKernel::Add { p, n } => {
+                let (lo, hi) = tile.range(*n, ELEMS_PER_TILE);
+                let b = io.bytes(1);
+                qadd(isa, p, &x[lo..hi], &b[lo..hi], &mut r.out_bytes(0)[lo..hi]);
+            }
+            QKernel::Requant { x: qx, y, n } => {
+                let (lo, hi) = tile.range(*n, ELEMS_PER_TILE);
+                let o = &mut r.out_bytes(0)[lo..hi];
+                requant_u8(&x[lo..hi], qx.scale, qx.zp, y.scale, y.zp, o);
+            }
+            QKernel::MaxPool(s) => {
+                let (lo, hi) = tile.range(s.planes, 1);
+                maxpool_u8(isa, s, x, r.out_bytes(0), lo, hi);
+            }
+        }
     }
 }

@@ -92,7 +92,13 @@ pub(super) fn encode_op(op: &Op) -> Result<(String, Vec<AttrRecord>), String> {
         Op::Resize { .. } => resize::encode(op, &mut a),
         Op::Lstm { .. } | Op::Gru { .. } => rnn::encode(op, &mut a),
         Op::Preprocess { .. } => image::encode(op, &mut a),
-        Op::QuantizeLinear { .. } | Op::DequantizeLinear { .. } => quant::encode(op, &mut a),
+        Op::QuantizeLinear { .. }
+        | Op::DequantizeLinear { .. }
+        | Op::QConv { .. }
+        | Op::QGemm { .. }
+        | Op::QAdd { .. }
+        | Op::QRequant { .. }
+        | Op::QMaxPool { .. } => quant::encode(op, &mut a),
         #[cfg(feature = "test-ops")]
         Op::Spin { .. } | Op::Fail { .. } => testing::encode(op, &mut a),
         // Test-only ops exist in the IR of a build without `test-ops` only while the IR

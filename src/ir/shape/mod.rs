@@ -368,6 +368,17 @@ impl<'a> Cx<'a> {
             Op::Preprocess { format, nhwc, .. } => self.preprocess(format, nhwc),
             Op::QuantizeLinear { axis, dtype } => self.quantize_linear(*axis, *dtype),
             Op::DequantizeLinear { axis } => self.dequantize_linear(*axis),
+            Op::QConv {
+                geom,
+                group,
+                w_scale,
+                y,
+                ..
+            } => self.qconv(geom, *group, w_scale, y),
+            Op::QGemm { w_scale, y, .. } => self.qgemm(w_scale, y),
+            Op::QAdd { .. } => self.qadd(),
+            Op::QRequant { .. } => self.qrequant(),
+            Op::QMaxPool { geom, ceil_mode } => self.qmaxpool(geom, *ceil_mode),
             #[cfg(feature = "test-ops")]
             Op::Spin { .. } | Op::Fail { .. } => self.pass_through(),
         }

@@ -1,9 +1,11 @@
 //! Shape and type rules of the quant family: QuantizeLinear (f32 → u8/i8/i32, same
-//! shape) and DequantizeLinear (u8/i8/i32 → f32, same shape). Scale and zero point must
-//! be one element (per-tensor) or one per entry of the quantised axis; the zero point,
-//! when given, has the quantised type.
+//! shape) and DequantizeLinear (u8/i8/i32 → f32, same shape), where scale and zero
+//! point must be one element (per-tensor) or one per entry of the quantised axis and
+//! the zero point, when given, has the quantised type; and the lowered int8 ops
+//! (QConv, QGemm: u8 activations, i8 weights, i32 bias, u8 or i32 output; QAdd,
+//! QRequant, QMaxPool: u8 to u8).
 
-use crate::ir::DType;
+use crate::ir::{ConvGeom, DType, QParam};
 use crate::Result;
 
 use super::{one, Cx, TypedShape};
@@ -73,5 +75,82 @@ impl Cx<'_> {
         }
         self.quant_params(x, axis, xt)?;
         one(DType::F32, x.to_vec())
+    }
+
+    /// Checks that input `i` has type `want`.
+    fn typed(&self, i: usize, want: DType) -> Result<&[usize]> {
+        let (t, s) = self.req(i)?;
+        if t != want {
+            return Err(self.err(format!(
+                "input #{i} must be {}, is {}",
+                want.name(),
+                t.name()
+            )));
+        }
+        Ok(s)
+    }
+
+    /// The weights (input 1, i8) and optional bias (input 2, i32 of `n`) of QConv/QGemm,
+    /// with `n` per-channel scales; the output type follows `y`.
+    fn int8_operands(&self, n: usize, w_scale: &[f32], y: &Option<QParam>) -> Result<DType> {
+        self.typed(0, DType::U8)?;
+        self.typed(1, DType::I8)?;
+        if w_scale.len() != n {
+            return Err(self.err(format!("{} weight scales for {n} channels", w_scale.len())));
+        }
+        if self.input(2).is_some() {
+            let b = self.typed(2, DType::I32)?;
+            if b != [n] {
+                return Err(self.err(format!("bias has shape {b:?}, expected [{n}]")));
+            }
+        }
+        Ok(if y.is_some() { DType::U8 } else { DType::I32 })
+    }
+
+    /// QConv: the Conv output shape.
+    pub(super) fn qconv(
+        &self,
+        geom: &ConvGeom,
+        group: usize,
+        w_scale: &[f32],
+        y: &Option<QParam>,
+    ) -> Result<Vec<TypedShape>> {
+        let s = self.conv(geom, group)?;
+        let dt = self.int8_operands(s[1], w_scale, y)?;
+        one(dt, s)
+    }
+
+    /// QGemm: `[.., m, k] x [k, n]`.
+    pub(super) fn qgemm(&self, w_scale: &[f32], y: &Option<QParam>) -> Result<Vec<TypedShape>> {
+        let (a, b) = (self.shape(0)?, self.shape(1)?);
+        if a.len() < 2 || b.len() != 2 {
+            return Err(self.err(format!(
+                "QGemm needs [.., m, k] x [k, n], got {a:?} x {b:?}"
+            )));
+        }
+        let out = self.matmul(a, b)?;
+        let dt = self.int8_operands(b[1], w_scale, y)?;
+        one(dt, out)
+    }
+
+    /// QAdd: two u8 tensors of one shape.
+    pub(super) fn qadd(&self) -> Result<Vec<TypedShape>> {
+        let a = self.typed(0, DType::U8)?;
+        let b = self.typed(1, DType::U8)?;
+        if a != b {
+            return Err(self.err(format!("QAdd needs equal shapes, got {a:?} and {b:?}")));
+        }
+        one(DType::U8, a.to_vec())
+    }
+
+    /// QRequant: u8 to u8, same shape.
+    pub(super) fn qrequant(&self) -> Result<Vec<TypedShape>> {
+        one(DType::U8, self.typed(0, DType::U8)?.to_vec())
+    }
+
+    /// QMaxPool: the pool window on a u8 tensor.
+    pub(super) fn qmaxpool(&self, geom: &ConvGeom, ceil_mode: bool) -> Result<Vec<TypedShape>> {
+        let x = self.typed(0, DType::U8)?;
+        one(DType::U8, self.pool(geom, ceil_mode, x)?)
     }
 }

@@ -124,6 +124,8 @@ pub struct KernelTable {
     pub sigmoid: fn(x: &mut [f32]),
     /// `x[i] = tanh(x[i])` in place (vectorised, within 1e-6 absolute).
     pub tanh: fn(x: &mut [f32]),
+    /// The int8 kernels of this instruction set (`kernels::quant`).
+    pub quant: &'static crate::kernels::quant::QuantTable,
 }
 
 /// The table the process uses (chosen once): the best this CPU supports, or the one

@@ -22,6 +22,7 @@ pub(crate) static TABLE: KernelTable = KernelTable {
     gemv_acc: body::rnn::gemv_acc,
     sigmoid: body::rnn::sigmoid,
     tanh: body::rnn::tanh,
+    quant: &crate::kernels::quant::table::PORTABLE,
 };
 
 fn mm_tile(kc: usize, a: &[f32], b: &[f32], c: &mut [f32], ldc: usize, acc: bool) {

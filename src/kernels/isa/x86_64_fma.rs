@@ -34,6 +34,7 @@ static TABLE: KernelTable = KernelTable {
     gemv_acc,
     sigmoid,
     tanh,
+    quant: &crate::kernels::quant::x86_64_avx2::TABLE,
 };
 
 /// Builds a safe table entry `$name` that runs the generic body `$body` compiled with

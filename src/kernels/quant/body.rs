@@ -1,0 +1,221 @@
+//! Generic int8 kernel bodies: the plain-Rust code the portable table uses as is and the
+//! AVX2 table compiles inside `#[target_feature]` functions (or replaces by intrinsics
+//! giving the same bits).
+//!
+//! Rounding mirrors onnxruntime (MLAS): a value is scaled in f32, clamped to
+//! `[lo - zp, hi - zp]` (a NaN becomes the lower bound, as `maxps` does), rounded half
+//! to even and shifted by the zero point. Integer sums wrap like the SIMD adds.
+
+use super::table::{QMR, QNR};
+use crate::kernels::body::conv::ConvShape;
+use crate::kernels::body::pool::{valid_range, PoolShape};
+
+/// `x` clamped to `[minv, maxv]` the way `maxps(x, minv)` then `minps(x, maxv)` do (a NaN
+/// gives `minv`), rounded half to even, plus `zp`.
+#[inline(always)]
+pub fn clamp_round(v: f32, minv: f32, maxv: f32, zp: i32) -> u8 {
+    let v = if v > minv { v } else { minv };
+    let v = if v < maxv { v } else { maxv };
+    (v.round_ties_even() as i32 + zp) as u8
+}
+
+/// Bounds `(lo - zp, hi - zp)` as floats, for [`clamp_round`].
+#[inline(always)]
+pub fn bounds(lo: u8, hi: u8, zp: i32) -> (f32, f32) {
+    ((lo as i32 - zp) as f32, (hi as i32 - zp) as f32)
+}
+
+/// One requantised output: `clamp(rne((acc + bias) * mult) + zp, lo, hi)`.
+#[inline(always)]
+pub fn requant_one(acc: i32, bias: i32, mult: f32, zp: i32, lo: u8, hi: u8) -> u8 {
+    let (minv, maxv) = bounds(lo, hi, zp);
+    clamp_round(acc.wrapping_add(bias) as f32 * mult, minv, maxv, zp)
+}
+
+/// One quantised value: `clamp(rne(x / scale) + zp, 0, 255)` (QuantizeLinear).
+#[inline(always)]
+pub fn quantize_one(x: f32, scale: f32, zp: u8) -> u8 {
+    let (minv, maxv) = bounds(0, 255, zp as i32);
+    clamp_round(x / scale, minv, maxv, zp as i32)
+}
+
+/// One dequantised value: `(x - zp) * scale` (DequantizeLinear).
+#[inline(always)]
+pub fn dequantize_one(x: u8, scale: f32, zp: u8) -> f32 {
+    (x as i32 - zp as i32) as f32 * scale
+}
+
+/// The int8 GEMM micro-tile (see `QuantTable::tile`).
+#[inline(always)]
+pub fn tile(kp: usize, a: &[i16], b: &[i16], c: &mut [i32], ldc: usize) {
+    assert!(a.len() >= kp * QMR * 2 && b.len() >= kp * QNR * 2);
+    assert!(ldc >= QNR && c.len() >= (QMR - 1) * ldc + QNR);
+    let mut t = [[0i32; QNR]; QMR];
+    for (ap, bp) in a
+        .chunks_exact(QMR * 2)
+        .zip(b.chunks_exact(QNR * 2))
+        .take(kp)
+    {
+        for (r, row) in t.iter_mut().enumerate() {
+            let (a0, a1) = (ap[2 * r] as i32, ap[2 * r + 1] as i32);
+            for (d, bb) in row.iter_mut().zip(bp.chunks_exact(2)) {
+                let s = a0
+                    .wrapping_mul(bb[0] as i32)
+                    .wrapping_add(a1.wrapping_mul(bb[1] as i32));
+                *d = d.wrapping_add(s);
+            }
+        }
+    }
+    for (r, row) in t.iter().enumerate() {
+        c[r * ldc..r * ldc + QNR].copy_from_slice(row);
+    }
+}
+
+/// Requantisation of one channel's outputs (see `QuantTable::requant_scalar`).
+#[inline(always)]
+pub fn requant_scalar(acc: &[i32], bias: i32, mult: f32, zp: i32, lo: u8, hi: u8, out: &mut [u8]) {
+    let (minv, maxv) = bounds(lo, hi, zp);
+    for (o, &a) in out.iter_mut().zip(acc) {
+        *o = clamp_round(a.wrapping_add(bias) as f32 * mult, minv, maxv, zp);
+    }
+}
+
+/// Requantisation with one channel per element (see `QuantTable::requant_cols`).
+#[inline(always)]
+pub fn requant_cols(
+    acc: &[i32],
+    bias: &[i32],
+    mult: &[f32],
+    zp: i32,
+    lo: u8,
+    hi: u8,
+    out: &mut [u8],
+) {
+    let (minv, maxv) = bounds(lo, hi, zp);
+    for (((o, &a), &b), &m) in out.iter_mut().zip(acc).zip(bias).zip(mult) {
+        *o = clamp_round(a.wrapping_add(b) as f32 * m, minv, maxv, zp);
+    }
+}
+
+/// QuantizeLinear to u8 (see `QuantTable::quantize`).
+#[inline(always)]
+pub fn quantize(x: &[f32], scale: f32, zp: u8, out: &mut [u8]) {
+    let (minv, maxv) = bounds(0, 255, zp as i32);
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = clamp_round(v / scale, minv, maxv, zp as i32);
+    }
+}
+
+/// DequantizeLinear from u8 (see `QuantTable::dequantize`).
+#[inline(always)]
+pub fn dequantize(x: &[u8], scale: f32, zp: u8, out: &mut [f32]) {
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = dequantize_one(v, scale, zp);
+    }
+}
+
+/// Parameters of the u8 add `y = Q(DQ(a) + DQ(b))` with the output clamped to `[lo, hi]`
+/// (a fused ReLU raises `lo` to the zero point).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AddParams {
+    /// Scale and zero point of `a`.
+    pub a_scale: f32,
+    pub a_zp: u8,
+    /// Scale and zero point of `b`.
+    pub b_scale: f32,
+    pub b_zp: u8,
+    /// Scale and zero point of the output.
+    pub y_scale: f32,
+    pub y_zp: u8,
+    /// Output clamp (0 and 255 when nothing is fused).
+    pub lo: u8,
+    pub hi: u8,
+}
+
+impl AddParams {
+    /// One output from one element of each input: the float QDQ formula, op for op.
+    #[inline(always)]
+    pub fn one(&self, a: u8, b: u8, minv: f32, maxv: f32) -> u8 {
+        let fa = dequantize_one(a, self.a_scale, self.a_zp);
+        let fb = dequantize_one(b, self.b_scale, self.b_zp);
+        clamp_round((fa + fb) / self.y_scale, minv, maxv, self.y_zp as i32)
+    }
+}
+
+/// The u8 add (see `QuantTable::qadd`): `b` holds `a.len()` elements, or one that is
+/// broadcast.
+#[inline(always)]
+pub fn qadd(p: &AddParams, a: &[u8], b: &[u8], out: &mut [u8]) {
+    let (minv, maxv) = bounds(p.lo, p.hi, p.y_zp as i32);
+    assert!(out.len() <= a.len() && (b.len() == 1 || out.len() <= b.len()));
+    if b.len() == 1 && out.len() != 1 {
+        let bv = b[0];
+        for (o, &x) in out.iter_mut().zip(a) {
+            *o = p.one(x, bv, minv, maxv);
+        }
+    } else {
+        for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+            *o = p.one(x, y, minv, maxv);
+        }
+    }
+}
+
+/// Depthwise accumulation of one plane (see `QuantTable::dw_plane`): `xpad` is the
+/// plane padded with its zero point, `wp` columns per row, covering every tap of every
+/// output; `w` holds the `kh * kw` taps.
+#[inline(always)]
+pub fn dw_plane(s: &ConvShape, w: &[i16], xpad: &[i16], wp: usize, acc: &mut [i32]) {
+    let (ow, khw) = (s.ow, s.kh * s.kw);
+    assert!(w.len() >= khw && acc.len() >= s.oh * ow);
+    if s.oh * ow == 0 {
+        return;
+    }
+    let need = ((s.oh - 1) * s.sh + (s.kh - 1) * s.dh) * wp + (ow - 1) * s.sw + (s.kw - 1) * s.dw;
+    assert!(xpad.len() > need && wp > (ow - 1) * s.sw + (s.kw - 1) * s.dw);
+    for (oy, arow) in acc.chunks_exact_mut(ow).take(s.oh).enumerate() {
+        arow.fill(0);
+        for ky in 0..s.kh {
+            let base = (oy * s.sh + ky * s.dh) * wp;
+            for kx in 0..s.kw {
+                let wv = w[ky * s.kw + kx] as i32;
+                let src = &xpad[base + kx * s.dw..];
+                if s.sw == 1 {
+                    for (a, &x) in arow.iter_mut().zip(&src[..ow]) {
+                        *a = a.wrapping_add(wv * x as i32);
+                    }
+                } else {
+                    for (a, x) in arow.iter_mut().zip(src.iter().step_by(s.sw)) {
+                        *a = a.wrapping_add(wv * *x as i32);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Max pool of one u8 plane: running maximum over the valid taps (a window wholly in
+/// padding gives 0, what quantising `-inf` gives).
+#[inline(always)]
+pub fn max_pool_plane(s: &PoolShape, xp: &[u8], yp: &mut [u8]) {
+    for oy in 0..s.oh {
+        let row = &mut yp[oy * s.ow..(oy + 1) * s.ow];
+        row.fill(0);
+        for ky in 0..s.kh {
+            let iy = (oy * s.sh + ky * s.dh) as isize - s.pads[0] as isize;
+            if iy < 0 || iy >= s.h as isize {
+                continue;
+            }
+            let src = &xp[iy as usize * s.w..(iy as usize + 1) * s.w];
+            for kx in 0..s.kw {
+                let (lo, hi) = valid_range(s.ow, s.sw, s.pads[1], kx * s.dw, s.w);
+                if lo >= hi {
+                    continue;
+                }
+                let ix0 = lo * s.sw + kx * s.dw - s.pads[1];
+                for (d, v) in row[lo..hi].iter_mut().zip(src[ix0..].iter().step_by(s.sw)) {
+                    *d = (*d).max(*v);
+                }
+            }
+        }
+    }
+}

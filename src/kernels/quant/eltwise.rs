@@ -1,0 +1,91 @@
+//! Element-wise int8 kernels: QuantizeLinear (f32 → u8), DequantizeLinear (u8 → f32),
+//! requantisation between two u8 quantisations, and the u8 add with broadcasting.
+//! Each computes exactly what the float QDQ graph computes (DQ, the f32 op, Q), so the
+//! results are bit-exact with onnxruntime running that graph.
+
+use super::body::{self, AddParams};
+use crate::kernels::isa::Isa;
+
+/// `out[i] = clamp(rne(x[i] / scale) + zp, 0, 255)`: QuantizeLinear to u8 (an s8 target
+/// is this with `zp + 128`, then `- 128`).
+pub fn quantize_f32(isa: Isa, x: &[f32], scale: f32, zp: u8, out: &mut [u8]) {
+    assert_eq!(x.len(), out.len(), "quantize_f32: lengths");
+    (isa.table().quant.quantize)(x, scale, zp, out)
+}
+
+/// `out[i] = (x[i] - zp) * scale`: DequantizeLinear from u8.
+pub fn dequantize_u8(isa: Isa, x: &[u8], scale: f32, zp: u8, out: &mut [f32]) {
+    assert_eq!(x.len(), out.len(), "dequantize_u8: lengths");
+    (isa.table().quant.dequantize)(x, scale, zp, out)
+}
+
+/// `out[i] = Q(DQ(x[i]))`: a u8 tensor moved to another scale / zero point, through a
+/// 256-entry table computed with the float formula.
+pub fn requant_u8(x: &[u8], s_in: f32, zp_in: u8, s_out: f32, zp_out: u8, out: &mut [u8]) {
+    assert_eq!(x.len(), out.len(), "requant_u8: lengths");
+    let lut: [u8; 256] = std::array::from_fn(|v| {
+        body::quantize_one(body::dequantize_one(v as u8, s_in, zp_in), s_out, zp_out)
+    });
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = lut[v as usize];
+    }
+}
+
+/// `out[i] = clamp(Q(DQ(a[i]) + DQ(b[i])), lo, hi)` with `a`, `b`, `out` of one length,
+/// or `b` of one element (broadcast).
+pub fn qadd(isa: Isa, p: &AddParams, a: &[u8], b: &[u8], out: &mut [u8]) {
+    assert!(
+        a.len() == out.len() && (b.len() == out.len() || b.len() == 1),
+        "qadd: lengths"
+    );
+    (isa.table().quant.qadd)(p, a, b, out)
+}
+
+/// How `b` is broadcast against `a` in [`qadd_bcast`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QBcast {
+    /// Same shape.
+    Same,
+    /// `b` is one element.
+    Scalar,
+    /// `b` is the last dims of `a`: it repeats every `b.len()` elements (`[N, C] + [C]`).
+    Rows,
+    /// `b` holds one value per run of `inner` elements, cycling (`[N, C, H, W] + [C, 1,
+    /// 1]` with `inner = H * W`).
+    Channels {
+        /// Elements per run.
+        inner: usize,
+    },
+}
+
+/// [`qadd`] with `b` broadcast as `bc` says.
+pub fn qadd_bcast(isa: Isa, p: &AddParams, bc: QBcast, a: &[u8], b: &[u8], out: &mut [u8]) {
+    assert_eq!(a.len(), out.len(), "qadd_bcast: lengths");
+    let f = isa.table().quant.qadd;
+    match bc {
+        QBcast::Same | QBcast::Scalar => qadd(isa, p, a, b, out),
+        QBcast::Rows => {
+            assert!(
+                !b.is_empty() && a.len() % b.len() == 0,
+                "qadd_bcast: row length"
+            );
+            for (o, x) in out.chunks_exact_mut(b.len()).zip(a.chunks_exact(b.len())) {
+                f(p, x, b, o);
+            }
+        }
+        QBcast::Channels { inner } => {
+            assert!(
+                inner > 0 && !b.is_empty() && a.len() % (inner * b.len()) == 0,
+                "qadd_bcast: channel runs"
+            );
+            for (i, (o, x)) in out
+                .chunks_exact_mut(inner)
+                .zip(a.chunks_exact(inner))
+                .enumerate()
+            {
+                let c = i % b.len();
+                f(p, x, &b[c..c + 1], o);
+            }
+        }
+    }
+}

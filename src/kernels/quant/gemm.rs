@@ -1,0 +1,308 @@
+//! Int8 GEMM: `C[M,N] = A[M,K] · B[K,N]` with A u8 (activations, row stride `lda`) and
+//! B s8 (weights, packed once by [`QGemmB::pack`]), i32 accumulation, then either the
+//! fused requantisation to u8 ([`qgemm_u8`]) or the raw sum plus bias ([`qgemm_i32`]).
+//!
+//! Both operands are widened to i16 when packed and stored as K *pairs* (two consecutive
+//! K values side by side), so that one `pmaddwd` multiplies and adds a pair exactly:
+//! no product saturates (unlike `pmaddubsw`), and any weight in `[-255, 255]` works (a
+//! u8 weight minus its zero point, see [`QGemmB::pack_wide`]). A panels hold [`QMR`]
+//! rows, B panels [`QNR`] columns; padding (rows, columns, the odd last K) is zero.
+//!
+//! The A zero point is not subtracted by the kernel: `sum_k (a - a_zp) * b = sum_k a * b
+//! - a_zp * col_sum`, and the second term is folded into the bias once
+//! ([`QGemmB::fold_bias`]).
+
+use super::table::{QuantTable, QMR, QNR};
+use super::{QScratch, Requant};
+use crate::kernels::isa::Isa;
+
+/// Rows of C per block (a multiple of [`QMR`]).
+pub(crate) const QMC: usize = 96;
+/// Columns of C per block (a multiple of [`QNR`]).
+pub(crate) const QNC: usize = 256;
+
+/// K pairs of depth `k`.
+#[inline]
+pub(crate) fn pairs(k: usize) -> usize {
+    k.div_ceil(2)
+}
+
+/// i16 elements of `m` rows of depth `k` packed into A panels.
+pub fn packed_a_len(m: usize, k: usize) -> usize {
+    m.div_ceil(QMR) * QMR * pairs(k) * 2
+}
+
+/// i16 elements of `n` columns of depth `k` packed into B panels.
+pub fn packed_b_len(k: usize, n: usize) -> usize {
+    n.div_ceil(QNR) * QNR * pairs(k) * 2
+}
+
+/// Packs `m` rows of depth `k` (element `(i, p)` is `get(i, p)`) into A panels in `out`
+/// (`packed_a_len(m, k)` elements).
+pub(crate) fn pack_a(m: usize, k: usize, out: &mut [i16], get: impl Fn(usize, usize) -> i16) {
+    let kp = pairs(k);
+    let panel = kp * QMR * 2;
+    if panel == 0 {
+        return;
+    }
+    for (ip, pan) in out[..packed_a_len(m, k)]
+        .chunks_exact_mut(panel)
+        .enumerate()
+    {
+        for (q, dst) in pan.chunks_exact_mut(QMR * 2).enumerate() {
+            for r in 0..QMR {
+                let i = ip * QMR + r;
+                let (p0, p1) = (2 * q, 2 * q + 1);
+                dst[2 * r] = if i < m && p0 < k { get(i, p0) } else { 0 };
+                dst[2 * r + 1] = if i < m && p1 < k { get(i, p1) } else { 0 };
+            }
+        }
+    }
+}
+
+/// Scatters row `p` of B (`src[j]` for the block's columns `j < src.len()`) into B
+/// panels of depth `k` in `out`. Columns past `src.len()` and the odd last K row are
+/// left as they are (the caller zeroes them once).
+#[inline]
+pub(crate) fn scatter_b_row<T: Copy + Into<i16>>(k: usize, p: usize, src: &[T], out: &mut [i16]) {
+    let panel = pairs(k) * QNR * 2;
+    let off = (p / 2) * QNR * 2;
+    for (jp, chunk) in src.chunks(QNR).enumerate() {
+        let dst = &mut out[jp * panel + off..jp * panel + off + QNR * 2];
+        for (d, &v) in dst.iter_mut().skip(p & 1).step_by(2).zip(chunk) {
+            *d = v.into();
+        }
+    }
+}
+
+/// Scatters rows `p` and `p + 1` of B (same length) into B panels, two at a time: the
+/// pair is written contiguously.
+#[inline]
+pub(crate) fn scatter_b_pair(k: usize, p: usize, r0: &[u8], r1: &[u8], out: &mut [i16]) {
+    debug_assert!(p % 2 == 0 && r0.len() == r1.len());
+    let panel = pairs(k) * QNR * 2;
+    let off = (p / 2) * QNR * 2;
+    for (jp, (c0, c1)) in r0.chunks(QNR).zip(r1.chunks(QNR)).enumerate() {
+        let dst = &mut out[jp * panel + off..jp * panel + off + QNR * 2];
+        for ((d, &a), &b) in dst.chunks_exact_mut(2).zip(c0).zip(c1) {
+            d[0] = a as i16;
+            d[1] = b as i16;
+        }
+    }
+}
+
+/// Computes `C = A · B` for `a_panels` packed A panels (`pa`) times `b_panels` packed B
+/// panels (`pb`) of `kp` pairs into `c` (`a_panels * QMR` rows of stride `ldc >=
+/// b_panels * QNR`).
+pub(crate) fn gemm_block(
+    t: &QuantTable,
+    kp: usize,
+    pa: &[i16],
+    a_panels: usize,
+    pb: &[i16],
+    b_panels: usize,
+    c: &mut [i32],
+    ldc: usize,
+) {
+    let (asz, bsz) = (kp * QMR * 2, kp * QNR * 2);
+    for jp in 0..b_panels {
+        let bp = &pb[jp * bsz..(jp + 1) * bsz];
+        for ip in 0..a_panels {
+            let ap = &pa[ip * asz..(ip + 1) * asz];
+            (t.tile)(kp, ap, bp, &mut c[ip * QMR * ldc + jp * QNR..], ldc);
+        }
+    }
+}
+
+/// Int8 GEMM weights: B (`[K, N]` s8, row-major) packed into i16 K-pair panels, with the
+/// column sums the A zero point correction needs.
+#[derive(Debug, Clone)]
+pub struct QGemmB {
+    k: usize,
+    n: usize,
+    packed: Vec<i16>,
+    col_sums: Vec<i32>,
+}
+
+impl QGemmB {
+    /// Packs `b` (`[k, n]`, row-major s8).
+    pub fn pack(b: &[i8], k: usize, n: usize) -> QGemmB {
+        assert_eq!(b.len(), k * n, "QGemmB::pack: b holds k * n values");
+        Self::pack_with(k, n, |p, j| b[p * n + j] as i16)
+    }
+
+    /// Packs `b` (`[k, n]`, row-major) of values in `[-255, 255]`: weights with a zero
+    /// point, already shifted (`w - w_zp`).
+    pub fn pack_wide(b: &[i16], k: usize, n: usize) -> QGemmB {
+        assert_eq!(b.len(), k * n, "QGemmB::pack_wide: b holds k * n values");
+        assert!(
+            b.iter().all(|v| (-255..=255).contains(v)),
+            "weight out of [-255, 255]"
+        );
+        Self::pack_with(k, n, |p, j| b[p * n + j])
+    }
+
+    fn pack_with(k: usize, n: usize, get: impl Fn(usize, usize) -> i16) -> QGemmB {
+        let mut packed = vec![0i16; packed_b_len(k, n)];
+        let mut row = vec![0i16; n];
+        let mut col_sums = vec![0i32; n];
+        for p in 0..k {
+            for (j, (r, s)) in row.iter_mut().zip(&mut col_sums).enumerate() {
+                *r = get(p, j);
+                *s += *r as i32;
+            }
+            scatter_b_row(k, p, &row, &mut packed);
+        }
+        QGemmB {
+            k,
+            n,
+            packed,
+            col_sums,
+        }
+    }
+
+    /// Depth K.
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// Columns N (output channels).
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    /// `sum_k B[k, j]` per column `j`.
+    pub fn col_sums(&self) -> &[i32] {
+        &self.col_sums
+    }
+
+    /// The bias a kernel call takes: `bias[j] - a_zp * col_sums[j]` (`bias` absent: 0).
+    pub fn fold_bias(&self, bias: Option<&[i32]>, a_zp: u8) -> Vec<i32> {
+        fold(bias, a_zp, &self.col_sums)
+    }
+}
+
+/// `bias[c] - zp * sums[c]` for every channel.
+pub(crate) fn fold(bias: Option<&[i32]>, zp: u8, sums: &[i32]) -> Vec<i32> {
+    if let Some(b) = bias {
+        assert_eq!(b.len(), sums.len(), "bias length");
+    }
+    sums.iter()
+        .enumerate()
+        .map(|(c, s)| bias.map_or(0, |b| b[c]).wrapping_sub(zp as i32 * s))
+        .collect()
+}
+
+/// Where a GEMM's finished i32 block goes.
+enum GemmOut<'o> {
+    U8(&'o Requant<'o>, &'o mut [u8]),
+    I32(&'o [i32], &'o mut [i32]),
+}
+
+/// `out[i, j] = requant(sum_k a[i, k] * b[k, j] + rq.bias[j])` for `m` rows: `a` u8 rows
+/// of stride `lda >= k`, `out` rows of stride `ldc >= n`. `rq.mult`, `rq.bias` hold one
+/// value per column (`n`); the bias includes the A zero point correction
+/// ([`QGemmB::fold_bias`]). A call on a subset of rows is a call on the sub-slices.
+#[allow(clippy::too_many_arguments)]
+pub fn qgemm_u8(
+    isa: Isa,
+    a: &[u8],
+    lda: usize,
+    m: usize,
+    b: &QGemmB,
+    rq: &Requant<'_>,
+    out: &mut [u8],
+    ldc: usize,
+    scratch: &mut QScratch,
+) {
+    rq.check(b.n);
+    qgemm(isa, a, lda, m, b, GemmOut::U8(rq, out), ldc, scratch)
+}
+
+/// `out[i, j] = sum_k a[i, k] * b[k, j] + bias[j]` in i32 (the S32 output form), same
+/// layout rules as [`qgemm_u8`]; `bias` has `n` values.
+#[allow(clippy::too_many_arguments)]
+pub fn qgemm_i32(
+    isa: Isa,
+    a: &[u8],
+    lda: usize,
+    m: usize,
+    b: &QGemmB,
+    bias: &[i32],
+    out: &mut [i32],
+    ldc: usize,
+    scratch: &mut QScratch,
+) {
+    assert_eq!(bias.len(), b.n, "qgemm_i32: one bias per column");
+    qgemm(isa, a, lda, m, b, GemmOut::I32(bias, out), ldc, scratch)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn qgemm(
+    isa: Isa,
+    a: &[u8],
+    lda: usize,
+    m: usize,
+    b: &QGemmB,
+    mut dst: GemmOut<'_>,
+    ldc: usize,
+    scratch: &mut QScratch,
+) {
+    let (k, n) = (b.k, b.n);
+    if m == 0 || n == 0 {
+        return;
+    }
+    assert!(
+        lda >= k && a.len() >= (m - 1) * lda + k,
+        "qgemm: A too short"
+    );
+    let out_len = match &dst {
+        GemmOut::U8(_, o) => o.len(),
+        GemmOut::I32(_, o) => o.len(),
+    };
+    assert!(
+        ldc >= n && out_len >= (m - 1) * ldc + n,
+        "qgemm: out too short"
+    );
+    let t = isa.table().quant;
+    let kp = pairs(k);
+    let mc_max = QMC.min(m.div_ceil(QMR) * QMR);
+    let nc_max = QNC.min(n.div_ceil(QNR) * QNR);
+    let (pa, cblk) = scratch.gemm_bufs(packed_a_len(mc_max, k), mc_max * nc_max);
+    let mut ic = 0;
+    while ic < m {
+        let mc = QMC.min(m - ic);
+        pack_a(mc, k, pa, |i, p| a[(ic + i) * lda + p] as i16);
+        let a_panels = mc.div_ceil(QMR);
+        let mut jc = 0;
+        while jc < n {
+            let nc = QNC.min(n - jc);
+            let b_panels = nc.div_ceil(QNR);
+            let pb = &b.packed[jc * kp * 2..(jc + b_panels * QNR) * kp * 2];
+            let ldb = b_panels * QNR;
+            gemm_block(t, kp, pa, a_panels, pb, b_panels, cblk, ldb);
+            for i in 0..mc {
+                let row = &cblk[i * ldb..i * ldb + nc];
+                let at = (ic + i) * ldc + jc;
+                match &mut dst {
+                    GemmOut::U8(rq, o) => (t.requant_cols)(
+                        row,
+                        &rq.bias[jc..jc + nc],
+                        &rq.mult[jc..jc + nc],
+                        rq.y_zp,
+                        rq.lo,
+                        rq.hi,
+                        &mut o[at..at + nc],
+                    ),
+                    GemmOut::I32(bias, o) => {
+                        for ((d, &s), &bb) in o[at..at + nc].iter_mut().zip(row).zip(&bias[jc..]) {
+                            *d = s.wrapping_add(bb);
+                        }
+                    }
+                }
+            }
+            jc += nc;
+        }
+        ic += mc;
+    }
+}

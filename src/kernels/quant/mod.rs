@@ -1,0 +1,133 @@
+//! Int8 kernels on the u8 domain (issue 16): activations are u8 with a per-tensor scale
+//! and zero point, weights s8 symmetric per output channel, sums i32.
+//!
+//! * [`gemm`]: u8 x s8 GEMM with fused requantisation ([`qgemm_u8`]) or i32 output
+//!   ([`qgemm_i32`]); [`conv`]: NCHW conv, any geometry, depthwise fast path
+//!   ([`qconv_u8`], [`qconv_i32`]).
+//! * [`eltwise`]: QuantizeLinear / DequantizeLinear, requantisation, the u8 add.
+//! * [`pool`]: max / average pooling and nearest / bilinear resize on u8.
+//!
+//! Every ISA-specific routine is reached through the int8 sub-table `KernelTable::quant`
+//! ([`QuantTable`]); every table gives the same bits as the portable one. Rounding
+//! mirrors onnxruntime: scale in f32, clamp, round half to even, add the zero point, so
+//! that single ops match the float QDQ reference.
+//!
+//! Requantisation of a GEMM / conv output: `y = clamp(rne((acc + bias[c]) * mult[c]) +
+//! y_zp, lo, hi)` with `mult[c] = x_scale * w_scale[c] / y_scale`. The kernels never
+//! subtract the input zero point: `bias` carries `- x_zp * sum_k w[c][k]`
+//! ([`QConvWeights::fold_bias`], [`QGemmB::fold_bias`]).
+
+pub mod body;
+pub mod conv;
+pub mod eltwise;
+pub mod gemm;
+pub mod pool;
+pub mod table;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod x86_64_avx2;
+
+pub use body::AddParams;
+pub use conv::{qconv_i32, qconv_u8, QConvWeights};
+pub use eltwise::{dequantize_u8, qadd, qadd_bcast, quantize_f32, requant_u8, QBcast};
+pub use gemm::{qgemm_i32, qgemm_u8, QGemmB};
+pub use pool::{avgpool_u8, maxpool_u8, resize_bilinear_u8, resize_nearest_u8};
+pub use table::QuantTable;
+
+/// Requantisation of one GEMM / conv output: one multiplier and one bias (zero point
+/// correction included) per output channel, the output zero point and clamp.
+#[derive(Debug, Clone, Copy)]
+pub struct Requant<'a> {
+    /// `x_scale * w_scale[c] / y_scale` per output channel.
+    pub mult: &'a [f32],
+    /// i32 bias per output channel (`round(b / (x_scale * w_scale[c])) - x_zp *
+    /// sum_k w[c][k]`).
+    pub bias: &'a [i32],
+    /// Output zero point.
+    pub y_zp: i32,
+    /// Output clamp (a fused ReLU / Clip): `0, 255` when nothing is fused.
+    pub lo: u8,
+    pub hi: u8,
+}
+
+impl Requant<'_> {
+    /// Panics unless there is one multiplier and one bias per channel.
+    fn check(&self, channels: usize) {
+        assert!(
+            self.mult.len() == channels && self.bias.len() == channels,
+            "Requant: {} multipliers and {} biases for {channels} channels",
+            self.mult.len(),
+            self.bias.len()
+        );
+        assert!(self.lo <= self.hi, "Requant: lo > hi");
+    }
+}
+
+/// Per-worker scratch of the int8 kernels: it grows to what a call needs and keeps its
+/// size, so that after the first run (or [`QScratch::reserve`]) nothing allocates.
+#[derive(Debug, Default)]
+pub struct QScratch {
+    a: Vec<i16>,
+    c: Vec<i32>,
+    row: Vec<u8>,
+}
+
+/// `v[..n]`, growing `v` first when it is shorter.
+fn grow<T: Default + Clone>(v: &mut Vec<T>, n: usize) -> &mut [T] {
+    if v.len() < n {
+        v.resize(n, T::default());
+    }
+    &mut v[..n]
+}
+
+impl QScratch {
+    /// An empty scratch.
+    pub fn new() -> QScratch {
+        QScratch::default()
+    }
+
+    /// Grows the scratch to what a conv of shape `s` needs (so that the call allocates
+    /// nothing).
+    pub fn reserve_conv(&mut self, s: &crate::kernels::body::conv::ConvShape) {
+        let ohw = s.oh * s.ow;
+        if s.is_depthwise() {
+            let (hp, wp) = (
+                (s.oh.max(1) - 1) * s.sh + (s.kh - 1) * s.dh + 1,
+                (s.ow.max(1) - 1) * s.sw + (s.kw - 1) * s.dw + 1,
+            );
+            self.conv_bufs(hp * wp, ohw, 0);
+        } else {
+            let nc = gemm::QNC.min(ohw.div_ceil(table::QNR) * table::QNR);
+            let mc = gemm::QMC.min(s.cout_g().div_ceil(table::QMR) * table::QMR);
+            self.conv_bufs(nc * gemm::pairs(s.k()) * 2, mc * nc, 2 * nc);
+        }
+    }
+
+    /// Grows the scratch to what a GEMM of `m` rows, depth `k`, `n` columns needs.
+    pub fn reserve_gemm(&mut self, m: usize, k: usize, n: usize) {
+        let mc = gemm::QMC.min(m.div_ceil(table::QMR) * table::QMR);
+        let nc = gemm::QNC.min(n.div_ceil(table::QNR) * table::QNR);
+        self.gemm_bufs(gemm::packed_a_len(mc, k), mc * nc);
+    }
+
+    /// Packed A and C block of a GEMM.
+    fn gemm_bufs(&mut self, a_len: usize, c_len: usize) -> (&mut [i16], &mut [i32]) {
+        (grow(&mut self.a, a_len), grow(&mut self.c, c_len))
+    }
+
+    /// Packed B (or padded plane), C block (or sums) and byte rows of a conv.
+    fn conv_bufs(
+        &mut self,
+        b_len: usize,
+        c_len: usize,
+        row_len: usize,
+    ) -> (&mut [i16], &mut [i32], &mut [u8]) {
+        (
+            grow(&mut self.a, b_len),
+            grow(&mut self.c, c_len),
+            grow(&mut self.row, row_len),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,533 @@
+//! Int8 kernels against straightforward references (i64 sums, f32 QDQ formulas with
+//! onnxruntime's rounding), and every table against the portable one, bit for bit.
+
+use super::*;
+use crate::kernels::body::conv::ConvShape;
+use crate::kernels::body::pool::PoolShape;
+use crate::kernels::isa::{tables, Isa, KernelTable};
+
+/// `n` pseudo-random bytes from `seed` (xorshift).
+fn rand_bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 32) as u8
+        })
+        .collect()
+}
+
+fn rand_i8(n: usize, seed: u64) -> Vec<i8> {
+    rand_bytes(n, seed).into_iter().map(|v| v as i8).collect()
+}
+
+/// Reference requantisation, written the other way round (round, then clamp).
+fn ref_requant(acc: i64, mult: f32, zp: i32, lo: u8, hi: u8) -> u8 {
+    let v = (acc as i32) as f32 * mult;
+    (v.round_ties_even() + zp as f32).clamp(lo as f32, hi as f32) as u8
+}
+
+/// Reference QuantizeLinear (onnxruntime's scalar form).
+fn ref_quantize(x: f32, s: f32, zp: u8) -> u8 {
+    ((x / s).round_ties_even() + zp as f32).clamp(0.0, 255.0) as u8
+}
+
+fn ref_dequantize(x: u8, s: f32, zp: u8) -> f32 {
+    (x as i32 - zp as i32) as f32 * s
+}
+
+/// Per-channel multipliers, biases in a realistic range.
+fn rq_params(c: usize, seed: u64) -> (Vec<f32>, Vec<i32>) {
+    let r = rand_bytes(2 * c, seed);
+    let mult = (0..c)
+        .map(|i| 1.0 / 2000.0 * (1.0 + r[i] as f32 / 64.0))
+        .collect();
+    let bias = (0..c).map(|i| (r[c + i] as i32 - 128) * 37).collect();
+    (mult, bias)
+}
+
+fn conv_shape(
+    c: (usize, usize, usize),
+    hw: (usize, usize),
+    k: (usize, usize),
+    st: (usize, usize),
+    pad: (usize, usize),
+    dil: (usize, usize),
+) -> ConvShape {
+    let (c_in, c_out, group) = c;
+    let oh = (hw.0 + 2 * pad.0 - (dil.0 * (k.0 - 1) + 1)) / st.0 + 1;
+    let ow = (hw.1 + 2 * pad.1 - (dil.1 * (k.1 - 1) + 1)) / st.1 + 1;
+    ConvShape {
+        n: 1,
+        c_in,
+        h: hw.0,
+        w: hw.1,
+        c_out,
+        oh,
+        ow,
+        kh: k.0,
+        kw: k.1,
+        sh: st.0,
+        sw: st.1,
+        dh: dil.0,
+        dw: dil.1,
+        ph: pad.0,
+        pw: pad.1,
+        group,
+    }
+}
+
+/// The conv geometries every conv test runs.
+fn conv_cases() -> Vec<ConvShape> {
+    let mut v = vec![
+        conv_shape((8, 16, 1), (9, 11), (3, 3), (1, 1), (1, 1), (1, 1)),
+        conv_shape((5, 7, 1), (8, 8), (3, 3), (2, 2), (1, 1), (1, 1)),
+        conv_shape((3, 13, 1), (10, 9), (3, 2), (1, 2), (2, 0), (2, 1)),
+        conv_shape((16, 20, 1), (7, 7), (1, 1), (1, 1), (0, 0), (1, 1)),
+        conv_shape((16, 8, 1), (8, 8), (1, 1), (2, 2), (0, 0), (1, 1)),
+        conv_shape((8, 12, 4), (6, 7), (3, 3), (1, 1), (1, 1), (1, 1)),
+        conv_shape((24, 24, 24), (9, 10), (3, 3), (1, 1), (1, 1), (1, 1)),
+        conv_shape((10, 10, 10), (11, 8), (3, 3), (2, 2), (1, 1), (1, 1)),
+        conv_shape((6, 6, 6), (12, 12), (5, 5), (1, 2), (2, 2), (2, 1)),
+        conv_shape((1, 3, 1), (5, 5), (1, 1), (1, 1), (0, 0), (1, 1)),
+        conv_shape((64, 70, 1), (20, 20), (3, 3), (1, 1), (1, 1), (1, 1)),
+    ];
+    let mut b2 = conv_shape((4, 6, 2), (5, 6), (2, 2), (1, 1), (1, 0), (1, 1));
+    b2.n = 2;
+    v.push(b2);
+    v
+}
+
+/// i64 sums of a conv from the definition (padding contributes nothing), plus `bias`.
+fn ref_conv_acc(s: &ConvShape, x: &[u8], zp: u8, w: &[i8], bias: &[i32]) -> Vec<i64> {
+    let (cig, cog) = (s.cin_g(), s.cout_g());
+    let mut y = vec![0i64; s.n * s.c_out * s.oh * s.ow];
+    for b in 0..s.n {
+        for co in 0..s.c_out {
+            let g = co / cog;
+            for oy in 0..s.oh {
+                for ox in 0..s.ow {
+                    let mut acc = bias[co] as i64;
+                    for ci in 0..cig {
+                        for ky in 0..s.kh {
+                            for kx in 0..s.kw {
+                                let iy = (oy * s.sh + ky * s.dh) as isize - s.ph as isize;
+                                let ix = (ox * s.sw + kx * s.dw) as isize - s.pw as isize;
+                                if iy < 0 || ix < 0 || iy >= s.h as isize || ix >= s.w as isize {
+                                    continue;
+                                }
+                                let xv = x[((b * s.c_in + g * cig + ci) * s.h + iy as usize) * s.w
+                                    + ix as usize] as i64
+                                    - zp as i64;
+                                let wv = w[((co * cig + ci) * s.kh + ky) * s.kw + kx] as i64;
+                                acc += xv * wv;
+                            }
+                        }
+                    }
+                    y[((b * s.c_out + co) * s.oh + oy) * s.ow + ox] = acc;
+                }
+            }
+        }
+    }
+    y
+}
+
+/// Runs conv case `s` with table `t`: (u8 output, i32 output) for every channel, plus
+/// the u8 output of a channel sub-range.
+fn run_conv(t: &KernelTable, s: &ConvShape, seed: u64) -> (Vec<u8>, Vec<i32>, Vec<u8>) {
+    let x = rand_bytes(s.n * s.c_in * s.h * s.w, seed);
+    let w = rand_i8(s.c_out * s.k(), seed + 1);
+    let x_zp = 117;
+    let (mult, bias) = rq_params(s.c_out, seed + 2);
+    let pw = QConvWeights::pack(&w, s.c_out, s.cin_g(), s.kh, s.kw, s.group);
+    let fb = pw.fold_bias(Some(&bias), x_zp);
+    let rq = Requant {
+        mult: &mult,
+        bias: &fb,
+        y_zp: 90,
+        lo: 3,
+        hi: 250,
+    };
+    let len = s.n * s.c_out * s.oh * s.ow;
+    let mut sc = QScratch::new();
+    let (mut y8, mut y32, mut ysub) = (vec![0u8; len], vec![0i32; len], vec![0u8; len]);
+    qconv_u8(t.isa, s, &x, x_zp, &pw, &rq, &mut y8, (0, s.c_out), &mut sc);
+    qconv_i32(
+        t.isa,
+        s,
+        &x,
+        x_zp,
+        &pw,
+        &fb,
+        &mut y32,
+        (0, s.c_out),
+        &mut sc,
+    );
+    let (lo, hi) = (s.c_out / 3, s.c_out - s.c_out / 4);
+    qconv_u8(t.isa, s, &x, x_zp, &pw, &rq, &mut ysub, (lo, hi), &mut sc);
+    (y8, y32, ysub)
+}
+
+#[test]
+fn qconv_matches_reference() {
+    for (ci, s) in conv_cases().iter().enumerate() {
+        let seed = 100 + ci as u64;
+        let x = rand_bytes(s.n * s.c_in * s.h * s.w, seed);
+        let w = rand_i8(s.c_out * s.k(), seed + 1);
+        let (mult, bias) = rq_params(s.c_out, seed + 2);
+        let acc = ref_conv_acc(s, &x, 117, &w, &bias);
+        let ohw = s.oh * s.ow;
+        for t in tables() {
+            let (y8, y32, ysub) = run_conv(t, s, seed);
+            let (lo, hi) = (s.c_out / 3, s.c_out - s.c_out / 4);
+            for (i, &a) in acc.iter().enumerate() {
+                let c = (i / ohw) % s.c_out;
+                let want = ref_requant(a, mult[c], 90, 3, 250);
+                assert_eq!(y8[i], want, "case {ci} {s:?} table {} element {i}", t.name);
+                assert_eq!(
+                    y32[i] as i64, a,
+                    "case {ci} table {} i32 element {i}",
+                    t.name
+                );
+                let sub = if (lo..hi).contains(&c) { want } else { 0 };
+                assert_eq!(
+                    ysub[i], sub,
+                    "case {ci} table {} channels {lo}..{hi}",
+                    t.name
+                );
+            }
+        }
+    }
+}
+
+/// GEMM sizes: ragged m / n / k, k = 1, large k, more than one row and column block.
+const GEMM_CASES: [(usize, usize, usize); 9] = [
+    (1, 1, 1),
+    (6, 16, 2),
+    (7, 17, 3),
+    (5, 33, 1),
+    (13, 40, 77),
+    (2, 10, 1500),
+    (100, 300, 9),
+    (97, 257, 64),
+    (1, 1000, 512),
+];
+
+fn run_gemm(t: &KernelTable, (m, n, k): (usize, usize, usize), seed: u64) -> (Vec<u8>, Vec<i32>) {
+    let lda = k + 3;
+    let a = rand_bytes(m * lda, seed);
+    let b = rand_i8(k * n, seed + 1);
+    let (mult, bias) = rq_params(n, seed + 2);
+    let pb = QGemmB::pack(&b, k, n);
+    let fb = pb.fold_bias(Some(&bias), 131);
+    let rq = Requant {
+        mult: &mult,
+        bias: &fb,
+        y_zp: 128,
+        lo: 0,
+        hi: 255,
+    };
+    let ldc = n + 1;
+    let mut sc = QScratch::new();
+    let (mut y8, mut y32) = (vec![7u8; m * ldc], vec![7i32; m * ldc]);
+    qgemm_u8(t.isa, &a, lda, m, &pb, &rq, &mut y8, ldc, &mut sc);
+    qgemm_i32(t.isa, &a, lda, m, &pb, &fb, &mut y32, ldc, &mut sc);
+    (y8, y32)
+}
+
+#[test]
+fn qgemm_matches_reference() {
+    for (ci, &(m, n, k)) in GEMM_CASES.iter().enumerate() {
+        let seed = 300 + ci as u64;
+        let lda = k + 3;
+        let a = rand_bytes(m * lda, seed);
+        let b = rand_i8(k * n, seed + 1);
+        let (mult, bias) = rq_params(n, seed + 2);
+        for t in tables() {
+            let (y8, y32) = run_gemm(t, (m, n, k), seed);
+            let ldc = n + 1;
+            for i in 0..m {
+                for j in 0..n {
+                    let acc = bias[j] as i64
+                        + (0..k)
+                            .map(|p| (a[i * lda + p] as i64 - 131) * b[p * n + j] as i64)
+                            .sum::<i64>();
+                    let want = ref_requant(acc, mult[j], 128, 0, 255);
+                    assert_eq!(
+                        y8[i * ldc + j],
+                        want,
+                        "case {ci} table {} ({i},{j})",
+                        t.name
+                    );
+                    assert_eq!(
+                        y32[i * ldc + j] as i64,
+                        acc,
+                        "case {ci} table {} i32",
+                        t.name
+                    );
+                }
+                assert_eq!(
+                    (y8[i * ldc + n], y32[i * ldc + n]),
+                    (7, 7),
+                    "padding column"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn wide_weights_with_zero_point() {
+    // u8 weights with zero point 200: w - 200 in [-200, 55].
+    let (m, n, k) = (9, 21, 35);
+    let a = rand_bytes(m * k, 1);
+    let wu = rand_bytes(k * n, 2);
+    let wide: Vec<i16> = wu.iter().map(|&v| v as i16 - 200).collect();
+    let pb = QGemmB::pack_wide(&wide, k, n);
+    let fb = pb.fold_bias(None, 255);
+    let mut y = vec![0i32; m * n];
+    qgemm_i32(
+        Isa::Portable,
+        &a,
+        k,
+        m,
+        &pb,
+        &fb,
+        &mut y,
+        n,
+        &mut QScratch::new(),
+    );
+    for i in 0..m {
+        for j in 0..n {
+            let want: i64 = (0..k)
+                .map(|p| (a[i * k + p] as i64 - 255) * (wide[p * n + j] as i64))
+                .sum();
+            assert_eq!(y[i * n + j] as i64, want);
+        }
+    }
+}
+
+#[test]
+fn quantize_dequantize_follow_onnxruntime() {
+    // Ties round to even, out of range saturates.
+    let x = [
+        0.25f32, 0.75, 1.25, -0.25, -0.75, 1000.0, -1000.0, 3.0, 63.5, 0.0,
+    ];
+    let mut q = [0u8; 10];
+    quantize_f32(Isa::Portable, &x, 0.5, 3, &mut q);
+    assert_eq!(q, [3, 5, 5, 3, 1, 255, 0, 9, 130, 3]);
+    let xs: Vec<f32> = crate::kernels::testutil::rand_vec(1037, 5)
+        .iter()
+        .map(|v| v * 40.0)
+        .collect();
+    for t in tables() {
+        for &(s, zp) in &[(0.1f32, 0u8), (0.37, 128), (0.013, 255)] {
+            let mut q = vec![0u8; xs.len()];
+            quantize_f32(t.isa, &xs, s, zp, &mut q);
+            for (a, &v) in q.iter().zip(&xs) {
+                assert_eq!(*a, ref_quantize(v, s, zp), "table {} {v}", t.name);
+            }
+            let mut d = vec![0f32; q.len()];
+            dequantize_u8(t.isa, &q, s, zp, &mut d);
+            for (a, &v) in d.iter().zip(&q) {
+                assert_eq!(a.to_bits(), ref_dequantize(v, s, zp).to_bits());
+            }
+        }
+    }
+}
+
+#[test]
+fn requant_is_dequantize_then_quantize() {
+    let x: Vec<u8> = (0..=255).collect();
+    let mut y = vec![0u8; 256];
+    requant_u8(&x, 0.05, 100, 0.08, 20, &mut y);
+    for (&a, &b) in x.iter().zip(&y) {
+        assert_eq!(b, ref_quantize(ref_dequantize(a, 0.05, 100), 0.08, 20));
+    }
+}
+
+fn add_params() -> AddParams {
+    AddParams {
+        a_scale: 0.031,
+        a_zp: 120,
+        b_scale: 0.047,
+        b_zp: 133,
+        y_scale: 0.06,
+        y_zp: 110,
+        lo: 110,
+        hi: 255,
+    }
+}
+
+fn ref_add(p: &AddParams, a: u8, b: u8) -> u8 {
+    let v = ref_dequantize(a, p.a_scale, p.a_zp) + ref_dequantize(b, p.b_scale, p.b_zp);
+    ref_quantize(v, p.y_scale, p.y_zp).clamp(p.lo, p.hi)
+}
+
+fn run_add(t: &KernelTable, n: usize) -> Vec<Vec<u8>> {
+    let p = add_params();
+    let a = rand_bytes(n * 6, 11);
+    let b = rand_bytes(n * 6, 12);
+    let mut outs = vec![vec![0u8; n * 6]; 4];
+    qadd(t.isa, &p, &a, &b, &mut outs[0]);
+    qadd_bcast(t.isa, &p, QBcast::Scalar, &a, &b[..1], &mut outs[1]);
+    qadd_bcast(t.isa, &p, QBcast::Rows, &a, &b[..n], &mut outs[2]);
+    qadd_bcast(
+        t.isa,
+        &p,
+        QBcast::Channels { inner: n },
+        &a,
+        &b[..3],
+        &mut outs[3],
+    );
+    outs
+}
+
+#[test]
+fn qadd_matches_float_qdq() {
+    let p = add_params();
+    for n in [1usize, 7, 33, 64] {
+        let a = rand_bytes(n * 6, 11);
+        let b = rand_bytes(n * 6, 12);
+        for t in tables() {
+            let o = run_add(t, n);
+            for i in 0..n * 6 {
+                assert_eq!(o[0][i], ref_add(&p, a[i], b[i]), "same {i}");
+                assert_eq!(o[1][i], ref_add(&p, a[i], b[0]), "scalar {i}");
+                assert_eq!(o[2][i], ref_add(&p, a[i], b[i % n]), "rows {i}");
+                assert_eq!(o[3][i], ref_add(&p, a[i], b[(i / n) % 3]), "channels {i}");
+            }
+        }
+    }
+}
+
+fn pool_shape(hw: (usize, usize), k: usize, st: usize, pad: usize, ceil: bool) -> PoolShape {
+    let span = |n: usize| {
+        let num = n + 2 * pad - k;
+        (if ceil { num.div_ceil(st) } else { num / st }) + 1
+    };
+    PoolShape {
+        planes: 3,
+        h: hw.0,
+        w: hw.1,
+        oh: span(hw.0),
+        ow: span(hw.1),
+        kh: k,
+        kw: k,
+        sh: st,
+        sw: st,
+        dh: 1,
+        dw: 1,
+        pads: [pad; 4],
+    }
+}
+
+#[test]
+fn pools_match_float_qdq() {
+    for s in [
+        pool_shape((9, 10), 3, 2, 1, false),
+        pool_shape((8, 8), 2, 2, 0, false),
+        pool_shape((7, 9), 3, 2, 1, true),
+    ] {
+        let x = rand_bytes(s.planes * s.h * s.w, 21);
+        let (xs, xz, ys, yz) = (0.02f32, 77u8, 0.015f32, 60u8);
+        let xf: Vec<f32> = x.iter().map(|&v| ref_dequantize(v, xs, xz)).collect();
+        let olen = s.planes * s.oh * s.ow;
+        let mut fmax = vec![0f32; olen];
+        crate::kernels::pool::max_pool(Isa::Portable, &s, &xf, &mut fmax, 0, s.planes);
+        for t in tables() {
+            let mut y = vec![0u8; olen];
+            maxpool_u8(t.isa, &s, &x, &mut y, 0, s.planes);
+            for (a, &f) in y.iter().zip(&fmax) {
+                assert_eq!(*a, ref_quantize(f, xs, xz), "maxpool, table {}", t.name);
+            }
+        }
+        for cip in [false, true] {
+            let mut favg = vec![0f32; olen];
+            crate::kernels::pool::avg_pool(&s, cip, &xf, &mut favg, 0, s.planes);
+            let mut y = vec![0u8; olen];
+            avgpool_u8(&s, cip, &x, (xs, xz), (ys, yz), &mut y, 0, s.planes);
+            for (a, &f) in y.iter().zip(&favg) {
+                assert_eq!(*a, ref_quantize(f, ys, yz), "avgpool include_pad {cip}");
+            }
+        }
+    }
+}
+
+#[test]
+fn resize_matches_float_qdq() {
+    use crate::ir::CoordMode;
+    use crate::kernels::resize::{bilinear, linear_taps};
+    let (h, w, oh, ow) = (5, 7, 9, 15);
+    let x = rand_bytes(2 * h * w, 31);
+    let iy: Vec<usize> = (0..oh).map(|o| o * h / oh).collect();
+    let ix: Vec<usize> = (0..ow).map(|o| o * w / ow).collect();
+    let mut y = vec![0u8; 2 * oh * ow];
+    resize_nearest_u8(h, w, &iy, &ix, &x, &mut y, 0, 2);
+    for p in 0..2 {
+        for oy in 0..oh {
+            for ox in 0..ow {
+                assert_eq!(y[(p * oh + oy) * ow + ox], x[(p * h + iy[oy]) * w + ix[ox]]);
+            }
+        }
+    }
+    let ty = linear_taps(CoordMode::HalfPixel, oh as f32 / h as f32, h, oh);
+    let tx = linear_taps(CoordMode::HalfPixel, ow as f32 / w as f32, w, ow);
+    let (xs, xz, ys, yz) = (0.02f32, 77u8, 0.02f32, 77u8);
+    resize_bilinear_u8(&ty, &tx, h, w, &x, (xs, xz), (ys, yz), &mut y, 0, 2);
+    let xf: Vec<f32> = x.iter().map(|&v| ref_dequantize(v, xs, xz)).collect();
+    let mut yf = vec![0f32; 2 * oh * ow];
+    bilinear(&ty, &tx, h, w, &xf, &mut yf, 0, 2);
+    for (a, &f) in y.iter().zip(&yf) {
+        // Another (equally valid) float formula: within one step.
+        assert!((*a as i32 - ref_quantize(f, ys, yz) as i32).abs() <= 1);
+    }
+}
+
+/// Every output of one table over the edge sizes, as exact f32s (i32 split in halves).
+fn twin_outputs(t: &'static KernelTable) -> Vec<f32> {
+    let mut v = Vec::new();
+    let mut push8 = |v: &mut Vec<f32>, x: &[u8]| v.extend(x.iter().map(|&b| b as f32));
+    let push32 = |v: &mut Vec<f32>, x: &[i32]| {
+        for &a in x {
+            v.push((a >> 16) as f32);
+            v.push((a & 0xffff) as f32);
+        }
+    };
+    for (i, s) in conv_cases().iter().enumerate() {
+        let (a, b, c) = run_conv(t, s, 500 + i as u64);
+        push8(&mut v, &a);
+        push32(&mut v, &b);
+        push8(&mut v, &c);
+    }
+    for (i, &c) in GEMM_CASES.iter().enumerate() {
+        let (a, b) = run_gemm(t, c, 600 + i as u64);
+        push8(&mut v, &a);
+        push32(&mut v, &b);
+    }
+    for n in [1, 5, 8, 31, 32, 33, 100] {
+        for o in run_add(t, n) {
+            push8(&mut v, &o);
+        }
+        let xs: Vec<f32> = crate::kernels::testutil::rand_vec(n * 3, 9)
+            .iter()
+            .map(|x| x * 9.0)
+            .collect();
+        let mut q = vec![0u8; xs.len()];
+        quantize_f32(t.isa, &xs, 0.07, 121, &mut q);
+        push8(&mut v, &q);
+        let mut d = vec![0f32; q.len()];
+        dequantize_u8(t.isa, &q, 0.07, 121, &mut d);
+        v.extend(d);
+    }
+    let s = pool_shape((9, 10), 3, 2, 1, false);
+    let x = rand_bytes(s.planes * s.h * s.w, 3);
+    let mut y = vec![0u8; s.planes * s.oh * s.ow];
+    maxpool_u8(t.isa, &s, &x, &mut y, 0, s.planes);
+    push8(&mut v, &y);
+    v
+}
+
+crate::kernels::isa::twin_test!(quant_tables_match_portable, 0.0, twin_outputs);

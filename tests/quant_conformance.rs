@@ -1,0 +1,229 @@
+//! Int8 conformance: quantised (QDQ) models against onnxruntime.
+//!
+//! Reads `$VNPU_QUANT_DIR/manifest.json` (written by `scripts/gen_quant_models.py`),
+//! compiles each case through the real path (import, passes incl. the int8 lowering,
+//! placement, FC partition, a round trip through the file format), runs its FC steps
+//! and compares every output with the reference (the QDQ graph executed literally in
+//! float by onnxruntime, optimisations off), in units of the output's quantisation
+//! step:
+//! * `op` cases: every element within one step;
+//! * `network` cases: vnpu's share of elements within one step is at least
+//!   onnxruntime's own int8 execution's, and vnpu's worst error (in steps) is at most
+//!   onnxruntime's (both measured by the generator in the same run).
+//!
+//! Run: `/work/main/.venv/bin/python scripts/gen_quant_models.py build/quant` then
+//! `VNPU_QUANT_DIR=build/quant cargo test --release --test quant_conformance -- --ignored --nocapture`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::Value as Json;
+use vnpu::compile::{self, CompileOptions};
+use vnpu::exec::{ModelPlan, PlanOptions, Tile};
+
+/// One output of a case with its reference and onnxruntime's metrics.
+struct Output {
+    name: String,
+    dtype: String,
+    file: PathBuf,
+    step: f64,
+    ort_share: f64,
+    ort_worst: f64,
+}
+
+struct Case {
+    name: String,
+    kind: String,
+    model: PathBuf,
+    inputs: Vec<PathBuf>,
+    outputs: Vec<Output>,
+}
+
+fn load_cases(dir: &Path) -> Vec<Case> {
+    let text = std::fs::read_to_string(dir.join("manifest.json"))
+        .expect("manifest.json (run scripts/gen_quant_models.py)");
+    let root: Json = serde_json::from_str(&text).expect("manifest is JSON");
+    let s = |v: &Json| v.as_str().unwrap_or("").to_string();
+    root["cases"]
+        .as_array()
+        .expect("cases")
+        .iter()
+        .map(|c| Case {
+            name: s(&c["name"]),
+            kind: s(&c["kind"]),
+            model: dir.join(s(&c["model"])),
+            inputs: c["inputs"]
+                .as_array()
+                .expect("inputs")
+                .iter()
+                .map(|t| dir.join(s(&t["file"])))
+                .collect(),
+            outputs: c["outputs"]
+                .as_array()
+                .expect("outputs")
+                .iter()
+                .map(|t| Output {
+                    name: s(&t["name"]),
+                    dtype: s(&t["dtype"]),
+                    file: dir.join(s(&t["file"])),
+                    step: t["step"].as_f64().expect("step"),
+                    ort_share: t["ort_within_one_step"].as_f64().expect("ort share"),
+                    ort_worst: t["ort_worst_steps"].as_f64().expect("ort worst"),
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// Little-endian elements of `dtype` as f64.
+fn values(dtype: &str, b: &[u8]) -> Vec<f64> {
+    match dtype {
+        "f32" => b
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)
+            .collect(),
+        "i32" => b
+            .chunks_exact(4)
+            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)
+            .collect(),
+        "u8" => b.iter().map(|&x| x as f64).collect(),
+        "i8" => b.iter().map(|&x| x as i8 as f64).collect(),
+        other => panic!("unexpected dtype {other}"),
+    }
+}
+
+/// (share of elements within one step, worst error in steps).
+fn metrics(got: &[f64], want: &[f64], step: f64) -> (f64, f64) {
+    let mut within = 0usize;
+    let mut worst = 0f64;
+    for (&a, &b) in got.iter().zip(want) {
+        let d = (a - b).abs() / step;
+        let d = if d.is_nan() { f64::INFINITY } else { d };
+        if d <= 1.0 + 1e-6 {
+            within += 1;
+        }
+        worst = worst.max(d);
+    }
+    (within as f64 / want.len().max(1) as f64, worst)
+}
+
+/// What one case measured: per output (name, vnpu share, vnpu worst).
+type Measured = Vec<(String, f64, f64)>;
+
+/// Compiles (with the file round trip) and runs a case; counts the int8 nodes.
+fn run_case(c: &Case) -> Result<(Measured, usize, usize), String> {
+    let compiled = compile::compile_onnx_file(&c.model, &CompileOptions::default())
+        .map_err(|e| format!("compile: {e}"))?;
+    let bytes = vnpu::format::write_models(std::slice::from_ref(&compiled))
+        .map_err(|e| format!("write: {e}"))?;
+    let model = vnpu::format::read_models(&bytes, &c.name)
+        .map_err(|e| format!("read: {e}"))?
+        .remove(0);
+    let int8 = model
+        .graph
+        .nodes
+        .iter()
+        .filter(|n| n.op.name().starts_with("Q") && n.op.name() != "QuantizeLinear")
+        .count();
+    let plan = ModelPlan::new(Arc::new(model.graph.clone()), &PlanOptions::default())
+        .map_err(|e| format!("plan: {e}"))?;
+    let mut st = plan.new_state();
+    for (i, f) in c.inputs.iter().enumerate() {
+        let data = std::fs::read(f).map_err(|e| format!("{}: {e}", f.display()))?;
+        plan.set_input(&mut st, i, &data)
+            .map_err(|e| format!("input {i}: {e}"))?;
+    }
+    for seg in &model.segments {
+        for fc in &seg.fcs {
+            for s in &fc.steps {
+                let tile = Tile {
+                    index: s.tile as usize,
+                    count: s.tiles as usize,
+                };
+                plan.run_node(&mut st, s.node, tile).map_err(|e| {
+                    let n = &model.graph.nodes[s.node];
+                    format!("node '{}' ({}): {e}", n.name, n.op.name())
+                })?;
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (i, o) in c.outputs.iter().enumerate() {
+        let want = std::fs::read(&o.file).map_err(|e| format!("{}: {e}", o.file.display()))?;
+        let mut got = vec![0u8; plan.output_len(i)];
+        plan.read_output(&st, i, &mut got)
+            .map_err(|e| format!("output '{}': {e}", o.name))?;
+        if got.len() != want.len() {
+            return Err(format!(
+                "output '{}': {} bytes, reference {}",
+                o.name,
+                got.len(),
+                want.len()
+            ));
+        }
+        let (share, worst) = metrics(&values(&o.dtype, &got), &values(&o.dtype, &want), o.step);
+        out.push((o.name.clone(), share, worst));
+    }
+    Ok((out, int8, model.graph.nodes.len()))
+}
+
+#[test]
+fn metrics_count_steps() {
+    let (share, worst) = metrics(&[0.0, 1.0, 2.5], &[0.0, 0.5, 0.0], 0.5);
+    assert!((share - 2.0 / 3.0).abs() < 1e-12);
+    assert!((worst - 5.0).abs() < 1e-12);
+    assert_eq!(values("i8", &[0xff, 1]), vec![-1.0, 1.0]);
+}
+
+#[test]
+#[ignore = "needs generated data: scripts/gen_quant_models.py OUT, then VNPU_QUANT_DIR=OUT"]
+fn quantised_models_match_onnxruntime() {
+    let dir = PathBuf::from(
+        std::env::var("VNPU_QUANT_DIR")
+            .expect("set VNPU_QUANT_DIR (scripts/gen_quant_models.py OUT)"),
+    );
+    let cases = load_cases(&dir);
+    assert!(!cases.is_empty(), "no cases in {}", dir.display());
+    let mut failures = Vec::new();
+    println!(
+        "{:<16} {:<10} {:>6} {:>10} {:>8} {:>10} {:>8}",
+        "case", "output", "int8", "vnpu %", "worst", "ort %", "worst"
+    );
+    for c in &cases {
+        let (measured, int8, nodes) = match run_case(c) {
+            Ok(m) => m,
+            Err(e) => {
+                failures.push(format!("{}: {e}", c.name));
+                continue;
+            }
+        };
+        for (o, (name, share, worst)) in c.outputs.iter().zip(&measured) {
+            println!(
+                "{:<16} {:<10} {:>6} {:>10.3} {:>8.1} {:>10.3} {:>8.1}",
+                c.name,
+                name.chars().take(10).collect::<String>(),
+                format!("{int8}/{nodes}"),
+                share * 100.0,
+                worst,
+                o.ort_share * 100.0,
+                o.ort_worst
+            );
+            let ok = if c.kind == "op" {
+                *share >= 1.0
+            } else {
+                *share >= o.ort_share && *worst <= o.ort_worst
+            };
+            if !ok {
+                failures.push(format!(
+                    "{} output '{name}': vnpu {:.3}% within one step, worst {worst:.1} steps; \
+                     onnxruntime {:.3}%, worst {:.1}",
+                    c.name,
+                    share * 100.0,
+                    o.ort_share * 100.0,
+                    o.ort_worst
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
