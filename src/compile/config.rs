@@ -22,11 +22,15 @@
 //!   output_name: "boxes;scores"          # or "all"; per-output lists like input_parameters
 //!   output_type_rt: "s32;f32"            # f32 (dequantised, default) | s8 | s16 | s32
 //!   quantize_axis: 3                     # optional: the per-channel axis of the scales
-//! calibration_parameters:
-//!   cal_data_dir: calibration/           # samples giving quantised outputs their ranges
+//!   cal_data_dir: calib/                 # samples giving quantised outputs their scales
 //! compiler_parameters:
 //!   max_time_per_fc: 1000
 //!   optimize_level: O2                   # O0 = no fusion passes
+//! calibration_parameters:                # post-training int8 quantisation (optional)
+//!   cal_data_dir: calib/                 # NNN.npy, INPUT/NNN.npy or images
+//!   calibration_type: max                # max | percentile | kl
+//!   percentile: 99.99                    # for calibration_type percentile
+//!   per_channel: true                    # weights per output channel (default true)
 //! ```
 
 use std::collections::BTreeMap;
@@ -93,6 +97,80 @@ pub struct OutputParams {
 /// Name standing for every output in [`OutputParams::name`].
 pub const ALL_OUTPUTS: &str = "all";
 
+/// How activation ranges are chosen from the calibration statistics.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub enum CalibrationType {
+    /// The observed minimum and maximum.
+    Max,
+    /// The given percentile of |x| (e.g. 99.99), clipped to the observed range.
+    Percentile(f32),
+    /// The threshold minimising the KL divergence between the histogram and its
+    /// quantised version (TensorRT's / onnxruntime's entropy calibration).
+    Kl,
+}
+
+/// Default percentile of `calibration_type: percentile`.
+pub const DEFAULT_PERCENTILE: f32 = 99.99;
+
+/// Post-training quantisation settings (`--quantize int8` / `calibration_parameters`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QuantizeOptions {
+    /// Directory of calibration samples (see `vnpu::quant::data`).
+    pub cal_data_dir: PathBuf,
+    /// Range selection.
+    pub calibration_type: CalibrationType,
+    /// Weights with one scale per output channel (`true`) or one per tensor.
+    pub per_channel: bool,
+}
+
+/// Parses a calibration type name (`max`, `percentile`, `kl`; also `entropy`, and
+/// `percentile:99.9` with the percentile inline).
+pub fn parse_calibration_type(s: &str, percentile: Option<f32>) -> Result<CalibrationType> {
+    let s = s.trim().to_ascii_lowercase();
+    let (name, inline) = match s.split_once([':', '=']) {
+        Some((n, p)) => (n.to_string(), Some(p.to_string())),
+        None => (s.clone(), None),
+    };
+    let pct = |v: Option<f32>| -> Result<f32> {
+        let p = match inline.as_deref() {
+            Some(t) => t.trim().parse::<f32>().map_err(|_| Error::CompileOption {
+                option: "calibration_type".into(),
+                reason: format!("'{t}' is not a percentile"),
+            })?,
+            None => v.unwrap_or(DEFAULT_PERCENTILE),
+        };
+        if p > 0.0 && p <= 100.0 {
+            Ok(p)
+        } else {
+            Err(Error::CompileOption {
+                option: "percentile".into(),
+                reason: format!("{p} is not in (0, 100]"),
+            })
+        }
+    };
+    match name.as_str() {
+        "max" | "minmax" => Ok(CalibrationType::Max),
+        "percentile" => Ok(CalibrationType::Percentile(pct(percentile)?)),
+        "kl" | "entropy" => Ok(CalibrationType::Kl),
+        other => Err(Error::CompileOption {
+            option: "calibration_type".into(),
+            reason: format!("'{other}' is not one of max, percentile, kl"),
+        }),
+    }
+}
+
+/// Parses a boolean option (`true/false`, `yes/no`, `1/0`, `on/off`).
+pub fn parse_bool(option: &str, s: &str) -> Result<bool> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "true" | "yes" | "1" | "on" => Ok(true),
+        "false" | "no" | "0" | "off" => Ok(false),
+        other => Err(Error::CompileOption {
+            option: option.into(),
+            reason: format!("'{other}' is not true or false"),
+        }),
+    }
+}
+
 /// Everything that changes how a model compiles. Part of the cache key.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CompileOptions {
@@ -114,9 +192,12 @@ pub struct CompileOptions {
     pub signed_inputs: Vec<String>,
     /// Outputs of a quantised type (later entries override earlier ones).
     pub outputs: Vec<OutputParams>,
-    /// Calibration samples (`--calibration-data`, `calibration_parameters.cal_data_dir`):
-    /// where quantised outputs without a scale in the graph get their ranges.
+    /// Calibration samples for quantised outputs of a float model (`--calibration-data`
+    /// without `--quantize`, `output_parameters.cal_data_dir`); when unset, those of
+    /// `quantize` are used.
     pub calibration_data: Option<PathBuf>,
+    /// Post-training int8 quantisation from calibration data (`None` = f32 model).
+    pub quantize: Option<QuantizeOptions>,
 }
 
 impl Default for CompileOptions {
@@ -132,6 +213,7 @@ impl Default for CompileOptions {
             signed_inputs: Vec::new(),
             outputs: Vec::new(),
             calibration_data: None,
+            quantize: None,
         }
     }
 }
@@ -310,11 +392,21 @@ const INPUT_KEYS: &[&str] = &[
     "input_data_type",
 ];
 /// Keys accepted in `output_parameters`.
-const OUTPUT_KEYS: &[&str] = &["output_name", "output_type_rt", "quantize_axis"];
-/// Keys accepted in `calibration_parameters`.
-const CALIBRATION_KEYS: &[&str] = &["cal_data_dir"];
+const OUTPUT_KEYS: &[&str] = &[
+    "output_name",
+    "output_type_rt",
+    "quantize_axis",
+    "cal_data_dir",
+];
 /// Keys accepted in `compiler_parameters`.
 const COMPILER_KEYS: &[&str] = &["max_time_per_fc", "optimize_level"];
+/// Keys accepted in `calibration_parameters`.
+const CALIBRATION_KEYS: &[&str] = &[
+    "cal_data_dir",
+    "calibration_type",
+    "percentile",
+    "per_channel",
+];
 
 /// Edit distance between two short keys (typo suggestions).
 fn edit_distance(a: &str, b: &str) -> usize {
@@ -391,6 +483,7 @@ pub fn parse_config(text: &str, base: &Path) -> Result<ConfigFile> {
         "output_parameters",
         "calibration_parameters",
         "compiler_parameters",
+        "calibration_parameters",
     ];
     check_keys(&root, "", &known)?;
     for (sec, keys) in [
@@ -399,6 +492,7 @@ pub fn parse_config(text: &str, base: &Path) -> Result<ConfigFile> {
         ("output_parameters", OUTPUT_KEYS),
         ("calibration_parameters", CALIBRATION_KEYS),
         ("compiler_parameters", COMPILER_KEYS),
+        ("calibration_parameters", CALIBRATION_KEYS),
     ] {
         check_keys(&section(sec), sec, keys)?;
     }
@@ -492,8 +586,7 @@ pub fn parse_config(text: &str, base: &Path) -> Result<ConfigFile> {
         });
     }
     o.outputs = output_params(&section("output_parameters"))?;
-    o.calibration_data =
-        get(&section("calibration_parameters"), "cal_data_dir").map(|p| base.join(p));
+    o.calibration_data = get(&section("output_parameters"), "cal_data_dir").map(|p| base.join(p));
     let cp = section("compiler_parameters");
     if let Some(v) = get(&cp, "max_time_per_fc") {
         let n: u64 = v
@@ -508,6 +601,36 @@ pub fn parse_config(text: &str, base: &Path) -> Result<ConfigFile> {
             Ok(n) if n <= 3 => n,
             _ => return Err(bad("optimize_level", format!("'{v}' is not O0..O3"))),
         };
+    }
+    let cal = section("calibration_parameters");
+    if !cal.is_null() {
+        let dir = get(&cal, "cal_data_dir").ok_or_else(|| {
+            bad(
+                "cal_data_dir",
+                "calibration_parameters needs cal_data_dir (the calibration samples)".into(),
+            )
+        })?;
+        let percentile = get(&cal, "percentile")
+            .map(|p| {
+                p.trim()
+                    .parse::<f32>()
+                    .map_err(|_| bad("percentile", format!("'{p}' is not a number")))
+            })
+            .transpose()?;
+        let calibration_type = match get(&cal, "calibration_type") {
+            Some(t) => parse_calibration_type(&t, percentile)?,
+            None if percentile.is_some() => parse_calibration_type("percentile", percentile)?,
+            None => CalibrationType::Max,
+        };
+        let per_channel = get(&cal, "per_channel")
+            .map(|v| parse_bool("per_channel", &v))
+            .transpose()?
+            .unwrap_or(true);
+        o.quantize = Some(QuantizeOptions {
+            cal_data_dir: base.join(dir),
+            calibration_type,
+            per_channel,
+        });
     }
     Ok(ConfigFile {
         options: o,
@@ -644,6 +767,13 @@ compiler_parameters:
                     output_type_rt: s32;f32\n  quantize_axis: 3\n";
         let c = parse_config(text, Path::new(".")).unwrap();
         assert_eq!(c.options.signed_inputs, vec!["images"]);
+        let cal = parse_config(
+            "output_parameters:\n  output_name: all\n  output_type_rt: s8\n  cal_data_dir: cal\n",
+            Path::new("/m"),
+        )
+        .unwrap();
+        assert_eq!(cal.options.calibration_data, Some(PathBuf::from("/m/cal")));
+        assert!(cal.options.quantize.is_none());
         assert_eq!(
             c.options.outputs,
             vec![
@@ -681,6 +811,54 @@ compiler_parameters:
         assert!(parse_input_data_type("s8").unwrap());
         assert!(!parse_input_data_type("u8").unwrap());
         assert!(parse_input_data_type("s4").is_err());
+    }
+
+    #[test]
+    fn calibration_parameters_parse() {
+        let c = parse_config(
+            "calibration_parameters:\n  cal_data_dir: cal\n  calibration_type: percentile\n  percentile: 99.9\n  per_channel: false\n",
+            Path::new("/m"),
+        )
+        .unwrap();
+        let q = c.options.quantize.unwrap();
+        assert_eq!(q.cal_data_dir, PathBuf::from("/m/cal"));
+        assert_eq!(q.calibration_type, CalibrationType::Percentile(99.9));
+        assert!(!q.per_channel);
+        let c = parse_config(
+            "calibration_parameters:\n  cal_data_dir: /abs\n  calibration_type: kl\n",
+            Path::new("/m"),
+        )
+        .unwrap();
+        let q = c.options.quantize.unwrap();
+        assert_eq!(q.cal_data_dir, PathBuf::from("/abs"));
+        assert_eq!(q.calibration_type, CalibrationType::Kl);
+        assert!(q.per_channel);
+        let e = parse_config(
+            "calibration_parameters:\n  calibration_type: kl\n",
+            Path::new("."),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("cal_data_dir"), "{e}");
+        let e = parse_config(
+            "calibration_parameters:\n  cal_data_dir: x\n  calibration_typ: kl\n",
+            Path::new("."),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("did you mean 'calibration_type'"), "{e}");
+        let e = parse_config(
+            "calibration_parameters:\n  cal_data_dir: x\n  calibration_type: mse\n",
+            Path::new("."),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("max, percentile, kl"), "{e}");
+        assert_eq!(
+            parse_calibration_type("percentile:99.5", None).unwrap(),
+            CalibrationType::Percentile(99.5)
+        );
+        assert!(parse_calibration_type("percentile", Some(120.0)).is_err());
     }
 
     #[test]

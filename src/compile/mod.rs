@@ -176,11 +176,17 @@ pub fn compile_graph_within(
     config::check_max_time_per_fc(opts.max_time_per_fc)?;
     // Declared inputs and initializers first: every later size derives from them.
     budget.check_graph(&g)?;
-    let imported = opts.calibration_data.is_some().then(|| g.clone());
+    let imported = (!opts.outputs.is_empty()
+        && (opts.calibration_data.is_some() || opts.quantize.is_some()))
+    .then(|| g.clone());
     let mut boundary_in = insert_input_conversions(&mut g, opts)?;
-    crate::quant::io::insert_signed_inputs(&mut g, &mut boundary_in, opts)?;
     fold::infer_and_fold_within(&mut g, budget)?;
     simplify::canonicalize_clip(&mut g);
+    if let Some(q) = &opts.quantize {
+        crate::quant::quantize_graph(&mut g, opts, q)?;
+    }
+    // After PTQ, whose calibration feeds the preprocessing nodes' outputs directly.
+    crate::quant::io::insert_signed_inputs(&mut g, &mut boundary_in, opts)?;
     let fuse_all = |g: &mut Graph| loop {
         let mut changed = simplify::remove_identities(g);
         changed += fuse::fold_batchnorm(g);

@@ -26,10 +26,37 @@ fn bad(path: &Path, reason: impl Into<String>) -> Error {
 }
 
 /// Decoded RGB pixels, row-major, 3 bytes a pixel.
-struct Rgb {
-    w: usize,
-    h: usize,
-    px: Vec<u8>,
+#[derive(Debug, Clone)]
+pub struct Rgb {
+    /// Width in pixels.
+    pub w: usize,
+    /// Height in pixels.
+    pub h: usize,
+    /// `w * h * 3` bytes, RGB.
+    pub px: Vec<u8>,
+}
+
+impl Rgb {
+    /// The `w x h` window at `(x, y)` (clipped to the image).
+    pub fn crop(&self, x: usize, y: usize, w: usize, h: usize) -> Rgb {
+        let (x, y) = (x.min(self.w), y.min(self.h));
+        let (w, h) = (w.min(self.w - x), h.min(self.h - y));
+        let mut px = Vec::with_capacity(w * h * 3);
+        for row in y..y + h {
+            px.extend_from_slice(&self.px[(row * self.w + x) * 3..(row * self.w + x + w) * 3]);
+        }
+        Rgb { w, h, px }
+    }
+}
+
+/// Decodes a PNG or JPEG file to RGB.
+pub fn decode_file(path: &Path) -> Result<Rgb> {
+    let bytes = std::fs::read(path).map_err(|e| bad(path, e.to_string()))?;
+    let img = decode(path, &bytes)?;
+    if img.w == 0 || img.h == 0 || img.px.len() < img.w * img.h * 3 {
+        return Err(bad(path, "empty or truncated image"));
+    }
+    Ok(img)
 }
 
 fn decode(path: &Path, bytes: &[u8]) -> Result<Rgb> {
@@ -84,8 +111,8 @@ fn decode(path: &Path, bytes: &[u8]) -> Result<Rgb> {
     }
 }
 
-/// Bilinear resize with pixel centres aligned.
-fn resize(img: &Rgb, w: usize, h: usize) -> Vec<[f32; 3]> {
+/// Bilinear resize with pixel centres aligned; pixels as f32 RGB triples, row-major.
+pub fn resize(img: &Rgb, w: usize, h: usize) -> Vec<[f32; 3]> {
     let mut out = Vec::with_capacity(w * h);
     let sx = img.w as f32 / w as f32;
     let sy = img.h as f32 / h as f32;
@@ -132,11 +159,7 @@ pub fn image_bytes(
     h: usize,
     w: usize,
 ) -> Result<Vec<u8>> {
-    let bytes = std::fs::read(path).map_err(|e| bad(path, e.to_string()))?;
-    let img = decode(path, &bytes)?;
-    if img.w == 0 || img.h == 0 || img.px.len() < img.w * img.h * 3 {
-        return Err(bad(path, "empty or truncated image"));
-    }
+    let img = decode_file(path)?;
     let px = resize(&img, w, h);
     let layout = |f: &dyn Fn([f32; 3]) -> [f32; 3], ch: usize| -> Vec<u8> {
         let mut out = vec![0u8; ch * h * w];

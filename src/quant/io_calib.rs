@@ -9,7 +9,8 @@ use crate::ir::Graph;
 use super::io::{collect_output_ranges, CalibrationRanges};
 
 /// The max-abs ranges of the outputs `axes` asks for (see
-/// [`collect_output_ranges`]), over the samples in `opts.calibration_data`. `imported`
+/// [`collect_output_ranges`]), over the samples in `opts.calibration_data` (else those
+/// of `opts.quantize`). `imported`
 /// is the graph as imported, whose inputs the samples are.
 pub fn calibrate_outputs(
     imported: &Graph,
@@ -20,6 +21,7 @@ pub fn calibrate_outputs(
     let dir = opts
         .calibration_data
         .as_deref()
+        .or(opts.quantize.as_ref().map(|q| q.cal_data_dir.as_path()))
         .ok_or_else(|| Error::CompileOption {
             option: "calibration_data".into(),
             reason: "no calibration directory given".into(),

@@ -27,7 +27,11 @@ const COMPILE_VALUED: &[&str] = &[
     "optimize_level",
     "output_type",
     "input_data_type",
+    "quantize",
     "calibration_data",
+    "calibration_type",
+    "percentile",
+    "per_channel",
 ];
 
 /// Compile options from flags (on top of a YAML config when given).
@@ -63,9 +67,7 @@ fn options_from(a: &Args, opts: &mut CompileOptions) -> Result<(), String> {
             opts.signed_inputs.push(name);
         }
     }
-    if let Some(d) = a.get("calibration_data") {
-        opts.calibration_data = Some(PathBuf::from(d));
-    }
+    quantize_from(a, opts)?;
     opts.run_on_cpu.extend(a.list("run_on_cpu"));
     opts.run_on_bpu.extend(a.list("run_on_bpu"));
     for s in a.all("input_shape") {
@@ -138,6 +140,80 @@ fn options_from(a: &Args, opts: &mut CompileOptions) -> Result<(), String> {
             scale,
         });
     }
+    Ok(())
+}
+
+/// `--quantize int8 --calibration-data DIR [--calibration-type T] [--percentile P]
+/// [--per-channel B]`, on top of a YAML `calibration_parameters` section.
+fn quantize_from(a: &Args, opts: &mut CompileOptions) -> Result<(), String> {
+    let e = |e: vnpu::Error| e.to_string();
+    match a.get("quantize").map(|q| q.to_ascii_lowercase()) {
+        None => {}
+        Some(q) if q == "int8" => {}
+        Some(q) if q == "none" || q == "f32" => {
+            opts.quantize = None;
+            return Ok(());
+        }
+        Some(q) => return Err(format!("--quantize: '{q}' is not int8 (or none)")),
+    }
+    let cal_flags = [
+        "calibration_data",
+        "calibration_type",
+        "percentile",
+        "per_channel",
+    ];
+    let any_cal_flag = cal_flags.iter().any(|k| a.get(k).is_some());
+    if a.get("quantize").is_none() {
+        let only_data = cal_flags[1..].iter().all(|k| a.get(k).is_none());
+        if any_cal_flag && only_data && opts.quantize.is_none() && !opts.outputs.is_empty() {
+            // A float model whose quantised outputs (--output-type) are calibrated.
+            opts.calibration_data = a.get("calibration_data").map(PathBuf::from);
+            return Ok(());
+        }
+        if any_cal_flag && opts.quantize.is_none() {
+            return Err(
+                "--calibration-data/--calibration-type/--per-channel need --quantize int8 (or, \
+                 --calibration-data alone, --output-type)"
+                    .into(),
+            );
+        }
+        if !any_cal_flag {
+            return Ok(());
+        }
+    }
+    let dir = a
+        .get("calibration_data")
+        .map(PathBuf::from)
+        .or_else(|| opts.quantize.as_ref().map(|q| q.cal_data_dir.clone()))
+        .ok_or(
+            "--quantize int8 needs --calibration-data DIR (NNN.npy per sample, INPUT/NNN.npy \
+             for several inputs, or images for an image input), or calibration_parameters \
+             in the --config YAML",
+        )?;
+    let percentile = a
+        .get("percentile")
+        .map(|p| {
+            p.parse::<f32>()
+                .map_err(|_| format!("--percentile: '{p}' is not a number"))
+        })
+        .transpose()?;
+    let calibration_type = match (a.get("calibration_type"), &opts.quantize) {
+        (Some(t), _) => config::parse_calibration_type(t, percentile).map_err(e)?,
+        (None, _) if percentile.is_some() => {
+            config::parse_calibration_type("percentile", percentile).map_err(e)?
+        }
+        (None, Some(q)) => q.calibration_type,
+        (None, None) => config::CalibrationType::Max,
+    };
+    let per_channel = match a.get("per_channel") {
+        Some(v) => config::parse_bool("per_channel", v).map_err(e)?,
+        None => opts.quantize.as_ref().is_none_or(|q| q.per_channel),
+    };
+    opts.quantize = Some(config::QuantizeOptions {
+        cal_data_dir: dir,
+        calibration_type,
+        per_channel,
+    });
     Ok(())
 }
 
@@ -248,6 +324,14 @@ pub fn run_compile(argv: &[String]) -> Result<(), String> {
         let t0 = std::time::Instant::now();
         let c = compile::compile_onnx_file(m, &o).map_err(explain_import_error)?;
         if !a.has("quiet") {
+            if let Some(q) = &o.quantize {
+                eprintln!(
+                    "quantised to int8 with calibration data {} ({:?}, per_channel {})",
+                    q.cal_data_dir.display(),
+                    q.calibration_type,
+                    q.per_channel
+                );
+            }
             let fcs: usize = c.segments.iter().map(|s| s.fcs.len()).sum();
             eprintln!(
                 "compiled {} -> model '{}': {} nodes, {} segments, {} FCs, estimated {:.0} us ({:.1} s)",

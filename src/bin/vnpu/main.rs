@@ -55,6 +55,11 @@ options:
   --name NAME                   model name in the file (one model only)
   --run-on-cpu a,b / --run-on-bpu c   force nodes onto the CPU pool / the cores
   --optimize-level O0..O3, --O0 optimisation level (O0 = no fusion passes)
+  --quantize int8               post-training quantisation (YAML calibration_parameters)
+  --calibration-data DIR        samples: NNN.npy (one input), INPUT/NNN.npy (several), or
+                                .png/.jpg for an image input (--input-type-rt ...)
+  --calibration-type T          max (default) | percentile (--percentile 99.99) | kl
+  --per-channel true|false      weight scales per output channel (default true)
   --quiet                       no progress lines
 ";
 
