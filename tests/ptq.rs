@@ -161,6 +161,45 @@ fn argmax(v: &[f32]) -> usize {
         .0
 }
 
+/// Mean over samples of |int8 - f32| (L2) over the spread (L2 around the mean) of f32.
+fn rel_error(want: &[Vec<f32>], got: &[Vec<f32>]) -> f64 {
+    let per: Vec<f64> = want
+        .iter()
+        .zip(got)
+        .map(|(a, b)| {
+            let m = a.iter().map(|&x| f64::from(x)).sum::<f64>() / a.len() as f64;
+            let spread = a
+                .iter()
+                .map(|&x| (f64::from(x) - m).powi(2))
+                .sum::<f64>()
+                .sqrt();
+            let err = a
+                .iter()
+                .zip(b)
+                .map(|(&x, &y)| f64::from(x - y).powi(2))
+                .sum::<f64>()
+                .sqrt();
+            err / spread.max(1e-12)
+        })
+        .collect();
+    per.iter().sum::<f64>() / per.len() as f64
+}
+
+/// Mean f32 gap between the best and second-best logit, over the logits' spread.
+fn top2_gap(want: &[Vec<f32>]) -> f64 {
+    let per: Vec<f64> = want
+        .iter()
+        .map(|a| {
+            let mut v: Vec<f64> = a.iter().map(|&x| f64::from(x)).collect();
+            v.sort_by(|x, y| y.total_cmp(x));
+            let m = v.iter().sum::<f64>() / v.len() as f64;
+            let spread = v.iter().map(|x| (x - m).powi(2)).sum::<f64>().sqrt();
+            (v[0] - v.get(1).copied().unwrap_or(v[0])) / spread.max(1e-12)
+        })
+        .collect();
+    per.iter().sum::<f64>() / per.len() as f64
+}
+
 const TYPES: [(CalibrationType, &str); 3] = [
     (CalibrationType::Max, "max"),
     (CalibrationType::Percentile(99.99), "percentile99.99"),
@@ -194,11 +233,15 @@ fn classifier(name: &str) {
             .count();
         let share = agree as f64 / want.len() as f64;
         eprintln!(
-            "{name} {tname}: top-1 agreement {agree}/{} = {:.2} % ({} distinct f32 classes; {} calibration samples); nodes {}",
+            "{name} {tname}: top-1 agreement {agree}/{} = {:.2} % ({} distinct f32 classes; \
+             {} calibration samples); logits error {:.3} of their spread, f32 top-2 gap {:.3} \
+             of it; nodes {}",
             want.len(),
             100.0 * share,
             classes.len(),
             sp.calib.len(),
+            rel_error(&want, &got),
+            top2_gap(&want),
             int8_summary(&q)
         );
         worst = worst.min(share);
@@ -302,9 +345,12 @@ fn detector_boxes_match_f32() {
         }
         let share = matched as f64 / total.max(1) as f64;
         eprintln!(
-            "detector {tname}: {matched}/{total} f32 detections matched (IoU >= 0.9, same class) = {:.2} % over {} views",
+            "detector {tname}: {matched}/{total} f32 detections matched (IoU >= 0.9, same class) \
+             = {:.2} % over {} views; output error {:.3} of its spread; nodes {}",
             100.0 * share,
-            want.len()
+            want.len(),
+            rel_error(&want, &got),
+            int8_summary(&q)
         );
         worst = worst.min(share);
         assert!(total > 0, "the f32 detector found nothing to compare");
