@@ -243,7 +243,8 @@ pub fn quantize_weight(w: &Tensor, axis: Option<usize>) -> (Tensor, Vec<f32>) {
 }
 
 /// Inserts the Q/DQ pairs of `params` (activation tensors) and quantises the constant
-/// weights of Conv/Gemm/MatMul nodes whose activation inputs are quantised. Returns the
+/// weights of Conv/Gemm/MatMul nodes whose activation input and output are quantised
+/// (the nodes the lowering turns into int8 ones). Returns the
 /// number of nodes inserted.
 pub fn insert_qdq(g: &mut Graph, params: &BTreeMap<ValueId, QParams>, per_channel: bool) -> usize {
     let mut names = Names(g.values.iter().map(|v| v.name.clone()).collect());
@@ -313,6 +314,14 @@ pub fn insert_qdq(g: &mut Graph, params: &BTreeMap<ValueId, QParams>, per_channe
     let dequantized: HashSet<ValueId> = twin.values().copied().collect();
     let mut inserted = 2 * pairs.len();
     let old = std::mem::take(&mut g.nodes);
+    // Outputs quantised after a Relu/Clip that alone reads them.
+    let quantised_after_act: HashSet<ValueId> = old
+        .iter()
+        .filter(|n| {
+            is_activation(&n.op) && n.outputs.first().is_some_and(|o| params.contains_key(o))
+        })
+        .filter_map(|n| n.inputs.first().copied().flatten())
+        .collect();
     let mut nodes = Vec::with_capacity(old.len() + inserted);
     // Pairs of graph inputs (and anything without a producer) go first.
     let produced: HashSet<ValueId> = old.iter().flat_map(|n| n.outputs.clone()).collect();
@@ -338,7 +347,10 @@ pub fn insert_qdq(g: &mut Graph, params: &BTreeMap<ValueId, QParams>, per_channe
             .first()
             .copied()
             .flatten()
-            .is_some_and(|v| dequantized.contains(&v));
+            .is_some_and(|v| dequantized.contains(&v))
+            && n.outputs
+                .first()
+                .is_some_and(|o| params.contains_key(o) || quantised_after_act.contains(o));
         let rank = n
             .inputs
             .get(1)
