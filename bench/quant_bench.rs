@@ -13,7 +13,10 @@ use vnpu::kernels::quant::{self, QConvWeights, QGemmB, QScratch, Requant};
 use vnpu::kernels::{gemm, isa};
 
 fn rand_f32(n: usize, seed: u64) -> Vec<f32> {
-    rand_u8(n, seed).into_iter().map(|v| (v as f32 - 128.0) / 640.0).collect()
+    rand_u8(n, seed)
+        .into_iter()
+        .map(|v| (v as f32 - 128.0) / 640.0)
+        .collect()
 }
 
 fn rand_u8(n: usize, seed: u64) -> Vec<u8> {
@@ -98,7 +101,13 @@ fn bench_conv(reps: usize, layers: &[Layer]) {
         let x8 = rand_u8(ci * hw * hw, 6);
         let mult = vec![1.0 / 4096.0; co];
         let bias = wq.fold_bias(None, 128);
-        let rq = Requant { mult: &mult, bias: &bias, y_zp: 0, lo: 0, hi: 255 };
+        let rq = Requant {
+            mult: &mult,
+            bias: &bias,
+            y_zp: 0,
+            lo: 0,
+            hi: 255,
+        };
         let mut y8 = vec![0u8; co * o * o];
         let mut qs = QScratch::new();
         qs.reserve_conv(&s);
@@ -154,14 +163,22 @@ fn bench_gemm(reps: usize, shapes: &[(usize, usize, usize)]) {
         let qb = QGemmB::pack(&b8, k, n);
         let mult = vec![1.0 / 4096.0; n];
         let bias = qb.fold_bias(None, 128);
-        let rq = Requant { mult: &mult, bias: &bias, y_zp: 0, lo: 0, hi: 255 };
+        let rq = Requant {
+            mult: &mult,
+            bias: &bias,
+            y_zp: 0,
+            lo: 0,
+            hi: 255,
+        };
         let mut c8 = vec![0u8; m * n];
         let mut qs = QScratch::new();
         qs.reserve_gemm(m, k, n);
         print!("{:<20} {:>10.1}", format!("{m}x{n}x{k}"), tf * 1e6);
         let mut t_best = f64::INFINITY;
         for &i in &isas {
-            let t8 = best(reps, || quant::qgemm_u8(i, &a8, k, m, &qb, &rq, &mut c8, n, &mut qs));
+            let t8 = best(reps, || {
+                quant::qgemm_u8(i, &a8, k, m, &qb, &rq, &mut c8, n, &mut qs)
+            });
             print!(" {:>14.1}", t8 * 1e6);
             t_best = t_best.min(t8);
         }
@@ -172,7 +189,13 @@ fn bench_gemm(reps: usize, shapes: &[(usize, usize, usize)]) {
 fn main() {
     let bench = std::env::args().any(|a| a == "--bench");
     let quick = !bench || std::env::args().any(|a| a == "quick");
-    let reps = if !bench { 1 } else if quick { 3 } else { 10 };
+    let reps = if !bench {
+        1
+    } else if quick {
+        3
+    } else {
+        10
+    };
     println!("kernel table: {}", vnpu::kernels::table().name);
     let layers: [Layer; 8] = [
         ("3x3 64->64 @56 (ResNet)", 64, 56, 64, 3, 1, 1),
@@ -184,7 +207,12 @@ fn main() {
         ("dw3x3 192 @28 (MobileNetV2)", 192, 28, 192, 3, 1, 192),
         ("dw3x3/2 96 @112 (MobileNetV2)", 96, 112, 96, 3, 2, 96),
     ];
-    let shapes = [(3136, 64, 256), (196, 256, 2304), (1, 1000, 512), (256, 256, 256)];
+    let shapes = [
+        (3136, 64, 256),
+        (196, 256, 2304),
+        (1, 1000, 512),
+        (256, 256, 256),
+    ];
     if bench {
         bench_conv(reps, &layers);
         println!();

@@ -42,8 +42,12 @@ quietly() {
 step "test models and conformance references"
 quietly gen_models scripts/venv.sh python scripts/gen_models.py "$build/models"
 quietly gen_cases scripts/venv.sh python tests/conformance/gen_cases.py "$build/conformance" --onnx-node-tests
+quietly gen_quant scripts/venv.sh python scripts/gen_quant_models.py "$build/quant"
+quietly gen_ptq scripts/venv.sh python scripts/gen_ptq_data.py "$build/ptq"
 export VNPU_TEST_MODELS="$build/models"
 export VNPU_CONFORMANCE_DIR="$build/conformance"
+export VNPU_QUANT_DIR="$build/quant"
+export VNPU_PTQ_DIR="$build/ptq"
 
 step "cargo fmt + clippy"
 cargo fmt --all -- --check

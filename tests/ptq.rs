@@ -3,7 +3,8 @@
 //! scikit-image wheel.
 //!
 //! Data: `scripts/venv.sh python3 scripts/gen_ptq_data.py build/ptq` (or set
-//! `VNPU_PTQ_DIR`); without it the tests print why and pass without checking.
+//! `VNPU_PTQ_DIR`, as scripts/test.sh does; a named folder without the data fails); with
+//! neither, the tests print why and pass without checking.
 //!
 //! Each photograph gives six views (whole, four quadrants, centre half), resized to the
 //! model input and normalised with the ImageNet mean / std. Calibration uses the whole
@@ -40,13 +41,20 @@ const MEAN: [f32; 3] = [0.485, 0.456, 0.406];
 const STD: [f32; 3] = [0.229, 0.224, 0.225];
 
 fn data_dir() -> Option<PathBuf> {
-    let dir = std::env::var_os("VNPU_PTQ_DIR")
-        .map(PathBuf::from)
+    let named = std::env::var_os("VNPU_PTQ_DIR").map(PathBuf::from);
+    let dir = named
+        .clone()
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("build/ptq"));
     let ok = dir.join("images").is_dir()
         && ["resnet18_112", "mobilenetv2_112", "detector_160"]
             .iter()
             .all(|m| dir.join(format!("{m}.onnx")).is_file());
+    // A folder named by VNPU_PTQ_DIR (as scripts/test.sh does) must hold the data.
+    assert!(
+        ok || named.is_none(),
+        "VNPU_PTQ_DIR={} holds no PTQ data (scripts/gen_ptq_data.py writes it)",
+        dir.display()
+    );
     if !ok {
         eprintln!(
             "skipped: no PTQ data in {} (run scripts/venv.sh python3 scripts/gen_ptq_data.py build/ptq)",

@@ -2,7 +2,6 @@
 //! (type, SCALE, per-channel scales along the axis, strides, sizes, pointers stable while
 //! loaded) and the values a caller reads, against the same model with f32 outputs.
 
-use std::ffi::CStr;
 use std::path::Path;
 use std::ptr::null_mut;
 
@@ -26,7 +25,7 @@ fn load(opts: &CompileOptions) -> (hbPackedDNNHandle_t, hbDNNHandle_t) {
     let bytes = vnpu::format::write_models(&[c]).unwrap();
     let p = packed_handle(PackedModel::load_bytes(&[&bytes]).unwrap()).unwrap();
     let mut h = null_mut();
-    let name = CStr::from_bytes_with_nul(b"det\0").unwrap();
+    let name = c"det";
     // SAFETY: valid out-pointer and NUL-terminated name.
     assert_eq!(unsafe { hbDNNGetModelHandle(&mut h, p, name.as_ptr()) }, 0);
     (p, h)

@@ -280,8 +280,9 @@ pub fn compile_graph_within(
             reason: "no calibration directory given".into(),
         }),
     };
-    let calibrate: Option<&crate::quant::io::Calibrate> =
-        imported.as_ref().map(|_| &calibrate as &crate::quant::io::Calibrate);
+    let calibrate: Option<&crate::quant::io::Calibrate> = imported
+        .as_ref()
+        .map(|_| &calibrate as &crate::quant::io::Calibrate);
     crate::quant::io::assign_output_types(&mut compiled, opts, &output_scales, calibrate)?;
     Ok(compiled)
 }

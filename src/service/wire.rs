@@ -137,7 +137,11 @@ pub enum Response {
     Task { task: u64 },
     /// A task was submitted and had already ended when the daemon answered (a short task:
     /// the client's wait needs no round trip). `code` 0 = success.
-    TaskEnded { task: u64, code: i32, detail: String },
+    TaskEnded {
+        task: u64,
+        code: i32,
+        detail: String,
+    },
     /// The request succeeded (a task ended well, a release happened, ...).
     Ok,
     /// Status JSON.
