@@ -436,17 +436,21 @@ mod ordering {
         let dir = temp_dir();
         let bg = spin_file(&dir, "bg", 12, 600);
         let fg = spin_file(&dir, "fg", 2, 600);
+        // Holds the core while the other five are submitted (0.4 s: ample even on a
+        // loaded machine, where each submission is one round trip).
+        let hold = spin_file(&dir, "hold", 400, 1000);
         let d = TestDaemon::start(&dir, 1, 1);
         let sched = d.daemon.runtime().scheduler().clone();
         let a = Client::connect(&d.socket).unwrap();
         let b = Client::connect(&d.socket).unwrap();
         let pa = a.load_files(&[&bg]).unwrap();
+        let ph = a.load_files(&[&hold]).unwrap();
         let pb = b.load_files(&[&fg]).unwrap();
         let (ia, oa) = (a.alloc_shared(16).unwrap(), a.alloc_shared(16).unwrap());
         let (ib, ob) = (b.alloc_shared(16).unwrap(), b.alloc_shared(16).unwrap());
         sched.trace_clear();
         // A's first task holds the only core.
-        let t0 = submit(&a, pa.id, &ia, &oa, 0, 0);
+        let t0 = submit(&a, ph.id, &ia, &oa, 0, 0);
         eventually("a's first FC started", || {
             sched
                 .trace_events()

@@ -3,8 +3,8 @@
 # a background client floods the queue with priority-0 tasks, a foreground client submits
 # priority-255 tasks; the daemon's trace must show each 255 task behind at most
 # BPLAT_CORELIMIT normal FCs of the other process. With "kill", the background client is
-# killed with SIGKILL mid-run instead: its tasks are cancelled, it disappears from
-# `vnpu status` and the foreground client is unaffected.
+# killed with SIGKILL mid-run instead: its queued tasks are cancelled (every task ends),
+# it disappears from `vnpu status` and the clients after it run as usual.
 #
 # usage: service_two_process.sh VNPU_CLI CLIENT MODEL WORKDIR PYTHON CHECKER [kill]
 set -eu
@@ -65,9 +65,14 @@ if [ "$mode" = kill ]; then
   "$python" - "$trace" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
-names = [e["name"] for e in d["traceEvents"] if e.get("cat") == "task"]
-assert any(n.startswith("cancel ") for n in names), "no task of the killed client was cancelled"
-print("ok: the killed client's queued tasks were cancelled")
+ev = [e for e in d["traceEvents"] if e.get("cat") == "task"]
+submitted = {e["args"]["task"] for e in ev if e["name"].startswith("submit ")}
+ended = {e["args"]["task"] for e in ev if e["name"].startswith(("done ", "cancel "))}
+cancelled = sum(1 for e in ev if e["name"].startswith("cancel "))
+# Whether any of the killed client's tasks were still queued at the kill depends on
+# timing; what must hold either way: every task submitted ended (done or cancelled).
+assert submitted and submitted <= ended, f"tasks never ended: {sorted(submitted - ended)[:10]}"
+print(f"ok: all {len(submitted)} tasks ended ({cancelled} cancelled at the kill)")
 PY
 else
   "$python" "$checker" "$trace" 1
