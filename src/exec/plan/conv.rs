@@ -128,24 +128,7 @@ fn conv_parts<'a>(
             format!("weights {ws:?} do not fit input {xs:?} with group {group}"),
         ));
     }
-    let s = ConvShape {
-        n: nb,
-        c_in: cin,
-        h,
-        w,
-        c_out: cout,
-        oh,
-        ow,
-        kh: ge.k[0],
-        kw: ge.k[1],
-        sh: ge.s[0],
-        sw: ge.s[1],
-        dh: ge.d[0],
-        dw: ge.d[1],
-        ph: ge.p[0],
-        pw: ge.p[1],
-        group,
-    };
+    let s = ge.conv_shape(nb, [cin, h, w], [cout, oh, ow], group);
     let bias = if c.has(2) {
         Some(expand_channel(n, &c.const_f32(2, "bias B")?, cout, "bias")?)
     } else {

@@ -146,6 +146,37 @@ pub(crate) struct Geom2 {
     pub p: [usize; 4],
 }
 
+impl Geom2 {
+    /// The kernel-level conv shape of batch `nb`, input `[cin, h, w]`, output
+    /// `[cout, oh, ow]` (one source for the f32 and int8 conv plans).
+    pub(crate) fn conv_shape(
+        &self,
+        nb: usize,
+        [c_in, h, w]: [usize; 3],
+        [c_out, oh, ow]: [usize; 3],
+        group: usize,
+    ) -> crate::kernels::conv::ConvShape {
+        crate::kernels::conv::ConvShape {
+            n: nb,
+            c_in,
+            h,
+            w,
+            c_out,
+            oh,
+            ow,
+            kh: self.k[0],
+            kw: self.k[1],
+            sh: self.s[0],
+            sw: self.s[1],
+            dh: self.d[0],
+            dw: self.d[1],
+            ph: self.p[0],
+            pw: self.p[1],
+            group,
+        }
+    }
+}
+
 pub(crate) fn geom2(
     n: &Node,
     geom: &ir::ConvGeom,

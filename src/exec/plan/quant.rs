@@ -361,24 +361,7 @@ pub(crate) fn plan_qconv(
             format!("{} weight scales for {cout}", w_scale.len()),
         ));
     }
-    let s = ConvShape {
-        n: nb,
-        c_in: cin,
-        h,
-        w,
-        c_out: cout,
-        oh,
-        ow,
-        kh: ge.k[0],
-        kw: ge.k[1],
-        sh: ge.s[0],
-        sw: ge.s[1],
-        dh: ge.d[0],
-        dw: ge.d[1],
-        ph: ge.p[0],
-        pw: ge.p[1],
-        group,
-    };
+    let s = ge.conv_shape(nb, [cin, h, w], [cout, oh, ow], group);
     let full = |i: usize, k: usize, st: usize, d: usize, pb: usize, pe: usize| {
         (i + pb + pe)
             .checked_sub(d * (k - 1) + 1)
