@@ -163,12 +163,25 @@ const SMOKE_MODELS: [&str; 2] = ["mobilenetv2", "detector"];
 /// Latency of each model, vnpu vs every peer, 1 thread each. The machine's speed drifts
 /// (shared host, frequency), so all runtimes take turns model by model for `rounds`
 /// rounds (the peers' order rotating) and each reports its best round's median.
-fn bench_latency(dir: &Path, runs: usize, rounds: usize, peers: Option<&mut PeerServer>) {
-    let names: &[&str] = if peers.is_some() {
+fn bench_latency(
+    dir: &Path,
+    runs: usize,
+    rounds: usize,
+    only: Option<&str>,
+    peers: Option<&mut PeerServer>,
+) {
+    let all: &[&str] = if peers.is_some() {
         &LATENCY_MODELS
     } else {
         &SMOKE_MODELS
     };
+    // `--models a,b` keeps the table to those models (a long run can be split up).
+    let names: Vec<&str> = all
+        .iter()
+        .copied()
+        .filter(|n| only.map_or(true, |o| o.split(',').any(|m| m == *n)))
+        .collect();
+    let names = names.as_slice();
     ensure_models(dir, names);
     let mut peers = peers;
     let paths: Vec<PathBuf> = names
@@ -207,6 +220,20 @@ fn bench_latency(dir: &Path, runs: usize, rounds: usize, peers: Option<&mut Peer
                     theirs[i][r] = server.time(RUNTIMES[r], p, runs).map(|t| best.min(t));
                 }
             }
+            // Progress on stderr, so that a run cut short still leaves its figures.
+            let cells: Vec<String> = theirs[i]
+                .iter()
+                .map(|c| match c {
+                    Ok(t) => format!("{t:.2}"),
+                    Err(_) => "fail".into(),
+                })
+                .collect();
+            eprintln!(
+                "round {round} {}: vnpu {:.2} peers {}",
+                names[i],
+                ours[i],
+                cells.join(" ")
+            );
         }
     }
     println!(
@@ -659,7 +686,12 @@ fn main() {
                             None
                         }
                     });
-                bench_latency(&dir, runs, rounds, server.as_mut());
+                let only = args
+                    .iter()
+                    .position(|a| a == "--models")
+                    .and_then(|i| args.get(i + 1))
+                    .map(String::as_str);
+                bench_latency(&dir, runs, rounds, only, server.as_mut());
             }
             "priority" => bench_priority(&dir, secs, env.as_ref()),
             "split" => bench_split(&dir, runs),
