@@ -10,6 +10,7 @@ pub mod config;
 pub mod cost;
 pub mod fold;
 pub mod fuse;
+pub mod gelu;
 pub mod partition;
 pub mod place;
 pub mod quantize;
@@ -191,6 +192,7 @@ pub fn compile_graph_within(
         let mut changed = simplify::remove_identities(g);
         changed += fuse::fold_batchnorm(g);
         changed += fuse::fuse_silu(g);
+        changed += gelu::fuse_gelu(g);
         changed += fuse::fuse_post_ops(g);
         if changed == 0 {
             break;

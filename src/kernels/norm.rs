@@ -66,9 +66,11 @@ pub fn instance_norm(
 }
 
 /// LayerNorm over rows of `len` (the trailing axes), rows `[lo, hi)`; `scale`/`bias`
-/// have `len` elements (`bias` may be empty = 0).
+/// have `len` elements (`bias` may be empty = 0). Runs through `isa`'s vector row
+/// kernel.
 #[allow(clippy::too_many_arguments)]
 pub fn layer_norm(
+    isa: super::isa::Isa,
     len: usize,
     eps: f32,
     scale: &[f32],
@@ -78,9 +80,11 @@ pub fn layer_norm(
     lo: usize,
     hi: usize,
 ) {
-    normalize_rows(len, eps, x, y, lo, hi, |_, j| {
-        (scale[j], if bias.is_empty() { 0.0 } else { bias[j] })
-    });
+    let row = isa.table().layer_norm_row;
+    for r in lo..hi {
+        let s = r * len..(r + 1) * len;
+        row(&x[s.clone()], &mut y[s], scale, bias, eps);
+    }
 }
 
 #[cfg(test)]
@@ -106,7 +110,7 @@ mod tests {
             assert_close(&y[p * 8..p * 8 + 8], &want, 1e-4);
         }
         let s8 = rand_vec(8, 4);
-        layer_norm(8, 1e-5, &s8, &[], &x, &mut y, 0, 6);
+        layer_norm(crate::kernels::isa::Isa::Portable, 8, 1e-5, &s8, &[], &x, &mut y, 0, 6);
         let xs = &x[8..16];
         let m: f32 = xs.iter().sum::<f32>() / 8.0;
         let v: f32 = xs.iter().map(|a| (a - m) * (a - m)).sum::<f32>() / 8.0;
@@ -118,5 +122,66 @@ mod tests {
         assert_close(&y[8..16], &want, 1e-4);
         channel_affine(3, 8, &scale, &bias, &x, &mut y, 0, 6);
         assert!((y[9] - (x[9] * scale[1] + bias[1])).abs() < 1e-6);
+    }
+
+    crate::kernels::isa::twin_test!(norm_rows_tables_match_portable, 1e-5, |t| {
+        let mut out = Vec::new();
+        for n in [1, 7, 8, 9, 16, 31, 64, 100, 192] {
+            let x: Vec<f32> = rand_vec(n, n as u64).iter().map(|v| v * 3.0 + 1.0).collect();
+            let scale = rand_vec(n, 5);
+            let bias = rand_vec(n, 6);
+            let mut y = vec![0.0; n];
+            (t.layer_norm_row)(&x, &mut y, &scale, &bias, 1e-5);
+            out.extend_from_slice(&y);
+            (t.layer_norm_row)(&x, &mut y, &scale, &[], 1e-5);
+            out.extend_from_slice(&y);
+            for log in [false, true] {
+                (t.softmax_row)(&x, &mut y, log);
+                out.extend_from_slice(&y);
+            }
+        }
+        out
+    });
+
+    #[test]
+    fn softmax_and_layer_norm_rows_match_f64() {
+        for n in [1usize, 5, 8, 13, 960] {
+            let x: Vec<f32> = rand_vec(n, 9).iter().map(|v| v * 20.0).collect();
+            let m = x.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v as f64));
+            let sum: f64 = x.iter().map(|&v| (v as f64 - m).exp()).sum();
+            for t in crate::kernels::isa::tables() {
+                let mut y = vec![0.0; n];
+                (t.softmax_row)(&x, &mut y, false);
+                for (&v, &got) in x.iter().zip(&y) {
+                    let want = (v as f64 - m).exp() / sum;
+                    assert!((got as f64 - want).abs() < 1e-6 * (1.0 + want), "{}", t.name);
+                }
+                (t.softmax_row)(&x, &mut y, true);
+                for (&v, &got) in x.iter().zip(&y) {
+                    let want = v as f64 - m - sum.ln();
+                    assert!((got as f64 - want).abs() < 1e-5 * (1.0 + want.abs()));
+                }
+                let ones = vec![1.0; n];
+                (t.layer_norm_row)(&x, &mut y, &ones, &[], 1e-5);
+                let mean = x.iter().map(|&v| v as f64).sum::<f64>() / n as f64;
+                let var = x.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n as f64;
+                for (&v, &got) in x.iter().zip(&y) {
+                    let want = (v as f64 - mean) / (var + 1e-5).sqrt();
+                    assert!((got as f64 - want).abs() < 1e-5 * (1.0 + want.abs()));
+                }
+            }
+        }
+        // A NaN anywhere in a softmax row makes the row NaN; -inf entries give 0.
+        for t in crate::kernels::isa::tables() {
+            let mut y = vec![0.0; 9];
+            let mut x = vec![0.5f32; 9];
+            x[3] = f32::NEG_INFINITY;
+            (t.softmax_row)(&x, &mut y, false);
+            assert_eq!(y[3], 0.0);
+            assert!((y[0] - 0.125).abs() < 1e-7);
+            x[4] = f32::NAN;
+            (t.softmax_row)(&x, &mut y, false);
+            assert!(y.iter().all(|v| v.is_nan()));
+        }
     }
 }

@@ -150,8 +150,27 @@ impl AxisView {
     }
 }
 
-/// Softmax (or LogSoftmax when `log`) along the axis, outer rows `[lo, hi)`.
-pub fn softmax(v: AxisView, log: bool, x: &[f32], y: &mut [f32], lo: usize, hi: usize) {
+/// Softmax (or LogSoftmax when `log`) along the axis, outer rows `[lo, hi)`, through
+/// `isa`'s table: a contiguous axis (`inner == 1`) row by row with the table's vector
+/// row kernel, otherwise a strided loop.
+#[allow(clippy::too_many_arguments)]
+pub fn softmax(
+    isa: super::isa::Isa,
+    v: AxisView,
+    log: bool,
+    x: &[f32],
+    y: &mut [f32],
+    lo: usize,
+    hi: usize,
+) {
+    if v.inner == 1 {
+        let row = isa.table().softmax_row;
+        for o in lo..hi {
+            let r = o * v.len..(o + 1) * v.len;
+            row(&x[r.clone()], &mut y[r], log);
+        }
+        return;
+    }
     for o in lo..hi {
         for i in 0..v.inner {
             let base = o * v.len * v.inner + i;
@@ -327,7 +346,7 @@ mod tests {
         let v = AxisView::new(&[2, 5, 3], 1);
         let x = rand_vec(30, 4);
         let mut y = vec![0.0; 30];
-        softmax(v, false, &x, &mut y, 0, 2);
+        softmax(crate::kernels::isa::Isa::Portable, v, false, &x, &mut y, 0, 2);
         for o in 0..2 {
             for i in 0..3 {
                 let s: f32 = (0..5).map(|k| y[o * 15 + k * 3 + i]).sum();

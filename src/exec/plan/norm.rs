@@ -153,7 +153,7 @@ impl FamilyKernel for NormKernel {
     }
 
     fn run(&self, mut r: Run<'_>) -> Result<()> {
-        let (tile, x) = (r.tile, r.io.f32(0));
+        let (tile, isa, x) = (r.tile, r.isa, r.io.f32(0));
         let y = r.out_f32(0);
         match self {
             NormKernel::Affine {
@@ -185,11 +185,11 @@ impl FamilyKernel for NormKernel {
                 bias,
             } => {
                 let (lo, hi) = tile.range(*rows, 1);
-                norm::layer_norm(*len, *eps, scale, bias, x, y, lo, hi);
+                norm::layer_norm(isa, *len, *eps, scale, bias, x, y, lo, hi);
             }
             NormKernel::Softmax { v, log } => {
                 let (lo, hi) = tile.range(v.outer, 1);
-                reduce::softmax(*v, *log, x, y, lo, hi);
+                reduce::softmax(isa, *v, *log, x, y, lo, hi);
             }
         }
         Ok(())

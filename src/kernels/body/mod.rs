@@ -8,6 +8,7 @@
 pub mod conv;
 pub mod eltwise;
 pub mod epilogue;
+pub mod norm;
 pub mod pool;
 pub mod rnn;
 pub mod unary;

@@ -23,6 +23,8 @@ pub(crate) static TABLE: KernelTable = KernelTable {
     sigmoid: body::rnn::sigmoid,
     tanh: body::rnn::tanh,
     quant: &crate::kernels::quant::table::PORTABLE,
+    softmax_row: body::norm::softmax_row,
+    layer_norm_row: body::norm::layer_norm_row,
 };
 
 fn mm_tile(kc: usize, a: &[f32], b: &[f32], c: &mut [f32], ldc: usize, acc: bool) {

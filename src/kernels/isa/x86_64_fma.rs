@@ -35,6 +35,8 @@ static TABLE: KernelTable = KernelTable {
     sigmoid,
     tanh,
     quant: &crate::kernels::quant::x86_64_avx2::TABLE,
+    softmax_row,
+    layer_norm_row,
 };
 
 /// Builds a safe table entry `$name` that runs the generic body `$body` compiled with
@@ -76,6 +78,8 @@ avx2_build!(mm_half, portable::mm_half, (kc: usize, a: &[f32], b: &[f32], c: &mu
 avx2_build!(mm_row, portable::mm_row, (kc: usize, a: &[f32], b: &[f32], c: &mut [f32]));
 avx2_build!(sigmoid, body::rnn::sigmoid, (x: &mut [f32]));
 avx2_build!(tanh, body::rnn::tanh, (x: &mut [f32]));
+avx2_build!(softmax_row, body::norm::softmax_row, (x: &[f32], y: &mut [f32], log: bool));
+avx2_build!(layer_norm_row, body::norm::layer_norm_row, (x: &[f32], y: &mut [f32], scale: &[f32], bias: &[f32], eps: f32));
 
 fn mm_tile(kc: usize, a: &[f32], b: &[f32], c: &mut [f32], ldc: usize, acc: bool) {
     assert!(a.len() >= kc * MR && b.len() >= kc * NR);
