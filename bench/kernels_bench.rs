@@ -13,8 +13,8 @@
 //! ONNX model (`bench/ort_bench.py` through `scripts/venv.sh`), printing medians and
 //! ratios.
 //!
-//! Run: `cargo bench --bench kernels_bench` (optionally `-- quick`, or `-- rnn` for the
-//! LSTM part alone).
+//! Run: `cargo bench --bench kernels_bench` (optionally `-- quick`, `-- rnn` for the
+//! LSTM part alone, or `-- conv` for the per-class conv table).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -44,6 +44,30 @@ fn best(reps: usize, mut f: impl FnMut()) -> f64 {
             let t = Instant::now();
             f();
             t.elapsed().as_secs_f64()
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// CPU time of this thread in seconds: on a loaded machine it leaves out the time the
+/// thread waited for a core.
+fn thread_secs() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+/// Best-of-`reps` thread CPU seconds of `f`.
+fn best_cpu(reps: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    (0..reps)
+        .map(|_| {
+            let t = thread_secs();
+            f();
+            thread_secs() - t
         })
         .fold(f64::INFINITY, f64::min)
 }
@@ -207,6 +231,125 @@ fn bench_conv(reps: usize) {
             gf,
             t2 * 1e6
         );
+    }
+}
+
+/// One conv layer of the per-class table: name, Cin, H (= W), Cout, kernel, stride,
+/// pad.
+type ClassLayer = (&'static str, usize, usize, usize, usize, usize, usize);
+
+/// The dense conv classes of the bench models (YOLOv8n at 640, the U-Net FPN):
+/// 1x1, strided 3x3, 3-channel stems and a ConvTranspose, best-of-`reps` thread CPU µs and
+/// GFLOP/s (2 * MACs / time) plain and with bias + SiLU fused (`-- conv`).
+fn bench_conv_classes(reps: usize) {
+    use vnpu::kernels::conv::{conv2d, ConvShape, ConvWeights, DeconvPlan};
+    let layers: &[ClassLayer] = &[
+        ("1x1 96->64 @80", 96, 80, 64, 1, 1, 0),
+        ("1x1 192->128 @40", 192, 40, 128, 1, 1, 0),
+        ("1x1 384->128 @40", 384, 40, 128, 1, 1, 0),
+        ("1x1 192->64 @80", 192, 80, 64, 1, 1, 0),
+        ("1x1 64->64 @80", 64, 80, 64, 1, 1, 0),
+        ("1x1 48->32 @160", 48, 160, 32, 1, 1, 0),
+        ("1x1 32->32 @160", 32, 160, 32, 1, 1, 0),
+        ("1x1 80->80 @80", 80, 80, 80, 1, 1, 0),
+        ("1x1 64->32 @112 (U-Net)", 64, 112, 32, 1, 1, 0),
+        ("3x3/2 16->32 @320", 16, 320, 32, 3, 2, 1),
+        ("3x3/2 32->64 @160", 32, 160, 64, 3, 2, 1),
+        ("3x3/2 64->128 @80", 64, 80, 128, 3, 2, 1),
+        ("3x3/2 128->256 @40", 128, 40, 256, 3, 2, 1),
+        ("3x3/2 16->32 @224 (U-Net)", 16, 224, 32, 3, 2, 1),
+        ("3x3/2 3->16 @640 (stem)", 3, 640, 16, 3, 2, 1),
+        ("3x3/2 3->32 @224 (MNv2 stem)", 3, 224, 32, 3, 2, 1),
+        ("3x3 3->16 @224 (U-Net stem)", 3, 224, 16, 3, 1, 1),
+        ("3x3 32->16 @224 (U-Net)", 32, 224, 16, 3, 1, 1),
+    ];
+    println!("Conv classes (1 thread, best of {reps}, thread CPU time)");
+    println!(
+        "{:<30} {:>9} {:>8} {:>9} {:>8}",
+        "layer", "us", "GFLOP/s", "us+silu", "GFLOP/s"
+    );
+    let isa = isa::best_isa();
+    let bias = rand(512, 5);
+    let silu = [PostOpRt::Unary(UnaryOp::Silu)];
+    let epi = gemm::Epilogue {
+        bias: Some(&bias),
+        post: &silu,
+        ..gemm::Epilogue::NONE
+    };
+    for &(name, ci, hw, co, k, st, p) in layers {
+        let o = (hw + 2 * p - k) / st + 1;
+        let s = ConvShape {
+            n: 1,
+            c_in: ci,
+            h: hw,
+            w: hw,
+            c_out: co,
+            oh: o,
+            ow: o,
+            kh: k,
+            kw: k,
+            sh: st,
+            sw: st,
+            dh: 1,
+            dw: 1,
+            ph: p,
+            pw: p,
+            group: 1,
+        };
+        let w = ConvWeights::pack(&s, &rand(co * ci * k * k, 3));
+        let x = rand(ci * hw * hw, 4);
+        let mut y = vec![0.0; co * o * o];
+        let mut scratch = vec![0.0; s.scratch_len()];
+        let mut run = |e: &gemm::Epilogue<'_>| {
+            best_cpu(reps, || {
+                conv2d(isa, &s, &w, &x, &mut y, 0, co, (0, o * o), None, e, &mut scratch)
+            })
+        };
+        let t = run(&gemm::Epilogue::NONE);
+        let t2 = run(&epi);
+        let gf = |t: f64| 2.0 * s.macs() as f64 / t / 1e9;
+        println!(
+            "{name:<30} {:>9.1} {:>8.1} {:>9.1} {:>8.1}",
+            t * 1e6,
+            gf(t),
+            t2 * 1e6,
+            gf(t2)
+        );
+    }
+    // ConvTranspose k4 s2 p1 32->16 @112 (U-Net) and k2 s2 128->64 @28.
+    for &(name, ci, hw, co, k) in &[
+        ("deconv k4/2 32->16 @112", 32usize, 112usize, 16usize, 4usize),
+        ("deconv k2/2 128->64 @28", 128, 28, 64, 2),
+    ] {
+        let p = (k - 2) / 2;
+        let o = (hw - 1) * 2 + k - 2 * p;
+        let s = ConvShape {
+            n: 1,
+            c_in: ci,
+            h: hw,
+            w: hw,
+            c_out: co,
+            oh: o,
+            ow: o,
+            kh: k,
+            kw: k,
+            sh: 2,
+            sw: 2,
+            dh: 1,
+            dw: 1,
+            ph: p,
+            pw: p,
+            group: 1,
+        };
+        let plan = DeconvPlan::new(s, &rand(ci * co * k * k, 3));
+        let x = rand(ci * hw * hw, 4);
+        let mut y = vec![0.0; co * o * o];
+        let mut scratch = vec![0.0; plan.scratch_len()];
+        let t = best_cpu(reps, || {
+            plan.run(isa, &x, Some(&bias[..co]), &mut y, 0, co, &mut scratch)
+        });
+        let gf = 2.0 * (ci * hw * hw * co * k * k) as f64 / t / 1e9;
+        println!("{name:<30} {:>9.1} {:>8.1}", t * 1e6, gf);
     }
 }
 
@@ -636,6 +779,10 @@ fn main() {
     let quick = std::env::args().any(|a| a == "quick");
     let reps = if quick { 3 } else { 10 };
     println!("kernel table: {}", vnpu::kernels::table().name);
+    if std::env::args().any(|a| a == "conv") {
+        bench_conv_classes(reps);
+        return;
+    }
     if std::env::args().any(|a| a == "rnn") {
         bench_rnn(reps);
         return;

@@ -163,7 +163,15 @@ pub fn exp(x: f32) -> f32 {
                 + r * (1.0 / 6.0
                     + r * (1.0 / 24.0
                         + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
-    let scale = f32::from_bits(((n as i32 + 127) << 23) as u32);
+    // 2^n from the bits of `n + ROUND` (n sits in the low mantissa bits): integer ops
+    // only, which vectorise; `n as i32` (a saturating cast) would be done lane by lane.
+    let scale = f32::from_bits(
+        (n + ROUND)
+            .to_bits()
+            .wrapping_sub(ROUND.to_bits())
+            .wrapping_add(127)
+            << 23,
+    );
     let y = p * scale;
     if x > 88.72 {
         f32::INFINITY

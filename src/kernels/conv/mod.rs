@@ -216,9 +216,17 @@ pub fn conv2d(
                 continue;
             }
             let pointwise = s.is_pointwise();
+            // With few output channels the GEMM reads B rows in place, one line per row
+            // and micro-tile: rows borrowed straight from the input planes (often a
+            // multiple of 4 KiB apart) then all fall into one cache set and evict each
+            // other. Copied into the GEMM's staggered row slots they do not.
+            let borrow = pointwise && m_hi - m_lo > gemm::ROWS_IN_PLACE_MAX_M;
             let fill = |p: usize, j0: usize, len: usize, row: &mut [f32]| {
-                if pointwise {
+                if borrow {
                     Some(&xg[p * hw + j0..p * hw + j0 + len])
+                } else if pointwise {
+                    row[..len].copy_from_slice(&xg[p * hw + j0..p * hw + j0 + len]);
+                    None
                 } else {
                     im2col_segment(s, xg, p, j0, &mut row[..len]);
                     None
