@@ -5,18 +5,22 @@
 //! `cargo run --release --example dw_bench [reps]`
 
 use std::time::Instant;
+use vnpu::ir::UnaryOp;
 use vnpu::kernels::conv::{conv2d, ConvShape, ConvWeights};
 use vnpu::kernels::gemm::Epilogue;
 use vnpu::kernels::isa;
 use vnpu::kernels::nd::IndexMapCopy;
 use vnpu::kernels::unary::PostOpRt;
-use vnpu::ir::UnaryOp;
 
 fn rand(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
     (0..n)
         .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             ((s >> 40) as f32 / (1u64 << 24) as f32) - 0.5
         })
         .collect()
@@ -33,7 +37,10 @@ fn best(reps: usize, mut f: impl FnMut()) -> f64 {
 }
 
 fn main() {
-    let reps: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(20);
+    let reps: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(20);
     // (channels, input size, kernel, stride)
     let layers = [
         (32, 112, 3, 1),
@@ -82,20 +89,52 @@ fn main() {
         let x = rand(c * hw * hw, 4);
         let mut y = vec![0.0; c * o * o];
         let mut scratch = vec![0.0; s.scratch_len()];
-        print!("{:<22} {:>9.3}", format!("dw{k}x{k}/{st} {c}@{hw}"), (c * o * o) as f64 / 1e6);
+        print!(
+            "{:<22} {:>9.3}",
+            format!("dw{k}x{k}/{st} {c}@{hw}"),
+            (c * o * o) as f64 / 1e6
+        );
         for (i, t) in tables.iter().enumerate() {
             let us = best(reps, || {
-                conv2d(t.isa, &s, &w, &x, &mut y, 0, c, (0, o * o), None, &Epilogue::NONE, &mut scratch)
+                conv2d(
+                    t.isa,
+                    &s,
+                    &w,
+                    &x,
+                    &mut y,
+                    0,
+                    c,
+                    (0, o * o),
+                    None,
+                    &Epilogue::NONE,
+                    &mut scratch,
+                )
             });
             total[i] += us;
             print!(" {us:>14.1}");
         }
         let bias = rand(c, 5);
         let post = [PostOpRt::Unary(UnaryOp::Relu)];
-        let epi = Epilogue { bias: Some(&bias), post: &post, ..Epilogue::NONE };
+        let epi = Epilogue {
+            bias: Some(&bias),
+            post: &post,
+            ..Epilogue::NONE
+        };
         let isa = isa::best_isa();
         let us = best(reps, || {
-            conv2d(isa, &s, &w, &x, &mut y, 0, c, (0, o * o), None, &epi, &mut scratch)
+            conv2d(
+                isa,
+                &s,
+                &w,
+                &x,
+                &mut y,
+                0,
+                c,
+                (0, o * o),
+                None,
+                &epi,
+                &mut scratch,
+            )
         });
         total[tables.len()] += us;
         println!(" {us:>12.1}");
@@ -122,6 +161,10 @@ fn main() {
         let src = vec![1u8; c * hw * hw * 4];
         let mut dst = vec![0u8; c * o * o * 4];
         let us = best(reps, || m.run(&src, &mut dst, 0, c));
-        println!("{:<22} {:>9.3} {us:>14.1}", format!("x{f} {c}@{hw}"), (c * o * o) as f64 / 1e6);
+        println!(
+            "{:<22} {:>9.3} {us:>14.1}",
+            format!("x{f} {c}@{hw}"),
+            (c * o * o) as f64 / 1e6
+        );
     }
 }

@@ -294,7 +294,11 @@ impl IndexMapCopy {
                 let lo_ = (base + m0) as usize;
                 let s = &src[lo_..=(base + m1) as usize];
                 for (d, &m) in out.iter_mut().zip(last) {
-                    *d = if m == FILL { fill } else { s[(m - m0) as usize] };
+                    *d = if m == FILL {
+                        fill
+                    } else {
+                        s[(m - m0) as usize]
+                    };
                 }
             } else {
                 out.fill(fill);
@@ -462,7 +466,11 @@ mod tests {
                 vec![0, 0, 1, 3, FILL, 8, 8, 2],
             ],
             // Replication by 4 of part of a row.
-            vec![vec![63], vec![0, 9, 9, 18], (0..12).map(|x| 2 + x / 4).collect()],
+            vec![
+                vec![63],
+                vec![0, 9, 9, 18],
+                (0..12).map(|x| 2 + x / 4).collect(),
+            ],
         ];
         for maps in cases {
             let dims: Vec<usize> = maps.iter().map(Vec::len).collect();

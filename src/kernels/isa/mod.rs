@@ -126,6 +126,17 @@ pub struct KernelTable {
     pub tanh: fn(x: &mut [f32]),
     /// The int8 kernels of this instruction set (`kernels::quant`).
     pub quant: &'static crate::kernels::quant::QuantTable,
+    /// Depthwise conv output channel `c` into `y` (`[C, OH*OW]`) with the epilogue fused
+    /// (scratch: `depthwise_scratch_len` floats).
+    pub depthwise_fused: fn(
+        s: &ConvShape,
+        w: &[f32],
+        plane: &[f32],
+        y: &mut [f32],
+        c: usize,
+        epi: &Epilogue<'_>,
+        scratch: &mut [f32],
+    ),
 }
 
 /// The table the process uses (chosen once): the best this CPU supports, or the one
