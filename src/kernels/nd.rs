@@ -213,12 +213,21 @@ pub struct IndexMapCopy {
 impl IndexMapCopy {
     /// Copies output rows whose first coordinate lies in `[lo, hi)`.
     pub fn run(&self, src: &[u8], dst: &mut [u8], lo: usize, hi: usize) {
-        let e = self.elem;
+        match self.elem {
+            4 => self.run_typed::<u32>(src, dst, lo, hi),
+            2 => self.run_typed::<u16>(src, dst, lo, hi),
+            8 => self.run_typed::<u64>(src, dst, lo, hi),
+            1 => self.run_typed::<u8>(src, dst, lo, hi),
+            _ => self.run_bytes(src, dst, lo, hi),
+        }
+    }
+
+    /// Source row offset of every output row in `[lo, hi)`, in order: `f(out_row,
+    /// Some(base))` for a row gathered from `base + last[j]`, `None` for a fill row.
+    fn for_each_row(&self, lo: usize, hi: usize, mut f: impl FnMut(usize, Option<isize>)) {
         let r = self.dims.len();
-        let inner = self.dims[r - 1];
         let row_count: usize = self.dims[1..r - 1].iter().product();
         let mut idx = [0usize; MAX_RANK];
-        let last = &self.maps[r - 1];
         for i0 in lo..hi {
             idx[..r].fill(0);
             idx[0] = i0;
@@ -227,21 +236,10 @@ impl IndexMapCopy {
                 let mut fill_row = false;
                 for (map, &i) in self.maps[..r - 1].iter().zip(&idx[..r - 1]) {
                     let m = map[i];
-                    if m == FILL {
-                        fill_row = true;
-                    }
+                    fill_row |= m == FILL;
                     base = base.wrapping_add(m);
                 }
-                let out_row = (i0 * row_count + row) * inner;
-                for (j, &m) in last.iter().enumerate() {
-                    let d = (out_row + j) * e;
-                    if fill_row || m == FILL {
-                        dst[d..d + e].copy_from_slice(&self.fill);
-                    } else {
-                        let s = (base + m) as usize * e;
-                        copy_elem(e, &src[s..s + e], &mut dst[d..d + e]);
-                    }
-                }
+                f(i0 * row_count + row, (!fill_row).then_some(base));
                 // Advance dims 1..r-1.
                 let mut d = r - 2;
                 while d >= 1 {
@@ -255,7 +253,150 @@ impl IndexMapCopy {
             }
         }
     }
+
+    /// The element-typed copy (`T` is `elem` bytes wide). A row that reads the same
+    /// source row as the row just written (nearest upsampling) is copied from it; an
+    /// integer-factor replication of the last dim is written without index lookups.
+    fn run_typed<T: Pod>(&self, src: &[u8], dst: &mut [u8], lo: usize, hi: usize) {
+        let (Some(src), Some(dst)) = (T::cast(src), T::cast_mut(dst)) else {
+            return self.run_bytes(src, dst, lo, hi);
+        };
+        let fill = T::from_bytes(&self.fill);
+        let last = &self.maps[self.dims.len() - 1];
+        let inner = last.len();
+        let last_fill = last.contains(&FILL);
+        let (m0, m1) = last
+            .iter()
+            .filter(|&&m| m != FILL)
+            .fold((isize::MAX, isize::MIN), |(a, b), &m| (a.min(m), b.max(m)));
+        let rep = if last_fill { None } else { replication(last) };
+        let mut prev: Option<(usize, isize)> = None;
+        self.for_each_row(lo, hi, |out_row, base| {
+            let d0 = out_row * inner;
+            let Some(base) = base else {
+                dst[d0..d0 + inner].fill(fill);
+                prev = None;
+                return;
+            };
+            if let Some((p, pb)) = prev {
+                if pb == base {
+                    dst.copy_within(p * inner..(p + 1) * inner, d0);
+                    prev = Some((out_row, base));
+                    return;
+                }
+            }
+            let out = &mut dst[d0..d0 + inner];
+            if let Some((f, first)) = rep {
+                let s0 = (base + first) as usize;
+                let s = &src[s0..s0 + inner / f];
+                replicate(s, f, out);
+            } else if m0 <= m1 {
+                let lo_ = (base + m0) as usize;
+                let s = &src[lo_..=(base + m1) as usize];
+                for (d, &m) in out.iter_mut().zip(last) {
+                    *d = if m == FILL {
+                        fill
+                    } else {
+                        s[(m - m0) as usize]
+                    };
+                }
+            } else {
+                out.fill(fill);
+            }
+            prev = Some((out_row, base));
+        });
+    }
+
+    /// The byte-wise copy of any element size (also for misaligned buffers).
+    fn run_bytes(&self, src: &[u8], dst: &mut [u8], lo: usize, hi: usize) {
+        let e = self.elem;
+        let last = &self.maps[self.dims.len() - 1];
+        let inner = last.len();
+        self.for_each_row(lo, hi, |out_row, base| {
+            for (j, &m) in last.iter().enumerate() {
+                let d = (out_row * inner + j) * e;
+                match base {
+                    Some(b) if m != FILL => {
+                        let s = (b + m) as usize * e;
+                        copy_elem(e, &src[s..s + e], &mut dst[d..d + e]);
+                    }
+                    _ => dst[d..d + e].copy_from_slice(&self.fill),
+                }
+            }
+        });
+    }
 }
+
+/// `Some((f, first))` when `last[j] == first + j / f` for every `j` with an integer
+/// factor `f >= 1` that divides the length (nearest upsampling by `f`).
+fn replication(last: &[isize]) -> Option<(usize, isize)> {
+    let first = *last.first()?;
+    let f = last.iter().take_while(|&&m| m == first).count();
+    (last.len() % f == 0
+        && last
+            .iter()
+            .enumerate()
+            .all(|(j, &m)| m == first + (j / f) as isize))
+    .then_some((f, first))
+}
+
+/// `out[j] = s[j / f]` (`out.len() == s.len() * f`).
+#[inline]
+fn replicate<T: Pod>(s: &[T], f: usize, out: &mut [T]) {
+    match f {
+        1 => out.copy_from_slice(s),
+        2 => {
+            for (d, &v) in out.chunks_exact_mut(2).zip(s) {
+                d[0] = v;
+                d[1] = v;
+            }
+        }
+        4 => {
+            for (d, &v) in out.chunks_exact_mut(4).zip(s) {
+                d.fill(v);
+            }
+        }
+        _ => {
+            for (d, &v) in out.chunks_exact_mut(f).zip(s) {
+                d.fill(v);
+            }
+        }
+    }
+}
+
+/// Plain unsigned integers that byte buffers are reinterpreted as.
+trait Pod: Copy + Default {
+    /// `b` as a slice of `Self` when aligned and a whole number of elements.
+    fn cast(b: &[u8]) -> Option<&[Self]>;
+    /// Mutable [`Pod::cast`].
+    fn cast_mut(b: &mut [u8]) -> Option<&mut [Self]>;
+    /// The value held in the first `size_of::<Self>()` bytes of `b`.
+    fn from_bytes(b: &[u8]) -> Self;
+}
+
+macro_rules! pod {
+    ($($t:ty),*) => {$(
+        impl Pod for $t {
+            fn cast(b: &[u8]) -> Option<&[$t]> {
+                // SAFETY: every bit pattern is a valid unsigned integer; `align_to` only
+                // puts correctly aligned, in-bounds elements in the middle slice.
+                let (pre, mid, post) = unsafe { b.align_to::<$t>() };
+                (pre.is_empty() && post.is_empty()).then_some(mid)
+            }
+            fn cast_mut(b: &mut [u8]) -> Option<&mut [$t]> {
+                // SAFETY: as in `cast`; the middle slice borrows `b` mutably and exclusively.
+                let (pre, mid, post) = unsafe { b.align_to_mut::<$t>() };
+                (pre.is_empty() && post.is_empty()).then_some(mid)
+            }
+            fn from_bytes(b: &[u8]) -> $t {
+                let mut a = [0u8; std::mem::size_of::<$t>()];
+                a.copy_from_slice(&b[..std::mem::size_of::<$t>()]);
+                <$t>::from_ne_bytes(a)
+            }
+        }
+    )*};
+}
+pod!(u8, u16, u32, u64);
 
 #[cfg(test)]
 mod tests {
@@ -305,6 +446,56 @@ mod tests {
         let mut out = vec![0u8; 20];
         c.run(&bytes(&x), &mut out, 0, c.outer());
         assert_eq!(ints(&out), vec![9, 7, 5, 3, 1]);
+    }
+
+    /// The typed paths (row reuse, replication, gather with fill) against the byte path.
+    #[test]
+    fn index_map_typed_matches_bytes() {
+        let x: Vec<i32> = (0..5 * 7 * 9).collect();
+        let cases: Vec<Vec<Vec<isize>>> = vec![
+            // Nearest x2 upsample of [5, 7, 9] -> [5, 14, 18].
+            vec![
+                (0..5).map(|c| c * 63).collect(),
+                (0..14).map(|y| (y / 2) * 9).collect(),
+                (0..18).map(|x| x / 2).collect(),
+            ],
+            // x3 rows, uneven columns, a fill row and fill columns.
+            vec![
+                vec![0, FILL, 126],
+                (0..21).map(|y| (y / 3) * 9).collect(),
+                vec![0, 0, 1, 3, FILL, 8, 8, 2],
+            ],
+            // Replication by 4 of part of a row.
+            vec![
+                vec![63],
+                vec![0, 9, 9, 18],
+                (0..12).map(|x| 2 + x / 4).collect(),
+            ],
+        ];
+        for maps in cases {
+            let dims: Vec<usize> = maps.iter().map(Vec::len).collect();
+            let m = IndexMapCopy {
+                elem: 4,
+                dims: dims.clone(),
+                maps,
+                fill: (-1i32).to_ne_bytes().to_vec(),
+            };
+            let n: usize = dims.iter().product();
+            let mut want = vec![0u8; 4 * n];
+            m.run_bytes(&bytes(&x), &mut want, 0, dims[0]);
+            for (lo, hi) in [(0, dims[0]), (1, dims[0])] {
+                let mut got = want.clone();
+                got[lo * n / dims[0] * 4..].fill(0);
+                m.run(&bytes(&x), &mut got, lo, hi);
+                assert_eq!(ints(&got), ints(&want), "{dims:?} rows {lo}..{hi}");
+            }
+            // Misaligned buffers take the byte path.
+            let mut buf = vec![0u8; 4 * n + 1];
+            let mut src = vec![0u8; 1];
+            src.extend(bytes(&x));
+            m.run(&src[1..], &mut buf[1..], 0, dims[0]);
+            assert_eq!(ints(&buf[1..]), ints(&want));
+        }
     }
 
     #[test]

@@ -46,6 +46,16 @@ pub(crate) fn index_map(
     fill: Vec<u8>,
 ) -> Result<Planned> {
     let mut dims = o.to_vec();
+    // A leading unit dim (the batch of one) folds into the next map, so that tiles
+    // split the next dim (channels) instead of running as one.
+    while dims.len() > 2 && dims[0] == 1 && maps[0][0] != FILL {
+        let off = maps[0][0];
+        dims.remove(0);
+        maps.remove(0);
+        for m in maps[0].iter_mut().filter(|m| **m != FILL) {
+            *m += off;
+        }
+    }
     while dims.len() < 2 {
         dims.insert(0, 1);
         maps.insert(0, vec![0]);

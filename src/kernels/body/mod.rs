@@ -6,6 +6,7 @@
 //! from `kernels::isa`, so the tables can be built from it without a cycle.
 
 pub mod conv;
+pub mod depthwise;
 pub mod eltwise;
 pub mod epilogue;
 pub mod norm;

@@ -12,11 +12,14 @@
 //! residuals) runs inside the GEMM / per channel plane while it is hot.
 
 mod deconv;
+mod depthwise;
 mod winograd;
 
-pub use super::body::conv::{depthwise_scratch_len, ConvShape};
+pub use super::body::conv::ConvShape;
+pub use super::body::depthwise::depthwise_scratch_len;
 pub use super::body::pool::valid_range;
 pub use deconv::DeconvPlan;
+use depthwise::depthwise;
 pub use winograd::WinogradPlan;
 
 use super::body::conv::strided_copy;
@@ -390,28 +393,6 @@ fn im2col_segment(s: &ConvShape, xg: &[f32], p: usize, j0: usize, out: &mut [f32
         } else {
             strided_copy(&src[ix0..], s.sw, dst);
         }
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn depthwise(
-    isa: Isa,
-    s: &ConvShape,
-    w: &[f32],
-    xb: &[f32],
-    yb: &mut [f32],
-    c_lo: usize,
-    c_hi: usize,
-    epi: &Epilogue<'_>,
-    scratch: &mut [f32],
-) {
-    let (ohw, hw, khw) = (s.oh * s.ow, s.h * s.w, s.kh * s.kw);
-    let t = isa.table();
-    for c in c_lo..c_hi {
-        let plane = &xb[c * hw..(c + 1) * hw];
-        let out = &mut yb[c * ohw..(c + 1) * ohw];
-        (t.depthwise_plane)(s, &w[c * khw..(c + 1) * khw], plane, out, scratch);
-        epi.apply(isa, yb, ohw, c, 1, 0, ohw);
     }
 }
 

@@ -131,6 +131,17 @@ pub struct KernelTable {
     /// LayerNorm of the contiguous row `x` into `y[..x.len()]` with per-element `scale`
     /// and `bias` (empty for 0).
     pub layer_norm_row: fn(x: &[f32], y: &mut [f32], scale: &[f32], bias: &[f32], eps: f32),
+    /// Depthwise conv output channel `c` into `y` (`[C, OH*OW]`) with the epilogue fused
+    /// (scratch: `depthwise_scratch_len` floats).
+    pub depthwise_fused: fn(
+        s: &ConvShape,
+        w: &[f32],
+        plane: &[f32],
+        y: &mut [f32],
+        c: usize,
+        epi: &Epilogue<'_>,
+        scratch: &mut [f32],
+    ),
 }
 
 /// The table the process uses (chosen once): the best this CPU supports, or the one

@@ -17,7 +17,7 @@ pub(crate) static TABLE: KernelTable = KernelTable {
     epilogue: |e, c, ldc, i0, mr, j0, nr| e.apply_body(c, ldc, i0, mr, j0, nr),
     unary: body::unary::apply_unary,
     binary_f32: body::eltwise::binary_f32,
-    depthwise_plane: body::conv::depthwise_plane,
+    depthwise_plane: body::depthwise::depthwise_plane,
     max_pool_plane: body::pool::max_pool_plane,
     gemv_acc: body::rnn::gemv_acc,
     sigmoid: body::rnn::sigmoid,
@@ -25,6 +25,7 @@ pub(crate) static TABLE: KernelTable = KernelTable {
     quant: &crate::kernels::quant::table::PORTABLE,
     softmax_row: body::norm::softmax_row,
     layer_norm_row: body::norm::layer_norm_row,
+    depthwise_fused: body::depthwise::depthwise_channel,
 };
 
 fn mm_tile(kc: usize, a: &[f32], b: &[f32], c: &mut [f32], ldc: usize, acc: bool) {

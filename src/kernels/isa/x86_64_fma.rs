@@ -37,6 +37,7 @@ static TABLE: KernelTable = KernelTable {
     quant: &crate::kernels::quant::x86_64_avx2::TABLE,
     softmax_row,
     layer_norm_row,
+    depthwise_fused,
 };
 
 /// Builds a safe table entry `$name` that runs the generic body `$body` compiled with
@@ -72,7 +73,8 @@ fn epilogue_body(
 avx2_build!(epilogue, epilogue_body, (e: &Epilogue<'_>, c: &mut [f32], ldc: usize, i0: usize, mr: usize, j0: usize, nr: usize));
 avx2_build!(unary, body::unary::apply_unary, (op: UnaryOp, x: &mut [f32]));
 avx2_build!(binary_f32, body::eltwise::binary_f32, (op: BinaryOp, bc: &Bcast, a: &[f32], b: &[f32], out: &mut [f32], lo: usize, hi: usize));
-avx2_build!(depthwise_plane, body::conv::depthwise_plane, (s: &ConvShape, w: &[f32], plane: &[f32], out: &mut [f32], scratch: &mut [f32]));
+avx2_build!(depthwise_plane, body::depthwise::depthwise_plane, (s: &ConvShape, w: &[f32], plane: &[f32], out: &mut [f32], scratch: &mut [f32]));
+avx2_build!(depthwise_fused, body::depthwise::depthwise_channel, (s: &ConvShape, w: &[f32], plane: &[f32], y: &mut [f32], c: usize, epi: &Epilogue<'_>, scratch: &mut [f32]));
 avx2_build!(max_pool_plane, body::pool::max_pool_plane, (s: &PoolShape, x: &[f32], y: &mut [f32]));
 avx2_build!(mm_half, portable::mm_half, (kc: usize, a: &[f32], b: &[f32], c: &mut [f32]));
 avx2_build!(mm_row, portable::mm_row, (kc: usize, a: &[f32], b: &[f32], c: &mut [f32]));

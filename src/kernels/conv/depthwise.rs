@@ -1,0 +1,31 @@
+//! Depthwise conv (one input and one output channel per group): one table call per
+//! output channel, the epilogue fused into the kernel (see `body::depthwise`).
+
+use super::super::gemm::Epilogue;
+use super::super::isa::Isa;
+use super::ConvShape;
+
+/// Output channels `[c_lo, c_hi)` of one image: `xb` `[C, H, W]`, `yb` `[C, OH, OW]`,
+/// `w` `[C, KH*KW]` (scratch: `depthwise_scratch_len`).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn depthwise(
+    isa: Isa,
+    s: &ConvShape,
+    w: &[f32],
+    xb: &[f32],
+    yb: &mut [f32],
+    c_lo: usize,
+    c_hi: usize,
+    epi: &Epilogue<'_>,
+    scratch: &mut [f32],
+) {
+    let (hw, khw) = (s.h * s.w, s.kh * s.kw);
+    let t = isa.table();
+    for c in c_lo..c_hi {
+        let plane = &xb[c * hw..(c + 1) * hw];
+        (t.depthwise_fused)(s, &w[c * khw..(c + 1) * khw], plane, yb, c, epi, scratch);
+    }
+}
+
+#[cfg(test)]
+mod tests;
