@@ -8,12 +8,17 @@
 //!   shared staging buffer when the model is added to the task, outputs copied back from
 //!   it when the task's end is observed (by a wait or by the callback watcher), before
 //!   the wait returns or the callback runs. Staging buffers are pooled per process.
-//! - The end of a task is observed by `hbDNNWaitTaskDone` (one request to the daemon),
-//!   or, once a done callback is registered, by a watcher thread that waits for it and
-//!   runs the callback (callbacks of all tasks run one at a time).
-//! - Release: a task whose end was observed is forgotten without waiting for an answer
-//!   (nothing can touch its memory any more); otherwise the release is a round trip, so
-//!   that the FC in flight has finished when it returns, as in process.
+//! - The end of a task is observed in its end slot (shared memory the daemon writes, see
+//!   [`Client`]) by `hbDNNWaitTaskDone`, or, once a done callback is registered, by a
+//!   watcher thread that waits for it and runs the callback (callbacks of all tasks run
+//!   one at a time).
+//! - Release: a task whose end was observed is forgotten without a message of its own
+//!   (nothing can touch its memory any more; the daemon hears of it with the next
+//!   submission); otherwise the release is a round trip, so that the FC in flight has
+//!   finished when it returns, as in process.
+//! - A task assembled with `more = 1` reserves room under the daemon's per-client task
+//!   limit at its first part, as the in-process builder reserves a slot; the reservation
+//!   is given back if the assembly is released unsubmitted.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -210,6 +215,17 @@ pub(crate) struct RemoteBuilder {
     models: Vec<ModelTarget>,
     copy_out: Vec<CopyOut>,
     staging: Vec<SharedRegion>,
+    /// Room reserved under the daemon's task limit (`more = 1`), and its session.
+    reserved: Option<(Arc<Client>, u64)>,
+}
+
+impl Drop for RemoteBuilder {
+    fn drop(&mut self) {
+        // An assembly released before its submission gives its room back.
+        if let Some((client, id)) = self.reserved.take() {
+            let _ = client.unreserve(id);
+        }
+    }
 }
 
 fn align(n: usize) -> usize {
@@ -235,6 +251,9 @@ impl RemoteBuilder {
             });
         }
         let client = remote.client()?;
+        if more && self.reserved.is_none() {
+            self.reserved = Some((client.clone(), client.reserve()?));
+        }
         // Which buffers are shared memory, and where the others go in staging.
         let mut plan = Vec::new();
         let mut staged = 0usize;
@@ -336,9 +355,12 @@ impl RemoteBuilder {
             return Ok(None);
         }
         let estimate_us = self.models.iter().map(|m| m.estimate_latency_us()).sum();
-        match client.submit_ended(&self.parts, ctrl) {
-            Ok((id, ended)) => {
-                let b = std::mem::take(self);
+        let reservation = self.reserved.as_ref().map_or(0, |r| r.1);
+        match client.submit_reserved(&self.parts, ctrl, reservation) {
+            Ok(id) => {
+                // The reservation became the task.
+                self.reserved = None;
+                let mut b = std::mem::take(self);
                 let task = Arc::new(RemoteTask {
                     remote,
                     client,
@@ -352,17 +374,11 @@ impl RemoteBuilder {
                         status: None,
                         detail: String::new(),
                         released: false,
-                        copy_out: b.copy_out,
-                        staging: b.staging,
-                        _models: b.models,
+                        copy_out: std::mem::take(&mut b.copy_out),
+                        staging: std::mem::take(&mut b.staging),
+                        _models: std::mem::take(&mut b.models),
                     }),
                 });
-                if let Some((code, detail)) = ended {
-                    // A short task that already ended: outputs land now, and its end is
-                    // reported by the first wait (or callback registration) after the
-                    // handle exists.
-                    task.record(code, detail);
-                }
                 if completion.has_callback() {
                     task.watch();
                 }
@@ -482,11 +498,10 @@ impl RemoteTask {
         }
         match self.client.wait(self.id, timeout_ms) {
             Ok(()) => self.end(0, String::new()),
-            Err(Error::Remote { code, detail })
-                if code == HB_DNN_TIMEOUT || code == HB_DNN_INVALID_TASK_HANDLE =>
-            {
-                return Err(Error::Remote { code, detail })
+            Err(e) if e.code() == HB_DNN_TIMEOUT || e.code() == HB_DNN_INVALID_TASK_HANDLE => {
+                return Err(e)
             }
+            Err(Error::Remote { code, detail }) => self.end(code, detail),
             Err(e) => self.end(e.code(), e.to_string()),
         }
         self.recorded().unwrap_or(Ok(()))
@@ -504,6 +519,7 @@ impl RemoteTask {
                 if t.recorded().is_none() {
                     let (status, detail) = match t.client.wait(t.id, None) {
                         Ok(()) => (0, String::new()),
+                        Err(Error::Remote { code, detail }) => (code, detail),
                         Err(e) => (e.code(), e.to_string()),
                     };
                     t.record(status, detail);
@@ -527,7 +543,7 @@ impl RemoteTask {
         };
         if ended {
             // Nothing runs any more: no need to wait for the answer.
-            self.client.release_no_reply(self.id)?;
+            self.client.forget(self.id)?;
             self.remote.recycle(staging);
             return Ok(());
         }

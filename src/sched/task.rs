@@ -113,6 +113,11 @@ pub(crate) struct TimingState {
 /// The done callback: called once with the task's status code (0 on success).
 pub type DoneCallback = Box<dyn FnOnce(i32) + Send>;
 
+/// A done signal: called once with the task's status code just before its result is
+/// published, on the publishing thread (a core or CPU-pool thread, or the callback runner).
+/// It must not block (service mode stores a word and wakes a futex).
+pub type DoneSignal = Box<dyn FnOnce(i32) + Send>;
+
 pub(crate) struct DoneState {
     /// The published result (set after the callback returned).
     pub(crate) result: Option<std::result::Result<(), Error>>,
@@ -124,6 +129,8 @@ pub(crate) struct DoneState {
     pub(crate) callback: Option<DoneCallback>,
     /// A callback was taken to run (it fires at most once).
     pub(crate) callback_used: bool,
+    /// Called before the result is published ([`TaskHandle::set_done_signal`]).
+    pub(crate) signal: Option<DoneSignal>,
 }
 
 pub(crate) const PHASE_QUEUED: u8 = 0;
@@ -174,6 +181,7 @@ impl TaskShared {
                 code: 0,
                 callback,
                 callback_used: false,
+                signal: None,
             }),
             done_cv: Condvar::new(),
             timings: Mutex::new(TimingState {
@@ -202,18 +210,23 @@ impl TaskShared {
             Ok(()) => 0,
             Err(e) => e.code(),
         };
-        let cb = {
+        let (cb, signal) = {
             let mut d = self.done.lock();
             d.finishing = true;
             d.code = code;
             d.outcome = Some(result.clone());
             let cb = d.callback.take();
-            if cb.is_some() {
+            let signal = if cb.is_some() {
                 d.callback_used = true;
+                None
             } else {
-                d.result = Some(result.clone());
-            }
-            cb
+                let s = d.signal.take();
+                if s.is_none() {
+                    d.result = Some(result.clone());
+                }
+                s
+            };
+            (cb, signal)
         };
         match cb {
             Some(cb) => runner.push(Job {
@@ -223,6 +236,10 @@ impl TaskShared {
                 result,
             }),
             None => {
+                if let Some(s) = signal {
+                    s(code);
+                    self.done.lock().result = Some(result);
+                }
                 self.published.store(true, Ordering::Release);
                 self.done_cv.notify_all();
             }
@@ -231,6 +248,13 @@ impl TaskShared {
 
     /// Publishes the result to waiters (after the callback returned).
     pub(crate) fn publish(&self, result: std::result::Result<(), Error>) {
+        let signal = self.done.lock().signal.take();
+        if let Some(s) = signal {
+            s(match &result {
+                Ok(()) => 0,
+                Err(e) => e.code(),
+            });
+        }
         self.done.lock().result = Some(result);
         self.published.store(true, Ordering::Release);
         self.done_cv.notify_all();
@@ -336,6 +360,21 @@ impl TaskHandle {
             run_callback(cb, code);
         }
         true
+    }
+
+    /// Registers `signal`, called once with the status code just before the result is
+    /// published (so a `wait` or `release` that returned implies it ran), on the publishing
+    /// thread; at once on this thread when the result is already published.
+    pub fn set_done_signal(&self, signal: DoneSignal) {
+        let code = {
+            let mut d = self.shared.done.lock();
+            if d.result.is_none() {
+                d.signal = Some(signal);
+                return;
+            }
+            d.code
+        };
+        signal(code);
     }
 
     /// Releases the task: a queued task is cancelled (its waiters get

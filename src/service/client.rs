@@ -1,18 +1,29 @@
 //! The client side of service mode: one session per process, a pool of connections
-//! (a thread blocked in `wait` holds one, other threads open more), shared memory that
-//! the daemon maps, and staging for memory it cannot map.
+//! (each request takes one for its round trip, concurrent threads open more), shared
+//! memory that the daemon maps, and staging for memory it cannot map.
+//!
+//! Task ends arrive in the session's [`EndSlots`], not as messages:
+//! 1. `submit` takes a free end slot, arms it and names it in the `Submit` request (one
+//!    round trip, answered as soon as the task is queued).
+//! 2. `wait` polls the slot briefly, then sleeps on its futex word, waking every 50 ms to
+//!    check that the daemon is still there.
+//! 3. `forget` (a task whose end was seen) sends nothing: the id rides on the next
+//!    `Submit`, or goes in a batch when many are pending; `release` is a round trip. A
+//!    slot is free again once the daemon has answered the message that released its task.
 //!
 //! Every failure to reach the daemon — unreachable at connect, gone mid-call — is an
 //! [`Error::Service`] naming the socket; nothing falls back to in-process cores.
 
+use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::shm::SharedMem;
+use super::shm::{EndSlots, SharedMem, SlotWait};
 use super::sock;
 use super::wire::{
     BufRef, FrameRef, ModelInfo, ModelRef, PartRef, Request, Response, MAX_MESSAGE,
@@ -30,6 +41,22 @@ pub struct Client {
     idle: Mutex<Vec<OwnedFd>>,
     /// Bytes copied through staging buffers (memory the daemon could not map).
     staged: AtomicU64,
+    /// Where the daemon stores the ends of this client's tasks.
+    ends: EndSlots,
+    /// A second descriptor of the first connection, polled for hang-up by sleeping waiters.
+    alive: OwnedFd,
+    book: Mutex<Book>,
+}
+
+/// The client's view of its end slots.
+#[derive(Default)]
+struct Book {
+    /// Slots no live task names.
+    free: Vec<u32>,
+    /// Task id -> its slot, for tasks not released.
+    live: HashMap<u64, u32>,
+    /// Ended tasks released here and not yet told to the daemon.
+    forget: Vec<(u64, u32)>,
 }
 
 /// Shared memory registered with the daemon: tensors in it travel without a copy.
@@ -63,11 +90,11 @@ pub struct RemotePart {
     pub outputs: Vec<BufRef>,
 }
 
-/// How long a caller polls for the daemon's answer before sleeping: not at all. The
-/// daemon's connection thread and core thread are the ones that should keep a CPU while
-/// a short task runs (a spinning client takes the CPU the core needs on small machines).
-const SPIN: std::time::Duration = std::time::Duration::ZERO;
-
+/// How long `wait` polls a task's end slot before sleeping on it; the poll yields the CPU
+/// between checks, so a core thread sharing it still runs.
+const SPIN: Duration = Duration::from_micros(20);
+/// Released tasks kept before they are told to the daemon without a `Submit` to ride on.
+const FORGET_BATCH: usize = 16;
 fn gone(socket: &Path, why: impl std::fmt::Display) -> Error {
     Error::Service {
         socket: socket.display().to_string(),
@@ -84,26 +111,59 @@ impl Client {
                 format!("cannot connect: {e} (is `vnpu serve` running?)"),
             )
         })?;
-        let r = roundtrip_on(
-            socket,
-            &fd,
-            &Request::Hello {
-                version: PROTOCOL_VERSION,
-                token: None,
-            },
-            &[],
-        )?;
-        let (token, id) = match r {
-            Response::Hello { token, client } => (token, client),
+        let hello = Request::Hello {
+            version: PROTOCOL_VERSION,
+            token: None,
+        };
+        sock::send(&fd, &hello.encode(), &[])
+            .map_err(|e| gone(socket, format!("send failed: {e}")))?;
+        let pkt = sock::recv(&fd, MAX_MESSAGE)
+            .map_err(|e| gone(socket, format!("receive failed: {e}")))?
+            .ok_or_else(|| gone(socket, "the daemon closed the connection"))?;
+        let (token, id, slots) = match Response::decode(&pkt.bytes).map_err(|e| gone(socket, e))? {
+            Response::Hello {
+                token,
+                client,
+                slots,
+            } => (token, client, slots),
+            Response::Error { code, detail } => return Err(Error::Remote { code, detail }),
             other => return Err(gone(socket, format!("unexpected answer {other:?}"))),
         };
+        let ends_fd = pkt
+            .fds
+            .into_iter()
+            .next()
+            .ok_or_else(|| gone(socket, "the daemon sent no end slots"))?;
+        let ends = EndSlots::from_fd(ends_fd, slots as usize)
+            .map_err(|e| gone(socket, format!("cannot map the end slots: {e}")))?;
+        let alive = fd
+            .try_clone()
+            .map_err(|e| gone(socket, format!("cannot duplicate the connection: {e}")))?;
         Ok(Arc::new(Client {
             socket: socket.to_path_buf(),
             token,
             id,
             idle: Mutex::new(vec![fd]),
             staged: AtomicU64::new(0),
+            book: Mutex::new(Book {
+                free: (0..ends.len() as u32).rev().collect(),
+                ..Book::default()
+            }),
+            ends,
+            alive,
         }))
+    }
+
+    /// Whether the daemon still holds the session's first connection.
+    fn alive(&self) -> bool {
+        let mut p = libc::pollfd {
+            fd: self.alive.as_raw_fd(),
+            events: libc::POLLRDHUP,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd; zero timeout.
+        let n = unsafe { libc::poll(&mut p, 1, 0) };
+        n <= 0 || p.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLRDHUP) == 0
     }
 
     /// The client id the daemon gave this session.
@@ -223,16 +283,16 @@ impl Client {
 
     /// Submits a task of one or more models.
     pub fn submit(&self, parts: &[RemotePart], ctrl: CtrlParams) -> Result<RemoteTask> {
-        self.submit_ended(parts, ctrl).map(|(t, _)| t)
+        self.submit_reserved(parts, ctrl, 0)
     }
 
-    /// Submits a task; also returns its end status (code, detail) when it had already
-    /// ended by the time the daemon answered (short tasks), so no wait is needed.
-    pub fn submit_ended(
+    /// Submits the task of an assembly reserved with [`reserve`](Self::reserve) (0 = none).
+    pub fn submit_reserved(
         &self,
         parts: &[RemotePart],
         ctrl: CtrlParams,
-    ) -> Result<(RemoteTask, Option<(i32, String)>)> {
+        reservation: u64,
+    ) -> Result<RemoteTask> {
         let parts = parts
             .iter()
             .map(|p| PartRef {
@@ -241,13 +301,13 @@ impl Client {
                 outputs: p.outputs.clone(),
             })
             .collect();
-        match self.call(&Request::Submit { parts, ctrl }, &[])? {
-            Response::Task { task } => Ok((RemoteTask(task), None)),
-            Response::TaskEnded { task, code, detail } => {
-                Ok((RemoteTask(task), Some((code, detail))))
-            }
-            other => Err(gone(&self.socket, format!("unexpected answer {other:?}"))),
-        }
+        self.submit_with(|slot, forget| Request::Submit {
+            parts,
+            ctrl,
+            slot,
+            reservation,
+            forget,
+        })
     }
 
     /// Submits ROI inference on an NV12 frame in shared memory.
@@ -259,49 +319,154 @@ impl Client {
         outputs: &[BufRef],
         ctrl: CtrlParams,
     ) -> Result<RemoteTask> {
-        self.expect_task(&Request::SubmitRoi {
+        self.submit_with(|slot, forget| Request::SubmitRoi {
             model,
             frame,
             rois: rois.to_vec(),
             outputs: outputs.to_vec(),
             ctrl,
+            slot,
+            forget,
         })
     }
 
-    fn expect_task(&self, req: &Request) -> Result<RemoteTask> {
-        match self.call(req, &[])? {
-            Response::Task { task } | Response::TaskEnded { task, .. } => Ok(RemoteTask(task)),
+    /// Step 1 of the module protocol: a free slot, armed, and the pending forgets.
+    fn submit_with(&self, req: impl FnOnce(u32, Vec<u64>) -> Request) -> Result<RemoteTask> {
+        let mut slot = self.book.lock().free.pop();
+        if slot.is_none() {
+            self.flush_forgets()?;
+            slot = self.book.lock().free.pop();
+        }
+        let slot = slot.ok_or(Error::TaskLimit {
+            limit: self.ends.len(),
+        })?;
+        let told = std::mem::take(&mut self.book.lock().forget);
+        self.ends.arm(slot as usize);
+        let r = self.call(&req(slot, told.iter().map(|f| f.0).collect()), &[]);
+        let mut book = self.book.lock();
+        // The daemon released the forgotten tasks before anything else in the request.
+        book.free.extend(told.iter().map(|f| f.1));
+        match r {
+            Ok(Response::Task { task }) => {
+                book.live.insert(task, slot);
+                Ok(RemoteTask(task))
+            }
+            Ok(other) => {
+                book.free.push(slot);
+                Err(gone(&self.socket, format!("unexpected answer {other:?}")))
+            }
+            Err(e) => {
+                book.free.push(slot);
+                Err(e)
+            }
+        }
+    }
+
+    /// Reserves room under the client's task limit for a task being assembled.
+    pub fn reserve(&self) -> Result<u64> {
+        match self.call(&Request::Reserve, &[])? {
+            Response::Reserved { reservation } => Ok(reservation),
             other => Err(gone(&self.socket, format!("unexpected answer {other:?}"))),
         }
+    }
+
+    /// Gives back a reservation whose task will not be submitted.
+    pub fn unreserve(&self, reservation: u64) -> Result<()> {
+        self.call(&Request::Unreserve { reservation }, &[])
+            .map(|_| ())
+    }
+
+    fn slot_of(&self, task: RemoteTask) -> Result<u32> {
+        self.book
+            .lock()
+            .live
+            .get(&task.0)
+            .copied()
+            .ok_or_else(|| Error::InvalidTaskHandle(format!("no task {} in this client", task.0)))
+    }
+
+    /// The task's status code when its end is known here (0 = success), without waiting.
+    pub fn ended(&self, task: RemoteTask) -> Option<i32> {
+        let slot = self.slot_of(task).ok()?;
+        self.ends.ended(slot as usize)
     }
 
     /// Waits for a task (`None` or `Some(0)` = no limit, as `hbDNNWaitTaskDone`). A timeout
     /// leaves the task intact.
     pub fn wait(&self, task: RemoteTask, timeout_ms: Option<u64>) -> Result<()> {
-        self.call(
-            &Request::Wait {
-                task: task.0,
-                timeout_ms: timeout_ms.unwrap_or(0),
-            },
-            &[],
-        )
-        .map(|_| ())
+        let slot = self.slot_of(task)? as usize;
+        let limit = timeout_ms.filter(|&t| t > 0);
+        let deadline = limit.map(|ms| Instant::now() + Duration::from_millis(ms));
+        match self.ends.wait(slot, SPIN, deadline, || self.alive()) {
+            SlotWait::Ended(0) => Ok(()),
+            SlotWait::Ended(code) => Err(self.failure(task, code)),
+            SlotWait::TimedOut => Err(Error::Timeout {
+                ms: limit.unwrap_or(0),
+            }),
+            SlotWait::Gone => Err(gone(&self.socket, "the daemon closed the connection")),
+        }
     }
 
-    /// Releases a task that has ended without waiting for the answer (one message, no
-    /// round trip). For a task that may still run use [`release`](Self::release).
-    pub fn release_no_reply(&self, task: RemoteTask) -> Result<()> {
-        let fd = self.take_conn()?;
-        sock::send(&fd, &Request::Forget { task: task.0 }.encode(), &[])
-            .map_err(|e| gone(&self.socket, format!("send failed: {e}")))?;
-        self.idle.lock().push(fd);
+    /// The error of a task that ended with `code`: its detail comes from the daemon.
+    fn failure(&self, task: RemoteTask, code: i32) -> Error {
+        let detail = match self.call(
+            &Request::Wait {
+                task: task.0,
+                timeout_ms: 0,
+            },
+            &[],
+        ) {
+            Err(Error::Remote { code: c, detail }) if c == code => detail,
+            _ => format!("the task failed in the daemon (status {code})"),
+        };
+        Error::Remote { code, detail }
+    }
+
+    /// Releases a task whose end was seen without a message of its own: the daemon hears
+    /// of it with the next `Submit` (or a batch of them). A task not seen to end is
+    /// released with a round trip ([`release`](Self::release)).
+    pub fn forget(&self, task: RemoteTask) -> Result<()> {
+        let slot = self.slot_of(task)?;
+        if self.ends.ended(slot as usize).is_none() {
+            return self.release(task);
+        }
+        let flush = {
+            let mut book = self.book.lock();
+            book.live.remove(&task.0);
+            book.forget.push((task.0, slot));
+            book.forget.len() >= FORGET_BATCH
+        };
+        if flush {
+            self.flush_forgets()?;
+        }
         Ok(())
     }
 
-    /// Releases a task (a queued one is cancelled).
+    /// Tells the daemon of the released tasks now.
+    fn flush_forgets(&self) -> Result<()> {
+        let told = std::mem::take(&mut self.book.lock().forget);
+        if told.is_empty() {
+            return Ok(());
+        }
+        let r = self.call(
+            &Request::Forget {
+                tasks: told.iter().map(|f| f.0).collect(),
+            },
+            &[],
+        );
+        self.book.lock().free.extend(told.iter().map(|f| f.1));
+        r.map(|_| ())
+    }
+
+    /// Releases a task (a queued one is cancelled; a running one stops at its next FC
+    /// boundary, and this returns when it has).
     pub fn release(&self, task: RemoteTask) -> Result<()> {
-        self.call(&Request::Release { task: task.0 }, &[])
-            .map(|_| ())
+        let slot = self.book.lock().live.remove(&task.0);
+        let r = self.call(&Request::Release { task: task.0 }, &[]);
+        if let Some(slot) = slot {
+            self.book.lock().free.push(slot);
+        }
+        r.map(|_| ())
     }
 
     /// The daemon's status JSON.

@@ -5,13 +5,23 @@
 //! 1. The daemon accepts, reads the peer's credentials (`SO_PEERCRED`) and refuses a
 //!    user other than its own (or outside `--group`).
 //! 2. The first message must be `Hello` with [`PROTOCOL_VERSION`]. Without a token it
-//!    opens a new *session* (one per client process); with a token it adds this
-//!    connection to that session, but only for the same pid and uid.
+//!    opens a new *session* (one per client process) and sends the session's end slots
+//!    ([`EndSlots`], one per task the client may have) with the answer; with a token it
+//!    adds this connection to that session, but only for the same pid and uid.
 //! 3. Every later message is one request answered by one response, in order. A
 //!    request names only objects of its own session (packs, regions, tasks); ids are
 //!    per session, so another client's ids mean nothing here.
-//! 4. A malformed or oversized message closes that connection only.
-//! 5. When the last connection of a session closes (the process exited or died), the
+//! 4. `Submit` is answered as soon as the task is queued. The task's end is not a
+//!    message: the done signal stores its status in the end slot the client named and
+//!    wakes the client if it sleeps there, on the thread that ended the task (a core
+//!    thread), so a short task costs one message each way and no daemon thread waits
+//!    for it. A slot stays taken until the client releases the task (`Release`, or
+//!    `Forget` of ended tasks, also carried by the next `Submit`).
+//! 5. A task assembled with `more = 1` is reserved (`Reserve`) at its first part and
+//!    counts against the client's task limit like a submitted one until its `Submit`
+//!    (or `Unreserve`).
+//! 6. A malformed or oversized message closes that connection only.
+//! 7. When the last connection of a session closes (the process exited or died), the
 //!    session's tasks are released (queued ones cancelled, a running FC finishes), and
 //!    its regions and packs are dropped once no task uses them.
 //!
@@ -28,14 +38,15 @@ use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 
-use super::shm::SharedMem;
+use super::shm::{EndSlots, SharedMem};
 use super::sock::{self, PeerCred};
 use super::wire::{
-    BufRef, ModelInfo, ModelRef, Request, Response, MAX_MESSAGE, PROTOCOL_VERSION, TOKEN_LEN,
+    BufRef, ModelInfo, ModelRef, PartRef, Request, Response, MAX_MESSAGE, PROTOCOL_VERSION,
+    TOKEN_LEN,
 };
 use crate::error::{Error, Result};
 use crate::runtime::{IoBuffer, ModelRequest, PackedModel, RoiFrame, Runtime, Task};
-use crate::sched::SchedConfig;
+use crate::sched::{SchedConfig, TaskSlot};
 
 /// Per-client bounds.
 #[derive(Debug, Clone)]
@@ -83,6 +94,8 @@ struct Session {
     token: [u8; TOKEN_LEN],
     cred: PeerCred,
     conns: AtomicUsize,
+    /// Where the done signals of this client's tasks store their ends.
+    ends: Arc<EndSlots>,
     st: Mutex<SessionState>,
 }
 
@@ -92,12 +105,17 @@ struct SessionState {
     packs: HashMap<u64, Arc<PackedModel>>,
     regions: HashMap<u64, Arc<SharedMem>>,
     tasks: HashMap<u64, TaskEntry>,
+    /// Rooms reserved for tasks being assembled, each holding a scheduler slot.
+    reserved: HashMap<u64, TaskSlot>,
+    /// End slots named by a task not yet released.
+    slots_taken: std::collections::HashSet<u32>,
     shm_bytes: u64,
     closed: bool,
 }
 
 struct TaskEntry {
     task: Arc<Task>,
+    slot: u32,
     _pack: Arc<PackedModel>,
     _regions: Vec<Arc<SharedMem>>,
 }
@@ -129,10 +147,6 @@ pub struct Daemon {
 }
 
 const OWNERS_KEPT: usize = 65536;
-/// How long a connection thread polls for the client's next request before sleeping: not
-/// at all. A polling connection thread takes the CPU the core threads need on small
-/// machines (measured: blocking halves the round trip of a short task under load).
-const NEXT_REQUEST_SPIN: std::time::Duration = std::time::Duration::ZERO;
 
 fn random_token() -> [u8; TOKEN_LEN] {
     let mut t = [0u8; TOKEN_LEN];
@@ -278,7 +292,12 @@ impl Drop for Daemon {
 /// Releases every task of a session, newest first, so that queued tasks are cancelled
 /// before the running one gives up its core (which would start the next queued one).
 fn release_tasks(s: &Session) {
-    let mut tasks: Vec<(u64, TaskEntry)> = s.st.lock().tasks.drain().collect();
+    let mut tasks: Vec<(u64, TaskEntry)> = {
+        let mut st = s.st.lock();
+        st.reserved.clear();
+        st.slots_taken.clear();
+        st.tasks.drain().collect()
+    };
     tasks.sort_by_key(|(id, _)| std::cmp::Reverse(*id));
     for (_, t) in &tasks {
         let _ = t.task.release();
@@ -312,7 +331,7 @@ fn serve_conn(shared: &Arc<Shared>, fd: OwnedFd) {
         None => return,
     };
     loop {
-        let pkt = match sock::recv_spin(&fd, MAX_MESSAGE, NEXT_REQUEST_SPIN) {
+        let pkt = match sock::recv(&fd, MAX_MESSAGE) {
             Ok(Some(p)) => p,
             Ok(None) | Err(_) => break,
         };
@@ -323,7 +342,6 @@ fn serve_conn(shared: &Arc<Shared>, fd: OwnedFd) {
         if matches!(req, Request::Hello { .. }) {
             break;
         }
-        let answered = req.answered();
         let resp = match handle(shared, &session, req, pkt.fds) {
             Ok(r) => r,
             Err(e) => Response::Error {
@@ -331,9 +349,6 @@ fn serve_conn(shared: &Arc<Shared>, fd: OwnedFd) {
                 detail: e.to_string(),
             },
         };
-        if !answered {
-            continue;
-        }
         if sock::send(&fd, &resp.encode(), &[]).is_err() {
             break;
         }
@@ -391,11 +406,19 @@ fn hello(shared: &Arc<Shared>, fd: &OwnedFd, cred: &PeerCred) -> Option<Arc<Sess
                     drop(sessions);
                     return refuse(format!("{} clients already", shared.limits.clients));
                 }
+                let ends = match EndSlots::create(shared.limits.tasks_per_client) {
+                    Ok(e) => Arc::new(e),
+                    Err(e) => {
+                        drop(sessions);
+                        return refuse(format!("cannot make the end slots: {e}"));
+                    }
+                };
                 let s = Arc::new(Session {
                     client: shared.next_client.fetch_add(1, Ordering::Relaxed),
                     token: random_token(),
                     cred: *cred,
                     conns: AtomicUsize::new(1),
+                    ends,
                     st: Mutex::new(SessionState::default()),
                 });
                 sessions.insert(s.token, s.clone());
@@ -406,8 +429,11 @@ fn hello(shared: &Arc<Shared>, fd: &OwnedFd, cred: &PeerCred) -> Option<Arc<Sess
     let r = Response::Hello {
         token: session.token,
         client: session.client,
+        slots: session.ends.len() as u32,
     };
-    if sock::send(fd, &r.encode(), &[]).is_err() {
+    let ends = [session.ends.fd().as_raw_fd()];
+    let fds: &[i32] = if token.is_none() { &ends } else { &[] };
+    if sock::send(fd, &r.encode(), fds).is_err() {
         if session.conns.fetch_sub(1, Ordering::SeqCst) == 1 {
             close_session(shared, &session);
         }
@@ -645,41 +671,61 @@ fn handle(shared: &Shared, s: &Arc<Session>, req: Request, fds: Vec<OwnedFd>) ->
             st.shm_bytes -= r.len() as u64;
             Ok(Response::Ok)
         }
-        Request::Submit { parts, ctrl } => {
+        Request::Submit {
+            parts,
+            ctrl,
+            slot,
+            reservation,
+            forget: gone,
+        } => {
             let mut st = s.st.lock();
-            check_task_room(shared, &st)?;
+            forget(&mut st, &gone);
+            let room = match reservation {
+                0 => None,
+                r => Some(st.reserved.remove(&r).ok_or_else(|| {
+                    Error::InvalidTaskHandle(format!("no reservation {r} in this client"))
+                })?),
+            };
+            let fail = |st: &mut SessionState, room: Option<TaskSlot>, e: Error| {
+                if let Some(r) = room {
+                    st.reserved.insert(reservation, r);
+                }
+                Err(e)
+            };
+            if room.is_none() {
+                if let Err(e) = check_task_room(shared, &st) {
+                    return fail(&mut st, room, e);
+                }
+            }
+            if let Err(e) = check_slot(s, &st, slot) {
+                return fail(&mut st, room, e);
+            }
             if parts.is_empty() {
-                return Err(Error::ApiUse("a task needs at least one model".into()));
+                return fail(
+                    &mut st,
+                    room,
+                    Error::ApiUse("a task needs at least one model".into()),
+                );
             }
-            let mut held = Vec::new();
-            let mut reqs = Vec::with_capacity(parts.len());
-            let mut first_pack = None;
-            for p in &parts {
-                let (pack, i) = model_of(&st, &p.model)?;
-                let inputs = p
-                    .inputs
-                    .iter()
-                    .map(|planes| planes.iter().map(|b| resolve(&st, b, &mut held)).collect())
-                    .collect::<Result<Vec<Vec<IoBuffer>>>>()?;
-                let outputs = p
-                    .outputs
-                    .iter()
-                    .map(|b| resolve(&st, b, &mut held))
-                    .collect::<Result<Vec<_>>>()?;
-                reqs.push(ModelRequest {
-                    model: pack.models[i].clone(),
-                    inputs,
-                    outputs,
-                    rois: Vec::new(),
-                });
-                first_pack.get_or_insert(pack);
-            }
-            let estimate: u64 = reqs.iter().map(|r| r.model.estimate_latency_us()).sum();
-            let task = shared.runtime.submit(reqs, ctrl)?;
-            let pack = first_pack.ok_or_else(|| Error::ApiUse("empty task".into()))?;
-            let id = add_task(shared, s, &mut st, task.clone(), pack, held);
-            drop(st);
-            Ok(submitted(id, &task, estimate))
+            let (reqs, pack, held) = match requests(&st, &parts) {
+                Ok(r) => r,
+                Err(e) => return fail(&mut st, room, e),
+            };
+            let task = match room {
+                None => shared.runtime.submit(reqs, ctrl)?,
+                Some(room) => {
+                    match shared
+                        .runtime
+                        .submit_reserved(reqs, ctrl, room, Box::new(|_| {}))
+                    {
+                        Ok(t) => t,
+                        Err((e, room)) => return fail(&mut st, Some(room), e),
+                    }
+                }
+            };
+            Ok(Response::Task {
+                task: add_task(shared, s, &mut st, task, slot, pack, held),
+            })
         }
         Request::SubmitRoi {
             model,
@@ -687,9 +733,13 @@ fn handle(shared: &Shared, s: &Arc<Session>, req: Request, fds: Vec<OwnedFd>) ->
             rois,
             outputs,
             ctrl,
+            slot,
+            forget: gone,
         } => {
             let mut st = s.st.lock();
+            forget(&mut st, &gone);
             check_task_room(shared, &st)?;
+            check_slot(s, &st, slot)?;
             let (pack, i) = model_of(&st, &model)?;
             let mut held = Vec::new();
             let y = resolve(&st, &frame.y, &mut held)?;
@@ -710,7 +760,7 @@ fn handle(shared: &Shared, s: &Arc<Session>, req: Request, fds: Vec<OwnedFd>) ->
             let m = pack.models[i].clone();
             let task = shared.runtime.submit_roi(&m, f, &rois, &outs, ctrl)?;
             Ok(Response::Task {
-                task: add_task(shared, s, &mut st, task, pack, held),
+                task: add_task(shared, s, &mut st, task, slot, pack, held),
             })
         }
         Request::Wait { task, timeout_ms } => {
@@ -718,12 +768,36 @@ fn handle(shared: &Shared, s: &Arc<Session>, req: Request, fds: Vec<OwnedFd>) ->
             t.wait((timeout_ms > 0).then_some(timeout_ms))?;
             Ok(Response::Ok)
         }
-        Request::Release { task } | Request::Forget { task } => {
+        Request::Release { task } => {
             let e = s.st.lock().tasks.remove(&task).ok_or_else(|| {
                 Error::InvalidTaskHandle(format!("no task {task} in this client"))
             })?;
-            e.task.release()?;
+            // The release waits for the FC in flight and the done signal: the slot is
+            // free for the client's next task once this is answered.
+            let r = e.task.release();
+            s.st.lock().slots_taken.remove(&e.slot);
+            r.map(|()| Response::Ok)
+        }
+        Request::Forget { tasks } => {
+            forget(&mut s.st.lock(), &tasks);
             Ok(Response::Ok)
+        }
+        Request::Reserve => {
+            let mut st = s.st.lock();
+            check_task_room(shared, &st)?;
+            let room = shared.runtime.scheduler().reserve()?;
+            let id = new_id(&mut st);
+            st.reserved.insert(id, room);
+            Ok(Response::Reserved { reservation: id })
+        }
+        Request::Unreserve { reservation } => {
+            s.st.lock()
+                .reserved
+                .remove(&reservation)
+                .map(|_| Response::Ok)
+                .ok_or_else(|| {
+                    Error::InvalidTaskHandle(format!("no reservation {reservation} in this client"))
+                })
         }
         Request::Status => Ok(Response::Status {
             json: status_json(shared).to_string(),
@@ -731,35 +805,65 @@ fn handle(shared: &Shared, s: &Arc<Session>, req: Request, fds: Vec<OwnedFd>) ->
     }
 }
 
-/// Tasks estimated at most this long (µs) are waited for briefly before the daemon
-/// answers their `Submit`, so that a client that waits right away needs no second round
-/// trip.
-const SHORT_TASK_US: u64 = 100;
+/// The model requests of a `Submit`, the pack of its first model and the regions its
+/// buffers lie in.
+type Resolved = (Vec<ModelRequest>, Arc<PackedModel>, Vec<Arc<SharedMem>>);
 
-/// The answer to a submission: `TaskEnded` when a short task ended within about twice its
-/// estimate, else `Task`.
-fn submitted(id: u64, task: &Task, estimate_us: u64) -> Response {
-    if estimate_us > SHORT_TASK_US {
-        return Response::Task { task: id };
+fn requests(st: &SessionState, parts: &[PartRef]) -> Result<Resolved> {
+    let mut held = Vec::new();
+    let mut reqs = Vec::with_capacity(parts.len());
+    let mut first_pack = None;
+    for p in parts {
+        let (pack, i) = model_of(st, &p.model)?;
+        let inputs = p
+            .inputs
+            .iter()
+            .map(|planes| planes.iter().map(|b| resolve(st, b, &mut held)).collect())
+            .collect::<Result<Vec<Vec<IoBuffer>>>>()?;
+        let outputs = p
+            .outputs
+            .iter()
+            .map(|b| resolve(st, b, &mut held))
+            .collect::<Result<Vec<_>>>()?;
+        reqs.push(ModelRequest {
+            model: pack.models[i].clone(),
+            inputs,
+            outputs,
+            rois: Vec::new(),
+        });
+        first_pack.get_or_insert(pack);
     }
-    let limit = std::time::Duration::from_micros(2 * estimate_us + 20);
-    match task.handle().wait(Some(limit)) {
-        Ok(()) => Response::TaskEnded {
-            task: id,
-            code: 0,
-            detail: String::new(),
-        },
-        Err(Error::Timeout { .. }) => Response::Task { task: id },
-        Err(e) => Response::TaskEnded {
-            task: id,
-            code: e.code(),
-            detail: e.to_string(),
-        },
+    let pack = first_pack.ok_or_else(|| Error::ApiUse("a task needs at least one model".into()))?;
+    Ok((reqs, pack, held))
+}
+
+/// Releases ended tasks the client is done with (ids it does not have are ignored: the
+/// list rides on other requests and must not fail them).
+fn forget(st: &mut SessionState, tasks: &[u64]) {
+    for id in tasks {
+        if let Some(e) = st.tasks.remove(id) {
+            let _ = e.task.release();
+            st.slots_taken.remove(&e.slot);
+        }
     }
 }
 
+/// An end slot a new task may name: inside the session's slots and not taken.
+fn check_slot(s: &Session, st: &SessionState, slot: u32) -> Result<()> {
+    if slot as usize >= s.ends.len() || st.slots_taken.contains(&slot) {
+        return Err(bad(
+            "slot",
+            format!(
+                "end slot {slot} is taken or outside 0..{} in this client",
+                s.ends.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn check_task_room(shared: &Shared, st: &SessionState) -> Result<()> {
-    if st.tasks.len() >= shared.limits.tasks_per_client {
+    if st.tasks.len() + st.reserved.len() >= shared.limits.tasks_per_client {
         return Err(Error::TaskLimit {
             limit: shared.limits.tasks_per_client,
         });
@@ -772,9 +876,14 @@ fn add_task(
     s: &Session,
     st: &mut SessionState,
     task: Arc<Task>,
+    slot: u32,
     pack: Arc<PackedModel>,
     held: Vec<Arc<SharedMem>>,
 ) -> u64 {
+    let ends = s.ends.clone();
+    task.handle()
+        .set_done_signal(Box::new(move |code| ends.end(slot as usize, code)));
+    st.slots_taken.insert(slot);
     {
         let mut owners = shared.owners.lock();
         if owners.len() >= OWNERS_KEPT {
@@ -787,6 +896,7 @@ fn add_task(
         id,
         TaskEntry {
             task,
+            slot,
             _pack: pack,
             _regions: held,
         },
@@ -824,6 +934,7 @@ fn status_json(shared: &Shared) -> serde_json::Value {
                 "connections": s.conns.load(Ordering::SeqCst),
                 "models": models,
                 "live_tasks": st.tasks.len(),
+                "assembling_tasks": st.reserved.len(),
                 "shared_memory_bytes": st.shm_bytes,
             })
         })

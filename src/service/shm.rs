@@ -1,9 +1,12 @@
 //! Shared memory for service mode: a `memfd` mapped by the client and, through the
 //! descriptor passed over the socket, by the daemon, so tensors in it cross the process
-//! boundary without a copy.
+//! boundary without a copy; and the [`EndSlots`] through which the daemon tells a client
+//! that a task ended without sending it a message.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+use std::time::{Duration, Instant};
 
 /// A shared mapping of a memory file. Unmapped on drop.
 #[derive(Debug)]
@@ -145,9 +148,205 @@ impl Drop for SharedMem {
     }
 }
 
+/// Bytes of one end slot: the state word (a futex) and the status code.
+pub const SLOT_BYTES: usize = 8;
+/// Slot state: the task has not ended and nobody sleeps on it.
+const PENDING: u32 = 0;
+/// Slot state: the task has not ended and a client thread sleeps on the word.
+const SLEEPING: u32 = 1;
+/// Slot state: the task ended; the code is valid.
+const ENDED: u32 = 2;
+/// How often a sleeping waiter checks that the daemon is still there.
+const ALIVE_TICK: Duration = Duration::from_millis(50);
+
+/// How a wait on an end slot came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlotWait {
+    /// The task ended with this status code (0 = success).
+    Ended(i32),
+    /// The time limit passed first.
+    TimedOut,
+    /// The daemon went away first.
+    Gone,
+}
+
+/// One end word per task a client may have: the client arms slot `i` before it submits
+/// a task naming it, the daemon's done signal stores the status and wakes sleepers
+/// (protocol: code, then the state word with release ordering; a futex wake only when a
+/// sleeper marked the word). The daemon only writes these words, so whatever a client
+/// puts there harms no one but itself.
+#[derive(Debug)]
+pub struct EndSlots {
+    mem: SharedMem,
+    n: usize,
+}
+
+fn futex(word: &AtomicU32, op: libc::c_int, val: u32, timeout: Option<Duration>) {
+    let ts = timeout.map(|t| libc::timespec {
+        tv_sec: t.as_secs() as libc::time_t,
+        tv_nsec: t.subsec_nanos() as libc::c_long,
+    });
+    let tsp = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: `word` is a live, aligned u32 in a shared mapping (not FUTEX_PRIVATE: the
+    // other process waits or wakes on the same physical word); `tsp` is null or points at
+    // a timespec that outlives the call.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            op,
+            val,
+            tsp,
+            std::ptr::null::<u32>(),
+            0u32,
+        )
+    };
+}
+
+impl EndSlots {
+    /// `n` slots in a new memory file (the daemon makes one per client session).
+    pub fn create(n: usize) -> io::Result<EndSlots> {
+        let mem = SharedMem::create(n.max(1) * SLOT_BYTES, "vnpu-ends")?;
+        Ok(EndSlots { mem, n: n.max(1) })
+    }
+
+    /// Maps the slots the daemon created (`n` of them).
+    pub fn from_fd(fd: OwnedFd, n: usize) -> io::Result<EndSlots> {
+        let mem = SharedMem::from_fd(fd, n.max(1) * SLOT_BYTES)?;
+        Ok(EndSlots { mem, n: n.max(1) })
+    }
+
+    /// The memory file (to pass to the client).
+    pub fn fd(&self) -> &OwnedFd {
+        self.mem.fd()
+    }
+
+    /// Number of slots.
+    pub fn len(&self) -> usize {
+        self.n
+    }
+
+    /// Always false (there is at least one slot).
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    fn words(&self, i: usize) -> Option<(&AtomicU32, &AtomicI32)> {
+        if i >= self.n {
+            return None;
+        }
+        // SAFETY: slot `i` lies inside the mapping (i < n, n * SLOT_BYTES mapped), which
+        // is page-aligned, so both 4-byte words are aligned; the mapping lives as long as
+        // `self`, and every access to the words goes through atomics.
+        unsafe {
+            let p = self.mem.ptr().add(i * SLOT_BYTES);
+            Some((
+                AtomicU32::from_ptr(p as *mut u32),
+                AtomicI32::from_ptr(p.add(4) as *mut i32),
+            ))
+        }
+    }
+
+    /// Client: marks slot `i` pending before submitting a task that names it.
+    pub fn arm(&self, i: usize) {
+        if let Some((state, code)) = self.words(i) {
+            code.store(0, Ordering::Relaxed);
+            state.store(PENDING, Ordering::Release);
+        }
+    }
+
+    /// Daemon: the task of slot `i` ended with `status`; wakes a sleeping waiter.
+    pub fn end(&self, i: usize, status: i32) {
+        if let Some((state, code)) = self.words(i) {
+            code.store(status, Ordering::Relaxed);
+            if state.swap(ENDED, Ordering::AcqRel) == SLEEPING {
+                futex(state, libc::FUTEX_WAKE, i32::MAX as u32, None);
+            }
+        }
+    }
+
+    /// The status of slot `i` when its task has ended.
+    pub fn ended(&self, i: usize) -> Option<i32> {
+        let (state, code) = self.words(i)?;
+        (state.load(Ordering::Acquire) == ENDED).then(|| code.load(Ordering::Relaxed))
+    }
+
+    /// Client: waits for slot `i` to end. Polls for up to `spin` (yielding the CPU now and
+    /// then), then sleeps on the word until `deadline`, checking `alive` every 50 ms.
+    pub fn wait(
+        &self,
+        i: usize,
+        spin: Duration,
+        deadline: Option<Instant>,
+        alive: impl Fn() -> bool,
+    ) -> SlotWait {
+        let Some((state, _)) = self.words(i) else {
+            return SlotWait::Gone;
+        };
+        let t0 = Instant::now();
+        'spin: while !spin.is_zero() {
+            for _ in 0..64 {
+                if let Some(c) = self.ended(i) {
+                    return SlotWait::Ended(c);
+                }
+                std::hint::spin_loop();
+            }
+            if t0.elapsed() >= spin {
+                break 'spin;
+            }
+            std::thread::yield_now();
+        }
+        loop {
+            if let Some(c) = self.ended(i) {
+                return SlotWait::Ended(c);
+            }
+            let _ = state.compare_exchange(PENDING, SLEEPING, Ordering::AcqRel, Ordering::Acquire);
+            let now = Instant::now();
+            let tick = match deadline {
+                Some(d) if d <= now => return SlotWait::TimedOut,
+                Some(d) => (d - now).min(ALIVE_TICK),
+                None => ALIVE_TICK,
+            };
+            futex(state, libc::FUTEX_WAIT, SLEEPING, Some(tick));
+            if let Some(c) = self.ended(i) {
+                return SlotWait::Ended(c);
+            }
+            if !alive() {
+                return SlotWait::Gone;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_end_wakes_a_waiter_in_another_mapping() {
+        let d = EndSlots::create(4).unwrap();
+        let c = EndSlots::from_fd(d.fd().try_clone().unwrap(), 4).unwrap();
+        c.arm(3);
+        assert_eq!(c.ended(3), None);
+        assert_eq!(
+            c.wait(3, Duration::ZERO, Some(Instant::now()), || true),
+            SlotWait::TimedOut
+        );
+        std::thread::scope(|s| {
+            let w = s.spawn(|| c.wait(3, Duration::ZERO, None, || true));
+            std::thread::sleep(Duration::from_millis(20));
+            d.end(3, -7);
+            assert_eq!(w.join().unwrap(), SlotWait::Ended(-7));
+        });
+        assert_eq!(c.ended(3), Some(-7));
+        // Out of range: ignored by the daemon, `Gone` for a waiter.
+        d.end(4, 1);
+        assert_eq!(c.wait(9, Duration::ZERO, None, || true), SlotWait::Gone);
+        c.arm(0);
+        assert_eq!(c.wait(0, Duration::ZERO, None, || false), SlotWait::Gone);
+    }
 
     #[test]
     fn two_mappings_of_one_memfd_share_bytes() {

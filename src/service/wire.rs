@@ -9,7 +9,7 @@
 use crate::runtime::{CtrlParams, ElemType, Quant, Roi, TensorDesc, TensorLayout};
 
 /// Protocol version exchanged in `Hello`; a daemon refuses other versions.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 /// Largest message in bytes.
 pub const MAX_MESSAGE: usize = 64 * 1024;
 /// Length of a session token.
@@ -93,10 +93,15 @@ pub enum Request {
     MapMemory { len: u64 },
     /// Unmap a region (tasks using it keep it alive until they end).
     UnmapMemory { region: u64 },
-    /// Submit a task of one or more models.
+    /// Submit a task of one or more models. Its end is stored in end slot `slot`;
+    /// `reservation` (0 = none) is the slot of the assembly it completes; the ended tasks
+    /// in `forget` are released first.
     Submit {
         parts: Vec<PartRef>,
         ctrl: CtrlParams,
+        slot: u32,
+        reservation: u64,
+        forget: Vec<u64>,
     },
     /// Submit ROI inference of one model on an NV12 frame.
     SubmitRoi {
@@ -105,6 +110,8 @@ pub enum Request {
         rois: Vec<Roi>,
         outputs: Vec<BufRef>,
         ctrl: CtrlParams,
+        slot: u32,
+        forget: Vec<u64>,
     },
     /// Wait for a task (`timeout_ms` 0 = no limit).
     Wait { task: u64, timeout_ms: u64 },
@@ -112,36 +119,33 @@ pub enum Request {
     Release { task: u64 },
     /// Daemon status as JSON.
     Status,
-    /// Release a task that has ended, without an answer (the client saw its end, so
-    /// nothing can still touch its memory).
-    Forget { task: u64 },
-}
-
-impl Request {
-    /// Whether the daemon answers this request (every request but [`Request::Forget`]).
-    pub fn answered(&self) -> bool {
-        !matches!(self, Request::Forget { .. })
-    }
+    /// Release tasks that have ended (the client saw their ends, so nothing can still
+    /// touch their memory).
+    Forget { tasks: Vec<u64> },
+    /// Reserve room under the client's task limit for a task being assembled (`more`).
+    Reserve,
+    /// Give back a reservation whose task will never be submitted.
+    Unreserve { reservation: u64 },
 }
 
 /// The daemon's answer.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Response {
-    /// Session joined or created.
-    Hello { token: [u8; TOKEN_LEN], client: u64 },
+    /// Session joined or created; a new session comes with its end slots (`slots` of
+    /// them) as a descriptor.
+    Hello {
+        token: [u8; TOKEN_LEN],
+        client: u64,
+        slots: u32,
+    },
     /// A pack was loaded.
     Models { pack: u64, models: Vec<ModelInfo> },
     /// A region was mapped.
     Region { region: u64 },
     /// A task was submitted.
     Task { task: u64 },
-    /// A task was submitted and had already ended when the daemon answered (a short task:
-    /// the client's wait needs no round trip). `code` 0 = success.
-    TaskEnded {
-        task: u64,
-        code: i32,
-        detail: String,
-    },
+    /// Room for a task being assembled was reserved.
+    Reserved { reservation: u64 },
     /// The request succeeded (a task ended well, a release happened, ...).
     Ok,
     /// Status JSON.
@@ -200,6 +204,10 @@ impl Enc {
     fn i32s(&mut self, v: &[i32]) {
         self.len(v.len());
         v.iter().for_each(|&x| self.i32(x));
+    }
+    fn u64s(&mut self, v: &[u64]) {
+        self.len(v.len());
+        v.iter().for_each(|&x| self.u64(x));
     }
     fn desc(&mut self, d: &TensorDesc) {
         self.str(&d.name);
@@ -315,6 +323,10 @@ impl<'a> Dec<'a> {
         let n = self.len(4)?;
         (0..n).map(|_| self.i32()).collect()
     }
+    fn u64s(&mut self) -> WResult<Vec<u64>> {
+        let n = self.len(8)?;
+        (0..n).map(|_| self.u64()).collect()
+    }
     fn desc(&mut self) -> WResult<TensorDesc> {
         let name = self.str()?;
         let valid_shape = self.i32s()?;
@@ -425,9 +437,18 @@ impl Request {
                 e.u16(5);
                 e.u64(*region);
             }
-            Request::Submit { parts, ctrl } => {
+            Request::Submit {
+                parts,
+                ctrl,
+                slot,
+                reservation,
+                forget,
+            } => {
                 e.u16(6);
                 e.ctrl(ctrl);
+                e.u32(*slot);
+                e.u64(*reservation);
+                e.u64s(forget);
                 e.len(parts.len());
                 for p in parts {
                     e.model(&p.model);
@@ -446,9 +467,13 @@ impl Request {
                 rois,
                 outputs,
                 ctrl,
+                slot,
+                forget,
             } => {
                 e.u16(7);
                 e.ctrl(ctrl);
+                e.u32(*slot);
+                e.u64s(forget);
                 e.model(model);
                 e.buf(&frame.y);
                 e.buf(&frame.uv);
@@ -473,9 +498,14 @@ impl Request {
                 e.u64(*task);
             }
             Request::Status => e.u16(10),
-            Request::Forget { task } => {
+            Request::Forget { tasks } => {
                 e.u16(11);
-                e.u64(*task);
+                e.u64s(tasks);
+            }
+            Request::Reserve => e.u16(12),
+            Request::Unreserve { reservation } => {
+                e.u16(13);
+                e.u64(*reservation);
             }
         }
         e.0
@@ -500,6 +530,9 @@ impl Request {
             5 => Request::UnmapMemory { region: d.u64()? },
             6 => {
                 let ctrl = d.ctrl()?;
+                let slot = d.u32()?;
+                let reservation = d.u64()?;
+                let forget = d.u64s()?;
                 let n = d.len(12)?;
                 let mut parts = Vec::with_capacity(n);
                 for _ in 0..n {
@@ -513,10 +546,18 @@ impl Request {
                         outputs,
                     });
                 }
-                Request::Submit { parts, ctrl }
+                Request::Submit {
+                    parts,
+                    ctrl,
+                    slot,
+                    reservation,
+                    forget,
+                }
             }
             7 => {
                 let ctrl = d.ctrl()?;
+                let slot = d.u32()?;
+                let forget = d.u64s()?;
                 let model = d.model()?;
                 let y = d.buf()?;
                 let uv = d.buf()?;
@@ -539,6 +580,8 @@ impl Request {
                     rois,
                     outputs,
                     ctrl,
+                    slot,
+                    forget,
                 }
             }
             8 => Request::Wait {
@@ -547,7 +590,11 @@ impl Request {
             },
             9 => Request::Release { task: d.u64()? },
             10 => Request::Status,
-            11 => Request::Forget { task: d.u64()? },
+            11 => Request::Forget { tasks: d.u64s()? },
+            12 => Request::Reserve,
+            13 => Request::Unreserve {
+                reservation: d.u64()?,
+            },
             t => return Err(WireError(format!("request tag {t}"))),
         };
         d.end()?;
@@ -560,10 +607,15 @@ impl Response {
     pub fn encode(&self) -> Vec<u8> {
         let mut e = Enc::default();
         match self {
-            Response::Hello { token, client } => {
+            Response::Hello {
+                token,
+                client,
+                slots,
+            } => {
                 e.u16(101);
                 e.0.extend_from_slice(token);
                 e.u64(*client);
+                e.u32(*slots);
             }
             Response::Models { pack, models } => {
                 e.u16(102);
@@ -586,11 +638,9 @@ impl Response {
                 e.u16(104);
                 e.u64(*task);
             }
-            Response::TaskEnded { task, code, detail } => {
+            Response::Reserved { reservation } => {
                 e.u16(108);
-                e.u64(*task);
-                e.i32(*code);
-                e.str(detail);
+                e.u64(*reservation);
             }
             Response::Ok => e.u16(105),
             Response::Status { json } => {
@@ -613,6 +663,7 @@ impl Response {
             101 => Response::Hello {
                 token: d.arr()?,
                 client: d.u64()?,
+                slots: d.u32()?,
             },
             102 => {
                 let pack = d.u64()?;
@@ -635,10 +686,8 @@ impl Response {
             }
             103 => Response::Region { region: d.u64()? },
             104 => Response::Task { task: d.u64()? },
-            108 => Response::TaskEnded {
-                task: d.u64()?,
-                code: d.i32()?,
-                detail: d.str()?,
+            108 => Response::Reserved {
+                reservation: d.u64()?,
             },
             105 => Response::Ok,
             106 => Response::Status { json: d.str()? },
@@ -705,6 +754,9 @@ mod tests {
                     outputs: vec![b],
                 }],
                 ctrl,
+                slot: 3,
+                reservation: 9,
+                forget: vec![1, 2],
             },
             Request::SubmitRoi {
                 model: ModelRef { pack: 1, index: 1 },
@@ -721,6 +773,8 @@ mod tests {
                 }],
                 outputs: vec![b],
                 ctrl,
+                slot: 0,
+                forget: vec![],
             },
             Request::Wait {
                 task: 4,
@@ -728,7 +782,9 @@ mod tests {
             },
             Request::Release { task: 4 },
             Request::Status,
-            Request::Forget { task: 4 },
+            Request::Forget { tasks: vec![4, 5] },
+            Request::Reserve,
+            Request::Unreserve { reservation: 2 },
         ]
     }
 
@@ -737,6 +793,7 @@ mod tests {
             Response::Hello {
                 token: [1; TOKEN_LEN],
                 client: 7,
+                slots: 256,
             },
             Response::Models {
                 pack: 3,
@@ -749,11 +806,7 @@ mod tests {
             },
             Response::Region { region: 8 },
             Response::Task { task: 9 },
-            Response::TaskEnded {
-                task: 9,
-                code: -6000016,
-                detail: "cancelled".into(),
-            },
+            Response::Reserved { reservation: 4 },
             Response::Ok,
             Response::Status { json: "{}".into() },
             Response::Error {
@@ -794,10 +847,13 @@ mod tests {
 
     #[test]
     fn huge_declared_lengths_allocate_nothing() {
-        // A Submit claiming 2^32-1 parts in a 20-byte message.
+        // A Submit claiming 2^32-1 parts in a 35-byte message.
         let mut e = Enc::default();
         e.u16(6);
         e.ctrl(&CtrlParams::default());
+        e.u32(0);
+        e.u64(0);
+        e.u32(0);
         e.u32(u32::MAX);
         let err = Request::decode(&e.0).unwrap_err();
         assert!(err.0.contains("longer than the message"), "{err}");

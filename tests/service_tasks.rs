@@ -1,0 +1,455 @@
+//! Service mode, task by task: assemblies (`more = 1`) count against the daemon's
+//! per-client task limit, through the Rust client and through the unchanged C API; ROI
+//! inference (`hbDNNRoiInfer`) through the C API gives what the in-process runtime gives.
+//! A daemon runs on a temporary socket in this process; C calls run in a child process
+//! (this test binary re-run with `VNPU_SERVICE` set). Assertions are on return codes,
+//! output bytes and the daemon's counters, never on time.
+
+use std::ffi::{c_void, CString};
+use std::path::{Path, PathBuf};
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use vnpu::compile::{compile_onnx_bytes, CompileOptions, InputParams, InputType};
+use vnpu::error::codes;
+use vnpu::ffi::*;
+use vnpu::ir::ImageFormat;
+use vnpu::runtime::{CtrlParams, IoBuffer, PackedModel, Roi, RoiFrame, Runtime};
+use vnpu::sched::SchedConfig;
+use vnpu::service::wire::ModelRef;
+use vnpu::service::{Client, Daemon, Limits, RemotePart, ServeOptions};
+
+static SEQ: AtomicUsize = AtomicUsize::new(0);
+const CHILD_ENV: &str = "VNPU_SERVICE_TASKS_CHILD";
+
+fn temp_dir() -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "vnpu-svc-tasks-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::SeqCst)
+    ));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The committed tiny classifier compiled to `name.bin`, with an NV12 image input when
+/// `nv12` (for ROI inference), else its f32 input.
+fn classifier_file(dir: &Path, name: &str, nv12: bool) -> PathBuf {
+    let onnx =
+        std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("models/tiny_classifier.onnx"))
+            .unwrap();
+    let mut opts = CompileOptions::default();
+    if nv12 {
+        opts.inputs = vec![InputParams {
+            name: "images".into(),
+            shape: None,
+            input_type: InputType::Image(ImageFormat::Nv12),
+            nhwc: false,
+            train_bgr: false,
+            mean: vec![],
+            scale: vec![],
+        }];
+    }
+    let c = compile_onnx_bytes(&onnx, None, name, &opts).unwrap();
+    let p = dir.join(format!("{name}.bin"));
+    std::fs::write(&p, vnpu::format::write_models(&[c]).unwrap()).unwrap();
+    p
+}
+
+/// A daemon served by a thread of this process.
+struct TestDaemon {
+    daemon: Arc<Daemon>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    socket: PathBuf,
+}
+
+impl TestDaemon {
+    fn start(dir: &Path, tasks_per_client: usize) -> TestDaemon {
+        let socket = dir.join("vnpu.sock");
+        let daemon = Arc::new(
+            Daemon::bind(ServeOptions {
+                socket: socket.clone(),
+                group: None,
+                sched: SchedConfig {
+                    cores: 1,
+                    max_tasks: 64,
+                    ..SchedConfig::default()
+                },
+                limits: Limits {
+                    tasks_per_client,
+                    ..Limits::default()
+                },
+            })
+            .unwrap(),
+        );
+        let stop = Arc::new(AtomicBool::new(false));
+        let (d, s) = (daemon.clone(), stop.clone());
+        let thread = std::thread::spawn(move || d.run(&s).unwrap());
+        TestDaemon {
+            daemon,
+            stop,
+            thread: Some(thread),
+            socket,
+        }
+    }
+
+    /// (live tasks, assemblies) of the one client, from the daemon's status.
+    fn counts(&self) -> (u64, u64) {
+        let s = self.daemon.status_json();
+        let c = &s["clients"][0];
+        (
+            c["live_tasks"].as_u64().unwrap(),
+            c["assembling_tasks"].as_u64().unwrap(),
+        )
+    }
+}
+
+impl Drop for TestDaemon {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Runs `name` (an ignored test of this binary) in a child with `VNPU_SERVICE=socket`.
+fn run_child(name: &str, socket: &Path, model: &Path) -> String {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            name,
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("VNPU_SERVICE", socket)
+        .env(CHILD_ENV, model)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("child: done"), "{text}");
+    text
+}
+
+fn child_model() -> Option<PathBuf> {
+    std::env::var_os(CHILD_ENV).map(PathBuf::from)
+}
+
+/// Reservations (assemblies) and tasks share the per-client limit; a reservation's own
+/// submission always has room; giving one back frees its room.
+#[test]
+fn reservations_count_against_the_client_task_limit() {
+    let dir = temp_dir();
+    let model = classifier_file(&dir, "classifier", false);
+    let d = TestDaemon::start(&dir, 3);
+    let c = Client::connect(&d.socket).unwrap();
+    let pack = c.load_files(&[&model]).unwrap();
+    let m = &pack.models[0];
+    let inp = c.alloc_shared(m.inputs[0].aligned_byte_size).unwrap();
+    let out = c.alloc_shared(m.outputs[0].aligned_byte_size).unwrap();
+    let part = RemotePart {
+        model: ModelRef {
+            pack: pack.id,
+            index: 0,
+        },
+        inputs: vec![vec![inp.whole()]],
+        outputs: vec![out.whole()],
+    };
+    let parts = std::slice::from_ref(&part);
+    let ctrl = CtrlParams::default();
+
+    let r1 = c.reserve().unwrap();
+    let r2 = c.reserve().unwrap();
+    assert_eq!(d.counts(), (0, 2));
+    let t1 = c.submit(parts, ctrl).unwrap();
+    assert_eq!(d.counts(), (1, 2));
+    // Two assemblies and one task fill the limit of 3.
+    let e = c.submit(parts, ctrl).unwrap_err();
+    assert_eq!(e.code(), codes::HB_DNN_TASK_NUM_EXCEED_LIMIT, "{e}");
+    let e = c.reserve().unwrap_err();
+    assert_eq!(e.code(), codes::HB_DNN_TASK_NUM_EXCEED_LIMIT, "{e}");
+    // An assembly's submission takes its own room.
+    let t2 = c.submit_reserved(parts, ctrl, r1).unwrap();
+    assert_eq!(d.counts(), (2, 1));
+    let e = c.submit_reserved(parts, ctrl, r1).unwrap_err();
+    assert_eq!(e.code(), codes::HB_DNN_INVALID_TASK_HANDLE, "{e}");
+    // Giving a reservation back frees its room.
+    c.unreserve(r2).unwrap();
+    assert_eq!(d.counts(), (2, 0));
+    let t3 = c.submit(parts, ctrl).unwrap();
+    for t in [t1, t2, t3] {
+        c.wait(t, None).unwrap();
+        c.forget(t).unwrap();
+    }
+    // Forgotten tasks are told with the next submission, then their room is free.
+    let t4 = c.submit(parts, ctrl).unwrap();
+    assert_eq!(d.counts(), (1, 0));
+    c.wait(t4, None).unwrap();
+    c.release(t4).unwrap();
+    assert_eq!(d.counts(), (0, 0));
+}
+
+/// The same through the C API: a task built with `more = 1` holds its room from its first
+/// part, and releasing it unsubmitted gives the room back.
+#[test]
+fn c_assemblies_count_against_the_client_task_limit() {
+    let dir = temp_dir();
+    let model = classifier_file(&dir, "classifier", false);
+    let d = TestDaemon::start(&dir, 2);
+    run_child("child_assemblies", &d.socket, &model);
+    assert!(d.daemon.status_json()["clients"]
+        .as_array()
+        .unwrap()
+        .is_empty());
+}
+
+fn ctrl(more: i32) -> hbDNNInferCtrlParam {
+    hbDNNInferCtrlParam {
+        bpuCoreId: 0,
+        dspCoreId: 0,
+        priority: 0,
+        more,
+        customId: 0,
+        reserved1: 0,
+        reserved2: 0,
+    }
+}
+
+fn tensor(p: hbDNNTensorProperties, ptr: *mut c_void, len: usize) -> hbDNNTensor {
+    let mem = hbSysMem {
+        phyAddr: 0,
+        virAddr: null_mut(),
+        memSize: 0,
+    };
+    let mut t = hbDNNTensor {
+        sysMem: [mem; 4],
+        properties: p,
+    };
+    t.sysMem[0].virAddr = ptr;
+    t.sysMem[0].memSize = len as u32;
+    t
+}
+
+/// Loads `model` through the C API: (pack, model, input props, output props).
+fn load(
+    model: &Path,
+) -> (
+    hbPackedDNNHandle_t,
+    hbDNNHandle_t,
+    hbDNNTensorProperties,
+    hbDNNTensorProperties,
+) {
+    let path = CString::new(model.to_str().unwrap()).unwrap();
+    let mut names = [path.as_ptr()];
+    let (mut p, mut h, mut list, mut n) = (null_mut(), null_mut(), null_mut(), 0);
+    // SAFETY: all-zero properties are valid values.
+    let (mut ip, mut op): (hbDNNTensorProperties, hbDNNTensorProperties) =
+        unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+    // SAFETY: valid out-pointers and one valid path.
+    unsafe {
+        assert_eq!(hbDNNInitializeFromFiles(&mut p, names.as_mut_ptr(), 1), 0);
+        assert_eq!(hbDNNGetModelNameList(&mut list, &mut n, p), 0);
+        assert_eq!(hbDNNGetModelHandle(&mut h, p, *list), 0);
+        assert_eq!(hbDNNGetInputTensorProperties(&mut ip, h, 0), 0);
+        assert_eq!(hbDNNGetOutputTensorProperties(&mut op, h, 0), 0);
+    }
+    (p, h, ip, op)
+}
+
+#[test]
+#[ignore = "run by c_assemblies_count_against_the_client_task_limit"]
+fn child_assemblies() {
+    let Some(model) = child_model() else { return };
+    assert!(vnpu::ffi::service_socket().is_some(), "service mode");
+    let (p, h, ip, op) = load(&model);
+    let mut x = vec![0u8; ip.alignedByteSize as usize];
+    let mut y = vec![0u8; op.alignedByteSize as usize];
+    let xt = tensor(ip, x.as_mut_ptr().cast(), x.len());
+    let mut yt = tensor(op, y.as_mut_ptr().cast(), y.len());
+    let mut o: *mut hbDNNTensor = &mut yt;
+    let (mut more, mut last) = (ctrl(1), ctrl(0));
+    let (mut a, mut b, mut c) = (null_mut(), null_mut(), null_mut());
+    // SAFETY: valid pointers; the memory outlives the tasks.
+    unsafe {
+        // Task a is being assembled: it holds one of the two rooms.
+        assert_eq!(hbDNNInfer(&mut a, &mut o, &xt, h, &mut more), 0);
+        assert_eq!(hbDNNInfer(&mut b, &mut o, &xt, h, &mut last), 0);
+        assert_eq!(
+            hbDNNInfer(&mut c, &mut o, &xt, h, &mut last),
+            codes::HB_DNN_TASK_NUM_EXCEED_LIMIT,
+            "an assembly and a task fill a limit of 2"
+        );
+        assert!(c.is_null());
+        // Its last part needs no new room.
+        assert_eq!(hbDNNInfer(&mut a, &mut o, &xt, h, &mut last), 0);
+        for t in [a, b] {
+            assert_eq!(hbDNNWaitTaskDone(t, 0), 0);
+            assert_eq!(hbDNNReleaseTask(t), 0);
+        }
+        // An assembly released before its submission gives its room back.
+        let (mut d, mut e, mut f) = (null_mut(), null_mut(), null_mut());
+        assert_eq!(hbDNNInfer(&mut d, &mut o, &xt, h, &mut more), 0);
+        assert_eq!(hbDNNInfer(&mut e, &mut o, &xt, h, &mut more), 0);
+        assert_eq!(
+            hbDNNInfer(&mut f, &mut o, &xt, h, &mut more),
+            codes::HB_DNN_TASK_NUM_EXCEED_LIMIT,
+            "two assemblies fill a limit of 2"
+        );
+        assert_eq!(hbDNNReleaseTask(d), 0);
+        assert_eq!(hbDNNInfer(&mut f, &mut o, &xt, h, &mut last), 0);
+        assert_eq!(hbDNNWaitTaskDone(f, 0), 0);
+        assert_eq!(hbDNNReleaseTask(f), 0);
+        assert_eq!(hbDNNReleaseTask(e), 0);
+        assert_eq!(hbDNNRelease(p), 0);
+    }
+    println!("child: done");
+}
+
+/// `hbDNNRoiInfer` in service mode: the crops are made in the client and staged, the
+/// model runs in the daemon, and the outputs equal the in-process runtime's ROI entry
+/// point bit for bit, with heap and with `hbSysAllocMem` memory.
+#[test]
+fn c_roi_inference_through_the_daemon() {
+    let dir = temp_dir();
+    let model = classifier_file(&dir, "cls", true);
+    let d = TestDaemon::start(&dir, 16);
+    let text = run_child("child_roi", &d.socket, &model);
+    assert!(text.contains("child: staged"), "{text}");
+}
+
+#[test]
+#[ignore = "run by c_roi_inference_through_the_daemon"]
+fn child_roi() {
+    let Some(model) = child_model() else { return };
+    assert!(vnpu::ffi::service_socket().is_some(), "service mode");
+    // A 128x96 NV12 frame with a 160-byte row stride, and two ROIs.
+    let (w, hgt, stride) = (128usize, 96usize, 160usize);
+    let mut frame = vec![0u8; stride * hgt * 3 / 2];
+    for (k, v) in frame.iter_mut().enumerate() {
+        *v = (k % 251) as u8;
+    }
+    let rois = [
+        Roi {
+            left: 0,
+            top: 0,
+            right: 63,
+            bottom: 63,
+        },
+        Roi {
+            left: 64,
+            top: 32,
+            right: 127,
+            bottom: 95,
+        },
+    ];
+
+    // The reference: the runtime's own ROI entry point in this process.
+    let local = PackedModel::load_files(std::slice::from_ref(&model)).unwrap();
+    let m = local.models[0].clone();
+    let per_roi = m.outputs[0].aligned_byte_size;
+    let mut want = vec![0u8; 2 * per_roi];
+    {
+        let rt = Runtime::with_config(SchedConfig::default()).unwrap();
+        let (y, uv) = frame.split_at_mut(stride * hgt);
+        let f = RoiFrame {
+            y: IoBuffer::from_slice(y),
+            uv: IoBuffer::from_slice(uv),
+            width: w,
+            height: hgt,
+            y_stride: stride,
+            uv_stride: stride,
+        };
+        let t = rt
+            .submit_roi(
+                &m,
+                f,
+                &rois,
+                &[IoBuffer::from_slice(&mut want)],
+                CtrlParams::default(),
+            )
+            .unwrap();
+        t.wait(None).unwrap();
+        t.release().unwrap();
+    }
+
+    let (p, h, ip, op) = load(&model);
+    let mut fp = ip;
+    fp.validShape.dimensionSize[2] = hgt as i32;
+    fp.validShape.dimensionSize[3] = w as i32;
+    fp.alignedShape = fp.validShape;
+    fp.alignedShape.dimensionSize[3] = stride as i32;
+    let mut op2 = op;
+    op2.validShape.dimensionSize[0] = 2;
+    let mut c_rois = rois.map(|r| hbDNNRoi {
+        left: r.left,
+        top: r.top,
+        right: r.right,
+        bottom: r.bottom,
+    });
+    let run = |frame: *mut u8, out: *mut u8| {
+        let input = tensor(fp, frame.cast(), stride * hgt * 3 / 2);
+        let inputs = [input, input];
+        let mut output = tensor(op2, out.cast(), 2 * per_roi);
+        let mut o: *mut hbDNNTensor = &mut output;
+        let mut c = ctrl(0);
+        let mut t = null_mut();
+        // SAFETY: valid pointers; one frame per ROI; the memory outlives the task.
+        unsafe {
+            assert_eq!(
+                hbDNNRoiInfer(
+                    &mut t,
+                    &mut o,
+                    inputs.as_ptr(),
+                    c_rois.as_mut_ptr(),
+                    2,
+                    h,
+                    &mut c
+                ),
+                0,
+                "{}",
+                last_error_detail()
+            );
+            assert_eq!(hbDNNWaitTaskDone(t, 0), 0);
+            assert_eq!(hbDNNReleaseTask(t), 0);
+        }
+    };
+    // Heap frame and output.
+    let mut got = vec![0u8; 2 * per_roi];
+    run(frame.as_mut_ptr(), got.as_mut_ptr());
+    assert_eq!(got, want, "heap memory");
+    let staged = service_staged_bytes();
+    assert!(staged > 0, "crops and heap outputs are staged");
+    // hbSysAllocMem frame and output: the output lands in shared memory.
+    let zero = hbSysMem {
+        phyAddr: 0,
+        virAddr: null_mut(),
+        memSize: 0,
+    };
+    let (mut fm, mut om) = (zero, zero);
+    // SAFETY: valid out-pointers; the copy stays inside the allocation.
+    unsafe {
+        assert_eq!(hbSysAllocMem(&mut fm, frame.len() as u32), 0);
+        assert_eq!(hbSysAllocMem(&mut om, (2 * per_roi) as u32), 0);
+        assert_eq!(
+            hbSysWriteMem(&mut fm, frame.as_mut_ptr().cast(), frame.len() as u32),
+            0
+        );
+    }
+    run(fm.virAddr.cast(), om.virAddr.cast());
+    // SAFETY: `om` holds 2 * per_roi bytes.
+    let shared = unsafe { std::slice::from_raw_parts(om.virAddr as *const u8, 2 * per_roi) };
+    assert_eq!(shared, &want[..], "hbSysAllocMem memory");
+    // SAFETY: live memory and pack, released once.
+    unsafe {
+        assert_eq!(hbSysFreeMem(&mut fm), 0);
+        assert_eq!(hbSysFreeMem(&mut om), 0);
+        assert_eq!(hbDNNRelease(p), 0);
+    }
+    println!("child: staged {staged} bytes");
+    println!("child: done");
+}
