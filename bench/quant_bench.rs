@@ -4,10 +4,25 @@
 //! the ratio int8 / f32 (goal for whole networks: <= 0.5). Times on a loaded machine are
 //! indicative only; read the ratios.
 //!
-//! Run: `cargo bench --bench quant_bench` (`-- quick` for fewer repetitions). Without
-//! `--bench` (as `cargo test --all-targets` runs it) it does one short smoke round.
+//! Whole networks (`-- networks`): the QDQ ResNet-18 / MobileNetV2 / detector of
+//! `scripts/gen_quant_models.py` (`$VNPU_QUANT_DIR/<name>/model.onnx`) run by vnpu
+//! (int8), the f32 originals (`$VNPU_TEST_MODELS/<name>.onnx`) by vnpu, and the same
+//! QDQ models by onnxruntime (1 thread, optimisations on) through `bench/peers.py
+//! --serve` (Python: `$VNPU_BENCH_PYTHON`, default `build/bench-venv/bin/python`),
+//! rounds interleaved, best of each; ratios int8 / ORT (goal <= 1.0) and int8 / f32
+//! (goal <= 0.5).
+//!
+//! Run: `cargo bench --bench quant_bench` (`-- quick` for fewer repetitions, `--
+//! networks` for the whole networks only). Without `--bench` (as `cargo test
+//! --all-targets` runs it) it does one short smoke round.
 
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::Instant;
+use vnpu::compile::{self, CompileOptions};
+use vnpu::exec::{ModelPlan, PlanOptions};
 use vnpu::kernels::conv::{conv2d, ConvShape, ConvWeights};
 use vnpu::kernels::quant::{self, QConvWeights, QGemmB, QScratch, Requant};
 use vnpu::kernels::{gemm, isa};
@@ -186,6 +201,132 @@ fn bench_gemm(reps: usize, shapes: &[(usize, usize, usize)]) {
     }
 }
 
+/// A compiled model ready to run on one thread, all nodes in order.
+struct Net {
+    plan: ModelPlan,
+    st: vnpu::exec::ExecState,
+}
+
+impl Net {
+    fn load(path: &Path) -> Result<Net, String> {
+        let m = compile::compile_onnx_file(path, &CompileOptions::default())
+            .map_err(|e| format!("compile {}: {e}", path.display()))?;
+        let plan = ModelPlan::new(Arc::new(m.graph.clone()), &PlanOptions::default())
+            .map_err(|e| format!("plan: {e}"))?;
+        let st = plan.new_state();
+        Ok(Net { plan, st })
+    }
+
+    /// Best of `runs` runs, ms.
+    fn best_ms(&mut self, runs: usize) -> f64 {
+        (0..runs)
+            .map(|_| {
+                let t = Instant::now();
+                self.plan.run_all(&mut self.st).expect("run");
+                t.elapsed().as_secs_f64() * 1e3
+            })
+            .fold(f64::INFINITY, f64::min)
+    }
+}
+
+/// onnxruntime behind `bench/peers.py --serve`.
+struct Peer {
+    child: std::process::Child,
+    out: BufReader<std::process::ChildStdout>,
+}
+
+impl Peer {
+    fn start() -> Result<Peer, String> {
+        let py = std::env::var("VNPU_BENCH_PYTHON")
+            .unwrap_or_else(|_| "build/bench-venv/bin/python".to_string());
+        let mut child = Command::new(&py)
+            .args(["bench/peers.py", "--serve"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("{py}: {e}"))?;
+        let mut out = BufReader::new(child.stdout.take().ok_or("no stdout")?);
+        let mut hello = String::new();
+        out.read_line(&mut hello).map_err(|e| e.to_string())?;
+        if !hello.contains("onnxruntime") {
+            return Err(format!("peers.py: {hello}"));
+        }
+        Ok(Peer { child, out })
+    }
+
+    /// onnxruntime's best of `runs`, ms.
+    fn best_ms(&mut self, model: &Path, runs: usize) -> Result<f64, String> {
+        let abs = std::fs::canonicalize(model).map_err(|e| e.to_string())?;
+        let req = serde_json::json!({"op": "time", "runtime": "onnxruntime",
+            "model": abs, "runs": runs, "warmup": 1});
+        let stdin = self.child.stdin.as_mut().ok_or("no stdin")?;
+        writeln!(stdin, "{req}").map_err(|e| e.to_string())?;
+        let mut line = String::new();
+        self.out.read_line(&mut line).map_err(|e| e.to_string())?;
+        let v: serde_json::Value = serde_json::from_str(&line).map_err(|e| e.to_string())?;
+        v["min_ms"]
+            .as_f64()
+            .ok_or_else(|| format!("onnxruntime: {line}"))
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+/// Whole networks: vnpu int8 vs onnxruntime on the same QDQ model and vs vnpu f32.
+fn bench_networks(rounds: usize, runs: usize) {
+    let (Ok(qdir), Ok(fdir)) = (
+        std::env::var("VNPU_QUANT_DIR"),
+        std::env::var("VNPU_TEST_MODELS"),
+    ) else {
+        println!("networks: set VNPU_QUANT_DIR and VNPU_TEST_MODELS");
+        return;
+    };
+    let mut peer = match Peer::start() {
+        Ok(p) => Some(p),
+        Err(e) => {
+            println!("networks: onnxruntime unavailable ({e})");
+            None
+        }
+    };
+    println!(
+        "{:<12} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "network", "int8 ms", "f32 ms", "ORT ms", "int8/ORT", "int8/f32"
+    );
+    for name in ["resnet18", "mobilenetv2", "detector"] {
+        let q = PathBuf::from(&qdir).join(name).join("model.onnx");
+        let f = PathBuf::from(&fdir).join(format!("{name}.onnx"));
+        let (mut nq, mut nf) = match (Net::load(&q), Net::load(&f)) {
+            (Ok(a), Ok(b)) => (a, b),
+            (Err(e), _) | (_, Err(e)) => {
+                println!("{name:<12} {e}");
+                continue;
+            }
+        };
+        let (mut tq, mut tf, mut to) = (f64::INFINITY, f64::INFINITY, f64::INFINITY);
+        for _ in 0..rounds {
+            tq = tq.min(nq.best_ms(runs));
+            tf = tf.min(nf.best_ms(runs));
+            if let Some(p) = peer.as_mut() {
+                match p.best_ms(&q, runs) {
+                    Ok(t) => to = to.min(t),
+                    Err(e) => eprintln!("{name}: {e}"),
+                }
+            }
+        }
+        println!(
+            "{name:<12} {tq:>10.2} {tf:>10.2} {to:>10.2} {:>10.2} {:>10.2}",
+            tq / to,
+            tq / tf
+        );
+    }
+}
+
 fn main() {
     let bench = std::env::args().any(|a| a == "--bench");
     let quick = !bench || std::env::args().any(|a| a == "quick");
@@ -213,7 +354,9 @@ fn main() {
         (1, 1000, 512),
         (256, 256, 256),
     ];
-    if bench {
+    if std::env::args().any(|a| a == "networks") {
+        bench_networks(if quick { 2 } else { 5 }, if quick { 3 } else { 5 });
+    } else if bench {
         bench_conv(reps, &layers);
         println!();
         bench_gemm(reps, &shapes);

@@ -9,9 +9,7 @@
 //! * `op` cases: every element within one step;
 //! * `network` cases: vnpu's share of elements within one step is at least
 //!   onnxruntime's own int8 execution's, and vnpu's worst error (in steps) is at most
-//!   onnxruntime's (both measured by the generator in the same run) — except the cases
-//!   in [`KNOWN_GAPS`], where issue 16's goal is not met yet and the test holds the
-//!   measured level as a regression floor.
+//!   onnxruntime's (both measured by the generator in the same run): issue 16's rule.
 //!
 //! Run: `/work/main/.venv/bin/python scripts/gen_quant_models.py build/quant` then
 //! `VNPU_QUANT_DIR=build/quant cargo test --release --test quant_conformance -- --ignored --nocapture`.
@@ -22,13 +20,6 @@ use std::sync::Arc;
 use serde_json::Value as Json;
 use vnpu::compile::{self, CompileOptions};
 use vnpu::exec::{ModelPlan, PlanOptions, Tile};
-
-/// Whole networks on which vnpu is not yet as close to the float QDQ reference as
-/// onnxruntime's int8 execution (issue 16, open): (case, least share within one step,
-/// most steps off). Measured 2026-11-23: detector 99.305 % / worst 7 steps (onnxruntime
-/// 99.880 % / 3): a one-step rounding flip in an early conv grows through the box decode
-/// (DFL conv, stride multiply).
-const KNOWN_GAPS: &[(&str, f64, f64)] = &[("detector", 0.99, 10.0)];
 
 /// One output of a case with its reference and onnxruntime's metrics.
 struct Output {
@@ -238,11 +229,8 @@ fn quantised_models_match_onnxruntime() {
                 o.ort_share * 100.0,
                 o.ort_worst
             );
-            let gap = KNOWN_GAPS.iter().find(|g| g.0 == c.name);
             let ok = if c.kind == "op" {
                 *share >= 1.0
-            } else if let Some(&(_, least, most)) = gap {
-                *share >= least && *worst <= most
             } else {
                 *share >= o.ort_share && *worst <= o.ort_worst
             };

@@ -17,8 +17,8 @@ use crate::ir::{ConvGeom, DType, Elems, QParam};
 use crate::kernels::body::conv::ConvShape;
 use crate::kernels::body::pool::PoolShape;
 use crate::kernels::quant::{
-    maxpool_u8, qadd, qconv_i32, qconv_u8, qgemm_i32, qgemm_u8, requant_u8, AddParams,
-    QConvWeights, QGemmB, QScratch, Requant,
+    maxpool_u8, qadd, qconv_i32, qconv_u8, qconv_u8_ties, qgemm_i32, qgemm_u8, requant_u8,
+    AddParams, FloatTies, QConvWeights, QGemmB, QScratch, Requant,
 };
 
 /// Per-tensor or per-axis quantisation parameters resolved for a flat loop: element
@@ -270,6 +270,8 @@ pub(crate) enum QKernel {
         bias: Vec<i32>,
         out: QOut,
         align: usize,
+        /// The float reference that settles near-ties (dense convs with a u8 output).
+        ties: Option<Box<FloatTies>>,
     },
     /// `m` rows of depth `b.k()`; tiles split rows.
     Gemm {
@@ -377,6 +379,16 @@ pub(crate) fn plan_qconv(
         return Err(shape_err(n, "weights size"));
     }
     let qw = QConvWeights::pack(&wt, cout, ws[1], s.kh, s.kw, group);
+    let ties = match y {
+        Some(y) if !s.is_depthwise() => Some(Box::new(FloatTies::new(
+            &wt,
+            w_scale,
+            bias.as_deref(),
+            x.scale,
+            y.scale,
+        ))),
+        _ => None,
+    };
     let bias = qw.fold_bias(bias.as_deref(), x.zp);
     // Channel tiles stay whole groups of a grouped (non-depthwise) conv.
     let align = if group > 1 && cout != group {
@@ -391,6 +403,7 @@ pub(crate) fn plan_qconv(
         bias,
         out,
         align,
+        ties,
     }))))
 }
 
@@ -616,6 +629,7 @@ impl QKernel {
                 bias,
                 out,
                 align,
+                ties,
             } => {
                 let chans = tile.range(s.c_out, *align);
                 let o = r.out_bytes(0);
@@ -628,7 +642,10 @@ impl QKernel {
                             lo: *lo,
                             hi: *hi,
                         };
-                        qconv_u8(isa, s, x, *x_zp, w, &rq, o, chans, sc);
+                        match ties {
+                            Some(t) => qconv_u8_ties(isa, s, x, *x_zp, w, &rq, t, o, chans, sc),
+                            None => qconv_u8(isa, s, x, *x_zp, w, &rq, o, chans, sc),
+                        }
                     }
                     QOut::I32 => {
                         let o: &mut [i32] = bytemuck::cast_slice_mut(o);

@@ -13,6 +13,15 @@
 //!   (`QuantTable::dw_taps`) on the phase-split plane ([`dw_phases`]).
 //!
 //! A call computes output channels `chans` (any range) of every image.
+//!
+//! Near-ties ([`qconv_u8_ties`], dense convs): where the exact requantised value lies
+//! within [`TIE_EPS`] of a rounding boundary, the f32 rounding noise of the float
+//! reference (the QDQ graph run in float by onnxruntime) decides which way it rounds,
+//! and one flipped step early in a network grows through everything after it. Those
+//! few outputs are recomputed the way the reference computes them: dequantised f32
+//! operands, one FMA chain per block of [`REF_BLOCK_K`] K values in im2col order (MLAS
+//! SGEMM's K stride) with the block sums added in order, then the bias, then `v /
+//! y_scale` rounded half to even.
 
 use super::gemm::{fold, gemm_block, pack_a, packed_a_len, pairs, scatter_b_pair, scatter_b_row};
 use super::gemm::{QMC, QNC};
@@ -126,16 +135,103 @@ impl QConvWeights {
     }
 }
 
+/// Distance (in output steps) from a rounding boundary under which an output is
+/// recomputed like the float reference (see the module doc). The f32 requantisation
+/// itself is good to ~1e-5 steps, the reference's own noise is of that order.
+pub const TIE_EPS: f32 = 1.0 / 1024.0;
+
+/// K values summed per FMA chain by the float reference (MLAS SGEMM's K stride).
+pub const REF_BLOCK_K: usize = 128;
+
+/// What the float reference of a dense conv needs to settle near-ties
+/// ([`qconv_u8_ties`]): the s8 weights with their scales, the dequantised bias, the
+/// input and output scales.
+#[derive(Debug, Clone)]
+pub struct FloatTies {
+    /// `[Cout, K]` s8 weights as given to [`QConvWeights::pack`].
+    w: Vec<i8>,
+    w_scale: Vec<f32>,
+    /// `b[c] * x_scale * w_scale[c]` in f32 (the dequantised i32 bias), 0 without bias.
+    bias: Vec<f32>,
+    x_scale: f32,
+    y_scale: f32,
+}
+
+impl FloatTies {
+    /// The reference of a conv with s8 weights `w` (`[cout, K]`, per channel
+    /// `w_scale`), i32 `bias` in `x_scale * w_scale[c]` units (before the zero point
+    /// correction), input scale `x_scale` and output scale `y_scale`.
+    pub fn new(
+        w: &[i8],
+        w_scale: &[f32],
+        bias: Option<&[i32]>,
+        x_scale: f32,
+        y_scale: f32,
+    ) -> Self {
+        let cout = w_scale.len();
+        assert!(
+            cout > 0 && w.len() % cout == 0,
+            "FloatTies: weights per channel"
+        );
+        assert!(
+            bias.map_or(true, |b| b.len() == cout),
+            "FloatTies: one bias per channel"
+        );
+        let bias = (0..cout)
+            .map(|c| bias.map_or(0.0, |b| b[c] as f32 * (x_scale * w_scale[c])))
+            .collect();
+        FloatTies {
+            w: w.to_vec(),
+            w_scale: w_scale.to_vec(),
+            bias,
+            x_scale,
+            y_scale,
+        }
+    }
+
+    /// The reference's pre-quantisation value `v / y_scale` of output position `j` of
+    /// channel `c` (`xg`: the channel's group of input planes).
+    fn value(&self, s: &ConvShape, xg: &[u8], zp: u8, c: usize, j: usize) -> f32 {
+        let k = s.k();
+        let w = &self.w[c * k..(c + 1) * k];
+        let ws = self.w_scale[c];
+        let (oy, ox) = (j / s.ow, j % s.ow);
+        let (hw, khw) = (s.h * s.w, s.kh * s.kw);
+        let (mut total, mut chain) = (0f32, 0f32);
+        for (p, &wv) in w.iter().enumerate() {
+            let (ci, ky, kx) = (p / khw, (p % khw) / s.kw, p % s.kw);
+            let iy = (oy * s.sh + ky * s.dh) as isize - s.ph as isize;
+            let ix = (ox * s.sw + kx * s.dw) as isize - s.pw as isize;
+            let xv = if iy < 0 || ix < 0 || iy >= s.h as isize || ix >= s.w as isize {
+                0.0
+            } else {
+                let q = xg[ci * hw + iy as usize * s.w + ix as usize];
+                (i32::from(q) - i32::from(zp)) as f32 * self.x_scale
+            };
+            chain = xv.mul_add(f32::from(wv) * ws, chain);
+            if (p + 1) % REF_BLOCK_K == 0 || p + 1 == k {
+                total = if p < REF_BLOCK_K {
+                    chain
+                } else {
+                    total + chain
+                };
+                chain = 0.0;
+            }
+        }
+        (total + self.bias[c]) / self.y_scale
+    }
+}
+
 /// Where a conv's finished i32 rows go.
 enum ConvOut<'o> {
-    U8(&'o Requant<'o>, &'o mut [u8]),
+    U8(&'o Requant<'o>, &'o mut [u8], Option<&'o FloatTies>),
     I32(&'o [i32], &'o mut [i32]),
 }
 
 impl ConvOut<'_> {
     fn len(&self) -> usize {
         match self {
-            ConvOut::U8(_, o) => o.len(),
+            ConvOut::U8(_, o, _) => o.len(),
             ConvOut::I32(_, o) => o.len(),
         }
     }
@@ -144,7 +240,7 @@ impl ConvOut<'_> {
     #[inline]
     fn put(&mut self, t: &super::table::QuantTable, c: usize, acc: &[i32], at: usize) {
         match self {
-            ConvOut::U8(rq, o) => (t.requant_scalar)(
+            ConvOut::U8(rq, o, _) => (t.requant_scalar)(
                 acc,
                 rq.bias[c],
                 rq.mult[c],
@@ -157,6 +253,35 @@ impl ConvOut<'_> {
                 for (d, &s) in o[at..at + acc.len()].iter_mut().zip(acc) {
                     *d = s.wrapping_add(bias[c]);
                 }
+            }
+        }
+    }
+}
+
+impl ConvOut<'_> {
+    /// Settles the near-ties among the sums `acc` of channel `c` (output positions
+    /// `j0..`, written at `out[at..]`) like the float reference, when it is attached.
+    #[allow(clippy::too_many_arguments)]
+    fn settle_ties(
+        &mut self,
+        s: &ConvShape,
+        xg: &[u8],
+        zp: u8,
+        c: usize,
+        acc: &[i32],
+        j0: usize,
+        at: usize,
+    ) {
+        let ConvOut::U8(rq, o, Some(ties)) = self else {
+            return;
+        };
+        let (bias, mult) = (rq.bias[c], rq.mult[c]);
+        let (minv, maxv) = super::body::bounds(rq.lo, rq.hi, rq.y_zp);
+        for (i, &a) in acc.iter().enumerate() {
+            let v = a.wrapping_add(bias) as f32 * mult;
+            if ((v - v.floor()) - 0.5).abs() < TIE_EPS && v > minv - 1.0 && v < maxv + 1.0 {
+                let r = ties.value(s, xg, zp, c, j0 + i);
+                o[at + i] = super::body::clamp_round(r, minv, maxv, rq.y_zp);
             }
         }
     }
@@ -179,7 +304,48 @@ pub fn qconv_u8(
     scratch: &mut QScratch,
 ) {
     rq.check(s.c_out);
-    qconv(isa, s, x, x_zp, w, ConvOut::U8(rq, out), chans, scratch)
+    qconv(
+        isa,
+        s,
+        x,
+        x_zp,
+        w,
+        ConvOut::U8(rq, out, None),
+        chans,
+        scratch,
+    )
+}
+
+/// [`qconv_u8`] with the near-ties of a dense conv settled like the float reference
+/// `ties` (see the module doc; a depthwise conv ignores `ties`).
+#[allow(clippy::too_many_arguments)]
+pub fn qconv_u8_ties(
+    isa: Isa,
+    s: &ConvShape,
+    x: &[u8],
+    x_zp: u8,
+    w: &QConvWeights,
+    rq: &Requant<'_>,
+    ties: &FloatTies,
+    out: &mut [u8],
+    chans: (usize, usize),
+    scratch: &mut QScratch,
+) {
+    rq.check(s.c_out);
+    assert!(
+        ties.w_scale.len() == s.c_out && ties.w.len() == s.c_out * s.k(),
+        "qconv_u8_ties: reference of another conv shape"
+    );
+    qconv(
+        isa,
+        s,
+        x,
+        x_zp,
+        w,
+        ConvOut::U8(rq, out, Some(ties)),
+        chans,
+        scratch,
+    )
 }
 
 /// Like [`qconv_u8`], writing the raw i32 sums plus `bias` (one per output channel,
@@ -265,7 +431,9 @@ fn qconv(
                     for i in m_lo.max(ip * QMR)..m_hi.min(ip_end * QMR) {
                         let r = i - ip * QMR;
                         let c = g * mg + i;
-                        dst.put(t, c, &cblk[r * ldb..r * ldb + nc], ob + c * ohw + jc);
+                        let acc = &cblk[r * ldb..r * ldb + nc];
+                        dst.put(t, c, acc, ob + c * ohw + jc);
+                        dst.settle_ties(s, xg, x_zp, c, acc, jc, ob + c * ohw + jc);
                     }
                     ip = ip_end;
                 }

@@ -44,7 +44,78 @@ macro_rules! avx2_build {
     };
 }
 
-avx2_build!(dw_taps, body::dw_taps, (offs: &[usize], w: &[i16], src: &[i16], acc: &mut [i32]));
+avx2_build!(dw_taps_body, body::dw_taps, (offs: &[usize], w: &[i16], src: &[i16], acc: &mut [i32]));
+
+/// Taps at most [`dw_taps_pairs`] takes (more go to the generic body).
+const DW_MAX_TAPS: usize = 64;
+
+fn dw_taps(offs: &[usize], w: &[i16], src: &[i16], acc: &mut [i32]) {
+    let n = acc.len();
+    assert!(offs.len() <= w.len() && offs.iter().all(|&o| o + n <= src.len()));
+    if offs.len() > DW_MAX_TAPS || offs.is_empty() {
+        return dw_taps_body(offs, w, src, acc);
+    }
+    // SAFETY: AVX2 was detected (see the module doc); the assert bounds every read
+    // (`src[offs[t] + j]` for `j < n`), the writes stay in `acc`.
+    unsafe { dw_taps_pairs(offs, w, src, acc) }
+}
+
+/// Depthwise taps two at a time: the rows of taps `t` and `t + 1` interleaved as i16
+/// pairs (`unpacklo/hi_epi16`) against the weight pair, one `pmaddwd` per 8 outputs
+/// and 2 taps (exact: |x| <= 255, |w| <= 255); an odd last tap pairs with weight 0.
+/// The interleave permutes outputs inside each 128-bit lane, undone by one
+/// `permute2x128` per 16 outputs at the end.
+///
+/// # Safety
+/// AVX2 must be available; `src[offs[t] + j]` readable for every tap `t < offs.len()
+/// <= DW_MAX_TAPS` and `j < acc.len()`, `w.len() >= offs.len()`.
+#[target_feature(enable = "avx2")]
+unsafe fn dw_taps_pairs(offs: &[usize], w: &[i16], src: &[i16], acc: &mut [i32]) {
+    let n = acc.len();
+    let nt = offs.len();
+    let np = nt.div_ceil(2);
+    let mut po = [(0usize, 0usize); DW_MAX_TAPS / 2];
+    let mut pw = [0i32; DW_MAX_TAPS / 2];
+    for p in 0..np {
+        let (t0, t1) = (2 * p, (2 * p + 1).min(nt - 1));
+        let w1 = if 2 * p + 1 < nt { w[t1] } else { 0 };
+        po[p] = (offs[t0], offs[t1]);
+        pw[p] = (w[t0] as u16 as u32 | (w1 as u16 as u32) << 16) as i32;
+    }
+    let sp = src.as_ptr();
+    let mut j = 0;
+    while j + 16 <= n {
+        let (mut lo, mut hi) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+        for p in 0..np {
+            let (o0, o1) = po[p];
+            let wv = _mm256_set1_epi32(pw[p]);
+            // SAFETY: o0 + j + 16 <= o0 + n <= src.len() (same for o1), see the caller.
+            let (a, b) = unsafe {
+                (
+                    _mm256_loadu_si256(sp.add(o0 + j) as *const __m256i),
+                    _mm256_loadu_si256(sp.add(o1 + j) as *const __m256i),
+                )
+            };
+            lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(a, b), wv));
+            hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(a, b), wv));
+        }
+        // lo holds outputs 0-3 | 8-11, hi 4-7 | 12-15.
+        // SAFETY: j + 16 <= n = acc.len().
+        unsafe {
+            let d = acc.as_mut_ptr().add(j) as *mut __m256i;
+            _mm256_storeu_si256(d, _mm256_permute2x128_si256(lo, hi, 0x20));
+            _mm256_storeu_si256(d.add(1), _mm256_permute2x128_si256(lo, hi, 0x31));
+        }
+        j += 16;
+    }
+    for (jj, d) in acc.iter_mut().enumerate().skip(j) {
+        let mut sum = 0i32;
+        for (&o, &wv) in offs.iter().zip(w) {
+            sum = sum.wrapping_add(wv as i32 * src[o + jj] as i32);
+        }
+        *d = sum;
+    }
+}
 avx2_build!(max_pool_plane, body::max_pool_plane, (s: &PoolShape, x: &[u8], y: &mut [u8]));
 
 fn tile(kp: usize, a: &[i16], b: &[i16], c: &mut [i32], ldc: usize) {
