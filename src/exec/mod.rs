@@ -24,6 +24,7 @@
 
 pub mod memplan;
 mod plan;
+pub mod pool;
 
 use crate::error::{Error, Result};
 use crate::ir::{self, DType, Graph, Tensor, TensorData};
@@ -38,9 +39,13 @@ use std::time::Instant;
 pub struct PlanOptions {
     /// Threads one node may use (default 1 = the calling core's thread only). With more,
     /// large dense convolutions (≥ 4 M multiply-accumulates, one image) run whole nodes as
-    /// that many output-channel chunks on scoped helper threads; results are bit-identical
-    /// to one thread. Helper threads are started per such node and run, so this path
-    /// allocates (the one-thread path does not).
+    /// that many output-channel chunks, shared between the calling thread and the
+    /// process's persistent helper pool ([`pool`]: one helper per host CPU but one, started
+    /// with the first such plan); results are bit-identical to one thread. Chunks go to a
+    /// helper only when it is free, the calling thread runs top-class work (a core's FC of
+    /// the highest live priority, or a thread outside the scheduler) and a CPU runs only
+    /// lower-priority work or is idle; else the calling thread runs them itself. Nothing
+    /// allocates per run.
     pub intra_op_threads: usize,
     /// Record per-node elapsed time in the state.
     pub profile: bool,
@@ -196,6 +201,10 @@ impl ModelPlan {
             scratch = scratch.max(np.scratch);
             iscratch = iscratch.max(np.iscratch);
             nodes.push(np);
+        }
+        if helper_scratch > 0 {
+            // Start the helpers now rather than inside the first run.
+            pool::global();
         }
         Ok(ModelPlan {
             inputs: layout.inputs.clone(),

@@ -10,6 +10,11 @@
 //! and sleeps, so both threads share the one FC queue and its order, and at most one FC
 //! of a core runs at a time.
 //!
+//! Intra-op parallelism: an FC runs inside a [`pool::enter`] scope of its class, so a
+//! top-class FC may hand chunks of its large nodes to the helper pool while other CPUs run
+//! only low-class work (`crate::exec::pool`), and a low-class FC never does; the chunks it
+//! ran are traced (`IntraOp`, before its `FcEnd`).
+//!
 //! Invariant: a core thread never runs user callbacks (they go to the callback runner), so
 //! no callback can block a core.
 
@@ -25,6 +30,7 @@ use super::fc_queue::FcItem;
 use super::lifecycle::stopped_if_released;
 use super::{os, status_of, Done, SchedInner, State, TraceKind};
 use crate::error::{Error, Result};
+use crate::exec::pool::{self, HostClass};
 
 /// Host priority classes a core may have threads for.
 pub(super) const HOST_CLASSES: usize = 2;
@@ -82,14 +88,22 @@ pub(super) fn core_main(inner: Arc<SchedInner>, k: usize, class: usize) {
         };
         let (t, seg, fc) = (item.task.clone(), item.seg, item.fc);
         inner.trace(TraceKind::FcStart, &t, Some(k), seg, fc, class as i32);
-        let (result, elapsed) = MutexGuard::unlocked(&mut st, || {
+        let host = if class == TOP {
+            HostClass::Top
+        } else {
+            HostClass::Low
+        };
+        let (result, elapsed, chunks) = MutexGuard::unlocked(&mut st, || {
             let start = Instant::now();
+            let scope = pool::enter(host);
             let r = match stopped_if_released(&t) {
                 Some(e) => Err(e),
                 None => run_guarded(|| t.body.run_fc(seg, fc)),
             };
-            (r, start.elapsed())
+            let chunks = scope.finish();
+            (r, start.elapsed(), chunks)
         });
+        inner.trace_intra_op(&t, Some(k), seg, fc, chunks);
         inner.on_fc_end(&mut st, k, result, elapsed, &mut done);
         if !done.is_empty() {
             MutexGuard::unlocked(&mut st, || inner.complete_all(std::mem::take(&mut done)));

@@ -1,5 +1,8 @@
 //! The CPU pool (protocol step 4): threads that run CPU segments, fed through one channel.
 //!
+//! CPU segments run at the process's normal OS priority, i.e. in the top host class
+//! ([`pool::enter`]): they may hand chunks of large nodes to the intra-op helper pool.
+//!
 //! Invariant: a pool thread never holds the scheduler lock while a segment runs, and never
 //! runs user callbacks (they go to the callback runner).
 
@@ -13,6 +16,7 @@ use super::lifecycle::stopped_if_released;
 use super::task::TaskShared;
 use super::{Done, SchedInner, State, TraceKind};
 use crate::error::Result;
+use crate::exec::pool::{self, HostClass};
 
 pub(super) enum CpuMsg {
     Run(Arc<TaskShared>, usize),
@@ -51,11 +55,14 @@ pub(super) fn cpu_main(inner: Arc<SchedInner>, rx: Receiver<CpuMsg>) {
     while let Ok(CpuMsg::Run(t, seg)) = rx.recv() {
         inner.trace(TraceKind::SegmentStart, &t, None, seg, 0, 0);
         let start = Instant::now();
+        let scope = pool::enter(HostClass::Top);
         let result = match stopped_if_released(&t) {
             Some(e) => Err(e),
             None => run_guarded(|| t.body.run_cpu_segment(seg)),
         };
+        let chunks = scope.finish();
         let elapsed = start.elapsed();
+        inner.trace_intra_op(&t, None, seg, 0, chunks);
         {
             let mut st = inner.state.lock();
             inner.on_cpu_end(&mut st, &t, result, elapsed, &mut done);

@@ -425,6 +425,32 @@ impl SchedInner {
         );
     }
 
+    /// Records the intra-op chunks an FC (`core` = Some) or CPU segment ran, if any
+    /// (`IntraOp`, just before its end event).
+    fn trace_intra_op(
+        &self,
+        t: &TaskShared,
+        core: Option<usize>,
+        seg: usize,
+        fc: usize,
+        c: crate::exec::pool::ChunkCounts,
+    ) {
+        if c.chunks == 0 {
+            return;
+        }
+        self.tracer.record_count(
+            TraceKind::IntraOp,
+            t.id,
+            core,
+            seg,
+            fc,
+            t.ctrl.priority,
+            c.on_helpers as i32,
+            t.label_id.load(Ordering::Relaxed),
+            c.chunks,
+        );
+    }
+
     /// The cores task mask `mask` allows (0 = all).
     fn allowed(&self, mask: u32) -> u32 {
         match mask {

@@ -49,10 +49,14 @@ pub enum TraceKind {
     Cancel,
     /// The task left `core` after its last BPU segment, before its trailing CPU segment.
     Leave,
+    /// The FC on `core` (or the CPU segment, `core` = None) ran intra-op chunks of large
+    /// nodes (recorded just before its `FcEnd` / `SegmentEnd`): `count` = its chunks,
+    /// `status` = those that ran on the helper pool's threads (`crate::exec::pool`).
+    IntraOp,
 }
 
 impl TraceKind {
-    const ALL: [TraceKind; 10] = [
+    const ALL: [TraceKind; 11] = [
         TraceKind::Submit,
         TraceKind::Dequeue,
         TraceKind::Insert,
@@ -63,6 +67,7 @@ impl TraceKind {
         TraceKind::Done,
         TraceKind::Cancel,
         TraceKind::Leave,
+        TraceKind::IntraOp,
     ];
 
     fn code(self) -> u64 {
@@ -85,6 +90,7 @@ impl TraceKind {
             TraceKind::Done => "done",
             TraceKind::Cancel => "cancel",
             TraceKind::Leave => "leave",
+            TraceKind::IntraOp => "intra_op",
         }
     }
 }
@@ -111,6 +117,8 @@ pub struct TraceEvent {
     /// The task's label (model names) interned by the tracer; 0 when unknown (the task
     /// was submitted while tracing was off). The JSON dump resolves it.
     pub label: u32,
+    /// For `IntraOp`: the FC's intra-op chunks (0 for other kinds).
+    pub count: u32,
 }
 
 #[derive(Default)]
@@ -122,6 +130,7 @@ struct Slot {
     packed: AtomicU64,
     /// seg (32) | fc (32)
     pos: AtomicU64,
+    /// label (32) | count (32)
     label: AtomicU64,
 }
 
@@ -215,6 +224,24 @@ impl Tracer {
         status: i32,
         label: u32,
     ) {
+        self.record_count(kind, task, core, seg, fc, priority, status, label, 0);
+    }
+
+    /// [`record`](Self::record) with the event's `count`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub(crate) fn record_count(
+        &self,
+        kind: TraceKind,
+        task: u64,
+        core: Option<usize>,
+        seg: usize,
+        fc: usize,
+        priority: u8,
+        status: i32,
+        label: u32,
+        count: u32,
+    ) {
         if !self.enabled() {
             return;
         }
@@ -236,7 +263,10 @@ impl Tracer {
         slot.task.store(task, Ordering::Relaxed);
         slot.packed.store(packed, Ordering::Relaxed);
         slot.pos.store(pos, Ordering::Relaxed);
-        slot.label.store(u64::from(label), Ordering::Relaxed);
+        slot.label.store(
+            u64::from(label) | (u64::from(count) << 32),
+            Ordering::Relaxed,
+        );
         slot.seq.store(i + 1, Ordering::Release);
     }
 
@@ -278,6 +308,7 @@ impl Tracer {
                 priority: ((packed >> 8) & 0xff) as u8,
                 status: (packed >> 32) as u32 as i32,
                 label: label as u32,
+                count: (label >> 32) as u32,
             });
         }
         out
@@ -307,8 +338,13 @@ impl Tracer {
             );
         }
         let mut open: HashMap<(u64, u32, u32, bool), &TraceEvent> = HashMap::new();
+        let mut intra: HashMap<(u64, u32, u32, bool), (u32, i32)> = HashMap::new();
         for e in &events {
             match e.kind {
+                TraceKind::IntraOp => {
+                    let key = (e.task, e.seg, e.fc, e.core.is_some());
+                    intra.insert(key, (e.count, e.status));
+                }
                 TraceKind::FcStart => {
                     open.insert((e.task, e.seg, e.fc, true), e);
                 }
@@ -322,6 +358,8 @@ impl Tracer {
                     }
                     let fc = if is_fc { e.fc } else { 0 };
                     if let Some(s) = open.remove(&(e.task, e.seg, fc, is_fc)) {
+                        let (chunks, on_helpers) =
+                            intra.remove(&(e.task, e.seg, fc, is_fc)).unwrap_or((0, 0));
                         let tid = if is_fc { 2 + e.core.unwrap_or(0) } else { 1 };
                         let name = if is_fc {
                             format!("{} s{} fc{}", label(e), e.seg, e.fc)
@@ -336,7 +374,9 @@ impl Tracer {
                                      "segment": e.seg, "fc": e.fc, "status": e.status,
                                      "host_class": if is_fc {
                                          json!(if s.status == 0 { "top" } else { "low" })
-                                     } else { Value::Null }}
+                                     } else { Value::Null },
+                                     "intra_op_chunks": chunks,
+                                     "chunks_on_helpers": on_helpers}
                         }));
                     }
                 }

@@ -72,6 +72,12 @@ impl Gates {
         self.state.lock().started.clone()
     }
 
+    /// Records that step (label, seg, fc) started and holds it there while it is gated
+    /// (for bodies of other tests that want the gates at points of their own).
+    pub fn gate_point(&self, label: &str, seg: usize, fc: usize) {
+        self.arrive((label.into(), seg, fc));
+    }
+
     fn arrive(&self, step: Step) {
         let deadline = Instant::now() + DEADLOCK_LIMIT;
         let mut st = self.state.lock();

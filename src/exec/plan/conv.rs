@@ -313,8 +313,8 @@ fn conv_chunk_ranges(s: &ConvShape, threads: usize) -> Vec<(usize, usize)> {
         .collect()
 }
 
-/// Runs a Winograd conv's channel chunks on scoped helper threads (the first on this
-/// thread) over the transformed input `v`, each writing its own block of channels.
+/// Runs a Winograd conv's channel chunks on this thread and the intra-op helper pool
+/// (`exec::pool`) over the transformed input `v`, each writing its own block of channels.
 #[allow(clippy::too_many_arguments)]
 fn run_winograd_chunks(
     isa: Isa,
@@ -339,16 +339,16 @@ fn run_winograd_chunks(
         };
         p.run_chunk(isa, v, part, (c0, c1), &e, scratch);
     };
-    std::thread::scope(|sc| {
-        let (&first, rest) = par.split_first().expect("chunks");
-        let (y0, mut tail) = y.split_at_mut((first.1 - first.0) * ohw);
-        for (&ch, h) in rest.iter().zip(helpers.iter_mut()) {
-            let (part, t) = std::mem::take(&mut tail).split_at_mut((ch.1 - ch.0) * ohw);
-            tail = t;
-            let run = &run;
-            sc.spawn(move || run(ch, part, h));
+    let mut parts = crate::exec::pool::chunk_parts(
+        par.iter().map(|&(c0, c1)| (c1 - c0) * ohw),
+        y,
+        scratch,
+        helpers,
+    );
+    crate::exec::pool::global().run(&mut parts[..par.len()], &|i, slot| {
+        if let Some((part, s)) = slot.take() {
+            run(par[i], part, s);
         }
-        run(first, y0, scratch);
     });
 }
 
@@ -360,8 +360,8 @@ pub(crate) fn plan_deconv(c: &Ctx<'_>, geom: &ir::ConvGeom, group: usize) -> Res
     Ok(Planned::new(ConvKernel::Deconv { p, bias }).scratch(scratch))
 }
 
-/// Runs the chunks of a conv on scoped helper threads (the first on this thread), each
-/// writing its own disjoint block of output channels with its own scratch.
+/// Runs the chunks of a conv on this thread and the intra-op helper pool (`exec::pool`),
+/// each writing its own disjoint block of output channels with its own scratch.
 #[allow(clippy::too_many_arguments)]
 fn run_conv_chunks(
     isa: Isa,
@@ -400,17 +400,17 @@ fn run_conv_chunks(
             scratch,
         );
     };
-    std::thread::scope(|sc| {
-        let (first, rest) = par.split_first().expect("chunks");
-        let ohw = first.s.oh * first.s.ow;
-        let (y0, mut tail) = y.split_at_mut((first.c1 - first.c0) * ohw);
-        for (ch, h) in rest.iter().zip(helpers.iter_mut()) {
-            let (part, t) = std::mem::take(&mut tail).split_at_mut((ch.c1 - ch.c0) * ohw);
-            tail = t;
-            let run = &run;
-            sc.spawn(move || run(ch, part, h));
+    let ohw = par.first().map_or(0, |ch| ch.s.oh * ch.s.ow);
+    let mut parts = crate::exec::pool::chunk_parts(
+        par.iter().map(|ch| (ch.c1 - ch.c0) * ohw),
+        y,
+        scratch,
+        helpers,
+    );
+    crate::exec::pool::global().run(&mut parts[..par.len()], &|i, slot| {
+        if let Some((part, s)) = slot.take() {
+            run(&par[i], part, s);
         }
-        run(first, y0, scratch);
     });
 }
 

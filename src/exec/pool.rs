@@ -1,0 +1,458 @@
+//! The intra-op helper pool: persistent threads that run chunks of one large node beside
+//! the thread that runs the node (bit-identical: the chunks write disjoint outputs with the
+//! same kernels as one thread), created once and never allocating per use.
+//!
+//! Host priority (issue 13): the helpers run at the process's normal OS priority, the
+//! *top* host class of the scheduler's core threads. Work for a node is offered to helpers
+//! only when the calling thread runs top-class work (a core's top thread, the CPU pool, or
+//! any thread outside the scheduler) and fewer top-class threads are busy than there are
+//! CPUs, i.e. some CPU is running only low-class (`SCHED_IDLE` / nice 19) work or is idle.
+//! A low-class FC runs all of its chunks itself, so it never takes a CPU at top priority.
+//!
+//! Protocol of one [`Pool::run`] with `n` chunks:
+//! 1. The caller offers the job to up to `min(n - 1, free CPUs, idle helpers)` helpers: for
+//!    each, it moves the helper's slot `IDLE -> SETUP` (so no other caller takes it), stores
+//!    the job pointer, publishes `OFFERED` and unparks the helper.
+//! 2. Caller and helpers claim chunk indices from one counter (`fetch_add`), each index
+//!    exactly once, and run them. A helper *attaches* (`OFFERED -> ATTACHED`) before it
+//!    touches the job; the caller never waits for a helper that has not attached.
+//! 3. When no index is left, the caller revokes every offer not yet taken
+//!    (`OFFERED -> IDLE`) and waits only for attached helpers, which are running a chunk
+//!    or about to find none. A helper detaches by decrementing `live` after its last use
+//!    of the job; the job lives on the caller's stack until `live == 0`.
+//!
+//! Invariants: each chunk runs exactly once, on the caller or on one helper; a helper
+//! touches a job only between attaching and detaching; a caller returns only after every
+//! helper that attached has detached. The gauge of busy top-class threads (`TOP_BUSY`) is
+//! process-wide: the scheduler's threads [`enter`] a [`HostClass`] around each FC or CPU
+//! segment, attached helpers count themselves.
+
+use std::any::Any;
+use std::cell::Cell;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::thread::{JoinHandle, Thread};
+use std::time::{Duration, Instant};
+
+/// Most chunks one run takes (one bit each in the helper mask) and most helpers a pool has.
+pub const MAX_CHUNKS: usize = 64;
+
+/// How long a helper polls for its next job before sleeping, and a caller polls for its
+/// helpers before sleeping.
+const SPIN: Duration = Duration::from_micros(50);
+
+const IDLE: u8 = 0;
+const SETUP: u8 = 1;
+const OFFERED: u8 = 2;
+const ATTACHED: u8 = 3;
+const EXIT: u8 = 4;
+
+/// Threads doing top-class work now: scheduler threads inside a counted [`enter`] scope
+/// and attached helpers.
+static TOP_BUSY: AtomicUsize = AtomicUsize::new(0);
+
+/// The host priority class of the work a thread runs (see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostClass {
+    /// Work of the highest live priority (or no scheduler): may hand chunks to helpers.
+    Top,
+    /// Lower-priority work: runs its chunks itself.
+    Low,
+}
+
+/// Chunks that ran inside one [`enter`] scope.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChunkCounts {
+    /// Chunks of chunked nodes run in the scope.
+    pub chunks: u32,
+    /// Of those, chunks that ran on helper threads.
+    pub on_helpers: u32,
+}
+
+#[derive(Clone, Copy)]
+struct Ctx {
+    low: bool,
+    counted: bool,
+    counts: ChunkCounts,
+}
+
+thread_local! {
+    static CTX: Cell<Ctx> = const {
+        Cell::new(Ctx { low: false, counted: false, counts: ChunkCounts { chunks: 0, on_helpers: 0 } })
+    };
+}
+
+/// A thread's scope of one FC or CPU segment in a host class; [`Scope::finish`] ends it.
+#[derive(Debug)]
+pub struct Scope {
+    prev_low: bool,
+    prev_counted: bool,
+    counted: bool,
+}
+
+/// Marks the calling thread as running `class` work until [`Scope::finish`]; top-class
+/// work counts as a busy top-class thread in the pool's gauge.
+pub fn enter(class: HostClass) -> Scope {
+    let counted = class == HostClass::Top;
+    if counted {
+        TOP_BUSY.fetch_add(1, Ordering::AcqRel);
+    }
+    let prev = CTX.with(|c| {
+        let p = c.get();
+        c.set(Ctx {
+            low: class == HostClass::Low,
+            counted,
+            counts: ChunkCounts::default(),
+        });
+        p
+    });
+    Scope {
+        prev_low: prev.low,
+        prev_counted: prev.counted,
+        counted,
+    }
+}
+
+impl Scope {
+    /// Ends the scope; returns the chunks run in it.
+    pub fn finish(self) -> ChunkCounts {
+        let counts = CTX.with(|c| c.get().counts);
+        drop(self);
+        counts
+    }
+}
+
+impl Drop for Scope {
+    fn drop(&mut self) {
+        if self.counted {
+            TOP_BUSY.fetch_sub(1, Ordering::AcqRel);
+        }
+        CTX.with(|c| {
+            c.set(Ctx {
+                low: self.prev_low,
+                counted: self.prev_counted,
+                counts: ChunkCounts::default(),
+            })
+        });
+    }
+}
+
+/// One run's shared state, on the caller's stack.
+struct Job<'a> {
+    run: &'a (dyn Fn(usize) + Sync),
+    n: usize,
+    next: AtomicUsize,
+    /// Bit i: chunk i ran on a helper.
+    on_helpers: AtomicU64,
+    /// Helpers offered the job and not yet revoked or detached.
+    live: AtomicUsize,
+    panic: AtomicBool,
+    caller: Thread,
+}
+
+impl Job<'_> {
+    /// Claims and runs chunks until none is left; returns the mask of those it ran.
+    fn work(&self) -> u64 {
+        let mut mine = 0u64;
+        loop {
+            let i = self.next.fetch_add(1, Ordering::AcqRel);
+            if i >= self.n {
+                return mine;
+            }
+            if catch_unwind(AssertUnwindSafe(|| (self.run)(i))).is_err() {
+                self.panic.store(true, Ordering::Release);
+            }
+            mine |= 1 << i;
+        }
+    }
+}
+
+struct Slot {
+    state: AtomicU8,
+    job: AtomicPtr<()>,
+    thread: OnceLock<Thread>,
+}
+
+struct Shared {
+    slots: Box<[Slot]>,
+    cpus: usize,
+}
+
+/// A set of persistent helper threads (see the module doc).
+pub struct Pool {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("helpers", &self.shared.slots.len())
+            .field("cpus", &self.shared.cpus)
+            .finish()
+    }
+}
+
+/// The process's pool: one helper per host CPU but one (none on one CPU), started on
+/// first use.
+pub fn global() -> &'static Pool {
+    static GLOBAL: OnceLock<Pool> = OnceLock::new();
+    GLOBAL.get_or_init(|| {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Pool::new(cpus.saturating_sub(1).min(MAX_CHUNKS), cpus)
+    })
+}
+
+impl Pool {
+    /// Starts `helpers` helper threads (at most [`MAX_CHUNKS`]; fewer if the OS refuses
+    /// threads) for a host of `cpus` CPUs (the gauge's bound).
+    pub fn new(helpers: usize, cpus: usize) -> Pool {
+        let shared = Arc::new(Shared {
+            slots: (0..helpers.min(MAX_CHUNKS))
+                .map(|_| Slot {
+                    // Not offered to anyone until its thread runs (then IDLE).
+                    state: AtomicU8::new(SETUP),
+                    job: AtomicPtr::new(std::ptr::null_mut()),
+                    thread: OnceLock::new(),
+                })
+                .collect(),
+            cpus,
+        });
+        let mut threads = Vec::new();
+        for i in 0..shared.slots.len() {
+            let sh = shared.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("vnpu-intra{i}"))
+                .spawn(move || helper_main(&sh, i));
+            match spawned {
+                Ok(h) => {
+                    let _ = shared.slots[i].thread.set(h.thread().clone());
+                    // Usable only once its thread handle is known.
+                    shared.slots[i].state.store(IDLE, Ordering::Release);
+                    threads.push(h);
+                }
+                Err(e) => {
+                    eprintln!("vnpu: warning: cannot start intra-op helper {i}: {e}");
+                    for slot in shared.slots[i..].iter() {
+                        slot.state.store(EXIT, Ordering::Release);
+                    }
+                    break;
+                }
+            }
+        }
+        Pool { shared, threads }
+    }
+
+    /// Helper threads of the pool.
+    pub fn helpers(&self) -> usize {
+        self.threads.len()
+    }
+
+    /// How many helpers a run of `n` chunks would be offered now from this thread.
+    fn offer_count(&self, n: usize) -> usize {
+        let ctx = CTX.with(|c| c.get());
+        if ctx.low || n < 2 || n > MAX_CHUNKS {
+            return 0;
+        }
+        let others = TOP_BUSY
+            .load(Ordering::Acquire)
+            .saturating_sub(usize::from(ctx.counted));
+        let free_cpus = self.shared.cpus.saturating_sub(1 + others);
+        free_cpus.min(n - 1).min(self.threads.len())
+    }
+
+    /// Runs `f(i, &mut parts[i])` for every i, each exactly once, on this thread and on
+    /// helpers offered the work by the rules of the module doc; returns the mask of the
+    /// chunks that ran on helpers (bit i = chunk i). Results equal a sequential run when
+    /// the parts are disjoint. A panic in any chunk is raised here after every chunk ran.
+    /// Counts the chunks into the calling thread's [`enter`] scope.
+    pub fn run<T: Send>(&self, parts: &mut [T], f: &(dyn Fn(usize, &mut T) + Sync)) -> u64 {
+        let n = parts.len();
+        let offer = self.offer_count(n);
+        let mask = if offer == 0 {
+            for (i, p) in parts.iter_mut().enumerate() {
+                f(i, p);
+            }
+            0
+        } else {
+            self.run_shared(parts, f, offer)
+        };
+        CTX.with(|c| {
+            let mut x = c.get();
+            x.counts.chunks = x.counts.chunks.saturating_add(n as u32);
+            x.counts.on_helpers = x.counts.on_helpers.saturating_add(mask.count_ones());
+            c.set(x);
+        });
+        mask
+    }
+
+    fn run_shared<T: Send>(
+        &self,
+        parts: &mut [T],
+        f: &(dyn Fn(usize, &mut T) + Sync),
+        offer: usize,
+    ) -> u64 {
+        struct Parts<T>(*mut T);
+        // SAFETY: the pointer is only used to reach `&mut parts[i]` for an index claimed
+        // once (protocol step 2); T: Send lets that element move to the helper's thread.
+        unsafe impl<T: Send> Sync for Parts<T> {}
+        let base = Parts(parts.as_mut_ptr());
+        let n = parts.len();
+        let run = |i: usize| {
+            let base = &base;
+            // SAFETY: `i < n` was claimed by exactly one thread (the counter hands out each
+            // index once), so this is the only reference to element i, and `parts`
+            // outlives the run (the caller waits for every attached helper).
+            let p = unsafe { &mut *base.0.add(i) };
+            f(i, p);
+        };
+        let job = Job {
+            run: &run,
+            n,
+            next: AtomicUsize::new(0),
+            on_helpers: AtomicU64::new(0),
+            live: AtomicUsize::new(0),
+            panic: AtomicBool::new(false),
+            caller: std::thread::current(),
+        };
+        let ptr = &job as *const Job<'_> as *mut ();
+        let mut offered = 0u64;
+        for (s, slot) in self.shared.slots.iter().enumerate() {
+            if offered.count_ones() as usize == offer {
+                break;
+            }
+            if slot
+                .state
+                .compare_exchange(IDLE, SETUP, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+            {
+                continue;
+            }
+            job.live.fetch_add(1, Ordering::AcqRel);
+            slot.job.store(ptr, Ordering::Relaxed);
+            slot.state.store(OFFERED, Ordering::Release);
+            if let Some(t) = slot.thread.get() {
+                t.unpark();
+            }
+            offered |= 1 << s;
+        }
+        job.work();
+        // Revoke the offers no helper took (step 3).
+        for (s, slot) in self.shared.slots.iter().enumerate() {
+            if offered & (1 << s) != 0
+                && slot
+                    .state
+                    .compare_exchange(OFFERED, IDLE, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+            {
+                job.live.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        let start = Instant::now();
+        while job.live.load(Ordering::Acquire) != 0 {
+            if start.elapsed() < SPIN {
+                std::hint::spin_loop();
+            } else {
+                std::thread::park();
+            }
+        }
+        if job.panic.load(Ordering::Acquire) {
+            resume_unwind(Box::new("an intra-op chunk panicked") as Box<dyn Any + Send>);
+        }
+        job.on_helpers.load(Ordering::Acquire)
+    }
+}
+
+/// The output block and scratch of each intra-op chunk, taken once by whichever thread
+/// runs the chunk.
+pub(crate) type ChunkParts<'a> = [Option<(&'a mut [f32], &'a mut [f32])>; MAX_CHUNKS];
+
+/// The output block and scratch of each intra-op chunk (`lens` floats of `y` each, in
+/// order): chunk 0 takes `scratch`, chunk i the scratch of helper slot i - 1.
+pub(crate) fn chunk_parts<'a>(
+    lens: impl Iterator<Item = usize>,
+    y: &'a mut [f32],
+    scratch: &'a mut [f32],
+    helpers: &'a mut [Vec<f32>],
+) -> ChunkParts<'a> {
+    let mut parts: ChunkParts<'a> = std::array::from_fn(|_| None);
+    let (mut tail, mut first) = (y, Some(scratch));
+    let mut hs = helpers.iter_mut();
+    for (slot, len) in parts.iter_mut().zip(lens) {
+        let (part, t) = std::mem::take(&mut tail).split_at_mut(len);
+        tail = t;
+        let s = match first.take() {
+            Some(s) => Some(s),
+            None => hs.next().map(|v| &mut v[..]),
+        };
+        *slot = s.map(|s| (part, s));
+    }
+    parts
+}
+
+fn helper_main(sh: &Shared, i: usize) {
+    let slot = &sh.slots[i];
+    loop {
+        let start = Instant::now();
+        loop {
+            match slot.state.load(Ordering::Acquire) {
+                OFFERED => break,
+                EXIT => return,
+                _ if start.elapsed() < SPIN => std::hint::spin_loop(),
+                _ => std::thread::park(),
+            }
+        }
+        if slot
+            .state
+            .compare_exchange(OFFERED, ATTACHED, Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+        {
+            continue; // revoked
+        }
+        // SAFETY: the slot was ATTACHED from OFFERED, so the job pointer stored before
+        // OFFERED was published is live until this helper decrements `live` (step 3).
+        let job = unsafe { &*(slot.job.load(Ordering::Acquire) as *const Job<'_>) };
+        TOP_BUSY.fetch_add(1, Ordering::AcqRel);
+        let mine = job.work();
+        TOP_BUSY.fetch_sub(1, Ordering::AcqRel);
+        job.on_helpers.fetch_or(mine, Ordering::AcqRel);
+        let caller = job.caller.clone();
+        // The last touch of the job: the caller may return (and free it) right after.
+        job.live.fetch_sub(1, Ordering::AcqRel);
+        caller.unpark();
+        // Stays ATTACHED (busy) until here so no caller offers it a job meanwhile.
+        if slot
+            .state
+            .compare_exchange(ATTACHED, IDLE, Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+        {
+            return; // EXIT was set meanwhile
+        }
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        for slot in self.shared.slots.iter() {
+            // Waits out a running job: a helper leaves ATTACHED by itself.
+            while slot
+                .state
+                .compare_exchange(IDLE, EXIT, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+                && slot.state.load(Ordering::Acquire) != EXIT
+            {
+                std::thread::yield_now();
+            }
+            if let Some(t) = slot.thread.get() {
+                t.unpark();
+            }
+        }
+        for h in self.threads.drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
