@@ -156,6 +156,9 @@ pub fn exp(x: f32) -> f32 {
     let xc = x.clamp(-87.33, 88.72);
     // 2^n must stay a normal number: near the top, |r| grows to 0.67 instead.
     let n = ((xc * LOG2E + ROUND) - ROUND).clamp(-126.0, 127.0);
+    // n as an integer read from the mantissa bits (an `as i32` cast would not vectorise:
+    // it must saturate and map NaN to 0).
+    let ni = (n + ROUND).to_bits().wrapping_sub(ROUND.to_bits()) as i32;
     let r = (xc - n * LN2_HI) - n * LN2_LO;
     let p = 1.0
         + r * (1.0
@@ -163,7 +166,7 @@ pub fn exp(x: f32) -> f32 {
                 + r * (1.0 / 6.0
                     + r * (1.0 / 24.0
                         + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
-    let scale = f32::from_bits(((n as i32 + 127) << 23) as u32);
+    let scale = f32::from_bits((ni.wrapping_add(127) << 23) as u32);
     let y = p * scale;
     if x > 88.72 {
         f32::INFINITY

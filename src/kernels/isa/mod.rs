@@ -131,6 +131,10 @@ pub struct KernelTable {
     /// LayerNorm of the contiguous row `x` into `y[..x.len()]` with per-element `scale`
     /// and `bias` (empty for 0).
     pub layer_norm_row: fn(x: &[f32], y: &mut [f32], scale: &[f32], bias: &[f32], eps: f32),
+    /// Like `mm_tile` with A read in place: row `r`, step `p` at `a[r * lda + p]`
+    /// (`a` holds `(MR - 1) * lda + kc` floats), B a packed `kc x NR` panel.
+    pub mm_tile_strided:
+        fn(kc: usize, a: &[f32], lda: usize, b: &[f32], c: &mut [f32], ldc: usize, acc: bool),
 }
 
 /// The table the process uses (chosen once): the best this CPU supports, or the one
