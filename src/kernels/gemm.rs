@@ -657,7 +657,20 @@ mod tests {
                     BSource::Rows(&fill)
                 };
                 let (rows, e) = (r1 - r0, &Epilogue::NONE);
-                gemm_with(isa, rows, n, k, a_rows, bs, &mut scratch, cs, n, (0, rows), (0, n), e);
+                gemm_with(
+                    isa,
+                    rows,
+                    n,
+                    k,
+                    a_rows,
+                    bs,
+                    &mut scratch,
+                    cs,
+                    n,
+                    (0, rows),
+                    (0, n),
+                    e,
+                );
             }
             assert_close(&c3, &want, 1e-4);
         }

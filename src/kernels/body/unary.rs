@@ -184,7 +184,7 @@ pub fn exp(x: f32) -> f32 {
 #[inline(always)]
 pub fn erf(v: f32) -> f32 {
     const A1: f32 = -1.609_603_3e-2;
-    const A3: f32 = -2.954_599_8e-3;
+    const A3: f32 = -2.954_6e-3;
     const A5: f32 = -7.349_906_3e-4;
     const A7: f32 = -5.692_506_4e-5;
     const A9: f32 = -2.101_024e-6;

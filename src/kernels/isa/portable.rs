@@ -102,7 +102,15 @@ pub(super) fn mm_row(kc: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
     c[..NR].copy_from_slice(&acc);
 }
 
-fn mm_tile_strided(kc: usize, a: &[f32], lda: usize, b: &[f32], c: &mut [f32], ldc: usize, acc: bool) {
+fn mm_tile_strided(
+    kc: usize,
+    a: &[f32],
+    lda: usize,
+    b: &[f32],
+    c: &mut [f32],
+    ldc: usize,
+    acc: bool,
+) {
     let mut t = [[0.0f32; NR]; MR];
     let rows: [&[f32]; MR] = std::array::from_fn(|r| &a[r * lda..r * lda + kc]);
     for p in 0..kc {

@@ -215,7 +215,15 @@ unsafe fn gemv_acc_fma(w: *const f32, ldw: usize, x: &[f32], y: &mut [f32]) {
     }
 }
 
-fn mm_tile_strided(kc: usize, a: &[f32], lda: usize, b: &[f32], c: &mut [f32], ldc: usize, acc: bool) {
+fn mm_tile_strided(
+    kc: usize,
+    a: &[f32],
+    lda: usize,
+    b: &[f32],
+    c: &mut [f32],
+    ldc: usize,
+    acc: bool,
+) {
     assert!(a.len() >= (MR - 1) * lda + kc && b.len() >= kc * NR);
     assert!(ldc >= NR && c.len() >= (MR - 1) * ldc + NR);
     // SAFETY: AVX2+FMA were detected (see `table`); the asserts above bound every offset
