@@ -54,6 +54,17 @@ pub fn pack_a(a: &[f32], rs: usize, cs: usize, m: usize, k: usize, scale: f32, o
         for i0 in (0..m_pad).step_by(MR) {
             let base = a_panel(m_pad, k, k0, i0);
             let panel = &mut out[base..base + kc * MR];
+            if cs == 1 && i0 + MR <= m {
+                // Row-major A, a full panel: six row slices, the panel written in order.
+                let rows: [&[f32]; MR] =
+                    std::array::from_fn(|r| &a[(i0 + r) * rs + k0..(i0 + r) * rs + k0 + kc]);
+                for (p, d) in panel.chunks_exact_mut(MR).enumerate() {
+                    for (x, row) in d.iter_mut().zip(&rows) {
+                        *x = row[p] * scale;
+                    }
+                }
+                continue;
+            }
             for r in 0..MR {
                 let i = i0 + r;
                 if i < m {
@@ -246,6 +257,43 @@ pub fn gemm_packed(
     n_range: (usize, usize),
     epi: &Epilogue<'_>,
 ) {
+    let a = ASource::Packed(pa);
+    gemm_with(isa, m, n, k, a, b, scratch, c, ldc, m_range, n_range, epi)
+}
+
+/// Where the A operand of [`gemm_with`] comes from.
+#[derive(Clone, Copy)]
+pub enum ASource<'a> {
+    /// A packed by [`pack_a`].
+    Packed(&'a [f32]),
+    /// A read in place, row-major: row `i`, column `p` at `a[i * lda + p]`. Saves the
+    /// packing pass where few column panels reuse each row (narrow B, e.g. attention
+    /// probabilities times V).
+    InPlace { a: &'a [f32], lda: usize },
+}
+
+/// Columns of C up to which [`ASource::InPlace`] beats packing A (each A row is read
+/// once per NR columns).
+pub const A_IN_PLACE_MAX_N: usize = 2 * NR;
+
+/// [`gemm_packed`] with A from `a`: with [`ASource::InPlace`] a [`BSource::Rows`]
+/// operand is always packed block by block, and a ragged last row panel is packed on
+/// the stack.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_with(
+    isa: Isa,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: ASource<'_>,
+    b: BSource<'_>,
+    scratch: &mut [f32],
+    c: &mut [f32],
+    ldc: usize,
+    m_range: (usize, usize),
+    n_range: (usize, usize),
+    epi: &Epilogue<'_>,
+) {
     let t = isa.table();
     let m_pad = m.div_ceil(MR) * MR;
     let n_pad = n.div_ceil(NR) * NR;
@@ -266,7 +314,9 @@ pub fn gemm_packed(
         BSource::Rows(_) => scratch.split_at_mut(KC.min(k) * slot),
         BSource::Packed(_) => (&mut [][..], &mut [][..]),
     };
-    let pack_rows = m_hi - m_lo > ROWS_IN_PLACE_MAX_M;
+    let a_in_place = matches!(a, ASource::InPlace { .. });
+    let pack_rows = m_hi - m_lo > ROWS_IN_PLACE_MAX_M || a_in_place;
+    let mut edge_a = [0.0f32; KC * MR];
     let in_place = matches!(b, BSource::Rows(_)) && !pack_rows;
     let mut tile = [0.0f32; MR * NR];
     let mut srcs: [Option<&[f32]>; KC] = [None; KC];
@@ -322,7 +372,22 @@ pub fn gemm_packed(
                     let mut i = ic;
                     while i < ic_end {
                         let mr = MR.min(ic_end - i);
-                        let ap = &pa[a_panel(m_pad, k, k0, i)..][..kc * MR];
+                        let ap: &[f32] = match a {
+                            ASource::Packed(pa) => &pa[a_panel(m_pad, k, k0, i)..][..kc * MR],
+                            ASource::InPlace { a, lda } => {
+                                if let (true, Panel::Packed(bp)) = (mr == MR && nr == NR, panel) {
+                                    let cs = &mut c[i * ldc + j..];
+                                    let ar = &a[i * lda + k0..];
+                                    (t.mm_tile_strided)(kc, ar, lda, bp, cs, ldc, !first);
+                                    i += mr;
+                                    continue;
+                                }
+                                let rows = &a[i * lda..];
+                                let (panel_a, _) = edge_a.split_at_mut(kc * MR);
+                                pack_a(&rows[k0..], lda, 1, mr, kc, 1.0, panel_a);
+                                panel_a
+                            }
+                        };
                         if mr == MR && nr == NR {
                             let cs = &mut c[i * ldc + j..];
                             match panel {
@@ -412,6 +477,17 @@ mod tests {
                     out.extend_from_slice(&c);
                 }
             }
+            // The same A in place, rows 3 * kc + 1 apart.
+            let lda = 3 * kc + 1;
+            let mut a_rows = rand_vec((MR - 1) * lda + kc, 7);
+            for (r, p) in (0..MR).flat_map(|r| (0..kc).map(move |p| (r, p))) {
+                a_rows[r * lda + p] = a[p * MR + r];
+            }
+            for acc in [false, true] {
+                let mut c = rand_vec(MR * 20, 3);
+                (t.mm_tile_strided)(kc, &a_rows, lda, &b, &mut c, 20, acc);
+                out.extend_from_slice(&c);
+            }
             let mut r = [0.0f32; NR];
             (t.mm_row)(kc, &a, &b, &mut r);
             out.extend_from_slice(&r);
@@ -487,6 +563,26 @@ mod tests {
                 &e,
             );
             out.extend_from_slice(&c);
+            // A in place, B packed per block from rows (both ragged edges).
+            let fill = |p: usize, j0: usize, len: usize, _: &mut [f32]| {
+                Some(&b[p * n + j0..p * n + j0 + len])
+            };
+            let mut scratch = vec![0.0; block_scratch_len(k, n)];
+            gemm_with(
+                t.isa,
+                m,
+                n,
+                k,
+                ASource::InPlace { a: &a, lda: k },
+                BSource::Rows(&fill),
+                &mut scratch,
+                &mut c,
+                n,
+                (0, m),
+                (0, n),
+                &e,
+            );
+            out.extend_from_slice(&c);
         }
         out
     });
@@ -543,6 +639,41 @@ mod tests {
             &Epilogue::NONE,
         );
         assert_close(&c2, &want, 1e-4);
+        // A read in place (B packed, then B from rows), whole and as row tiles.
+        for tiles in [1, 3] {
+            let mut c3 = vec![f32::NAN; m * n];
+            for tix in 0..tiles {
+                let blocks = m.div_ceil(MR);
+                let r0 = (blocks * tix / tiles * MR).min(m);
+                let r1 = (blocks * (tix + 1) / tiles * MR).min(m);
+                let a_rows = ASource::InPlace {
+                    a: &a[r0 * k..],
+                    lda: k,
+                };
+                let cs = &mut c3[r0 * n..r1 * n];
+                let bs = if tix % 2 == 0 {
+                    BSource::Packed(&pb)
+                } else {
+                    BSource::Rows(&fill)
+                };
+                let (rows, e) = (r1 - r0, &Epilogue::NONE);
+                gemm_with(
+                    isa,
+                    rows,
+                    n,
+                    k,
+                    a_rows,
+                    bs,
+                    &mut scratch,
+                    cs,
+                    n,
+                    (0, rows),
+                    (0, n),
+                    e,
+                );
+            }
+            assert_close(&c3, &want, 1e-4);
+        }
     }
 
     #[test]

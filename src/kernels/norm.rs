@@ -110,7 +110,17 @@ mod tests {
             assert_close(&y[p * 8..p * 8 + 8], &want, 1e-4);
         }
         let s8 = rand_vec(8, 4);
-        layer_norm(crate::kernels::isa::Isa::Portable, 8, 1e-5, &s8, &[], &x, &mut y, 0, 6);
+        layer_norm(
+            crate::kernels::isa::Isa::Portable,
+            8,
+            1e-5,
+            &s8,
+            &[],
+            &x,
+            &mut y,
+            0,
+            6,
+        );
         let xs = &x[8..16];
         let m: f32 = xs.iter().sum::<f32>() / 8.0;
         let v: f32 = xs.iter().map(|a| (a - m) * (a - m)).sum::<f32>() / 8.0;
@@ -127,7 +137,10 @@ mod tests {
     crate::kernels::isa::twin_test!(norm_rows_tables_match_portable, 1e-5, |t| {
         let mut out = Vec::new();
         for n in [1, 7, 8, 9, 16, 31, 64, 100, 192] {
-            let x: Vec<f32> = rand_vec(n, n as u64).iter().map(|v| v * 3.0 + 1.0).collect();
+            let x: Vec<f32> = rand_vec(n, n as u64)
+                .iter()
+                .map(|v| v * 3.0 + 1.0)
+                .collect();
             let scale = rand_vec(n, 5);
             let bias = rand_vec(n, 6);
             let mut y = vec![0.0; n];
@@ -154,7 +167,11 @@ mod tests {
                 (t.softmax_row)(&x, &mut y, false);
                 for (&v, &got) in x.iter().zip(&y) {
                     let want = (v as f64 - m).exp() / sum;
-                    assert!((got as f64 - want).abs() < 1e-6 * (1.0 + want), "{}", t.name);
+                    assert!(
+                        (got as f64 - want).abs() < 1e-6 * (1.0 + want),
+                        "{}",
+                        t.name
+                    );
                 }
                 (t.softmax_row)(&x, &mut y, true);
                 for (&v, &got) in x.iter().zip(&y) {

@@ -346,7 +346,15 @@ mod tests {
         let v = AxisView::new(&[2, 5, 3], 1);
         let x = rand_vec(30, 4);
         let mut y = vec![0.0; 30];
-        softmax(crate::kernels::isa::Isa::Portable, v, false, &x, &mut y, 0, 2);
+        softmax(
+            crate::kernels::isa::Isa::Portable,
+            v,
+            false,
+            &x,
+            &mut y,
+            0,
+            2,
+        );
         for o in 0..2 {
             for i in 0..3 {
                 let s: f32 = (0..5).map(|k| y[o * 15 + k * 3 + i]).sum();

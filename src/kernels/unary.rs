@@ -94,7 +94,10 @@ mod tests {
             worst_tanh = worst_tanh.max((tanh(x) as f64 - wt).abs());
             let wg = 0.5 * x as f64 * (1.0 + erf_f64(x as f64 / 2f64.sqrt()));
             let g = gelu(x) as f64;
-            assert!((g - wg).abs() <= 2e-6 * (1.0 + wg.abs()), "gelu({x}) = {g}, want {wg}");
+            assert!(
+                (g - wg).abs() <= 2e-6 * (1.0 + wg.abs()),
+                "gelu({x}) = {g}, want {wg}"
+            );
             x += 0.000_37;
         }
         assert!(worst_erf < 1e-6, "erf absolute error {worst_erf}");

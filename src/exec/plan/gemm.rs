@@ -345,16 +345,19 @@ impl FamilyKernel for GemmPlan {
         let (pa, rest) = r.scratch.split_at_mut(gemm::packed_a_len(g.m, g.k));
         let mn = g.m * g.n;
         let sub = r0 * g.n..r1 * g.n;
+        // Narrow products read a row-major A in place instead of packing it.
+        let a_in_place = g.a_cs == 1 && g.alpha == 1.0 && g.n <= gemm::A_IN_PLACE_MAX_N;
         for (bi, &(ao, bo)) in g.batches.iter().enumerate() {
-            gemm::pack_a(
-                &a[ao + r0 * g.a_rs..],
-                g.a_rs,
-                g.a_cs,
-                rows,
-                g.k,
-                g.alpha,
-                pa,
-            );
+            let a_rows = &a[ao + r0 * g.a_rs..];
+            let asrc = if a_in_place {
+                gemm::ASource::InPlace {
+                    a: a_rows,
+                    lda: g.a_rs,
+                }
+            } else {
+                gemm::pack_a(a_rows, g.a_rs, g.a_cs, rows, g.k, g.alpha, pa);
+                gemm::ASource::Packed(pa)
+            };
             let bm = &b[bo..];
             let (rs, cs) = (g.b_rs, g.b_cs);
             let fill = |p: usize, j0: usize, len: usize, row: &mut [f32]| {
@@ -388,12 +391,12 @@ impl FamilyKernel for GemmPlan {
                 residuals: &resid[..g.res.len()],
             };
             let cb = &mut c[bi * mn..(bi + 1) * mn][sub.clone()];
-            gemm::gemm_packed(
+            gemm::gemm_with(
                 r.isa,
                 rows,
                 g.n,
                 g.k,
-                pa,
+                asrc,
                 bsrc,
                 rest,
                 cb,

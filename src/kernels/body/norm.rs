@@ -20,7 +20,10 @@ fn row_max(x: &[f32]) -> f32 {
             *a = if v > *a { v } else { *a };
         }
     }
-    let mut m = chunks.remainder().iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    let mut m = chunks
+        .remainder()
+        .iter()
+        .fold(f32::NEG_INFINITY, |m, &v| m.max(v));
     for a in acc {
         m = m.max(a);
     }
@@ -61,7 +64,11 @@ fn row_stats(x: &[f32]) -> (f64, f64) {
             *a += d * d;
         }
     }
-    let tail: f64 = chunks.remainder().iter().map(|&v| (v as f64 - mean).powi(2)).sum();
+    let tail: f64 = chunks
+        .remainder()
+        .iter()
+        .map(|&v| (v as f64 - mean).powi(2))
+        .sum();
     (mean, (tail + acc.iter().sum::<f64>()) / x.len() as f64)
 }
 

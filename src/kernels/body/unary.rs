@@ -156,6 +156,9 @@ pub fn exp(x: f32) -> f32 {
     let xc = x.clamp(-87.33, 88.72);
     // 2^n must stay a normal number: near the top, |r| grows to 0.67 instead.
     let n = ((xc * LOG2E + ROUND) - ROUND).clamp(-126.0, 127.0);
+    // n as an integer read from the mantissa bits (an `as i32` cast would not vectorise:
+    // it must saturate and map NaN to 0).
+    let ni = (n + ROUND).to_bits().wrapping_sub(ROUND.to_bits()) as i32;
     let r = (xc - n * LN2_HI) - n * LN2_LO;
     let p = 1.0
         + r * (1.0
@@ -163,15 +166,7 @@ pub fn exp(x: f32) -> f32 {
                 + r * (1.0 / 6.0
                     + r * (1.0 / 24.0
                         + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
-    // 2^n from the bits of `n + ROUND` (n sits in the low mantissa bits): integer ops
-    // only, which vectorise; `n as i32` (a saturating cast) would be done lane by lane.
-    let scale = f32::from_bits(
-        (n + ROUND)
-            .to_bits()
-            .wrapping_sub(ROUND.to_bits())
-            .wrapping_add(127)
-            << 23,
-    );
+    let scale = f32::from_bits((ni.wrapping_add(127) << 23) as u32);
     let y = p * scale;
     if x > 88.72 {
         f32::INFINITY
@@ -189,7 +184,7 @@ pub fn exp(x: f32) -> f32 {
 #[inline(always)]
 pub fn erf(v: f32) -> f32 {
     const A1: f32 = -1.609_603_3e-2;
-    const A3: f32 = -2.954_599_8e-3;
+    const A3: f32 = -2.954_6e-3;
     const A5: f32 = -7.349_906_3e-4;
     const A7: f32 = -5.692_506_4e-5;
     const A9: f32 = -2.101_024e-6;

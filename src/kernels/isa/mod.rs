@@ -142,6 +142,10 @@ pub struct KernelTable {
         epi: &Epilogue<'_>,
         scratch: &mut [f32],
     ),
+    /// Like `mm_tile` with A read in place: row `r`, step `p` at `a[r * lda + p]`
+    /// (`a` holds `(MR - 1) * lda + kc` floats), B a packed `kc x NR` panel.
+    pub mm_tile_strided:
+        fn(kc: usize, a: &[f32], lda: usize, b: &[f32], c: &mut [f32], ldc: usize, acc: bool),
 }
 
 /// The table the process uses (chosen once): the best this CPU supports, or the one

@@ -26,6 +26,7 @@ pub(crate) static TABLE: KernelTable = KernelTable {
     softmax_row: body::norm::softmax_row,
     layer_norm_row: body::norm::layer_norm_row,
     depthwise_fused: body::depthwise::depthwise_channel,
+    mm_tile_strided,
 };
 
 fn mm_tile(kc: usize, a: &[f32], b: &[f32], c: &mut [f32], ldc: usize, acc: bool) {
@@ -100,4 +101,36 @@ pub(super) fn mm_row(kc: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
         }
     }
     c[..NR].copy_from_slice(&acc);
+}
+
+fn mm_tile_strided(
+    kc: usize,
+    a: &[f32],
+    lda: usize,
+    b: &[f32],
+    c: &mut [f32],
+    ldc: usize,
+    acc: bool,
+) {
+    let mut t = [[0.0f32; NR]; MR];
+    let rows: [&[f32]; MR] = std::array::from_fn(|r| &a[r * lda..r * lda + kc]);
+    for p in 0..kc {
+        let bv = &b[p * NR..p * NR + NR];
+        for (row, ar) in t.iter_mut().zip(&rows) {
+            let av = ar[p];
+            for (x, bb) in row.iter_mut().zip(bv) {
+                *x += av * bb;
+            }
+        }
+    }
+    for (r, row) in t.iter().enumerate() {
+        let dst = &mut c[r * ldc..r * ldc + NR];
+        if acc {
+            for (d, s) in dst.iter_mut().zip(row) {
+                *d += *s;
+            }
+        } else {
+            dst.copy_from_slice(row);
+        }
+    }
 }

@@ -38,6 +38,7 @@ static TABLE: KernelTable = KernelTable {
     softmax_row,
     layer_norm_row,
     depthwise_fused,
+    mm_tile_strided,
 };
 
 /// Builds a safe table entry `$name` that runs the generic body `$body` compiled with
@@ -213,5 +214,67 @@ unsafe fn gemv_acc_fma(w: *const f32, ldw: usize, x: &[f32], y: &mut [f32]) {
         let row = unsafe { std::slice::from_raw_parts(w.add(i * ldw), k) };
         y[i] += row.iter().zip(x).map(|(a, b)| a * b).sum::<f32>();
         i += 1;
+    }
+}
+
+fn mm_tile_strided(
+    kc: usize,
+    a: &[f32],
+    lda: usize,
+    b: &[f32],
+    c: &mut [f32],
+    ldc: usize,
+    acc: bool,
+) {
+    assert!(a.len() >= (MR - 1) * lda + kc && b.len() >= kc * NR);
+    assert!(ldc >= NR && c.len() >= (MR - 1) * ldc + NR);
+    // SAFETY: AVX2+FMA were detected (see `table`); the asserts above bound every offset
+    // the tile touches (a row r: r*lda..r*lda+kc, b: kc*NR, c: MR rows of NR at ldc).
+    unsafe { tile_6x16_strided(kc, a.as_ptr(), lda, b.as_ptr(), c.as_mut_ptr(), ldc, acc) }
+}
+
+/// The 6x16 FMA tile with A read in place (row `r`, step `p` at `a + r * lda + p`) and
+/// B a packed panel of `kc` rows of 16.
+///
+/// # Safety
+/// AVX2 and FMA must be available; `a` valid for rows `r * lda .. r * lda + kc` (r < 6),
+/// `b` for `kc * 16` reads, `c` for 6 rows of 16 floats at stride `ldc`.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn tile_6x16_strided(
+    kc: usize,
+    a: *const f32,
+    lda: usize,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    acc: bool,
+) {
+    // SAFETY: row r < 6 starts inside `a` (caller).
+    let ar: [*const f32; MR] = std::array::from_fn(|r| unsafe { a.add(r * lda) });
+    let mut t = [_mm256_setzero_ps(); 2 * MR];
+    for p in 0..kc {
+        // SAFETY: p < kc: 16 floats of B row p and element p of each A row are readable.
+        unsafe {
+            let b0 = _mm256_loadu_ps(b.add(p * NR));
+            let b1 = _mm256_loadu_ps(b.add(p * NR + 8));
+            for r in 0..MR {
+                let av = _mm256_broadcast_ss(&*ar[r].add(p));
+                t[2 * r] = _mm256_fmadd_ps(av, b0, t[2 * r]);
+                t[2 * r + 1] = _mm256_fmadd_ps(av, b1, t[2 * r + 1]);
+            }
+        }
+    }
+    for r in 0..MR {
+        // SAFETY: row r < MR of C, 16 floats, guaranteed by the caller.
+        unsafe {
+            let cp = c.add(r * ldc);
+            let (mut v0, mut v1) = (t[2 * r], t[2 * r + 1]);
+            if acc {
+                v0 = _mm256_add_ps(v0, _mm256_loadu_ps(cp));
+                v1 = _mm256_add_ps(v1, _mm256_loadu_ps(cp.add(8)));
+            }
+            _mm256_storeu_ps(cp, v0);
+            _mm256_storeu_ps(cp.add(8), v1);
+        }
     }
 }
