@@ -3,10 +3,7 @@
 //! * Grouped / dense conv: per group, `Y_g[Cout_g, OH*OW] = W_g[Cout_g, Cin_g*KH*KW] ·
 //!   im2col(X_g)`. The weights are packed once ([`ConvWeights::pack`]); the im2col matrix
 //!   is generated row by row straight into packed-B panels in scratch memory (a 1x1,
-//!   stride-1, unpadded conv packs the input planes directly). Strided convs, and
-//!   stride-1 convs with few output channels, skip im2col: each im2col row is a
-//!   contiguous slice of a zero-padded (for strides, phase-split) copy of the input,
-//!   computed on a slightly wider output grid ([`PaddedRows`]).
+//!   stride-1, unpadded conv packs the input planes directly).
 //! * Depthwise conv (one input and one output channel per group): direct, accumulating
 //!   each kernel tap as a (strided) AXPY over output rows.
 //! * ConvTranspose: `cols = W_g^T · X_g` by the same GEMM, then col2im scatter-add.
@@ -63,34 +60,26 @@ impl ConvShape {
     }
     /// The padded-rows geometry when it applies (see [`PaddedRows`]).
     fn padded(&self) -> Option<PaddedRows> {
-        // Offsets (in phase rows / columns) of the last kernel tap.
-        let (qy, qx) = ((self.kh - 1) * self.dh / self.sh, (self.kw - 1) * self.dw / self.sw);
-        let (hq, wq) = (self.oh + qy, self.ow + qx);
-        let strided = self.sh > 1 || self.sw > 1;
-        // Stride 1 only for few output channels: B is then read in place (row table),
-        // which is where skipping im2col pays; with packed B blocks a contiguous
-        // im2col is cheap anyway. A strided im2col gathers element by element, so
-        // strided convs take this path with packed B blocks too.
-        let ok = (strided || self.cout_g() <= gemm::ROWS_IN_PLACE_MAX_M)
+        let (hp, wp) = (
+            self.oh + (self.kh - 1) * self.dh,
+            self.ow + (self.kw - 1) * self.dw,
+        );
+        let extra = (self.kw - 1) * self.dw;
+        // Only for few output channels: B is then read in place (row table), which is
+        // where skipping im2col pays; with packed B blocks im2col is cheap anyway.
+        let ok = self.cout_g() <= gemm::ROWS_IN_PLACE_MAX_M
+            && self.sh == 1
+            && self.sw == 1
             && !self.is_pointwise()
             && !self.is_depthwise()
-            && self.oh > 0
-            && self.ow > 0
+            && hp >= self.h + self.ph
+            && wp >= self.w + self.pw
             // The extra columns per row are computed and thrown away: keep them few.
-            && qx * PADDED_MAX_WASTE_INV <= wq;
-        let phases = self.sh * self.sw;
-        // Planes whole cache lines long, and an odd number of lines per input channel,
-        // so that rows of consecutive channels do not share one cache set.
-        let plane = (hq * wq).next_multiple_of(LINE);
-        let mut chan = phases * plane;
-        if (chan / LINE) % 2 == 0 {
-            chan += LINE;
-        }
+            && extra * PADDED_MAX_WASTE_INV <= wp;
         ok.then(|| PaddedRows {
-            wq,
-            plane,
-            chan,
-            rows: (gemm::NC / wq).clamp(1, self.oh),
+            hp,
+            wp,
+            rows: (gemm::NC / wp).clamp(1, self.oh),
         })
     }
 }
@@ -264,23 +253,15 @@ pub fn conv2d(
     }
 }
 
-/// A conv reads im2col row `(ci, ky, kx)` as one contiguous slice of a zero-padded
-/// input plane when the output is computed on a padded grid (`wq` columns per output
-/// row, of which the first `ow` are kept): no im2col at all, only one padded copy of
-/// the input and one copy of the output rows. A strided conv splits each padded plane
-/// into `sh * sw` phases (padded row `r`, column `c` goes to phase `(r % sh, c % sw)`
-/// at `(r / sh, c / sw)`); tap `(ky, kx)` then reads phase
-/// `(ky*dh % sh, kx*dw % sw)` shifted by `(ky*dh / sh, kx*dw / sw)`, like a stride-1
-/// conv.
+/// A stride-1 conv reads im2col row `(ci, ky, kx)` as one contiguous slice of the
+/// zero-padded input plane `ci` when the output is computed on the padded grid (`wp`
+/// columns per output row, of which the first `ow` are kept): no im2col at all, only
+/// one padded copy of the input and one copy of the output rows.
 #[derive(Debug, Clone, Copy)]
 struct PaddedRows {
-    /// Phase plane width (the output grid is `oh x wq`; planes have `oh + (kh-1)*dh/sh`
-    /// rows).
-    wq: usize,
-    /// Floats per phase plane (at least its rows times `wq`) and per input channel (all
-    /// phases).
-    plane: usize,
-    chan: usize,
+    /// Padded input height and width.
+    hp: usize,
+    wp: usize,
     /// Output rows per GEMM call.
     rows: usize,
 }
@@ -289,58 +270,16 @@ struct PaddedRows {
 /// away.
 const PADDED_MAX_WASTE_INV: usize = 16;
 
-/// Floats per cache line (the unit of the padded planes' alignment).
-const LINE: usize = 16;
-
 impl PaddedRows {
-    /// Floats of the padded input of one group: the channels, plus the last row slice's
-    /// overrun (computed columns that are thrown away).
+    /// Floats of the padded input of one group.
     fn input_len(&self, s: &ConvShape) -> usize {
-        s.cin_g() * self.chan + self.wq + LINE
+        s.cin_g() * self.hp * self.wp + (s.kw - 1) * s.dw
     }
 
     /// Scratch floats: padded input, one call's C block, the GEMM's block scratch.
     fn scratch_len(&self, s: &ConvShape) -> usize {
-        let n = self.rows * self.wq;
+        let n = self.rows * self.wp;
         self.input_len(s) + s.cout_g() * n + gemm::block_scratch_len(s.k(), n)
-    }
-
-    /// Writes phase rows `q_lo..q_hi` of every phase of every input channel of `xg`
-    /// into `xpad` (zero padding included).
-    fn copy_input(&self, s: &ConvShape, xg: &[f32], xpad: &mut [f32], q_lo: usize, q_hi: usize) {
-        let (hw, wq) = (s.h * s.w, self.wq);
-        for ci in 0..s.cin_g() {
-            let src = &xg[ci * hw..(ci + 1) * hw];
-            for py in 0..s.sh {
-                for q in q_lo..q_hi {
-                    // Padded row q*sh + py is input row iy (when inside).
-                    let iy = (q * s.sh + py).checked_sub(s.ph).filter(|&iy| iy < s.h);
-                    for px in 0..s.sw {
-                        let at = ci * self.chan + (py * s.sw + px) * self.plane + q * wq;
-                        let dst = &mut xpad[at..at + wq];
-                        let Some(iy) = iy else {
-                            dst.fill(0.0);
-                            continue;
-                        };
-                        // Columns c with pw <= c*sw + px < pw + w hold input columns.
-                        let c_lo = s.pw.saturating_sub(px).div_ceil(s.sw).min(wq);
-                        let c_hi = (s.pw + s.w).saturating_sub(px).div_ceil(s.sw).clamp(c_lo, wq);
-                        dst[..c_lo].fill(0.0);
-                        dst[c_hi..].fill(0.0);
-                        if c_lo < c_hi {
-                            let row = &src[iy * s.w..(iy + 1) * s.w];
-                            let ix0 = c_lo * s.sw + px - s.pw;
-                            let out = &mut dst[c_lo..c_hi];
-                            if s.sw == 1 {
-                                out.copy_from_slice(&row[ix0..ix0 + out.len()]);
-                            } else {
-                                strided_copy(&row[ix0..], s.sw, out);
-                            }
-                        }
-                    }
-                }
-            }
-        }
     }
 
     /// Output channels `[m_lo, m_hi)` (within group), positions `cols` of one group.
@@ -357,47 +296,31 @@ impl PaddedRows {
         epi: &Epilogue<'_>,
         scratch: &mut [f32],
     ) {
-        let ohw = s.oh * s.ow;
-        let (mg, k, wq) = (s.cout_g(), s.k(), self.wq);
+        let (hw, ohw, hpwp) = (s.h * s.w, s.oh * s.ow, self.hp * self.wp);
+        let (mg, k, wp) = (s.cout_g(), s.k(), self.wp);
         let (xpad, rest) = scratch.split_at_mut(self.input_len(s));
-        let (cbuf, gscratch) = rest.split_at_mut(mg * self.rows * wq);
+        let (cbuf, gscratch) = rest.split_at_mut(mg * self.rows * wp);
+        xpad.fill(0.0);
+        for ci in 0..s.cin_g() {
+            for iy in 0..s.h {
+                let d = ci * hpwp + (iy + s.ph) * wp + s.pw;
+                xpad[d..d + s.w].copy_from_slice(&xg[ci * hw + iy * s.w..][..s.w]);
+            }
+        }
+        let khw = s.kh * s.kw;
         let first_row = cols.0 / s.ow;
         let end_row = cols.1.div_ceil(s.ow);
-        // Only the phase rows these output rows read; the overrun tail is zeroed so
-        // that the thrown-away columns stay finite.
-        let qy = (s.kh - 1) * s.dh / s.sh;
-        self.copy_input(s, xg, xpad, first_row, end_row + qy);
-        let tail = s.cin_g() * self.chan;
-        xpad[tail..].fill(0.0);
-        let khw = s.kh * s.kw;
         let mut oy0 = first_row;
         while oy0 < end_row {
             let oy1 = (oy0 + self.rows).min(end_row);
-            let n = (oy1 - oy0) * wq;
+            let n = (oy1 - oy0) * wp;
             let xpad = &*xpad;
-            let m_from = m_lo / MR * MR;
-            // Rows the GEMM would read in place (few output channels) are copied into
-            // its row slots first: sequential copies stream from memory, while the
-            // micro-kernel's reads of one line from each of up to KC rows per panel
-            // would wait on memory for each.
-            let copy = m_hi - m_from <= gemm::ROWS_IN_PLACE_MAX_M;
-            let fill = |p: usize, j0: usize, len: usize, row: &mut [f32]| {
+            let fill = |p: usize, j0: usize, len: usize, _: &mut [f32]| {
                 let (ci, ky, kx) = (p / khw, (p % khw) / s.kw, p % s.kw);
-                let (ty, tx) = (ky * s.dh, kx * s.dw);
-                let phase = (ty % s.sh) * s.sw + tx % s.sw;
-                let at = ci * self.chan
-                    + phase * self.plane
-                    + (oy0 + ty / s.sh) * wq
-                    + tx / s.sw
-                    + j0;
-                let src = &xpad[at..at + len];
-                if copy {
-                    row[..len].copy_from_slice(src);
-                    None
-                } else {
-                    Some(src)
-                }
+                let at = ci * hpwp + (oy0 + ky * s.dh) * wp + kx * s.dw + j0;
+                Some(&xpad[at..at + len])
             };
+            let m_from = m_lo / MR * MR;
             gemm_packed(
                 isa,
                 mg,
@@ -422,7 +345,7 @@ impl PaddedRows {
                     let a = lo.max(oy * s.ow);
                     let b = hi.min((oy + 1) * s.ow);
                     if a < b {
-                        let src = (oy - oy0) * wq + (a - oy * s.ow);
+                        let src = (oy - oy0) * wp + (a - oy * s.ow);
                         yrow[a..b].copy_from_slice(&crow[src..src + (b - a)]);
                     }
                 }
