@@ -151,12 +151,13 @@ fn conv_matches_naive() {
 #[test]
 fn deconv_matches_naive() {
     // y[co, iy*s - p + ky*d] += x[ci, iy] * w[ci, co, ky]
-    for &(cin, cout, group, k, st, pad) in &[
-        (3usize, 4usize, 1usize, 3usize, 2usize, 1usize),
-        (4, 6, 2, 2, 2, 0),
-        (2, 2, 1, 3, 1, 1),
+    for &(cin, cout, group, k, st, pad, h, w_) in &[
+        (3usize, 4usize, 1usize, 3usize, 2usize, 1usize, 5usize, 4usize),
+        (4, 6, 2, 2, 2, 0, 5, 4),
+        (2, 2, 1, 3, 1, 1, 5, 4),
+        // Many input-row blocks (the cols block is bounded), a ragged last one.
+        (3, 32, 1, 4, 2, 1, 31, 40),
     ] {
-        let (h, w_) = (5, 4);
         let oh = (h - 1) * st + k - 2 * pad;
         let ow = (w_ - 1) * st + k - 2 * pad;
         let s = ConvShape {
