@@ -1,10 +1,9 @@
 //! Times the depthwise convs of MobileNetV2 / DBNet-MV3 and the nearest-upsample Resize
-//! maps of the FPN necks with each kernel table (best of N, thread CPU time is not
-//! used: run on a quiet machine and compare within one run).
+//! maps of the FPN necks with each kernel table (best of N in thread CPU time, so that
+//! other processes on a busy machine count less; compare within one run).
 //!
 //! `cargo run --release --example dw_bench [reps]`
 
-use std::time::Instant;
 use vnpu::ir::UnaryOp;
 use vnpu::kernels::conv::{conv2d, ConvShape, ConvWeights};
 use vnpu::kernels::gemm::Epilogue;
@@ -26,12 +25,24 @@ fn rand(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
+/// This thread's CPU time in microseconds (not counting time other processes ran).
+fn cpu_us() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 * 1e6 + ts.tv_nsec as f64 / 1e3
+}
+
+/// Best of `reps` runs of `f`, in thread CPU microseconds.
 fn best(reps: usize, mut f: impl FnMut()) -> f64 {
     (0..reps)
         .map(|_| {
-            let t = Instant::now();
+            let t = cpu_us();
             f();
-            t.elapsed().as_secs_f64() * 1e6
+            cpu_us() - t
         })
         .fold(f64::INFINITY, f64::min)
 }

@@ -1,29 +1,17 @@
 //! Depthwise convolution bodies (one input and one output channel per group), compiled
 //! by every kernel table.
 //!
-//! * Direct path (3x3 and 5x5 kernels, column stride 1 or 2, no dilation): each output
-//!   row is computed straight from the input rows its taps read, SIMD across output
-//!   columns (stride 2 deinterleaves a double-width load), several independent vector
-//!   accumulators per step; the blocks at the borders read a small zero-padded copy of
-//!   their input window instead of the plane. The fused epilogue runs on each finished
-//!   row while it is in L1.
-//! * Padded path (any other geometry): the plane is copied with its zero border into
-//!   scratch, split into stride phases, and every tap is one contiguous multiply-add.
+//! The plane is copied with its zero border into scratch, split into stride phases, and
+//! every tap is one contiguous multiply-add over the phase plane (3x3 taps summed in
+//! registers). The fused epilogue runs on the channel plane right after it is computed.
+//!
+//! (A direct path reading the input rows in place, SIMD across output columns through
+//! the generic bodies, was measured slower than this one on Zen 3 — the compiler did not
+//! keep its accumulators in vector registers — and was dropped; a hand-written AVX2
+//! version is the next step.)
 
 use super::conv::{strided_copy, ConvShape};
 use super::epilogue::Epilogue;
-
-/// Lanes of one vector accumulator (the AVX2 register width; the portable build splits it).
-const L: usize = 8;
-/// Independent vector accumulators per step on long rows.
-const V: usize = 4;
-/// Width of a border block's padded input window: `L * S + K - 1` for `S <= 2`, `K <= 5`.
-const WIN: usize = 2 * L + 4;
-
-/// True when the direct path handles `s`.
-fn direct(s: &ConvShape) -> bool {
-    s.kh == s.kw && (s.kh == 3 || s.kh == 5) && (s.sw == 1 || s.sw == 2) && s.dh == 1 && s.dw == 1
-}
 
 /// One depthwise plane: `out[oy, ox] = sum_{ky,kx} w[ky, kx] * x[iy, ix]` (zero padding),
 /// no epilogue (table entry `depthwise_plane`; scratch: [`depthwise_scratch_len`]).
@@ -41,7 +29,7 @@ pub fn depthwise_plane(
 
 /// Output channel `c` of a depthwise conv: `y` holds the channel planes of one image
 /// (`[C, OH*OW]`, like the epilogue's residuals), `w` the channel's taps, `plane` its
-/// input; the epilogue (channel `c`) is applied row by row (table entry
+/// input; the epilogue (channel `c`) follows while the plane is hot (table entry
 /// `depthwise_fused`).
 #[inline(always)]
 pub fn depthwise_channel(
@@ -54,121 +42,9 @@ pub fn depthwise_channel(
     scratch: &mut [f32],
 ) {
     let ohw = s.oh * s.ow;
-    let epi = (!epi.is_empty()).then_some(epi);
-    if !direct(s) {
-        plane_padded(s, w, plane, &mut y[c * ohw..(c + 1) * ohw], scratch);
-        if let Some(e) = epi {
-            e.apply_body(y, ohw, c, 1, 0, ohw);
-        }
-        return;
-    }
-    assert!(plane.len() >= s.h * s.w && w.len() >= s.kh * s.kw);
-    match (s.kh, s.sw) {
-        (3, 1) => direct_rows::<3, 1>(s, w, plane, y, c, epi),
-        (3, _) => direct_rows::<3, 2>(s, w, plane, y, c, epi),
-        (5, 1) => direct_rows::<5, 1>(s, w, plane, y, c, epi),
-        _ => direct_rows::<5, 2>(s, w, plane, y, c, epi),
-    }
-}
-
-/// `L` inputs of tap column 0 for `L` consecutive outputs: `r[at + l * S]`.
-#[inline(always)]
-fn load<const S: usize>(r: &[f32], at: usize) -> [f32; L] {
-    if S == 1 {
-        r[at..at + L].try_into().expect("L floats")
-    } else {
-        let a: &[f32; 2 * L] = r[at..at + 2 * L].try_into().expect("2L floats");
-        std::array::from_fn(|l| a[2 * l])
-    }
-}
-
-/// `NV * L` outputs from the rows `rows` (each paired with its `K` tap weights), the
-/// first output reading `row[at + kx]` for tap `kx`.
-#[inline(always)]
-fn block<const K: usize, const S: usize, const NV: usize>(
-    rows: &[(&[f32], [f32; K])],
-    at: usize,
-) -> [[f32; L]; NV] {
-    let mut acc = [[0.0f32; L]; NV];
-    for (r, wr) in rows {
-        for (kx, &wv) in wr.iter().enumerate() {
-            for (v, a) in acc.iter_mut().enumerate() {
-                let x = load::<S>(r, at + v * L * S + kx);
-                for (d, xv) in a.iter_mut().zip(x) {
-                    *d += wv * xv;
-                }
-            }
-        }
-    }
-    acc
-}
-
-/// The direct path for a `K x K` kernel, column stride `S` (any row stride and pads).
-#[inline(always)]
-fn direct_rows<const K: usize, const S: usize>(
-    s: &ConvShape,
-    w: &[f32],
-    plane: &[f32],
-    y: &mut [f32],
-    c: usize,
-    epi: Option<&Epilogue<'_>>,
-) {
-    let (h, wd, ow, pw) = (s.h, s.w, s.ow, s.pw);
-    let ohw = s.oh * ow;
-    let wk: [[f32; K]; K] = std::array::from_fn(|ky| std::array::from_fn(|kx| w[ky * K + kx]));
-    // A block at `ox0` of `n` outputs reads input columns `ox0*S - pw ..
-    // (ox0+n)*S - pw + K - 1`: straight from the plane when that lies inside the row.
-    let inside = |ox0: usize, n: usize| ox0 * S >= pw && (ox0 + n) * S + K - 1 <= wd + pw;
-    let mut win = [[0.0f32; WIN]; K];
-    for oy in 0..s.oh {
-        let mut rows: [(&[f32], [f32; K]); K] = [(&[], [0.0; K]); K];
-        let mut nr = 0;
-        for (ky, wr) in wk.iter().enumerate() {
-            let iy = (oy * s.sh + ky) as isize - s.ph as isize;
-            if iy >= 0 && (iy as usize) < h {
-                let iy = iy as usize;
-                rows[nr] = (&plane[iy * wd..(iy + 1) * wd], *wr);
-                nr += 1;
-            }
-        }
-        let rows = &rows[..nr];
-        let o0 = c * ohw + oy * ow;
-        let orow = &mut y[o0..o0 + ow];
-        let mut ox = 0;
-        while ox < ow {
-            if inside(ox, V * L) && ox + V * L <= ow {
-                let acc = block::<K, S, V>(rows, ox * S - pw);
-                for (v, a) in acc.iter().enumerate() {
-                    orow[ox + v * L..ox + (v + 1) * L].copy_from_slice(a);
-                }
-                ox += V * L;
-            } else if inside(ox, L) && ox + L <= ow {
-                let [a] = block::<K, S, 1>(rows, ox * S - pw);
-                orow[ox..ox + L].copy_from_slice(&a);
-                ox += L;
-            } else {
-                // Border block: its input window, zero-padded, through the same code.
-                let n = L.min(ow - ox);
-                let mut wrows: [(&[f32], [f32; K]); K] = [(&[], [0.0; K]); K];
-                for ((wrow, (r, wr)), d) in win.iter_mut().zip(rows).zip(wrows.iter_mut()) {
-                    for (j, v) in wrow.iter_mut().enumerate() {
-                        let ix = (ox * S + j) as isize - pw as isize;
-                        *v = if ix >= 0 && (ix as usize) < wd {
-                            r[ix as usize]
-                        } else {
-                            0.0
-                        };
-                    }
-                    *d = (&wrow[..], *wr);
-                }
-                let [a] = block::<K, S, 1>(&wrows[..nr], 0);
-                orow[ox..ox + n].copy_from_slice(&a[..n]);
-                ox += n;
-            }
-        }
-        if let Some(e) = epi {
-            e.apply_body(y, ohw, c, 1, oy * ow, ow);
-        }
+    plane_padded(s, w, plane, &mut y[c * ohw..(c + 1) * ohw], scratch);
+    if !epi.is_empty() {
+        epi.apply_body(y, ohw, c, 1, 0, ohw);
     }
 }
 
@@ -204,7 +80,7 @@ const DW_LANES: usize = 8;
 const DW_CHUNKS: usize = 4;
 
 /// One depthwise plane through a padded, phase-split copy (any kernel, stride and
-/// dilation; [`depthwise_plane`] uses it where the direct path does not apply).
+/// dilation).
 ///
 /// The plane is first copied into `scratch` with its zero border, split into `sh * sw`
 /// phases (padded position `(r, c)` goes to phase `(r % sh, c % sw)` at `(r / sh, c / sw)`).
