@@ -203,6 +203,7 @@ fn bench_gemm(reps: usize, shapes: &[(usize, usize, usize)]) {
 
 /// A compiled model ready to run on one thread, all nodes in order.
 struct Net {
+    graph: Arc<vnpu::ir::Graph>,
     plan: ModelPlan,
     st: vnpu::exec::ExecState,
 }
@@ -211,10 +212,57 @@ impl Net {
     fn load(path: &Path) -> Result<Net, String> {
         let m = compile::compile_onnx_file(path, &CompileOptions::default())
             .map_err(|e| format!("compile {}: {e}", path.display()))?;
-        let plan = ModelPlan::new(Arc::new(m.graph.clone()), &PlanOptions::default())
+        let graph = Arc::new(m.graph.clone());
+        let plan = ModelPlan::new(graph.clone(), &PlanOptions::default())
             .map_err(|e| format!("plan: {e}"))?;
         let st = plan.new_state();
-        Ok(Net { plan, st })
+        Ok(Net { graph, plan, st })
+    }
+
+    /// Best-of-`runs` time per op name, ms, largest first.
+    fn per_op(&mut self, runs: usize) -> Vec<(String, f64, usize)> {
+        let n = self.graph.nodes.len();
+        let mut best = vec![f64::INFINITY; n];
+        for _ in 0..runs {
+            for (i, b) in best.iter_mut().enumerate() {
+                let t = Instant::now();
+                self.plan
+                    .run_node(&mut self.st, i, vnpu::exec::Tile::WHOLE)
+                    .expect("run");
+                *b = b.min(t.elapsed().as_secs_f64() * 1e3);
+            }
+        }
+        if std::env::var_os("QB_NODES").is_some() {
+            for (node, t) in self.graph.nodes.iter().zip(&best) {
+                let shape = |v: usize| self.graph.values[v].shape.clone().unwrap_or_default();
+                println!(
+                    "    {:<40} {:<10} {:>8.3} ms {:?} -> {:?}",
+                    node.name.chars().take(40).collect::<String>(),
+                    node.op.name(),
+                    t,
+                    node.inputs.first().copied().flatten().map(shape),
+                    shape(node.outputs[0])
+                );
+            }
+        }
+        let mut by: Vec<(String, f64, usize)> = Vec::new();
+        for (node, t) in self.graph.nodes.iter().zip(best) {
+            let mut name = node.op.name().to_string();
+            if let vnpu::ir::Op::QConv { group, .. } = &node.op {
+                if *group > 1 {
+                    name = "QConv(depthwise/grouped)".into();
+                }
+            }
+            match by.iter_mut().find(|e| e.0 == name) {
+                Some(e) => {
+                    e.1 += t;
+                    e.2 += 1;
+                }
+                None => by.push((name, t, 1)),
+            }
+        }
+        by.sort_by(|a, b| b.1.total_cmp(&a.1));
+        by
     }
 
     /// Best of `runs` runs, ms.
@@ -327,6 +375,36 @@ fn bench_networks(rounds: usize, runs: usize) {
     }
 }
 
+/// Per-op times of each network, int8 and f32 (`-- profile`).
+fn profile_networks(runs: usize) {
+    let (Ok(qdir), Ok(fdir)) = (
+        std::env::var("VNPU_QUANT_DIR"),
+        std::env::var("VNPU_TEST_MODELS"),
+    ) else {
+        println!("profile: set VNPU_QUANT_DIR and VNPU_TEST_MODELS");
+        return;
+    };
+    for name in ["resnet18", "mobilenetv2", "detector"] {
+        let q = PathBuf::from(&qdir).join(name).join("model.onnx");
+        let f = PathBuf::from(&fdir).join(format!("{name}.onnx"));
+        for (kind, path) in [("int8", q), ("f32", f)] {
+            let mut net = match Net::load(&path) {
+                Ok(n) => n,
+                Err(e) => {
+                    println!("{name} {kind}: {e}");
+                    continue;
+                }
+            };
+            let ops = net.per_op(runs);
+            let total: f64 = ops.iter().map(|o| o.1).sum();
+            println!("{name} {kind}: {total:.2} ms");
+            for (op, t, count) in ops.iter().take(8) {
+                println!("  {op:<28} {t:>8.2} ms  x{count}");
+            }
+        }
+    }
+}
+
 fn main() {
     let bench = std::env::args().any(|a| a == "--bench");
     let quick = !bench || std::env::args().any(|a| a == "quick");
@@ -354,7 +432,9 @@ fn main() {
         (1, 1000, 512),
         (256, 256, 256),
     ];
-    if std::env::args().any(|a| a == "networks") {
+    if std::env::args().any(|a| a == "profile") {
+        profile_networks(if quick { 3 } else { 10 });
+    } else if std::env::args().any(|a| a == "networks") {
         bench_networks(if quick { 2 } else { 5 }, if quick { 3 } else { 5 });
     } else if bench {
         bench_conv(reps, &layers);

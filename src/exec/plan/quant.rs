@@ -295,9 +295,9 @@ pub(crate) enum QKernel {
         n: usize,
     },
     Mul {
-        a: QParam,
-        b: QParam,
-        y: QParam,
+        /// `table[a * 256 + b] = Q(DQ(a) * DQ(b))`, the float formula for every pair
+        /// (64 KiB, built at plan time).
+        table: Box<[u8]>,
         n: usize,
     },
     /// Softmax over `len` elements `inner` apart, for `outer * inner` lanes.
@@ -509,10 +509,14 @@ pub(crate) fn plan_qmul(c: &Ctx<'_>, a: QParam, b: QParam, y: QParam) -> Result<
         return Err(unsup(c.n, "QMul needs two u8 inputs of one shape"));
     }
     let n = c.same_numel(0, 0)?;
+    let mut table = vec![0u8; 256 * 256].into_boxed_slice();
+    for (i, t) in table.iter_mut().enumerate() {
+        let v = dequantize_one((i >> 8) as u8, a.scale, a.zp)
+            * dequantize_one((i & 255) as u8, b.scale, b.zp);
+        *t = quantize_one(v, y.scale, i32::from(y.zp), 0.0, 255.0) as u8;
+    }
     Ok(Planned::new(QuantKernel::Int8(Box::new(QKernel::Mul {
-        a,
-        b,
-        y,
+        table,
         n,
     }))))
 }
@@ -719,13 +723,12 @@ impl QKernel {
                     *o = table[usize::from(v)];
                 }
             }
-            QKernel::Mul { a, b, y, n } => {
+            QKernel::Mul { table, n } => {
                 let (lo, hi) = tile.range(*n, ELEMS_PER_TILE);
                 let bx = io.bytes(1);
                 let o = &mut r.out_bytes(0)[lo..hi];
                 for ((o, &p), &q) in o.iter_mut().zip(&x[lo..hi]).zip(&bx[lo..hi]) {
-                    let v = dequantize_one(p, a.scale, a.zp) * dequantize_one(q, b.scale, b.zp);
-                    *o = quantize_one(v, y.scale, i32::from(y.zp), 0.0, 255.0) as u8;
+                    *o = table[usize::from(p) << 8 | usize::from(q)];
                 }
             }
         }
