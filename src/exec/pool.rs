@@ -18,8 +18,9 @@
 //!    touches the job; the caller never waits for a helper that has not attached.
 //! 3. When no index is left, the caller revokes every offer not yet taken
 //!    (`OFFERED -> IDLE`) and waits only for attached helpers, which are running a chunk
-//!    or about to find none. A helper detaches by decrementing `live` after its last use
-//!    of the job; the job lives on the caller's stack until `live == 0`.
+//!    or about to find none. A helper frees its slot (`ATTACHED -> IDLE`), then detaches by
+//!    decrementing `live`, its last use of the job; the job lives on the caller's stack
+//!    until `live == 0`, so the caller's next run finds the helper idle.
 //!
 //! Invariants: each chunk runs exactly once, on the caller or on one helper; a helper
 //! touches a job only between attaching and detaching; a caller returns only after every
@@ -252,7 +253,7 @@ impl Pool {
     /// How many helpers a run of `n` chunks would be offered now from this thread.
     fn offer_count(&self, n: usize) -> usize {
         let ctx = CTX.with(|c| c.get());
-        if ctx.low || n < 2 || n > MAX_CHUNKS {
+        if ctx.low || !(2..=MAX_CHUNKS).contains(&n) {
             return 0;
         }
         let others = TOP_BUSY
@@ -418,16 +419,18 @@ fn helper_main(sh: &Shared, i: usize) {
         TOP_BUSY.fetch_sub(1, Ordering::AcqRel);
         job.on_helpers.fetch_or(mine, Ordering::AcqRel);
         let caller = job.caller.clone();
+        // Free before detaching, so the caller's next run finds this helper idle. A new
+        // offer meanwhile is seen at the top of the loop; the old job stays alive until
+        // the decrement below.
+        let exit = slot
+            .state
+            .compare_exchange(ATTACHED, IDLE, Ordering::AcqRel, Ordering::Relaxed)
+            .is_err();
         // The last touch of the job: the caller may return (and free it) right after.
         job.live.fetch_sub(1, Ordering::AcqRel);
         caller.unpark();
-        // Stays ATTACHED (busy) until here so no caller offers it a job meanwhile.
-        if slot
-            .state
-            .compare_exchange(ATTACHED, IDLE, Ordering::AcqRel, Ordering::Relaxed)
-            .is_err()
-        {
-            return; // EXIT was set meanwhile
+        if exit {
+            return;
         }
     }
 }
