@@ -554,7 +554,7 @@ fn roundtrip_on(socket: &Path, fd: &OwnedFd, req: &Request, fds: &[RawFd]) -> Re
         });
     }
     sock::send(fd, &bytes, fds).map_err(|e| gone(socket, format!("send failed: {e}")))?;
-    let pkt = sock::recv_spin(fd, MAX_MESSAGE, SPIN)
+    let pkt = sock::recv(fd, MAX_MESSAGE)
         .map_err(|e| gone(socket, format!("receive failed: {e}")))?
         .ok_or_else(|| gone(socket, "the daemon closed the connection"))?;
     Response::decode(&pkt.bytes).map_err(|e| gone(socket, e))
