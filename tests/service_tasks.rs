@@ -391,7 +391,7 @@ fn child_roi() {
         right: r.right,
         bottom: r.bottom,
     });
-    let run = |frame: *mut u8, out: *mut u8| {
+    let mut run = |frame: *mut u8, out: *mut u8| {
         let input = tensor(fp, frame.cast(), stride * hgt * 3 / 2);
         let inputs = [input, input];
         let mut output = tensor(op2, out.cast(), 2 * per_roi);

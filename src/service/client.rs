@@ -126,7 +126,7 @@ impl Client {
                 client,
                 slots,
             } => (token, client, slots),
-            Response::Error { code, detail } => return Err(Error::Remote { code, detail }),
+            Response::Error { detail, .. } => return Err(gone(socket, detail)),
             other => return Err(gone(socket, format!("unexpected answer {other:?}"))),
         };
         let ends_fd = pkt
@@ -364,6 +364,8 @@ impl Client {
 
     /// Reserves room under the client's task limit for a task being assembled.
     pub fn reserve(&self) -> Result<u64> {
+        // Released tasks give their room back first, as they do in process.
+        self.flush_forgets()?;
         match self.call(&Request::Reserve, &[])? {
             Response::Reserved { reservation } => Ok(reservation),
             other => Err(gone(&self.socket, format!("unexpected answer {other:?}"))),
@@ -552,7 +554,7 @@ fn roundtrip_on(socket: &Path, fd: &OwnedFd, req: &Request, fds: &[RawFd]) -> Re
         });
     }
     sock::send(fd, &bytes, fds).map_err(|e| gone(socket, format!("send failed: {e}")))?;
-    let pkt = sock::recv_spin(fd, MAX_MESSAGE, SPIN)
+    let pkt = sock::recv(fd, MAX_MESSAGE)
         .map_err(|e| gone(socket, format!("receive failed: {e}")))?
         .ok_or_else(|| gone(socket, "the daemon closed the connection"))?;
     Response::decode(&pkt.bytes).map_err(|e| gone(socket, e))
