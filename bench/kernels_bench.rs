@@ -302,7 +302,19 @@ fn bench_conv_classes(reps: usize) {
         let mut scratch = vec![0.0; s.scratch_len()];
         let mut run = |e: &gemm::Epilogue<'_>| {
             best_cpu(reps, || {
-                conv2d(isa, &s, &w, &x, &mut y, 0, co, (0, o * o), None, e, &mut scratch)
+                conv2d(
+                    isa,
+                    &s,
+                    &w,
+                    &x,
+                    &mut y,
+                    0,
+                    co,
+                    (0, o * o),
+                    None,
+                    e,
+                    &mut scratch,
+                )
             })
         };
         let t = run(&gemm::Epilogue::NONE);
@@ -318,7 +330,13 @@ fn bench_conv_classes(reps: usize) {
     }
     // ConvTranspose k4 s2 p1 32->16 @112 (U-Net) and k2 s2 128->64 @28.
     for &(name, ci, hw, co, k) in &[
-        ("deconv k4/2 32->16 @112", 32usize, 112usize, 16usize, 4usize),
+        (
+            "deconv k4/2 32->16 @112",
+            32usize,
+            112usize,
+            16usize,
+            4usize,
+        ),
         ("deconv k2/2 128->64 @28", 128, 28, 64, 2),
     ] {
         let p = (k - 2) / 2;

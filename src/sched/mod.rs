@@ -111,8 +111,8 @@ pub use self::config::{HostPriority, SchedConfig, MAX_CORES};
 pub use self::dispatch::{insert_reason, InsertReason};
 pub use self::lifecycle::TaskSlot;
 pub use self::task::{
-    DoneCallback, DoneSignal, SegmentInfo, SegmentKind, SegmentTiming, TaskBody, TaskCtrl, TaskHandle,
-    TaskStatus, TaskTimings, PRIORITY_HIGH,
+    DoneCallback, DoneSignal, SegmentInfo, SegmentKind, SegmentTiming, TaskBody, TaskCtrl,
+    TaskHandle, TaskStatus, TaskTimings, PRIORITY_HIGH,
 };
 pub use self::trace::{TraceEvent, TraceKind};
 

@@ -152,7 +152,9 @@ fn conv_matches_naive() {
 fn deconv_matches_naive() {
     // y[co, iy*s - p + ky*d] += x[ci, iy] * w[ci, co, ky]
     for &(cin, cout, group, k, st, pad, h, w_) in &[
-        (3usize, 4usize, 1usize, 3usize, 2usize, 1usize, 5usize, 4usize),
+        (
+            3usize, 4usize, 1usize, 3usize, 2usize, 1usize, 5usize, 4usize,
+        ),
         (4, 6, 2, 2, 2, 0, 5, 4),
         (2, 2, 1, 3, 1, 1, 5, 4),
         // Many input-row blocks (the cols block is bounded), a ragged last one.
