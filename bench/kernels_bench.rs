@@ -161,26 +161,8 @@ fn bench_conv(reps: usize) {
         ("dw3x3/2 96 @112 (MobileNetV2)", 96, 112, 96, 3, 2, 96),
     ];
     for (name, ci, hw, co, k, st, group) in layers {
-        let p = k / 2;
-        let o = (hw + 2 * p - k) / st + 1;
-        let s = ConvShape {
-            n: 1,
-            c_in: ci,
-            h: hw,
-            w: hw,
-            c_out: co,
-            oh: o,
-            ow: o,
-            kh: k,
-            kw: k,
-            sh: st,
-            sw: st,
-            dh: 1,
-            dw: 1,
-            ph: p,
-            pw: p,
-            group,
-        };
+        let s = ConvShape::square(ci, hw, co, k, st, group);
+        let o = s.oh;
         let w = ConvWeights::pack(&s, &rand(co * ci / group * k * k, 3));
         let x = rand(ci * hw * hw, 4);
         let mut y = vec![0.0; co * o * o];
@@ -278,23 +260,13 @@ fn bench_conv_classes(reps: usize) {
     };
     for &(name, ci, hw, co, k, st, p) in layers {
         let o = (hw + 2 * p - k) / st + 1;
+        // Pads given per layer (not always k / 2).
         let s = ConvShape {
-            n: 1,
-            c_in: ci,
-            h: hw,
-            w: hw,
-            c_out: co,
             oh: o,
             ow: o,
-            kh: k,
-            kw: k,
-            sh: st,
-            sw: st,
-            dh: 1,
-            dw: 1,
             ph: p,
             pw: p,
-            group: 1,
+            ..ConvShape::square(ci, hw, co, k, st, 1)
         };
         let w = ConvWeights::pack(&s, &rand(co * ci * k * k, 3));
         let x = rand(ci * hw * hw, 4);

@@ -69,26 +69,8 @@ fn bench_conv(reps: usize, layers: &[Layer]) {
     }
     println!(" {:>10}", "int8/f32");
     for &(name, ci, hw, co, k, st, group) in layers {
-        let p = k / 2;
-        let o = (hw + 2 * p - k) / st + 1;
-        let s = ConvShape {
-            n: 1,
-            c_in: ci,
-            h: hw,
-            w: hw,
-            c_out: co,
-            oh: o,
-            ow: o,
-            kh: k,
-            kw: k,
-            sh: st,
-            sw: st,
-            dh: 1,
-            dw: 1,
-            ph: p,
-            pw: p,
-            group,
-        };
+        let s = ConvShape::square(ci, hw, co, k, st, group);
+        let o = s.oh;
         let klen = co * ci / group * k * k;
         let wf = ConvWeights::pack(&s, &rand_f32(klen, 3));
         let xf = rand_f32(ci * hw * hw, 4);

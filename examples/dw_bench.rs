@@ -76,26 +76,8 @@ fn main() {
     println!(" {:>12}", "us +bias+relu");
     let mut total = vec![0.0; tables.len() + 1];
     for (c, hw, k, st) in layers {
-        let p = k / 2;
-        let o = (hw + 2 * p - k) / st + 1;
-        let s = ConvShape {
-            n: 1,
-            c_in: c,
-            h: hw,
-            w: hw,
-            c_out: c,
-            oh: o,
-            ow: o,
-            kh: k,
-            kw: k,
-            sh: st,
-            sw: st,
-            dh: 1,
-            dw: 1,
-            ph: p,
-            pw: p,
-            group: c,
-        };
+        let s = ConvShape::square(c, hw, c, k, st, c);
+        let o = s.oh;
         let w = ConvWeights::pack(&s, &rand(c * k * k, 3));
         let x = rand(c * hw * hw, 4);
         let mut y = vec![0.0; c * o * o];

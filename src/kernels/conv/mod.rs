@@ -28,6 +28,39 @@ use super::isa::Isa;
 use super::packed::WeightBuf;
 
 impl ConvShape {
+    /// A single-image conv over a square `hw x hw` input with a square `k x k` kernel,
+    /// stride `stride` on both axes, dilation 1 and "same"-style leading pads `k / 2`
+    /// (the shape benches and examples sweep over).
+    pub fn square(
+        c_in: usize,
+        hw: usize,
+        c_out: usize,
+        k: usize,
+        stride: usize,
+        group: usize,
+    ) -> Self {
+        let p = k / 2;
+        let o = (hw + 2 * p - k) / stride + 1;
+        ConvShape {
+            n: 1,
+            c_in,
+            h: hw,
+            w: hw,
+            c_out,
+            oh: o,
+            ow: o,
+            kh: k,
+            kw: k,
+            sh: stride,
+            sw: stride,
+            dh: 1,
+            dw: 1,
+            ph: p,
+            pw: p,
+            group,
+        }
+    }
+
     /// Input channels per group.
     pub fn cin_g(&self) -> usize {
         self.c_in / self.group
