@@ -413,6 +413,18 @@ mod ordering {
         prio: u8,
         custom: i64,
     ) -> vnpu::service::RemoteTask {
+        submit_on(c, pack, (mem, out), prio, custom, 0)
+    }
+
+    /// Like `submit`, with a `bpuCoreId` mask (bit i = core i, 0 = any).
+    fn submit_on(
+        c: &Client,
+        pack: u64,
+        (mem, out): (&vnpu::service::SharedRegion, &vnpu::service::SharedRegion),
+        prio: u8,
+        custom: i64,
+        core_mask: u32,
+    ) -> vnpu::service::RemoteTask {
         c.submit(
             &[RemotePart {
                 model: ModelRef { pack, index: 0 },
@@ -422,10 +434,54 @@ mod ordering {
             CtrlParams {
                 priority: prio,
                 custom_id: custom,
-                core_mask: 0,
+                core_mask,
             },
         )
         .unwrap()
+    }
+
+    /// `bpuCoreId` masks of different clients hold on the daemon's shared cores: every
+    /// FC of a task pinned to core 1 runs on core 1, every FC of one pinned to core 0 on
+    /// core 0, and a task with mask 0 may run anywhere (checked on the daemon's trace).
+    #[test]
+    fn core_masks_hold_across_clients() {
+        let dir = temp_dir();
+        let m = spin_file(&dir, "m", 3, 600);
+        let d = TestDaemon::start(&dir, 2, 0);
+        let sched = d.daemon.runtime().scheduler().clone();
+        let a = Client::connect(&d.socket).unwrap();
+        let b = Client::connect(&d.socket).unwrap();
+        let pa = a.load_files(&[&m]).unwrap();
+        let pb = b.load_files(&[&m]).unwrap();
+        let ra = (a.alloc_shared(16).unwrap(), a.alloc_shared(16).unwrap());
+        let rb = (b.alloc_shared(16).unwrap(), b.alloc_shared(16).unwrap());
+        sched.trace_clear();
+        let mut tasks = Vec::new();
+        for i in 0..4 {
+            tasks.push((&a, submit_on(&a, pa.id, (&ra.0, &ra.1), 0, i, 0b10)));
+            tasks.push((&b, submit_on(&b, pb.id, (&rb.0, &rb.1), 0, i, 0b01)));
+        }
+        for (c, t) in tasks {
+            c.wait(t, None).unwrap();
+            c.release(t).unwrap();
+        }
+        let ev = sched.trace_events();
+        // Scheduler ids in submission order: a, b, a, b, ...
+        let mut ids: Vec<u64> = Vec::new();
+        for e in &ev {
+            if e.kind == TraceKind::Submit && !ids.contains(&e.task) {
+                ids.push(e.task);
+            }
+        }
+        assert_eq!(ids.len(), 8);
+        let mut seen = [0usize; 2];
+        for e in ev.iter().filter(|e| e.kind == TraceKind::FcStart) {
+            let k = ids.iter().position(|&t| t == e.task).expect("known task");
+            let want = if k % 2 == 0 { 1 } else { 0 };
+            assert_eq!(e.core, Some(want), "task #{k} ran an FC on {:?}", e.core);
+            seen[want] += 1;
+        }
+        assert_eq!(seen, [12, 12], "3 FCs per task, 4 tasks per core");
     }
 
     /// Tasks of two clients share one library queue: priority, then customId, then

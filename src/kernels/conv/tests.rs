@@ -303,7 +303,10 @@ crate::kernels::isa::twin_test!(conv_tables_match_portable, 1e-5, |t| {
 fn square_shape_has_same_style_pads_and_output_size() {
     let s = ConvShape::square(16, 7, 32, 3, 2, 1);
     assert_eq!((s.oh, s.ow, s.ph, s.pw, s.sh, s.sw), (4, 4, 1, 1, 2, 2));
-    assert_eq!((s.n, s.c_in, s.c_out, s.kh, s.kw, s.dh, s.dw), (1, 16, 32, 3, 3, 1, 1));
+    assert_eq!(
+        (s.n, s.c_in, s.c_out, s.kh, s.kw, s.dh, s.dw),
+        (1, 16, 32, 3, 3, 1, 1)
+    );
     let d = ConvShape::square(8, 10, 8, 5, 1, 8);
     assert_eq!((d.oh, d.ph), (10, 2));
     assert!(d.is_depthwise());
