@@ -99,7 +99,9 @@ fn metrics(got: &[f64], want: &[f64], step: f64) -> (f64, f64) {
     for (&a, &b) in got.iter().zip(want) {
         let d = (a - b).abs() / step;
         let d = if d.is_nan() { f64::INFINITY } else { d };
-        if d <= 1.0 + 1e-6 {
+        // One step measured through f32 values (outputs dequantised in f32) carries
+        // the f32 rounding of both values: 1e-3 step absorbs that and nothing more.
+        if d <= 1.0 + 1e-3 {
             within += 1;
         }
         worst = worst.max(d);
