@@ -3,10 +3,13 @@
 //! from a callback, and a callback registered after completion firing once. Order and
 //! status codes only, never wall time.
 
+mod capi_support;
+
 use std::ffi::{c_char, c_void, CString};
 use std::ptr::null_mut;
 use std::sync::Mutex;
 
+use capi_support::{ctrl, tensor};
 use vnpu::error::codes::*;
 use vnpu::ffi::*;
 
@@ -31,18 +34,6 @@ struct Ctx {
     submit_inside: bool,
 }
 
-fn ctrl(more: i32) -> hbDNNInferCtrlParam {
-    hbDNNInferCtrlParam {
-        bpuCoreId: 0,
-        dspCoreId: 0,
-        priority: 0,
-        more,
-        customId: 0,
-        reserved1: 0,
-        reserved2: 0,
-    }
-}
-
 unsafe extern "C" fn on_done(task: hbDNNTaskHandle_t, status: i32, user: *mut c_void) {
     // SAFETY: `user` is the `Ctx` registered below, alive until the test ends.
     let ctx = unsafe { &*(user as *const Ctx) };
@@ -53,7 +44,7 @@ unsafe extern "C" fn on_done(task: hbDNNTaskHandle_t, status: i32, user: *mut c_
         let mut t = null_mut();
         let mut out = ctx.output.lock().unwrap();
         let mut o: *mut hbDNNTensor = &mut *out;
-        let mut c = ctrl(0);
+        let mut c = ctrl(0, 0);
         // SAFETY: valid pointers; the memory outlives the inner task (waited here).
         let rc = unsafe { hbDNNInfer(&mut t, &mut o, &ctx.input, ctx.model, &mut c) };
         inner = Some(if rc == 0 {
@@ -76,21 +67,6 @@ unsafe extern "C" fn on_done(task: hbDNNTaskHandle_t, status: i32, user: *mut c_
     s.own_wait.push(own);
     s.own_release.extend(released);
     s.inner.extend(inner);
-}
-
-fn tensor(p: hbDNNTensorProperties, buf: &mut [u8]) -> hbDNNTensor {
-    let mem = hbSysMem {
-        phyAddr: 0,
-        virAddr: null_mut(),
-        memSize: 0,
-    };
-    let mut t = hbDNNTensor {
-        sysMem: [mem; 4],
-        properties: p,
-    };
-    t.sysMem[0].virAddr = buf.as_mut_ptr().cast();
-    t.sysMem[0].memSize = buf.len() as u32;
-    t
 }
 
 #[test]
@@ -133,7 +109,7 @@ fn c_callbacks_wait_release_submit_and_fire_once() {
         let mut t = null_mut();
         // A task assembled in two calls: the callback is registered before it is
         // submitted, so it runs on the library's callback thread.
-        let mut c = ctrl(1);
+        let mut c = ctrl(0, 1);
         // SAFETY: valid pointers; the memory outlives the task.
         unsafe {
             assert_eq!(hbDNNInfer(&mut t, &mut o, &ctx.input, h, &mut c), 0);
@@ -192,7 +168,7 @@ fn c_callbacks_wait_release_submit_and_fire_once() {
     let mut out = tensor(op, &mut y);
     let mut o: *mut hbDNNTensor = &mut out;
     let mut t = null_mut();
-    let mut c = ctrl(0);
+    let mut c = ctrl(0, 0);
     // SAFETY: valid pointers; the memory outlives the task.
     unsafe {
         assert_eq!(hbDNNInfer(&mut t, &mut o, &ctx.input, h, &mut c), 0);

@@ -5,9 +5,12 @@
 //! against `HB_MAX_TASK_NUM`; `dspCoreId = -1` is accepted; the trace can be started,
 //! stopped and dumped from C.
 
+mod capi_support;
+
 use std::ffi::{c_char, CStr, CString};
 use std::ptr::null_mut;
 
+use capi_support::{first_model, props, tensor};
 use vnpu::error::codes::*;
 use vnpu::ffi::*;
 
@@ -40,48 +43,6 @@ fn get(key: &str) -> Result<String, i32> {
 
 fn detail() -> String {
     last_error_detail()
-}
-
-fn first_model(p: hbPackedDNNHandle_t) -> hbDNNHandle_t {
-    let mut names: *mut *const c_char = null_mut();
-    let mut n = 0;
-    let mut h = null_mut();
-    // SAFETY: valid out-pointers; the name list is library-owned.
-    unsafe {
-        assert_eq!(hbDNNGetModelNameList(&mut names, &mut n, p), 0);
-        assert_eq!(hbDNNGetModelHandle(&mut h, p, *names), 0);
-    }
-    h
-}
-
-fn props(h: hbDNNHandle_t, output: bool) -> hbDNNTensorProperties {
-    // SAFETY: an all-zero hbDNNTensorProperties is valid (integers and NULL pointers).
-    let mut p: hbDNNTensorProperties = unsafe { std::mem::zeroed() };
-    // SAFETY: valid out-pointer.
-    let rc = unsafe {
-        if output {
-            hbDNNGetOutputTensorProperties(&mut p, h, 0)
-        } else {
-            hbDNNGetInputTensorProperties(&mut p, h, 0)
-        }
-    };
-    assert_eq!(rc, 0);
-    p
-}
-
-fn tensor(p: hbDNNTensorProperties, buf: &mut [u8]) -> hbDNNTensor {
-    let mem = hbSysMem {
-        phyAddr: 0,
-        virAddr: null_mut(),
-        memSize: 0,
-    };
-    let mut t = hbDNNTensor {
-        sysMem: [mem; 4],
-        properties: p,
-    };
-    t.sysMem[0].virAddr = buf.as_mut_ptr().cast();
-    t.sysMem[0].memSize = buf.len() as u32;
-    t
 }
 
 #[test]
@@ -148,7 +109,7 @@ fn config_calls_trace_calls_and_the_assembly_limit() {
         0
     );
     let h = first_model(p);
-    let (inp, outp) = (props(h, false), props(h, true));
+    let (inp, outp) = (props(h, false, 0), props(h, true, 0));
     let mut x = vec![0u8; inp.alignedByteSize as usize];
     let input = tensor(inp, &mut x);
     let mut bufs: Vec<Vec<u8>> = (0..4)

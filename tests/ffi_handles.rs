@@ -1,11 +1,14 @@
 //! C ABI through the rlib: packed / model / task handles (generational registry),
 //! model queries, tensor validation against the model, `more` task assembly.
 
+mod capi_support;
+
 use std::ffi::{c_char, c_void, CStr};
 use std::path::PathBuf;
 use std::ptr::{null, null_mut};
 use std::sync::atomic::{AtomicI32, Ordering};
 
+use capi_support::{ctrl, model_named, props, tensor};
 use once_cell::sync::Lazy;
 use vnpu::compile::{CompileOptions, InputParams, InputType};
 use vnpu::error::codes::*;
@@ -60,56 +63,6 @@ fn packed() -> hbPackedDNNHandle_t {
 const NV12_BYTES: usize = 64 * 64 * 3 / 2;
 const F32_BYTES: usize = 3 * 64 * 64 * 4;
 
-fn model(p: hbPackedDNNHandle_t, name: &CStr) -> hbDNNHandle_t {
-    let mut h = null_mut();
-    // SAFETY: valid out-pointer and NUL-terminated name.
-    assert_eq!(unsafe { hbDNNGetModelHandle(&mut h, p, name.as_ptr()) }, 0);
-    h
-}
-
-fn props(h: hbDNNHandle_t, output: bool, i: i32) -> hbDNNTensorProperties {
-    // SAFETY: an all-zero hbDNNTensorProperties is a valid value (integers, NULL pointers).
-    let mut p: hbDNNTensorProperties = unsafe { std::mem::zeroed() };
-    // SAFETY: valid out-pointer.
-    let rc = unsafe {
-        if output {
-            hbDNNGetOutputTensorProperties(&mut p, h, i)
-        } else {
-            hbDNNGetInputTensorProperties(&mut p, h, i)
-        }
-    };
-    assert_eq!(rc, 0);
-    p
-}
-
-/// A tensor with the model's properties and memory in `buf` at `slot`.
-fn tensor(p: hbDNNTensorProperties, buf: &mut [u8]) -> hbDNNTensor {
-    let empty = hbSysMem {
-        phyAddr: 0,
-        virAddr: null_mut(),
-        memSize: 0,
-    };
-    let mut t = hbDNNTensor {
-        sysMem: [empty; 4],
-        properties: p,
-    };
-    t.sysMem[0].virAddr = buf.as_mut_ptr().cast();
-    t.sysMem[0].memSize = buf.len() as u32;
-    t
-}
-
-fn ctrl(more: i32) -> hbDNNInferCtrlParam {
-    hbDNNInferCtrlParam {
-        bpuCoreId: 0,
-        dspCoreId: 0,
-        priority: 0,
-        more,
-        customId: 0,
-        reserved1: 0,
-        reserved2: 0,
-    }
-}
-
 fn sum(buf: &[u8]) -> f32 {
     buf.chunks_exact(4)
         .map(|b| f32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
@@ -134,7 +87,7 @@ fn names_models_and_properties() {
         .collect();
     assert_eq!(names, ["cls", "feat"]);
 
-    let cls = model(p, c"cls");
+    let cls = model_named(p, c"cls");
     let (mut ins, mut outs) = (0, 0);
     let mut name: *const c_char = null();
     // SAFETY: valid out-pointers; names are library-owned.
@@ -189,7 +142,7 @@ fn names_models_and_properties() {
 #[test]
 fn released_handles_are_stale_never_crash() {
     let p = packed();
-    let feat = model(p, c"feat");
+    let feat = model_named(p, c"feat");
     // SAFETY: handles are tokens; any value is accepted.
     unsafe {
         assert_eq!(hbDNNRelease(p), 0);
@@ -203,7 +156,7 @@ fn released_handles_are_stale_never_crash() {
         );
         // A model handle is not a packed handle and vice versa.
         let p2 = packed();
-        let feat2 = model(p2, c"feat");
+        let feat2 = model_named(p2, c"feat");
         assert_eq!(hbDNNRelease(feat2), HB_DNN_INVALID_PACKED_DNN_HANDLE);
         assert_eq!(hbDNNGetInputCount(&mut n, p2), HB_DNN_INVALID_DNN_HANDLE);
         assert_ne!(p2, p, "a reused slot gets a new generation");
@@ -217,12 +170,12 @@ type Breaker = fn(&mut hbDNNTensor, &mut hbDNNTensor);
 #[test]
 fn tensor_mismatches_are_reported_with_detail() {
     let p = packed();
-    let cls = model(p, c"cls");
+    let cls = model_named(p, c"cls");
     let mut in_buf = vec![0u8; NV12_BYTES];
     let mut out_buf = vec![0u8; 40];
     let input = tensor(props(cls, false, 0), &mut in_buf);
     let output = tensor(props(cls, true, 0), &mut out_buf);
-    let mut c = ctrl(1);
+    let mut c = ctrl(0, 1);
     let cases: [(Breaker, &str); 8] = [
         (|i, _| i.sysMem[0].memSize -= 1, "sysMem[0].memSize"),
         (|i, _| i.properties.tensorType = 13, "tensorType"),
@@ -282,7 +235,7 @@ unsafe extern "C" fn record(_task: hbDNNTaskHandle_t, status: i32, userdata: *mu
 #[test]
 fn infer_wait_release_end_to_end() {
     let p = packed();
-    let feat = model(p, c"feat");
+    let feat = model_named(p, c"feat");
     let mut x = vec![0u8; F32_BYTES];
     for (k, b) in x.chunks_exact_mut(4).enumerate() {
         b.copy_from_slice(&((k % 17) as f32 / 17.0).to_ne_bytes());
@@ -292,7 +245,7 @@ fn infer_wait_release_end_to_end() {
     let mut output = tensor(props(feat, true, 0), &mut y);
     let mut out_ptr: *mut hbDNNTensor = &mut output;
     let mut task: hbDNNTaskHandle_t = null_mut();
-    let mut c = ctrl(0);
+    let mut c = ctrl(0, 0);
     c.priority = 255;
     // SAFETY: valid pointers; buffers outlive the task (waited below).
     unsafe {
@@ -326,8 +279,8 @@ fn infer_wait_release_end_to_end() {
 #[test]
 fn more_tasks_assemble_under_one_handle() {
     let p = packed();
-    let cls = model(p, c"cls");
-    let feat = model(p, c"feat");
+    let cls = model_named(p, c"cls");
+    let feat = model_named(p, c"feat");
     let mut img = vec![128u8; NV12_BYTES];
     let mut x = vec![0u8; F32_BYTES];
     let (mut y1, mut y2) = (vec![0u8; 40], vec![0u8; 40]);
@@ -339,7 +292,10 @@ fn more_tasks_assemble_under_one_handle() {
     let mut task: hbDNNTaskHandle_t = null_mut();
     // SAFETY: valid pointers throughout; handles are tokens.
     unsafe {
-        assert_eq!(hbDNNInfer(&mut task, &mut p1, &in1, cls, &mut ctrl(1)), 0);
+        assert_eq!(
+            hbDNNInfer(&mut task, &mut p1, &in1, cls, &mut ctrl(0, 1)),
+            0
+        );
         let first = task;
         assert!(!first.is_null());
         assert_eq!(hbDNNWaitTaskDone(task, 0), HB_DNN_API_USE_ERROR);
@@ -348,7 +304,10 @@ fn more_tasks_assemble_under_one_handle() {
             hbDNNGetTaskEstimateTime(&mut est, task),
             HB_DNN_API_USE_ERROR
         );
-        assert_eq!(hbDNNInfer(&mut task, &mut p2, &in2, feat, &mut ctrl(0)), 0);
+        assert_eq!(
+            hbDNNInfer(&mut task, &mut p2, &in2, feat, &mut ctrl(0, 0)),
+            0
+        );
         assert_eq!(task, first, "appending keeps the same handle");
         assert_eq!(hbDNNWaitTaskDone(task, 0), 0);
         assert_eq!(hbDNNReleaseTask(task), 0);
@@ -361,15 +320,18 @@ fn more_tasks_assemble_under_one_handle() {
     // SAFETY: as above; the task is never submitted.
     unsafe {
         for _ in 0..255 {
-            assert_eq!(hbDNNInfer(&mut task, &mut p2, &in2, feat, &mut ctrl(1)), 0);
+            assert_eq!(
+                hbDNNInfer(&mut task, &mut p2, &in2, feat, &mut ctrl(0, 1)),
+                0
+            );
         }
         assert_eq!(
-            hbDNNInfer(&mut task, &mut p2, &in2, feat, &mut ctrl(1)),
+            hbDNNInfer(&mut task, &mut p2, &in2, feat, &mut ctrl(0, 1)),
             HB_DNN_TASK_BATCH_SIZE_EXCEED_LIMIT
         );
         assert_eq!(hbDNNReleaseTask(task), 0);
         assert_eq!(
-            hbDNNInfer(&mut task, &mut p2, &in2, feat, &mut ctrl(0)),
+            hbDNNInfer(&mut task, &mut p2, &in2, feat, &mut ctrl(0, 0)),
             HB_DNN_INVALID_TASK_HANDLE
         );
         assert_eq!(hbDNNRelease(p), 0);
@@ -379,8 +341,8 @@ fn more_tasks_assemble_under_one_handle() {
 #[test]
 fn roi_infer_validates_and_runs() {
     let p = packed();
-    let cls = model(p, c"cls");
-    let feat = model(p, c"feat");
+    let cls = model_named(p, c"cls");
+    let feat = model_named(p, c"feat");
     // A 128x96 NV12 frame with a 160-byte row stride.
     let (w, h, stride) = (128usize, 96usize, 160usize);
     let mut frame = vec![0u8; stride * h * 3 / 2];
@@ -397,7 +359,7 @@ fn roi_infer_validates_and_runs() {
     let mut output = tensor(props(cls, true, 0), &mut out);
     output.sysMem[0].memSize = 40;
     let mut out_ptr: *mut hbDNNTensor = &mut output;
-    let mut c = ctrl(0);
+    let mut c = ctrl(0, 0);
     let mut task = null_mut();
     let roi = |left, top, right, bottom| hbDNNRoi {
         left,
@@ -551,7 +513,7 @@ fn roi_infer_validates_and_runs() {
 #[test]
 fn null_pointers_are_invalid_arguments() {
     let p = packed();
-    let feat = model(p, c"feat");
+    let feat = model_named(p, c"feat");
     let mut n = 0;
     // SAFETY: NULL is checked before any use.
     unsafe {
@@ -572,7 +534,7 @@ fn null_pointers_are_invalid_arguments() {
             HB_DNN_INVALID_ARGUMENT
         );
         let mut task = null_mut();
-        let mut c = ctrl(0);
+        let mut c = ctrl(0, 0);
         assert_eq!(
             hbDNNInfer(&mut task, null_mut(), null(), feat, &mut c),
             HB_DNN_INVALID_ARGUMENT

@@ -2,56 +2,15 @@
 //! un-released tasks count against the live-task limit until hbDNNReleaseTask, and the
 //! C loaders accept ONNX files and bytes (compiled on load).
 
-use std::ffi::c_char;
+mod capi_support;
+
 use std::ptr::null_mut;
 
+use capi_support::{first_model, props, tensor};
 use vnpu::error::codes::*;
 use vnpu::ffi::*;
 
 const MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/models/tiny_classifier.onnx");
-
-fn first_model(p: hbPackedDNNHandle_t) -> hbDNNHandle_t {
-    let mut names: *mut *const c_char = null_mut();
-    let mut n = 0;
-    let mut h = null_mut();
-    // SAFETY: valid out-pointers; the name list is library-owned.
-    unsafe {
-        assert_eq!(hbDNNGetModelNameList(&mut names, &mut n, p), 0);
-        assert_eq!(n, 1);
-        assert_eq!(hbDNNGetModelHandle(&mut h, p, *names), 0);
-    }
-    h
-}
-
-fn props(h: hbDNNHandle_t, output: bool) -> hbDNNTensorProperties {
-    // SAFETY: an all-zero hbDNNTensorProperties is valid (integers and NULL pointers).
-    let mut p: hbDNNTensorProperties = unsafe { std::mem::zeroed() };
-    // SAFETY: valid out-pointer.
-    let rc = unsafe {
-        if output {
-            hbDNNGetOutputTensorProperties(&mut p, h, 0)
-        } else {
-            hbDNNGetInputTensorProperties(&mut p, h, 0)
-        }
-    };
-    assert_eq!(rc, 0);
-    p
-}
-
-fn tensor(p: hbDNNTensorProperties, buf: &mut [u8]) -> hbDNNTensor {
-    let mem = hbSysMem {
-        phyAddr: 0,
-        virAddr: null_mut(),
-        memSize: 0,
-    };
-    let mut t = hbDNNTensor {
-        sysMem: [mem; 4],
-        properties: p,
-    };
-    t.sysMem[0].virAddr = buf.as_mut_ptr().cast();
-    t.sysMem[0].memSize = buf.len() as u32;
-    t
-}
 
 #[test]
 fn unreleased_tasks_hit_the_limit_until_released() {
@@ -65,8 +24,8 @@ fn unreleased_tasks_hit_the_limit_until_released() {
         0
     );
     let h = first_model(p);
-    let in_props = props(h, false);
-    let out_props = props(h, true);
+    let in_props = props(h, false, 0);
+    let out_props = props(h, true, 0);
     let mut x = vec![0u8; in_props.alignedByteSize as usize];
     let input = tensor(in_props, &mut x);
     let mut outs: Vec<Vec<u8>> = (0..40)
@@ -134,7 +93,7 @@ fn onnx_files_load_through_the_c_api() {
         assert_eq!(hbDNNInitializeFromFiles(&mut p, names.as_mut_ptr(), 1), 0);
         let h = first_model(p);
         assert_eq!(
-            props(h, false).tensorType,
+            props(h, false, 0).tensorType,
             hbDNNDataType::HB_DNN_TENSOR_TYPE_F32 as i32
         );
         assert_eq!(hbDNNRelease(p), 0);

@@ -3,131 +3,39 @@
 //! `vnpu serve` as a separate daemon process). Order is asserted on the daemon's trace;
 //! waits on wall time exist only as deadlock guards.
 
+mod capi_support;
+mod service_support;
+
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 #[cfg(feature = "test-ops")]
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
-use vnpu::compile::{compile_onnx_bytes, CompileOptions};
+use service_support::*;
 use vnpu::error::codes;
-use vnpu::runtime::{CtrlParams, ElemType, IoBuffer, ModelRequest, PackedModel, Runtime};
+use vnpu::runtime::{CtrlParams, PackedModel};
 use vnpu::sched::SchedConfig;
 use vnpu::service::wire::{ModelRef, Request, Response, MAX_MESSAGE, PROTOCOL_VERSION};
 use vnpu::service::{sock, Client, Daemon, Limits, RemotePart, ServeOptions};
 use vnpu::Error;
 
-static SEQ: AtomicUsize = AtomicUsize::new(0);
-
-fn temp_dir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "vnpu-svc-{}-{}",
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::SeqCst)
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn classifier_file(dir: &Path) -> PathBuf {
-    let onnx =
-        std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("models/tiny_classifier.onnx"))
-            .unwrap();
-    let c = compile_onnx_bytes(&onnx, None, "classifier", &CompileOptions::default()).unwrap();
-    let p = dir.join("classifier.bin");
-    std::fs::write(&p, vnpu::format::write_models(&[c]).unwrap()).unwrap();
-    p
-}
-
-/// A daemon served by a thread of this process.
-struct TestDaemon {
-    daemon: Arc<Daemon>,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-    socket: PathBuf,
-}
-
-impl TestDaemon {
-    fn start(dir: &Path, cores: usize, core_limit: usize) -> TestDaemon {
-        let socket = dir.join("vnpu.sock");
-        let sched = SchedConfig {
-            cores,
-            core_limit,
-            max_tasks: 1024,
-            ..SchedConfig::default()
-        };
-        let daemon = Arc::new(
-            Daemon::bind(ServeOptions {
-                socket: socket.clone(),
-                group: None,
-                sched,
-                limits: Limits::default(),
-            })
-            .unwrap(),
-        );
-        let stop = Arc::new(AtomicBool::new(false));
-        let (d, s) = (daemon.clone(), stop.clone());
-        let thread = std::thread::spawn(move || d.run(&s).unwrap());
-        TestDaemon {
-            daemon,
-            stop,
-            thread: Some(thread),
-            socket,
-        }
-    }
-
-    #[cfg(feature = "test-ops")]
-    fn clients(&self) -> usize {
-        self.daemon.status_json()["clients"]
-            .as_array()
-            .unwrap()
-            .len()
-    }
-}
-
-impl Drop for TestDaemon {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// Polls `f` until it holds; a deadlock guard, not a timing assertion.
-#[cfg(feature = "test-ops")]
-fn eventually(what: &str, f: impl Fn() -> bool) {
-    let t0 = Instant::now();
-    while !f() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "never happened: {what}"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-fn fill_input(buf: &mut [u8], elem: ElemType) {
-    match elem {
-        ElemType::F32 => {
-            for (i, c) in buf.chunks_exact_mut(4).enumerate() {
-                c.copy_from_slice(&(((i % 17) as f32) * 0.05 - 0.4).to_le_bytes());
-            }
-        }
-        _ => {
-            for (i, b) in buf.iter_mut().enumerate() {
-                *b = (i * 7 % 251) as u8;
-            }
-        }
-    }
+/// A daemon with `cores` cores and `core_limit`, default client limits.
+fn daemon(dir: &Path, cores: usize, core_limit: usize) -> TestDaemon {
+    let sched = SchedConfig {
+        cores,
+        core_limit,
+        max_tasks: 1024,
+        ..SchedConfig::default()
+    };
+    TestDaemon::start(dir, sched, Limits::default())
 }
 
 #[test]
 fn inference_through_the_daemon_matches_in_process_and_copies_nothing() {
-    let dir = temp_dir();
-    let model = classifier_file(&dir);
-    let d = TestDaemon::start(&dir, 2, 0);
+    let dir = temp_dir("svc");
+    let model = classifier_file(&dir, "classifier", false);
+    let d = daemon(&dir, 2, 0);
     let c = Client::connect(&d.socket).unwrap();
     let pack = c.load_files(&[&model]).unwrap();
     assert_eq!(pack.models.len(), 1);
@@ -141,20 +49,7 @@ fn inference_through_the_daemon_matches_in_process_and_copies_nothing() {
     assert_eq!(info.outputs, m.outputs);
     let mut input = vec![0u8; m.inputs[0].aligned_byte_size];
     fill_input(&mut input, m.inputs[0].elem);
-    let mut want = vec![0u8; m.outputs[0].aligned_byte_size];
-    let rt = Runtime::with_config(SchedConfig::default()).unwrap();
-    let t = rt
-        .submit(
-            vec![ModelRequest {
-                model: m.clone(),
-                inputs: vec![vec![IoBuffer::from_slice(&mut input)]],
-                outputs: vec![IoBuffer::from_slice(&mut want)],
-                rois: vec![],
-            }],
-            CtrlParams::default(),
-        )
-        .unwrap();
-    t.wait(None).unwrap();
+    let want = reference_output(&m, &mut input);
 
     let mut inp = c.alloc_shared(input.len()).unwrap();
     let out = c.alloc_shared(want.len()).unwrap();
@@ -191,9 +86,9 @@ fn inference_through_the_daemon_matches_in_process_and_copies_nothing() {
 
 #[test]
 fn bad_buffers_and_foreign_ids_are_errors() {
-    let dir = temp_dir();
-    let model = classifier_file(&dir);
-    let d = TestDaemon::start(&dir, 1, 0);
+    let dir = temp_dir("svc");
+    let model = classifier_file(&dir, "classifier", false);
+    let d = daemon(&dir, 1, 0);
     let a = Client::connect(&d.socket).unwrap();
     let b = Client::connect(&d.socket).unwrap();
     assert_ne!(a.id(), b.id());
@@ -260,9 +155,9 @@ fn bad_buffers_and_foreign_ids_are_errors() {
 
 #[test]
 fn identical_models_are_held_once() {
-    let dir = temp_dir();
-    let model = classifier_file(&dir);
-    let d = TestDaemon::start(&dir, 1, 0);
+    let dir = temp_dir("svc");
+    let model = classifier_file(&dir, "classifier", false);
+    let d = daemon(&dir, 1, 0);
     let a = Client::connect(&d.socket).unwrap();
     let b = Client::connect(&d.socket).unwrap();
     let pa = a.load_files(&[&model]).unwrap();
@@ -280,7 +175,7 @@ fn identical_models_are_held_once() {
 
 #[test]
 fn unreachable_daemon_is_an_error_naming_the_socket() {
-    let dir = temp_dir();
+    let dir = temp_dir("svc");
     let sock = dir.join("nobody.sock");
     let e = Client::connect(&sock).err().expect("must fail");
     assert_eq!(e.code(), codes::HB_DNN_MULTI_PROGRESS_USE_ERROR);
@@ -289,8 +184,8 @@ fn unreachable_daemon_is_an_error_naming_the_socket() {
 
 #[test]
 fn malformed_messages_disconnect_only_that_connection() {
-    let dir = temp_dir();
-    let d = TestDaemon::start(&dir, 1, 0);
+    let dir = temp_dir("svc");
+    let d = daemon(&dir, 1, 0);
     let good = Client::connect(&d.socket).unwrap();
     // Garbage instead of Hello.
     let fd = sock::connect(&d.socket).unwrap();
@@ -354,8 +249,8 @@ fn malformed_messages_disconnect_only_that_connection() {
 #[test]
 fn socket_is_private_to_its_owner() {
     use std::os::unix::fs::PermissionsExt;
-    let dir = temp_dir();
-    let d = TestDaemon::start(&dir, 1, 0);
+    let dir = temp_dir("svc");
+    let d = daemon(&dir, 1, 0);
     let mode = std::fs::metadata(&d.socket).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
     // A second daemon on a live socket is refused.
@@ -373,6 +268,7 @@ fn socket_is_private_to_its_owner() {
 #[cfg(feature = "test-ops")]
 mod ordering {
     use super::*;
+    use vnpu::compile::{compile_onnx_bytes, CompileOptions};
     use vnpu::onnx::builder::{attr, ModelBuilder};
     use vnpu::onnx::TEST_DOMAIN;
     use vnpu::sched::TraceKind;
@@ -445,9 +341,9 @@ mod ordering {
     /// core 0, and a task with mask 0 may run anywhere (checked on the daemon's trace).
     #[test]
     fn core_masks_hold_across_clients() {
-        let dir = temp_dir();
+        let dir = temp_dir("svc");
         let m = spin_file(&dir, "m", 3, 600);
-        let d = TestDaemon::start(&dir, 2, 0);
+        let d = daemon(&dir, 2, 0);
         let sched = d.daemon.runtime().scheduler().clone();
         let a = Client::connect(&d.socket).unwrap();
         let b = Client::connect(&d.socket).unwrap();
@@ -489,13 +385,13 @@ mod ordering {
     /// `corelimit` normal FCs of client A.
     #[test]
     fn two_clients_share_one_queue_and_one_core() {
-        let dir = temp_dir();
+        let dir = temp_dir("svc");
         let bg = spin_file(&dir, "bg", 12, 600);
         let fg = spin_file(&dir, "fg", 2, 600);
         // Holds the core while the other five are submitted (0.4 s: ample even on a
         // loaded machine, where each submission is one round trip).
         let hold = spin_file(&dir, "hold", 400, 1000);
-        let d = TestDaemon::start(&dir, 1, 1);
+        let d = daemon(&dir, 1, 1);
         let sched = d.daemon.runtime().scheduler().clone();
         let a = Client::connect(&d.socket).unwrap();
         let b = Client::connect(&d.socket).unwrap();
@@ -571,9 +467,9 @@ mod ordering {
     /// is unaffected.
     #[test]
     fn a_vanished_client_loses_only_its_own_tasks() {
-        let dir = temp_dir();
+        let dir = temp_dir("svc");
         let bg = spin_file(&dir, "bg", 100, 600);
-        let d = TestDaemon::start(&dir, 1, 0);
+        let d = daemon(&dir, 1, 0);
         let sched = d.daemon.runtime().scheduler().clone();
         let a = Client::connect(&d.socket).unwrap();
         let b = Client::connect(&d.socket).unwrap();
@@ -647,7 +543,7 @@ fn serve_process(
 #[cfg(feature = "test-ops")]
 #[test]
 fn a_killed_daemon_fails_waiting_clients() {
-    let dir = temp_dir();
+    let dir = temp_dir("svc");
     let bg = ordering::spin_file(&dir, "bg", 200, 900);
     let socket = dir.join("d.sock");
     let (mut child, c, i, o, part) = serve_process(&socket, &bg);
@@ -677,7 +573,7 @@ fn a_killed_daemon_fails_waiting_clients() {
 #[cfg(feature = "test-ops")]
 #[test]
 fn sigterm_fails_pending_tasks_and_exits_cleanly() {
-    let dir = temp_dir();
+    let dir = temp_dir("svc");
     let bg = ordering::spin_file(&dir, "bg", 40, 900);
     let socket = dir.join("t.sock");
     let (mut child, c, i, o, part) = serve_process(&socket, &bg);
@@ -702,38 +598,12 @@ fn sigterm_fails_pending_tasks_and_exits_cleanly() {
 /// `more`, release and the unreachable-daemon error.
 mod c_api {
     use super::*;
+    use crate::capi_support::{ctrl, tensor_at};
     use std::ffi::{c_void, CString};
     use std::ptr::null_mut;
     use vnpu::ffi::*;
 
     const CHILD_ENV: &str = "VNPU_SERVICE_TEST_CHILD";
-
-    fn ctrl(more: i32, priority: i32) -> hbDNNInferCtrlParam {
-        hbDNNInferCtrlParam {
-            bpuCoreId: 0,
-            dspCoreId: 0,
-            priority,
-            more,
-            customId: 0,
-            reserved1: 0,
-            reserved2: 0,
-        }
-    }
-
-    fn tensor(p: hbDNNTensorProperties, ptr: *mut c_void, len: usize) -> hbDNNTensor {
-        let mem = hbSysMem {
-            phyAddr: 0,
-            virAddr: null_mut(),
-            memSize: 0,
-        };
-        let mut t = hbDNNTensor {
-            sysMem: [mem; 4],
-            properties: p,
-        };
-        t.sysMem[0].virAddr = ptr;
-        t.sysMem[0].memSize = len as u32;
-        t
-    }
 
     unsafe extern "C" fn on_done(_t: hbDNNTaskHandle_t, status: i32, user: *mut c_void) {
         // SAFETY: `user` is the `AtomicUsize` of the test, alive until it ends.
@@ -741,32 +611,12 @@ mod c_api {
         seen.fetch_add(1 + status.unsigned_abs() as usize * 1000, Ordering::SeqCst);
     }
 
-    /// Runs `name` in a child process with `VNPU_SERVICE=socket`.
-    fn run_child(name: &str, socket: &Path, model: &Path) -> std::process::Output {
-        std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                name,
-                "--exact",
-                "--ignored",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env("VNPU_SERVICE", socket)
-            .env(CHILD_ENV, model)
-            .output()
-            .unwrap()
-    }
-
     #[test]
     fn unchanged_c_calls_go_to_the_daemon() {
-        let dir = temp_dir();
-        let model = classifier_file(&dir);
-        let d = TestDaemon::start(&dir, 2, 0);
-        let out = run_child("c_api::child_calls", &d.socket, &model);
-        let text = String::from_utf8_lossy(&out.stdout).to_string()
-            + &String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{text}");
-        assert!(text.contains("child: done"), "{text}");
+        let dir = temp_dir("svc");
+        let model = classifier_file(&dir, "classifier", false);
+        let d = daemon(&dir, 2, 0);
+        run_child_done("c_api::child_calls", &d.socket, CHILD_ENV, &model);
         // Everything the child held was released with it (the daemon sees the
         // disconnect on its own thread, after the child has exited).
         eventually("the child's tasks released", || {
@@ -780,13 +630,14 @@ mod c_api {
 
     #[test]
     fn an_unreachable_daemon_fails_c_calls_with_the_socket_named() {
-        let dir = temp_dir();
-        let model = classifier_file(&dir);
-        let out = run_child("c_api::child_unreachable", &dir.join("none.sock"), &model);
-        let text = String::from_utf8_lossy(&out.stdout).to_string()
-            + &String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{text}");
-        assert!(text.contains("child: done"), "{text}");
+        let dir = temp_dir("svc");
+        let model = classifier_file(&dir, "classifier", false);
+        run_child_done(
+            "c_api::child_unreachable",
+            &dir.join("none.sock"),
+            CHILD_ENV,
+            &model,
+        );
     }
 
     fn child_model() -> Option<PathBuf> {
@@ -829,20 +680,7 @@ mod c_api {
         let m = local.models[0].clone();
         let mut input = vec![0u8; m.inputs[0].aligned_byte_size];
         fill_input(&mut input, m.inputs[0].elem);
-        let mut want = vec![0u8; m.outputs[0].aligned_byte_size];
-        let rt = Runtime::with_config(SchedConfig::default()).unwrap();
-        let t = rt
-            .submit(
-                vec![ModelRequest {
-                    model: m.clone(),
-                    inputs: vec![vec![IoBuffer::from_slice(&mut input)]],
-                    outputs: vec![IoBuffer::from_slice(&mut want)],
-                    rois: vec![],
-                }],
-                CtrlParams::default(),
-            )
-            .unwrap();
-        t.wait(None).unwrap();
+        let want = reference_output(&m, &mut input);
 
         let path = CString::new(model.to_str().unwrap()).unwrap();
         let mut names = [path.as_ptr()];
@@ -879,12 +717,12 @@ mod c_api {
                 0
             );
         }
-        let xt = tensor(ip, xm.virAddr, input.len());
-        let mut yt = tensor(op, ym.virAddr, want.len());
+        let xt = tensor_at(ip, xm.virAddr, input.len());
+        let mut yt = tensor_at(op, ym.virAddr, want.len());
         for prio in [0, 200] {
             let mut t = null_mut();
             let mut o: *mut hbDNNTensor = &mut yt;
-            let mut c = ctrl(0, prio);
+            let mut c = ctrl(prio, 0);
             // SAFETY: valid pointers; the memory outlives the task.
             unsafe {
                 assert_eq!(hbDNNInfer(&mut t, &mut o, &xt, h, &mut c), 0);
@@ -910,14 +748,14 @@ mod c_api {
         let mut x = input.clone();
         let mut y = vec![0u8; want.len()];
         let mut y2 = vec![0u8; want.len()];
-        let xh = tensor(ip, x.as_mut_ptr().cast(), x.len());
-        let mut yh = tensor(op, y.as_mut_ptr().cast(), y.len());
-        let mut yh2 = tensor(op, y2.as_mut_ptr().cast(), y2.len());
+        let xh = tensor_at(ip, x.as_mut_ptr().cast(), x.len());
+        let mut yh = tensor_at(op, y.as_mut_ptr().cast(), y.len());
+        let mut yh2 = tensor_at(op, y2.as_mut_ptr().cast(), y2.len());
         let seen = AtomicUsize::new(0);
         let user = &seen as *const AtomicUsize as *mut c_void;
         let mut t = null_mut();
         let (mut o1, mut o2): (*mut hbDNNTensor, *mut hbDNNTensor) = (&mut yh, &mut yh2);
-        let (mut c1, mut c0) = (ctrl(1, 0), ctrl(0, 0));
+        let (mut c1, mut c0) = (ctrl(0, 1), ctrl(0, 0));
         // SAFETY: valid pointers; the memory outlives the task.
         unsafe {
             assert_eq!(hbDNNInfer(&mut t, &mut o1, &xh, h, &mut c1), 0);
@@ -1001,9 +839,9 @@ mod c_api_timeouts {
 
     #[test]
     fn c_wait_timeouts_and_running_release_through_the_daemon() {
-        let dir = temp_dir();
+        let dir = temp_dir("svc");
         let model = ordering::spin_file(&dir, "slow", 30, 900);
-        let d = TestDaemon::start(&dir, 1, 0);
+        let d = daemon(&dir, 1, 0);
         let out = std::process::Command::new(std::env::current_exe().unwrap())
             .args([
                 "c_api_timeouts::child_timeouts",

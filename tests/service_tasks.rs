@@ -5,135 +5,45 @@
 //! (this test binary re-run with `VNPU_SERVICE` set). Assertions are on return codes,
 //! output bytes and the daemon's counters, never on time.
 
-use std::ffi::{c_void, CString};
+mod capi_support;
+mod service_support;
+
 use std::path::{Path, PathBuf};
 use std::ptr::null_mut;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
 
-use vnpu::compile::{compile_onnx_bytes, CompileOptions, InputParams, InputType};
+use capi_support::{ctrl, load_file, props, tensor_at};
+use service_support::*;
 use vnpu::error::codes;
 use vnpu::ffi::*;
-use vnpu::ir::ImageFormat;
 use vnpu::runtime::{CtrlParams, IoBuffer, PackedModel, Roi, RoiFrame, Runtime};
 use vnpu::sched::SchedConfig;
 use vnpu::service::wire::ModelRef;
-use vnpu::service::{Client, Daemon, Limits, RemotePart, ServeOptions};
+use vnpu::service::{Client, Limits, RemotePart};
 
-static SEQ: AtomicUsize = AtomicUsize::new(0);
 const CHILD_ENV: &str = "VNPU_SERVICE_TASKS_CHILD";
 
-fn temp_dir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "vnpu-svc-tasks-{}-{}",
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::SeqCst)
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A one-core daemon allowing `tasks_per_client` live tasks per client.
+fn daemon(dir: &Path, tasks_per_client: usize) -> TestDaemon {
+    let sched = SchedConfig {
+        cores: 1,
+        max_tasks: 64,
+        ..SchedConfig::default()
+    };
+    let limits = Limits {
+        tasks_per_client,
+        ..Limits::default()
+    };
+    TestDaemon::start(dir, sched, limits)
 }
 
-/// The committed tiny classifier compiled to `name.bin`, with an NV12 image input when
-/// `nv12` (for ROI inference), else its f32 input.
-fn classifier_file(dir: &Path, name: &str, nv12: bool) -> PathBuf {
-    let onnx =
-        std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("models/tiny_classifier.onnx"))
-            .unwrap();
-    let mut opts = CompileOptions::default();
-    if nv12 {
-        opts.inputs = vec![InputParams {
-            name: "images".into(),
-            shape: None,
-            input_type: InputType::Image(ImageFormat::Nv12),
-            nhwc: false,
-            train_bgr: false,
-            mean: vec![],
-            scale: vec![],
-        }];
-    }
-    let c = compile_onnx_bytes(&onnx, None, name, &opts).unwrap();
-    let p = dir.join(format!("{name}.bin"));
-    std::fs::write(&p, vnpu::format::write_models(&[c]).unwrap()).unwrap();
-    p
-}
-
-/// A daemon served by a thread of this process.
-struct TestDaemon {
-    daemon: Arc<Daemon>,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-    socket: PathBuf,
-}
-
-impl TestDaemon {
-    fn start(dir: &Path, tasks_per_client: usize) -> TestDaemon {
-        let socket = dir.join("vnpu.sock");
-        let daemon = Arc::new(
-            Daemon::bind(ServeOptions {
-                socket: socket.clone(),
-                group: None,
-                sched: SchedConfig {
-                    cores: 1,
-                    max_tasks: 64,
-                    ..SchedConfig::default()
-                },
-                limits: Limits {
-                    tasks_per_client,
-                    ..Limits::default()
-                },
-            })
-            .unwrap(),
-        );
-        let stop = Arc::new(AtomicBool::new(false));
-        let (d, s) = (daemon.clone(), stop.clone());
-        let thread = std::thread::spawn(move || d.run(&s).unwrap());
-        TestDaemon {
-            daemon,
-            stop,
-            thread: Some(thread),
-            socket,
-        }
-    }
-
-    /// (live tasks, assemblies) of the one client, from the daemon's status.
-    fn counts(&self) -> (u64, u64) {
-        let s = self.daemon.status_json();
-        let c = &s["clients"][0];
-        (
-            c["live_tasks"].as_u64().unwrap(),
-            c["assembling_tasks"].as_u64().unwrap(),
-        )
-    }
-}
-
-impl Drop for TestDaemon {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// Runs `name` (an ignored test of this binary) in a child with `VNPU_SERVICE=socket`.
-fn run_child(name: &str, socket: &Path, model: &Path) -> String {
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            name,
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("VNPU_SERVICE", socket)
-        .env(CHILD_ENV, model)
-        .output()
-        .unwrap();
-    let text =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{text}");
-    assert!(text.contains("child: done"), "{text}");
-    text
+/// (live tasks, assemblies) of the one client, from the daemon's status.
+fn counts(d: &TestDaemon) -> (u64, u64) {
+    let s = d.daemon.status_json();
+    let c = &s["clients"][0];
+    (
+        c["live_tasks"].as_u64().unwrap(),
+        c["assembling_tasks"].as_u64().unwrap(),
+    )
 }
 
 fn child_model() -> Option<PathBuf> {
@@ -144,9 +54,9 @@ fn child_model() -> Option<PathBuf> {
 /// submission always has room; giving one back frees its room.
 #[test]
 fn reservations_count_against_the_client_task_limit() {
-    let dir = temp_dir();
+    let dir = temp_dir("svc-tasks");
     let model = classifier_file(&dir, "classifier", false);
-    let d = TestDaemon::start(&dir, 3);
+    let d = daemon(&dir, 3);
     let c = Client::connect(&d.socket).unwrap();
     let pack = c.load_files(&[&model]).unwrap();
     let m = &pack.models[0];
@@ -165,9 +75,9 @@ fn reservations_count_against_the_client_task_limit() {
 
     let r1 = c.reserve().unwrap();
     let r2 = c.reserve().unwrap();
-    assert_eq!(d.counts(), (0, 2));
+    assert_eq!(counts(&d), (0, 2));
     let t1 = c.submit(parts, ctrl).unwrap();
-    assert_eq!(d.counts(), (1, 2));
+    assert_eq!(counts(&d), (1, 2));
     // Two assemblies and one task fill the limit of 3.
     let e = c.submit(parts, ctrl).unwrap_err();
     assert_eq!(e.code(), codes::HB_DNN_TASK_NUM_EXCEED_LIMIT, "{e}");
@@ -175,12 +85,12 @@ fn reservations_count_against_the_client_task_limit() {
     assert_eq!(e.code(), codes::HB_DNN_TASK_NUM_EXCEED_LIMIT, "{e}");
     // An assembly's submission takes its own room.
     let t2 = c.submit_reserved(parts, ctrl, r1).unwrap();
-    assert_eq!(d.counts(), (2, 1));
+    assert_eq!(counts(&d), (2, 1));
     let e = c.submit_reserved(parts, ctrl, r1).unwrap_err();
     assert_eq!(e.code(), codes::HB_DNN_INVALID_TASK_HANDLE, "{e}");
     // Giving a reservation back frees its room.
     c.unreserve(r2).unwrap();
-    assert_eq!(d.counts(), (2, 0));
+    assert_eq!(counts(&d), (2, 0));
     let t3 = c.submit(parts, ctrl).unwrap();
     for t in [t1, t2, t3] {
         c.wait(t, None).unwrap();
@@ -188,20 +98,20 @@ fn reservations_count_against_the_client_task_limit() {
     }
     // Forgotten tasks are told with the next submission, then their room is free.
     let t4 = c.submit(parts, ctrl).unwrap();
-    assert_eq!(d.counts(), (1, 0));
+    assert_eq!(counts(&d), (1, 0));
     c.wait(t4, None).unwrap();
     c.release(t4).unwrap();
-    assert_eq!(d.counts(), (0, 0));
+    assert_eq!(counts(&d), (0, 0));
 }
 
 /// The same through the C API: a task built with `more = 1` holds its room from its first
 /// part, and releasing it unsubmitted gives the room back.
 #[test]
 fn c_assemblies_count_against_the_client_task_limit() {
-    let dir = temp_dir();
+    let dir = temp_dir("svc-tasks");
     let model = classifier_file(&dir, "classifier", false);
-    let d = TestDaemon::start(&dir, 2);
-    run_child("child_assemblies", &d.socket, &model);
+    let d = daemon(&dir, 2);
+    run_child_done("child_assemblies", &d.socket, CHILD_ENV, &model);
     // The daemon sees the child's disconnect on its own thread, after the child exited.
     let t0 = std::time::Instant::now();
     while !d.daemon.status_json()["clients"]
@@ -217,33 +127,6 @@ fn c_assemblies_count_against_the_client_task_limit() {
     }
 }
 
-fn ctrl(more: i32) -> hbDNNInferCtrlParam {
-    hbDNNInferCtrlParam {
-        bpuCoreId: 0,
-        dspCoreId: 0,
-        priority: 0,
-        more,
-        customId: 0,
-        reserved1: 0,
-        reserved2: 0,
-    }
-}
-
-fn tensor(p: hbDNNTensorProperties, ptr: *mut c_void, len: usize) -> hbDNNTensor {
-    let mem = hbSysMem {
-        phyAddr: 0,
-        virAddr: null_mut(),
-        memSize: 0,
-    };
-    let mut t = hbDNNTensor {
-        sysMem: [mem; 4],
-        properties: p,
-    };
-    t.sysMem[0].virAddr = ptr;
-    t.sysMem[0].memSize = len as u32;
-    t
-}
-
 /// Loads `model` through the C API: (pack, model, input props, output props).
 fn load(
     model: &Path,
@@ -253,21 +136,8 @@ fn load(
     hbDNNTensorProperties,
     hbDNNTensorProperties,
 ) {
-    let path = CString::new(model.to_str().unwrap()).unwrap();
-    let mut names = [path.as_ptr()];
-    let (mut p, mut h, mut list, mut n) = (null_mut(), null_mut(), null_mut(), 0);
-    // SAFETY: all-zero properties are valid values.
-    let (mut ip, mut op): (hbDNNTensorProperties, hbDNNTensorProperties) =
-        unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
-    // SAFETY: valid out-pointers and one valid path.
-    unsafe {
-        assert_eq!(hbDNNInitializeFromFiles(&mut p, names.as_mut_ptr(), 1), 0);
-        assert_eq!(hbDNNGetModelNameList(&mut list, &mut n, p), 0);
-        assert_eq!(hbDNNGetModelHandle(&mut h, p, *list), 0);
-        assert_eq!(hbDNNGetInputTensorProperties(&mut ip, h, 0), 0);
-        assert_eq!(hbDNNGetOutputTensorProperties(&mut op, h, 0), 0);
-    }
-    (p, h, ip, op)
+    let (p, h) = load_file(model);
+    (p, h, props(h, false, 0), props(h, true, 0))
 }
 
 #[test]
@@ -278,10 +148,10 @@ fn child_assemblies() {
     let (p, h, ip, op) = load(&model);
     let mut x = vec![0u8; ip.alignedByteSize as usize];
     let mut y = vec![0u8; op.alignedByteSize as usize];
-    let xt = tensor(ip, x.as_mut_ptr().cast(), x.len());
-    let mut yt = tensor(op, y.as_mut_ptr().cast(), y.len());
+    let xt = tensor_at(ip, x.as_mut_ptr().cast(), x.len());
+    let mut yt = tensor_at(op, y.as_mut_ptr().cast(), y.len());
     let mut o: *mut hbDNNTensor = &mut yt;
-    let (mut more, mut last) = (ctrl(1), ctrl(0));
+    let (mut more, mut last) = (ctrl(0, 1), ctrl(0, 0));
     let (mut a, mut b, mut c) = (null_mut(), null_mut(), null_mut());
     // SAFETY: valid pointers; the memory outlives the tasks.
     unsafe {
@@ -324,10 +194,10 @@ fn child_assemblies() {
 /// point bit for bit, with heap and with `hbSysAllocMem` memory.
 #[test]
 fn c_roi_inference_through_the_daemon() {
-    let dir = temp_dir();
+    let dir = temp_dir("svc-tasks");
     let model = classifier_file(&dir, "cls", true);
-    let d = TestDaemon::start(&dir, 16);
-    let text = run_child("child_roi", &d.socket, &model);
+    let d = daemon(&dir, 16);
+    let text = run_child_done("child_roi", &d.socket, CHILD_ENV, &model);
     assert!(text.contains("child: staged"), "{text}");
 }
 
@@ -401,11 +271,11 @@ fn child_roi() {
         bottom: r.bottom,
     });
     let mut run = |frame: *mut u8, out: *mut u8| {
-        let input = tensor(fp, frame.cast(), stride * hgt * 3 / 2);
+        let input = tensor_at(fp, frame.cast(), stride * hgt * 3 / 2);
         let inputs = [input, input];
-        let mut output = tensor(op2, out.cast(), 2 * per_roi);
+        let mut output = tensor_at(op2, out.cast(), 2 * per_roi);
         let mut o: *mut hbDNNTensor = &mut output;
-        let mut c = ctrl(0);
+        let mut c = ctrl(0, 0);
         let mut t = null_mut();
         // SAFETY: valid pointers; one frame per ROI; the memory outlives the task.
         unsafe {
