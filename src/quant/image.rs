@@ -52,14 +52,16 @@ impl Rgb {
 /// Decodes a PNG or JPEG file to RGB.
 pub fn decode_file(path: &Path) -> Result<Rgb> {
     let bytes = std::fs::read(path).map_err(|e| bad(path, e.to_string()))?;
-    let img = decode(path, &bytes)?;
+    let img = decode_bytes(path, &bytes).map_err(|e| bad(path, e))?;
     if img.w == 0 || img.h == 0 || img.px.len() < img.w * img.h * 3 {
         return Err(bad(path, "empty or truncated image"));
     }
     Ok(img)
 }
 
-fn decode(path: &Path, bytes: &[u8]) -> Result<Rgb> {
+/// Decodes the bytes of a PNG or JPEG file (`path` picks the decoder by its extension)
+/// to RGB; the error says what is wrong with the bytes.
+pub fn decode_bytes(path: &Path, bytes: &[u8]) -> std::result::Result<Rgb, String> {
     let png = path
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("png"));
@@ -68,17 +70,17 @@ fn decode(path: &Path, bytes: &[u8]) -> Result<Rgb> {
         dec.set_transformations(png::Transformations::EXPAND | png::Transformations::STRIP_16);
         let mut reader = dec
             .read_info()
-            .map_err(|e| bad(path, format!("not a readable PNG: {e}")))?;
+            .map_err(|e| format!("not a readable PNG: {e}"))?;
         let mut buf = vec![0u8; reader.output_buffer_size()];
         let info = reader
             .next_frame(&mut buf)
-            .map_err(|e| bad(path, format!("PNG decode failed: {e}")))?;
+            .map_err(|e| format!("PNG decode failed: {e}"))?;
         let ch = match info.color_type {
             png::ColorType::Grayscale => 1,
             png::ColorType::GrayscaleAlpha => 2,
             png::ColorType::Rgb => 3,
             png::ColorType::Rgba => 4,
-            png::ColorType::Indexed => return Err(bad(path, "indexed PNG was not expanded")),
+            png::ColorType::Indexed => return Err("indexed PNG was not expanded".into()),
         };
         let px = buf[..info.buffer_size()]
             .chunks_exact(ch)
@@ -101,8 +103,8 @@ fn decode(path: &Path, bytes: &[u8]) -> Result<Rgb> {
         let mut dec = zune_jpeg::JpegDecoder::new_with_options(bytes, opts);
         let px = dec
             .decode()
-            .map_err(|e| bad(path, format!("JPEG decode failed: {e:?}")))?;
-        let info = dec.info().ok_or_else(|| bad(path, "JPEG without header"))?;
+            .map_err(|e| format!("JPEG decode failed: {e:?}"))?;
+        let info = dec.info().ok_or("JPEG without header")?;
         Ok(Rgb {
             w: info.width as usize,
             h: info.height as usize,
@@ -137,7 +139,9 @@ pub fn resize(img: &Rgb, w: usize, h: usize) -> Vec<[f32; 3]> {
     out
 }
 
-fn yuv([r, g, b]: [f32; 3]) -> [f32; 3] {
+/// RGB to YUV, BT.601 full range (the inverse of the conversion a compiled model's
+/// image input does).
+pub fn yuv([r, g, b]: [f32; 3]) -> [f32; 3] {
     [
         0.299 * r + 0.587 * g + 0.114 * b,
         -0.168736 * r - 0.331264 * g + 0.5 * b + 128.0,
@@ -160,7 +164,18 @@ pub fn image_bytes(
     w: usize,
 ) -> Result<Vec<u8>> {
     let img = decode_file(path)?;
-    let px = resize(&img, w, h);
+    Ok(pixels_to_bytes(&resize(&img, w, h), format, nhwc, h, w))
+}
+
+/// Lays out `h x w` resized RGB pixels as the raw runtime bytes of a `format` input: NV12
+/// `h*3/2 x w`, else `c*h*w` bytes in NHWC (`nhwc`) or NCHW order.
+pub fn pixels_to_bytes(
+    px: &[[f32; 3]],
+    format: ImageFormat,
+    nhwc: bool,
+    h: usize,
+    w: usize,
+) -> Vec<u8> {
     let layout = |f: &dyn Fn([f32; 3]) -> [f32; 3], ch: usize| -> Vec<u8> {
         let mut out = vec![0u8; ch * h * w];
         for (i, &p) in px.iter().enumerate() {
@@ -172,7 +187,7 @@ pub fn image_bytes(
         }
         out
     };
-    Ok(match format {
+    match format {
         ImageFormat::Nv12 => {
             let mut out = vec![0u8; h * w * 3 / 2];
             for (i, &p) in px.iter().enumerate() {
@@ -196,12 +211,31 @@ pub fn image_bytes(
         ImageFormat::Rgb => layout(&|p| p, 3),
         ImageFormat::Bgr => layout(&|p| [p[2], p[1], p[0]], 3),
         ImageFormat::Gray => layout(&|p| [yuv(p)[0]; 3], 1),
-    })
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn resize_of_a_constant_image_is_constant_and_yuv_of_gray_is_neutral() {
+        let img = Rgb {
+            w: 5,
+            h: 3,
+            px: vec![100; 45],
+        };
+        let r = resize(&img, 8, 6);
+        assert!(r
+            .iter()
+            .all(|p| p.iter().all(|&v| (v - 100.0).abs() < 1e-4)));
+        let q = yuv([100.0, 100.0, 100.0]);
+        assert!((q[0] - 100.0).abs() < 1e-3);
+        assert!((q[1] - 128.0).abs() < 1e-3 && (q[2] - 128.0).abs() < 1e-3);
+        let nv12 = pixels_to_bytes(&r, ImageFormat::Nv12, false, 6, 8);
+        assert_eq!(nv12.len(), 8 * 6 * 3 / 2);
+        assert!(nv12[..48].iter().all(|&v| v == 100) && nv12[48..].iter().all(|&v| v == 128));
+    }
 
     #[test]
     fn png_round_trip_to_rgb_nchw_and_nhwc() {
