@@ -28,7 +28,11 @@ fn u8_operand(g: &mut Graph, dq: &Dq, name: &str) -> Option<(ValueId, QParam)> {
     let zp = u8::try_from(z + 128).ok()?;
     let shape = t.shape.clone();
     let data: Vec<u8> = v.iter().map(|&s| (i16::from(s) + 128) as u8).collect();
-    let x = add_const(g, &format!("{name}/u8"), Tensor::new(shape, TensorData::U8(data)));
+    let x = add_const(
+        g,
+        &format!("{name}/u8"),
+        Tensor::new(shape, TensorData::U8(data)),
+    );
     Some((
         x,
         QParam {

@@ -197,17 +197,26 @@ fn qdq(g: &mut Graph, name: &str, v: ValueId, scale: f32, zp: i8) -> ValueId {
         axis: None,
         dtype: DType::I8,
     };
-    let qv = node(g, &format!("{name}_q"), q, &[Some(v), Some(s), Some(z)], &shape);
+    let qv = node(
+        g,
+        &format!("{name}_q"),
+        q,
+        &[Some(v), Some(s), Some(z)],
+        &shape,
+    );
     let dq = Op::DequantizeLinear { axis: None };
-    node(g, &format!("{name}_dq"), dq, &[Some(qv), Some(s), Some(z)], &shape)
+    node(
+        g,
+        &format!("{name}_dq"),
+        dq,
+        &[Some(qv), Some(s), Some(z)],
+        &shape,
+    )
 }
 
 /// A graph `inputs → Q/DQ → op → Q/DQ → output`; `op` gets the dequantised inputs and
 /// returns its output.
-fn one_op_graph(
-    inputs: &[&[usize]],
-    op: impl FnOnce(&mut Graph, &[ValueId]) -> ValueId,
-) -> Graph {
+fn one_op_graph(inputs: &[&[usize]], op: impl FnOnce(&mut Graph, &[ValueId]) -> ValueId) -> Graph {
     let mut b = GraphBuilder::new();
     let xs: Vec<ValueId> = inputs
         .iter()
@@ -235,7 +244,10 @@ fn assert_lowers(g: &Graph, want: &str, float_op: &str) {
     assert!(lower_int8(&mut l).expect("lower") >= 1);
     let ops: Vec<&str> = l.nodes.iter().map(|n| n.op.name()).collect();
     assert!(ops.contains(&want), "{want} missing: {ops:?}");
-    assert!(!ops.contains(&float_op), "{float_op} left in float: {ops:?}");
+    assert!(
+        !ops.contains(&float_op),
+        "{float_op} left in float: {ops:?}"
+    );
     fold_constant_dequantize(&mut l).expect("fold");
     let inputs: Vec<Vec<f32>> = g
         .inputs
@@ -255,7 +267,11 @@ fn assert_lowers(g: &Graph, want: &str, float_op: &str) {
         exact += usize::from(a == b);
     }
     // Bit-exact but for f32 near-ties.
-    assert!(exact * 100 >= got[0].len() * 95, "{want}: {exact} of {}", got[0].len());
+    assert!(
+        exact * 100 >= got[0].len() * 95,
+        "{want}: {exact} of {}",
+        got[0].len()
+    );
 }
 
 fn resize_linear() -> Op {
@@ -290,13 +306,28 @@ fn pools_and_linear_resize_lower_to_int8() {
         assert_lowers(&g, "QAvgPool", "AveragePool");
     }
     let g = one_op_graph(&[&[2, 6, 7, 7]], |g, x| {
-        node(g, "gap", Op::GlobalAveragePool, &[Some(x[0])], &[2, 6, 1, 1])
+        node(
+            g,
+            "gap",
+            Op::GlobalAveragePool,
+            &[Some(x[0])],
+            &[2, 6, 1, 1],
+        )
     });
     assert_lowers(&g, "QGlobalAvgPool", "GlobalAveragePool");
-    for (scales, out) in [([1.0f32, 1.0, 2.0, 2.0], [1, 3, 10, 12]), ([1.0, 1.0, 0.5, 1.5], [1, 3, 2, 9])] {
+    for (scales, out) in [
+        ([1.0f32, 1.0, 2.0, 2.0], [1, 3, 10, 12]),
+        ([1.0, 1.0, 0.5, 1.5], [1, 3, 2, 9]),
+    ] {
         let g = one_op_graph(&[&[1, 3, 5, 6]], |g, x| {
             let s = g.add_const("scales", Tensor::from_f32(vec![4], scales.to_vec()));
-            node(g, "resize", resize_linear(), &[Some(x[0]), None, Some(s)], &out)
+            node(
+                g,
+                "resize",
+                resize_linear(),
+                &[Some(x[0]), None, Some(s)],
+                &out,
+            )
         });
         assert_lowers(&g, "QResize", "Resize");
     }
@@ -337,7 +368,13 @@ fn broadcast_with_an_s8_constant_lowers_and_odd_forms_stay_in_float() {
         let z = g.add_const("k_z", Tensor::new(vec![], TensorData::I8(vec![3])));
         let dq = Op::DequantizeLinear { axis: None };
         let k = node(g, "k_dq", dq, &[Some(c), Some(s), Some(z)], &[4, 1, 1]);
-        node(g, "mul", Op::Binary(BinaryOp::Mul), &[Some(x[0]), Some(k)], &[1, 4, 3, 3])
+        node(
+            g,
+            "mul",
+            Op::Binary(BinaryOp::Mul),
+            &[Some(x[0]), Some(k)],
+            &[1, 4, 3, 3],
+        )
     });
     assert_lowers(&g, "QMul", "Mul");
     // [1, C, 1, W] against [1, C, H, W] is not one block: Add stays in float.
@@ -347,6 +384,9 @@ fn broadcast_with_an_s8_constant_lowers_and_odd_forms_stay_in_float() {
     });
     let mut l = g.clone();
     lower_int8(&mut l).expect("lower");
-    assert!(l.nodes.iter().any(|n| matches!(n.op, Op::Binary(BinaryOp::Add))));
+    assert!(l
+        .nodes
+        .iter()
+        .any(|n| matches!(n.op, Op::Binary(BinaryOp::Add))));
     assert!(!l.nodes.iter().any(|n| n.op.name() == "QAdd"));
 }

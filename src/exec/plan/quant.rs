@@ -753,14 +753,19 @@ impl QKernel {
                     *o = table[usize::from(v)];
                 }
             }
-            QKernel::Mul { table, n, bc, b_len } => {
+            QKernel::Mul {
+                table,
+                n,
+                bc,
+                b_len,
+            } => {
                 let (lo, hi) = tile.range(*n, ELEMS_PER_TILE);
                 let bx = io.bytes(1);
                 let o = r.out_bytes(0);
                 bc.for_each_run(*b_len, lo, hi, |i0, i1, b0, b1| {
                     let (o, a) = (&mut o[i0..i1], &x[i0..i1]);
                     if b1 - b0 == 1 && i1 - i0 != 1 {
-                        let row = &table[usize::from(bx[b0]) ..];
+                        let row = &table[usize::from(bx[b0])..];
                         for (o, &p) in o.iter_mut().zip(a) {
                             *o = row[usize::from(p) << 8];
                         }

@@ -451,9 +451,14 @@ mod tests {
         assert!(set("x_scale", &|r| r.f = f32::NAN).is_err());
         assert!(set("y_scale", &|r| r.f = -1.0).is_err());
         assert!(set("y_zp", &|r| r.i = 256).is_err());
-        assert!(set("coordinate_transformation_mode", &|r| r.s = "tf_crop_and_resize".into())
-            .is_err());
-        let without: Vec<_> = attrs.iter().filter(|r| r.name != "version").cloned().collect();
+        assert!(set("coordinate_transformation_mode", &|r| r.s =
+            "tf_crop_and_resize".into())
+        .is_err());
+        let without: Vec<_> = attrs
+            .iter()
+            .filter(|r| r.name != "version")
+            .cloned()
+            .collect();
         assert!(decode_op(&name, &without).is_err());
         let (name, attrs) = encode_op(&Op::QGlobalAvgPool {
             x: QParam { scale: 0.5, zp: 3 },

@@ -511,7 +511,10 @@ fn global_avgpool_matches_float_qdq() {
             if !near_tie {
                 assert_eq!(y[p], want, "plane {p} of {len}");
             }
-            assert!((i32::from(y[p]) - i32::from(want)).abs() <= 1, "plane {p} of {len}");
+            assert!(
+                (i32::from(y[p]) - i32::from(want)).abs() <= 1,
+                "plane {p} of {len}"
+            );
         }
     }
 }
@@ -522,9 +525,18 @@ fn broadcast_forms_and_runs() {
     assert_eq!(of(&[1, 8, 4, 4], &[1, 8, 4, 4]), Some(QBcast::Same));
     assert_eq!(of(&[1, 8, 4, 4], &[]), Some(QBcast::Scalar));
     assert_eq!(of(&[1, 8, 4, 4], &[1, 1, 1, 1]), Some(QBcast::Scalar));
-    assert_eq!(of(&[1, 8, 4, 4], &[1, 8, 1, 1]), Some(QBcast::Channels { inner: 16 }));
-    assert_eq!(of(&[2, 8, 4, 4], &[8, 1, 1]), Some(QBcast::Channels { inner: 16 }));
-    assert_eq!(of(&[2, 8, 4, 4], &[2, 8, 1, 1]), Some(QBcast::Channels { inner: 16 }));
+    assert_eq!(
+        of(&[1, 8, 4, 4], &[1, 8, 1, 1]),
+        Some(QBcast::Channels { inner: 16 })
+    );
+    assert_eq!(
+        of(&[2, 8, 4, 4], &[8, 1, 1]),
+        Some(QBcast::Channels { inner: 16 })
+    );
+    assert_eq!(
+        of(&[2, 8, 4, 4], &[2, 8, 1, 1]),
+        Some(QBcast::Channels { inner: 16 })
+    );
     assert_eq!(of(&[2, 8, 4, 4], &[4, 4]), Some(QBcast::Rows));
     assert_eq!(of(&[2, 8, 4, 4], &[1, 1, 4, 4]), Some(QBcast::Rows));
     assert_eq!(of(&[1, 1, 8], &[1, 1, 1, 8]), Some(QBcast::Same));

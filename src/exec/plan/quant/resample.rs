@@ -134,7 +134,10 @@ pub(crate) fn plan_qresize(c: &Ctx<'_>, coord: CoordMode, x: QParam, y: QParam) 
         ));
     }
     if coord == CoordMode::TfCropAndResize {
-        return Err(unsup(n, "coordinate_transformation_mode tf_crop_and_resize"));
+        return Err(unsup(
+            n,
+            "coordinate_transformation_mode tf_crop_and_resize",
+        ));
     }
     let scales: Vec<f32> = if c.has(2) {
         c.const_f32(2, "scales")?
