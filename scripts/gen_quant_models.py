@@ -10,7 +10,9 @@ references as raw little-endian ``.bin`` files). Two kinds of case:
 * ``op``: one quantised operator, either a float op wrapped by
   ``onnxruntime.quantization.quantize_static`` (QDQ format, random calibration data) —
   Conv (plain, depthwise, strided), Gemm, MatMul, Add, Concat, MaxPool, AveragePool,
-  Resize — or written directly with the integer operators QLinearConv, QLinearMatMul,
+  Resize, and the resampling / broadcast cases (GlobalAveragePool, AveragePool with
+  padding, linear Resize in four coordinate modes, Add / Mul with a broadcast operand or
+  a constant, an SE block) — or written directly with the integer operators QLinearConv, QLinearMatMul,
   ConvInteger, MatMulInteger.
 * ``network``: ResNet-18, MobileNetV2 and the YOLO-style detector of
   ``scripts/gen_models.py``, BatchNorm folded by onnxruntime's pre-processing, then
@@ -278,6 +280,49 @@ def op_resize(b: GraphBuilder):
                   nearest_mode="floor"), name="y")
 
 
+def op_globalavgpool(b: GraphBuilder):
+    x = b.input("x", [1, 16, 7, 7])
+    y = b.conv(x, 16, 16, 1, name="conv")
+    b.output(b.op("GlobalAveragePool", [y]), name="y")
+
+
+def op_avgpool_pad(b: GraphBuilder, include_pad: int = 0):
+    x = b.input("x", [1, 8, 9, 9])
+    y = b.conv(x, 8, 8, 1, name="conv")
+    b.output(b.op("AveragePool", [y], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
+                  count_include_pad=include_pad, ceil_mode=1), name="y")
+
+
+def op_resize_linear(b: GraphBuilder, coord: str = "half_pixel", size: int = 6, scale: float = 2.0):
+    x = b.input("x", [1, 8, size, size])
+    y = b.conv(x, 8, 8, 1, name="conv")
+    scales = b.f32([1.0, 1.0, scale, scale], "scales")
+    b.output(b.op("Resize", [y, "", scales], mode="linear", coordinate_transformation_mode=coord),
+             name="y")
+
+
+def op_binary_bcast(b: GraphBuilder, op: str, zshape):
+    x = b.input("x", [1, 8, 6, 6])
+    z = b.input("z", zshape)
+    b.output(b.op(op, [b.conv(x, 8, 8, 1, name="conv"), z]), name="y")
+
+
+def op_mul_const(b: GraphBuilder):
+    x = b.input("x", [1, 8, 6, 6])
+    k = b.const(b.rng.uniform(0.5, 4.0, (1, 8, 1, 1)).astype(np.float32), "stride")
+    b.output(b.op("Mul", [b.conv(x, 8, 8, 1, name="conv"), k]), name="y")
+
+
+def op_se_block(b: GraphBuilder):
+    """Squeeze-and-excitation: GlobalAveragePool, two 1x1 convs, Sigmoid, a channel
+    broadcast Mul, then an Add of the input (int8 all along once lowered)."""
+    x = b.input("x", [1, 16, 8, 8])
+    y = b.relu(b.conv(x, 16, 16, 3, name="conv"))
+    s = b.op("GlobalAveragePool", [y])
+    s = b.op("Sigmoid", [b.conv(b.relu(b.conv(s, 16, 4, 1, name="fc1")), 4, 16, 1, name="fc2")])
+    b.output(b.op("Add", [b.op("Mul", [y, s]), y]), name="y")
+
+
 def _qparams(rng, lo, hi, qtype):
     """Scale and zero point covering [lo, hi] for u8 or s8."""
     lo, hi = min(lo, 0.0), max(hi, 0.0)
@@ -368,6 +413,31 @@ def op_cases():
     ]
 
 
+def resample_cases():
+    """The cases of the int8 AveragePool / GlobalAveragePool / linear Resize / broadcast
+    Add and Mul lowerings (listed after the networks so that earlier seeds stay)."""
+    def qs(build, **kw):
+        return lambda seed, name: quantize(_float_op(name, build), seed, force=True, **kw)
+
+    return [
+        ("globalavgpool", qs(op_globalavgpool)),
+        ("globalavgpool_u8", qs(op_globalavgpool, activation="u8")),
+        ("averagepool_pad", qs(op_avgpool_pad)),
+        ("averagepool_incl", qs(lambda b: op_avgpool_pad(b, 1))),
+        ("resize_linear", qs(op_resize_linear)),
+        ("resize_linear_ac", qs(lambda b: op_resize_linear(b, "align_corners", 5, 3.0))),
+        ("resize_linear_down", qs(lambda b: op_resize_linear(b, "pytorch_half_pixel", 12, 0.5))),
+        ("resize_linear_asym", qs(lambda b: op_resize_linear(b, "asymmetric", 5, 2.0))),
+        ("add_bcast_channel", qs(lambda b: op_binary_bcast(b, "Add", [1, 8, 1, 1]))),
+        ("add_bcast_rows", qs(lambda b: op_binary_bcast(b, "Add", [6]))),
+        ("add_bcast_scalar", qs(lambda b: op_binary_bcast(b, "Add", [1]))),
+        ("mul_bcast_channel", qs(lambda b: op_binary_bcast(b, "Mul", [1, 8, 1, 1]))),
+        ("mul_bcast_scalar", qs(lambda b: op_binary_bcast(b, "Mul", [1]))),
+        ("mul_const", qs(op_mul_const)),
+        ("se_block", qs(op_se_block)),
+    ]
+
+
 def network_cases():
     import gen_models
 
@@ -394,12 +464,17 @@ def main(argv: list[str] | None = None) -> int:
     todo = [(n, f, "op") for n, f in op_cases()]
     if not a.no_networks:
         todo += [(n, f, "network") for n, f in network_cases()]
+    # Seeds by position: these come last so that the cases above keep theirs, and
+    # keep their own with --no-networks too.
+    base = len(op_cases()) + len(network_cases())
+    todo += [(n, f, "op") for n, f in resample_cases()]
     manifest_path = os.path.join(a.out, "manifest.json")
     cases = []
     if a.only and os.path.exists(manifest_path):
         with open(manifest_path) as fh:
             cases = [c for c in json.load(fh)["cases"] if c["name"] not in a.only]
-    for seed, (name, build, kind) in enumerate(todo):
+    for pos, (name, build, kind) in enumerate(todo):
+        seed = pos if pos < len(op_cases()) or not a.no_networks else pos + base - len(op_cases())
         if a.only and name not in a.only:
             continue
         model = build(1000 + seed, name)

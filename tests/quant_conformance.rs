@@ -11,6 +11,9 @@
 //!   onnxruntime's own int8 execution's, and vnpu's worst error (in steps) is at most
 //!   onnxruntime's (both measured by the generator in the same run): issue 16's rule.
 //!
+//! The cases of the resampling / broadcast lowerings also check the compiled graph: the
+//! int8 op is there and the float op it replaces is not ([`LOWERED`]).
+//!
 //! Run: `/work/main/.venv/bin/python scripts/gen_quant_models.py build/quant` then
 //! `VNPU_QUANT_DIR=build/quant cargo test --release --test quant_conformance -- --ignored --nocapture`.
 
@@ -112,6 +115,42 @@ fn metrics(got: &[f64], want: &[f64], step: f64) -> (f64, f64) {
 /// What one case measured: per output (name, vnpu share, vnpu worst).
 type Measured = Vec<(String, f64, f64)>;
 
+/// Cases (by name prefix) whose compiled graph must hold the int8 ops listed and none of
+/// the float ops listed (the pattern ran as DQ → f32 op → Q otherwise).
+const LOWERED: &[(&str, &[&str], &[&str])] = &[
+    ("globalavgpool", &["QGlobalAvgPool"], &["GlobalAveragePool"]),
+    ("averagepool", &["QAvgPool"], &["AveragePool"]),
+    ("resize_linear", &["QResize"], &["Resize"]),
+    ("add_bcast", &["QAdd"], &["Add"]),
+    ("mul_bcast", &["QMul"], &["Mul"]),
+    ("mul_const", &["QMul"], &["Mul"]),
+    (
+        "se_block",
+        &["QGlobalAvgPool", "QLut", "QMul", "QAdd"],
+        &["GlobalAveragePool", "Sigmoid", "Mul", "Add"],
+    ),
+];
+
+/// Checks [`LOWERED`] for case `name` with compiled op names `ops`.
+fn check_lowered(name: &str, ops: &[&str]) -> Result<(), String> {
+    for (prefix, want, gone) in LOWERED {
+        if !name.starts_with(prefix) {
+            continue;
+        }
+        for w in *want {
+            if !ops.contains(w) {
+                return Err(format!("no {w} in the compiled graph: {ops:?}"));
+            }
+        }
+        for f in *gone {
+            if ops.contains(f) {
+                return Err(format!("{f} left in float: {ops:?}"));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Compiles (with the file round trip) and runs a case; counts the int8 nodes.
 fn run_case(c: &Case) -> Result<(Measured, usize, usize), String> {
     let compiled = compile::compile_onnx_file(&c.model, &CompileOptions::default())
@@ -127,6 +166,8 @@ fn run_case(c: &Case) -> Result<(Measured, usize, usize), String> {
         .iter()
         .filter(|n| n.op.name().starts_with("Q") && n.op.name() != "QuantizeLinear")
         .count();
+    let ops: Vec<&str> = model.graph.nodes.iter().map(|n| n.op.name()).collect();
+    check_lowered(&c.name, &ops)?;
     let plan = ModelPlan::new(Arc::new(model.graph.clone()), &PlanOptions::default())
         .map_err(|e| format!("plan: {e}"))?;
     let mut st = plan.new_state();
@@ -196,6 +237,13 @@ fn metrics_count_steps() {
     assert!((share - 2.0 / 3.0).abs() < 1e-12);
     assert!((worst - 5.0).abs() < 1e-12);
     assert_eq!(values("i8", &[0xff, 1]), vec![-1.0, 1.0]);
+    assert!(check_lowered(
+        "se_block",
+        &["QConv", "QGlobalAvgPool", "QLut", "QMul", "QAdd"]
+    )
+    .is_ok());
+    assert!(check_lowered("globalavgpool_u8", &["QConv", "GlobalAveragePool"]).is_err());
+    assert!(check_lowered("conv", &["Conv"]).is_ok());
 }
 
 #[test]

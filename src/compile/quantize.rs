@@ -10,7 +10,11 @@
 //!      B) → `QGemm` (B stored `[k, n]`);
 //!    * an integer-output chain (`ConvInteger` / `MatMulInteger` as imported: unit
 //!      scales, `Q → i32`) → `QConv` / `QGemm` with an i32 output;
-//!    * `DQ(a), DQ(b) → Add [→ Relu] → Q` (same shapes) → `QAdd`; `→ Mul → Q` → `QMul`;
+//!    * `DQ(a), DQ(b) → Add [→ Relu] → Q` → `QAdd`; `→ Mul → Q` → `QMul`, on equal
+//!      shapes or with one operand broadcast as one block of dims ([`binary`]);
+//!    * `DQ(x) → AveragePool / GlobalAveragePool / Resize(linear) → Q` → `QAvgPool` /
+//!      `QGlobalAvgPool` / `QResize` (parameters may differ on the two sides,
+//!      [`resample`]);
 //!    * `DQ(x) → f → Q` for an element-wise function (Sigmoid, SiLU, HardSwish, Tanh,
 //!      ...) → `QLut` (256 entries computed in f64 at compile time);
 //!    * `DQ(x) → Softmax → Q` → `QSoftmax`;
@@ -297,7 +301,13 @@ pub fn lower_int8(g: &mut Graph) -> Result<usize> {
     for i in 0..g.nodes.len() {
         let m = match &g.nodes[i].op {
             Op::Conv { .. } | Op::Gemm { .. } | Op::MatMul { .. } => match_linear(g, &ix, i),
-            Op::Binary(BinaryOp::Add | BinaryOp::Mul) => match_add(g, &ix, i),
+            Op::Binary(BinaryOp::Add | BinaryOp::Mul) => binary::match_add(g, &ix, i),
+            Op::AveragePool { .. }
+            | Op::GlobalAveragePool
+            | Op::Resize {
+                mode: ResizeMode::Linear,
+                ..
+            } => resample::match_resample(g, &ix, i),
             Op::Unary(_) => match_unary(g, &ix, i),
             Op::Split { .. } => match_split(g, &ix, i),
             _ => match_moving(g, &ix, i),
@@ -487,38 +497,6 @@ fn transpose(w: &[i8], rows: usize, cols: usize) -> Vec<i8> {
         }
     }
     t
-}
-
-/// QAdd from `DQ(a), DQ(b) → Add [→ Relu] → Q`, QMul from `DQ(a), DQ(b) → Mul → Q`,
-/// on equal shapes.
-fn match_add(g: &Graph, ix: &Index, i: usize) -> Option<Match> {
-    let n = &g.nodes[i];
-    let is_mul = matches!(n.op, Op::Binary(BinaryOp::Mul));
-    let (da, db) = (dq_of(g, ix, n.inputs[0]?)?, dq_of(g, ix, n.inputs[1]?)?);
-    let (a, b) = (da.u8_param(g)?, db.u8_param(g)?);
-    if g.values[da.x].shape != g.values[db.x].shape || g.values[da.x].konst.is_some() {
-        return None;
-    }
-    let end = q_end(g, ix, n.outputs[0])?;
-    let y = end.y?;
-    let acts: Vec<UnaryOp> = end.act.iter().map(|&(_, a)| a).collect();
-    let (lo, hi) = bounds(Some(y), &acts)?;
-    if is_mul && end.act.is_some() {
-        return None;
-    }
-    let mut dead = vec![end.q];
-    dead.extend(end.act.map(|(a, _)| a));
-    Some(Match {
-        op: if is_mul {
-            Op::QMul { a, b, y }
-        } else {
-            Op::QAdd { a, b, y, lo, hi }
-        },
-        inputs: vec![Some(da.x), Some(db.x)],
-        outs: vec![end.out],
-        dead,
-        before: Vec::new(),
-    })
 }
 
 /// Data movement between DQ and Q with the same parameters, on u8 directly.
@@ -787,5 +765,7 @@ pub fn fold_constant_dequantize(g: &mut Graph) -> Result<usize> {
     Ok(folded.len())
 }
 
+mod binary;
+mod resample;
 #[cfg(test)]
 mod tests;

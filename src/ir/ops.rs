@@ -433,9 +433,11 @@ pub enum Op {
         lo: u8,
         hi: u8,
     },
-    /// Int8 element-wise add of two u8 tensors of the same shape, lowered from
-    /// `DQ(a), DQ(b) → Add [→ Relu] → Q`; computed as the float reference does
-    /// (dequantise, add, requantise), clamped to `[lo, hi]`.
+    /// Int8 element-wise add of two u8 tensors, lowered from `DQ(a), DQ(b) → Add [→
+    /// Relu] → Q`; computed as the float reference does (dequantise, add, requantise),
+    /// clamped to `[lo, hi]`. Input 0 has the output shape; input 1 has it too or
+    /// broadcasts to it as one block of its dims (`kernels::quant::QBcast`: a scalar,
+    /// `[C, 1, 1]`, trailing dims).
     QAdd {
         a: QParam,
         b: QParam,
@@ -453,8 +455,8 @@ pub enum Op {
     QLut {
         table: Vec<u8>,
     },
-    /// Int8 element-wise multiply of two u8 tensors of the same shape, lowered from
-    /// `DQ(a), DQ(b) → Mul → Q`; computed as the float reference does.
+    /// Int8 element-wise multiply of two u8 tensors, lowered from `DQ(a), DQ(b) → Mul →
+    /// Q`; computed as the float reference does. Shapes as for `QAdd`.
     QMul {
         a: QParam,
         b: QParam,
@@ -473,6 +475,31 @@ pub enum Op {
     QMaxPool {
         geom: ConvGeom,
         ceil_mode: bool,
+    },
+    /// AveragePool on a u8 tensor, lowered from `DQ(x) → AveragePool → Q`: the
+    /// window's dequantised values summed in f32, divided by the count, quantised to `y`
+    /// (what the float reference computes).
+    QAvgPool {
+        geom: ConvGeom,
+        ceil_mode: bool,
+        count_include_pad: bool,
+        x: QParam,
+        y: QParam,
+    },
+    /// GlobalAveragePool on a u8 tensor, lowered from `DQ(x) → GlobalAveragePool → Q`:
+    /// per plane the exact integer sum `s` of `n` values, then `Q(((s - n * x.zp) *
+    /// x.scale) / n)` in f32.
+    QGlobalAvgPool {
+        x: QParam,
+        y: QParam,
+    },
+    /// Linear Resize of the two innermost dims of a u8 tensor, lowered from `DQ(x) →
+    /// Resize(linear) → Q`; inputs as Resize (X, [roi], [scales], [sizes]). Each output
+    /// interpolates the dequantised neighbours in f32 and is quantised to `y`.
+    QResize {
+        coord: CoordMode,
+        x: QParam,
+        y: QParam,
     },
     /// Test-only operator (domain `ai.vnpu.test`, op `Spin`): copies its input to its
     /// output after busy-waiting `micros`. Lets scheduling tests build FCs of known length.
@@ -549,6 +576,9 @@ impl Op {
             Op::QLut { .. } => "QLut",
             Op::QMul { .. } => "QMul",
             Op::QSoftmax { .. } => "QSoftmax",
+            Op::QAvgPool { .. } => "QAvgPool",
+            Op::QGlobalAvgPool { .. } => "QGlobalAvgPool",
+            Op::QResize { .. } => "QResize",
             #[cfg(feature = "test-ops")]
             Op::Spin { .. } => "Spin",
             #[cfg(feature = "test-ops")]

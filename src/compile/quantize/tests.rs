@@ -184,3 +184,209 @@ fn unmatched_patterns_stay_in_float() {
     );
     assert_eq!(a[1], b[1], "the float conv output is unchanged");
 }
+
+/// `v → Q(s8, scale, zp) → DQ`: an activation quantised as `quantize_static` writes it.
+fn qdq(g: &mut Graph, name: &str, v: ValueId, scale: f32, zp: i8) -> ValueId {
+    let shape = g.values[v].shape.clone().expect("shape");
+    let s = g.add_const(&format!("{name}_s"), Tensor::from_f32(vec![], vec![scale]));
+    let z = g.add_const(
+        &format!("{name}_z"),
+        Tensor::new(vec![], TensorData::I8(vec![zp])),
+    );
+    let q = Op::QuantizeLinear {
+        axis: None,
+        dtype: DType::I8,
+    };
+    let qv = node(
+        g,
+        &format!("{name}_q"),
+        q,
+        &[Some(v), Some(s), Some(z)],
+        &shape,
+    );
+    let dq = Op::DequantizeLinear { axis: None };
+    node(
+        g,
+        &format!("{name}_dq"),
+        dq,
+        &[Some(qv), Some(s), Some(z)],
+        &shape,
+    )
+}
+
+/// A graph `inputs → Q/DQ → op → Q/DQ → output`; `op` gets the dequantised inputs and
+/// returns its output.
+fn one_op_graph(inputs: &[&[usize]], op: impl FnOnce(&mut Graph, &[ValueId]) -> ValueId) -> Graph {
+    let mut b = GraphBuilder::new();
+    let xs: Vec<ValueId> = inputs
+        .iter()
+        .enumerate()
+        .map(|(k, s)| b.input(&format!("x{k}"), s))
+        .collect();
+    let mut g = b.finish(&[]);
+    let dqs: Vec<ValueId> = xs
+        .iter()
+        .enumerate()
+        .map(|(k, &x)| qdq(&mut g, &format!("in{k}"), x, 0.0123 + 0.004 * k as f32, -7))
+        .collect();
+    let y = op(&mut g, &dqs);
+    crate::ir::shape::infer_graph(&mut g).expect("infer");
+    let out = qdq(&mut g, "out", y, 0.0091, 13);
+    g.outputs = vec![out];
+    crate::ir::shape::infer_graph(&mut g).expect("infer");
+    g
+}
+
+/// Lowers `g`, checks that `want` replaced `float_op` (no DQ → f32 op → Q left), and
+/// that the outputs stay within one step of the float graph.
+fn assert_lowers(g: &Graph, want: &str, float_op: &str) {
+    let mut l = g.clone();
+    assert!(lower_int8(&mut l).expect("lower") >= 1);
+    let ops: Vec<&str> = l.nodes.iter().map(|n| n.op.name()).collect();
+    assert!(ops.contains(&want), "{want} missing: {ops:?}");
+    assert!(
+        !ops.contains(&float_op),
+        "{float_op} left in float: {ops:?}"
+    );
+    fold_constant_dequantize(&mut l).expect("fold");
+    let inputs: Vec<Vec<f32>> = g
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(k, &v)| {
+            let n = g.values[v].shape.as_ref().expect("shape").iter().product();
+            rand_vec(n, 40 + k as u64).iter().map(|x| x * 1.5).collect()
+        })
+        .collect();
+    let want_out = run_graph(&float(g), &inputs);
+    let got = run_graph(&l, &inputs);
+    let step = 0.0091f32;
+    let mut exact = 0;
+    for (a, b) in got[0].iter().zip(&want_out[0]) {
+        assert!((a - b).abs() <= step * 1.001, "{want}: {a} vs {b}");
+        exact += usize::from(a == b);
+    }
+    // Bit-exact but for f32 near-ties.
+    assert!(
+        exact * 100 >= got[0].len() * 95,
+        "{want}: {exact} of {}",
+        got[0].len()
+    );
+}
+
+fn resize_linear() -> Op {
+    Op::Resize {
+        mode: ResizeMode::Linear,
+        coord: crate::ir::CoordMode::HalfPixel,
+        nearest: crate::ir::NearestMode::RoundPreferFloor,
+        cubic_coeff_a: -0.75,
+        exclude_outside: false,
+        extrapolation_value: 0.0,
+    }
+}
+
+#[test]
+fn pools_and_linear_resize_lower_to_int8() {
+    let geom = ConvGeom {
+        kernel: vec![3, 3],
+        strides: vec![2, 2],
+        dilations: vec![1, 1],
+        pads: vec![1, 1, 1, 1],
+        auto_pad: None,
+    };
+    for cip in [false, true] {
+        let g = one_op_graph(&[&[1, 4, 9, 9]], |g, x| {
+            let op = Op::AveragePool {
+                geom: geom.clone(),
+                ceil_mode: true,
+                count_include_pad: cip,
+            };
+            node(g, "pool", op, &[Some(x[0])], &[1, 4, 5, 5])
+        });
+        assert_lowers(&g, "QAvgPool", "AveragePool");
+    }
+    let g = one_op_graph(&[&[2, 6, 7, 7]], |g, x| {
+        node(
+            g,
+            "gap",
+            Op::GlobalAveragePool,
+            &[Some(x[0])],
+            &[2, 6, 1, 1],
+        )
+    });
+    assert_lowers(&g, "QGlobalAvgPool", "GlobalAveragePool");
+    for (scales, out) in [
+        ([1.0f32, 1.0, 2.0, 2.0], [1, 3, 10, 12]),
+        ([1.0, 1.0, 0.5, 1.5], [1, 3, 2, 9]),
+    ] {
+        let g = one_op_graph(&[&[1, 3, 5, 6]], |g, x| {
+            let s = g.add_const("scales", Tensor::from_f32(vec![4], scales.to_vec()));
+            node(
+                g,
+                "resize",
+                resize_linear(),
+                &[Some(x[0]), None, Some(s)],
+                &out,
+            )
+        });
+        assert_lowers(&g, "QResize", "Resize");
+    }
+}
+
+#[test]
+fn broadcast_add_and_mul_lower_to_int8() {
+    let cases: [(&[usize], &[usize]); 4] = [
+        (&[1, 8, 5, 5], &[1, 8, 1, 1]),
+        (&[1, 8, 1, 1], &[2, 8, 5, 5]),
+        (&[2, 8, 5, 5], &[1]),
+        (&[1, 8, 5, 5], &[5, 5]),
+    ];
+    for (a, b) in cases {
+        for (op, name) in [(BinaryOp::Add, "QAdd"), (BinaryOp::Mul, "QMul")] {
+            let g = one_op_graph(&[a, b], |g, x| {
+                let out = if a.len() == 4 && a.iter().product::<usize>() >= 50 {
+                    a.to_vec()
+                } else {
+                    b.to_vec()
+                };
+                node(g, "op", Op::Binary(op), &[Some(x[0]), Some(x[1])], &out)
+            });
+            assert_lowers(&g, name, op.name());
+        }
+    }
+}
+
+#[test]
+fn broadcast_with_an_s8_constant_lowers_and_odd_forms_stay_in_float() {
+    // x * DQ(s8 constant [C, 1, 1]): the constant moves to the u8 domain.
+    let g = one_op_graph(&[&[1, 4, 3, 3]], |g, x| {
+        let c = g.add_const(
+            "k",
+            Tensor::new(vec![4, 1, 1], TensorData::I8(vec![-100, 5, 77, 127])),
+        );
+        let s = g.add_const("k_s", Tensor::from_f32(vec![], vec![0.02]));
+        let z = g.add_const("k_z", Tensor::new(vec![], TensorData::I8(vec![3])));
+        let dq = Op::DequantizeLinear { axis: None };
+        let k = node(g, "k_dq", dq, &[Some(c), Some(s), Some(z)], &[4, 1, 1]);
+        node(
+            g,
+            "mul",
+            Op::Binary(BinaryOp::Mul),
+            &[Some(x[0]), Some(k)],
+            &[1, 4, 3, 3],
+        )
+    });
+    assert_lowers(&g, "QMul", "Mul");
+    // [1, C, 1, W] against [1, C, H, W] is not one block: Add stays in float.
+    let g = one_op_graph(&[&[1, 4, 3, 5], &[1, 4, 1, 5]], |g, x| {
+        let add = Op::Binary(BinaryOp::Add);
+        node(g, "add", add, &[Some(x[0]), Some(x[1])], &[1, 4, 3, 5])
+    });
+    let mut l = g.clone();
+    lower_int8(&mut l).expect("lower");
+    assert!(l
+        .nodes
+        .iter()
+        .any(|n| matches!(n.op, Op::Binary(BinaryOp::Add))));
+    assert!(!l.nodes.iter().any(|n| n.op.name() == "QAdd"));
+}

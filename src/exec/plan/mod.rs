@@ -434,6 +434,15 @@ fn plan_kernel(c: &Ctx<'_>, pre: Option<&WeightBuf>) -> Result<Planned> {
         Op::QLut { table } => quant::plan_qlut(c, table),
         Op::QMul { a, b, y } => quant::plan_qmul(c, *a, *b, *y),
         Op::QSoftmax { axis, x, y } => quant::plan_qsoftmax(c, *axis, *x, *y),
+        Op::QAvgPool {
+            geom,
+            count_include_pad,
+            x,
+            y,
+            ..
+        } => quant::plan_qavgpool(c, geom, *count_include_pad, *x, *y),
+        Op::QGlobalAvgPool { x, y } => quant::plan_qglobal_avgpool(c, *x, *y),
+        Op::QResize { coord, x, y } => quant::plan_qresize(c, *coord, *x, *y),
         #[cfg(feature = "test-ops")]
         Op::Spin { micros } => testing::plan_spin(c, *micros),
         #[cfg(feature = "test-ops")]

@@ -2,12 +2,16 @@
 //! defines them (and as onnxruntime computes them):
 //! `q = saturate(round_half_even(x / scale) + zp)`, `x = (q - zp) * scale` (the
 //! subtraction in integers, the product in f32), per-tensor or per-axis; and the
-//! lowered int8 ops (QConv, QGemm, QAdd, QRequant, QMaxPool) on the kernels of
-//! `kernels::quant`. Weights are packed and the input zero-point correction folded into
-//! the bias at plan time.
+//! lowered int8 ops (QConv, QGemm, QAdd, QMul, QRequant, QMaxPool, and in [`resample`]
+//! QAvgPool, QGlobalAvgPool, QResize) on the kernels of `kernels::quant`. Weights are
+//! packed and the input zero-point correction folded into the bias at plan time.
 //!
-//! Tiles: element ranges (Q, DQ, QAdd, QRequant), output channels (QConv, whole groups
-//! of a grouped conv), rows (QGemm), planes (QMaxPool).
+//! Tiles: element ranges (Q, DQ, QAdd, QMul, QRequant), output channels (QConv, whole
+//! groups of a grouped conv), rows (QGemm), planes (QMaxPool and the resampling ops).
+
+mod resample;
+
+pub(crate) use resample::{plan_qavgpool, plan_qglobal_avgpool, plan_qresize};
 
 use super::ctx::{geom2, nchw, Ctx};
 use super::errors::{shape_err, unsup};
@@ -18,7 +22,7 @@ use crate::kernels::body::conv::ConvShape;
 use crate::kernels::body::pool::PoolShape;
 use crate::kernels::quant::{
     maxpool_u8, qadd, qconv_i32, qconv_u8, qconv_u8_ties, qgemm_i32, qgemm_u8, requant_u8,
-    AddParams, FloatTies, QConvWeights, QGemmB, QScratch, Requant,
+    AddParams, FloatTies, QBcast, QConvWeights, QGemmB, QScratch, Requant,
 };
 
 /// Per-tensor or per-axis quantisation parameters resolved for a flat loop: element
@@ -280,9 +284,12 @@ pub(crate) enum QKernel {
         bias: Vec<i32>,
         out: QOut,
     },
+    /// `n` outputs; input 1 (`b_len` elements) broadcast as `bc` says.
     Add {
         p: AddParams,
         n: usize,
+        bc: QBcast,
+        b_len: usize,
     },
     Requant {
         x: QParam,
@@ -299,7 +306,11 @@ pub(crate) enum QKernel {
         /// (64 KiB, built at plan time).
         table: Box<[u8]>,
         n: usize,
+        bc: QBcast,
+        b_len: usize,
     },
+    /// QAvgPool, QGlobalAvgPool, QResize.
+    Resample(resample::ResampleKernel),
     /// Softmax over `len` elements `inner` apart, for `outer * inner` lanes.
     Softmax {
         x: QParam,
@@ -442,7 +453,25 @@ pub(crate) fn plan_qgemm(
     }))))
 }
 
-/// Plans a QAdd of two u8 tensors of one shape.
+/// The broadcast of input 1 against input 0 of a QAdd / QMul: (form, element count of
+/// input 1, element count of the output).
+fn binary_bcast(c: &Ctx<'_>, what: &str) -> Result<(QBcast, usize, usize)> {
+    c.outputs_typed(DType::U8)?;
+    if c.itype(0)? != DType::U8 || c.itype(1)? != DType::U8 {
+        return Err(unsup(c.n, format!("{what} needs two u8 inputs")));
+    }
+    let (a, b) = (c.ishape(0)?, c.ishape(1)?);
+    let bc = QBcast::of(a, b).ok_or_else(|| {
+        unsup(
+            c.n,
+            format!("{what}: {b:?} does not broadcast to {a:?} as one block of dims"),
+        )
+    })?;
+    let n = c.same_numel(0, 0)?;
+    Ok((bc, b.iter().product(), n))
+}
+
+/// Plans a QAdd of two u8 tensors (the second broadcast, see [`QBcast::of`]).
 pub(crate) fn plan_qadd(
     c: &Ctx<'_>,
     a: QParam,
@@ -451,11 +480,7 @@ pub(crate) fn plan_qadd(
     lo: u8,
     hi: u8,
 ) -> Result<Planned> {
-    c.outputs_typed(DType::U8)?;
-    if c.itype(0)? != DType::U8 || c.itype(1)? != DType::U8 || c.ishape(0)? != c.ishape(1)? {
-        return Err(unsup(c.n, "QAdd needs two u8 inputs of one shape"));
-    }
-    let n = c.same_numel(0, 0)?;
+    let (bc, b_len, n) = binary_bcast(c, "QAdd")?;
     let p = AddParams {
         a_scale: a.scale,
         a_zp: a.zp,
@@ -469,6 +494,8 @@ pub(crate) fn plan_qadd(
     Ok(Planned::new(QuantKernel::Int8(Box::new(QKernel::Add {
         p,
         n,
+        bc,
+        b_len,
     }))))
 }
 
@@ -502,13 +529,9 @@ pub(crate) fn plan_qlut(c: &Ctx<'_>, table: &[u8]) -> Result<Planned> {
     }))))
 }
 
-/// Plans a QMul of two u8 tensors of one shape.
+/// Plans a QMul of two u8 tensors (the second broadcast, see [`QBcast::of`]).
 pub(crate) fn plan_qmul(c: &Ctx<'_>, a: QParam, b: QParam, y: QParam) -> Result<Planned> {
-    c.outputs_typed(DType::U8)?;
-    if c.itype(0)? != DType::U8 || c.itype(1)? != DType::U8 || c.ishape(0)? != c.ishape(1)? {
-        return Err(unsup(c.n, "QMul needs two u8 inputs of one shape"));
-    }
-    let n = c.same_numel(0, 0)?;
+    let (bc, b_len, n) = binary_bcast(c, "QMul")?;
     let mut table = vec![0u8; 256 * 256].into_boxed_slice();
     for (i, t) in table.iter_mut().enumerate() {
         let v = dequantize_one((i >> 8) as u8, a.scale, a.zp)
@@ -518,6 +541,8 @@ pub(crate) fn plan_qmul(c: &Ctx<'_>, a: QParam, b: QParam, y: QParam) -> Result<
     Ok(Planned::new(QuantKernel::Int8(Box::new(QKernel::Mul {
         table,
         n,
+        bc,
+        b_len,
     }))))
 }
 
@@ -609,6 +634,7 @@ impl QKernel {
             | QKernel::Mul { n, .. } => n.div_ceil(ELEMS_PER_TILE),
             QKernel::Softmax { outer, .. } => *outer,
             QKernel::MaxPool(s) => s.planes,
+            QKernel::Resample(k) => k.tiles(),
         }
     }
 
@@ -686,11 +712,15 @@ impl QKernel {
                     }
                 });
             }
-            QKernel::Add { p, n } => {
+            QKernel::Add { p, n, bc, b_len } => {
                 let (lo, hi) = tile.range(*n, ELEMS_PER_TILE);
                 let b = io.bytes(1);
-                qadd(isa, p, &x[lo..hi], &b[lo..hi], &mut r.out_bytes(0)[lo..hi]);
+                let o = r.out_bytes(0);
+                bc.for_each_run(*b_len, lo, hi, |i0, i1, b0, b1| {
+                    qadd(isa, p, &x[i0..i1], &b[b0..b1], &mut o[i0..i1]);
+                });
             }
+            QKernel::Resample(k) => k.run(r),
             QKernel::Requant { x: qx, y, n } => {
                 let (lo, hi) = tile.range(*n, ELEMS_PER_TILE);
                 let o = &mut r.out_bytes(0)[lo..hi];
@@ -723,13 +753,28 @@ impl QKernel {
                     *o = table[usize::from(v)];
                 }
             }
-            QKernel::Mul { table, n } => {
+            QKernel::Mul {
+                table,
+                n,
+                bc,
+                b_len,
+            } => {
                 let (lo, hi) = tile.range(*n, ELEMS_PER_TILE);
                 let bx = io.bytes(1);
-                let o = &mut r.out_bytes(0)[lo..hi];
-                for ((o, &p), &q) in o.iter_mut().zip(&x[lo..hi]).zip(&bx[lo..hi]) {
-                    *o = table[usize::from(p) << 8 | usize::from(q)];
-                }
+                let o = r.out_bytes(0);
+                bc.for_each_run(*b_len, lo, hi, |i0, i1, b0, b1| {
+                    let (o, a) = (&mut o[i0..i1], &x[i0..i1]);
+                    if b1 - b0 == 1 && i1 - i0 != 1 {
+                        let row = &table[usize::from(bx[b0])..];
+                        for (o, &p) in o.iter_mut().zip(a) {
+                            *o = row[usize::from(p) << 8];
+                        }
+                    } else {
+                        for ((o, &p), &q) in o.iter_mut().zip(a).zip(&bx[b0..b1]) {
+                            *o = table[usize::from(p) << 8 | usize::from(q)];
+                        }
+                    }
+                });
             }
         }
     }

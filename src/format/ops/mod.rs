@@ -102,7 +102,10 @@ pub(super) fn encode_op(op: &Op) -> Result<(String, Vec<AttrRecord>), String> {
         | Op::QMaxPool { .. }
         | Op::QLut { .. }
         | Op::QMul { .. }
-        | Op::QSoftmax { .. } => quant::encode(op, &mut a),
+        | Op::QSoftmax { .. }
+        | Op::QAvgPool { .. }
+        | Op::QGlobalAvgPool { .. }
+        | Op::QResize { .. } => quant::encode(op, &mut a),
         #[cfg(feature = "test-ops")]
         Op::Spin { .. } | Op::Fail { .. } => testing::encode(op, &mut a),
         // Test-only ops exist in the IR of a build without `test-ops` only while the IR

@@ -2,9 +2,49 @@
 //! present only for per-axis parameters; `dtype` as an ONNX type code) and the int8
 //! ops QConv, QGemm, QAdd, QRequant, QMaxPool (quantisation parameters as
 //! `<name>_scale` / `<name>_zp` pairs; an absent `y` pair means an i32 output).
+//!
+//! QAvgPool, QGlobalAvgPool and QResize carry a record `version` (now 1): a reader
+//! refuses a version it does not know, and checks every parameter (finite positive
+//! scales, u8 zero points, known coordinate modes) so that a bad record is an error.
 
 use super::{AttrsIn, AttrsOut};
-use crate::ir::{Op, QParam};
+use crate::ir::{CoordMode, Op, QParam};
+
+/// Record version of QAvgPool / QGlobalAvgPool / QResize.
+const RESAMPLE_VERSION: i64 = 1;
+
+/// Coordinate modes of QResize as their ONNX names.
+const COORDS: &[(CoordMode, &str)] = &[
+    (CoordMode::HalfPixel, "half_pixel"),
+    (CoordMode::PytorchHalfPixel, "pytorch_half_pixel"),
+    (CoordMode::AlignCorners, "align_corners"),
+    (CoordMode::Asymmetric, "asymmetric"),
+    (CoordMode::HalfPixelSymmetric, "half_pixel_symmetric"),
+];
+
+/// Checks the record version of a versioned op.
+fn check_version(a: &AttrsIn, op: &str) -> Result<(), String> {
+    match a.opt_int("version") {
+        Some(RESAMPLE_VERSION) => Ok(()),
+        Some(v) => Err(format!(
+            "{op}: record version {v} is not supported (this vnpu reads {RESAMPLE_VERSION}); \
+             recompile the model"
+        )),
+        None => Err(format!("{op}: attribute 'version' is missing")),
+    }
+}
+
+/// A required parameter pair with a finite, positive scale.
+fn checked_q(a: &AttrsIn, name: &str) -> Result<QParam, String> {
+    let q = req_q(a, name)?;
+    if !(q.scale.is_finite() && q.scale > 0.0) {
+        return Err(format!(
+            "attribute '{name}_scale' is {}, not a finite positive scale",
+            q.scale
+        ));
+    }
+    Ok(q)
+}
 
 /// Writes `q` as `<name>_scale` and `<name>_zp`.
 fn put_q(a: &mut AttrsOut, name: &str, q: &QParam) {
@@ -140,6 +180,35 @@ pub(super) fn encode(op: &Op, a: &mut AttrsOut) -> Option<&'static str> {
             a.bool("ceil_mode", *ceil_mode);
             "QMaxPool"
         }
+        Op::QAvgPool {
+            geom,
+            ceil_mode,
+            count_include_pad,
+            x,
+            y,
+        } => {
+            a.int("version", RESAMPLE_VERSION);
+            a.geom(geom);
+            a.bool("ceil_mode", *ceil_mode);
+            a.bool("count_include_pad", *count_include_pad);
+            put_q(a, "x", x);
+            put_q(a, "y", y);
+            "QAvgPool"
+        }
+        Op::QGlobalAvgPool { x, y } => {
+            a.int("version", RESAMPLE_VERSION);
+            put_q(a, "x", x);
+            put_q(a, "y", y);
+            "QGlobalAvgPool"
+        }
+        Op::QResize { coord, x, y } => {
+            a.int("version", RESAMPLE_VERSION);
+            let name = COORDS.iter().find(|(c, _)| c == coord)?.1;
+            a.string("coordinate_transformation_mode", name);
+            put_q(a, "x", x);
+            put_q(a, "y", y);
+            "QResize"
+        }
         _ => return None,
     })
 }
@@ -199,6 +268,37 @@ pub(super) fn decode(name: &str, a: &AttrsIn) -> Option<Result<Op, String>> {
                 x: req_q(a, "x")?,
                 y: req_q(a, "y")?,
             },
+            "QAvgPool" => {
+                check_version(a, name)?;
+                Op::QAvgPool {
+                    geom: a.geom()?,
+                    ceil_mode: a.bool("ceil_mode")?,
+                    count_include_pad: a.bool("count_include_pad")?,
+                    x: checked_q(a, "x")?,
+                    y: checked_q(a, "y")?,
+                }
+            }
+            "QGlobalAvgPool" => {
+                check_version(a, name)?;
+                Op::QGlobalAvgPool {
+                    x: checked_q(a, "x")?,
+                    y: checked_q(a, "y")?,
+                }
+            }
+            "QResize" => {
+                check_version(a, name)?;
+                let m = a.string("coordinate_transformation_mode")?;
+                let coord = COORDS
+                    .iter()
+                    .find(|(_, n)| *n == m)
+                    .map(|(c, _)| *c)
+                    .ok_or_else(|| format!("QResize: unknown coordinate mode '{m}'"))?;
+                Op::QResize {
+                    coord,
+                    x: checked_q(a, "x")?,
+                    y: checked_q(a, "y")?,
+                }
+            }
             _ => Op::QMaxPool {
                 geom: a.geom()?,
                 ceil_mode: a.bool("ceil_mode")?,
@@ -217,6 +317,9 @@ pub(super) fn decode(name: &str, a: &AttrsIn) -> Option<Result<Op, String>> {
             | "QLut"
             | "QMul"
             | "QSoftmax"
+            | "QAvgPool"
+            | "QGlobalAvgPool"
+            | "QResize"
     )
     .then(f)
 }
@@ -224,7 +327,7 @@ pub(super) fn decode(name: &str, a: &AttrsIn) -> Option<Result<Op, String>> {
 #[cfg(test)]
 mod tests {
     use super::super::{decode_op, encode_op};
-    use crate::ir::{ConvGeom, DType, Op, QParam};
+    use crate::ir::{ConvGeom, CoordMode, DType, Op, QParam};
 
     #[test]
     fn every_quant_op_round_trips() {
@@ -297,8 +400,24 @@ mod tests {
                 table: (0..=255).rev().collect(),
             },
             Op::QMaxPool {
-                geom,
+                geom: geom.clone(),
                 ceil_mode: true,
+            },
+            Op::QAvgPool {
+                geom,
+                ceil_mode: false,
+                count_include_pad: true,
+                x: q(0.1, 1),
+                y: q(0.05, 200),
+            },
+            Op::QGlobalAvgPool {
+                x: q(0.1, 1),
+                y: q(0.2, 0),
+            },
+            Op::QResize {
+                coord: CoordMode::AlignCorners,
+                x: q(0.1, 1),
+                y: q(0.1, 1),
             },
         ];
         for op in ops {
@@ -311,5 +430,41 @@ mod tests {
         .expect("encode");
         attrs[0].ints[5] = 300;
         assert!(decode_op(&name, &attrs).is_err());
+    }
+
+    #[test]
+    fn resample_records_are_validated() {
+        let op = Op::QResize {
+            coord: CoordMode::HalfPixel,
+            x: QParam { scale: 0.5, zp: 3 },
+            y: QParam { scale: 0.25, zp: 9 },
+        };
+        let (name, attrs) = encode_op(&op).expect("encode");
+        let set = |attr: &str, f: &dyn Fn(&mut crate::format::schema::AttrRecord)| {
+            let mut a = attrs.clone();
+            f(a.iter_mut().find(|r| r.name == attr).expect(attr));
+            decode_op(&name, &a)
+        };
+        assert!(set("version", &|r| r.i = 2)
+            .expect_err("newer version")
+            .contains("version 2"));
+        assert!(set("x_scale", &|r| r.f = f32::NAN).is_err());
+        assert!(set("y_scale", &|r| r.f = -1.0).is_err());
+        assert!(set("y_zp", &|r| r.i = 256).is_err());
+        assert!(set("coordinate_transformation_mode", &|r| r.s =
+            "tf_crop_and_resize".into())
+        .is_err());
+        let without: Vec<_> = attrs
+            .iter()
+            .filter(|r| r.name != "version")
+            .cloned()
+            .collect();
+        assert!(decode_op(&name, &without).is_err());
+        let (name, attrs) = encode_op(&Op::QGlobalAvgPool {
+            x: QParam { scale: 0.5, zp: 3 },
+            y: QParam { scale: 0.0, zp: 9 },
+        })
+        .expect("encode");
+        assert!(decode_op(&name, &attrs).is_err(), "zero scale");
     }
 }

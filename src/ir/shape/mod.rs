@@ -383,6 +383,11 @@ impl<'a> Cx<'a> {
             Op::QMul { .. } => self.qadd(),
             Op::QSoftmax { axis, .. } => self.qsoftmax(*axis),
             Op::QMaxPool { geom, ceil_mode } => self.qmaxpool(geom, *ceil_mode),
+            Op::QAvgPool {
+                geom, ceil_mode, ..
+            } => self.qmaxpool(geom, *ceil_mode),
+            Op::QGlobalAvgPool { .. } => self.qglobal_avgpool(),
+            Op::QResize { .. } => self.qresize(),
             #[cfg(feature = "test-ops")]
             Op::Spin { .. } | Op::Fail { .. } => self.pass_through(),
         }

@@ -2,8 +2,9 @@
 //! shape) and DequantizeLinear (u8/i8/i32 → f32, same shape), where scale and zero
 //! point must be one element (per-tensor) or one per entry of the quantised axis and
 //! the zero point, when given, has the quantised type; and the lowered int8 ops
-//! (QConv, QGemm: u8 activations, i8 weights, i32 bias, u8 or i32 output; QAdd,
-//! QRequant, QMaxPool: u8 to u8).
+//! (QConv, QGemm: u8 activations, i8 weights, i32 bias, u8 or i32 output; QAdd / QMul
+//! with a broadcast second input, QRequant, QMaxPool, QAvgPool, QGlobalAvgPool, QResize:
+//! u8 to u8).
 
 use crate::ir::{ConvGeom, DType, QParam};
 use crate::Result;
@@ -133,14 +134,39 @@ impl Cx<'_> {
         one(dt, out)
     }
 
-    /// QAdd / QMul: two u8 tensors of one shape.
+    /// QAdd / QMul: two u8 tensors; the second has the first's shape or broadcasts to
+    /// it as one block of its dims (see `kernels::quant::QBcast::of`).
     pub(super) fn qadd(&self) -> Result<Vec<TypedShape>> {
         let a = self.typed(0, DType::U8)?;
         let b = self.typed(1, DType::U8)?;
-        if a != b {
-            return Err(self.err(format!("needs equal shapes, got {a:?} and {b:?}")));
+        if crate::kernels::quant::QBcast::of(a, b).is_none() {
+            return Err(self.err(format!(
+                "the second input {b:?} does not broadcast to the first {a:?} as one block \
+                 of its dims"
+            )));
         }
         one(DType::U8, a.to_vec())
+    }
+
+    /// QGlobalAvgPool: u8 `[N, C, spatial..]` to `[N, C, 1..]`.
+    pub(super) fn qglobal_avgpool(&self) -> Result<Vec<TypedShape>> {
+        self.typed(0, DType::U8)?;
+        self.global_pool()
+    }
+
+    /// QResize: the Resize output shape of a u8 tensor, only the two innermost dims
+    /// resized.
+    pub(super) fn qresize(&self) -> Result<Vec<TypedShape>> {
+        let x = self.typed(0, DType::U8)?.to_vec();
+        let out = self.resize()?;
+        let o = &out[0].1;
+        let r = x.len();
+        if r < 2 || o.len() != r || o[..r - 2] != x[..r - 2] || x.contains(&0) {
+            return Err(self.err(format!(
+                "only the two innermost dims of a non-empty input resize, got {x:?} -> {o:?}"
+            )));
+        }
+        Ok(out)
     }
 
     /// QRequant: u8 to u8, same shape.

@@ -58,6 +58,78 @@ pub enum QBcast {
     },
 }
 
+impl QBcast {
+    /// The form in which `b` broadcasts to `a` (ONNX multidirectional broadcasting,
+    /// the result being `a`'s shape): `b`'s dims other than 1, right-aligned, must
+    /// form one block equal to `a`'s dims there. `None` for any other pair (e.g. `[1, C,
+    /// 1, W]` against `[N, C, H, W]`, or a `b` larger than `a`).
+    pub fn of(a: &[usize], b: &[usize]) -> Option<QBcast> {
+        if b.len() > a.len() {
+            if b[..b.len() - a.len()].iter().any(|&d| d != 1) {
+                return None;
+            }
+            return QBcast::of(a, &b[b.len() - a.len()..]);
+        }
+        let pad = a.len() - b.len();
+        let dim = |d: usize| if d < pad { 1 } else { b[d - pad] };
+        let active: Vec<usize> = (0..a.len()).filter(|&d| dim(d) != 1).collect();
+        let (Some(&p), Some(&q)) = (active.first(), active.last()) else {
+            return Some(if a.iter().product::<usize>() == 1 {
+                QBcast::Same
+            } else {
+                QBcast::Scalar
+            });
+        };
+        if (p..=q).any(|d| dim(d) != a[d]) {
+            return None;
+        }
+        let len: usize = a[p..=q].iter().product();
+        let inner: usize = a[q + 1..].iter().product();
+        Some(if len == a.iter().product::<usize>() {
+            QBcast::Same
+        } else if inner == 1 {
+            QBcast::Rows
+        } else {
+            QBcast::Channels { inner }
+        })
+    }
+
+    /// Splits output elements `[lo, hi)` into runs that read `b` contiguously: calls
+    /// `f(i0, i1, b0, b1)` for each run `[i0, i1)` of the output reading `b[b0..b1]`
+    /// (`b1 - b0` is `i1 - i0`, or 1 for a value repeated over the run). `b_len` is the
+    /// element count of `b`.
+    pub fn for_each_run(
+        self,
+        b_len: usize,
+        lo: usize,
+        hi: usize,
+        mut f: impl FnMut(usize, usize, usize, usize),
+    ) {
+        match self {
+            QBcast::Same => f(lo, hi, lo, hi),
+            QBcast::Scalar => f(lo, hi, 0, 1),
+            QBcast::Rows => {
+                let mut i = lo;
+                while i < hi {
+                    let end = hi.min((i / b_len + 1) * b_len);
+                    let b0 = i % b_len;
+                    f(i, end, b0, b0 + (end - i));
+                    i = end;
+                }
+            }
+            QBcast::Channels { inner } => {
+                let mut i = lo;
+                while i < hi {
+                    let end = hi.min((i / inner + 1) * inner);
+                    let c = (i / inner) % b_len;
+                    f(i, end, c, c + 1);
+                    i = end;
+                }
+            }
+        }
+    }
+}
+
 /// [`qadd`] with `b` broadcast as `bc` says.
 pub fn qadd_bcast(isa: Isa, p: &AddParams, bc: QBcast, a: &[u8], b: &[u8], out: &mut [u8]) {
     assert_eq!(a.len(), out.len(), "qadd_bcast: lengths");

@@ -63,6 +63,38 @@ pub fn avgpool_u8(
     }
 }
 
+/// Global average pool of planes `[lo, hi)` of `len` values each: the exact integer
+/// sum `s` of a plane, then `Q(((s - len * x_zp) * x_s) / len)` with one f32 product and
+/// one f32 division (the float reference sums the dequantised values in f32, which
+/// differs from the exact sum only by f32 rounding; onnxruntime's
+/// QLinearGlobalAveragePool folds the division into one multiplier, also within one
+/// step).
+pub fn global_avgpool_u8(
+    len: usize,
+    x: &[u8],
+    (x_s, x_zp): (f32, u8),
+    (y_s, y_zp): (f32, u8),
+    y: &mut [u8],
+    lo: usize,
+    hi: usize,
+) {
+    for p in lo..hi {
+        let plane = &x[p * len..(p + 1) * len];
+        // u32 chunks of at most 2^24 values cannot overflow; the total goes in i64.
+        let s: i64 = plane
+            .chunks(1 << 24)
+            .map(|c| i64::from(c.iter().map(|&v| u32::from(v)).sum::<u32>()))
+            .sum();
+        let centred = s - len as i64 * i64::from(x_zp);
+        let v = if len > 0 {
+            (centred as f32 * x_s) / len as f32
+        } else {
+            0.0
+        };
+        y[p] = quantize_one(v, y_s, y_zp);
+    }
+}
+
 /// Nearest resize of planes `[lo, hi)` of `h x w` to `iy.len() x ix.len()`: output
 /// `(oy, ox)` takes input `(iy[oy], ix[ox])` (indices from `resize::nearest_index`).
 #[allow(clippy::too_many_arguments)]

@@ -486,6 +486,89 @@ fn resize_matches_float_qdq() {
     }
 }
 
+#[test]
+fn global_avgpool_matches_float_qdq() {
+    // Plane sizes from one value to 80 x 80 (a detector's P3 map).
+    for (len, seed) in [(1usize, 1u64), (7, 2), (49, 3), (196, 4), (6400, 5)] {
+        let planes = 5;
+        let x = rand_bytes(planes * len, seed);
+        let (xs, xz, ys, yz) = (0.037f32, 131u8, 0.011f32, 17u8);
+        let mut y = vec![0u8; planes];
+        global_avgpool_u8(len, &x, (xs, xz), (ys, yz), &mut y, 0, planes);
+        let xf: Vec<f32> = x.iter().map(|&v| ref_dequantize(v, xs, xz)).collect();
+        let mut f = vec![0f32; planes];
+        crate::kernels::pool::global_pool(true, len, &xf, &mut f, 0, planes);
+        for p in 0..planes {
+            // The exact mean in f64, quantised: what both round to unless it is within
+            // f32 rounding of a tie.
+            let s: i64 = x[p * len..(p + 1) * len]
+                .iter()
+                .map(|&v| i64::from(v) - i64::from(xz))
+                .sum();
+            let exact = s as f64 * f64::from(xs) / len as f64 / f64::from(ys);
+            let near_tie = (exact - exact.floor() - 0.5).abs() < 1e-4;
+            let want = ref_quantize(f[p], ys, yz);
+            if !near_tie {
+                assert_eq!(y[p], want, "plane {p} of {len}");
+            }
+            assert!(
+                (i32::from(y[p]) - i32::from(want)).abs() <= 1,
+                "plane {p} of {len}"
+            );
+        }
+    }
+}
+
+#[test]
+fn broadcast_forms_and_runs() {
+    let of = QBcast::of;
+    assert_eq!(of(&[1, 8, 4, 4], &[1, 8, 4, 4]), Some(QBcast::Same));
+    assert_eq!(of(&[1, 8, 4, 4], &[]), Some(QBcast::Scalar));
+    assert_eq!(of(&[1, 8, 4, 4], &[1, 1, 1, 1]), Some(QBcast::Scalar));
+    assert_eq!(
+        of(&[1, 8, 4, 4], &[1, 8, 1, 1]),
+        Some(QBcast::Channels { inner: 16 })
+    );
+    assert_eq!(
+        of(&[2, 8, 4, 4], &[8, 1, 1]),
+        Some(QBcast::Channels { inner: 16 })
+    );
+    assert_eq!(
+        of(&[2, 8, 4, 4], &[2, 8, 1, 1]),
+        Some(QBcast::Channels { inner: 16 })
+    );
+    assert_eq!(of(&[2, 8, 4, 4], &[4, 4]), Some(QBcast::Rows));
+    assert_eq!(of(&[2, 8, 4, 4], &[1, 1, 4, 4]), Some(QBcast::Rows));
+    assert_eq!(of(&[1, 1, 8], &[1, 1, 1, 8]), Some(QBcast::Same));
+    assert_eq!(of(&[2, 8, 4, 4], &[8, 1, 4]), None);
+    assert_eq!(of(&[2, 8, 4, 4], &[3, 1, 1]), None);
+    assert_eq!(of(&[8, 1], &[8, 4]), None);
+    assert_eq!(of(&[8], &[2, 8]), None);
+    // Runs over any element range read `b` where the broadcast says.
+    let (a_shape, n) = ([2usize, 3, 5], 30usize);
+    let cases: [(Vec<usize>, fn(usize) -> usize); 4] = [
+        (vec![3, 1], |i| (i / 5) % 3),
+        (vec![5], |i| i % 5),
+        (vec![1], |_| 0),
+        (vec![2, 3, 5], |i| i),
+    ];
+    for (b_shape, idx) in cases {
+        let bc = of(&a_shape, &b_shape).expect("form");
+        let b_len = b_shape.iter().product();
+        for (lo, hi) in [(0, n), (3, 17), (7, 8), (11, 30), (4, 4)] {
+            let mut seen = Vec::new();
+            bc.for_each_run(b_len, lo, hi, |i0, i1, b0, b1| {
+                assert!(b1 - b0 == 1 || b1 - b0 == i1 - i0, "{bc:?}");
+                for i in i0..i1 {
+                    seen.push((i, if b1 - b0 == 1 { b0 } else { b0 + i - i0 }));
+                }
+            });
+            let want: Vec<(usize, usize)> = (lo..hi).map(|i| (i, idx(i))).collect();
+            assert_eq!(seen, want, "{bc:?} over {lo}..{hi}");
+        }
+    }
+}
+
 /// Every output of one table over the edge sizes, as exact f32s (i32 split in halves).
 fn twin_outputs(t: &'static KernelTable) -> Vec<f32> {
     let mut v = Vec::new();
