@@ -57,10 +57,73 @@ fn dw_padded(s: &ConvShape) -> (usize, usize) {
     ((hps + 1) * wps, wps)
 }
 
-/// Scratch floats [`depthwise_plane`] needs.
+/// Scratch floats [`depthwise_plane`] (and every table's depthwise entries) need.
 pub fn depthwise_scratch_len(s: &ConvShape) -> usize {
     let (plen, wps) = dw_padded(s);
-    s.sh * s.sw * plen + s.oh * wps
+    let direct = DirectGeom::new(s).map_or(0, |g| g.scratch_len());
+    (s.sh * s.sw * plen + s.oh * wps).max(direct)
+}
+
+/// Output rows per pass of the hand-written direct kernels (`depthwise_direct`).
+pub const DIRECT_ROWS: usize = 4;
+/// Output columns per vector of the direct kernels.
+pub const DIRECT_LANES: usize = 8;
+
+/// Geometry of the hand-written direct depthwise kernels (3x3 / 5x5, stride 1 or 2,
+/// dilation 1): a ring of zero-bordered padded input rows plus one zero row in scratch.
+pub struct DirectGeom {
+    /// Kernel side (3 or 5).
+    pub k: usize,
+    /// Stride (1 or 2, both directions).
+    pub st: usize,
+    /// Floats of one padded row (stride 2: the even padded columns, then the odd ones).
+    pub row_len: usize,
+    /// Floats of one half of a stride-2 row (0 for stride 1).
+    pub half: usize,
+    /// Ring slots: the input rows one pass of [`DIRECT_ROWS`] output rows reads.
+    pub slots: usize,
+}
+
+impl DirectGeom {
+    /// The geometry when the direct kernels handle `s`.
+    pub fn new(s: &ConvShape) -> Option<DirectGeom> {
+        let ok = s.kh == s.kw
+            && (s.kh == 3 || s.kh == 5)
+            && s.sh == s.sw
+            && (s.sh == 1 || s.sh == 2)
+            && s.dh == 1
+            && s.dw == 1
+            && s.oh > 0
+            && s.ow > 0
+            && s.h > 0
+            && s.w > 0;
+        if !ok {
+            return None;
+        }
+        let (k, st) = (s.kh, s.sh);
+        // Columns a pass computes: whole vectors (the last one may be partial).
+        let cols = s.ow.div_ceil(DIRECT_LANES) * DIRECT_LANES;
+        let (row_len, half) = if st == 1 {
+            // Tap kx of the vector at col reads columns col + kx .. col + kx + 8.
+            ((s.pw + s.w).max(cols + k - 1), 0)
+        } else {
+            // Even half: positions col + kx / 2 .. + 8 (kx even); odd half likewise.
+            let half = (s.pw + s.w).div_ceil(2).max(cols + (k - 1) / 2);
+            (2 * half, half)
+        };
+        Some(DirectGeom {
+            k,
+            st,
+            row_len,
+            half,
+            slots: (DIRECT_ROWS - 1) * st + k,
+        })
+    }
+
+    /// Scratch floats: the ring plus the zero row.
+    pub fn scratch_len(&self) -> usize {
+        (self.slots + 1) * self.row_len
+    }
 }
 
 /// Output elements accumulated per block in [`depthwise_plane`] (stays in L1).

@@ -21,6 +21,8 @@ use std::sync::OnceLock;
 pub(crate) mod portable;
 #[cfg(target_arch = "x86_64")]
 mod x86_64_fma;
+#[cfg(target_arch = "x86_64")]
+mod x86_64_dw;
 
 /// Rows of one GEMM micro-tile (and of one packed A panel).
 pub const MR: usize = 6;
@@ -134,6 +136,18 @@ pub struct KernelTable {
     /// Depthwise conv output channel `c` into `y` (`[C, OH*OW]`) with the epilogue fused
     /// (scratch: `depthwise_scratch_len` floats).
     pub depthwise_fused: fn(
+        s: &ConvShape,
+        w: &[f32],
+        plane: &[f32],
+        y: &mut [f32],
+        c: usize,
+        epi: &Epilogue<'_>,
+        scratch: &mut [f32],
+    ),
+    /// Like `depthwise_fused`, through this table's hand-written direct kernels where
+    /// it has them for the shape (AVX2: 3x3 / 5x5, stride 1 / 2, dilation 1), else the
+    /// same as `depthwise_fused` (scratch: `depthwise_scratch_len` floats).
+    pub depthwise_direct: fn(
         s: &ConvShape,
         w: &[f32],
         plane: &[f32],

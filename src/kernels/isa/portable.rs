@@ -27,6 +27,7 @@ pub(crate) static TABLE: KernelTable = KernelTable {
     layer_norm_row: body::norm::layer_norm_row,
     depthwise_fused: body::depthwise::depthwise_channel,
     mm_tile_strided,
+    depthwise_direct: body::depthwise::depthwise_channel,
 };
 
 fn mm_tile(kc: usize, a: &[f32], b: &[f32], c: &mut [f32], ldc: usize, acc: bool) {

@@ -39,6 +39,7 @@ static TABLE: KernelTable = KernelTable {
     layer_norm_row,
     depthwise_fused,
     mm_tile_strided,
+    depthwise_direct: super::x86_64_dw::depthwise_direct,
 };
 
 /// Builds a safe table entry `$name` that runs the generic body `$body` compiled with

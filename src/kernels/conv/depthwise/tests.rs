@@ -158,3 +158,97 @@ crate::kernels::isa::twin_test!(depthwise_tables_match_portable, 1e-5, |t| {
     }
     out
 });
+
+/// The epilogues the direct kernels treat differently: none, bias alone, bias + ReLU /
+/// Clip (fused in registers), and the rest (applied on finished rows).
+fn epilogue_kinds() -> Vec<Vec<PostOpRt>> {
+    vec![
+        vec![],
+        vec![PostOpRt::Unary(UnaryOp::Relu)],
+        vec![PostOpRt::Unary(UnaryOp::Clip { min: 0.0, max: 6.0 })],
+        vec![PostOpRt::Unary(UnaryOp::HardSwish)],
+        vec![PostOpRt::AddInput { slot: 0 }],
+        vec![
+            PostOpRt::Unary(UnaryOp::Relu),
+            PostOpRt::AddInput { slot: 0 },
+        ],
+        vec![PostOpRt::PRelu {
+            slope: vec![0.25, -0.5],
+        }],
+        vec![PostOpRt::Affine {
+            scale: vec![1.5, -0.75],
+            shift: vec![0.1, 0.2],
+        }],
+    ]
+}
+
+// The direct kernels' shapes (3x3 / 5x5, stride 1 / 2) over edge sizes: widths 1..=17
+// (below, at and around two vectors), odd heights, pads 0 / 1 / 2 (symmetric and
+// asymmetric ends), every epilogue kind with and without bias, both channels of a
+// two-channel image.
+crate::kernels::isa::twin_test!(depthwise_direct_matches_portable, 1e-5, |t| {
+    let mut out = Vec::new();
+    let kinds = epilogue_kinds();
+    let mut seed = 100;
+    for k in [3, 5] {
+        for st in [1, 2] {
+            for h in [1, 3, 5, 9] {
+                for w in 1..=17 {
+                    for (p, pe) in [(0, 0), (1, 1), (2, 2), (1, 0), (0, 2)] {
+                        let case = (h, w, k, (st, st), 1, (p, p, pe, pe));
+                        if h + p + pe < k || w + p + pe < k {
+                            continue;
+                        }
+                        let s = shape(&case, 2);
+                        seed += 1;
+                        let kind = &kinds[seed % kinds.len()];
+                        let with_bias = seed % 3 != 0;
+                        out.extend(direct_case(t, &s, kind, with_bias, seed as u64));
+                    }
+                }
+            }
+        }
+    }
+    // Every epilogue kind, with and without bias, on a mid-size plane.
+    for kind in &kinds {
+        for with_bias in [false, true] {
+            for (k, st) in [(3, 1), (3, 2), (5, 1), (5, 2)] {
+                let s = shape(&(13, 23, k, (st, st), 1, (k / 2, k / 2, k / 2, k / 2)), 2);
+                out.extend(direct_case(t, &s, kind, with_bias, 7));
+            }
+        }
+    }
+    out
+});
+
+/// Both channels of one image through `depthwise_direct` with epilogue `post` (bias
+/// when `with_bias`, the residual for `AddInput`), into the output plane.
+fn direct_case(
+    t: &crate::kernels::isa::KernelTable,
+    s: &ConvShape,
+    post: &[PostOpRt],
+    with_bias: bool,
+    seed: u64,
+) -> Vec<f32> {
+    let (ohw, hw, kk) = (s.oh * s.ow, s.h * s.w, s.kh * s.kw);
+    let x = rand_vec(2 * hw, seed);
+    let w = rand_vec(2 * kk, seed + 1);
+    let bias = rand_vec(2, seed + 2);
+    let res = rand_vec(2 * ohw, seed + 3);
+    let residuals: [&[f32]; 1] = [&res];
+    let epi = Epilogue {
+        bias: with_bias.then_some(&bias[..]),
+        post,
+        residuals: &residuals,
+        ..Epilogue::NONE
+    };
+    let mut y = vec![f32::NAN; 2 * ohw];
+    // Scratch left dirty by an earlier call must not matter.
+    let mut scratch = vec![f32::NAN; depthwise_scratch_len(s)];
+    for c in 0..2 {
+        let plane = &x[c * hw..(c + 1) * hw];
+        let wc = &w[c * kk..(c + 1) * kk];
+        (t.depthwise_direct)(s, wc, plane, &mut y, c, &epi, &mut scratch);
+    }
+    y
+}
