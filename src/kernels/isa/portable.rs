@@ -27,6 +27,9 @@ pub(crate) static TABLE: KernelTable = KernelTable {
     layer_norm_row: body::norm::layer_norm_row,
     depthwise_fused: body::depthwise::depthwise_channel,
     mm_tile_strided,
+    // Winograd conv transforms.
+    wino_input: crate::kernels::conv::winograd_body::input_block,
+    wino_output: crate::kernels::conv::winograd_body::output_block,
 };
 
 fn mm_tile(kc: usize, a: &[f32], b: &[f32], c: &mut [f32], ldc: usize, acc: bool) {
