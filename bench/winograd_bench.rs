@@ -128,14 +128,31 @@ fn main() {
     } else {
         15
     };
+    // `nt N`: tiles per block for every Winograd plan (blocking sweeps).
+    let nt: Option<usize> = args
+        .iter()
+        .position(|a| a == "nt")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok());
     let isa = isa::best_isa();
     println!(
-        "3x3 stride-1 conv, pad 1, bias + ReLU, 1 thread, table {}",
+        "3x3 stride-1 conv, pad 1, bias + ReLU, 1 thread, table {}, thread CPU ms (best of {rounds})",
         isa.table().name
     );
     println!(
-        "{:>5} {:>5} {:>5} {:>10} {:>10} {:>7} {:>9} {:>7} {:>6}",
-        "Cin", "Cout", "HxW", "im2col ms", "wino ms", "ratio", "wall rat", "max err", "pick"
+        "{:>5} {:>5} {:>5} {:>9} {:>8} {:>8} {:>8} {:>8} {:>6} {:>7} {:>7} {:>6}",
+        "Cin",
+        "Cout",
+        "HxW",
+        "im2col",
+        "F(4,3)",
+        "F(2,3)",
+        "in-tf",
+        "picked",
+        "ratio",
+        "GFLOPS",
+        "max err",
+        "pick"
     );
     let shapes: &[(usize, usize, usize)] = &[
         (64usize, 64usize, 56usize),
@@ -183,10 +200,14 @@ fn main() {
         let wts = ConvWeights::pack(&s, &w);
         let mut s1 = vec![0.0; s.scratch_len()];
         let mut y1 = vec![0.0; co * ohw];
-        let p = WinogradPlan::new(&s, &w);
-        let mut s2 = vec![0.0; p.scratch_len()];
-        let mut y2 = vec![0.0; co * ohw];
-        let th = p.tile_rows();
+        let picked = WinogradPlan::tile_for(&s);
+        let mut plans = [4, 2].map(|t| WinogradPlan::with_tile(&s, &w, t));
+        if let Some(nt) = nt {
+            for p in &mut plans {
+                p.set_block_tiles(nt);
+            }
+        }
+        let mut ys = [vec![0.0; co * ohw], vec![0.0; co * ohw]];
         let mut direct = || {
             conv2d(
                 isa,
@@ -202,32 +223,42 @@ fn main() {
                 &mut s1,
             )
         };
-        let mut wino = || p.run(isa, &x, &mut y2, (0, co), (0, th), None, &epi, &mut s2);
-        let (mut a, mut b) = (
-            (f64::INFINITY, f64::INFINITY),
-            (f64::INFINITY, f64::INFINITY),
-        );
+        let inf = (f64::INFINITY, f64::INFINITY);
+        let (mut a, mut b, mut tin) = (inf, [inf, inf], inf);
         let min = |u: (f64, f64), v: (f64, f64)| (u.0.min(v.0), u.1.min(v.1));
+        let pick = usize::from(picked == 2);
+        let mut v = vec![0.0; plans[pick].input_len()];
         for _ in 0..rounds {
             a = min(a, time(&mut direct));
-            b = min(b, time(&mut wino));
+            for (k, (p, y)) in plans.iter().zip(ys.iter_mut()).enumerate() {
+                let mut s2 = vec![0.0; p.scratch_len()];
+                let th = p.tile_rows();
+                let mut wino = || p.run(isa, &x, y, (0, co), (0, th), None, &epi, &mut s2);
+                b[k] = min(b[k], time(&mut wino));
+            }
+            tin = min(tin, time(&mut || plans[pick].transform_input(&x, &mut v)));
         }
-        let err = y1
+        let err = ys
             .iter()
-            .zip(&y2)
+            .flat_map(|y| y1.iter().zip(y))
             .map(|(u, v)| (u - v).abs())
             .fold(0.0f32, f32::max);
+        let wino_wins = vnpu::compile::cost::winograd_wins(&s);
+        let best = if wino_wins { b[pick].0 } else { a.0 };
         println!(
-            "{ci:>5} {co:>5} {:>5} {:>10.3} {:>10.3} {:>7.2} {:>9.2} {err:>7.1e} {:>6}",
+            "{ci:>5} {co:>5} {:>5} {:>9.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>6.2} {:>7.1} {err:>7.1e} {:>6}",
             format!("{hw}²"),
             a.0,
-            b.0,
-            b.0 / a.0,
-            b.1 / a.1,
-            if vnpu::compile::cost::winograd_wins(&s) {
-                "wino"
+            b[0].0,
+            b[1].0,
+            tin.0,
+            b[pick].0,
+            b[pick].0 / a.0,
+            2.0 * s.macs() as f64 / best / 1e6,
+            if wino_wins {
+                format!("F({picked},3)")
             } else {
-                "im2col"
+                "im2col".to_string()
             }
         );
     }

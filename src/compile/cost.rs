@@ -84,34 +84,37 @@ impl<'a> CostModel<'a> {
     }
 }
 
-/// Relative costs of the Winograd F(4x4, 3x3) path, in direct-conv multiply-accumulates
-/// (the im2col GEMM runs near peak): per input channel of a tile (gather + `Bᵀ d B`), per
-/// output channel of a tile (`Aᵀ m A` + scatter), and per multiply-accumulate of the 36
-/// GEMMs (narrow, on `NR`-tile panels, with the transformed weights streamed per block).
-/// Fitted on thread CPU times of `bench/winograd_bench.rs` (AVX2, 16 to 512 channels):
-/// the time ratio is about `0.4 + 5 (1/Cin + 1/Cout)` on large planes.
-const WINO_IN_PER_TILE: f64 = 730.0;
-const WINO_OUT_PER_TILE: f64 = 730.0;
-const WINO_GEMM_MAC: f64 = 1.5;
+/// Relative costs of the Winograd path, in direct-conv multiply-accumulates (the im2col
+/// GEMM runs near peak): per input channel of a tile and transform point (gather +
+/// `Bᵀ d B`), per output channel of a tile and point (`Aᵀ m A` + scatter), and per
+/// multiply-accumulate of the point GEMMs (on `NR`-tile panels, with the transformed
+/// weights streamed per block). Fitted on thread CPU times of `bench/winograd_bench.rs`
+/// (AVX2, 16 to 512 channels, F(4x4) and F(2x2)).
+const WINO_IN_PER_POINT: f64 = 30.0;
+const WINO_OUT_PER_POINT: f64 = 20.0;
+const WINO_GEMM_MAC: f64 = 1.1;
 /// The Winograd path is chosen when its estimate is below this fraction of the direct
 /// conv's (a margin for the estimate's error).
 const WINO_MARGIN: f64 = 0.85;
 
 /// True when the Winograd path should beat the im2col GEMM on conv `s`: the estimate
-/// counts the 36 GEMMs over `NR`-padded tile panels plus the two transforms (per tile
-/// and channel), against the direct conv's multiply-accumulates.
+/// counts the point GEMMs over `NR`-padded tile panels (with the tile side the path
+/// picks) plus the two transforms (per tile, channel and point), against the direct
+/// conv's multiply-accumulates.
 pub fn winograd_wins(s: &crate::kernels::conv::ConvShape) -> bool {
     use crate::kernels::conv::WinogradPlan;
-    use crate::kernels::gemm::NR;
+    use crate::kernels::gemm::{MR, NR};
     if !WinogradPlan::wins(s) {
         return false;
     }
-    let tiles = (s.oh.div_ceil(4) * s.ow.div_ceil(4)) as f64;
-    let panels = tiles / NR as f64;
-    let padded = panels.ceil() * NR as f64;
-    let (ci, co) = (s.c_in as f64, s.c_out as f64);
-    let gemm = 36.0 * ci * co * padded * WINO_GEMM_MAC;
-    let transforms = tiles * (ci * WINO_IN_PER_TILE + co * WINO_OUT_PER_TILE);
+    let t = WinogradPlan::tile_for(s);
+    let points = ((t + 2) * (t + 2)) as f64;
+    let tiles = WinogradPlan::tiles(s, t);
+    let padded = (tiles.div_ceil(NR) * NR) as f64;
+    let (ci, co) = (s.c_in as f64, (s.c_out.div_ceil(MR) * MR) as f64);
+    let gemm = points * ci * co * padded * WINO_GEMM_MAC;
+    let transforms =
+        tiles as f64 * points * (ci * WINO_IN_PER_POINT + s.c_out as f64 * WINO_OUT_PER_POINT);
     let direct = (s.macs() / s.n.max(1)) as f64;
     gemm + transforms < WINO_MARGIN * direct
 }

@@ -21,6 +21,8 @@ pub use super::body::pool::valid_range;
 pub use deconv::DeconvPlan;
 use depthwise::depthwise;
 pub use winograd::WinogradPlan;
+pub(crate) use winograd::body as winograd_body;
+pub use winograd::{PointRows, WinoGeom};
 
 use super::body::conv::strided_copy;
 use super::gemm::{self, gemm_packed, BSource, Epilogue, MR};

@@ -1,15 +1,18 @@
-//! Winograd F(4x4, 3x3) convolution for dense 3x3, stride-1, dilation-1 convs (any
-//! padding), f32, NCHW.
+//! Winograd F(4x4, 3x3) and F(2x2, 3x3) convolution for dense 3x3, stride-1,
+//! dilation-1 convs (any padding), f32, NCHW.
 //!
-//! The output plane is cut into 4x4 tiles, each computed from a 6x6 input patch:
+//! The output plane is cut into `T x T` tiles (`T` = 4, or 2 on small planes where 4x4
+//! tiles would leave the GEMM panels mostly padding, [`WinogradPlan::tile_for`]), each
+//! computed from a `P x P` input patch (`P = T + 2`):
 //! `Y = Aᵀ [ (G g Gᵀ) ⊙ (Bᵀ d B) ] A`. Summed over input channels, the element-wise
-//! product becomes 36 independent GEMMs, one per transform point `p`:
+//! product becomes `P²` independent GEMMs, one per transform point `p`:
 //! `M_p[Cout, tiles] = U_p[Cout, Cin] · V_p[Cin, tiles]`.
 //!
-//! * `U` (the transformed weights, 36 packed A matrices) is computed once at plan time
+//! * `U` (the transformed weights, `P²` packed A matrices) is computed once at plan time
 //!   ([`WinogradPlan::new`]) and owned by the plan as one plain `Vec<f32>`.
 //! * `V` (the transformed input) is written straight into packed-B panels, [`NR`] tiles
-//!   per panel, so each GEMM runs on the kernel table's packed micro-kernels.
+//!   per panel, by the kernel table's transform ([`body`]); the point GEMMs call the
+//!   table's micro-kernel directly on those panels (no re-packing, no per-call set-up).
 //! * Tiles are processed in blocks of `nt` (a multiple of `NR`) sized so that a block's
 //!   `V` and `M` stay in L2; after each block the output transform writes the finished
 //!   tiles and the fused epilogue runs on every output row that is now complete.
@@ -17,40 +20,38 @@
 //! A call computes output channels `[c_lo, c_hi)` for tile rows `[ty0, ty1)`. Channel
 //! tiles of one image can share one transformed input ([`WinogradPlan::transform_input`],
 //! laid out block after block from tile 0), so the input is transformed once per node.
+//! Every output element is computed by the same operations whatever the split, so
+//! channel and row tiles equal the whole bit for bit.
 //!
-//! Accuracy: the transforms use the points 0, ±1, ±2, ∞; the error is a small multiple of
-//! the direct conv's, relative to `Σ|x||w|` (see the tests).
+//! Accuracy: the transforms use the points 0, ±1, ±2, ∞ (F(4x4)) or 0, ±1, ∞ (F(2x2));
+//! the error is a small multiple of the direct conv's, relative to `Σ|x||w|` (see the
+//! tests).
+
+pub(crate) mod body;
 
 use super::ConvShape;
-use crate::kernels::gemm::{self, gemm_packed, BSource, Epilogue, KC, MR, NR};
+use crate::kernels::gemm::{self, Epilogue, KC, MR, NR};
 use crate::kernels::isa::Isa;
 use crate::kernels::packed::WeightBuf;
+pub use body::{PointRows, WinoGeom};
 
-/// Output tile side.
-const TILE: usize = 4;
-/// Input patch side (`TILE + 3 - 1`).
-const PATCH: usize = 6;
-/// Transform points (GEMMs per block).
-const POINTS: usize = PATCH * PATCH;
 /// Floats of one block's transformed input and GEMM output together (about 384 KiB,
 /// inside a per-core L2).
 const BLOCK_FLOATS: usize = 96 * 1024;
 /// Most tiles per block.
 const MAX_BLOCK_TILES: usize = 8 * NR;
-
-/// `NR` lanes: one value per tile of a panel.
-type Lanes = [f32; NR];
+/// Rows of U swept over a block's B panels at a time (a multiple of [`MR`]).
+const MC: usize = 72;
 
 /// A planned Winograd conv: geometry, transformed weights and blocking.
 #[derive(Debug, Clone)]
 pub struct WinogradPlan {
     s: ConvShape,
-    /// 36 packed A matrices (`Cout x Cin`), point after point: the conv's packed weights
-    /// (owned, or borrowed from a compiled file's mapping).
+    /// `points` packed A matrices (`Cout x Cin`), point after point: the conv's packed
+    /// weights (owned, or borrowed from a compiled file's mapping).
     u: WeightBuf,
-    /// Tiles across and down the output plane.
-    tw: usize,
-    th: usize,
+    /// Variant and tiling.
+    g: WinoGeom,
     /// Tiles per block (a multiple of `NR`).
     nt: usize,
 }
@@ -67,42 +68,77 @@ impl WinogradPlan {
             && s.c_out > 0
     }
 
+    /// The output tile side this path uses on `s`: 4 (F(4x4, 3x3)), or 2 (F(2x2, 3x3))
+    /// where the larger tiles would leave the GEMM panels mostly padding (small planes):
+    /// the one with fewer point-GEMM multiply-accumulates over whole panels, counting the
+    /// transforms (per tile and channel, about `P²` each) at a few MACs per point.
+    pub fn tile_for(s: &ConvShape) -> usize {
+        let cost = |t: usize| {
+            let tiles = s.oh.div_ceil(t) * s.ow.div_ceil(t);
+            let p2 = (t + 2) * (t + 2);
+            let padded = tiles.div_ceil(NR) * NR;
+            p2 * padded * s.c_in * s.c_out.div_ceil(MR) * MR + 3 * p2 * tiles * (s.c_in + s.c_out)
+        };
+        if cost(2) < cost(4) {
+            2
+        } else {
+            4
+        }
+    }
+
+    /// Output tiles of `s` with tile side `t` (what the GEMMs run over).
+    pub fn tiles(s: &ConvShape, t: usize) -> usize {
+        s.oh.div_ceil(t) * s.ow.div_ceil(t)
+    }
+
     /// True when this path should beat the im2col GEMM on `s`: enough channels for the
     /// GEMMs to dominate the transforms, and enough tiles that the GEMM panels (and the
     /// ragged edge tiles) are not mostly padding.
     pub fn wins(s: &ConvShape) -> bool {
-        let tiles = s.oh.div_ceil(TILE) * s.ow.div_ceil(TILE);
+        if !Self::applies(s) {
+            return false;
+        }
+        let t = Self::tile_for(s);
+        let tiles = Self::tiles(s, t);
         // Useful fraction of the computed outputs (edge tiles overhang the plane).
-        let covered = tiles * TILE * TILE;
-        Self::applies(s)
-            && s.c_in >= 16
+        let covered = tiles * t * t;
+        s.c_in >= 16
             && s.c_out >= 16
-            && s.oh >= 8
-            && s.ow >= 8
+            && s.oh >= 6
+            && s.ow >= 6
             && tiles >= NR
             && 4 * s.oh * s.ow >= 3 * covered
     }
 
     /// Plans `s` (which must satisfy [`Self::applies`]) with weights `w`
-    /// (`[Cout, Cin, 3, 3]`): transforms and packs them.
+    /// (`[Cout, Cin, 3, 3]`): transforms and packs them, with the tile side
+    /// [`Self::tile_for`] picks.
     pub fn new(s: &ConvShape, w: &[f32]) -> WinogradPlan {
+        Self::with_tile(s, w, Self::tile_for(s))
+    }
+
+    /// [`Self::new`] with output tile side `tile` (2 or 4), for tests and benches.
+    #[doc(hidden)]
+    pub fn with_tile(s: &ConvShape, w: &[f32], tile: usize) -> WinogradPlan {
         assert!(Self::applies(s), "not a 3x3 stride-1 dense conv");
+        assert!(tile == 2 || tile == 4, "tile side 2 or 4");
         let (ci, co) = (s.c_in, s.c_out);
         assert!(w.len() >= co * ci * 9, "short weights");
+        let points = (tile + 2) * (tile + 2);
         // U[p][co][ci] in f64, then each point packed as one GEMM A operand.
-        let mut up = vec![0.0f32; POINTS * co * ci];
+        let mut up = vec![0.0f32; points * co * ci];
         for o in 0..co {
             for i in 0..ci {
                 let g = &w[(o * ci + i) * 9..(o * ci + i) * 9 + 9];
-                let t = transform_weight(g);
-                for (p, v) in t.iter().enumerate() {
+                let t = body::transform_weight(g, tile);
+                for (p, v) in t[..points].iter().enumerate() {
                     up[(p * co + o) * ci + i] = *v as f32;
                 }
             }
         }
         let alen = gemm::packed_a_len(co, ci);
-        let mut u = vec![0.0f32; Self::weights_len(s)];
-        for p in 0..POINTS {
+        let mut u = vec![0.0f32; points * alen];
+        for p in 0..points {
             gemm::pack_a(
                 &up[p * co * ci..(p + 1) * co * ci],
                 ci,
@@ -113,35 +149,64 @@ impl WinogradPlan {
                 &mut u[p * alen..(p + 1) * alen],
             );
         }
-        Self::with_weights(s, WeightBuf::owned(u)).expect("weights of the planned length")
+        Self::build(s, WeightBuf::owned(u), tile).expect("weights of the planned length")
     }
 
     /// Floats of the transformed weights of `s` ([`Self::weights`]).
     pub fn weights_len(s: &ConvShape) -> usize {
-        POINTS * gemm::packed_a_len(s.c_out, s.c_in)
+        let t = Self::tile_for(s);
+        (t + 2) * (t + 2) * gemm::packed_a_len(s.c_out, s.c_in)
     }
 
     /// Plans `s` (which must satisfy [`Self::applies`]) with weights already transformed
     /// and packed (what [`Self::weights`] returned for the same shape and kernel table,
     /// e.g. stored in a compiled file); `None` when `u` has another length.
     pub fn with_weights(s: &ConvShape, u: WeightBuf) -> Option<WinogradPlan> {
-        if !Self::applies(s) || u.len() != Self::weights_len(s) {
+        Self::build(s, u, Self::tile_for(s))
+    }
+
+    fn build(s: &ConvShape, u: WeightBuf, tile: usize) -> Option<WinogradPlan> {
+        let points = (tile + 2) * (tile + 2);
+        if !Self::applies(s) || u.len() != points * gemm::packed_a_len(s.c_out, s.c_in) {
             return None;
         }
         let (ci, co) = (s.c_in, s.c_out);
-        let tw = s.ow.div_ceil(TILE);
-        let th = s.oh.div_ceil(TILE);
-        let fit = BLOCK_FLOATS / (POINTS * (ci + co)) / NR * NR;
-        let nt = fit
-            .clamp(NR, MAX_BLOCK_TILES)
-            .min((tw * th).div_ceil(NR) * NR);
-        Some(WinogradPlan {
-            s: s.clone(),
-            u,
+        let tw = s.ow.div_ceil(tile);
+        let th = s.oh.div_ceil(tile);
+        let g = WinoGeom {
+            tile,
+            c_in: ci,
+            h: s.h,
+            w: s.w,
+            oh: s.oh,
+            ow: s.ow,
+            ph: s.ph,
+            pw: s.pw,
             tw,
             th,
-            nt,
-        })
+        };
+        let mut p = WinogradPlan {
+            s: s.clone(),
+            u,
+            g,
+            nt: NR,
+        };
+        let fit = BLOCK_FLOATS / (points * (ci + co)) / NR * NR;
+        p.set_block_tiles(fit.clamp(NR, MAX_BLOCK_TILES));
+        Some(p)
+    }
+
+    /// Sets the tiles per block (rounded up to whole panels, at most the plane's), for
+    /// benches tuning the blocking.
+    #[doc(hidden)]
+    pub fn set_block_tiles(&mut self, nt: usize) {
+        let all = (self.g.tw * self.g.th).div_ceil(NR) * NR;
+        self.nt = (nt.div_ceil(NR) * NR).clamp(NR, all);
+    }
+
+    /// The output tile side (2 or 4).
+    pub fn tile(&self) -> usize {
+        self.g.tile
     }
 
     /// The conv geometry.
@@ -149,29 +214,29 @@ impl WinogradPlan {
         &self.s
     }
 
-    /// The transformed, packed weights (36 packed A matrices).
+    /// The transformed, packed weights (one packed A matrix per transform point).
     pub fn weights(&self) -> &[f32] {
         &self.u
     }
 
-    /// Rows of 4x4 tiles down the output plane (the unit of position tiles).
+    /// Rows of tiles down the output plane (the unit of position tiles).
     pub fn tile_rows(&self) -> usize {
-        self.th
+        self.g.th
     }
 
     /// Floats of one block's transformed input, for `nb` tiles.
     fn v_len(&self, nb: usize) -> usize {
-        POINTS * gemm::packed_b_len(self.s.c_in, nb)
+        self.g.points() * gemm::packed_b_len(self.s.c_in, nb)
     }
 
-    /// Floats of one block's GEMM output.
+    /// Floats of one block's GEMM output (rows padded to whole [`MR`] panels).
     fn m_len(&self) -> usize {
-        POINTS * self.s.c_out * self.nt
+        self.g.points() * self.s.c_out.div_ceil(MR) * MR * self.nt
     }
 
     /// Floats of the whole transformed input of one image ([`Self::transform_input`]).
     pub fn input_len(&self) -> usize {
-        let t = self.tw * self.th;
+        let t = self.g.tw * self.g.th;
         (t / self.nt) * self.v_len(self.nt) + self.v_len(t % self.nt)
     }
 
@@ -182,15 +247,19 @@ impl WinogradPlan {
 
     /// Transforms the whole input plane set of one image `x` (`[Cin, H, W]`) into `v`
     /// ([`Self::input_len`] floats), block after block from tile 0, for [`Self::run`]'s
-    /// `shared`.
+    /// `shared`. Runs the transforms of the process's kernel table ([`isa::table`]): every
+    /// table's transforms give the same bits.
+    ///
+    /// [`isa::table`]: crate::kernels::isa::table
     pub fn transform_input(&self, x: &[f32], v: &mut [f32]) {
-        let t = self.tw * self.th;
+        let isa = crate::kernels::isa::best_isa();
+        let t = self.g.tw * self.g.th;
         let mut off = 0;
         let mut tb = 0;
         while tb < t {
             let nb = self.nt.min(t - tb);
             let len = self.v_len(nb);
-            self.transform_block(x, tb, nb, &mut v[off..off + len]);
+            self.transform_block(isa, x, tb, nb, &mut v[off..off + len]);
             off += len;
             tb += nb;
         }
@@ -236,7 +305,7 @@ impl WinogradPlan {
         epi: &Epilogue<'_>,
         scratch: &mut [f32],
     ) {
-        let rows = (0, self.th);
+        let rows = (0, self.g.th);
         self.run_into(
             isa,
             &[],
@@ -267,13 +336,13 @@ impl WinogradPlan {
         let s = &self.s;
         let (hw, ohw) = (s.h * s.w, s.oh * s.ow);
         let (ci, co) = (s.c_in, s.c_out);
-        assert!(c_lo % MR == 0 && c_lo <= c_hi && c_hi <= co && ty1 <= self.th);
+        assert!(c_lo % MR == 0 && c_lo <= c_hi && c_hi <= co && ty1 <= self.g.th);
         assert!(
             y_c0 <= c_lo && y.len() >= s.n * (c_hi - y_c0) * ohw,
             "output too short"
         );
         assert!(
-            shared.is_none() || (s.n == 1 && (ty0, ty1) == (0, self.th)),
+            shared.is_none() || (s.n == 1 && (ty0, ty1) == (0, self.g.th)),
             "a shared transformed input covers one whole image"
         );
         if c_lo == c_hi || ty0 >= ty1 {
@@ -284,7 +353,11 @@ impl WinogradPlan {
         } else {
             self.v_len(self.nt)
         });
-        let mbuf = &mut mbuf[..self.m_len()];
+        let (tile, tw, points) = (self.g.tile, self.g.tw, self.g.points());
+        // GEMM rows: whole MR panels from c_lo (the packed U has them, zero-padded).
+        let c_end = c_hi.div_ceil(MR) * MR;
+        let pstride = (c_end - c_lo) * self.nt;
+        let mbuf = &mut mbuf[..points * pstride];
         let alen = gemm::packed_a_len(co, ci);
         let per = y.len() / s.n;
         for b in 0..s.n {
@@ -301,12 +374,12 @@ impl WinogradPlan {
             // Tiles to write; the GEMMs run on whole NR panels of blocks aligned from tile
             // 0, so that every tile is computed by the same kernels as in a whole run (a
             // range of tiles then equals the whole bit for bit).
-            let (t0, t1) = (ty0 * self.tw, ty1 * self.tw);
-            let a1 = (t1.div_ceil(NR) * NR).min(self.tw * self.th);
+            let (t0, t1) = (ty0 * tw, ty1 * tw);
+            let a1 = (t1.div_ceil(NR) * NR).min(tw * self.g.th);
             let mut tb = t0 / NR * NR;
             let mut voff = 0;
             // Output rows whose tiles are all written (and whose epilogue ran).
-            let mut rows_done = ty0 * TILE;
+            let mut rows_done = ty0 * tile;
             while tb < a1 {
                 let nb = ((tb / self.nt + 1) * self.nt).min(a1) - tb;
                 let vlen = self.v_len(nb);
@@ -314,32 +387,33 @@ impl WinogradPlan {
                     Some(sh) => &sh[voff..voff + vlen],
                     None => {
                         let xb = &x[b * ci * hw..(b + 1) * ci * hw];
-                        self.transform_block(xb, tb, nb, &mut vbuf[..vlen]);
+                        self.transform_block(isa, xb, tb, nb, &mut vbuf[..vlen]);
                         &vbuf[..vlen]
                     }
                 };
                 voff += vlen;
-                let plen = vlen / POINTS;
-                for p in 0..POINTS {
-                    gemm_packed(
+                let plen = vlen / points;
+                let nbp = nb.div_ceil(NR) * NR;
+                for p in 0..points {
+                    self.gemm_point(
                         isa,
-                        co,
-                        nb,
-                        ci,
                         &self.u[p * alen..(p + 1) * alen],
-                        BSource::Packed(&v[p * plen..(p + 1) * plen]),
-                        &mut [],
-                        &mut mbuf[p * co * self.nt..(p + 1) * co * self.nt],
-                        self.nt,
-                        (c_lo, c_hi),
-                        (0, nb),
-                        &Epilogue::NONE,
+                        &v[p * plen..(p + 1) * plen],
+                        &mut mbuf[p * pstride..(p + 1) * pstride],
+                        nbp,
+                        (c_lo, c_end),
                     );
                 }
                 let keep = (t0.max(tb), t1.min(tb + nb));
-                self.output_block(mbuf, tb, nb, keep, (c_lo, c_hi), &mut yb[..], y_c0);
+                let m = PointRows {
+                    m: mbuf,
+                    pstride,
+                    ldm: self.nt,
+                };
+                let chans = (c_lo, c_hi);
+                (isa.table().wino_output)(&self.g, &m, tb, nb, keep, chans, &mut yb[..], y_c0);
                 tb += nb;
-                let rows = ((tb.min(t1) / self.tw) * TILE).min(s.oh);
+                let rows = ((tb.min(t1) / tw) * tile).min(s.oh);
                 if rows > rows_done && !epi.is_empty() {
                     let (j0, j1) = (rows_done * s.ow, rows * s.ow);
                     epi_b.apply(isa, yb, ohw, c_lo - y_c0, c_hi - c_lo, j0, j1 - j0);
@@ -351,198 +425,43 @@ impl WinogradPlan {
 
     /// Transforms tiles `[tb, tb + nb)` of one image `x` into packed-B panels: point `p`'s
     /// `Cin x nb` operand at `v[p * plen..]`.
-    fn transform_block(&self, x: &[f32], tb: usize, nb: usize, v: &mut [f32]) {
-        let s = &self.s;
-        let (ci, hw) = (s.c_in, s.h * s.w);
-        let nbp = nb.div_ceil(NR) * NR;
-        let plen = ci * nbp;
-        let mut d = [[0.0f32; NR]; POINTS];
-        let mut out = [[0.0f32; NR]; POINTS];
-        for c in 0..ci {
-            let plane = &x[c * hw..(c + 1) * hw];
-            let k0 = c / KC * KC;
-            let kc = KC.min(ci - k0);
-            for g in 0..nbp / NR {
-                let lanes = NR.min(nb - g * NR);
-                for (l, t) in (tb + g * NR..tb + g * NR + lanes).enumerate() {
-                    self.gather(plane, t, &mut d, l);
-                }
-                for row in d.iter_mut() {
-                    row[lanes..].fill(0.0);
-                }
-                input_transform(&d, &mut out);
-                let at = k0 * nbp + g * NR * kc + (c - k0) * NR;
-                for (p, o) in out.iter().enumerate() {
-                    v[p * plen + at..p * plen + at + NR].copy_from_slice(o);
-                }
-            }
-        }
+    fn transform_block(&self, isa: Isa, x: &[f32], tb: usize, nb: usize, v: &mut [f32]) {
+        (isa.table().wino_input)(&self.g, x, tb, nb, v)
     }
 
-    /// Reads the 6x6 input patch of tile `t` from `plane` into lane `l` of `d` (zeros
-    /// outside the plane).
-    #[inline]
-    fn gather(&self, plane: &[f32], t: usize, d: &mut [Lanes; POINTS], l: usize) {
-        let s = &self.s;
-        let (ty, tx) = (t / self.tw, t % self.tw);
-        let iy0 = (ty * TILE) as isize - s.ph as isize;
-        let ix0 = (tx * TILE) as isize - s.pw as isize;
-        let inside =
-            iy0 >= 0 && ix0 >= 0 && iy0 as usize + PATCH <= s.h && ix0 as usize + PATCH <= s.w;
-        if inside {
-            let (iy0, ix0) = (iy0 as usize, ix0 as usize);
-            for r in 0..PATCH {
-                let src = &plane[(iy0 + r) * s.w + ix0..][..PATCH];
-                for (c, v) in src.iter().enumerate() {
-                    d[r * PATCH + c][l] = *v;
-                }
-            }
-            return;
-        }
-        for r in 0..PATCH {
-            let iy = iy0 + r as isize;
-            for c in 0..PATCH {
-                let ix = ix0 + c as isize;
-                d[r * PATCH + c][l] =
-                    if iy >= 0 && ix >= 0 && (iy as usize) < s.h && (ix as usize) < s.w {
-                        plane[iy as usize * s.w + ix as usize]
-                    } else {
-                        0.0
-                    };
-            }
-        }
-    }
-
-    /// Output transform of the tiles `[k0, k1)` of block `[tb, tb + nb)`, channels
-    /// `[c_lo, c_hi)`, from the GEMM outputs in `mbuf` into the image's output planes `y`
-    /// (channels `y_c0..`).
-    #[allow(clippy::too_many_arguments)]
-    fn output_block(
+    /// The point GEMM `M[c0..c1, 0..nbp] = U_p · V_p` of one block (`c0`, `c1` multiples
+    /// of [`MR`], `U_p` packed with `ceil(Cout / MR) * MR` rows): `m` row `i - c0` holds
+    /// channel `i`, row stride `nt`. K blocks outermost, then [`MC`]-row blocks of U,
+    /// each swept over every B panel of the block while it stays in cache.
+    fn gemm_point(
         &self,
-        mbuf: &[f32],
-        tb: usize,
-        nb: usize,
-        (k0, k1): (usize, usize),
-        (c_lo, c_hi): (usize, usize),
-        y: &mut [f32],
-        y_c0: usize,
+        isa: Isa,
+        u: &[f32],
+        v: &[f32],
+        m: &mut [f32],
+        nbp: usize,
+        (c0, c1): (usize, usize),
     ) {
-        let s = &self.s;
-        let (co, ohw, nt) = (s.c_out, s.oh * s.ow, self.nt);
-        let mut m = [[0.0f32; NR]; POINTS];
-        let mut o = [[0.0f32; NR]; TILE * TILE];
-        for c in c_lo..c_hi {
-            let plane = &mut y[(c - y_c0) * ohw..(c - y_c0 + 1) * ohw];
-            for g in 0..nb.div_ceil(NR) {
-                for (p, mp) in m.iter_mut().enumerate() {
-                    let at = (p * co + c) * nt + g * NR;
-                    mp.copy_from_slice(&mbuf[at..at + NR]);
-                }
-                output_transform(&m, &mut o);
-                let lanes = NR.min(nb - g * NR);
-                for (l, t) in (tb + g * NR..tb + g * NR + lanes).enumerate() {
-                    if t < k0 || t >= k1 {
-                        continue;
-                    }
-                    let (oy0, ox0) = ((t / self.tw) * TILE, (t % self.tw) * TILE);
-                    let rows = TILE.min(s.oh - oy0);
-                    let cols = TILE.min(s.ow - ox0);
-                    for r in 0..rows {
-                        let dst = &mut plane[(oy0 + r) * s.ow + ox0..][..cols];
-                        for (cc, d) in dst.iter_mut().enumerate() {
-                            *d = o[r * TILE + cc][l];
-                        }
+        let t = isa.table();
+        let (ci, nt) = (self.s.c_in, self.nt);
+        let co_pad = self.s.c_out.div_ceil(MR) * MR;
+        let mut k0 = 0;
+        while k0 < ci {
+            let kc = KC.min(ci - k0);
+            let mut ic = c0;
+            while ic < c1 {
+                let ic_end = (ic + MC).min(c1);
+                for j in (0..nbp).step_by(NR) {
+                    let bp = &v[k0 * nbp + j * kc..][..kc * NR];
+                    for i in (ic..ic_end).step_by(MR) {
+                        let ap = &u[k0 * co_pad + i * kc..][..kc * MR];
+                        (t.mm_tile)(kc, ap, bp, &mut m[(i - c0) * nt + j..], nt, k0 > 0);
                     }
                 }
+                ic = ic_end;
             }
+            k0 += kc;
         }
-    }
-}
-
-/// `G g Gᵀ` of one 3x3 kernel `g` (row-major), in f64: the 6x6 transformed weights.
-fn transform_weight(g: &[f32]) -> [f64; POINTS] {
-    let col = |a: f64, b: f64, c: f64| -> [f64; PATCH] {
-        [
-            a / 4.0,
-            -(a + b + c) / 6.0,
-            -(a - b + c) / 6.0,
-            a / 24.0 + b / 12.0 + c / 6.0,
-            a / 24.0 - b / 12.0 + c / 6.0,
-            c,
-        ]
-    };
-    let g: [f64; 9] = std::array::from_fn(|i| f64::from(g[i]));
-    // t = G g (6x3), one column of g at a time.
-    let mut t = [[0.0f64; 3]; PATCH];
-    for j in 0..3 {
-        let c = col(g[j], g[3 + j], g[6 + j]);
-        for (i, v) in c.iter().enumerate() {
-            t[i][j] = *v;
-        }
-    }
-    // u = t Gᵀ (6x6), one row of t at a time.
-    let mut u = [0.0f64; POINTS];
-    for (i, row) in t.iter().enumerate() {
-        let r = col(row[0], row[1], row[2]);
-        u[i * PATCH..(i + 1) * PATCH].copy_from_slice(&r);
-    }
-    u
-}
-
-/// `Bᵀ x` for six lane vectors (the 1-D input transform), into `o`.
-#[inline(always)]
-fn input_1d(x: [&Lanes; PATCH], o: &mut [Lanes; PATCH]) {
-    for l in 0..NR {
-        let (d0, d1, d2, d3, d4, d5) = (x[0][l], x[1][l], x[2][l], x[3][l], x[4][l], x[5][l]);
-        o[0][l] = 4.0 * d0 - 5.0 * d2 + d4;
-        o[1][l] = d3 + d4 - 4.0 * (d1 + d2);
-        o[2][l] = d4 - d3 + 4.0 * (d1 - d2);
-        o[3][l] = d4 - d2 + 2.0 * (d3 - d1);
-        o[4][l] = d4 - d2 + 2.0 * (d1 - d3);
-        o[5][l] = 4.0 * d1 - 5.0 * d3 + d5;
-    }
-}
-
-/// `Bᵀ d B` of `NR` patches at once (`d[r * 6 + c][lane]`, `v` likewise).
-fn input_transform(d: &[Lanes; POINTS], v: &mut [Lanes; POINTS]) {
-    // t = Bᵀ d, stored transposed (`t[c * 6 + r]`) so both passes read whole rows.
-    let mut t = [[0.0f32; NR]; POINTS];
-    for (c, tc) in t.chunks_exact_mut(PATCH).enumerate() {
-        let tc: &mut [Lanes; PATCH] = tc.try_into().expect("six points");
-        input_1d(std::array::from_fn(|r| &d[r * PATCH + c]), tc);
-    }
-    // v = t B: row r of t is column r of the stored transpose.
-    for (r, vr) in v.chunks_exact_mut(PATCH).enumerate() {
-        let vr: &mut [Lanes; PATCH] = vr.try_into().expect("six points");
-        input_1d(std::array::from_fn(|c| &t[c * PATCH + r]), vr);
-    }
-}
-
-/// `Aᵀ x` for six lane vectors (the 1-D output transform), into `o`.
-#[inline(always)]
-fn output_1d(x: [&Lanes; PATCH], o: &mut [Lanes; TILE]) {
-    for l in 0..NR {
-        let (m0, m1, m2, m3, m4, m5) = (x[0][l], x[1][l], x[2][l], x[3][l], x[4][l], x[5][l]);
-        let (s12, d12, s34, d34) = (m1 + m2, m1 - m2, m3 + m4, m3 - m4);
-        o[0][l] = m0 + s12 + s34;
-        o[1][l] = d12 + 2.0 * d34;
-        o[2][l] = s12 + 4.0 * s34;
-        o[3][l] = d12 + 8.0 * d34 + m5;
-    }
-}
-
-/// `Aᵀ m A` of `NR` tiles at once: 36 points in, 4x4 outputs (`o[r * 4 + c][lane]`).
-fn output_transform(m: &[Lanes; POINTS], o: &mut [Lanes; TILE * TILE]) {
-    // t = Aᵀ m (4x6), stored transposed (`t[c * 4 + r]`).
-    let mut t = [[0.0f32; NR]; TILE * PATCH];
-    for (c, tc) in t.chunks_exact_mut(TILE).enumerate() {
-        let tc: &mut [Lanes; TILE] = tc.try_into().expect("four outputs");
-        output_1d(std::array::from_fn(|r| &m[r * PATCH + c]), tc);
-    }
-    // o = t A.
-    for (r, orow) in o.chunks_exact_mut(TILE).enumerate() {
-        let orow: &mut [Lanes; TILE] = orow.try_into().expect("four outputs");
-        output_1d(std::array::from_fn(|c| &t[c * TILE + r]), orow);
     }
 }
 

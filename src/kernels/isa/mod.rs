@@ -16,6 +16,7 @@ use super::body::eltwise::Bcast;
 use super::body::epilogue::Epilogue;
 use super::body::pool::PoolShape;
 use crate::ir::{BinaryOp, UnaryOp};
+use crate::kernels::conv::{PointRows, WinoGeom};
 use std::sync::OnceLock;
 
 pub(crate) mod portable;
@@ -160,6 +161,23 @@ pub struct KernelTable {
     /// (`a` holds `(MR - 1) * lda + kc` floats), B a packed `kc x NR` panel.
     pub mm_tile_strided:
         fn(kc: usize, a: &[f32], lda: usize, b: &[f32], c: &mut [f32], ldc: usize, acc: bool),
+
+    // Winograd conv transforms (`kernels::conv::winograd`).
+    /// Input transform of tiles `[tb, tb + nb)` of one image `x` into the packed-B panels
+    /// of the point GEMMs (`v`).
+    pub wino_input: fn(g: &WinoGeom, x: &[f32], tb: usize, nb: usize, v: &mut [f32]),
+    /// Output transform of block `[tb, tb + nb)`'s tiles `keep`, channels `chans`, from
+    /// the point GEMM results `m` into the output planes `y` (channels `y_c0..`).
+    pub wino_output: fn(
+        g: &WinoGeom,
+        m: &PointRows<'_>,
+        tb: usize,
+        nb: usize,
+        keep: (usize, usize),
+        chans: (usize, usize),
+        y: &mut [f32],
+        y_c0: usize,
+    ),
 }
 
 /// The table the process uses (chosen once): the best this CPU supports, or the one

@@ -28,6 +28,9 @@ pub(crate) static TABLE: KernelTable = KernelTable {
     depthwise_fused: body::depthwise::depthwise_channel,
     mm_tile_strided,
     depthwise_direct: body::depthwise::depthwise_channel,
+    // Winograd conv transforms.
+    wino_input: crate::kernels::conv::winograd_body::input_block,
+    wino_output: crate::kernels::conv::winograd_body::output_block,
 };
 
 fn mm_tile(kc: usize, a: &[f32], b: &[f32], c: &mut [f32], ldc: usize, acc: bool) {

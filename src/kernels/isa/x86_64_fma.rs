@@ -40,6 +40,9 @@ static TABLE: KernelTable = KernelTable {
     depthwise_fused,
     mm_tile_strided,
     depthwise_direct: super::x86_64_dw::depthwise_direct,
+    // Winograd conv transforms.
+    wino_input,
+    wino_output,
 };
 
 /// Builds a safe table entry `$name` that runs the generic body `$body` compiled with
@@ -279,3 +282,8 @@ unsafe fn tile_6x16_strided(
         }
     }
 }
+
+// Winograd conv transforms.
+use crate::kernels::conv::{winograd_body, PointRows, WinoGeom};
+avx2_build!(wino_input, winograd_body::input_block, (g: &WinoGeom, x: &[f32], tb: usize, nb: usize, v: &mut [f32]));
+avx2_build!(wino_output, winograd_body::output_block, (g: &WinoGeom, m: &PointRows<'_>, tb: usize, nb: usize, keep: (usize, usize), chans: (usize, usize), y: &mut [f32], y_c0: usize));

@@ -98,12 +98,16 @@ fn cases() -> Vec<ConvShape> {
 #[test]
 fn winograd_matches_direct_over_edge_shapes() {
     for isa in crate::kernels::isa::available_isas() {
-        for s in cases() {
+        for (s, tile) in cases().into_iter().flat_map(|s| [(s.clone(), 4), (s, 2)]) {
             let x = rand_vec(s.n * s.c_in * s.h * s.w, 1);
             let w = rand_vec(s.c_out * s.c_in * 9, 2);
             let bias = rand_vec(s.c_out, 3);
             let (want, mag) = direct(&s, &x, &w, &bias);
-            let p = WinogradPlan::new(&s, &w);
+            let mut p = WinogradPlan::with_tile(&s, &w, tile);
+            // Blocks of one panel, so that the shapes with many tiles have several.
+            if s.oh * s.ow > 300 {
+                p.set_block_tiles(NR);
+            }
             let epi = Epilogue {
                 bias: Some(&bias),
                 ..Epilogue::NONE
@@ -121,7 +125,7 @@ fn winograd_matches_direct_over_edge_shapes() {
                 &epi,
                 &mut scratch,
             );
-            assert_within(&y, &want, &mag, TOL, &format!("{s:?} whole"));
+            assert_within(&y, &want, &mag, TOL, &format!("{s:?} F({tile},3) whole"));
             // Position tiles (tile rows, any cut) and channel tiles equal the whole bit
             // for bit.
             let whole = y.clone();
@@ -220,6 +224,16 @@ fn winograd_fuses_the_epilogue() {
 fn winograd_selection() {
     let big = shape(1, 64, (56, 56), 64, [1, 1, 1, 1]);
     assert!(WinogradPlan::wins(&big));
+    // F(4x4) on large planes, F(2x2) where 4x4 tiles would leave the panels mostly
+    // padding (ResNet's 7x7 stage: 4 tiles of 4x4, 16 of 2x2).
+    assert_eq!(WinogradPlan::tile_for(&big), 4);
+    assert_eq!(
+        WinogradPlan::tile_for(&shape(1, 256, (14, 14), 256, [1, 1, 1, 1])),
+        4
+    );
+    let small = shape(1, 512, (7, 7), 512, [1, 1, 1, 1]);
+    assert_eq!(WinogradPlan::tile_for(&small), 2);
+    assert!(WinogradPlan::wins(&small));
     assert!(!WinogradPlan::wins(&shape(
         1,
         8,
@@ -244,7 +258,7 @@ fn winograd_selection() {
 // differences (fused or separate multiply-add in the GEMM) grow by about that much.
 crate::kernels::isa::twin_test!(winograd_tables_match_portable, 2e-4, |t| {
     let mut out = Vec::new();
-    for s in cases() {
+    for (s, tile) in cases().into_iter().flat_map(|s| [(s.clone(), 4), (s, 2)]) {
         let x = rand_vec(s.n * s.c_in * s.h * s.w, 8);
         let w = rand_vec(s.c_out * s.c_in * 9, 9);
         let bias = rand_vec(s.c_out, 10);
@@ -257,7 +271,7 @@ crate::kernels::isa::twin_test!(winograd_tables_match_portable, 2e-4, |t| {
             post: &post,
             ..Epilogue::NONE
         };
-        let p = WinogradPlan::new(&s, &w);
+        let p = WinogradPlan::with_tile(&s, &w, tile);
         let mut scratch = vec![0.0; p.scratch_len()];
         let mut y = vec![0.0; s.n * s.c_out * s.oh * s.ow];
         let th = p.tile_rows();
@@ -339,7 +353,7 @@ fn planned_conv_takes_winograd_whole_and_tiled() {
         let plan = ModelPlan::new(Arc::new(g), &opts).expect("plan");
         let tiles = plan.tiles_for(0);
         let want_tiles = if ohw > co {
-            hw.div_ceil(4)
+            hw.div_ceil(WinogradPlan::tile_for(&s))
         } else {
             co.div_ceil(MR)
         };

@@ -1,0 +1,375 @@
+//! Winograd transforms, F(2x2, 3x3) and F(4x4, 3x3): generic bodies that each kernel
+//! table compiles for its instruction set (the transforms work on [`NR`] tiles at once,
+//! one lane per tile, so they vectorise over the lanes).
+//!
+//! * Input: for one block of tiles, every input channel's `P x P` patches (`P = T + 2`)
+//!   are gathered (zeros outside the plane), transformed (`Bᵀ d B`) and written straight
+//!   into the packed-B panels of the `P²` point GEMMs.
+//! * Output: the `P²` GEMM results of each tile (`Aᵀ m A`) become its `T x T` outputs,
+//!   written into the output planes (edge tiles clipped).
+//!
+//! Both bodies are deterministic functions of their inputs (no fused multiply-add is
+//! introduced), so any split of channels or tile rows gives the same bits.
+
+use crate::kernels::isa::{KC, NR};
+
+/// `NR` lanes: one value per tile of a panel.
+type Lanes = [f32; NR];
+
+/// The geometry the transforms need: variant, input and output planes, tiling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WinoGeom {
+    /// Output tile side: 2 (F(2x2, 3x3)) or 4 (F(4x4, 3x3)).
+    pub tile: usize,
+    /// Input channels.
+    pub c_in: usize,
+    /// Input plane height and width.
+    pub h: usize,
+    pub w: usize,
+    /// Output plane height and width.
+    pub oh: usize,
+    pub ow: usize,
+    /// Leading pads (top, left).
+    pub ph: usize,
+    pub pw: usize,
+    /// Tiles across and down the output plane.
+    pub tw: usize,
+    pub th: usize,
+}
+
+impl WinoGeom {
+    /// Input patch side (`tile + 2`).
+    pub fn patch(&self) -> usize {
+        self.tile + 2
+    }
+
+    /// Transform points (GEMMs per block).
+    pub fn points(&self) -> usize {
+        self.patch() * self.patch()
+    }
+}
+
+/// One block's GEMM results, as [`output_block`] reads them: point `p`, row `r` (output
+/// channel `c_lo + r`), tile `j` of the block at `m[p * pstride + r * ldm + j]`.
+#[derive(Clone, Copy)]
+pub struct PointRows<'m> {
+    /// The results.
+    pub m: &'m [f32],
+    /// Floats between two points.
+    pub pstride: usize,
+    /// Floats between two rows.
+    pub ldm: usize,
+}
+
+/// Transforms tiles `[tb, tb + nb)` of one image `x` (`[Cin, H, W]`) into packed-B
+/// panels: point `p`'s `Cin x nb` operand (zero-padded to whole panels) at
+/// `v[p * plen..]`, `plen = Cin * ceil(nb / NR) * NR`.
+#[inline(always)]
+pub fn input_block(g: &WinoGeom, x: &[f32], tb: usize, nb: usize, v: &mut [f32]) {
+    if g.tile == 4 {
+        input_block_t::<4, 6, 36>(g, x, tb, nb, v)
+    } else {
+        input_block_t::<2, 4, 16>(g, x, tb, nb, v)
+    }
+}
+
+/// Output transform of block `[tb, tb + nb)`'s tiles in `[k0, k1)`, channels
+/// `[c_lo, c_hi)` (GEMM rows from 0), into the output planes `y` holding channels
+/// `y_c0..`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub fn output_block(
+    g: &WinoGeom,
+    m: &PointRows<'_>,
+    tb: usize,
+    nb: usize,
+    keep: (usize, usize),
+    chans: (usize, usize),
+    y: &mut [f32],
+    y_c0: usize,
+) {
+    if g.tile == 4 {
+        output_block_t::<4, 6, 36, 16>(g, m, tb, nb, keep, chans, y, y_c0)
+    } else {
+        output_block_t::<2, 4, 16, 4>(g, m, tb, nb, keep, chans, y, y_c0)
+    }
+}
+
+/// Patch or tile origin of each lane of a panel: its offset in the plane when the
+/// whole patch (tile) lies inside it, else [`EDGE`].
+type Origins = [usize; NR];
+
+/// Marks a lane whose patch (tile) crosses the plane's border.
+const EDGE: usize = usize::MAX;
+
+#[inline(always)]
+fn input_block_t<const T: usize, const P: usize, const Q: usize>(
+    g: &WinoGeom,
+    x: &[f32],
+    tb: usize,
+    nb: usize,
+    v: &mut [f32],
+) {
+    let (ci, hw) = (g.c_in, g.h * g.w);
+    let nbp = nb.div_ceil(NR) * NR;
+    let plen = ci * nbp;
+    assert!(v.len() >= Q * plen && x.len() >= ci * hw, "short block");
+    let mut d = [[0.0f32; NR]; Q];
+    let mut out = [[0.0f32; NR]; Q];
+    for gi in 0..nbp / NR {
+        let t0 = tb + gi * NR;
+        let lanes = NR.min(nb - gi * NR);
+        // Lane origins, once per panel: row and column of each patch's first input.
+        let mut org = [(0isize, 0isize); NR];
+        let mut inner: Origins = [EDGE; NR];
+        for (l, (o, i)) in org.iter_mut().zip(inner.iter_mut()).take(lanes).enumerate() {
+            let t = t0 + l;
+            let iy0 = ((t / g.tw) * T) as isize - g.ph as isize;
+            let ix0 = ((t % g.tw) * T) as isize - g.pw as isize;
+            *o = (iy0, ix0);
+            if iy0 >= 0 && ix0 >= 0 && iy0 as usize + P <= g.h && ix0 as usize + P <= g.w {
+                *i = iy0 as usize * g.w + ix0 as usize;
+            }
+        }
+        let all_inner = lanes == NR && inner.iter().all(|&i| i != EDGE);
+        // Lanes past the block's tiles stay zero for every channel.
+        for row in d.iter_mut() {
+            row.fill(0.0);
+        }
+        for c in 0..ci {
+            let plane = &x[c * hw..(c + 1) * hw];
+            if all_inner {
+                for (l, &i) in inner.iter().enumerate() {
+                    gather_inner::<P, Q>(g, plane, i, &mut d, l);
+                }
+            } else {
+                for l in 0..lanes {
+                    match inner[l] {
+                        EDGE => gather_edge::<P, Q>(g, plane, org[l], &mut d, l),
+                        i => gather_inner::<P, Q>(g, plane, i, &mut d, l),
+                    }
+                }
+            }
+            input_transform::<P, Q>(&d, &mut out);
+            let k0 = c / KC * KC;
+            let kc = KC.min(ci - k0);
+            let at = k0 * nbp + gi * NR * kc + (c - k0) * NR;
+            for (p, o) in out.iter().enumerate() {
+                v[p * plen + at..p * plen + at + NR].copy_from_slice(o);
+            }
+        }
+    }
+}
+
+/// Reads the `P x P` patch at offset `i` of `plane` (inside it) into lane `l` of `d`.
+#[inline(always)]
+fn gather_inner<const P: usize, const Q: usize>(
+    g: &WinoGeom,
+    plane: &[f32],
+    i: usize,
+    d: &mut [Lanes; Q],
+    l: usize,
+) {
+    for r in 0..P {
+        let src: &[f32; P] = plane[i + r * g.w..][..P].try_into().expect("patch row");
+        for (c, v) in src.iter().enumerate() {
+            d[r * P + c][l] = *v;
+        }
+    }
+}
+
+/// Reads the `P x P` patch with origin `(iy0, ix0)` from `plane` into lane `l` of `d`,
+/// zeros outside the plane.
+#[inline(always)]
+fn gather_edge<const P: usize, const Q: usize>(
+    g: &WinoGeom,
+    plane: &[f32],
+    (iy0, ix0): (isize, isize),
+    d: &mut [Lanes; Q],
+    l: usize,
+) {
+    for r in 0..P {
+        let iy = iy0 + r as isize;
+        for c in 0..P {
+            let ix = ix0 + c as isize;
+            d[r * P + c][l] = if iy >= 0 && ix >= 0 && (iy as usize) < g.h && (ix as usize) < g.w {
+                plane[iy as usize * g.w + ix as usize]
+            } else {
+                0.0
+            };
+        }
+    }
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn output_block_t<const T: usize, const P: usize, const Q: usize, const TT: usize>(
+    g: &WinoGeom,
+    m: &PointRows<'_>,
+    tb: usize,
+    nb: usize,
+    (k0, k1): (usize, usize),
+    (c_lo, c_hi): (usize, usize),
+    y: &mut [f32],
+    y_c0: usize,
+) {
+    let ohw = g.oh * g.ow;
+    let mut mm = [[0.0f32; NR]; Q];
+    let mut o = [[0.0f32; NR]; TT];
+    for gi in 0..nb.div_ceil(NR) {
+        let t0 = tb + gi * NR;
+        let lanes = NR.min(nb - gi * NR);
+        // Lane destinations, once per panel: (offset, rows, cols) of each kept tile.
+        let mut dst = [(0usize, 0usize, 0usize); NR];
+        for (l, d) in dst.iter_mut().enumerate().take(lanes) {
+            let t = t0 + l;
+            if t < k0 || t >= k1 {
+                continue;
+            }
+            let (oy0, ox0) = ((t / g.tw) * T, (t % g.tw) * T);
+            *d = (oy0 * g.ow + ox0, T.min(g.oh - oy0), T.min(g.ow - ox0));
+        }
+        for c in c_lo..c_hi {
+            let plane = &mut y[(c - y_c0) * ohw..(c - y_c0 + 1) * ohw];
+            let row = (c - c_lo) * m.ldm;
+            for (p, mp) in mm.iter_mut().enumerate() {
+                let at = p * m.pstride + row + gi * NR;
+                mp.copy_from_slice(&m.m[at..at + NR]);
+            }
+            output_transform::<T, P, Q, TT>(&mm, &mut o);
+            for (l, &(at, rows, cols)) in dst.iter().enumerate().take(lanes) {
+                if rows == T && cols == T {
+                    for r in 0..T {
+                        let dst: &mut [f32; T] = (&mut plane[at + r * g.ow..][..T])
+                            .try_into()
+                            .expect("tile row");
+                        for (cc, d) in dst.iter_mut().enumerate() {
+                            *d = o[r * T + cc][l];
+                        }
+                    }
+                } else {
+                    for r in 0..rows {
+                        let dst = &mut plane[at + r * g.ow..][..cols];
+                        for (cc, d) in dst.iter_mut().enumerate() {
+                            *d = o[r * T + cc][l];
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `Bᵀ x` for `P` lane vectors (the 1-D input transform), into `o`.
+#[inline(always)]
+fn input_1d<const P: usize>(x: [&Lanes; P], o: &mut [Lanes]) {
+    if P == 6 {
+        for l in 0..NR {
+            let (d0, d1, d2, d3, d4, d5) = (x[0][l], x[1][l], x[2][l], x[3][l], x[4][l], x[5][l]);
+            o[0][l] = 4.0 * d0 - 5.0 * d2 + d4;
+            o[1][l] = d3 + d4 - 4.0 * (d1 + d2);
+            o[2][l] = d4 - d3 + 4.0 * (d1 - d2);
+            o[3][l] = d4 - d2 + 2.0 * (d3 - d1);
+            o[4][l] = d4 - d2 + 2.0 * (d1 - d3);
+            o[5][l] = 4.0 * d1 - 5.0 * d3 + d5;
+        }
+    } else {
+        for l in 0..NR {
+            let (d0, d1, d2, d3) = (x[0][l], x[1][l], x[2][l], x[3][l]);
+            o[0][l] = d0 - d2;
+            o[1][l] = d1 + d2;
+            o[2][l] = d2 - d1;
+            o[3][l] = d1 - d3;
+        }
+    }
+}
+
+/// `Bᵀ d B` of `NR` patches at once (`d[r * P + c][lane]`, `v` likewise).
+#[inline(always)]
+fn input_transform<const P: usize, const Q: usize>(d: &[Lanes; Q], v: &mut [Lanes; Q]) {
+    // t = Bᵀ d, stored transposed (`t[c * P + r]`) so both passes read whole rows.
+    let mut t = [[0.0f32; NR]; Q];
+    for (c, tc) in t.chunks_exact_mut(P).enumerate() {
+        input_1d::<P>(std::array::from_fn(|r| &d[r * P + c]), tc);
+    }
+    // v = t B: row r of t is column r of the stored transpose.
+    for (r, vr) in v.chunks_exact_mut(P).enumerate() {
+        input_1d::<P>(std::array::from_fn(|c| &t[c * P + r]), vr);
+    }
+}
+
+/// `Aᵀ x` for `P` lane vectors (the 1-D output transform), into `o` (`P - 2` rows).
+#[inline(always)]
+fn output_1d<const P: usize>(x: [&Lanes; P], o: &mut [Lanes]) {
+    if P == 6 {
+        for l in 0..NR {
+            let (m0, m1, m2, m3, m4, m5) = (x[0][l], x[1][l], x[2][l], x[3][l], x[4][l], x[5][l]);
+            let (s12, d12, s34, d34) = (m1 + m2, m1 - m2, m3 + m4, m3 - m4);
+            o[0][l] = m0 + s12 + s34;
+            o[1][l] = d12 + 2.0 * d34;
+            o[2][l] = s12 + 4.0 * s34;
+            o[3][l] = d12 + 8.0 * d34 + m5;
+        }
+    } else {
+        for l in 0..NR {
+            let (m0, m1, m2, m3) = (x[0][l], x[1][l], x[2][l], x[3][l]);
+            o[0][l] = m0 + m1 + m2;
+            o[1][l] = m1 - m2 - m3;
+        }
+    }
+}
+
+/// `Aᵀ m A` of `NR` tiles at once: `Q` points in, `T x T` outputs (`o[r * T + c][lane]`).
+#[inline(always)]
+fn output_transform<const T: usize, const P: usize, const Q: usize, const TT: usize>(
+    m: &[Lanes; Q],
+    o: &mut [Lanes; TT],
+) {
+    // t = Aᵀ m (T x P), stored transposed (`t[c * T + r]`).
+    let mut t = [[0.0f32; NR]; Q];
+    for (c, tc) in t[..T * P].chunks_exact_mut(T).enumerate() {
+        output_1d::<P>(std::array::from_fn(|r| &m[r * P + c]), tc);
+    }
+    // o = t A.
+    for (r, orow) in o.chunks_exact_mut(T).enumerate() {
+        output_1d::<P>(std::array::from_fn(|c| &t[c * T + r]), orow);
+    }
+}
+
+/// `G g Gᵀ` of one 3x3 kernel `g` (row-major) for output tile side `tile`, in f64: the
+/// `(tile + 2)²` transformed weights, row-major, in the first `(tile + 2)²` entries.
+pub fn transform_weight(g: &[f32], tile: usize) -> [f64; 36] {
+    let p = tile + 2;
+    let col = |a: f64, b: f64, c: f64| -> [f64; 6] {
+        if tile == 4 {
+            [
+                a / 4.0,
+                -(a + b + c) / 6.0,
+                -(a - b + c) / 6.0,
+                a / 24.0 + b / 12.0 + c / 6.0,
+                a / 24.0 - b / 12.0 + c / 6.0,
+                c,
+            ]
+        } else {
+            [a, (a + b + c) / 2.0, (a - b + c) / 2.0, c, 0.0, 0.0]
+        }
+    };
+    let g: [f64; 9] = std::array::from_fn(|i| f64::from(g[i]));
+    // t = G g (P x 3), one column of g at a time.
+    let mut t = [[0.0f64; 3]; 6];
+    for j in 0..3 {
+        for (i, v) in col(g[j], g[3 + j], g[6 + j])
+            .into_iter()
+            .take(p)
+            .enumerate()
+        {
+            t[i][j] = v;
+        }
+    }
+    // u = t Gᵀ (P x P), one row of t at a time.
+    let mut u = [0.0f64; 36];
+    for (i, row) in t.iter().take(p).enumerate() {
+        u[i * p..(i + 1) * p].copy_from_slice(&col(row[0], row[1], row[2])[..p]);
+    }
+    u
+}
