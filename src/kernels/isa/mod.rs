@@ -146,6 +146,20 @@ pub struct KernelTable {
     /// (`a` holds `(MR - 1) * lda + kc` floats), B a packed `kc x NR` panel.
     pub mm_tile_strided:
         fn(kc: usize, a: &[f32], lda: usize, b: &[f32], c: &mut [f32], ldc: usize, acc: bool),
+    // -- pooling and conv packing (issue 12, im2col helper) --
+    /// Average pooling of one plane (`count_include_pad` as in `kernels::pool::avg_pool`).
+    pub avg_pool_plane: fn(s: &PoolShape, count_include_pad: bool, x: &[f32], y: &mut [f32]),
+    /// Rows `k0..k0 + kc`, columns `j0..j0 + n` of the im2col matrix of one image and
+    /// group `x` written straight into packed B panels (`kernels::body::im2col`).
+    pub im2col_panels: fn(
+        s: &ConvShape,
+        x: &[f32],
+        k0: usize,
+        kc: usize,
+        j0: usize,
+        n: usize,
+        out: &mut [f32],
+    ),
 }
 
 /// The table the process uses (chosen once): the best this CPU supports, or the one
