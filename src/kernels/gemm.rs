@@ -176,9 +176,18 @@ pub enum BSource<'a> {
     /// `fill(p, j0, len, row)` returns `B[p, j0..j0 + len]`, either as a slice of its
     /// source or by writing it into `row` (then returning `None`).
     Rows(&'a RowFill<'a>),
+    /// B generated on the fly straight into packed panels, one `KC x NC` block at a
+    /// time, into scratch: `fill(k0, kc, jc, nc, buf)` writes rows `k0..k0 + kc`,
+    /// columns `jc..jc + nc` of B as `nc.div_ceil(NR)` panels of `kc x NR` floats
+    /// (panel `q` at `q * kc * NR`, row `p` at `+ p * NR`).
+    Panels(&'a PanelFill<'a>),
 }
 
-/// Scratch floats [`gemm_packed`] needs for a [`BSource::Rows`] operand of depth `k`
+/// Writes one packed B block for [`BSource::Panels`]: `fill(k0, kc, jc, nc, buf)`.
+pub type PanelFill<'a> = dyn Fn(usize, usize, usize, usize, &mut [f32]) + 'a;
+
+/// Scratch floats [`gemm_packed`] needs for a [`BSource::Rows`] or
+/// [`BSource::Panels`] operand of depth `k`
 /// and `n` columns: one row slot per K row of a block, plus one packed edge panel (or
 /// one row, when the block is packed).
 pub fn block_scratch_len(k: usize, n: usize) -> usize {
@@ -311,7 +320,7 @@ pub fn gemm_with(
     }
     let slot = row_slot(NC.min(n_pad));
     let (buf, edge) = match b {
-        BSource::Rows(_) => scratch.split_at_mut(KC.min(k) * slot),
+        BSource::Rows(_) | BSource::Panels(_) => scratch.split_at_mut(KC.min(k) * slot),
         BSource::Packed(_) => (&mut [][..], &mut [][..]),
     };
     let a_in_place = matches!(a, ASource::InPlace { .. });
@@ -334,7 +343,9 @@ pub fn gemm_with(
             let mut rows: [&[f32]; KC] = [&[]; KC];
             let mut edge_panel: &[f32] = &[];
             let full = len / NR * NR;
-            if let (BSource::Rows(fill), true) = (b, pack_rows) {
+            if let BSource::Panels(fill) = b {
+                fill(k0, kc, jc, len, &mut buf[..kc * len.div_ceil(NR) * NR]);
+            } else if let (BSource::Rows(fill), true) = (b, pack_rows) {
                 pack_block(fill, k0, kc, jc, len, buf, edge);
             } else if let (BSource::Rows(fill), true) = (b, in_place) {
                 for (p, src) in srcs[..kc].iter_mut().enumerate() {
@@ -363,6 +374,7 @@ pub fn gemm_with(
                         BSource::Packed(pb) => {
                             Panel::Packed(&pb[b_panel(n_pad, k, k0, j)..][..kc * NR])
                         }
+                        BSource::Panels(_) => Panel::Packed(&buf[(j - jc) * kc..][..kc * NR]),
                         BSource::Rows(_) if pack_rows => {
                             Panel::Packed(&buf[(j - jc) * kc..][..kc * NR])
                         }
@@ -639,6 +651,27 @@ mod tests {
             &Epilogue::NONE,
         );
         assert_close(&c2, &want, 1e-4);
+        // B written straight into packed panels, block by block.
+        let panels = |k0: usize, kc: usize, jc: usize, nc: usize, buf: &mut [f32]| {
+            let mut row = vec![0.0; nc];
+            pack_block(&fill, k0, kc, jc, nc, buf, &mut row);
+        };
+        let mut c4 = vec![f32::NAN; m * n];
+        gemm_packed(
+            isa,
+            m,
+            n,
+            k,
+            &pa,
+            BSource::Panels(&panels),
+            &mut scratch,
+            &mut c4,
+            n,
+            (0, m),
+            (0, n),
+            &Epilogue::NONE,
+        );
+        assert_close(&c4, &want, 1e-4);
         // A read in place (B packed, then B from rows), whole and as row tiles.
         for tiles in [1, 3] {
             let mut c3 = vec![f32::NAN; m * n];

@@ -14,8 +14,7 @@ pub fn max_pool(isa: Isa, s: &PoolShape, x: &[f32], y: &mut [f32], lo: usize, hi
         (t.max_pool_plane)(s, xp, yp);
     }
 }
-/// Average pool of planes `[lo, hi)`. With `count_include_pad` the divisor counts the
-/// declared padding (not the extra cells `ceil_mode` adds past it), as onnxruntime does.
+/// Average pool of planes `[lo, hi)` through the best kernel table (see [`avg_pool_on`]).
 pub fn avg_pool(
     s: &PoolShape,
     count_include_pad: bool,
@@ -24,33 +23,26 @@ pub fn avg_pool(
     lo: usize,
     hi: usize,
 ) {
-    let (h, w) = (s.h as isize, s.w as isize);
+    avg_pool_on(super::isa::best_isa(), s, count_include_pad, x, y, lo, hi)
+}
+
+/// Average pool of planes `[lo, hi)` through `isa`'s table. With `count_include_pad`
+/// the divisor counts the declared padding (not the extra cells `ceil_mode` adds past
+/// it), as onnxruntime does. Each output sums its window row by row, left to right.
+pub fn avg_pool_on(
+    isa: Isa,
+    s: &PoolShape,
+    count_include_pad: bool,
+    x: &[f32],
+    y: &mut [f32],
+    lo: usize,
+    hi: usize,
+) {
+    let t = isa.table();
     for p in lo..hi {
         let xp = &x[p * s.h * s.w..(p + 1) * s.h * s.w];
         let yp = &mut y[p * s.oh * s.ow..(p + 1) * s.oh * s.ow];
-        for oy in 0..s.oh {
-            let y0 = (oy * s.sh) as isize - s.pads[0] as isize;
-            let y1 = (y0 + s.kh as isize).min(h + s.pads[2] as isize);
-            let (cy0, cy1) = (y0.max(0), y1.min(h));
-            for ox in 0..s.ow {
-                let x0 = (ox * s.sw) as isize - s.pads[1] as isize;
-                let x1 = (x0 + s.kw as isize).min(w + s.pads[3] as isize);
-                let (cx0, cx1) = (x0.max(0), x1.min(w));
-                let mut sum = 0.0f32;
-                for iy in cy0..cy1 {
-                    let row = &xp[iy as usize * s.w..];
-                    for ix in cx0..cx1 {
-                        sum += row[ix as usize];
-                    }
-                }
-                let n = if count_include_pad {
-                    (y1 - y0) * (x1 - x0)
-                } else {
-                    (cy1 - cy0).max(0) * (cx1 - cx0).max(0)
-                };
-                yp[oy * s.ow + ox] = if n > 0 { sum / n as f32 } else { 0.0 };
-            }
-        }
+        (t.avg_pool_plane)(s, count_include_pad, xp, yp);
     }
 }
 
@@ -99,10 +91,132 @@ mod tests {
             let mut y = vec![0.0; oh * oh];
             (t.max_pool_plane)(&s, &x, &mut y);
             out.extend_from_slice(&y);
+            if d == 1 {
+                for inc in [false, true] {
+                    (t.avg_pool_plane)(&s, inc, &x, &mut y);
+                    out.extend_from_slice(&y);
+                }
+            }
         }
         out
     });
     use crate::kernels::testutil::{assert_close, rand_vec};
+
+    /// Max (bit pattern) and average of one plane by the definition: windows visited
+    /// row by row, left to right, sums from 0 (the order the kernels keep).
+    fn naive(s: &PoolShape, inc: bool, xp: &[f32]) -> (Vec<f32>, Vec<f32>) {
+        let (mut mx, mut av) = (vec![], vec![]);
+        let (h, w) = (s.h as isize, s.w as isize);
+        for oy in 0..s.oh as isize {
+            for ox in 0..s.ow as isize {
+                let (y0, x0) = (
+                    oy * s.sh as isize - s.pads[0] as isize,
+                    ox * s.sw as isize - s.pads[1] as isize,
+                );
+                let (mut m, mut sum, mut cnt) = (f32::NEG_INFINITY, 0.0f32, 0isize);
+                for ky in 0..s.kh as isize {
+                    for kx in 0..s.kw as isize {
+                        let (iy, ix) = (y0 + ky * s.dh as isize, x0 + kx * s.dw as isize);
+                        if (0..h).contains(&iy) && (0..w).contains(&ix) {
+                            let v = xp[(iy * w + ix) as usize];
+                            m = if v > m { v } else { m };
+                            sum += v;
+                            cnt += 1;
+                        }
+                    }
+                }
+                let n = if inc {
+                    let y1 = (y0 + s.kh as isize).min(h + s.pads[2] as isize);
+                    let x1 = (x0 + s.kw as isize).min(w + s.pads[3] as isize);
+                    (y1 - y0) * (x1 - x0)
+                } else {
+                    cnt
+                };
+                mx.push(m);
+                av.push(if n > 0 { sum / n as f32 } else { 0.0 });
+            }
+        }
+        (mx, av)
+    }
+
+    /// Pool geometries over edge cases: strides 1/2/3, even and odd widths, pads on one
+    /// side only, dilation (max only), ceil mode (one more output than floor), windows
+    /// wholly in padding, rows wider than the stride-2 split buffer.
+    fn edge_shapes() -> Vec<(PoolShape, bool)> {
+        let mut v = vec![];
+        for (h, w, k, st, d, pads, ceil) in [
+            (1, 1, 1, 1, 1, [0, 0, 0, 0], false),
+            (7, 7, 3, 1, 1, [1, 1, 1, 1], false),
+            (112, 112, 3, 2, 1, [1, 1, 1, 1], false),
+            (9, 13, 3, 2, 1, [1, 1, 1, 1], true),
+            (8, 11, 2, 2, 1, [0, 0, 0, 0], true),
+            (10, 10, 5, 1, 1, [2, 2, 2, 2], false),
+            (8, 8, 5, 2, 2, [4, 4, 4, 4], false),
+            (17, 17, 3, 1, 2, [0, 0, 0, 0], false),
+            (6, 15, 3, 3, 1, [0, 1, 2, 1], true),
+            (5, 9, 3, 2, 1, [2, 0, 0, 2], false),
+            (3, 4, 3, 2, 1, [2, 2, 2, 2], true),
+            (2, 2100, 3, 2, 1, [1, 1, 1, 1], false),
+        ] {
+            let span = |n: usize, p0: usize, p1: usize| {
+                let e = n + p0 + p1 - d * (k - 1) - 1;
+                if ceil {
+                    e.div_ceil(st) + 1
+                } else {
+                    e / st + 1
+                }
+            };
+            let s = PoolShape {
+                planes: 2,
+                h,
+                w,
+                oh: span(h, pads[0], pads[2]),
+                ow: span(w, pads[1], pads[3]),
+                kh: k,
+                kw: k,
+                sh: st,
+                sw: st,
+                dh: d,
+                dw: d,
+                pads,
+            };
+            v.push((s, d == 1));
+        }
+        v
+    }
+
+    #[test]
+    fn pools_match_definition_bit_for_bit() {
+        for (s, avg_ok) in edge_shapes() {
+            let mut x = rand_vec(s.planes * s.h * s.w, 21);
+            let nan_at = 3 % x.len();
+            x[nan_at] = f32::NAN;
+            let n_out = s.planes * s.oh * s.ow;
+            for isa in crate::kernels::isa::available_isas() {
+                let mut ymax = vec![0.0; n_out];
+                max_pool(isa, &s, &x, &mut ymax, 0, s.planes);
+                for inc in [false, true] {
+                    let mut yavg = vec![0.0; n_out];
+                    if avg_ok {
+                        avg_pool_on(isa, &s, inc, &x, &mut yavg, 0, s.planes);
+                    }
+                    for p in 0..s.planes {
+                        let (wm, wa) = naive(&s, inc, &x[p * s.h * s.w..][..s.h * s.w]);
+                        let at = p * s.oh * s.ow;
+                        for (i, (g, w)) in ymax[at..].iter().zip(&wm).enumerate() {
+                            assert_eq!(g.to_bits(), w.to_bits(), "{s:?} {isa:?} max {p}/{i}");
+                        }
+                        if avg_ok {
+                            for (i, (g, w)) in yavg[at..].iter().zip(&wa).enumerate() {
+                                let same = g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan());
+                                assert!(same, "{s:?} {isa:?} avg inc={inc} {p}/{i}: {g} vs {w}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn pools_match_naive() {

@@ -102,7 +102,7 @@ impl FamilyKernel for PoolKernel {
             }
             PoolKernel::Avg(s, inc) => {
                 let (lo, hi) = tile.range(s.planes, 1);
-                pool::avg_pool(s, *inc, x, y, lo, hi);
+                pool::avg_pool_on(isa, s, *inc, x, y, lo, hi);
             }
             PoolKernel::Global { avg, planes, len } => {
                 let (lo, hi) = tile.range(*planes, 1);

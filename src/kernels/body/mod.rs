@@ -9,6 +9,7 @@ pub mod conv;
 pub mod depthwise;
 pub mod eltwise;
 pub mod epilogue;
+pub mod im2col;
 pub mod norm;
 pub mod pool;
 pub mod rnn;

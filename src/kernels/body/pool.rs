@@ -47,29 +47,110 @@ pub fn valid_range(
     (lo.min(out_len), hi.max(lo.min(out_len)))
 }
 
-/// Max pool of one plane, shared body of the AVX2 and portable builds: each output row
-/// takes the running maximum one kernel tap at a time over its valid column range.
+/// Input columns up to which a stride-2 row is split into its even and odd columns on
+/// the stack (each half holds `HALF_ROW` floats); wider rows take the strided loop.
+const HALF_ROW: usize = 1024;
+
+/// Runs `op(acc, x)` for every valid kernel tap of every output of one plane, taps in
+/// row-major kernel order (`ky` outer, `kx` inner), after filling the output with
+/// `init`. Each tap is one pass over the contiguous valid output range of a row: with
+/// stride 1 it reads a contiguous input segment, with stride 2 a contiguous segment of
+/// the row's even or odd columns (split once per input row), so the pass vectorises.
 #[inline(always)]
-pub fn max_pool_plane(s: &PoolShape, xp: &[f32], yp: &mut [f32]) {
+fn pool_taps(s: &PoolShape, xp: &[f32], yp: &mut [f32], init: f32, op: impl Fn(f32, f32) -> f32) {
+    let split = s.sw == 2 && s.w <= 2 * HALF_ROW;
+    let mut even = [0.0f32; HALF_ROW];
+    let mut odd = [0.0f32; HALF_ROW];
     for oy in 0..s.oh {
         let row = &mut yp[oy * s.ow..(oy + 1) * s.ow];
-        row.fill(f32::NEG_INFINITY);
+        row.fill(init);
         for ky in 0..s.kh {
             let iy = (oy * s.sh + ky * s.dh) as isize - s.pads[0] as isize;
             if iy < 0 || iy >= s.h as isize {
                 continue;
             }
             let src = &xp[iy as usize * s.w..(iy as usize + 1) * s.w];
+            if split {
+                let half = s.w / 2;
+                for ((e, o), pair) in even[..half]
+                    .iter_mut()
+                    .zip(&mut odd[..half])
+                    .zip(src.chunks_exact(2))
+                {
+                    *e = pair[0];
+                    *o = pair[1];
+                }
+                if s.w % 2 == 1 {
+                    even[half] = src[s.w - 1];
+                }
+            }
             for kx in 0..s.kw {
                 let (lo, hi) = valid_range(s.ow, s.sw, s.pads[1], kx * s.dw, s.w);
                 if lo >= hi {
                     continue;
                 }
                 let ix0 = lo * s.sw + kx * s.dw - s.pads[1];
-                for (d, v) in row[lo..hi].iter_mut().zip(src[ix0..].iter().step_by(s.sw)) {
-                    *d = if *v > *d { *v } else { *d };
+                let dst = &mut row[lo..hi];
+                let taps: &[f32] = if s.sw == 1 {
+                    &src[ix0..ix0 + dst.len()]
+                } else if split && ix0 % 2 == 0 {
+                    &even[ix0 / 2..ix0 / 2 + dst.len()]
+                } else if split {
+                    &odd[ix0 / 2..ix0 / 2 + dst.len()]
+                } else {
+                    for (d, v) in dst.iter_mut().zip(src[ix0..].iter().step_by(s.sw)) {
+                        *d = op(*d, *v);
+                    }
+                    continue;
+                };
+                for (d, v) in dst.iter_mut().zip(taps) {
+                    *d = op(*d, *v);
                 }
             }
+        }
+    }
+}
+
+/// Max pool of one plane, shared body of the AVX2 and portable builds: the running
+/// maximum (`x > acc ? x : acc`, so NaN inputs are skipped) over the valid taps; a
+/// window wholly in padding gives `-inf`.
+#[inline(always)]
+pub fn max_pool_plane(s: &PoolShape, xp: &[f32], yp: &mut [f32]) {
+    pool_taps(
+        s,
+        xp,
+        yp,
+        f32::NEG_INFINITY,
+        |d, v| if v > d { v } else { d },
+    );
+}
+
+/// Average pool of one plane (no dilation), shared body of the AVX2 and portable
+/// builds: each output sums its valid taps in row-major kernel order from 0, then
+/// divides by the tap count (with `count_include_pad`, the window clipped to the
+/// declared pads only); a window with no cell gives 0.
+#[inline(always)]
+pub fn avg_pool_plane(s: &PoolShape, count_include_pad: bool, xp: &[f32], yp: &mut [f32]) {
+    pool_taps(s, xp, yp, 0.0, |d, v| d + v);
+    let (h, w) = (s.h as isize, s.w as isize);
+    for oy in 0..s.oh {
+        let y0 = (oy * s.sh) as isize - s.pads[0] as isize;
+        let y1 = (y0 + s.kh as isize).min(h + s.pads[2] as isize);
+        let ny = if count_include_pad {
+            y1 - y0
+        } else {
+            (y1.min(h) - y0.max(0)).max(0)
+        };
+        for (ox, v) in yp[oy * s.ow..(oy + 1) * s.ow].iter_mut().enumerate() {
+            let x0 = (ox * s.sw) as isize - s.pads[1] as isize;
+            let x1 = (x0 + s.kw as isize).min(w + s.pads[3] as isize);
+            let nx = if count_include_pad {
+                x1 - x0
+            } else {
+                (x1.min(w) - x0.max(0)).max(0)
+            };
+            let n = ny * nx;
+            *v = if n > 0 { *v / n as f32 } else { 0.0 };
         }
     }
 }

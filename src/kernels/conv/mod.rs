@@ -2,8 +2,10 @@
 //!
 //! * Grouped / dense conv: per group, `Y_g[Cout_g, OH*OW] = W_g[Cout_g, Cin_g*KH*KW] ·
 //!   im2col(X_g)`. The weights are packed once ([`ConvWeights::pack`]); the im2col matrix
-//!   is generated row by row straight into packed-B panels in scratch memory (a 1x1,
-//!   stride-1, unpadded conv packs the input planes directly).
+//!   is written block by block straight into packed-B panels in scratch memory
+//!   (implicit GEMM, `im2col_panels` of the kernel table: strided rows gathered with
+//!   SIMD, no im2col matrix in between); a 1x1, stride-1, unpadded conv reads or packs
+//!   the input planes directly.
 //! * Depthwise conv (one input and one output channel per group): direct, accumulating
 //!   each kernel tap as a (strided) AXPY over output rows.
 //! * ConvTranspose: `cols = W_g^T · X_g` by the same GEMM, then col2im scatter-add.
@@ -24,9 +26,8 @@ pub use winograd::WinogradPlan;
 pub(crate) use winograd::body as winograd_body;
 pub use winograd::{PointRows, WinoGeom};
 
-use super::body::conv::strided_copy;
 use super::gemm::{self, gemm_packed, BSource, Epilogue, MR};
-use super::isa::Isa;
+use super::isa::{self, Isa};
 use super::packed::WeightBuf;
 
 impl ConvShape {
@@ -169,20 +170,38 @@ pub fn full_b_len(s: &ConvShape) -> usize {
 }
 
 /// Packs the whole im2col matrix of image 0, group 0 of `x` into `out`
-/// ([`full_b_len`] floats) for [`conv2d`]'s `b_full`.
+/// ([`full_b_len`] floats) for [`conv2d`]'s `b_full`, through the process's table.
 pub fn pack_b_full(s: &ConvShape, x: &[f32], out: &mut [f32]) {
+    pack_b_full_on(isa::best_isa(), s, x, out)
+}
+
+/// [`pack_b_full`] through `isa`'s table.
+pub fn pack_b_full_on(isa: Isa, s: &ConvShape, x: &[f32], out: &mut [f32]) {
     let (ohw, hw, k) = (s.oh * s.ow, s.h * s.w, s.k());
     let (pb, row) = out.split_at_mut(gemm::packed_b_len(k, ohw));
     let xg = &x[..s.cin_g() * hw];
-    let pointwise = s.is_pointwise();
-    gemm::pack_b_rows(k, ohw, pb, row, |p, row| {
-        if pointwise {
-            Some(&xg[p * hw..(p + 1) * hw])
-        } else {
-            im2col_segment(s, xg, p, 0, &mut row[..ohw]);
-            None
-        }
-    });
+    if s.is_pointwise() {
+        gemm::pack_b_rows(k, ohw, pb, row, |p, _| Some(&xg[p * hw..(p + 1) * hw]));
+        return;
+    }
+    // The packed layout of a whole B is its KC blocks one after the other, each laid out
+    // like one block of all columns.
+    let n_pad = ohw.div_ceil(gemm::NR) * gemm::NR;
+    let t = isa.table();
+    let mut k0 = 0;
+    while k0 < k {
+        let kc = gemm::KC.min(k - k0);
+        (t.im2col_panels)(
+            s,
+            xg,
+            k0,
+            kc,
+            0,
+            ohw,
+            &mut pb[k0 * n_pad..(k0 + kc) * n_pad],
+        );
+        k0 += kc;
+    }
 }
 
 /// Forward conv of output channels `[c_lo, c_hi)` and output positions `cols`
@@ -254,6 +273,11 @@ pub fn conv2d(
                 continue;
             }
             let pointwise = s.is_pointwise();
+            let xg_ref = xg;
+            let t = isa.table();
+            let panels = |k0: usize, kc: usize, jc: usize, nc: usize, buf: &mut [f32]| {
+                (t.im2col_panels)(s, xg_ref, k0, kc, jc, nc, buf)
+            };
             // With few output channels the GEMM reads B rows in place, one line per row
             // and micro-tile: rows borrowed straight from the input planes (often a
             // multiple of 4 KiB apart) then all fall into one cache set and evict each
@@ -262,11 +286,8 @@ pub fn conv2d(
             let fill = |p: usize, j0: usize, len: usize, row: &mut [f32]| {
                 if borrow {
                     Some(&xg[p * hw + j0..p * hw + j0 + len])
-                } else if pointwise {
-                    row[..len].copy_from_slice(&xg[p * hw + j0..p * hw + j0 + len]);
-                    None
                 } else {
-                    im2col_segment(s, xg, p, j0, &mut row[..len]);
+                    row[..len].copy_from_slice(&xg[p * hw + j0..p * hw + j0 + len]);
                     None
                 }
             };
@@ -278,7 +299,9 @@ pub fn conv2d(
                 &wts.groups[g],
                 match b_full {
                     Some(p) => BSource::Packed(p),
-                    None => BSource::Rows(&fill),
+                    None if pointwise => BSource::Rows(&fill),
+                    // Other convs write im2col straight into packed panels.
+                    None => BSource::Panels(&panels),
                 },
                 scratch,
                 yg,
@@ -392,41 +415,6 @@ impl PaddedRows {
                 epi.apply(isa, yg, ohw, m_lo, m_hi - m_lo, lo, hi - lo);
             }
             oy0 = oy1;
-        }
-    }
-}
-
-/// Writes columns `j0..j0 + out.len()` of im2col row `p` (`p = (ci, ky, kx)`, columns
-/// = output positions `oy * OW + ox`) of one image and group into `out`.
-fn im2col_segment(s: &ConvShape, xg: &[f32], p: usize, j0: usize, out: &mut [f32]) {
-    let (hw, khw) = (s.h * s.w, s.kh * s.kw);
-    let ci = p / khw;
-    let ky = (p % khw) / s.kw;
-    let kx = p % s.kw;
-    let plane = &xg[ci * hw..(ci + 1) * hw];
-    let (vlo, vhi) = valid_range(s.ow, s.sw, s.pw, kx * s.dw, s.w);
-    let mut j = j0;
-    let end = j0 + out.len();
-    while j < end {
-        let (oy, ox0) = (j / s.ow, j % s.ow);
-        let ox1 = s.ow.min(ox0 + (end - j));
-        let seg = &mut out[j - j0..j - j0 + (ox1 - ox0)];
-        j += ox1 - ox0;
-        let iy = (oy * s.sh + ky * s.dh) as isize - s.ph as isize;
-        let (lo, hi) = (vlo.clamp(ox0, ox1), vhi.clamp(ox0, ox1));
-        if iy < 0 || iy >= s.h as isize || lo >= hi {
-            seg.fill(0.0);
-            continue;
-        }
-        let src = &plane[iy as usize * s.w..(iy as usize + 1) * s.w];
-        seg[..lo - ox0].fill(0.0);
-        seg[hi - ox0..].fill(0.0);
-        let ix0 = lo * s.sw + kx * s.dw - s.pw;
-        let dst = &mut seg[lo - ox0..hi - ox0];
-        if s.sw == 1 {
-            dst.copy_from_slice(&src[ix0..ix0 + dst.len()]);
-        } else {
-            strided_copy(&src[ix0..], s.sw, dst);
         }
     }
 }

@@ -311,3 +311,196 @@ fn square_shape_has_same_style_pads_and_output_size() {
     assert_eq!((d.oh, d.ph), (10, 2));
     assert!(d.is_depthwise());
 }
+
+/// Im2col by the definition: row `(ci, ky, kx)`, column `oy * OW + ox`, zero in padding.
+fn im2col_naive(s: &ConvShape, x: &[f32]) -> Vec<f32> {
+    let (k, ohw) = (s.k(), s.oh * s.ow);
+    let mut m = vec![0.0; k * ohw];
+    for p in 0..k {
+        let (ci, ky, kx) = (p / (s.kh * s.kw), p / s.kw % s.kh, p % s.kw);
+        for j in 0..ohw {
+            let iy = ((j / s.ow) * s.sh + ky * s.dh) as isize - s.ph as isize;
+            let ix = ((j % s.ow) * s.sw + kx * s.dw) as isize - s.pw as isize;
+            if (0..s.h as isize).contains(&iy) && (0..s.w as isize).contains(&ix) {
+                m[p * ohw + j] = x[(ci * s.h + iy as usize) * s.w + ix as usize];
+            }
+        }
+    }
+    m
+}
+
+/// Strided, dilated, padded and odd geometries for the implicit-GEMM packing.
+fn panel_shapes() -> Vec<ConvShape> {
+    vec![
+        shape(1, 3, (23, 23), 16, (7, 7), (2, 2), (1, 1), (3, 3, 3, 3), 1),
+        shape(1, 5, (9, 37), 8, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1),
+        shape(1, 4, (11, 13), 8, (3, 3), (1, 1), (2, 2), (2, 0, 1, 3), 1),
+        shape(1, 3, (10, 50), 8, (3, 5), (3, 3), (1, 2), (0, 2, 2, 0), 1),
+        shape(1, 2, (8, 8), 8, (1, 1), (2, 2), (1, 1), (0, 0, 0, 0), 1),
+        shape(1, 2, (3, 3), 8, (3, 3), (2, 2), (1, 1), (2, 2, 2, 2), 1),
+        shape(1, 7, (7, 66), 8, (3, 3), (2, 1), (1, 1), (1, 1, 1, 1), 1),
+    ]
+}
+
+#[test]
+fn im2col_panels_match_definition_in_every_table() {
+    use crate::kernels::gemm::{KC, NR};
+    for s in panel_shapes() {
+        let x = rand_vec(s.c_in * s.h * s.w, 31);
+        let want = im2col_naive(&s, &x);
+        let (k, ohw) = (s.k(), s.oh * s.ow);
+        for t in crate::kernels::isa::tables() {
+            // Blocks that start and end mid row and mid panel row, K blocks of every
+            // size the GEMM uses.
+            for (k0, kc) in [(0, k.min(KC)), (k / 3, (k - k / 3).min(5)), (k - 1, 1)] {
+                for (j0, n) in [
+                    (0, ohw),
+                    (NR, ohw - NR.min(ohw)),
+                    (0, 1),
+                    (ohw / 2 / NR * NR, 3),
+                ] {
+                    if n == 0 {
+                        continue;
+                    }
+                    let n_pad = n.div_ceil(NR) * NR;
+                    let mut buf = vec![f32::NAN; kc * n_pad];
+                    (t.im2col_panels)(&s, &x, k0, kc, j0, n, &mut buf);
+                    for p in 0..kc {
+                        for c in 0..n_pad {
+                            let got = buf[c / NR * kc * NR + p * NR + c % NR];
+                            let w = if c < n {
+                                want[(k0 + p) * ohw + j0 + c]
+                            } else {
+                                0.0
+                            };
+                            assert_eq!(
+                                got.to_bits(),
+                                w.to_bits(),
+                                "{} {s:?} k {k0}+{p} col {j0}+{c}",
+                                t.name
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn strided_convs_match_naive_with_fused_epilogue() {
+    use crate::ir::UnaryOp;
+    use crate::kernels::unary::PostOpRt;
+    // Many output channels (packed-block GEMM), several K blocks and column blocks.
+    let mut cases = panel_shapes();
+    cases.push(shape(
+        1,
+        40,
+        (40, 41),
+        50,
+        (3, 3),
+        (2, 2),
+        (1, 1),
+        (1, 1, 1, 1),
+        1,
+    ));
+    cases.push(shape(
+        1,
+        3,
+        (61, 61),
+        64,
+        (7, 7),
+        (2, 2),
+        (1, 1),
+        (3, 3, 3, 3),
+        1,
+    ));
+    cases.push(shape(
+        2,
+        6,
+        (15, 9),
+        12,
+        (3, 3),
+        (2, 2),
+        (1, 1),
+        (1, 0, 0, 1),
+        2,
+    ));
+    let post = [
+        PostOpRt::AddInput { slot: 0 },
+        PostOpRt::Unary(UnaryOp::Relu),
+    ];
+    for isa in crate::kernels::isa::available_isas() {
+        for s in &cases {
+            assert!(s.padded().is_none());
+            let x = rand_vec(s.n * s.c_in * s.h * s.w, 41);
+            let w = rand_vec(s.c_out * s.cin_g() * s.kh * s.kw, 42);
+            let bias = rand_vec(s.c_out, 43);
+            let len = s.n * s.c_out * s.oh * s.ow;
+            let res = rand_vec(len, 44);
+            let residuals: [&[f32]; 1] = [&res];
+            let epi = Epilogue {
+                bias: Some(&bias),
+                post: &post,
+                residuals: &residuals,
+                ..Epilogue::NONE
+            };
+            let wts = ConvWeights::pack(s, &w);
+            let mut y = vec![f32::NAN; len];
+            let mut scratch = vec![0.0; s.scratch_len()];
+            let ohw = s.oh * s.ow;
+            conv2d(
+                isa,
+                s,
+                &wts,
+                &x,
+                &mut y,
+                0,
+                s.c_out,
+                (0, ohw),
+                None,
+                &epi,
+                &mut scratch,
+            );
+            let want: Vec<f32> = conv_naive(s, &x, &w, &bias)
+                .iter()
+                .zip(&res)
+                .map(|(v, r)| (v + r).max(0.0))
+                .collect();
+            assert_close(&y, &want, 1e-4);
+            if s.group == 1 && s.n == 1 {
+                let mut full = vec![0.0; full_b_len(s)];
+                pack_b_full_on(isa, s, &x, &mut full);
+                y.fill(f32::NAN);
+                let m = MR.min(s.c_out);
+                conv2d(
+                    isa,
+                    s,
+                    &wts,
+                    &x,
+                    &mut y,
+                    0,
+                    m,
+                    (0, ohw),
+                    Some(&full),
+                    &epi,
+                    &mut scratch,
+                );
+                conv2d(
+                    isa,
+                    s,
+                    &wts,
+                    &x,
+                    &mut y,
+                    m,
+                    s.c_out,
+                    (0, ohw),
+                    Some(&full),
+                    &epi,
+                    &mut scratch,
+                );
+                assert_close(&y, &want, 1e-4);
+            }
+        }
+    }
+}

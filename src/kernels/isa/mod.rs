@@ -178,6 +178,20 @@ pub struct KernelTable {
         y: &mut [f32],
         y_c0: usize,
     ),
+    // -- pooling and conv packing (issue 12, im2col helper) --
+    /// Average pooling of one plane (`count_include_pad` as in `kernels::pool::avg_pool`).
+    pub avg_pool_plane: fn(s: &PoolShape, count_include_pad: bool, x: &[f32], y: &mut [f32]),
+    /// Rows `k0..k0 + kc`, columns `j0..j0 + n` of the im2col matrix of one image and
+    /// group `x` written straight into packed B panels (`kernels::body::im2col`).
+    pub im2col_panels: fn(
+        s: &ConvShape,
+        x: &[f32],
+        k0: usize,
+        kc: usize,
+        j0: usize,
+        n: usize,
+        out: &mut [f32],
+    ),
 }
 
 /// The table the process uses (chosen once): the best this CPU supports, or the one

@@ -31,7 +31,26 @@ pub(crate) static TABLE: KernelTable = KernelTable {
     // Winograd conv transforms.
     wino_input: crate::kernels::conv::winograd_body::input_block,
     wino_output: crate::kernels::conv::winograd_body::output_block,
+    // -- pooling and conv packing (issue 12, im2col helper) --
+    avg_pool_plane: body::pool::avg_pool_plane,
+    im2col_panels,
 };
+
+// -- pooling and conv packing (issue 12, im2col helper) --
+fn im2col_panels(
+    s: &body::conv::ConvShape,
+    x: &[f32],
+    k0: usize,
+    kc: usize,
+    j0: usize,
+    n: usize,
+    out: &mut [f32],
+) {
+    body::im2col::im2col_panels::<NR>(s, x, k0, kc, j0, n, out, |src, stride, d| {
+        body::im2col::gather_scalar(src, stride, d)
+    })
+}
+// -- end of the im2col helper's block --
 
 fn mm_tile(kc: usize, a: &[f32], b: &[f32], c: &mut [f32], ldc: usize, acc: bool) {
     tile(kc, a, |p| &b[p * NR..p * NR + NR], c, ldc, acc)

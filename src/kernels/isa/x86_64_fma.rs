@@ -43,6 +43,9 @@ static TABLE: KernelTable = KernelTable {
     // Winograd conv transforms.
     wino_input,
     wino_output,
+    // -- pooling and conv packing (issue 12, im2col helper) --
+    avg_pool_plane,
+    im2col_panels,
 };
 
 /// Builds a safe table entry `$name` that runs the generic body `$body` compiled with
@@ -81,6 +84,66 @@ avx2_build!(binary_f32, body::eltwise::binary_f32, (op: BinaryOp, bc: &Bcast, a:
 avx2_build!(depthwise_plane, body::depthwise::depthwise_plane, (s: &ConvShape, w: &[f32], plane: &[f32], out: &mut [f32], scratch: &mut [f32]));
 avx2_build!(depthwise_fused, body::depthwise::depthwise_channel, (s: &ConvShape, w: &[f32], plane: &[f32], y: &mut [f32], c: usize, epi: &Epilogue<'_>, scratch: &mut [f32]));
 avx2_build!(max_pool_plane, body::pool::max_pool_plane, (s: &PoolShape, x: &[f32], y: &mut [f32]));
+// -- pooling and conv packing (issue 12, im2col helper) --
+avx2_build!(avg_pool_plane, body::pool::avg_pool_plane, (s: &PoolShape, count_include_pad: bool, x: &[f32], y: &mut [f32]));
+
+#[allow(clippy::too_many_arguments)]
+fn im2col_panels(
+    s: &ConvShape,
+    x: &[f32],
+    k0: usize,
+    kc: usize,
+    j0: usize,
+    n: usize,
+    out: &mut [f32],
+) {
+    #[target_feature(enable = "avx2,fma")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn build(
+        s: &ConvShape,
+        x: &[f32],
+        k0: usize,
+        kc: usize,
+        j0: usize,
+        n: usize,
+        out: &mut [f32],
+    ) {
+        body::im2col::im2col_panels::<NR>(s, x, k0, kc, j0, n, out, |src, stride, d| {
+            // SAFETY: AVX2 is enabled in this function (and detected, see `table`).
+            unsafe { gather16(src, stride, d) }
+        })
+    }
+    // SAFETY: reachable only through TABLE, handed out after detecting AVX2 and FMA.
+    unsafe { build(s, x, k0, kc, j0, n, out) }
+}
+
+/// `d[i] = src[i * stride]` for the 16 lanes of a panel row: stride 2 (the strided
+/// convs) deinterleaves four loads, stride 1 copies.
+///
+/// # Safety
+/// AVX2 must be available.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn gather16(src: &[f32], stride: usize, d: &mut [f32; NR]) {
+    if stride == 2 && src.len() >= 4 * 8 {
+        let p = src.as_ptr();
+        // SAFETY: 32 floats readable at p (checked above), 16 writable at d.
+        unsafe {
+            let even = |a: __m256, b: __m256| {
+                // [a0 a2 b0 b2 | a4 a6 b4 b6] -> [a0 a2 a4 a6 b0 b2 b4 b6]
+                let e = _mm256_shuffle_ps::<0b10_00_10_00>(a, b);
+                _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(e)))
+            };
+            let lo = even(_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)));
+            let hi = even(_mm256_loadu_ps(p.add(16)), _mm256_loadu_ps(p.add(24)));
+            _mm256_storeu_ps(d.as_mut_ptr(), lo);
+            _mm256_storeu_ps(d.as_mut_ptr().add(8), hi);
+        }
+    } else {
+        body::im2col::gather_scalar(src, stride, d);
+    }
+}
+// -- end of the im2col helper's block --
 avx2_build!(mm_half, portable::mm_half, (kc: usize, a: &[f32], b: &[f32], c: &mut [f32]));
 avx2_build!(mm_row, portable::mm_row, (kc: usize, a: &[f32], b: &[f32], c: &mut [f32]));
 avx2_build!(sigmoid, body::rnn::sigmoid, (x: &mut [f32]));

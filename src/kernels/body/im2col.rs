@@ -1,0 +1,126 @@
+//! im2col written straight into packed GEMM panels (implicit GEMM): the B operand of a
+//! dense conv built panel by panel from the NCHW input, with no im2col matrix between.
+//!
+//! Layout written (the GEMM's packed B block): rows `k0..k0 + kc` of the im2col matrix
+//! (row `(ci, ky, kx)`, the packed weights' K order) and columns `j0..j0 + n` (output
+//! positions `oy * OW + ox`) as `n.div_ceil(NR)` panels of `kc x NR` floats, panel `q`
+//! at `q * kc * NR`, K row `p` at `+ p * NR`; columns past `n` in the last panel are 0.
+
+use super::conv::ConvShape;
+use super::pool::valid_range;
+
+/// Writes the block described in the module doc for one image and group `xg`
+/// (`[Cin_g, H, W]`) into `out` (at least `kc * n.div_ceil(NR) * NR` floats).
+/// `gather(src, stride, dst)` must set `dst[i] = src[i * stride]` for `i < NR`; it is
+/// called for every full panel row with `src` holding at least `(NR - 1) * stride + 1`
+/// floats (a table passes its SIMD version, which may check for more).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub fn im2col_panels<const NR: usize>(
+    s: &ConvShape,
+    xg: &[f32],
+    k0: usize,
+    kc: usize,
+    j0: usize,
+    n: usize,
+    out: &mut [f32],
+    gather: impl Fn(&[f32], usize, &mut [f32; NR]),
+) {
+    let (hw, khw) = (s.h * s.w, s.kh * s.kw);
+    let panel = kc * NR;
+    let n_pad = n.div_ceil(NR) * NR;
+    let out = &mut out[..kc * n_pad];
+    for pl in 0..kc {
+        let p = k0 + pl;
+        let (ci, ky, kx) = (p / khw, (p % khw) / s.kw, p % s.kw);
+        let plane = &xg[ci * hw..(ci + 1) * hw];
+        let (vlo, vhi) = valid_range(s.ow, s.sw, s.pw, kx * s.dw, s.w);
+        let mut rows = PanelRow { out, pl, panel };
+        let (mut j, end) = (j0, j0 + n);
+        let (mut oy, mut ox0) = (j / s.ow, j % s.ow);
+        while j < end {
+            let ox1 = s.ow.min(ox0 + (end - j));
+            let t = j - j0;
+            let iy = (oy * s.sh + ky * s.dh) as isize - s.ph as isize;
+            let (lo, hi) = (vlo.clamp(ox0, ox1), vhi.clamp(ox0, ox1));
+            if iy < 0 || iy >= s.h as isize || lo >= hi {
+                rows.zero(t, ox1 - ox0);
+            } else {
+                rows.zero(t, lo - ox0);
+                rows.zero(t + hi - ox0, ox1 - hi);
+                let ix0 = lo * s.sw + kx * s.dw - s.pw;
+                let src = &plane[iy as usize * s.w + ix0..];
+                rows.gather(t + lo - ox0, hi - lo, src, s.sw, &gather);
+            }
+            j += ox1 - ox0;
+            oy += 1;
+            ox0 = 0;
+        }
+        rows.zero(n, n_pad - n);
+    }
+}
+
+/// One K row of a packed block: column `c` lives in panel `c / NR`, lane `c % NR`.
+struct PanelRow<'o, const NR: usize> {
+    out: &'o mut [f32],
+    pl: usize,
+    panel: usize,
+}
+
+impl<const NR: usize> PanelRow<'_, NR> {
+    /// The contiguous pieces of columns `c..c + len`, one per panel: `(dst, done)`.
+    #[inline(always)]
+    fn pieces(&mut self, c: usize, len: usize, mut f: impl FnMut(&mut [f32], usize)) {
+        let mut done = 0;
+        while done < len {
+            let (q, r) = ((c + done) / NR, (c + done) % NR);
+            let m = (NR - r).min(len - done);
+            f(
+                &mut self.out[q * self.panel + self.pl * NR + r..][..m],
+                done,
+            );
+            done += m;
+        }
+    }
+
+    /// Columns `c..c + len` = 0.
+    #[inline(always)]
+    fn zero(&mut self, c: usize, len: usize) {
+        self.pieces(c, len, |d, _| d.fill(0.0));
+    }
+
+    /// Columns `c..c + len` = `src[i * stride]`, `i < len`.
+    #[inline(always)]
+    fn gather(
+        &mut self,
+        c: usize,
+        len: usize,
+        src: &[f32],
+        stride: usize,
+        gather: &impl Fn(&[f32], usize, &mut [f32; NR]),
+    ) {
+        self.pieces(c, len, |d, done| {
+            let sp = &src[done * stride..];
+            if sp.len() > (NR - 1) * stride {
+                if let Ok(full) = <&mut [f32; NR]>::try_from(&mut *d) {
+                    gather(sp, stride, full);
+                    return;
+                }
+            }
+            // Pieces shorter than a panel (segment ends) are copied one by one.
+            gather_scalar(sp, stride, d);
+        });
+    }
+}
+
+/// `dst[i] = src[i * stride]`, the portable gather.
+#[inline(always)]
+pub fn gather_scalar(src: &[f32], stride: usize, dst: &mut [f32]) {
+    if stride == 1 {
+        dst.copy_from_slice(&src[..dst.len()]);
+    } else {
+        for (i, d) in dst.iter_mut().enumerate() {
+            *d = src[i * stride];
+        }
+    }
+}
