@@ -611,3 +611,6 @@ impl FamilyKernel for ConvKernel {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod chunk_tests;
