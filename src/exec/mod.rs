@@ -38,14 +38,15 @@ use std::time::Instant;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlanOptions {
     /// Threads one node may use (default 1 = the calling core's thread only). With more,
-    /// large dense convolutions (≥ 4 M multiply-accumulates, one image) run whole nodes as
-    /// that many output-channel chunks, shared between the calling thread and the
-    /// process's persistent helper pool ([`pool`]: one helper per host CPU but one, started
-    /// with the first such plan); results are bit-identical to one thread. Chunks go to a
-    /// helper only when it is free, the calling thread runs top-class work (a core's FC of
-    /// the highest live priority, or a thread outside the scheduler) and a CPU runs only
-    /// lower-priority work or is idle; else the calling thread runs them itself. Nothing
-    /// allocates per run.
+    /// large one-image convolutions (dense and depthwise) and Gemm / MatMul with a constant
+    /// B run whole nodes as up to that many chunks of ≥ `pool::MIN_CHUNK_US` estimated
+    /// work (output-channel ranges; rows, or columns of a one-row product), shared between
+    /// the calling thread and the process's persistent helper pool ([`pool`]: one helper
+    /// per host CPU but one, started with the first such plan); results are bit-identical
+    /// to one thread. Chunks go to a helper only when it is free, the calling thread runs
+    /// top-class work (a core's FC of the highest live priority, or a thread outside the
+    /// scheduler) and a CPU runs only lower-priority work or is idle; else the calling
+    /// thread runs them itself. Nothing allocates per run.
     pub intra_op_threads: usize,
     /// Record per-node elapsed time in the state.
     pub profile: bool,

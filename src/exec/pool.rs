@@ -43,6 +43,65 @@ pub const MAX_CHUNKS: usize = 64;
 /// helpers before sleeping.
 const SPIN: Duration = Duration::from_micros(50);
 
+/// For how long a poll only spins before it also yields its CPU between polls: a helper
+/// and its caller may share one CPU (the OS placed the woken helper there while the other
+/// CPU ran other work); a pure spin would then hold the CPU the other one needs for the
+/// rest of [`SPIN`] (measured: a 50 µs join on a loaded 2-CPU host).
+const PURE_SPIN: Duration = Duration::from_micros(5);
+
+/// Least estimated work of one chunk, in µs, worth handing to a helper. Measured with
+/// `cargo bench --bench intra_op_overhead` (2 vCPUs, loaded host): a polling helper
+/// attaches to an offer in < 1 µs and the join costs < 1 µs; a sleeping one wakes in
+/// ~7 µs p50; a helper that comes late only loses parallelism (the caller claims the
+/// chunks it has not taken). A 40 µs chunk thus keeps most of its gain with a cold helper.
+pub const MIN_CHUNK_US: usize = 40;
+
+/// One thread's dense conv / GEMM throughput the chunk sizes assume, in multiply-adds per
+/// µs (AVX2 + FMA on Zen 3: 60-80 GFLOPS).
+pub const DENSE_MACS_PER_US: usize = 30_000;
+
+/// One thread's depthwise conv throughput the chunk sizes assume, in multiply-adds per µs
+/// (7-12 GFLOPS).
+pub const DEPTHWISE_MACS_PER_US: usize = 4_000;
+
+/// Cuts `len` units, in whole blocks of `align` units, into at most `threads` contiguous
+/// ranges of about equal size, each of at least [`MIN_CHUNK_US`] of work when the whole is
+/// `est_us` µs; empty when fewer than two ranges result (one thread runs it all).
+pub fn chunk_ranges(
+    len: usize,
+    align: usize,
+    est_us: usize,
+    threads: usize,
+) -> Vec<(usize, usize)> {
+    let blocks = len.div_ceil(align.max(1));
+    let want = threads
+        .min(est_us / MIN_CHUNK_US)
+        .min(blocks)
+        .min(MAX_CHUNKS);
+    if want < 2 {
+        return Vec::new();
+    }
+    (0..want)
+        .map(|i| {
+            let (b0, b1) = (i * blocks / want, (i + 1) * blocks / want);
+            (b0 * align, (b1 * align).min(len))
+        })
+        .collect()
+}
+
+/// One poll of a wait loop that began at `start`: spins, then spins yielding the CPU,
+/// then sleeps until unparked (returns at once when unparked meanwhile).
+fn poll_wait(start: Instant) {
+    let t = start.elapsed();
+    if t < PURE_SPIN {
+        std::hint::spin_loop();
+    } else if t < SPIN {
+        std::thread::yield_now();
+    } else {
+        std::thread::park();
+    }
+}
+
 const IDLE: u8 = 0;
 const SETUP: u8 = 1;
 const OFFERED: u8 = 2;
@@ -352,11 +411,7 @@ impl Pool {
         }
         let start = Instant::now();
         while job.live.load(Ordering::Acquire) != 0 {
-            if start.elapsed() < SPIN {
-                std::hint::spin_loop();
-            } else {
-                std::thread::park();
-            }
+            poll_wait(start);
         }
         if job.panic.load(Ordering::Acquire) {
             resume_unwind(Box::new("an intra-op chunk panicked") as Box<dyn Any + Send>);
@@ -400,8 +455,7 @@ fn helper_main(sh: &Shared, i: usize) {
             match slot.state.load(Ordering::Acquire) {
                 OFFERED => break,
                 EXIT => return,
-                _ if start.elapsed() < SPIN => std::hint::spin_loop(),
-                _ => std::thread::park(),
+                _ => poll_wait(start),
             }
         }
         if slot

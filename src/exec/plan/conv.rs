@@ -6,12 +6,18 @@
 //! channel count, else its output channels; depthwise / grouped convs and ConvTranspose
 //! split channels. Channel tiles of a dense one-image conv share one packed im2col
 //! matrix, packed by tile 0 and kept in the state for the following tiles.
+//!
+//! Intra-op chunks (a node run whole on several threads, `exec::pool`): dense and
+//! depthwise one-image convs are cut into output-channel ranges, each a conv of its own
+//! over disjoint outputs with the same kernels (bit-identical to one thread), as many as
+//! the threads allow while each chunk keeps [`pool::MIN_CHUNK_US`] of estimated work.
 
 use super::ctx::{expand_channel, geom2, nchw, Ctx};
 use super::errors::{bad_attr, shape_err, unsup};
 use super::post::{post_ops, MAX_RESIDUALS};
 use super::{out_f32, FamilyKernel, Planned, Run};
 use crate::error::Result;
+use crate::exec::pool;
 use crate::ir::{self, Elems, PostOp, TensorData};
 use crate::kernels::conv::{self, ConvShape, ConvWeights, DeconvPlan, WinogradPlan};
 use crate::kernels::gemm::{self, Epilogue, NR};
@@ -19,12 +25,12 @@ use crate::kernels::packed::WeightBuf;
 use crate::kernels::simd::Isa;
 use crate::kernels::unary::PostOpRt;
 
-/// Smallest conv (multiply-accumulates) worth splitting over intra-op threads: below,
-/// starting the helper threads costs more than they save.
-const PAR_MIN_MACS: usize = 4_000_000;
+/// Channels of a depthwise chunk are a multiple of this (but the last).
+const DW_CHUNK_ALIGN: usize = 8;
 
-/// Output channels `[c0, c1)` of a dense conv as a conv of their own (same input, the
-/// rows `c0..c1` of the weights packed separately), for one intra-op thread.
+/// Output channels `[c0, c1)` of a conv as a conv of their own, for one intra-op thread:
+/// dense, the same input and the rows `c0..c1` of the weights packed separately;
+/// depthwise, input channels `c0..c1` and their taps (borrowed from the whole).
 #[derive(Debug)]
 pub(crate) struct ConvChunk {
     c0: usize,
@@ -242,7 +248,7 @@ pub(crate) fn plan_conv(
     if conv_shares_b(&s, by_cols) {
         scratch += conv::full_b_len(&s);
     }
-    let par = conv_chunks(&s, wt, c.threads);
+    let par = conv_chunks(&s, wt, &wts, c.threads);
     let helper = par.iter().map(|ch| ch.s.scratch_len()).max().unwrap_or(0);
     let k = ConvKernel::Conv {
         s,
@@ -297,20 +303,28 @@ fn plan_winograd(
     Planned::new(k).scratch(scratch).helper_scratch(helper)
 }
 
-/// The output-channel ranges [`conv_chunks`] cuts (empty = one thread).
+/// The output-channel ranges [`conv_chunks`] cuts from a dense one-image conv, aligned to
+/// the GEMM row panel (empty = one thread).
 fn conv_chunk_ranges(s: &ConvShape, threads: usize) -> Vec<(usize, usize)> {
-    if threads < 2 || s.n != 1 || s.group != 1 || s.is_depthwise() || s.macs() < PAR_MIN_MACS {
+    if threads < 2 || s.n != 1 || s.group != 1 {
         return Vec::new();
     }
-    let panels = s.c_out.div_ceil(gemm::MR);
-    let per = panels.div_ceil(threads.min(panels));
-    if per >= panels {
+    let us = s.macs() / pool::DENSE_MACS_PER_US;
+    pool::chunk_ranges(s.c_out, gemm::MR, us, threads)
+}
+
+/// The channel ranges [`conv_chunks`] cuts from a depthwise one-image conv (empty = one
+/// thread); every range keeps two channels or more, so it stays a depthwise conv.
+fn dw_chunk_ranges(s: &ConvShape, threads: usize) -> Vec<(usize, usize)> {
+    if threads < 2 || s.n != 1 || !s.is_depthwise() {
         return Vec::new();
     }
-    (0..panels)
-        .step_by(per)
-        .map(|p0| (p0 * gemm::MR, ((p0 + per) * gemm::MR).min(s.c_out)))
-        .collect()
+    let us = s.macs() / pool::DEPTHWISE_MACS_PER_US;
+    let r = pool::chunk_ranges(s.c_out, DW_CHUNK_ALIGN, us, threads);
+    if r.iter().any(|&(c0, c1)| c1 - c0 < 2) {
+        return Vec::new();
+    }
+    r
 }
 
 /// Runs a Winograd conv's channel chunks on this thread and the intra-op helper pool
@@ -373,8 +387,15 @@ fn run_conv_chunks(
     scratch: &mut [f32],
     helpers: &mut [Vec<f32>],
 ) {
+    let hw = par.first().map_or(0, |ch| ch.s.h * ch.s.w);
     let run = |ch: &ConvChunk, part: &mut [f32], scratch: &mut [f32]| {
         let ohw = ch.s.oh * ch.s.ow;
+        // A depthwise chunk reads only its own input channels.
+        let x = if ch.s.is_depthwise() {
+            &x[ch.c0 * hw..ch.c1 * hw]
+        } else {
+            x
+        };
         // Residuals are laid out like the output: take this chunk's channels.
         let mut rc: [&[f32]; MAX_RESIDUALS] = [&[]; MAX_RESIDUALS];
         for (d, r) in rc.iter_mut().zip(resid) {
@@ -414,22 +435,37 @@ fn run_conv_chunks(
     });
 }
 
-/// Splits a large dense single-image conv into up to `threads` output-channel chunks
-/// aligned to the GEMM row panel, each with its own packed weights.
-fn conv_chunks(s: &ConvShape, w: &[f32], threads: usize) -> Vec<ConvChunk> {
-    if threads < 2 || s.n != 1 || s.group != 1 || s.is_depthwise() || s.macs() < PAR_MIN_MACS {
-        return Vec::new();
-    }
-    let panels = s.c_out.div_ceil(gemm::MR);
-    let per = panels.div_ceil(threads.min(panels));
-    if per >= panels {
-        return Vec::new();
+/// Splits a large single-image conv into up to `threads` output-channel chunks: a dense
+/// one by ranges aligned to the GEMM row panel, each with its own packed weights (`w`,
+/// the flat weights); a depthwise one by channel ranges borrowing their taps from `wts`.
+fn conv_chunks(s: &ConvShape, w: &[f32], wts: &ConvWeights, threads: usize) -> Vec<ConvChunk> {
+    if s.is_depthwise() {
+        let khw = s.kh * s.kw;
+        let chunk = |(c0, c1): (usize, usize)| {
+            let c = c1 - c0;
+            let taps = wts.groups.first()?.slice(c0 * khw..c1 * khw)?;
+            Some(ConvChunk {
+                c0,
+                c1,
+                s: ConvShape {
+                    c_in: c,
+                    c_out: c,
+                    group: c,
+                    ..s.clone()
+                },
+                w: ConvWeights { groups: vec![taps] },
+            })
+        };
+        return dw_chunk_ranges(s, threads)
+            .into_iter()
+            .map(chunk)
+            .collect::<Option<Vec<_>>>()
+            .unwrap_or_default();
     }
     let k = s.k();
-    (0..panels)
-        .step_by(per)
-        .map(|p0| {
-            let (c0, c1) = (p0 * gemm::MR, ((p0 + per) * gemm::MR).min(s.c_out));
+    conv_chunk_ranges(s, threads)
+        .into_iter()
+        .map(|(c0, c1)| {
             let sc = ConvShape {
                 c_out: c1 - c0,
                 ..s.clone()
@@ -575,3 +611,6 @@ impl FamilyKernel for ConvKernel {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod chunk_tests;

@@ -2,16 +2,24 @@
 //! `C[m,n] = alpha * A · B (+ bias / addend)`, constant B packed once) and run by the
 //! packed GEMM kernel. Tiles split rows of C when there are more rows than columns, else
 //! columns; a row tile packs only its own rows of A.
+//!
+//! Intra-op chunks (a node run whole on several threads, `exec::pool`), for one batch and
+//! a constant B: row ranges of C aligned to the A panel (sharing the packed B), or for a
+//! one-row C (a classifier's Gemm) column ranges aligned to the B panel, each with its own
+//! packed columns of B. Each chunk is the same kernel on disjoint outputs: bit-identical
+//! to one thread.
 
 use super::ctx::Ctx;
 use super::errors::{shape_err, unsup};
 use super::post::{post_ops, MAX_RESIDUALS};
-use super::{FamilyKernel, Planned, Run};
+use super::{FamilyKernel, Inputs, Planned, Run};
 use crate::error::Result;
+use crate::exec::pool;
 use crate::ir::{DType, Elems, PostOp};
 use crate::kernels::eltwise::{self, Bcast};
 use crate::kernels::gemm::{self, Epilogue, NR};
 use crate::kernels::packed::WeightBuf;
+use crate::kernels::simd::Isa;
 use crate::kernels::unary::PostOpRt;
 
 /// Gemm / MatMul resolved: per batch `C[m,n] = alpha * A · B (+ bias / addend)`.
@@ -33,7 +41,25 @@ pub(crate) struct GemmPlan {
     addend_input: Option<usize>,
     post: Vec<PostOpRt>,
     res: Vec<usize>,
+    /// Intra-op chunks when the node runs whole; empty = one thread.
+    par: Vec<GemmChunk>,
 }
+
+/// Rows `[lo, hi)` of C (`b: None`, the plan's packed B), or columns `[lo, hi)` of a
+/// one-row C with those columns of B packed on their own, for one intra-op thread.
+#[derive(Debug)]
+struct GemmChunk {
+    lo: usize,
+    hi: usize,
+    b: Option<WeightBuf>,
+}
+
+/// The constant B as planned: elements, row and column strides, and the scale packed in.
+type RawB<'a> = (&'a [f32], usize, usize, f32);
+
+/// Bytes per µs one thread streams from memory, for chunk sizes of products that read
+/// more weights than they compute on (one-row C): 10 GB/s.
+const STREAM_BYTES_PER_US: usize = 10_000;
 
 impl GemmPlan {
     /// Tiles split rows of C (else columns).
@@ -50,9 +76,217 @@ impl GemmPlan {
             }
     }
 
-    fn planned(self) -> Planned {
+    /// The plan with its intra-op chunks for `threads` threads (`b`: the constant B).
+    fn planned(mut self, threads: usize, b: Option<RawB<'_>>) -> Planned {
+        self.par = self.chunks(threads, b);
         let s = self.scratch();
-        Planned::new(Box::new(self)).scratch(s)
+        let helper = self
+            .par
+            .iter()
+            .map(|ch| {
+                let rows = if ch.b.is_some() { 1 } else { ch.hi - ch.lo };
+                gemm::packed_a_len(rows, self.k)
+            })
+            .max()
+            .unwrap_or(0);
+        Planned::new(Box::new(self))
+            .scratch(s)
+            .helper_scratch(helper)
+    }
+
+    /// Cuts the product into intra-op chunks (see the module doc); empty = one thread.
+    fn chunks(&self, threads: usize, b: Option<RawB<'_>>) -> Vec<GemmChunk> {
+        if threads < 2 || self.batches.len() != 1 || self.b_packed.is_none() {
+            return Vec::new();
+        }
+        let compute = self.m * self.n * self.k / pool::DENSE_MACS_PER_US;
+        if self.by_rows() {
+            return pool::chunk_ranges(self.m, gemm::MR, compute, threads)
+                .into_iter()
+                .map(|(lo, hi)| GemmChunk { lo, hi, b: None })
+                .collect();
+        }
+        let Some((bv, rs, cs, scale)) = b.filter(|_| self.m == 1) else {
+            return Vec::new();
+        };
+        let stream = self.k * self.n * 4 / STREAM_BYTES_PER_US;
+        let k = self.k;
+        let mut row = vec![0.0; self.n];
+        pool::chunk_ranges(self.n, NR, compute.max(stream), threads)
+            .into_iter()
+            .map(|(lo, hi)| {
+                let mut pb = vec![0.0; gemm::packed_b_len(k, hi - lo)];
+                gemm::pack_b(&bv[lo * cs..], rs, cs, k, hi - lo, scale, &mut pb, &mut row);
+                GemmChunk {
+                    lo,
+                    hi,
+                    b: Some(WeightBuf::owned(pb)),
+                }
+            })
+            .collect()
+    }
+
+    /// True when A is read in place rather than packed (narrow products).
+    fn a_in_place(&self) -> bool {
+        self.a_cs == 1 && self.alpha == 1.0 && self.n <= gemm::A_IN_PLACE_MAX_N
+    }
+
+    /// Rows `[r0, r1)`, columns `[lo, hi)` of batch `bi` into `cb` (those rows of C).
+    #[allow(clippy::too_many_arguments)]
+    fn run_rows(
+        &self,
+        isa: Isa,
+        io: &Inputs<'_>,
+        bi: usize,
+        (r0, r1): (usize, usize),
+        (lo, hi): (usize, usize),
+        cb: &mut [f32],
+        scratch: &mut [f32],
+    ) {
+        let g = self;
+        let rows = r1 - r0;
+        let (ao, bo) = g.batches[bi];
+        let (a, b) = (io.f32(0), io.f32(1));
+        let (pa, rest) = scratch.split_at_mut(gemm::packed_a_len(rows, g.k));
+        let mn = g.m * g.n;
+        let sub = r0 * g.n..r1 * g.n;
+        let a_rows = &a[ao + r0 * g.a_rs..];
+        let asrc = if g.a_in_place() {
+            gemm::ASource::InPlace {
+                a: a_rows,
+                lda: g.a_rs,
+            }
+        } else {
+            gemm::pack_a(a_rows, g.a_rs, g.a_cs, rows, g.k, g.alpha, pa);
+            gemm::ASource::Packed(pa)
+        };
+        let bm = &b[bo..];
+        let (rs, cs) = (g.b_rs, g.b_cs);
+        let fill = |p: usize, j0: usize, len: usize, row: &mut [f32]| {
+            if cs == 1 {
+                return Some(&bm[p * rs + j0..p * rs + j0 + len]);
+            }
+            for (j, d) in row[..len].iter_mut().enumerate() {
+                *d = bm[p * rs + (j0 + j) * cs];
+            }
+            None
+        };
+        let bsrc = match &g.b_packed {
+            Some(p) => gemm::BSource::Packed(p),
+            None => gemm::BSource::Rows(&fill),
+        };
+        let mut resid: [&[f32]; MAX_RESIDUALS] = [&[]; MAX_RESIDUALS];
+        for (d, &i) in resid.iter_mut().zip(&g.res) {
+            *d = &io.f32(i)[bi * mn..(bi + 1) * mn][sub.clone()];
+        }
+        let addend = match (&g.addend, g.addend_input) {
+            (Some(v), _) => Some(&v[sub.clone()]),
+            (None, Some(i)) => Some(&io.f32(i)[sub.clone()]),
+            _ => None,
+        };
+        let epi = Epilogue {
+            bias: g.bias.as_deref(),
+            channel_is_row: false,
+            channel_offset: 0,
+            addend,
+            post: &g.post,
+            residuals: &resid[..g.res.len()],
+        };
+        gemm::gemm_with(
+            isa,
+            rows,
+            g.n,
+            g.k,
+            asrc,
+            bsrc,
+            rest,
+            cb,
+            g.n,
+            (0, rows),
+            (lo, hi),
+            &epi,
+        );
+    }
+
+    /// Columns `[ch.lo, ch.hi)` of a one-row C into `part` with the chunk's own packed B.
+    fn run_cols(
+        &self,
+        isa: Isa,
+        io: &Inputs<'_>,
+        ch: &GemmChunk,
+        pb: &[f32],
+        part: &mut [f32],
+        scratch: &mut [f32],
+    ) {
+        let g = self;
+        let (lo, hi) = (ch.lo, ch.hi);
+        let a = io.f32(0);
+        let (pa, rest) = scratch.split_at_mut(gemm::packed_a_len(1, g.k));
+        let asrc = if g.a_in_place() {
+            gemm::ASource::InPlace { a, lda: g.a_rs }
+        } else {
+            gemm::pack_a(a, g.a_rs, g.a_cs, 1, g.k, g.alpha, pa);
+            gemm::ASource::Packed(pa)
+        };
+        let mut resid: [&[f32]; MAX_RESIDUALS] = [&[]; MAX_RESIDUALS];
+        for (d, &i) in resid.iter_mut().zip(&g.res) {
+            *d = &io.f32(i)[lo..hi];
+        }
+        let addend = match (&g.addend, g.addend_input) {
+            (Some(v), _) => Some(&v[lo..hi]),
+            (None, Some(i)) => Some(&io.f32(i)[lo..hi]),
+            _ => None,
+        };
+        let epi = Epilogue {
+            bias: g.bias.as_deref(),
+            channel_is_row: false,
+            channel_offset: lo,
+            addend,
+            post: &g.post,
+            residuals: &resid[..g.res.len()],
+        };
+        let w = hi - lo;
+        gemm::gemm_with(
+            isa,
+            1,
+            w,
+            g.k,
+            asrc,
+            gemm::BSource::Packed(pb),
+            rest,
+            part,
+            w,
+            (0, 1),
+            (0, w),
+            &epi,
+        );
+    }
+
+    /// Runs the chunks on this thread and the intra-op helper pool, each writing its own
+    /// block of C (rows, or columns of the one row) with its own scratch.
+    fn run_chunks(
+        &self,
+        isa: Isa,
+        io: &Inputs<'_>,
+        c: &mut [f32],
+        scratch: &mut [f32],
+        helpers: &mut [Vec<f32>],
+    ) {
+        let n = self.n;
+        let len = |ch: &GemmChunk| match ch.b {
+            Some(_) => ch.hi - ch.lo,
+            None => (ch.hi - ch.lo) * n,
+        };
+        let mut parts = pool::chunk_parts(self.par.iter().map(len), c, scratch, helpers);
+        pool::global().run(&mut parts[..self.par.len()], &|i, slot| {
+            let ch = &self.par[i];
+            if let Some((part, s)) = slot.take() {
+                match &ch.b {
+                    Some(pb) => self.run_cols(isa, io, ch, pb, part, s),
+                    None => self.run_rows(isa, io, 0, (ch.lo, ch.hi), (0, n), part, s),
+                }
+            }
+        });
     }
 }
 
@@ -138,6 +372,7 @@ pub(crate) fn plan_gemm(
     }
     let (a_rs, a_cs) = if ta { (1, m) } else { (k, 1) };
     let (b_rs, b_cs) = if tb { (1, k) } else { (nn, 1) };
+    let raw_b = c.konst(1).map(|t| (f32_elems(t), b_rs, b_cs, alpha));
     let b_packed = match c.konst(1) {
         Some(t) => Some(pack_const_b(
             c,
@@ -195,8 +430,9 @@ pub(crate) fn plan_gemm(
         addend_input,
         post,
         res,
+        par: Vec::new(),
     }
-    .planned())
+    .planned(c.threads, raw_b))
 }
 
 /// Plans a MatMul (numpy semantics: batch dims broadcast, 1-D operands promoted) with
@@ -261,8 +497,9 @@ pub(crate) fn plan_matmul(
             addend_input: None,
             post,
             res,
+            par: Vec::new(),
         }
-        .planned());
+        .planned(c.threads, Some((bv, nn, 1, 1.0))));
     }
     let sa = broadcast_batch_strides(ab, &batch, m * k);
     let sb = broadcast_batch_strides(bb, &batch, k * nn);
@@ -299,8 +536,9 @@ pub(crate) fn plan_matmul(
         addend_input: None,
         post,
         res,
+        par: Vec::new(),
     }
-    .planned())
+    .planned(c.threads, None))
 }
 
 /// Element strides of each broadcast batch dim of an operand (0 where broadcast).
@@ -333,78 +571,21 @@ impl FamilyKernel for GemmPlan {
         let g = self;
         let io = r.io;
         let c: &mut [f32] = super::out_f32(r.out, r.outs, 0);
-        // `GemmPlan::by_rows`); a row tile packs only its own rows of A.
+        if r.tile.count == 1 && !g.par.is_empty() && r.helpers.len() + 1 >= g.par.len() {
+            g.run_chunks(r.isa, io, c, r.scratch, r.helpers);
+            return Ok(());
+        }
+        // Tiles split rows or columns (`GemmPlan::by_rows`); a row tile packs only its
+        // own rows of A.
         let ((r0, r1), (lo, hi)) = if g.by_rows() {
             (r.tile.range(g.m, gemm::MR), (0, g.n))
         } else {
             ((0, g.m), r.tile.range(g.n, NR))
         };
-        let rows = r1 - r0;
-        let a = io.f32(0);
-        let b = io.f32(1);
-        let (pa, rest) = r.scratch.split_at_mut(gemm::packed_a_len(g.m, g.k));
         let mn = g.m * g.n;
-        let sub = r0 * g.n..r1 * g.n;
-        // Narrow products read a row-major A in place instead of packing it.
-        let a_in_place = g.a_cs == 1 && g.alpha == 1.0 && g.n <= gemm::A_IN_PLACE_MAX_N;
-        for (bi, &(ao, bo)) in g.batches.iter().enumerate() {
-            let a_rows = &a[ao + r0 * g.a_rs..];
-            let asrc = if a_in_place {
-                gemm::ASource::InPlace {
-                    a: a_rows,
-                    lda: g.a_rs,
-                }
-            } else {
-                gemm::pack_a(a_rows, g.a_rs, g.a_cs, rows, g.k, g.alpha, pa);
-                gemm::ASource::Packed(pa)
-            };
-            let bm = &b[bo..];
-            let (rs, cs) = (g.b_rs, g.b_cs);
-            let fill = |p: usize, j0: usize, len: usize, row: &mut [f32]| {
-                if cs == 1 {
-                    return Some(&bm[p * rs + j0..p * rs + j0 + len]);
-                }
-                for (j, d) in row[..len].iter_mut().enumerate() {
-                    *d = bm[p * rs + (j0 + j) * cs];
-                }
-                None
-            };
-            let bsrc = match &g.b_packed {
-                Some(p) => gemm::BSource::Packed(p),
-                None => gemm::BSource::Rows(&fill),
-            };
-            let mut resid: [&[f32]; MAX_RESIDUALS] = [&[]; MAX_RESIDUALS];
-            for (d, &i) in resid.iter_mut().zip(&g.res) {
-                *d = &io.f32(i)[bi * mn..(bi + 1) * mn][sub.clone()];
-            }
-            let addend = match (&g.addend, g.addend_input) {
-                (Some(v), _) => Some(&v[sub.clone()]),
-                (None, Some(i)) => Some(&io.f32(i)[sub.clone()]),
-                _ => None,
-            };
-            let epi = Epilogue {
-                bias: g.bias.as_deref(),
-                channel_is_row: false,
-                channel_offset: 0,
-                addend,
-                post: &g.post,
-                residuals: &resid[..g.res.len()],
-            };
-            let cb = &mut c[bi * mn..(bi + 1) * mn][sub.clone()];
-            gemm::gemm_with(
-                r.isa,
-                rows,
-                g.n,
-                g.k,
-                asrc,
-                bsrc,
-                rest,
-                cb,
-                g.n,
-                (0, rows),
-                (lo, hi),
-                &epi,
-            );
+        for bi in 0..g.batches.len() {
+            let cb = &mut c[bi * mn..(bi + 1) * mn][r0 * g.n..r1 * g.n];
+            g.run_rows(r.isa, io, bi, (r0, r1), (lo, hi), cb, r.scratch);
         }
         Ok(())
     }

@@ -175,3 +175,33 @@ fn chunk_parts_split_the_output_and_hand_out_each_scratch_once() {
         .collect();
     assert_eq!(lens, vec![(4, 3), (4, 4), (2, 5), (0, 0)]);
 }
+
+/// `chunk_ranges` covers the units exactly once with aligned, ordered ranges, at most one
+/// per thread and none below the least work per chunk; too little work is not cut.
+#[test]
+fn chunk_ranges_cover_everything_in_aligned_ranges_of_enough_work() {
+    for (len, align, us, threads) in [
+        (70, 6, 1000, 2),
+        (70, 6, 1000, 3),
+        (1000, 16, 600, 4),
+        (1000, 16, 3 * MIN_CHUNK_US, 8),
+        (44, 8, 100_000, 64),
+        (9, 8, 1000, 2),
+    ] {
+        let r = chunk_ranges(len, align, us, threads);
+        let what = format!("{len} by {align}, {us} µs, {threads} threads: {r:?}");
+        assert!(r.len() >= 2 && r.len() <= threads, "{what}");
+        assert!(r.len() <= us / MIN_CHUNK_US, "{what}");
+        assert_eq!(r[0].0, 0, "{what}");
+        assert_eq!(r[r.len() - 1].1, len, "{what}");
+        for w in r.windows(2) {
+            assert_eq!(w[0].1, w[1].0, "{what}");
+        }
+        for &(lo, hi) in &r {
+            assert!(lo < hi && lo % align == 0, "{what}");
+        }
+    }
+    assert!(chunk_ranges(1000, 16, 2 * MIN_CHUNK_US - 1, 4).is_empty());
+    assert!(chunk_ranges(1000, 16, 100_000, 1).is_empty());
+    assert!(chunk_ranges(16, 16, 100_000, 4).is_empty());
+}
