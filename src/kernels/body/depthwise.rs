@@ -104,11 +104,15 @@ impl DirectGeom {
         // Columns a pass computes: whole vectors (the last one may be partial).
         let cols = s.ow.div_ceil(DIRECT_LANES) * DIRECT_LANES;
         let (row_len, half) = if st == 1 {
-            // Tap kx of the vector at col reads columns col + kx .. col + kx + 8.
-            ((s.pw + s.w).max(cols + k - 1), 0)
+            // Tap kx of the vector at col reads columns col + kx .. col + kx + 8; a row
+            // is copied in whole vectors (zeros past its end).
+            let copy = s.pw + s.w.div_ceil(DIRECT_LANES) * DIRECT_LANES;
+            (copy.max(cols + k - 1), 0)
         } else {
-            // Even half: positions col + kx / 2 .. + 8 (kx even); odd half likewise.
-            let half = (s.pw + s.w).div_ceil(2).max(cols + (k - 1) / 2);
+            // Even half: positions col + kx / 2 .. + 8 (kx even); odd half likewise; a
+            // row is split 16 input columns (8 per half) at a time from pw.div_ceil(2).
+            let copy = s.pw.div_ceil(2) + s.w.div_ceil(2 * DIRECT_LANES) * DIRECT_LANES;
+            let half = copy.max(cols + (k - 1) / 2);
             (2 * half, half)
         };
         Some(DirectGeom {
