@@ -322,14 +322,18 @@ impl Pass<'_> {
         let full = ow / LANES;
         let tail = ow - full * LANES;
         // The partial vector first: stored whole where `out` has room, its spill over
-        // the next row's first columns is then overwritten by that row's stores.
-        if tail > 0 {
-            // SAFETY: the rows hold every column of the last (partial) vector (caller).
-            let acc = unsafe { self.step::<K, S, R>(full * LANES) };
+        // the next row's first columns is then overwritten by that row's stores. (One
+        // call site of `step`, so that it is inlined.)
+        let vecs = full + usize::from(tail > 0);
+        for i in 0..vecs {
+            // The partial vector (v = full) at i = 0, then vectors 0..full.
+            let v = (i + full) % vecs;
+            // SAFETY: the rows hold every column of vector v < ow.div_ceil(8) (caller).
+            let acc = unsafe { self.step::<K, S, R>(v * LANES) };
             for (j, a) in acc.iter().enumerate() {
-                let o = j * ow + full * LANES;
-                // SAFETY: 8 floats from o inside `out`, or the masked `tail` ones
-                // (o + tail = (j + 1) * ow <= out.len()).
+                let o = j * ow + v * LANES;
+                // SAFETY: 8 floats from o inside `out`, or the masked `tail` ones of the
+                // partial vector (o + tail = (j + 1) * ow <= out.len()).
                 unsafe {
                     let p = out.as_mut_ptr().add(o);
                     if o + LANES <= out.len() {
@@ -338,14 +342,6 @@ impl Pass<'_> {
                         _mm256_maskstore_ps(p, mask(tail), *a);
                     }
                 }
-            }
-        }
-        for v in 0..full {
-            // SAFETY: column v * LANES < ow: inside the rows (caller).
-            let acc = unsafe { self.step::<K, S, R>(v * LANES) };
-            for (j, a) in acc.iter().enumerate() {
-                // SAFETY: columns v*8..v*8+8 <= ow of output row j < R (asserted).
-                unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(j * ow + v * LANES), *a) };
             }
         }
     }
