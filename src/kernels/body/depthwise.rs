@@ -7,8 +7,9 @@
 //!
 //! (A direct path reading the input rows in place, SIMD across output columns through
 //! the generic bodies, was measured slower than this one on Zen 3 — the compiler did not
-//! keep its accumulators in vector registers — and was dropped; a hand-written AVX2
-//! version is the next step.)
+//! keep its accumulators in vector registers — and was dropped. The AVX2 table runs
+//! 3x3 / 5x5, stride 1 / 2 through hand-written kernels instead, table entry
+//! `depthwise_direct`, whose scratch geometry [`DirectGeom`] lives here.)
 
 use super::conv::{strided_copy, ConvShape};
 use super::epilogue::Epilogue;
