@@ -7,8 +7,9 @@
 //!
 //! (A direct path reading the input rows in place, SIMD across output columns through
 //! the generic bodies, was measured slower than this one on Zen 3 — the compiler did not
-//! keep its accumulators in vector registers — and was dropped; a hand-written AVX2
-//! version is the next step.)
+//! keep its accumulators in vector registers — and was dropped. The AVX2 table runs
+//! 3x3 / 5x5, stride 1 / 2 through hand-written kernels instead, table entry
+//! `depthwise_direct`, whose scratch geometry [`DirectGeom`] lives here.)
 
 use super::conv::{strided_copy, ConvShape};
 use super::epilogue::Epilogue;
@@ -104,11 +105,15 @@ impl DirectGeom {
         // Columns a pass computes: whole vectors (the last one may be partial).
         let cols = s.ow.div_ceil(DIRECT_LANES) * DIRECT_LANES;
         let (row_len, half) = if st == 1 {
-            // Tap kx of the vector at col reads columns col + kx .. col + kx + 8.
-            ((s.pw + s.w).max(cols + k - 1), 0)
+            // Tap kx of the vector at col reads columns col + kx .. col + kx + 8; a row
+            // is copied in whole vectors (zeros past its end).
+            let copy = s.pw + s.w.div_ceil(DIRECT_LANES) * DIRECT_LANES;
+            (copy.max(cols + k - 1), 0)
         } else {
-            // Even half: positions col + kx / 2 .. + 8 (kx even); odd half likewise.
-            let half = (s.pw + s.w).div_ceil(2).max(cols + (k - 1) / 2);
+            // Even half: positions col + kx / 2 .. + 8 (kx even); odd half likewise; a
+            // row is split 16 input columns (8 per half) at a time from pw.div_ceil(2).
+            let copy = s.pw.div_ceil(2) + s.w.div_ceil(2 * DIRECT_LANES) * DIRECT_LANES;
+            let half = copy.max(cols + (k - 1) / 2);
             (2 * half, half)
         };
         Some(DirectGeom {

@@ -8,8 +8,9 @@
 //! then computes up to [`ROWS`] output rows, eight output columns per vector: every
 //! loaded input vector serves each output row whose window holds it, the taps are
 //! broadcast once per channel, and the accumulators stay in registers. Bias plus
-//! ReLU/Clip (the common conv epilogue) is fused into the accumulators; any other
-//! epilogue runs through `Epilogue::apply_body` on the rows a pass has just written.
+//! ReLU / Clip / HardSwish (the common conv epilogues) is fused into the accumulators;
+//! any other epilogue runs through `Epilogue::apply_body` on the rows a pass has just
+//! written.
 //!
 //! The entry is reachable only through the AVX2 table, which `super::x86_64_fma::table`
 //! hands out only after detecting AVX2 and FMA.
@@ -31,36 +32,40 @@ const LANES: usize = body::depthwise::DIRECT_LANES;
 enum Fuse {
     /// Nothing to apply.
     None,
-    /// Accumulators start at the bias, then are clamped to `[lo, hi]` when `clamp`.
-    Regs {
-        bias: f32,
-        clamp: Option<(f32, f32)>,
-    },
+    /// In registers: accumulators start at `bias`, then `act`.
+    Regs { bias: f32, act: Act },
     /// `Epilogue::apply_body` on the finished rows.
     Rows,
+}
+
+/// An activation applied in registers, as `Epilogue::apply_body` computes it.
+#[derive(Clone, Copy)]
+enum Act {
+    None,
+    /// `v > lo ? v : lo`, then `v < hi ? v : hi` (bias + ReLU / Clip).
+    Clamp(f32, f32),
+    /// `v * clamp(v / 6 + 0.5, 0, 1)`.
+    HardSwish,
 }
 
 fn fuse_of(epi: &Epilogue<'_>, c: usize) -> Fuse {
     if epi.is_empty() {
         return Fuse::None;
     }
-    match (epi.addend, epi.bias, epi.post) {
-        (None, Some(b), post) if epi.channel_is_row => {
-            let bias = b[epi.channel_offset + c];
-            match post {
-                [] => Fuse::Regs { bias, clamp: None },
-                [PostOpRt::Unary(UnaryOp::Relu)] => Fuse::Regs {
-                    bias,
-                    clamp: Some((0.0, f32::INFINITY)),
-                },
-                [PostOpRt::Unary(UnaryOp::Clip { min, max })] => Fuse::Regs {
-                    bias,
-                    clamp: Some((*min, *max)),
-                },
-                _ => Fuse::Rows,
-            }
-        }
-        _ => Fuse::Rows,
+    if epi.addend.is_some() || !epi.channel_is_row {
+        return Fuse::Rows;
+    }
+    let bias = epi.bias.map(|b| b[epi.channel_offset + c]);
+    let act = match (bias, epi.post) {
+        (_, [PostOpRt::Unary(UnaryOp::HardSwish)]) => Act::HardSwish,
+        (Some(_), []) => Act::None,
+        (Some(_), [PostOpRt::Unary(UnaryOp::Relu)]) => Act::Clamp(0.0, f32::INFINITY),
+        (Some(_), [PostOpRt::Unary(UnaryOp::Clip { min, max })]) => Act::Clamp(*min, *max),
+        _ => return Fuse::Rows,
+    };
+    Fuse::Regs {
+        bias: bias.unwrap_or(0.0),
+        act,
     }
 }
 
@@ -139,12 +144,16 @@ unsafe fn plane_direct(
     for (d, t) in wv.iter_mut().zip(&w[..k * k]) {
         *d = _mm256_set1_ps(*t);
     }
-    let (bias, clamp) = match fuse {
-        Fuse::Regs { bias, clamp } => (bias, clamp),
-        Fuse::None | Fuse::Rows => (0.0, None),
+    let (bias, act) = match fuse {
+        Fuse::Regs { bias, act } => (bias, act),
+        Fuse::None | Fuse::Rows => (0.0, Act::None),
     };
     let init = _mm256_set1_ps(bias);
-    let clamp = clamp.map(|(lo, hi)| (_mm256_set1_ps(lo), _mm256_set1_ps(hi)));
+    let clamp = match act {
+        Act::Clamp(lo, hi) => Some((_mm256_set1_ps(lo), _mm256_set1_ps(hi))),
+        _ => None,
+    };
+    let hswish = matches!(act, Act::HardSwish);
     // Padded rows below `filled` that hold input are in the ring (slot: row % slots).
     let mut filled = 0;
     let mut oy = 0;
@@ -172,7 +181,9 @@ unsafe fn plane_direct(
             *p = slot;
         }
         filled = filled.max(first + count);
-        let out = &mut y[c * ohw + oy * s.ow..c * ohw + (oy + r) * s.ow];
+        // The rest of the channel plane: a partial vector may be stored whole while the
+        // rows after it (written later) hold what it spills over.
+        let out = &mut y[c * ohw + oy * s.ow..(c + 1) * ohw];
         let p = Pass {
             rows: &rows,
             half: g.half,
@@ -180,10 +191,11 @@ unsafe fn plane_direct(
             wv: &wv,
             init,
             clamp,
+            hswish,
         };
         // SAFETY: every row pointer is a ring slot or the zero row, `g.row_len` floats
         // each, enough for every column the pass reads (see `Geom::new`); `out` holds
-        // the `r` output rows of the pass.
+        // at least the `r` output rows of the pass.
         unsafe {
             match (k, st, r) {
                 (3, 1, 4) => p.run::<3, 1, 4>(out),
@@ -207,13 +219,39 @@ unsafe fn plane_direct(
     }
 }
 
+/// Lanes `0..n` of a vector (`n <= 8`): the load / store mask.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn mask(n: usize) -> __m256i {
+    _mm256_cmpgt_epi32(
+        _mm256_set1_epi32(n as i32),
+        _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+    )
+}
+
 /// Copies input row `src` into ring slot `dst` (zero-bordered): padded column `pw + i`
 /// holds `src[i]`; with `half > 0` (stride 2) even padded columns go to the first half,
-/// odd ones to the second. Columns outside the input are never written (they stay zero).
+/// odd ones to the second. Whole vectors are written (zeros past the row's end, inside
+/// the lengths `Geom::new` reserves); the left border is never written (stays zero).
 #[target_feature(enable = "avx2,fma")]
 fn fill_row(src: &[f32], pw: usize, half: usize, dst: &mut [f32]) {
+    let n = src.len();
+    let sp = src.as_ptr();
     if half == 0 {
-        dst[pw..pw + src.len()].copy_from_slice(src);
+        let d = &mut dst[pw..pw + n.div_ceil(8) * 8];
+        for i in 0..n / 8 {
+            // SAFETY: 8 floats from 8 * i are inside `src` and inside `d`.
+            unsafe { _mm256_storeu_ps(d.as_mut_ptr().add(8 * i), _mm256_loadu_ps(sp.add(8 * i))) };
+        }
+        if n % 8 != 0 {
+            let i = n / 8 * 8;
+            // SAFETY: the mask loads only the `n % 8` floats left in `src`; `d` holds 8
+            // floats from i (its length is n rounded up to 8).
+            unsafe {
+                let v = _mm256_maskload_ps(sp.add(i), mask(n % 8));
+                _mm256_storeu_ps(d.as_mut_ptr().add(i), v);
+            }
+        }
         return;
     }
     let (ev, od) = dst.split_at_mut(half);
@@ -223,28 +261,32 @@ fn fill_row(src: &[f32], pw: usize, half: usize, dst: &mut [f32]) {
     } else {
         (&mut od[(pw - 1) / 2..], &mut ev[pw.div_ceil(2)..])
     };
-    let n16 = src.len() / 16;
-    assert!(to_even_x.len() >= src.len().div_ceil(2) && to_odd_x.len() >= src.len() / 2);
-    for i in 0..n16 {
-        // SAFETY: 16 floats from 16 * i are inside `src`, and 8 from 8 * i inside each
-        // destination (asserted above: they hold half the source each, rounded up).
+    let chunks = n.div_ceil(16);
+    assert!(to_even_x.len() >= 8 * chunks && to_odd_x.len() >= 8 * chunks);
+    for i in 0..chunks {
+        let left = n - 16 * i;
+        // SAFETY: the loads read only floats inside `src` (masked past its end; the
+        // second vector only when more than 8 are left), the stores 8 floats from
+        // 8 * i of destinations holding 8 * chunks (asserted above).
         unsafe {
-            let a = _mm256_loadu_ps(src.as_ptr().add(16 * i));
-            let b = _mm256_loadu_ps(src.as_ptr().add(16 * i + 8));
+            let p = sp.add(16 * i);
+            let (a, b) = if left >= 16 {
+                (_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)))
+            } else if left > 8 {
+                (
+                    _mm256_loadu_ps(p),
+                    _mm256_maskload_ps(p.add(8), mask(left - 8)),
+                )
+            } else {
+                (_mm256_maskload_ps(p, mask(left)), _mm256_setzero_ps())
+            };
             // Per 128-bit lane [a0 a2 b0 b2 | a4 a6 b4 b6], then lanes reordered.
-            let e =
-                _mm256_permute4x64_pd::<0xD8>(_mm256_castps_pd(_mm256_shuffle_ps::<0x88>(a, b)));
-            let o =
-                _mm256_permute4x64_pd::<0xD8>(_mm256_castps_pd(_mm256_shuffle_ps::<0xDD>(a, b)));
-            _mm256_storeu_ps(to_even_x.as_mut_ptr().add(8 * i), _mm256_castpd_ps(e));
-            _mm256_storeu_ps(to_odd_x.as_mut_ptr().add(8 * i), _mm256_castpd_ps(o));
-        }
-    }
-    for (i, x) in src.iter().enumerate().skip(16 * n16) {
-        if i % 2 == 0 {
-            to_even_x[i / 2] = *x;
-        } else {
-            to_odd_x[i / 2] = *x;
+            let e = _mm256_shuffle_ps::<0x88>(a, b);
+            let o = _mm256_shuffle_ps::<0xDD>(a, b);
+            let e = _mm256_castpd_ps(_mm256_permute4x64_pd::<0xD8>(_mm256_castps_pd(e)));
+            let o = _mm256_castpd_ps(_mm256_permute4x64_pd::<0xD8>(_mm256_castps_pd(o)));
+            _mm256_storeu_ps(to_even_x.as_mut_ptr().add(8 * i), e);
+            _mm256_storeu_ps(to_odd_x.as_mut_ptr().add(8 * i), o);
         }
     }
 }
@@ -263,10 +305,12 @@ struct Pass<'a> {
     init: __m256,
     /// Clamp after the taps (`lo`, `hi`).
     clamp: Option<(__m256, __m256)>,
+    /// HardSwish after the taps.
+    hswish: bool,
 }
 
 impl Pass<'_> {
-    /// Output rows `0..R` of the pass into `out` (`R * ow` floats).
+    /// Output rows `0..R` of the pass into `out` (at least `R * ow` floats).
     ///
     /// # Safety
     /// AVX2 and FMA must be available; rows `0..(R - 1) * S + K` of `self.rows` are
@@ -276,24 +320,28 @@ impl Pass<'_> {
         let ow = self.ow;
         assert!(out.len() >= R * ow);
         let full = ow / LANES;
-        for v in 0..full {
-            // SAFETY: column v * LANES < ow: inside the rows (caller).
+        let tail = ow - full * LANES;
+        // The partial vector first: stored whole where `out` has room, its spill over
+        // the next row's first columns is then overwritten by that row's stores. (One
+        // call site of `step`, so that it is inlined.)
+        let vecs = full + usize::from(tail > 0);
+        for i in 0..vecs {
+            // The partial vector (v = full) at i = 0, then vectors 0..full.
+            let v = (i + full) % vecs;
+            // SAFETY: the rows hold every column of vector v < ow.div_ceil(8) (caller).
             let acc = unsafe { self.step::<K, S, R>(v * LANES) };
             for (j, a) in acc.iter().enumerate() {
-                // SAFETY: columns v*8..v*8+8 <= ow of output row j < R (asserted).
-                unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(j * ow + v * LANES), *a) };
-            }
-        }
-        let tail = ow - full * LANES;
-        if tail > 0 {
-            // SAFETY: the rows hold every column of the last (partial) vector (caller).
-            let acc = unsafe { self.step::<K, S, R>(full * LANES) };
-            let mut buf = [0.0f32; LANES];
-            for (j, a) in acc.iter().enumerate() {
-                // SAFETY: `buf` holds 8 floats.
-                unsafe { _mm256_storeu_ps(buf.as_mut_ptr(), *a) };
-                let o = j * ow + full * LANES;
-                out[o..o + tail].copy_from_slice(&buf[..tail]);
+                let o = j * ow + v * LANES;
+                // SAFETY: 8 floats from o inside `out`, or the masked `tail` ones of the
+                // partial vector (o + tail = (j + 1) * ow <= out.len()).
+                unsafe {
+                    let p = out.as_mut_ptr().add(o);
+                    if o + LANES <= out.len() {
+                        _mm256_storeu_ps(p, *a);
+                    } else {
+                        _mm256_maskstore_ps(p, mask(tail), *a);
+                    }
+                }
             }
         }
     }
@@ -333,6 +381,13 @@ impl Pass<'_> {
         if let Some((lo, hi)) = self.clamp {
             for a in acc.iter_mut() {
                 *a = _mm256_min_ps(_mm256_max_ps(*a, lo), hi);
+            }
+        } else if self.hswish {
+            let (sixth, half) = (_mm256_set1_ps(1.0 / 6.0), _mm256_set1_ps(0.5));
+            let (zero, one) = (_mm256_setzero_ps(), _mm256_set1_ps(1.0));
+            for a in acc.iter_mut() {
+                let t = _mm256_add_ps(_mm256_mul_ps(*a, sixth), half);
+                *a = _mm256_mul_ps(*a, _mm256_min_ps(_mm256_max_ps(t, zero), one));
             }
         }
         acc
