@@ -188,9 +188,9 @@ fn unmatched_patterns_stay_in_float() {
 /// `v → Q(s8, scale, zp) → DQ`: an activation quantised as `quantize_static` writes it.
 fn qdq(g: &mut Graph, name: &str, v: ValueId, scale: f32, zp: i8) -> ValueId {
     let shape = g.values[v].shape.clone().expect("shape");
-    let s = g.add_const(&format!("{name}_s"), Tensor::from_f32(vec![], vec![scale]));
+    let s = g.add_const(format!("{name}_s"), Tensor::from_f32(vec![], vec![scale]));
     let z = g.add_const(
-        &format!("{name}_z"),
+        format!("{name}_z"),
         Tensor::new(vec![], TensorData::I8(vec![zp])),
     );
     let q = Op::QuantizeLinear {

@@ -546,7 +546,9 @@ fn broadcast_forms_and_runs() {
     assert_eq!(of(&[8], &[2, 8]), None);
     // Runs over any element range read `b` where the broadcast says.
     let (a_shape, n) = ([2usize, 3, 5], 30usize);
-    let cases: [(Vec<usize>, fn(usize) -> usize); 4] = [
+    /// The `b` index of output element `i`.
+    type Index = fn(usize) -> usize;
+    let cases: [(Vec<usize>, Index); 4] = [
         (vec![3, 1], |i| (i / 5) % 3),
         (vec![5], |i| i % 5),
         (vec![1], |_| 0),
