@@ -50,8 +50,8 @@ pub struct WinogradPlan {
     /// `points` packed A matrices (`Cout x Cin`), point after point: the conv's packed
     /// weights (owned, or borrowed from a compiled file's mapping).
     u: WeightBuf,
-    /// Variant and tiling.
-    g: WinoGeom,
+    /// Variant and tiling (boxed: the plan sits in the executor's kernel enum).
+    g: Box<WinoGeom>,
     /// Tiles per block (a multiple of `NR`).
     nt: usize,
 }
@@ -189,7 +189,7 @@ impl WinogradPlan {
         let mut p = WinogradPlan {
             s: s.clone(),
             u,
-            g,
+            g: Box::new(g),
             nt: NR,
         };
         let fit = BLOCK_FLOATS / (points * (ci + co)) / NR * NR;
