@@ -90,9 +90,9 @@ impl<'a> CostModel<'a> {
 /// multiply-accumulate of the point GEMMs (on `NR`-tile panels, with the transformed
 /// weights streamed per block). Fitted on thread CPU times of `bench/winograd_bench.rs`
 /// (AVX2, 16 to 512 channels, F(4x4) and F(2x2)).
-const WINO_IN_PER_POINT: f64 = 30.0;
-const WINO_OUT_PER_POINT: f64 = 20.0;
-const WINO_GEMM_MAC: f64 = 1.1;
+const WINO_IN_PER_POINT: f64 = 28.0;
+const WINO_OUT_PER_POINT: f64 = 15.0;
+const WINO_GEMM_MAC: f64 = 0.8;
 /// The Winograd path is chosen when its estimate is below this fraction of the direct
 /// conv's (a margin for the estimate's error).
 const WINO_MARGIN: f64 = 0.85;

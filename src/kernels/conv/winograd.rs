@@ -50,8 +50,8 @@ pub struct WinogradPlan {
     /// `points` packed A matrices (`Cout x Cin`), point after point: the conv's packed
     /// weights (owned, or borrowed from a compiled file's mapping).
     u: WeightBuf,
-    /// Variant and tiling.
-    g: WinoGeom,
+    /// Variant and tiling (boxed: the plan sits in the executor's kernel enum).
+    g: Box<WinoGeom>,
     /// Tiles per block (a multiple of `NR`).
     nt: usize,
 }
@@ -71,13 +71,14 @@ impl WinogradPlan {
     /// The output tile side this path uses on `s`: 4 (F(4x4, 3x3)), or 2 (F(2x2, 3x3))
     /// where the larger tiles would leave the GEMM panels mostly padding (small planes):
     /// the one with fewer point-GEMM multiply-accumulates over whole panels, counting the
-    /// transforms (per tile and channel, about `P²` each) at a few MACs per point.
+    /// transforms (per tile, channel and point) as about 27 GEMM MACs (what the AVX2
+    /// transforms measured against the micro-kernel).
     pub fn tile_for(s: &ConvShape) -> usize {
         let cost = |t: usize| {
             let tiles = s.oh.div_ceil(t) * s.ow.div_ceil(t);
             let p2 = (t + 2) * (t + 2);
             let padded = tiles.div_ceil(NR) * NR;
-            p2 * padded * s.c_in * s.c_out.div_ceil(MR) * MR + 3 * p2 * tiles * (s.c_in + s.c_out)
+            p2 * padded * s.c_in * s.c_out.div_ceil(MR) * MR + 27 * p2 * tiles * (s.c_in + s.c_out)
         };
         if cost(2) < cost(4) {
             2
@@ -188,7 +189,7 @@ impl WinogradPlan {
         let mut p = WinogradPlan {
             s: s.clone(),
             u,
-            g,
+            g: Box::new(g),
             nt: NR,
         };
         let fit = BLOCK_FLOATS / (points * (ci + co)) / NR * NR;
