@@ -72,13 +72,19 @@ fn pool_taps(s: &PoolShape, xp: &[f32], yp: &mut [f32], init: f32, op: impl Fn(f
             let src = &xp[iy as usize * s.w..(iy as usize + 1) * s.w];
             if split {
                 let half = s.w / 2;
-                for ((e, o), pair) in even[..half]
-                    .iter_mut()
-                    .zip(&mut odd[..half])
-                    .zip(src.chunks_exact(2))
-                {
-                    *e = pair[0];
-                    *o = pair[1];
+                let (e8, o8) = (
+                    even[..half].chunks_exact_mut(8),
+                    odd[..half].chunks_exact_mut(8),
+                );
+                for ((e, o), pairs) in e8.zip(o8).zip(src.chunks_exact(16)) {
+                    for i in 0..8 {
+                        e[i] = pairs[2 * i];
+                        o[i] = pairs[2 * i + 1];
+                    }
+                }
+                for i in half / 8 * 8..half {
+                    even[i] = src[2 * i];
+                    odd[i] = src[2 * i + 1];
                 }
                 if s.w % 2 == 1 {
                     even[half] = src[s.w - 1];
@@ -103,11 +109,25 @@ fn pool_taps(s: &PoolShape, xp: &[f32], yp: &mut [f32], init: f32, op: impl Fn(f
                     }
                     continue;
                 };
-                for (d, v) in dst.iter_mut().zip(taps) {
-                    *d = op(*d, *v);
-                }
+                combine(dst, taps, &op);
             }
         }
+    }
+}
+
+/// `dst[i] = op(dst[i], src[i])`: whole vectors of 8 lanes, then the tail one by one
+/// (output rows are short, so no wide unrolled loop with a long scalar remainder).
+#[inline(always)]
+fn combine(dst: &mut [f32], src: &[f32], op: &impl Fn(f32, f32) -> f32) {
+    let mut dc = dst.chunks_exact_mut(8);
+    let mut sc = src.chunks_exact(8);
+    for (d, v) in (&mut dc).zip(&mut sc) {
+        for i in 0..8 {
+            d[i] = op(d[i], v[i]);
+        }
+    }
+    for (d, v) in dc.into_remainder().iter_mut().zip(sc.remainder()) {
+        *d = op(*d, *v);
     }
 }
 
