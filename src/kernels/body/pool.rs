@@ -57,7 +57,13 @@ const HALF_ROW: usize = 1024;
 /// stride 1 it reads a contiguous input segment, with stride 2 a contiguous segment of
 /// the row's even or odd columns (split once per input row), so the pass vectorises.
 #[inline(always)]
-fn pool_taps(s: &PoolShape, xp: &[f32], yp: &mut [f32], init: f32, op: impl Fn(f32, f32) -> f32) {
+fn pool_taps<const IDEMPOTENT: bool>(
+    s: &PoolShape,
+    xp: &[f32],
+    yp: &mut [f32],
+    init: f32,
+    op: impl Fn(f32, f32) -> f32,
+) {
     let split = s.sw == 2 && s.w <= 2 * HALF_ROW;
     let mut even = [0.0f32; HALF_ROW];
     let mut odd = [0.0f32; HALF_ROW];
@@ -109,16 +115,29 @@ fn pool_taps(s: &PoolShape, xp: &[f32], yp: &mut [f32], init: f32, op: impl Fn(f
                     }
                     continue;
                 };
-                combine(dst, taps, &op);
+                combine::<IDEMPOTENT>(dst, taps, &op);
             }
         }
     }
 }
 
-/// `dst[i] = op(dst[i], src[i])`: whole vectors of 8 lanes, then the tail one by one
-/// (output rows are short, so no wide unrolled loop with a long scalar remainder).
+/// `dst[i] = op(dst[i], src[i])`: whole vectors of 8 lanes, then the tail. When `op`
+/// is idempotent (`op(op(d, v), v) == op(d, v)`, max) the tail is one more whole vector
+/// overlapping the last one: a short tail loop is otherwise vectorised with masked
+/// stores, which the next tap's loads cannot forward from (several times slower).
 #[inline(always)]
-fn combine(dst: &mut [f32], src: &[f32], op: &impl Fn(f32, f32) -> f32) {
+fn combine<const IDEMPOTENT: bool>(dst: &mut [f32], src: &[f32], op: &impl Fn(f32, f32) -> f32) {
+    let n = dst.len().min(src.len());
+    if IDEMPOTENT && n >= 8 && n % 8 != 0 {
+        let (d, v) = (&mut dst[n - 8..n], &src[n - 8..n]);
+        let mut last = [0.0f32; 8];
+        for i in 0..8 {
+            last[i] = op(d[i], v[i]);
+        }
+        combine::<false>(&mut dst[..n / 8 * 8], &src[..n / 8 * 8], op);
+        dst[n - 8..n].copy_from_slice(&last);
+        return;
+    }
     let mut dc = dst.chunks_exact_mut(8);
     let mut sc = src.chunks_exact(8);
     for (d, v) in (&mut dc).zip(&mut sc) {
@@ -136,7 +155,7 @@ fn combine(dst: &mut [f32], src: &[f32], op: &impl Fn(f32, f32) -> f32) {
 /// window wholly in padding gives `-inf`.
 #[inline(always)]
 pub fn max_pool_plane(s: &PoolShape, xp: &[f32], yp: &mut [f32]) {
-    pool_taps(
+    pool_taps::<true>(
         s,
         xp,
         yp,
@@ -151,7 +170,7 @@ pub fn max_pool_plane(s: &PoolShape, xp: &[f32], yp: &mut [f32]) {
 /// declared pads only); a window with no cell gives 0.
 #[inline(always)]
 pub fn avg_pool_plane(s: &PoolShape, count_include_pad: bool, xp: &[f32], yp: &mut [f32]) {
-    pool_taps(s, xp, yp, 0.0, |d, v| d + v);
+    pool_taps::<false>(s, xp, yp, 0.0, |d, v| d + v);
     let (h, w) = (s.h as isize, s.w as isize);
     for oy in 0..s.oh {
         let y0 = (oy * s.sh) as isize - s.pads[0] as isize;
