@@ -67,9 +67,24 @@ fn pool_taps<const IDEMPOTENT: bool>(
     let split = s.sw == 2 && s.w <= 2 * HALF_ROW;
     let mut even = [0.0f32; HALF_ROW];
     let mut odd = [0.0f32; HALF_ROW];
+    // A max written back over its own input (`acc = v > acc ? v : acc`) compiles to a
+    // masked store, whose result the next tap's loads cannot forward (a stall per
+    // vector): max taps therefore alternate between two stack rows instead.
+    let ping = IDEMPOTENT && s.ow <= HALF_ROW && (s.sw == 1 || split);
+    let mut bufs = [[0.0f32; HALF_ROW]; 2];
+    // The valid output range of each kernel column, computed once (two integer
+    // divisions each, which per row and tap would cost more than the taps).
+    let mut ranges = [(0usize, 0usize); 16];
+    for (kx, r) in ranges.iter_mut().enumerate().take(s.kw) {
+        *r = valid_range(s.ow, s.sw, s.pads[1], kx * s.dw, s.w);
+    }
     for oy in 0..s.oh {
         let row = &mut yp[oy * s.ow..(oy + 1) * s.ow];
         row.fill(init);
+        let mut cur = 0;
+        if ping {
+            bufs[0][..s.ow].fill(init);
+        }
         for ky in 0..s.kh {
             let iy = (oy * s.sh + ky * s.dh) as isize - s.pads[0] as isize;
             if iy < 0 || iy >= s.h as isize {
@@ -97,7 +112,10 @@ fn pool_taps<const IDEMPOTENT: bool>(
                 }
             }
             for kx in 0..s.kw {
-                let (lo, hi) = valid_range(s.ow, s.sw, s.pads[1], kx * s.dw, s.w);
+                let (lo, hi) = match ranges.get(kx) {
+                    Some(&r) => r,
+                    None => valid_range(s.ow, s.sw, s.pads[1], kx * s.dw, s.w),
+                };
                 if lo >= hi {
                     continue;
                 }
@@ -115,8 +133,48 @@ fn pool_taps<const IDEMPOTENT: bool>(
                     }
                     continue;
                 };
-                combine::<IDEMPOTENT>(dst, taps, &op);
+                if ping {
+                    let [a, b] = &mut bufs;
+                    let (from, to) = if cur == 0 { (&*a, b) } else { (&*b, a) };
+                    to[..lo].copy_from_slice(&from[..lo]);
+                    to[hi..s.ow].copy_from_slice(&from[hi..s.ow]);
+                    combine_into(&mut to[lo..hi], &from[lo..hi], taps, &op);
+                    cur ^= 1;
+                } else {
+                    combine::<IDEMPOTENT>(dst, taps, &op);
+                }
             }
+        }
+        if ping {
+            row.copy_from_slice(&bufs[cur][..s.ow]);
+        }
+    }
+}
+
+/// `dst[i] = op(acc[i], src[i])`: whole vectors of 8 lanes, then one whole vector
+/// overlapping the last (recomputing lanes is harmless: `dst` is not an input).
+#[inline(always)]
+fn combine_into(dst: &mut [f32], acc: &[f32], src: &[f32], op: &impl Fn(f32, f32) -> f32) {
+    let n = dst.len();
+    let (acc, src) = (&acc[..n], &src[..n]);
+    for ((d, a), v) in dst
+        .chunks_exact_mut(8)
+        .zip(acc.chunks_exact(8))
+        .zip(src.chunks_exact(8))
+    {
+        for i in 0..8 {
+            d[i] = op(a[i], v[i]);
+        }
+    }
+    if n % 8 != 0 && n >= 8 {
+        let o = n - 8;
+        let (d, a, v) = (&mut dst[o..], &acc[o..], &src[o..]);
+        for i in 0..8 {
+            d[i] = op(a[i], v[i]);
+        }
+    } else {
+        for i in n / 8 * 8..n {
+            dst[i] = op(acc[i], src[i]);
         }
     }
 }
