@@ -57,13 +57,34 @@ const HALF_ROW: usize = 1024;
 /// stride 1 it reads a contiguous input segment, with stride 2 a contiguous segment of
 /// the row's even or odd columns (split once per input row), so the pass vectorises.
 #[inline(always)]
-fn pool_taps(s: &PoolShape, xp: &[f32], yp: &mut [f32], init: f32, op: impl Fn(f32, f32) -> f32) {
+fn pool_taps<const IDEMPOTENT: bool>(
+    s: &PoolShape,
+    xp: &[f32],
+    yp: &mut [f32],
+    init: f32,
+    op: impl Fn(f32, f32) -> f32,
+) {
     let split = s.sw == 2 && s.w <= 2 * HALF_ROW;
     let mut even = [0.0f32; HALF_ROW];
     let mut odd = [0.0f32; HALF_ROW];
+    // A max written back over its own input (`acc = v > acc ? v : acc`) compiles to a
+    // masked store, whose result the next tap's loads cannot forward (a stall per
+    // vector): max taps therefore alternate between two stack rows instead.
+    let ping = IDEMPOTENT && s.ow <= HALF_ROW && (s.sw == 1 || split);
+    let mut bufs = [[0.0f32; HALF_ROW]; 2];
+    // The valid output range of each kernel column, computed once (two integer
+    // divisions each, which per row and tap would cost more than the taps).
+    let mut ranges = [(0usize, 0usize); 16];
+    for (kx, r) in ranges.iter_mut().enumerate().take(s.kw) {
+        *r = valid_range(s.ow, s.sw, s.pads[1], kx * s.dw, s.w);
+    }
     for oy in 0..s.oh {
         let row = &mut yp[oy * s.ow..(oy + 1) * s.ow];
         row.fill(init);
+        let mut cur = 0;
+        if ping {
+            bufs[0][..s.ow].fill(init);
+        }
         for ky in 0..s.kh {
             let iy = (oy * s.sh + ky * s.dh) as isize - s.pads[0] as isize;
             if iy < 0 || iy >= s.h as isize {
@@ -72,20 +93,29 @@ fn pool_taps(s: &PoolShape, xp: &[f32], yp: &mut [f32], init: f32, op: impl Fn(f
             let src = &xp[iy as usize * s.w..(iy as usize + 1) * s.w];
             if split {
                 let half = s.w / 2;
-                for ((e, o), pair) in even[..half]
-                    .iter_mut()
-                    .zip(&mut odd[..half])
-                    .zip(src.chunks_exact(2))
-                {
-                    *e = pair[0];
-                    *o = pair[1];
+                let (e8, o8) = (
+                    even[..half].chunks_exact_mut(8),
+                    odd[..half].chunks_exact_mut(8),
+                );
+                for ((e, o), pairs) in e8.zip(o8).zip(src.chunks_exact(16)) {
+                    for i in 0..8 {
+                        e[i] = pairs[2 * i];
+                        o[i] = pairs[2 * i + 1];
+                    }
+                }
+                for i in half / 8 * 8..half {
+                    even[i] = src[2 * i];
+                    odd[i] = src[2 * i + 1];
                 }
                 if s.w % 2 == 1 {
                     even[half] = src[s.w - 1];
                 }
             }
             for kx in 0..s.kw {
-                let (lo, hi) = valid_range(s.ow, s.sw, s.pads[1], kx * s.dw, s.w);
+                let (lo, hi) = match ranges.get(kx) {
+                    Some(&r) => r,
+                    None => valid_range(s.ow, s.sw, s.pads[1], kx * s.dw, s.w),
+                };
                 if lo >= hi {
                     continue;
                 }
@@ -103,11 +133,78 @@ fn pool_taps(s: &PoolShape, xp: &[f32], yp: &mut [f32], init: f32, op: impl Fn(f
                     }
                     continue;
                 };
-                for (d, v) in dst.iter_mut().zip(taps) {
-                    *d = op(*d, *v);
+                if ping {
+                    let [a, b] = &mut bufs;
+                    let (from, to) = if cur == 0 { (&*a, b) } else { (&*b, a) };
+                    to[..lo].copy_from_slice(&from[..lo]);
+                    to[hi..s.ow].copy_from_slice(&from[hi..s.ow]);
+                    combine_into(&mut to[lo..hi], &from[lo..hi], taps, &op);
+                    cur ^= 1;
+                } else {
+                    combine::<IDEMPOTENT>(dst, taps, &op);
                 }
             }
         }
+        if ping {
+            row.copy_from_slice(&bufs[cur][..s.ow]);
+        }
+    }
+}
+
+/// `dst[i] = op(acc[i], src[i])`: whole vectors of 8 lanes, then one whole vector
+/// overlapping the last (recomputing lanes is harmless: `dst` is not an input).
+#[inline(always)]
+fn combine_into(dst: &mut [f32], acc: &[f32], src: &[f32], op: &impl Fn(f32, f32) -> f32) {
+    let n = dst.len();
+    let (acc, src) = (&acc[..n], &src[..n]);
+    for ((d, a), v) in dst
+        .chunks_exact_mut(8)
+        .zip(acc.chunks_exact(8))
+        .zip(src.chunks_exact(8))
+    {
+        for i in 0..8 {
+            d[i] = op(a[i], v[i]);
+        }
+    }
+    if n % 8 != 0 && n >= 8 {
+        let o = n - 8;
+        let (d, a, v) = (&mut dst[o..], &acc[o..], &src[o..]);
+        for i in 0..8 {
+            d[i] = op(a[i], v[i]);
+        }
+    } else {
+        for i in n / 8 * 8..n {
+            dst[i] = op(acc[i], src[i]);
+        }
+    }
+}
+
+/// `dst[i] = op(dst[i], src[i])`: whole vectors of 8 lanes, then the tail. When `op`
+/// is idempotent (`op(op(d, v), v) == op(d, v)`, max) the tail is one more whole vector
+/// overlapping the last one: a short tail loop is otherwise vectorised with masked
+/// stores, which the next tap's loads cannot forward from (several times slower).
+#[inline(always)]
+fn combine<const IDEMPOTENT: bool>(dst: &mut [f32], src: &[f32], op: &impl Fn(f32, f32) -> f32) {
+    let n = dst.len().min(src.len());
+    if IDEMPOTENT && n >= 8 && n % 8 != 0 {
+        let (d, v) = (&mut dst[n - 8..n], &src[n - 8..n]);
+        let mut last = [0.0f32; 8];
+        for i in 0..8 {
+            last[i] = op(d[i], v[i]);
+        }
+        combine::<false>(&mut dst[..n / 8 * 8], &src[..n / 8 * 8], op);
+        dst[n - 8..n].copy_from_slice(&last);
+        return;
+    }
+    let mut dc = dst.chunks_exact_mut(8);
+    let mut sc = src.chunks_exact(8);
+    for (d, v) in (&mut dc).zip(&mut sc) {
+        for i in 0..8 {
+            d[i] = op(d[i], v[i]);
+        }
+    }
+    for (d, v) in dc.into_remainder().iter_mut().zip(sc.remainder()) {
+        *d = op(*d, *v);
     }
 }
 
@@ -116,7 +213,7 @@ fn pool_taps(s: &PoolShape, xp: &[f32], yp: &mut [f32], init: f32, op: impl Fn(f
 /// window wholly in padding gives `-inf`.
 #[inline(always)]
 pub fn max_pool_plane(s: &PoolShape, xp: &[f32], yp: &mut [f32]) {
-    pool_taps(
+    pool_taps::<true>(
         s,
         xp,
         yp,
@@ -131,7 +228,7 @@ pub fn max_pool_plane(s: &PoolShape, xp: &[f32], yp: &mut [f32]) {
 /// declared pads only); a window with no cell gives 0.
 #[inline(always)]
 pub fn avg_pool_plane(s: &PoolShape, count_include_pad: bool, xp: &[f32], yp: &mut [f32]) {
-    pool_taps(s, xp, yp, 0.0, |d, v| d + v);
+    pool_taps::<false>(s, xp, yp, 0.0, |d, v| d + v);
     let (h, w) = (s.h as isize, s.w as isize);
     for oy in 0..s.oh {
         let y0 = (oy * s.sh) as isize - s.pads[0] as isize;
