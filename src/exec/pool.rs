@@ -43,12 +43,6 @@ pub const MAX_CHUNKS: usize = 64;
 /// helpers before sleeping.
 const SPIN: Duration = Duration::from_micros(50);
 
-/// For how long a poll only spins before it also yields its CPU between polls: a helper
-/// and its caller may share one CPU (the OS placed the woken helper there while the other
-/// CPU ran other work); a pure spin would then hold the CPU the other one needs for the
-/// rest of [`SPIN`] (measured: a 50 µs join on a loaded 2-CPU host).
-const PURE_SPIN: Duration = Duration::from_micros(5);
-
 /// Least estimated work of one chunk, in µs, worth handing to a helper. Measured with
 /// `cargo bench --bench intra_op_overhead` (2 vCPUs, loaded host): a polling helper
 /// attaches to an offer in < 1 µs and the join costs < 1 µs; a sleeping one wakes in
@@ -89,14 +83,19 @@ pub fn chunk_ranges(
         .collect()
 }
 
-/// One poll of a wait loop that began at `start`: spins, then spins yielding the CPU,
-/// then sleeps until unparked (returns at once when unparked meanwhile).
+/// One poll of a wait loop that began at `start`: spins for [`SPIN`], then sleeps until
+/// unparked (returns at once when unparked meanwhile).
+///
+/// It does not yield the CPU between polls. Tried (`sched_yield` after 5 µs): on a host
+/// loaded with other normal-priority processes it cut the join after a helper that the
+/// OS had woken on the caller's own CPU from ~50 µs to ~7 µs, but a yielding helper lost
+/// its CPU for milliseconds (it took 0-6% of hot offers instead of 77-100%), and under
+/// EEVDF a yield gives up the rest of the slice, which may go to a `SCHED_IDLE`
+/// background thread: the case the helpers exist for (the OS places a woken helper on a
+/// CPU that runs only `SCHED_IDLE` work, and it preempts that work at once).
 fn poll_wait(start: Instant) {
-    let t = start.elapsed();
-    if t < PURE_SPIN {
+    if start.elapsed() < SPIN {
         std::hint::spin_loop();
-    } else if t < SPIN {
-        std::thread::yield_now();
     } else {
         std::thread::park();
     }
