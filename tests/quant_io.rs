@@ -2,9 +2,12 @@
 //! (type, SCALE, per-channel scales along the axis, strides, sizes, pointers stable while
 //! loaded) and the values a caller reads, against the same model with f32 outputs.
 
+mod capi_support;
+
 use std::path::Path;
 use std::ptr::null_mut;
 
+use capi_support::{ctrl, props, tensor};
 use vnpu::compile::config::{parse_output_flag, InputParams, InputType};
 use vnpu::compile::{compile_onnx_bytes, CompileOptions};
 use vnpu::ffi::*;
@@ -31,36 +34,6 @@ fn load(opts: &CompileOptions) -> (hbPackedDNNHandle_t, hbDNNHandle_t) {
     (p, h)
 }
 
-fn props(h: hbDNNHandle_t, output: bool, i: i32) -> hbDNNTensorProperties {
-    // SAFETY: an all-zero hbDNNTensorProperties is a valid value (integers, NULL pointers).
-    let mut p: hbDNNTensorProperties = unsafe { std::mem::zeroed() };
-    // SAFETY: valid out-pointer.
-    let rc = unsafe {
-        if output {
-            hbDNNGetOutputTensorProperties(&mut p, h, i)
-        } else {
-            hbDNNGetInputTensorProperties(&mut p, h, i)
-        }
-    };
-    assert_eq!(rc, 0);
-    p
-}
-
-fn tensor(p: hbDNNTensorProperties, buf: &mut [u8]) -> hbDNNTensor {
-    let empty = hbSysMem {
-        phyAddr: 0,
-        virAddr: null_mut(),
-        memSize: 0,
-    };
-    let mut t = hbDNNTensor {
-        sysMem: [empty; 4],
-        properties: p,
-    };
-    t.sysMem[0].virAddr = buf.as_mut_ptr().cast();
-    t.sysMem[0].memSize = buf.len() as u32;
-    t
-}
-
 /// Runs one inference with `input` and returns the outputs' bytes.
 fn infer(h: hbDNNHandle_t, input: &mut [u8]) -> Vec<Vec<u8>> {
     let mut outs: Vec<Vec<u8>> = (0..3)
@@ -74,15 +47,7 @@ fn infer(h: hbDNNHandle_t, input: &mut [u8]) -> Vec<Vec<u8>> {
     let it = tensor(props(h, false, 0), input);
     let mut task = null_mut();
     let mut optr = ot.as_mut_ptr();
-    let mut ctrl = hbDNNInferCtrlParam {
-        bpuCoreId: 0,
-        dspCoreId: 0,
-        priority: 0,
-        more: 0,
-        customId: 0,
-        reserved1: 0,
-        reserved2: 0,
-    };
+    let mut ctrl = ctrl(0, 0);
     // SAFETY: tensors point at live buffers of the sizes their properties give.
     unsafe {
         assert_eq!(hbDNNInfer(&mut task, &mut optr, &it, h, &mut ctrl), 0);

@@ -278,7 +278,10 @@ fn plan_winograd(
     let p = pre
         .and_then(|u| WinogradPlan::with_weights(s, u.clone()))
         .unwrap_or_else(|| WinogradPlan::new(s, wt));
-    let by_rows = s.oh * s.ow > s.c_out;
+    // Channel tiles share one transformed input and each streams only its share of the
+    // transformed weights; tile rows re-stream all of them per FC and leave the point
+    // GEMMs narrow, so rows only when there are too few channel tiles.
+    let by_rows = s.c_out < 4 * gemm::MR;
     // Output-channel chunks for intra-op threads, as the im2col path cuts them.
     let par: Vec<(usize, usize)> = conv_chunk_ranges(s, threads);
     let shared = if (!by_rows || !par.is_empty()) && s.n == 1 {
@@ -552,7 +555,7 @@ impl FamilyKernel for ConvKernel {
                     // Channel tiles of one image share its im2col matrix: tile 0 packs it.
                     let (full, rest) = r.scratch.split_at_mut(conv::full_b_len(s));
                     if tile.index == 0 || *r.bcache != Some(r.index) {
-                        conv::pack_b_full(s, x, full);
+                        conv::pack_b_full_on(r.isa, s, x, full);
                         *r.bcache = Some(r.index);
                     }
                     conv::conv2d(r.isa, s, w, x, y, lo, hi, cols, Some(full), &epi, rest);

@@ -22,8 +22,8 @@ pub use super::body::depthwise::depthwise_scratch_len;
 pub use super::body::pool::valid_range;
 pub use deconv::DeconvPlan;
 use depthwise::depthwise;
-pub use winograd::WinogradPlan;
 pub(crate) use winograd::body as winograd_body;
+pub use winograd::WinogradPlan;
 pub use winograd::{PointRows, WinoGeom};
 
 use super::gemm::{self, gemm_packed, BSource, Epilogue, MR};

@@ -21,9 +21,9 @@ use std::sync::OnceLock;
 
 pub(crate) mod portable;
 #[cfg(target_arch = "x86_64")]
-mod x86_64_fma;
-#[cfg(target_arch = "x86_64")]
 mod x86_64_dw;
+#[cfg(target_arch = "x86_64")]
+mod x86_64_fma;
 
 /// Rows of one GEMM micro-tile (and of one packed A panel).
 pub const MR: usize = 6;
@@ -183,15 +183,8 @@ pub struct KernelTable {
     pub avg_pool_plane: fn(s: &PoolShape, count_include_pad: bool, x: &[f32], y: &mut [f32]),
     /// Rows `k0..k0 + kc`, columns `j0..j0 + n` of the im2col matrix of one image and
     /// group `x` written straight into packed B panels (`kernels::body::im2col`).
-    pub im2col_panels: fn(
-        s: &ConvShape,
-        x: &[f32],
-        k0: usize,
-        kc: usize,
-        j0: usize,
-        n: usize,
-        out: &mut [f32],
-    ),
+    pub im2col_panels:
+        fn(s: &ConvShape, x: &[f32], k0: usize, kc: usize, j0: usize, n: usize, out: &mut [f32]),
 }
 
 /// The table the process uses (chosen once): the best this CPU supports, or the one

@@ -298,8 +298,9 @@ fn planned_conv_takes_winograd_whole_and_tiled() {
     use crate::exec::{ModelPlan, PlanOptions, Tile};
     use crate::ir::{ConvGeom, DType, Graph, Node, Op, PostOp, Tensor, Value};
     use std::sync::Arc;
-    // (Cin, HxW, Cout): tiles by rows (plane larger than the channels), then by channels.
-    for (ci, hw, co) in [(48usize, 24usize, 48usize), (32, 16, 264)] {
+    // (Cin, HxW, Cout): tile rows (fewer than 4 channel tiles), then channel tiles on a
+    // plane larger than the channels, then on a plane smaller than them.
+    for (ci, hw, co) in [(48usize, 24usize, 18usize), (48, 24, 48), (32, 16, 264)] {
         let s = shape(1, ci, (hw, hw), co, [1, 1, 1, 1]);
         assert!(
             crate::compile::cost::winograd_wins(&s),
@@ -352,7 +353,7 @@ fn planned_conv_takes_winograd_whole_and_tiled() {
         };
         let plan = ModelPlan::new(Arc::new(g), &opts).expect("plan");
         let tiles = plan.tiles_for(0);
-        let want_tiles = if ohw > co {
+        let want_tiles = if co < 4 * MR {
             hw.div_ceil(WinogradPlan::tile_for(&s))
         } else {
             co.div_ceil(MR)
