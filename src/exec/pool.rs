@@ -231,6 +231,7 @@ struct Slot {
     state: AtomicU8,
     job: AtomicPtr<()>,
     thread: OnceLock<Thread>,
+    steer: steer::Steer,
 }
 
 struct Shared {
@@ -274,6 +275,7 @@ impl Pool {
                     state: AtomicU8::new(SETUP),
                     job: AtomicPtr::new(std::ptr::null_mut()),
                     thread: OnceLock::new(),
+                    steer: steer::Steer::new(),
                 })
                 .collect(),
             cpus,
@@ -388,6 +390,7 @@ impl Pool {
             {
                 continue;
             }
+            slot.steer.away_from_caller();
             job.live.fetch_add(1, Ordering::AcqRel);
             slot.job.store(ptr, Ordering::Relaxed);
             slot.state.store(OFFERED, Ordering::Release);
@@ -448,6 +451,7 @@ pub(crate) fn chunk_parts<'a>(
 
 fn helper_main(sh: &Shared, i: usize) {
     let slot = &sh.slots[i];
+    slot.steer.register_current();
     loop {
         let start = Instant::now();
         loop {
@@ -509,6 +513,8 @@ impl Drop for Pool {
         }
     }
 }
+
+mod steer;
 
 #[cfg(test)]
 mod tests;
