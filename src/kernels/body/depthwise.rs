@@ -9,7 +9,7 @@
 //! the generic bodies, was measured slower than this one on Zen 3 — the compiler did not
 //! keep its accumulators in vector registers — and was dropped. The AVX2 table runs
 //! 3x3 / 5x5, stride 1 / 2 through hand-written kernels instead, table entry
-//! `depthwise_direct`, whose scratch geometry [`DirectGeom`] lives here.)
+//! `depthwise_fused`, whose scratch geometry [`DirectGeom`] lives here.)
 
 use super::conv::{strided_copy, ConvShape};
 use super::epilogue::Epilogue;
@@ -65,7 +65,7 @@ pub fn depthwise_scratch_len(s: &ConvShape) -> usize {
     (s.sh * s.sw * plen + s.oh * wps).max(direct)
 }
 
-/// Output rows per pass of the hand-written direct kernels (`depthwise_direct`).
+/// Output rows per pass of the hand-written direct kernels (`depthwise_fused`).
 pub const DIRECT_ROWS: usize = 4;
 /// Output columns per vector of the direct kernels.
 pub const DIRECT_LANES: usize = 8;

@@ -1,5 +1,5 @@
 //! Depthwise conv (one input and one output channel per group): one table call per
-//! output channel (`depthwise_direct`: the hand-written kernels of the table where it
+//! output channel (`depthwise_fused`: the hand-written kernels of the table where it
 //! has them, else `body::depthwise`), the epilogue fused into the kernel.
 
 use super::super::gemm::Epilogue;
@@ -24,7 +24,7 @@ pub(super) fn depthwise(
     let t = isa.table();
     for c in c_lo..c_hi {
         let plane = &xb[c * hw..(c + 1) * hw];
-        (t.depthwise_direct)(s, &w[c * khw..(c + 1) * khw], plane, yb, c, epi, scratch);
+        (t.depthwise_fused)(s, &w[c * khw..(c + 1) * khw], plane, yb, c, epi, scratch);
     }
 }
 

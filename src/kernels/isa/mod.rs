@@ -134,21 +134,11 @@ pub struct KernelTable {
     /// LayerNorm of the contiguous row `x` into `y[..x.len()]` with per-element `scale`
     /// and `bias` (empty for 0).
     pub layer_norm_row: fn(x: &[f32], y: &mut [f32], scale: &[f32], bias: &[f32], eps: f32),
-    /// Depthwise conv output channel `c` into `y` (`[C, OH*OW]`) with the epilogue fused
-    /// (scratch: `depthwise_scratch_len` floats).
+    /// Depthwise conv output channel `c` into `y` (`[C, OH*OW]`) with the epilogue fused,
+    /// through this table's hand-written direct kernels where it has them for the shape
+    /// (AVX2: 3x3 / 5x5, stride 1 / 2, dilation 1), else the generic body (scratch:
+    /// `depthwise_scratch_len` floats).
     pub depthwise_fused: fn(
-        s: &ConvShape,
-        w: &[f32],
-        plane: &[f32],
-        y: &mut [f32],
-        c: usize,
-        epi: &Epilogue<'_>,
-        scratch: &mut [f32],
-    ),
-    /// Like `depthwise_fused`, through this table's hand-written direct kernels where
-    /// it has them for the shape (AVX2: 3x3 / 5x5, stride 1 / 2, dilation 1), else the
-    /// same as `depthwise_fused` (scratch: `depthwise_scratch_len` floats).
-    pub depthwise_direct: fn(
         s: &ConvShape,
         w: &[f32],
         plane: &[f32],

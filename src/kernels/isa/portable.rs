@@ -27,7 +27,6 @@ pub(crate) static TABLE: KernelTable = KernelTable {
     layer_norm_row: body::norm::layer_norm_row,
     depthwise_fused: body::depthwise::depthwise_channel,
     mm_tile_strided,
-    depthwise_direct: body::depthwise::depthwise_channel,
     // Winograd conv transforms.
     wino_input: crate::kernels::conv::winograd_body::input_block,
     wino_output: crate::kernels::conv::winograd_body::output_block,

@@ -1,4 +1,4 @@
-//! Hand-written AVX2+FMA depthwise conv kernels (table entry `depthwise_direct` of the
+//! Hand-written AVX2+FMA depthwise conv kernels (table entry `depthwise_fused` of the
 //! AVX2 table) for the common shapes: 3x3 and 5x5, stride 1 or 2 in both directions,
 //! dilation 1, any padding. Other shapes go to the generic body (`body::depthwise`).
 //!
@@ -69,8 +69,8 @@ fn fuse_of(epi: &Epilogue<'_>, c: usize) -> Fuse {
     }
 }
 
-/// Table entry `depthwise_direct`: output channel `c` of a depthwise conv into `y`
-/// (`[C, OH*OW]`) with the epilogue fused, like `depthwise_fused`; shapes the direct
+/// Table entry `depthwise_fused`: output channel `c` of a depthwise conv into `y`
+/// (`[C, OH*OW]`) with the epilogue fused; shapes the direct
 /// kernels do not handle (or a scratch too short for them) go to the generic body.
 pub(super) fn depthwise_direct(
     s: &ConvShape,

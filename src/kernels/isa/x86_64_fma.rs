@@ -37,9 +37,8 @@ static TABLE: KernelTable = KernelTable {
     quant: &crate::kernels::quant::x86_64_avx2::TABLE,
     softmax_row,
     layer_norm_row,
-    depthwise_fused,
+    depthwise_fused: super::x86_64_dw::depthwise_direct,
     mm_tile_strided,
-    depthwise_direct: super::x86_64_dw::depthwise_direct,
     // Winograd conv transforms.
     wino_input,
     wino_output,
@@ -82,7 +81,6 @@ avx2_build!(epilogue, epilogue_body, (e: &Epilogue<'_>, c: &mut [f32], ldc: usiz
 avx2_build!(unary, body::unary::apply_unary, (op: UnaryOp, x: &mut [f32]));
 avx2_build!(binary_f32, body::eltwise::binary_f32, (op: BinaryOp, bc: &Bcast, a: &[f32], b: &[f32], out: &mut [f32], lo: usize, hi: usize));
 avx2_build!(depthwise_plane, body::depthwise::depthwise_plane, (s: &ConvShape, w: &[f32], plane: &[f32], out: &mut [f32], scratch: &mut [f32]));
-avx2_build!(depthwise_fused, body::depthwise::depthwise_channel, (s: &ConvShape, w: &[f32], plane: &[f32], y: &mut [f32], c: usize, epi: &Epilogue<'_>, scratch: &mut [f32]));
 avx2_build!(max_pool_plane, body::pool::max_pool_plane, (s: &PoolShape, x: &[f32], y: &mut [f32]));
 // -- pooling and conv packing (issue 12, im2col helper) --
 avx2_build!(avg_pool_plane, body::pool::avg_pool_plane, (s: &PoolShape, count_include_pad: bool, x: &[f32], y: &mut [f32]));

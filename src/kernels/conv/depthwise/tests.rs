@@ -186,7 +186,7 @@ fn epilogue_kinds() -> Vec<Vec<PostOpRt>> {
 // (below, at and around two vectors), odd heights, pads 0 / 1 / 2 (symmetric and
 // asymmetric ends), every epilogue kind with and without bias, both channels of a
 // two-channel image.
-crate::kernels::isa::twin_test!(depthwise_direct_matches_portable, 1e-5, |t| {
+crate::kernels::isa::twin_test!(depthwise_fused_direct_matches_portable, 1e-5, |t| {
     let mut out = Vec::new();
     let kinds = epilogue_kinds();
     let mut seed = 100;
@@ -221,7 +221,7 @@ crate::kernels::isa::twin_test!(depthwise_direct_matches_portable, 1e-5, |t| {
     out
 });
 
-/// Both channels of one image through `depthwise_direct` with epilogue `post` (bias
+/// Both channels of one image through `depthwise_fused` with epilogue `post` (bias
 /// when `with_bias`, the residual for `AddInput`), into the output plane.
 fn direct_case(
     t: &crate::kernels::isa::KernelTable,
@@ -248,7 +248,7 @@ fn direct_case(
     for c in 0..2 {
         let plane = &x[c * hw..(c + 1) * hw];
         let wc = &w[c * kk..(c + 1) * kk];
-        (t.depthwise_direct)(s, wc, plane, &mut y, c, &epi, &mut scratch);
+        (t.depthwise_fused)(s, wc, plane, &mut y, c, &epi, &mut scratch);
     }
     y
 }
