@@ -301,22 +301,49 @@ fn bench_latency(
     }
 }
 
-fn bench_split(dir: &Path, runs: usize) {
-    ensure_models(dir, &["resnet18"]);
-    println!("\n## 3. FC split overhead (ResNet-18, median of {runs} runs, FCs run back to back)");
-    let p = dir.join("resnet18.onnx");
-    let whole = model_of(compile(&p, 0));
-    let split = model_of(compile(&p, 1000));
-    let fcs: usize = split.compiled.segments.iter().map(|s| s.fcs.len()).sum();
-    // Interleave to share machine noise.
-    let mut a = Vec::new();
-    let mut b = Vec::new();
-    for _ in 0..5 {
-        a.extend(run_direct(&whole, runs / 5 + 1));
-        b.extend(run_direct(&split, runs / 5 + 1));
+/// FC split overhead per model: the model compiled whole (one FC) and with
+/// `max_time_per_fc 1000`, run back to back without the scheduler, in interleaved
+/// batches so that both share the machine's drift; prints the medians, the FC count and
+/// the overhead (goal: within 2 %).
+fn bench_split(dir: &Path, runs: usize, only: Option<&str>) {
+    let names: Vec<&str> = LATENCY_MODELS
+        .iter()
+        .copied()
+        .filter(|n| only.map_or(n == &"resnet18", |o| o.split(',').any(|m| m == *n)))
+        .collect();
+    ensure_models(dir, &names);
+    println!(
+        "\n## 3. FC split overhead (median of {runs} runs per side, interleaved, FCs run back to back)"
+    );
+    println!(
+        "{:<13} {:>10} {:>12} {:>5} {:>9} {:>9}",
+        "model", "whole ms", "split ms", "FCs", "overhead", "max FC us"
+    );
+    for name in names {
+        let p = dir.join(format!("{name}.onnx"));
+        let whole = model_of(compile(&p, 0));
+        let split = model_of(compile(&p, 1000));
+        let fcs: usize = split.compiled.segments.iter().map(|s| s.fcs.len()).sum();
+        let max_fc = split
+            .compiled
+            .segments
+            .iter()
+            .flat_map(|s| &s.fcs)
+            .map(|f| f.est_us)
+            .fold(0.0f64, f64::max);
+        // Interleave to share machine noise.
+        let mut a = Vec::new();
+        let mut b = Vec::new();
+        for _ in 0..5 {
+            a.extend(run_direct(&whole, runs / 5 + 1));
+            b.extend(run_direct(&split, runs / 5 + 1));
+        }
+        let (ta, tb) = (percentile(&a, 50.0), percentile(&b, 50.0));
+        println!(
+            "{name:<13} {ta:>10.2} {tb:>12.2} {fcs:>5} {:>+8.2}% {max_fc:>9.0}",
+            (tb / ta - 1.0) * 100.0
+        );
     }
-    let (ta, tb) = (percentile(&a, 50.0), percentile(&b, 50.0));
-    println!("unsplit: {ta:.2} ms (1 FC); max_time_per_fc 1000: {tb:.2} ms ({fcs} FCs); overhead {:+.2} %", (tb / ta - 1.0) * 100.0);
 }
 
 /// The host's own scheduling noise, for reading the priority tails: one busy thread
@@ -704,6 +731,12 @@ fn main() {
         }
         Some(env)
     };
+    // `--models a,b` keeps a table to those models.
+    let only = args
+        .iter()
+        .position(|a| a == "--models")
+        .and_then(|i| args.get(i + 1))
+        .map(String::as_str);
     for m in modes {
         match m {
             "latency" => {
@@ -716,15 +749,10 @@ fn main() {
                             None
                         }
                     });
-                let only = args
-                    .iter()
-                    .position(|a| a == "--models")
-                    .and_then(|i| args.get(i + 1))
-                    .map(String::as_str);
                 bench_latency(&dir, runs, rounds, only, server.as_mut());
             }
             "priority" => bench_priority(&dir, secs, env.as_ref()),
-            "split" => bench_split(&dir, runs),
+            "split" => bench_split(&dir, runs, only),
             "load" => bench_load(&dir),
             _ => {}
         }

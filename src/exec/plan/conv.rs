@@ -57,14 +57,15 @@ pub(crate) enum ConvKernel {
         p: DeconvPlan,
         bias: Option<Vec<f32>>,
     },
-    /// A dense 3x3 stride-1 conv by Winograd F(4x4, 3x3); tiles split tile rows when
-    /// `by_rows`, else output channels (sharing one transformed input).
+    /// A dense 3x3 stride-1 conv by Winograd F(4x4, 3x3) or F(2x2, 3x3). Its FC tiles
+    /// cut the plane's tiles into ranges (each transforms only its own input patches)
+    /// while there are enough tile panels, else output channels (sharing one
+    /// transformed input): see [`wino_tile_panels`].
     Winograd {
         p: WinogradPlan,
         bias: Option<Vec<f32>>,
         post: Vec<PostOpRt>,
         res: Vec<usize>,
-        by_rows: bool,
         /// Output-channel chunks `[c0, c1)` run on intra-op threads over one shared
         /// transformed input when the node runs whole; empty = one thread.
         par: Vec<(usize, usize)>,
@@ -278,13 +279,12 @@ fn plan_winograd(
     let p = pre
         .and_then(|u| WinogradPlan::with_weights(s, u.clone()))
         .unwrap_or_else(|| WinogradPlan::new(s, wt));
-    // Channel tiles share one transformed input and each streams only its share of the
-    // transformed weights; tile rows re-stream all of them per FC and leave the point
-    // GEMMs narrow, so rows only when there are too few channel tiles.
-    let by_rows = s.c_out < 4 * gemm::MR;
     // Output-channel chunks for intra-op threads, as the im2col path cuts them.
     let par: Vec<(usize, usize)> = conv_chunk_ranges(s, threads);
-    let shared = if (!by_rows || !par.is_empty()) && s.n == 1 {
+    // A shared transformed input for channel tiles (only where the plane has fewer tile
+    // panels than the conv has channel panels) and for intra-op chunks.
+    let channel_tiles = s.c_out.div_ceil(gemm::MR) > wino_tile_panels(&p);
+    let shared = if (channel_tiles || !par.is_empty()) && s.n == 1 {
         p.input_len()
     } else {
         0
@@ -300,10 +300,18 @@ fn plan_winograd(
         bias,
         post,
         res,
-        by_rows,
         par,
     };
     Planned::new(k).scratch(scratch).helper_scratch(helper)
+}
+
+/// NR-wide panels of a Winograd conv's output tiles: an FC cut into at most this many
+/// tiles takes ranges of the plane's tiles; one cut finer takes output channels. Tile
+/// ranges cost nothing over the whole node (each range transforms only its own patches,
+/// and the whole node streams the transformed weights once per block of tiles anyway),
+/// and they reach any FC size on a large plane; channel tiles serve small planes.
+fn wino_tile_panels(p: &WinogradPlan) -> usize {
+    p.plane_tiles().div_ceil(gemm::NR)
 }
 
 /// The output-channel ranges [`conv_chunks`] cuts from a dense one-image conv, aligned to
@@ -501,8 +509,9 @@ impl FamilyKernel for ConvKernel {
                 }
             }
             ConvKernel::Deconv { p, .. } => p.s.c_out,
-            ConvKernel::Winograd { p, by_rows, .. } if *by_rows => p.tile_rows(),
-            ConvKernel::Winograd { p, .. } => p.shape().c_out.div_ceil(gemm::MR),
+            ConvKernel::Winograd { p, .. } => {
+                wino_tile_panels(p).max(p.shape().c_out.div_ceil(gemm::MR))
+            }
         }
     }
 
@@ -573,14 +582,14 @@ impl FamilyKernel for ConvKernel {
                 bias,
                 post,
                 res,
-                by_rows,
                 par,
             } => {
                 let s = p.shape();
-                let (chans, rows) = if *by_rows {
-                    ((0, s.c_out), tile.range(p.tile_rows(), 1))
+                let by_tiles = tile.count <= wino_tile_panels(p);
+                let (chans, tiles) = if by_tiles {
+                    ((0, s.c_out), tile.range(p.plane_tiles(), gemm::NR))
                 } else {
-                    (tile.range(s.c_out, gemm::MR), (0, p.tile_rows()))
+                    (tile.range(s.c_out, gemm::MR), (0, p.plane_tiles()))
                 };
                 let mut resid: [&[f32]; MAX_RESIDUALS] = [&[]; MAX_RESIDUALS];
                 for (d, &i) in resid.iter_mut().zip(res) {
@@ -598,16 +607,16 @@ impl FamilyKernel for ConvKernel {
                     p.transform_input(x, v);
                     *r.bcache = Some(r.index);
                     run_winograd_chunks(r.isa, p, par, v, y, &epi, rest, r.helpers);
-                } else if tile.count > 1 && !*by_rows && s.n == 1 {
+                } else if !by_tiles && s.n == 1 {
                     // Channel tiles share the transformed input: tile 0 computes it.
                     let (v, rest) = r.scratch.split_at_mut(p.input_len());
                     if tile.index == 0 || *r.bcache != Some(r.index) {
                         p.transform_input(x, v);
                         *r.bcache = Some(r.index);
                     }
-                    p.run(r.isa, x, y, chans, rows, Some(v), &epi, rest);
+                    p.run_tiles(r.isa, x, y, chans, tiles, Some(v), &epi, rest);
                 } else {
-                    p.run(r.isa, x, y, chans, rows, None, &epi, r.scratch);
+                    p.run_tiles(r.isa, x, y, chans, tiles, None, &epi, r.scratch);
                 }
             }
         }

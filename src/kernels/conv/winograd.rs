@@ -283,8 +283,31 @@ impl WinogradPlan {
         epi: &Epilogue<'_>,
         scratch: &mut [f32],
     ) {
-        let rows = (ty0, ty1);
-        self.run_into(isa, x, y, 0, (c_lo, c_hi), rows, shared, epi, scratch);
+        let tiles = (ty0 * self.g.tw, ty1 * self.g.tw);
+        self.run_into(isa, x, y, 0, (c_lo, c_hi), tiles, shared, epi, scratch);
+    }
+
+    /// Tiles of the output plane (row after row of [`Self::tile`]-sided tiles).
+    pub fn plane_tiles(&self) -> usize {
+        self.g.tw * self.g.th
+    }
+
+    /// Like [`Self::run`] for the tiles `[t0, t1)` (row-major over the plane, any range;
+    /// a tile range cut at other points gives the same bits as the whole): the unit of
+    /// an FC that cuts a large conv finer than its tile rows.
+    #[allow(clippy::too_many_arguments)]
+    pub fn run_tiles(
+        &self,
+        isa: Isa,
+        x: &[f32],
+        y: &mut [f32],
+        chans: (usize, usize),
+        tiles: (usize, usize),
+        shared: Option<&[f32]>,
+        epi: &Epilogue<'_>,
+        scratch: &mut [f32],
+    ) {
+        self.run_into(isa, x, y, 0, chans, tiles, shared, epi, scratch);
     }
 
     /// Scratch floats a [`Self::run_chunk`] call needs.
@@ -306,21 +329,22 @@ impl WinogradPlan {
         epi: &Epilogue<'_>,
         scratch: &mut [f32],
     ) {
-        let rows = (0, self.g.th);
+        let tiles = (0, self.plane_tiles());
         self.run_into(
             isa,
             &[],
             y,
             c_lo,
             (c_lo, c_hi),
-            rows,
+            tiles,
             Some(shared),
             epi,
             scratch,
         );
     }
 
-    /// [`Self::run`] into `y` holding channels `y_c0..` of each image (`epi` likewise).
+    /// Tiles `[t0, t1)` of [`Self::run`] into `y` holding channels `y_c0..` of each image
+    /// (`epi` likewise).
     #[allow(clippy::too_many_arguments)]
     fn run_into(
         &self,
@@ -329,7 +353,7 @@ impl WinogradPlan {
         y: &mut [f32],
         y_c0: usize,
         (c_lo, c_hi): (usize, usize),
-        (ty0, ty1): (usize, usize),
+        (t0, t1): (usize, usize),
         shared: Option<&[f32]>,
         epi: &Epilogue<'_>,
         scratch: &mut [f32],
@@ -337,16 +361,16 @@ impl WinogradPlan {
         let s = &self.s;
         let (hw, ohw) = (s.h * s.w, s.oh * s.ow);
         let (ci, co) = (s.c_in, s.c_out);
-        assert!(c_lo % MR == 0 && c_lo <= c_hi && c_hi <= co && ty1 <= self.g.th);
+        assert!(c_lo % MR == 0 && c_lo <= c_hi && c_hi <= co && t1 <= self.plane_tiles());
         assert!(
             y_c0 <= c_lo && y.len() >= s.n * (c_hi - y_c0) * ohw,
             "output too short"
         );
         assert!(
-            shared.is_none() || (s.n == 1 && (ty0, ty1) == (0, self.g.th)),
-            "a shared transformed input covers one whole image"
+            shared.is_none() || s.n == 1,
+            "a shared transformed input covers one image"
         );
-        if c_lo == c_hi || ty0 >= ty1 {
+        if c_lo == c_hi || t0 >= t1 {
             return;
         }
         let (vbuf, mbuf) = scratch.split_at_mut(if shared.is_some() {
@@ -354,7 +378,7 @@ impl WinogradPlan {
         } else {
             self.v_len(self.nt)
         });
-        let (tile, tw, points) = (self.g.tile, self.g.tw, self.g.points());
+        let points = self.g.points();
         // GEMM rows: whole MR panels from c_lo (the packed U has them, zero-padded).
         let c_end = c_hi.div_ceil(MR) * MR;
         let pstride = (c_end - c_lo) * self.nt;
@@ -375,51 +399,92 @@ impl WinogradPlan {
             // Tiles to write; the GEMMs run on whole NR panels of blocks aligned from tile
             // 0, so that every tile is computed by the same kernels as in a whole run (a
             // range of tiles then equals the whole bit for bit).
-            let (t0, t1) = (ty0 * tw, ty1 * tw);
-            let a1 = (t1.div_ceil(NR) * NR).min(tw * self.g.th);
+            let tiles = self.plane_tiles();
+            let a1 = (t1.div_ceil(NR) * NR).min(tiles);
             let mut tb = t0 / NR * NR;
-            let mut voff = 0;
-            // Output rows whose tiles are all written (and whose epilogue ran).
-            let mut rows_done = ty0 * tile;
+            // Tiles written (and whose epilogue ran): [t0, done).
+            let mut done = t0;
             while tb < a1 {
+                // Tiles [tb, tb + nb): up to the next block boundary (blocks of `nt`
+                // tiles aligned from tile 0, as the shared transformed input is laid out).
                 let nb = ((tb / self.nt + 1) * self.nt).min(a1) - tb;
-                let vlen = self.v_len(nb);
-                let v: &[f32] = match shared {
-                    Some(sh) => &sh[voff..voff + vlen],
+                // The block's transformed input, its padded width (the panels' stride)
+                // and where tile `tb`'s panel starts in it.
+                let (v, vnbp, j0): (&[f32], usize, usize) = match shared {
+                    Some(sh) => {
+                        let kb = tb / self.nt * self.nt;
+                        let full = self.nt.min(tiles - kb);
+                        let vlen = self.v_len(full);
+                        let at = (kb / self.nt) * self.v_len(self.nt);
+                        (&sh[at..at + vlen], full.div_ceil(NR) * NR, tb - kb)
+                    }
                     None => {
+                        let vlen = self.v_len(nb);
                         let xb = &x[b * ci * hw..(b + 1) * ci * hw];
                         self.transform_block(isa, xb, tb, nb, &mut vbuf[..vlen]);
-                        &vbuf[..vlen]
+                        (&vbuf[..vlen], nb.div_ceil(NR) * NR, 0)
                     }
                 };
-                voff += vlen;
-                let plen = vlen / points;
-                let nbp = nb.div_ceil(NR) * NR;
+                let plen = v.len() / points;
+                let panels = (j0, j0 + nb.div_ceil(NR) * NR);
                 for p in 0..points {
                     self.gemm_point(
                         isa,
                         &self.u[p * alen..(p + 1) * alen],
                         &v[p * plen..(p + 1) * plen],
                         &mut mbuf[p * pstride..(p + 1) * pstride],
-                        nbp,
+                        vnbp,
+                        panels,
                         (c_lo, c_end),
                     );
                 }
                 let keep = (t0.max(tb), t1.min(tb + nb));
                 let m = PointRows {
-                    m: mbuf,
+                    m: &mbuf[j0..],
                     pstride,
                     ldm: self.nt,
                 };
                 let chans = (c_lo, c_hi);
                 (isa.table().wino_output)(&self.g, &m, tb, nb, keep, chans, &mut yb[..], y_c0);
                 tb += nb;
-                let rows = ((tb.min(t1) / tw) * tile).min(s.oh);
-                if rows > rows_done && !epi.is_empty() {
-                    let (j0, j1) = (rows_done * s.ow, rows * s.ow);
-                    epi_b.apply(isa, yb, ohw, c_lo - y_c0, c_hi - c_lo, j0, j1 - j0);
+                let now = tb.min(t1);
+                if now > done && !epi.is_empty() {
+                    self.epilogue_tiles(isa, &epi_b, yb, (c_lo - y_c0, c_hi - c_lo), (done, now));
                 }
-                rows_done = rows_done.max(rows);
+                done = done.max(now);
+            }
+        }
+    }
+
+    /// Runs `epi` on the output pixels of tiles `[ta, tb)` of one image's planes `yb`
+    /// (channels `c0..c0 + nc` of them): whole output rows in one sweep, the pieces of a
+    /// partly covered tile row row by row.
+    fn epilogue_tiles(
+        &self,
+        isa: Isa,
+        epi: &Epilogue<'_>,
+        yb: &mut [f32],
+        (c0, nc): (usize, usize),
+        (ta, tb): (usize, usize),
+    ) {
+        let (tw, tile) = (self.g.tw, self.g.tile);
+        let (oh, ow) = (self.s.oh, self.s.ow);
+        let ohw = oh * ow;
+        let mut t = ta;
+        while t < tb {
+            let ty = t / tw;
+            if t == ty * tw && tb >= (ty + 1) * tw {
+                let rows = (tb - t) / tw;
+                let (oy0, oy1) = (ty * tile, ((ty + rows) * tile).min(oh));
+                epi.apply(isa, yb, ohw, c0, nc, oy0 * ow, (oy1 - oy0) * ow);
+                t += rows * tw;
+            } else {
+                let e = tb.min((ty + 1) * tw);
+                let (ox0, ox1) = ((t - ty * tw) * tile, ((e - ty * tw) * tile).min(ow));
+                for oy in ty * tile..(ty * tile + tile).min(oh) {
+                    epi.apply(isa, yb, ohw, c0, nc, oy * ow + ox0, ox1 - ox0);
+                }
+                t = e;
             }
         }
     }
@@ -430,10 +495,13 @@ impl WinogradPlan {
         (isa.table().wino_input)(&self.g, x, tb, nb, v)
     }
 
-    /// The point GEMM `M[c0..c1, 0..nbp] = U_p · V_p` of one block (`c0`, `c1` multiples
-    /// of [`MR`], `U_p` packed with `ceil(Cout / MR) * MR` rows): `m` row `i - c0` holds
+    /// The point GEMM `M[c0..c1, j0..j1] = U_p · V_p[.., j0..j1]` of one block (`c0`,
+    /// `c1` multiples of [`MR`], `U_p` packed with `ceil(Cout / MR) * MR` rows; `V_p`
+    /// packed `nbp` columns wide, `j0`, `j1` multiples of [`NR`]): `m` row `i - c0` holds
     /// channel `i`, row stride `nt`. K blocks outermost, then [`MC`]-row blocks of U,
-    /// each swept over every B panel of the block while it stays in cache.
+    /// each swept over the block's B panels while it stays in cache. A column's sums do
+    /// not depend on the range: any panel range gives the whole block's bits.
+    #[allow(clippy::too_many_arguments)]
     fn gemm_point(
         &self,
         isa: Isa,
@@ -441,6 +509,7 @@ impl WinogradPlan {
         v: &[f32],
         m: &mut [f32],
         nbp: usize,
+        (j0, j1): (usize, usize),
         (c0, c1): (usize, usize),
     ) {
         let t = isa.table();
@@ -452,7 +521,7 @@ impl WinogradPlan {
             let mut ic = c0;
             while ic < c1 {
                 let ic_end = (ic + MC).min(c1);
-                for j in (0..nbp).step_by(NR) {
+                for j in (j0..j1).step_by(NR) {
                     let bp = &v[k0 * nbp + j * kc..][..kc * NR];
                     for i in (ic..ic_end).step_by(MR) {
                         let ap = &u[k0 * co_pad + i * kc..][..kc * MR];

@@ -163,6 +163,34 @@ fn winograd_matches_direct_over_edge_shapes() {
                 }
                 assert!(y == whole, "{s:?} channel tiles");
             }
+            // Ranges of tiles cut anywhere (mid tile row, mid panel, mid block), with a
+            // shared transformed input or without, equal the whole bit for bit.
+            let t = p.plane_tiles();
+            let mut v = vec![f32::NAN; if s.n == 1 { p.input_len() } else { 0 }];
+            if s.n == 1 {
+                p.transform_input(&x, &mut v);
+            }
+            for cuts in [
+                vec![1],
+                vec![t / 3, t / 3 + 1, 2 * t / 3],
+                vec![NR + 3, t - 1],
+            ] {
+                let mut bounds = vec![0];
+                bounds.extend(cuts.into_iter().filter(|&c| c > 0 && c < t));
+                bounds.push(t);
+                for shared in [false, true] {
+                    if shared && s.n != 1 {
+                        continue;
+                    }
+                    y.fill(f32::NAN);
+                    for r in bounds.windows(2) {
+                        let sh = shared.then_some(&v[..]);
+                        let ch = (0, s.c_out);
+                        p.run_tiles(isa, &x, &mut y, ch, (r[0], r[1]), sh, &epi, &mut scratch);
+                    }
+                    assert!(y == whole, "{s:?} tile ranges {bounds:?} shared {shared}");
+                }
+            }
         }
     }
 }
@@ -298,8 +326,8 @@ fn planned_conv_takes_winograd_whole_and_tiled() {
     use crate::exec::{ModelPlan, PlanOptions, Tile};
     use crate::ir::{ConvGeom, DType, Graph, Node, Op, PostOp, Tensor, Value};
     use std::sync::Arc;
-    // (Cin, HxW, Cout): tile rows (fewer than 4 channel tiles), then channel tiles on a
-    // plane larger than the channels, then on a plane smaller than them.
+    // (Cin, HxW, Cout): few channels, then a plane larger than the channels, then one
+    // smaller than them (channel tiles).
     for (ci, hw, co) in [(48usize, 24usize, 18usize), (48, 24, 48), (32, 16, 264)] {
         let s = shape(1, ci, (hw, hw), co, [1, 1, 1, 1]);
         assert!(
@@ -353,11 +381,9 @@ fn planned_conv_takes_winograd_whole_and_tiled() {
         };
         let plan = ModelPlan::new(Arc::new(g), &opts).expect("plan");
         let tiles = plan.tiles_for(0);
-        let want_tiles = if co < 4 * MR {
-            hw.div_ceil(WinogradPlan::tile_for(&s))
-        } else {
-            co.div_ceil(MR)
-        };
+        let t = WinogradPlan::tile_for(&s);
+        let panels = (hw.div_ceil(t) * hw.div_ceil(t)).div_ceil(crate::kernels::gemm::NR);
+        let want_tiles = panels.max(co.div_ceil(MR));
         assert_eq!(tiles, want_tiles, "Winograd tiling");
         let (want, mag) = direct(&s, &x, &w, &bias);
         let want: Vec<f64> = want
@@ -370,7 +396,13 @@ fn planned_conv_takes_winograd_whole_and_tiled() {
             .zip(&res)
             .map(|(m, r)| m + f64::from(r.abs()))
             .collect();
-        for count in [1, tiles] {
+        // Tile ranges (up to `panels` tiles), channel tiles beyond: every cut equals
+        // the whole node bit for bit.
+        let mut whole: Option<Vec<f32>> = None;
+        for count in [1, 2, 3, panels, panels + 1, tiles] {
+            if count > tiles {
+                continue;
+            }
             let mut st = plan.new_state();
             plan.set_input(&mut st, 0, bytemuck::cast_slice(&x))
                 .expect("x");
@@ -387,6 +419,10 @@ fn planned_conv_takes_winograd_whole_and_tiled() {
                 .map(|b| f32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
                 .collect();
             assert_within(&y, &want, &mag, TOL, &format!("{s:?} in {count} tiles"));
+            match &whole {
+                None => whole = Some(y),
+                Some(w) => assert!(&y == w, "{s:?}: {count} tiles differ from the whole"),
+            }
         }
     }
 }
