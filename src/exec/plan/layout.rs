@@ -429,8 +429,9 @@ pub(crate) fn plan_pad(c: &Ctx<'_>, mode: ir::PadMode) -> Result<Planned> {
 impl FamilyKernel for LayoutKernel {
     fn tiles(&self) -> usize {
         match self {
-            LayoutKernel::Copies(v) if v.len() == 1 => v[0].2.outer(),
-            LayoutKernel::Copies(_) => 1,
+            // The copies' outermost coordinates one after the other (a Concat's or a
+            // Split's pieces): any cut of that sequence is a tile.
+            LayoutKernel::Copies(v) => v.iter().map(|c| c.2.outer()).sum::<usize>().max(1),
             LayoutKernel::MapCopy(m) => m.dims[0],
         }
     }
@@ -439,13 +440,16 @@ impl FamilyKernel for LayoutKernel {
         let (tile, io) = (r.tile, r.io);
         match self {
             LayoutKernel::Copies(v) => {
+                let total = v.iter().map(|c| c.2.outer()).sum::<usize>();
+                let (u0, u1) = tile.range(total, 1);
+                let mut base = 0;
                 for (i, k, sc) in v {
-                    let (lo, hi) = if v.len() == 1 {
-                        tile.range(sc.outer(), 1)
-                    } else {
-                        (0, sc.outer())
-                    };
-                    sc.run(io.bytes(*i), super::out_bytes(r.out, r.outs, *k), lo, hi);
+                    let (lo, hi) = (u0.max(base), u1.min(base + sc.outer()));
+                    if lo < hi {
+                        let out = super::out_bytes(r.out, r.outs, *k);
+                        sc.run(io.bytes(*i), out, lo - base, hi - base);
+                    }
+                    base += sc.outer();
                 }
             }
             LayoutKernel::MapCopy(m) => {
