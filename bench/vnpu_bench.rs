@@ -339,11 +339,51 @@ fn bench_split(dir: &Path, runs: usize, only: Option<&str>) {
             b.extend(run_direct(&split, runs / 5 + 1));
         }
         let (ta, tb) = (percentile(&a, 50.0), percentile(&b, 50.0));
+        // FC estimates against the FCs' measured medians (issue 12 item 7: within 25 %).
+        let err = fc_estimate_errors(&split, runs);
+        let abs: Vec<f64> = err.iter().map(|e| e.abs()).collect();
+        let within = abs.iter().filter(|e| **e <= 25.0).count();
         println!(
-            "{name:<13} {ta:>10.2} {tb:>12.2} {fcs:>5} {:>+8.2}% {max_fc:>9.0}",
-            (tb / ta - 1.0) * 100.0
+            "{name:<13} {ta:>10.2} {tb:>12.2} {fcs:>5} {:>+8.2}% {max_fc:>9.0}   FC est error: median {:+.1}%, |err| p50 {:.1}% p90 {:.1}% max {:.1}%, within 25%: {within}/{}",
+            (tb / ta - 1.0) * 100.0,
+            percentile(&err, 50.0),
+            percentile(&abs, 50.0),
+            percentile(&abs, 90.0),
+            abs.iter().copied().fold(0.0, f64::max),
+            abs.len()
         );
     }
+}
+
+/// Each FC's estimate error in percent, `(estimate / measured - 1) * 100`, against the
+/// median of `runs` timed runs of that FC (FCs back to back as in [`run_direct`]).
+fn fc_estimate_errors(m: &Model, runs: usize) -> Vec<f64> {
+    let inputs = perf::pattern_inputs(m);
+    let mut st = m.take_state();
+    let fcs: Vec<_> = m.compiled.segments.iter().flat_map(|s| &s.fcs).collect();
+    let mut times = vec![Vec::with_capacity(runs); fcs.len()];
+    for r in 0..runs + 3 {
+        for (i, b) in inputs.iter().enumerate() {
+            m.plan.set_input(&mut st, i, b).expect("input");
+        }
+        for (f, fc) in fcs.iter().enumerate() {
+            let t0 = Instant::now();
+            for s in &fc.steps {
+                let tile = Tile {
+                    index: s.tile as usize,
+                    count: s.tiles as usize,
+                };
+                m.plan.run_node(&mut st, s.node, tile).expect("run");
+            }
+            if r >= 3 {
+                times[f].push(t0.elapsed().as_secs_f64() * 1e6);
+            }
+        }
+    }
+    fcs.iter()
+        .zip(&times)
+        .map(|(fc, t)| (fc.est_us / percentile(t, 50.0) - 1.0) * 100.0)
+        .collect()
 }
 
 /// The host's own scheduling noise, for reading the priority tails: one busy thread

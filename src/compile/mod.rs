@@ -8,6 +8,7 @@
 pub mod budget;
 pub mod config;
 pub mod cost;
+pub mod cost_cache;
 pub mod fold;
 pub mod fuse;
 pub mod gelu;
@@ -216,7 +217,8 @@ pub fn compile_graph_within(
     let consts = budget.check_graph(&graph)?;
     let plan = ModelPlan::new(graph.clone(), &PlanOptions::default())?;
     check_arena(&graph, &plan, consts, budget)?;
-    let mut cost = cost::CostModel::new(&graph, &plan, 3);
+    let mut cost_cache = cost_cache::CostCache::open();
+    let mut cost = cost::CostModel::new(&graph, &plan, 3).with_cache(&mut cost_cache);
     let node_est_us = cost.measure_all();
     let mut over_limit = Vec::new();
     let mut segments = Vec::new();
@@ -257,6 +259,7 @@ pub fn compile_graph_within(
         });
     }
     drop(cost);
+    cost_cache.save();
     let inputs = boundary_in;
     let outputs = graph
         .outputs

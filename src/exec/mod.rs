@@ -612,4 +612,4 @@ pub fn eval_node(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
