@@ -27,24 +27,10 @@ fn rand(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
-#[repr(C)]
-struct Timespec {
-    sec: i64,
-    nsec: i64,
-}
-
-extern "C" {
-    fn clock_gettime(clock: i32, ts: *mut Timespec) -> i32;
-}
-
 /// CPU time of this thread in ms: on a loaded machine it leaves out the time the thread
 /// waited for a core (wall time is printed too).
 fn thread_ms() -> f64 {
-    const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
-    let mut ts = Timespec { sec: 0, nsec: 0 };
-    // SAFETY: `ts` is a valid, writable timespec (two 64-bit fields on x86-64 Linux).
-    unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.sec as f64 * 1e3 + ts.nsec as f64 / 1e6
+    vnpu::compile::cost::thread_cpu_us() / 1e3
 }
 
 /// (thread CPU ms, wall ms) of one call of `f`.

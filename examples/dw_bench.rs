@@ -4,6 +4,7 @@
 //!
 //! `cargo run --release --example dw_bench [reps]`
 
+use vnpu::compile::cost::thread_cpu_us;
 use vnpu::ir::UnaryOp;
 use vnpu::kernels::conv::{conv2d, ConvShape, ConvWeights};
 use vnpu::kernels::gemm::Epilogue;
@@ -25,24 +26,13 @@ fn rand(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
-/// This thread's CPU time in microseconds (not counting time other processes ran).
-fn cpu_us() -> f64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as f64 * 1e6 + ts.tv_nsec as f64 / 1e3
-}
-
 /// Best of `reps` runs of `f`, in thread CPU microseconds.
 fn best(reps: usize, mut f: impl FnMut()) -> f64 {
     (0..reps)
         .map(|_| {
-            let t = cpu_us();
+            let t = thread_cpu_us();
             f();
-            cpu_us() - t
+            thread_cpu_us() - t
         })
         .fold(f64::INFINITY, f64::min)
 }

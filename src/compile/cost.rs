@@ -105,9 +105,9 @@ impl<'a> CostModel<'a> {
 }
 
 /// CPU time of the calling thread in µs (time the thread was not running, e.g. while
-/// another process had its CPU, does not count).
+/// another process had its CPU, does not count). Also what the benches time kernels with.
 #[cfg(unix)]
-fn thread_cpu_us() -> f64 {
+pub fn thread_cpu_us() -> f64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -120,7 +120,7 @@ fn thread_cpu_us() -> f64 {
 
 /// Wall time in µs since the first call (no thread clock on this target).
 #[cfg(not(unix))]
-fn thread_cpu_us() -> f64 {
+pub fn thread_cpu_us() -> f64 {
     static START: once_cell::sync::Lazy<Instant> = once_cell::sync::Lazy::new(Instant::now);
     START.elapsed().as_secs_f64() * 1e6
 }
