@@ -417,10 +417,14 @@ fn host_stalls(secs: f64) -> (usize, f64) {
         .fold((0, 0.0), |a, b| (a.0 + b.0, a.1.max(b.1)))
 }
 
-/// Per priority-255 task: the wait before its first FC and the stretch of its run
-/// beyond its FCs' typical durations; plus every normal FC's duration.
+/// Per priority-255 task: the wait before its first FC (and of it, the hand-over: from
+/// the end of the FC its core ran before, when that ended after the submission, to the
+/// task's first FC), the sum of its FCs' typical durations in this run, and the stretch
+/// of its run beyond them; plus every normal FC's duration.
 struct ScheduleSplit {
     wait_ms: Vec<f64>,
+    handover_ms: Vec<f64>,
+    own_ms: Vec<f64>,
     stretch_ms: Vec<f64>,
     bg_fc_ms: Vec<f64>,
 }
@@ -435,6 +439,9 @@ fn schedule_split(events: &[TraceEvent]) -> ScheduleSplit {
     let mut fg_fcs: HashMap<u64, Vec<(u32, u32)>> = HashMap::new();
     let mut done = HashMap::new();
     let mut bg_fc_ms = Vec::new();
+    // The last FC end per core, and per foreground task the end its first FC followed.
+    let mut last_end: HashMap<usize, u64> = HashMap::new();
+    let mut after_end = HashMap::new();
     for e in events {
         match e.kind {
             TraceKind::Submit => {
@@ -442,11 +449,17 @@ fn schedule_split(events: &[TraceEvent]) -> ScheduleSplit {
             }
             TraceKind::FcStart => {
                 fc_start.insert((e.task, e.seg, e.fc), e.ts_ns);
-                if e.priority == 255 {
-                    first_fc.entry(e.task).or_insert(e.ts_ns);
+                if e.priority == 255 && !first_fc.contains_key(&e.task) {
+                    first_fc.insert(e.task, e.ts_ns);
+                    if let Some(&t) = e.core.and_then(|c| last_end.get(&c)) {
+                        after_end.insert(e.task, t);
+                    }
                 }
             }
             TraceKind::FcEnd => {
+                if let Some(c) = e.core {
+                    last_end.insert(c, e.ts_ns);
+                }
                 if let Some(t0) = fc_start.remove(&(e.task, e.seg, e.fc)) {
                     let d = ms(e.ts_ns - t0);
                     if e.priority == 255 {
@@ -467,7 +480,8 @@ fn schedule_split(events: &[TraceEvent]) -> ScheduleSplit {
         .iter()
         .map(|(k, v)| (*k, percentile(v, 50.0)))
         .collect();
-    let (mut wait_ms, mut stretch_ms) = (Vec::new(), Vec::new());
+    let (mut wait_ms, mut stretch_ms, mut own_ms) = (Vec::new(), Vec::new(), Vec::new());
+    let mut handover_ms = Vec::new();
     for (task, &t_first) in &first_fc {
         let (Some(&t_sub), Some(&t_done)) = (submit.get(task), done.get(task)) else {
             continue;
@@ -477,10 +491,16 @@ fn schedule_split(events: &[TraceEvent]) -> ScheduleSplit {
             .get(task)
             .map_or(0.0, |v| v.iter().map(|k| typical[k]).sum());
         wait_ms.push(wait);
+        own_ms.push(own);
         stretch_ms.push(ms(t_done.saturating_sub(t_sub)) - wait - own);
+        if let Some(&end) = after_end.get(task).filter(|&&end| end > t_sub) {
+            handover_ms.push(ms(t_first.saturating_sub(end)));
+        }
     }
     ScheduleSplit {
         wait_ms,
+        handover_ms,
+        own_ms,
         stretch_ms,
         bg_fc_ms,
     }
@@ -685,19 +705,33 @@ fn bench_priority(dir: &Path, secs: f64, env: Option<&PyEnv>) {
     }
     println!(
         "\nwhere the foreground's time went (from the scheduler trace, ms): wait = submit to its first FC;\n\
-         stretch = end-to-end minus wait minus its FCs' median durations in this run"
+         hand-over = end of the FC its core ran before (when after the submission) to its first FC;\n\
+         own = its FCs' median durations in this run (compare the isolated p50);\n\
+         stretch = end-to-end minus wait minus own"
     );
     println!(
-        "{:<30} {:>9} {:>9} {:>9} {:>11} {:>11} {:>13}",
-        "setting", "wait p50", "wait p99", "wait max", "stretch p99", "bg FC p99", "bg FC max"
+        "{:<30} {:>8} {:>8} {:>8} {:>9} {:>9} {:>8} {:>11} {:>10} {:>10}",
+        "setting",
+        "wait p50",
+        "wait p99",
+        "wait max",
+        "hand p50",
+        "hand p99",
+        "own p50",
+        "stretch p99",
+        "bg FC p99",
+        "bg FC max"
     );
     for (label, w) in &waits {
         println!(
-            "{:<30} {:>9.2} {:>9.2} {:>9.2} {:>11.2} {:>11.2} {:>13.2}",
+            "{:<30} {:>8.2} {:>8.2} {:>8.2} {:>9.3} {:>9.3} {:>8.2} {:>11.2} {:>10.2} {:>10.2}",
             label,
             percentile(&w.wait_ms, 50.0),
             percentile(&w.wait_ms, 99.0),
             percentile(&w.wait_ms, 100.0),
+            percentile(&w.handover_ms, 50.0),
+            percentile(&w.handover_ms, 99.0),
+            percentile(&w.own_ms, 50.0),
             percentile(&w.stretch_ms, 99.0),
             percentile(&w.bg_fc_ms, 99.0),
             percentile(&w.bg_fc_ms, 100.0),
