@@ -179,7 +179,7 @@ fn bench_latency(
     let names: Vec<&str> = all
         .iter()
         .copied()
-        .filter(|n| only.map_or(true, |o| o.split(',').any(|m| m == *n)))
+        .filter(|n| only.is_none_or(|o| o.split(',').any(|m| m == *n)))
         .collect();
     let names = names.as_slice();
     ensure_models(dir, names);

@@ -604,7 +604,7 @@ const vnpuBackendV1 *vnpuGetBackendV1(void);
  * 1..1073741824 (default: half of the physical memory): most memory one model's planned
  * tensors and constants may take.
  *
- * `VNPU_KERNEL_TABLE` (`portable` or `avx2+fma`; default: the best this CPU supports)
+ * `VNPU_KERNEL_TABLE` (`portable`, `avx2+fma` or `avx512`; default: the best this CPU supports)
  * takes effect at the first kernel call of the process.
  *
  * Returns 0; `HB_DNN_INVALID_ARGUMENT` for a NULL or unknown key or a value that is

@@ -216,7 +216,7 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "VNPU_KERNEL_TABLE",
-        kind: Kind::Choice(&["portable", "avx2+fma"]),
+        kind: Kind::Choice(&["portable", "avx2+fma", "avx512"]),
         default: "",
         applies: Applies::RuntimeStart,
         doc: "kernel table to use (default: the best this CPU supports); read at the first \

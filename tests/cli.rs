@@ -549,3 +549,28 @@ fn progress_bars_only_on_a_terminal() {
     let e = stderr(&o);
     assert!(!e.contains('\r') && !e.contains("[#"), "{e:?}");
 }
+
+#[test]
+fn info_names_the_kernel_table_in_use() {
+    let file = models().join("tiny_classifier.onnx");
+    let j = info_json(&file);
+    let name = j["kernel_table"]["name"]
+        .as_str()
+        .expect("kernel_table.name");
+    assert!(
+        ["portable", "avx2+fma", "avx512"].contains(&name),
+        "unknown table {name}"
+    );
+    assert_eq!(j["kernel_table"]["nr"], 16);
+    // The setting picks the portable table, and the text says so.
+    let o = run(vnpu()
+        .env("VNPU_KERNEL_TABLE", "portable")
+        .arg("info")
+        .arg(&file));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.starts_with("kernel table on this host: portable (GEMM tile 6x16, 1 f32 lanes)"),
+        "{text}"
+    );
+}

@@ -1,7 +1,8 @@
 //! A description of compiled models for `vnpu info` (text and stable JSON).
 //!
 //! JSON schema (stable; fields are only ever added):
-//! `{"vnpu_version", "format_version", "models": [{"name", "max_time_per_fc", "est_us",
+//! `{"vnpu_version", "format_version", "kernel_table": {"name", "mr", "nr", "lanes"},
+//!   "models": [{"name", "max_time_per_fc", "est_us",
 //!   "inputs"/"outputs": [{"name", "valid_shape", "aligned_shape", "layout", "type",
 //!   "quantization" ("none" or {"type": "scale", "axis", "scale", "zero_point"}),
 //!   "aligned_byte_size"}],
@@ -150,8 +151,16 @@ pub fn file_json(models: &[CompiledModel]) -> Json {
     json!({
         "vnpu_version": crate::VERSION,
         "format_version": super::FORMAT_VERSION,
+        "kernel_table": kernel_table_json(),
         "models": models.iter().map(model_json).collect::<Vec<_>>(),
     })
+}
+
+/// The kernel table this host runs models with (chosen by CPU detection or
+/// `VNPU_KERNEL_TABLE`): name, GEMM tile and vector width.
+fn kernel_table_json() -> Json {
+    let t = crate::kernels::isa::table();
+    json!({ "name": t.name, "mr": t.mr, "nr": t.nr, "lanes": t.lanes })
 }
 
 fn round2(x: f64) -> f64 {
@@ -162,6 +171,12 @@ fn round2(x: f64) -> f64 {
 pub fn file_text(models: &[CompiledModel]) -> String {
     use std::fmt::Write;
     let mut s = String::new();
+    let t = crate::kernels::isa::table();
+    let _ = writeln!(
+        s,
+        "kernel table on this host: {} (GEMM tile {}x{}, {} f32 lanes)",
+        t.name, t.mr, t.nr, t.lanes
+    );
     for m in models {
         let _ = writeln!(
             s,

@@ -351,7 +351,10 @@ fn constant(c: &ConstRecord, w: &Weights) -> Result<Tensor, String> {
     let size = numel.and_then(|n| n.checked_mul(dtype.size()));
     let wlen = (w.range.end - w.range.start) as u64;
     let in_range = c.offset.checked_add(c.len).is_some_and(|e| e <= wlen);
-    if size.map(|s| s as u64) != Some(c.len) || !in_range || c.offset % WEIGHT_ALIGN as u64 != 0 {
+    if size.map(|s| s as u64) != Some(c.len)
+        || !in_range
+        || !c.offset.is_multiple_of(WEIGHT_ALIGN as u64)
+    {
         return Err("a constant is out of bounds, misaligned or of the wrong size".into());
     }
     // In range of the weights section, hence of the file (a usize-sized buffer).

@@ -245,7 +245,7 @@ impl Tensor {
         let numel = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d))?;
         let b = bytes.as_bytes();
         let fits = numel.checked_mul(dtype.size()) == Some(b.len())
-            && (b.as_ptr() as usize) % dtype.size() == 0
+            && (b.as_ptr() as usize).is_multiple_of(dtype.size())
             && cfg!(target_endian = "little");
         fits.then_some(Tensor {
             shape,

@@ -627,7 +627,7 @@ mod tests {
         // their source, odd rows written into the slot the GEMM provides.
         let fill = |p: usize, j0: usize, len: usize, row: &mut [f32]| {
             let src = &b[p * n + j0..p * n + j0 + len];
-            if p % 2 == 0 {
+            if p.is_multiple_of(2) {
                 Some(src)
             } else {
                 row.copy_from_slice(src);

@@ -332,7 +332,7 @@ impl IndexMapCopy {
 fn replication(last: &[isize]) -> Option<(usize, isize)> {
     let first = *last.first()?;
     let f = last.iter().take_while(|&&m| m == first).count();
-    (last.len() % f == 0
+    (last.len().is_multiple_of(f)
         && last
             .iter()
             .enumerate()

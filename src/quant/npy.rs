@@ -148,7 +148,7 @@ mod tests {
         assert_eq!(r.to_f32_vec(), t.to_f32_vec());
         // f8 written by hand.
         let mut h = "{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }".to_string();
-        while (10 + h.len() + 1) % 64 != 0 {
+        while !(10 + h.len() + 1).is_multiple_of(64) {
             h.push(' ');
         }
         h.push('\n');

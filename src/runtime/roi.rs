@@ -46,7 +46,7 @@ impl<'a> Nv12Frame<'a> {
             name: "NV12 frame".into(),
             reason,
         };
-        if width == 0 || height == 0 || width % 2 != 0 || height % 2 != 0 {
+        if width == 0 || height == 0 || !width.is_multiple_of(2) || !height.is_multiple_of(2) {
             return Err(bad(format!(
                 "size {width}x{height} must be non-empty and even"
             )));
@@ -177,7 +177,7 @@ pub fn crop_resize(
     out: &mut [u8],
 ) -> Result<()> {
     validate_roi(roi, frame.width, frame.height)?;
-    if out_w == 0 || out_h == 0 || out_w % 2 != 0 || out_h % 2 != 0 {
+    if out_w == 0 || out_h == 0 || !out_w.is_multiple_of(2) || !out_h.is_multiple_of(2) {
         return Err(Error::InvalidArgument {
             name: "ROI output size".into(),
             reason: format!("{out_w}x{out_h} must be non-empty and even"),

@@ -489,7 +489,7 @@ impl SharedRegion {
 
     /// A reference to `len` bytes at `offset` (checked against the region).
     pub fn buf(&self, offset: usize, len: usize) -> Result<BufRef> {
-        if offset.checked_add(len).map_or(true, |e| e > self.mem.len()) {
+        if offset.checked_add(len).is_none_or(|e| e > self.mem.len()) {
             return Err(Error::SysInvalidArgument(format!(
                 "bytes {offset}..+{len} outside a {}-byte region",
                 self.mem.len()

@@ -562,7 +562,7 @@ fn resolve(st: &SessionState, b: &BufRef, held: &mut Vec<Arc<SharedMem>>) -> Res
         .get(&b.region)
         .ok_or_else(|| bad("buffer", format!("no region {} in this client", b.region)))?;
     let end = b.offset.checked_add(b.len);
-    if end.map_or(true, |e| e > r.len() as u64) {
+    if end.is_none_or(|e| e > r.len() as u64) {
         return Err(bad(
             "buffer",
             format!(

@@ -207,7 +207,7 @@ fn quantize_from(a: &Args, opts: &mut CompileOptions) -> Result<(), String> {
     };
     let per_channel = match a.get("per_channel") {
         Some(v) => config::parse_bool("per_channel", v).map_err(e)?,
-        None => opts.quantize.as_ref().map_or(true, |q| q.per_channel),
+        None => opts.quantize.as_ref().is_none_or(|q| q.per_channel),
     };
     opts.quantize = Some(config::QuantizeOptions {
         cal_data_dir: dir,

@@ -285,7 +285,7 @@ impl Cx<'_> {
             .try_fold(1usize, |a, &d| a.checked_mul(d))
             .ok_or_else(|| self.err("shape overflows"))?;
         if let Some(i) = infer {
-            if known == 0 || total % known != 0 {
+            if known == 0 || !total.is_multiple_of(known) {
                 return Err(self.err(format!("cannot reshape {x:?} into {target:?}")));
             }
             out[i] = total / known;

@@ -19,7 +19,7 @@ impl Cx<'_> {
             return Err(self.err(format!("input {x:?} needs N, C and spatial dims")));
         }
         let mut s = x[..2].to_vec();
-        s.extend(std::iter::repeat(1).take(x.len() - 2));
+        s.extend(std::iter::repeat_n(1, x.len() - 2));
         one(dt, s)
     }
 

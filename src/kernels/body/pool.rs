@@ -123,7 +123,7 @@ fn pool_taps<const IDEMPOTENT: bool>(
                 let dst = &mut row[lo..hi];
                 let taps: &[f32] = if s.sw == 1 {
                     &src[ix0..ix0 + dst.len()]
-                } else if split && ix0 % 2 == 0 {
+                } else if split && ix0.is_multiple_of(2) {
                     &even[ix0 / 2..ix0 / 2 + dst.len()]
                 } else if split {
                     &odd[ix0 / 2..ix0 / 2 + dst.len()]
@@ -166,7 +166,7 @@ fn combine_into(dst: &mut [f32], acc: &[f32], src: &[f32], op: &impl Fn(f32, f32
             d[i] = op(a[i], v[i]);
         }
     }
-    if n % 8 != 0 && n >= 8 {
+    if !n.is_multiple_of(8) && n >= 8 {
         let o = n - 8;
         let (d, a, v) = (&mut dst[o..], &acc[o..], &src[o..]);
         for i in 0..8 {
@@ -186,7 +186,7 @@ fn combine_into(dst: &mut [f32], acc: &[f32], src: &[f32], op: &impl Fn(f32, f32
 #[inline(always)]
 fn combine<const IDEMPOTENT: bool>(dst: &mut [f32], src: &[f32], op: &impl Fn(f32, f32) -> f32) {
     let n = dst.len().min(src.len());
-    if IDEMPOTENT && n >= 8 && n % 8 != 0 {
+    if IDEMPOTENT && n >= 8 && !n.is_multiple_of(8) {
         let (d, v) = (&mut dst[n - 8..n], &src[n - 8..n]);
         let mut last = [0.0f32; 8];
         for i in 0..8 {

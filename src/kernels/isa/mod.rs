@@ -1,5 +1,5 @@
-//! Kernel tables: one [`KernelTable`] of function pointers per instruction set (AVX2/FMA
-//! on x86-64, portable everywhere), chosen once by runtime CPU detection.
+//! Kernel tables: one [`KernelTable`] of function pointers per instruction set (AVX-512
+//! and AVX2/FMA on x86-64, portable everywhere), chosen once by runtime CPU detection.
 //!
 //! Layering: the tables are built from the generic bodies in `kernels::body` (compiled
 //! once per ISA, inside `#[target_feature]` functions for the SIMD tables) and from
@@ -20,6 +20,8 @@ use crate::kernels::conv::{PointRows, WinoGeom};
 use std::sync::OnceLock;
 
 pub(crate) mod portable;
+#[cfg(target_arch = "x86_64")]
+mod x86_64_avx512;
 #[cfg(target_arch = "x86_64")]
 mod x86_64_dw;
 #[cfg(target_arch = "x86_64")]
@@ -42,6 +44,8 @@ pub enum Isa {
     Portable,
     /// x86-64 AVX2 with FMA.
     Avx2Fma,
+    /// x86-64 AVX-512 F/BW/VL/DQ with VNNI (and AVX2, FMA).
+    Avx512,
 }
 
 impl Isa {
@@ -52,8 +56,10 @@ impl Isa {
             Isa::Portable => &portable::TABLE,
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2Fma => x86_64_fma::table().unwrap_or(&portable::TABLE),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => x86_64_avx512::table().unwrap_or(&portable::TABLE),
             #[cfg(not(target_arch = "x86_64"))]
-            Isa::Avx2Fma => &portable::TABLE,
+            Isa::Avx2Fma | Isa::Avx512 => &portable::TABLE,
         }
     }
 }
@@ -200,6 +206,10 @@ pub fn tables() -> Vec<&'static KernelTable> {
     let mut v: Vec<&'static KernelTable> = vec![&portable::TABLE];
     #[cfg(target_arch = "x86_64")]
     if let Some(t) = x86_64_fma::table() {
+        v.push(t);
+    }
+    #[cfg(target_arch = "x86_64")]
+    if let Some(t) = x86_64_avx512::table() {
         v.push(t);
     }
     v

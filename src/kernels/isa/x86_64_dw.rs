@@ -243,7 +243,7 @@ fn fill_row(src: &[f32], pw: usize, half: usize, dst: &mut [f32]) {
             // SAFETY: 8 floats from 8 * i are inside `src` and inside `d`.
             unsafe { _mm256_storeu_ps(d.as_mut_ptr().add(8 * i), _mm256_loadu_ps(sp.add(8 * i))) };
         }
-        if n % 8 != 0 {
+        if !n.is_multiple_of(8) {
             let i = n / 8 * 8;
             // SAFETY: the mask loads only the `n % 8` floats left in `src`; `d` holds 8
             // floats from i (its length is n rounded up to 8).
@@ -256,7 +256,7 @@ fn fill_row(src: &[f32], pw: usize, half: usize, dst: &mut [f32]) {
     }
     let (ev, od) = dst.split_at_mut(half);
     // Input column 2i is padded column pw + 2i: even half when pw is even.
-    let (to_even_x, to_odd_x) = if pw % 2 == 0 {
+    let (to_even_x, to_odd_x) = if pw.is_multiple_of(2) {
         (&mut ev[pw / 2..], &mut od[pw / 2..])
     } else {
         (&mut od[(pw - 1) / 2..], &mut ev[pw.div_ceil(2)..])

@@ -70,7 +70,7 @@ impl QConvWeights {
     ) -> QConvWeights {
         let k = cin_per_group * kh * kw;
         assert!(
-            group > 0 && cout % group == 0,
+            group > 0 && cout.is_multiple_of(group),
             "QConvWeights: cout must divide into groups"
         );
         assert_eq!(
@@ -174,11 +174,11 @@ impl FloatTies {
     ) -> Self {
         let cout = w_scale.len();
         assert!(
-            cout > 0 && w.len() % cout == 0,
+            cout > 0 && w.len().is_multiple_of(cout),
             "FloatTies: weights per channel"
         );
         assert!(
-            bias.map_or(true, |b| b.len() == cout),
+            bias.is_none_or(|b| b.len() == cout),
             "FloatTies: one bias per channel"
         );
         let bias = (0..cout)
@@ -472,7 +472,7 @@ fn pack_im2col(
     rows: &mut [u8],
 ) {
     let k = s.k();
-    if k % 2 == 1 || nc % QNR != 0 {
+    if k % 2 == 1 || !nc.is_multiple_of(QNR) {
         pb.fill(0);
     }
     let (r0buf, r1buf) = rows[..2 * nc].split_at_mut(nc);

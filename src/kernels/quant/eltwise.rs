@@ -138,7 +138,7 @@ pub fn qadd_bcast(isa: Isa, p: &AddParams, bc: QBcast, a: &[u8], b: &[u8], out: 
         QBcast::Same | QBcast::Scalar => qadd(isa, p, a, b, out),
         QBcast::Rows => {
             assert!(
-                !b.is_empty() && a.len() % b.len() == 0,
+                !b.is_empty() && a.len().is_multiple_of(b.len()),
                 "qadd_bcast: row length"
             );
             for (o, x) in out.chunks_exact_mut(b.len()).zip(a.chunks_exact(b.len())) {
@@ -147,7 +147,7 @@ pub fn qadd_bcast(isa: Isa, p: &AddParams, bc: QBcast, a: &[u8], b: &[u8], out: 
         }
         QBcast::Channels { inner } => {
             assert!(
-                inner > 0 && !b.is_empty() && a.len() % (inner * b.len()) == 0,
+                inner > 0 && !b.is_empty() && a.len().is_multiple_of(inner * b.len()),
                 "qadd_bcast: channel runs"
             );
             for (i, (o, x)) in out

@@ -79,7 +79,7 @@ pub(crate) fn scatter_b_row<T: Copy + Into<i16>>(k: usize, p: usize, src: &[T], 
 /// pair is written contiguously.
 #[inline]
 pub(crate) fn scatter_b_pair(k: usize, p: usize, r0: &[u8], r1: &[u8], out: &mut [i16]) {
-    debug_assert!(p % 2 == 0 && r0.len() == r1.len());
+    debug_assert!(p.is_multiple_of(2) && r0.len() == r1.len());
     let panel = pairs(k) * QNR * 2;
     let off = (p / 2) * QNR * 2;
     let full = r0.len() / QNR;

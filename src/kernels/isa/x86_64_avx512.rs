@@ -1,0 +1,325 @@
+//! The AVX-512 table (x86-64, F/BW/VL/DQ + VNNI): a hand-written 6x16 GEMM micro-kernel
+//! with one 16-lane register per row and the A element broadcast from memory into the
+//! FMA, a 16-lane GEMV and im2col gather, and the generic bodies compiled with AVX-512
+//! enabled. The depthwise direct kernels are the AVX2 ones (AVX-512 CPUs have AVX2).
+//!
+//! Every entry of [`TABLE`] is a private safe wrapper around a `#[target_feature]`
+//! function; [`table`] hands the table out only after detecting every feature named in
+//! [`FEATURES`] plus AVX2 and FMA, so each wrapper runs only on a CPU that has them.
+
+use super::{portable, KernelTable, RowBlock, MR, NR};
+use crate::ir::{BinaryOp, UnaryOp};
+use crate::kernels::body::pool::PoolShape;
+use crate::kernels::body::{self, conv::ConvShape, eltwise::Bcast, epilogue::Epilogue};
+use crate::kernels::conv::{winograd_body, PointRows, WinoGeom};
+use std::arch::x86_64::*;
+
+/// The AVX-512 table, when this CPU has AVX-512 F/BW/VL/DQ and VNNI (the int8
+/// sub-table's dot products), AVX2 and FMA.
+pub(super) fn table() -> Option<&'static KernelTable> {
+    (is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512bw")
+        && is_x86_feature_detected!("avx512vl")
+        && is_x86_feature_detected!("avx512dq")
+        && is_x86_feature_detected!("avx512vnni")
+        && is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma"))
+    .then_some(&TABLE)
+}
+
+static TABLE: KernelTable = KernelTable {
+    name: "avx512",
+    isa: super::Isa::Avx512,
+    mr: MR,
+    nr: NR,
+    lanes: 16,
+    mm_tile,
+    mm_tile_rows,
+    mm_row,
+    mm_half,
+    epilogue,
+    unary,
+    binary_f32,
+    depthwise_plane,
+    max_pool_plane,
+    gemv_acc,
+    sigmoid,
+    tanh,
+    quant: &crate::kernels::quant::x86_64_avx2::TABLE,
+    softmax_row,
+    layer_norm_row,
+    depthwise_fused: super::x86_64_dw::depthwise_direct,
+    mm_tile_strided,
+    wino_input,
+    wino_output,
+    avg_pool_plane,
+    im2col_panels,
+};
+
+/// Builds a safe table entry `$name` that runs the generic body `$body` compiled with
+/// AVX-512 (and AVX2, FMA) enabled.
+macro_rules! avx512_build {
+    ($name:ident, $body:path, ($($arg:ident: $ty:ty),*)) => {
+        #[allow(clippy::too_many_arguments)]
+        fn $name($($arg: $ty),*) {
+            #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+            #[allow(clippy::too_many_arguments)]
+            unsafe fn build($($arg: $ty),*) {
+                $body($($arg),*)
+            }
+            // SAFETY: this wrapper is reachable only through TABLE, which `table()` hands
+            // out only after detecting these features; the body indexes safely.
+            unsafe { build($($arg),*) }
+        }
+    };
+}
+
+fn epilogue_body(
+    e: &Epilogue<'_>,
+    c: &mut [f32],
+    ldc: usize,
+    i0: usize,
+    mr: usize,
+    j0: usize,
+    nr: usize,
+) {
+    e.apply_body(c, ldc, i0, mr, j0, nr)
+}
+
+avx512_build!(epilogue, epilogue_body, (e: &Epilogue<'_>, c: &mut [f32], ldc: usize, i0: usize, mr: usize, j0: usize, nr: usize));
+avx512_build!(unary, body::unary::apply_unary, (op: UnaryOp, x: &mut [f32]));
+avx512_build!(binary_f32, body::eltwise::binary_f32, (op: BinaryOp, bc: &Bcast, a: &[f32], b: &[f32], out: &mut [f32], lo: usize, hi: usize));
+avx512_build!(depthwise_plane, body::depthwise::depthwise_plane, (s: &ConvShape, w: &[f32], plane: &[f32], out: &mut [f32], scratch: &mut [f32]));
+avx512_build!(max_pool_plane, body::pool::max_pool_plane, (s: &PoolShape, x: &[f32], y: &mut [f32]));
+avx512_build!(avg_pool_plane, body::pool::avg_pool_plane, (s: &PoolShape, count_include_pad: bool, x: &[f32], y: &mut [f32]));
+avx512_build!(mm_half, portable::mm_half, (kc: usize, a: &[f32], b: &[f32], c: &mut [f32]));
+avx512_build!(mm_row, portable::mm_row, (kc: usize, a: &[f32], b: &[f32], c: &mut [f32]));
+avx512_build!(sigmoid, body::rnn::sigmoid, (x: &mut [f32]));
+avx512_build!(tanh, body::rnn::tanh, (x: &mut [f32]));
+avx512_build!(softmax_row, body::norm::softmax_row, (x: &[f32], y: &mut [f32], log: bool));
+avx512_build!(layer_norm_row, body::norm::layer_norm_row, (x: &[f32], y: &mut [f32], scale: &[f32], bias: &[f32], eps: f32));
+avx512_build!(wino_input, winograd_body::input_block, (g: &WinoGeom, x: &[f32], tb: usize, nb: usize, v: &mut [f32]));
+avx512_build!(wino_output, winograd_body::output_block, (g: &WinoGeom, m: &PointRows<'_>, tb: usize, nb: usize, keep: (usize, usize), chans: (usize, usize), y: &mut [f32], y_c0: usize));
+
+fn im2col_panels(
+    s: &ConvShape,
+    x: &[f32],
+    k0: usize,
+    kc: usize,
+    j0: usize,
+    n: usize,
+    out: &mut [f32],
+) {
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+    unsafe fn build(
+        s: &ConvShape,
+        x: &[f32],
+        k0: usize,
+        kc: usize,
+        j0: usize,
+        n: usize,
+        out: &mut [f32],
+    ) {
+        body::im2col::im2col_panels::<NR>(s, x, k0, kc, j0, n, out, |src, stride, d| {
+            if stride == 2 && src.len() >= 32 {
+                // SAFETY: AVX-512 is enabled here (and detected, see `table`); 32 floats
+                // are readable at src (checked), 16 writable at d.
+                unsafe { gather16_stride2(src.as_ptr(), d) }
+            } else {
+                body::im2col::gather_scalar(src, stride, d)
+            }
+        })
+    }
+    // SAFETY: reachable only through TABLE, handed out after detecting the features.
+    unsafe { build(s, x, k0, kc, j0, n, out) }
+}
+
+/// `d[i] = src[2 * i]` for the 16 lanes of a panel row: two loads and one two-source
+/// permute.
+///
+/// # Safety
+/// AVX-512F must be available; `src` valid for 32 reads.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn gather16_stride2(src: *const f32, d: &mut [f32; NR]) {
+    // SAFETY: 32 floats at src (caller), 16 at d.
+    unsafe {
+        let idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        let v = _mm512_permutex2var_ps(_mm512_loadu_ps(src), idx, _mm512_loadu_ps(src.add(16)));
+        _mm512_storeu_ps(d.as_mut_ptr(), v);
+    }
+}
+
+fn mm_tile(kc: usize, a: &[f32], b: &[f32], c: &mut [f32], ldc: usize, acc: bool) {
+    assert!(a.len() >= kc * MR && b.len() >= kc * NR);
+    assert!(ldc >= NR && c.len() >= (MR - 1) * ldc + NR);
+    let (a, b, c) = (a.as_ptr(), b.as_ptr(), c.as_mut_ptr());
+    // SAFETY: the features were detected (see `table`); the asserts above bound every
+    // offset the tile touches (a: kc*MR, b row p: p*NR..p*NR+NR, c: MR rows of NR at ldc).
+    unsafe { tile_6x16(kc, |p, r| a.add(p * MR + r), |p| b.add(p * NR), c, ldc, acc) }
+}
+
+fn mm_tile_rows(a: &[f32], b: &RowBlock<'_, '_>, off: usize, c: &mut [f32], ldc: usize, acc: bool) {
+    let rows = b.rows;
+    let kc = rows.len();
+    assert!(a.len() >= kc * MR && off + NR <= b.len);
+    assert!(ldc >= NR && c.len() >= (MR - 1) * ldc + NR);
+    let (a, c) = (a.as_ptr(), c.as_mut_ptr());
+    // SAFETY: the features were detected (see `table`); every row holds `b.len >= off +
+    // NR` floats (checked by `RowBlock::new` and above), a holds kc*MR, c MR rows of NR.
+    unsafe {
+        tile_6x16(
+            kc,
+            |p, r| a.add(p * MR + r),
+            |p| rows[p].as_ptr().add(off),
+            c,
+            ldc,
+            acc,
+        )
+    }
+}
+
+fn mm_tile_strided(
+    kc: usize,
+    a: &[f32],
+    lda: usize,
+    b: &[f32],
+    c: &mut [f32],
+    ldc: usize,
+    acc: bool,
+) {
+    assert!(a.len() >= (MR - 1) * lda + kc && b.len() >= kc * NR);
+    assert!(ldc >= NR && c.len() >= (MR - 1) * ldc + NR);
+    let (a, b, c) = (a.as_ptr(), b.as_ptr(), c.as_mut_ptr());
+    // SAFETY: the features were detected (see `table`); the asserts above bound every
+    // offset the tile touches (a row r: r*lda..r*lda+kc, b: kc*NR, c: MR rows of NR).
+    unsafe {
+        tile_6x16(
+            kc,
+            |p, r| a.add(r * lda + p),
+            |p| b.add(p * NR),
+            c,
+            ldc,
+            acc,
+        )
+    }
+}
+
+/// The 6x16 tile: one 16-lane accumulator per row; `a_at(p, r)` points at A row `r`,
+/// step `p`, `b_row(p)` at the 16 floats of B for step `p`. The broadcast of A folds
+/// into the FMA's memory operand.
+///
+/// # Safety
+/// AVX-512F must be available; `a_at(p, r)` valid for one read and `b_row(p)` for 16
+/// for every `p < kc`, `r < 6`; `c` valid for 6 rows of 16 floats at stride `ldc`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+unsafe fn tile_6x16(
+    kc: usize,
+    a_at: impl Fn(usize, usize) -> *const f32,
+    b_row: impl Fn(usize) -> *const f32,
+    c: *mut f32,
+    ldc: usize,
+    acc: bool,
+) {
+    let mut t = [_mm512_setzero_ps(); MR];
+    for p in 0..kc {
+        // SAFETY: 16 floats at b_row(p) and A row r, step p are readable (caller).
+        unsafe {
+            let b = _mm512_loadu_ps(b_row(p));
+            for (r, tr) in t.iter_mut().enumerate() {
+                *tr = _mm512_fmadd_ps(_mm512_set1_ps(*a_at(p, r)), b, *tr);
+            }
+        }
+    }
+    for (r, tr) in t.iter().enumerate() {
+        // SAFETY: row r < MR of C, 16 floats, guaranteed by the caller.
+        unsafe {
+            let cp = c.add(r * ldc);
+            let v = if acc {
+                _mm512_add_ps(*tr, _mm512_loadu_ps(cp))
+            } else {
+                *tr
+            };
+            _mm512_storeu_ps(cp, v);
+        }
+    }
+}
+
+fn gemv_acc(w: &[f32], ldw: usize, x: &[f32], y: &mut [f32]) {
+    let k = x.len();
+    assert!(ldw >= k && (y.is_empty() || w.len() >= (y.len() - 1) * ldw + k));
+    // SAFETY: the features were detected (see `table`); the assert bounds every row read
+    // (row i: i*ldw..i*ldw+k for i < y.len()).
+    unsafe { gemv_acc_512(w.as_ptr(), ldw, x, y) }
+}
+
+/// GEMV: four rows at a time, two 16-lane accumulators per row, the tail of each row
+/// under a mask (no scalar remainder).
+///
+/// # Safety
+/// AVX-512F must be available; `w` valid for rows `i * ldw .. i * ldw + x.len()` for
+/// every `i < y.len()`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+unsafe fn gemv_acc_512(w: *const f32, ldw: usize, x: &[f32], y: &mut [f32]) {
+    let k = x.len();
+    let k32 = k / 32 * 32;
+    let tail = k - k32;
+    let xp = x.as_ptr();
+    // Masks of the remainder's first (up to 16) and second 16 lanes.
+    let m0: __mmask16 = if tail >= 16 {
+        0xffff
+    } else {
+        (1u32 << tail) as u16 - 1
+    };
+    let m1: __mmask16 = if tail > 16 {
+        ((1u32 << (tail - 16)) - 1) as u16
+    } else {
+        0
+    };
+    // SAFETY: the remainder lies inside x (masked loads touch only enabled lanes).
+    let (xt0, xt1) = unsafe {
+        (
+            _mm512_maskz_loadu_ps(m0, xp.add(k32)),
+            _mm512_maskz_loadu_ps(m1, xp.add(k32 + 16)),
+        )
+    };
+    let mut i = 0;
+    while i < y.len() {
+        let rows = (y.len() - i).min(4);
+        // SAFETY: rows i..i+rows are below y.len(), so each holds k floats (caller); a
+        // missing row repeats the last one and is not stored.
+        let r: [*const f32; 4] =
+            std::array::from_fn(|q| unsafe { w.add((i + q.min(rows - 1)) * ldw) });
+        let mut a = [_mm512_setzero_ps(); 8];
+        let mut c = 0;
+        while c < k32 {
+            // SAFETY: c + 32 <= k: inside x and inside each row.
+            unsafe {
+                let x0 = _mm512_loadu_ps(xp.add(c));
+                let x1 = _mm512_loadu_ps(xp.add(c + 16));
+                for q in 0..4 {
+                    a[2 * q] = _mm512_fmadd_ps(_mm512_loadu_ps(r[q].add(c)), x0, a[2 * q]);
+                    a[2 * q + 1] =
+                        _mm512_fmadd_ps(_mm512_loadu_ps(r[q].add(c + 16)), x1, a[2 * q + 1]);
+                }
+            }
+            c += 32;
+        }
+        if tail > 0 {
+            for q in 0..4 {
+                // SAFETY: the masked lanes lie inside row q (k32 + tail = k).
+                unsafe {
+                    let w0 = _mm512_maskz_loadu_ps(m0, r[q].add(k32));
+                    let w1 = _mm512_maskz_loadu_ps(m1, r[q].add(k32 + 16));
+                    a[2 * q] = _mm512_fmadd_ps(w0, xt0, a[2 * q]);
+                    a[2 * q + 1] = _mm512_fmadd_ps(w1, xt1, a[2 * q + 1]);
+                }
+            }
+        }
+        for q in 0..rows {
+            y[i + q] += _mm512_reduce_add_ps(_mm512_add_ps(a[2 * q], a[2 * q + 1]));
+        }
+        i += rows;
+    }
+}
