@@ -305,7 +305,7 @@ fn bench_latency(
 /// `max_time_per_fc 1000`, run back to back without the scheduler, in interleaved
 /// batches so that both share the machine's drift; prints the medians, the FC count and
 /// the overhead (goal: within 2 %).
-fn bench_split(dir: &Path, runs: usize, only: Option<&str>) {
+fn bench_split(dir: &Path, runs: usize, only: Option<&str>, detail: bool) {
     let names: Vec<&str> = LATENCY_MODELS
         .iter()
         .copied()
@@ -351,6 +351,83 @@ fn bench_split(dir: &Path, runs: usize, only: Option<&str>) {
             percentile(&abs, 90.0),
             abs.iter().copied().fold(0.0, f64::max),
             abs.len()
+        );
+        if detail {
+            print_tile_overhead(&whole, &split, runs);
+        }
+    }
+}
+
+/// Per node: its thread CPU time in the unsplit model `whole` against the sum of its FC
+/// steps in the split model `split` (minimum over `runs` interleaved repetitions, so that
+/// another process taking the CPU or a slow outlier does not count), largest differences
+/// first: where the split's overhead comes from (tiling, or another plan for the node).
+fn print_tile_overhead(whole: &Model, split: &Model, runs: usize) {
+    use vnpu::compile::cost::thread_cpu_us;
+    let steps = |m: &Model| -> Vec<(usize, Tile)> {
+        m.compiled
+            .segments
+            .iter()
+            .flat_map(|s| &s.fcs)
+            .flat_map(|f| &f.steps)
+            .map(|s| {
+                let t = Tile {
+                    index: s.tile as usize,
+                    count: s.tiles as usize,
+                };
+                (s.node, t)
+            })
+            .collect()
+    };
+    let (sw, ss) = (steps(whole), steps(split));
+    let prime = |m: &Model| {
+        let mut st = m.take_state();
+        for (i, b) in perf::pattern_inputs(m).iter().enumerate() {
+            m.plan.set_input(&mut st, i, b).expect("input");
+        }
+        st
+    };
+    let (mut stw, mut sts) = (prime(whole), prime(split));
+    let nodes = whole.compiled.graph.nodes.len();
+    let (mut tw, mut ts) = (vec![f64::MAX; nodes], vec![f64::MAX; nodes]);
+    let mut acc = vec![0.0; nodes];
+    for _ in 0..runs.max(5) {
+        for &(node, t) in &sw {
+            let t0 = thread_cpu_us();
+            whole.plan.run_node(&mut stw, node, t).expect("run");
+            tw[node] = tw[node].min(thread_cpu_us() - t0);
+        }
+        acc.iter_mut().for_each(|a| *a = 0.0);
+        for &(node, t) in &ss {
+            let t0 = thread_cpu_us();
+            split.plan.run_node(&mut sts, node, t).expect("run");
+            acc[node] += thread_cpu_us() - t0;
+        }
+        for (m, a) in ts.iter_mut().zip(&acc) {
+            *m = m.min(*a);
+        }
+    }
+    let mut rows: Vec<(f64, usize)> = (0..nodes)
+        .filter(|&n| tw[n] < f64::MAX && ts[n] < f64::MAX)
+        .map(|n| (ts[n] - tw[n], n))
+        .collect();
+    let (a, b): (f64, f64) = rows
+        .iter()
+        .fold((0.0, 0.0), |s, &(_, n)| (s.0 + tw[n], s.1 + ts[n]));
+    rows.sort_by(|x, y| y.0.total_cmp(&x.0));
+    println!(
+        "  per node (thread CPU, min of {}): sum whole {a:.0} us, sum split {b:.0} us ({:+.2} %); largest differences:",
+        runs.max(5),
+        (b / a - 1.0) * 100.0
+    );
+    for &(d, n) in rows.iter().take(6) {
+        let tiles = ss.iter().filter(|s| s.0 == n).count();
+        println!(
+            "    node {n:>4} {:<14} {tiles:>3} steps  whole {:>8.1} us  split {:>8.1} us  {d:>+7.1} us  {}",
+            whole.compiled.graph.nodes[n].op.name(),
+            tw[n],
+            ts[n],
+            whole.compiled.graph.nodes[n].name
         );
     }
 }
@@ -826,7 +903,7 @@ fn main() {
                 bench_latency(&dir, runs, rounds, only, server.as_mut());
             }
             "priority" => bench_priority(&dir, secs, env.as_ref()),
-            "split" => bench_split(&dir, runs, only),
+            "split" => bench_split(&dir, runs, only, args.iter().any(|a| a == "--detail")),
             "load" => bench_load(&dir),
             _ => {}
         }
