@@ -6,7 +6,7 @@
 //! axes ([`ReducePlan`]).
 
 use super::nd::{coalesce, contiguous_strides, for_rows};
-use crate::ir::ReduceOp;
+use crate::ir::{ReduceOp, UnaryOp};
 
 /// A reduction resolved to strides.
 #[derive(Debug, Clone, PartialEq)]
@@ -150,10 +150,25 @@ impl AxisView {
     }
 }
 
-/// Softmax (or LogSoftmax when `log`) along the axis, outer rows `[lo, hi)`, through
-/// `isa`'s table: a contiguous axis (`inner == 1`) row by row with the table's vector
-/// row kernel, otherwise a strided loop.
-#[allow(clippy::too_many_arguments)]
+/// Columns of one softmax tile when the axis is not the last (`inner > 1`): the
+/// per-column max and sum live on the stack.
+pub const SOFTMAX_COLS: usize = 256;
+
+/// Tiles of a softmax over `v`: its outer rows when the axis is the last, else each outer
+/// row cut into chunks of [`SOFTMAX_COLS`] columns.
+pub fn softmax_tiles(v: AxisView) -> usize {
+    if v.inner == 1 {
+        v.outer
+    } else {
+        v.outer * v.inner.div_ceil(SOFTMAX_COLS)
+    }
+}
+
+/// Softmax (or LogSoftmax when `log`) along the axis, tiles `[lo, hi)` of
+/// [`softmax_tiles`]. A last axis goes row by row through the table's `softmax_row`;
+/// another axis runs on chunks of columns: the max and the sum of each column
+/// accumulate over the axis as whole rows of the chunk, and the exponential runs
+/// vectorised (the table's `Exp`) on each row of the chunk.
 pub fn softmax(
     isa: super::isa::Isa,
     v: AxisView,
@@ -171,29 +186,53 @@ pub fn softmax(
         }
         return;
     }
-    for o in lo..hi {
-        for i in 0..v.inner {
-            let base = o * v.len * v.inner + i;
-            let at = |k: usize| base + k * v.inner;
-            let mut m = f32::NEG_INFINITY;
-            for k in 0..v.len {
-                m = m.max(x[at(k)]);
+    let unary = isa.table().unary;
+    let chunks = v.inner.div_ceil(SOFTMAX_COLS);
+    let mut m = [0.0f32; SOFTMAX_COLS];
+    let mut sum = [0.0f32; SOFTMAX_COLS];
+    for t in lo..hi {
+        let (o, c) = (t / chunks, t % chunks);
+        let i0 = c * SOFTMAX_COLS;
+        let w = (v.inner - i0).min(SOFTMAX_COLS);
+        let base = o * v.len * v.inner + i0;
+        let at = |k: usize| base + k * v.inner..base + k * v.inner + w;
+        let (m, sum) = (&mut m[..w], &mut sum[..w]);
+        m.fill(f32::NEG_INFINITY);
+        sum.fill(0.0);
+        for k in 0..v.len {
+            for (mv, &xv) in m.iter_mut().zip(&x[at(k)]) {
+                *mv = mv.max(xv);
             }
-            let mut sum = 0.0f32;
-            for k in 0..v.len {
-                let e = super::unary::exp(x[at(k)] - m);
-                y[at(k)] = e;
-                sum += e;
+        }
+        for k in 0..v.len {
+            let yr = &mut y[at(k)];
+            for ((yv, &xv), &mv) in yr.iter_mut().zip(&x[at(k)]).zip(m.iter()) {
+                *yv = xv - mv;
             }
-            if log {
-                let ls = sum.ln();
-                for k in 0..v.len {
-                    y[at(k)] = x[at(k)] - m - ls;
+            unary(UnaryOp::Exp, yr);
+            for (s, &e) in sum.iter_mut().zip(yr.iter()) {
+                *s += e;
+            }
+        }
+        if log {
+            for s in sum.iter_mut() {
+                *s = s.ln();
+            }
+            for k in 0..v.len {
+                let yr = &mut y[at(k)];
+                for (((yv, &xv), &mv), &ls) in
+                    yr.iter_mut().zip(&x[at(k)]).zip(m.iter()).zip(sum.iter())
+                {
+                    *yv = xv - mv - ls;
                 }
-            } else {
-                let inv = 1.0 / sum;
-                for k in 0..v.len {
-                    y[at(k)] *= inv;
+            }
+        } else {
+            for s in sum.iter_mut() {
+                *s = 1.0 / *s;
+            }
+            for k in 0..v.len {
+                for (yv, &inv) in y[at(k)].iter_mut().zip(sum.iter()) {
+                    *yv *= inv;
                 }
             }
         }
@@ -338,6 +377,49 @@ mod tests {
             assert_close(&y, &wmax, 0.0);
             reduce_f32(ReduceOp::LogSumExp, &p, &x, &mut y, &mut tmp);
             assert!(y.iter().zip(&wmax).all(|(l, m)| l >= m));
+        }
+    }
+
+    /// The strided softmax (axis not last) against f64, over ragged column chunks, tiles
+    /// run one at a time in any order, with every table.
+    #[test]
+    fn strided_softmax_tiles_match_f64() {
+        for (shape, axis) in [
+            (vec![2usize, 5, 3], 1usize),
+            (vec![1, 16, 4, 300], 1),
+            (vec![3, 7, 513], 1),
+            (vec![2, 1, 9], 1),
+        ] {
+            let v = AxisView::new(&shape, axis);
+            let n: usize = shape.iter().product();
+            let x: Vec<f32> = rand_vec(n, 7).iter().map(|t| t * 30.0).collect();
+            let tiles = softmax_tiles(v);
+            assert_eq!(tiles, v.outer * v.inner.div_ceil(SOFTMAX_COLS));
+            for t in crate::kernels::isa::tables() {
+                for log in [false, true] {
+                    let mut y = vec![f32::NAN; n];
+                    for tile in (0..tiles).rev() {
+                        softmax(t.isa, v, log, &x, &mut y, tile, tile + 1);
+                    }
+                    for o in 0..v.outer {
+                        for i in 0..v.inner {
+                            let at = |k: usize| o * v.len * v.inner + k * v.inner + i;
+                            let m = (0..v.len).map(|k| x[at(k)] as f64).fold(f64::MIN, f64::max);
+                            let sum: f64 = (0..v.len).map(|k| (x[at(k)] as f64 - m).exp()).sum();
+                            for k in 0..v.len {
+                                let d = x[at(k)] as f64 - m;
+                                let want = if log { d - sum.ln() } else { d.exp() / sum };
+                                let got = y[at(k)] as f64;
+                                assert!(
+                                    (got - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                                    "{} {shape:?} log {log}: {got} vs {want}",
+                                    t.name
+                                );
+                            }
+                        }
+                    }
+                }
+            }
         }
     }
 

@@ -148,7 +148,7 @@ impl FamilyKernel for NormKernel {
         match self {
             NormKernel::Affine { planes, .. } | NormKernel::InstanceNorm { planes, .. } => *planes,
             NormKernel::LayerNorm { rows, .. } => *rows,
-            NormKernel::Softmax { v, .. } => v.outer,
+            NormKernel::Softmax { v, .. } => reduce::softmax_tiles(*v),
         }
     }
 
@@ -188,7 +188,7 @@ impl FamilyKernel for NormKernel {
                 norm::layer_norm(isa, *len, *eps, scale, bias, x, y, lo, hi);
             }
             NormKernel::Softmax { v, log } => {
-                let (lo, hi) = tile.range(v.outer, 1);
+                let (lo, hi) = tile.range(reduce::softmax_tiles(*v), 1);
                 reduce::softmax(isa, *v, *log, x, y, lo, hi);
             }
         }
