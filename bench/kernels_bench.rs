@@ -335,8 +335,12 @@ fn bench_conv_classes(reps: usize) {
         let x = rand(ci * hw * hw, 4);
         let mut y = vec![0.0; co * o * o];
         let mut scratch = vec![0.0; plan.scratch_len()];
+        let epi = gemm::Epilogue {
+            bias: Some(&bias[..co]),
+            ..gemm::Epilogue::NONE
+        };
         let t = best_cpu(reps, || {
-            plan.run(isa, &x, Some(&bias[..co]), &mut y, 0, co, &mut scratch)
+            plan.run(isa, &x, &mut y, (0, co), (0, o), &epi, &mut scratch)
         });
         let gf = 2.0 * (ci * hw * hw * co * k * k) as f64 / t / 1e9;
         println!("{name:<30} {:>9.1} {:>8.1}", t * 1e6, gf);

@@ -428,6 +428,19 @@ def pass_bn_fold(seed: int = 10) -> onnx.ModelProto:
     return _finish(b, "pass case: fold_batchnorm")
 
 
+def pass_deconv_fusion(seed: int = 17) -> onnx.ModelProto:
+    """ConvTranspose epilogues (DBNet head style): ConvTranspose->BN->Relu (BN folded into
+    the weights, Relu fused), ConvTranspose(k3 s2 p1)->Add(residual)->Sigmoid."""
+    b = GraphBuilder("pass_deconv_fusion", seed, opset=13)
+    x = b.input("input", [1, 8, 12, 12])
+    y = b.relu(b.batchnorm(b.conv_transpose(x, 8, 6, 2, 2, name="up_bn"), 6, name="bn_up"))
+    r = b.conv_transpose(x, 8, 6, 2, 2, name="up_res")
+    z = b.conv_transpose(y, 6, 6, 3, 1, pad=1, name="up_k3")
+    z = b.op("Sigmoid", [b.op("Add", [z, r])])
+    b.output(z, name="output")
+    return _finish(b, "pass case: fold_batchnorm and fuse_post_ops into ConvTranspose")
+
+
 def pass_conv_act_fusion(seed: int = 11) -> onnx.ModelProto:
     """Conv followed by each fusable activation / per-channel affine, branches concatenated."""
     b = GraphBuilder("pass_conv_act_fusion", seed, opset=14)
@@ -568,6 +581,7 @@ STANDARD = {
     "ocr_crnn": ocr_crnn,
     "dynamic_batch": dynamic_batch,
     "pass_bn_fold": pass_bn_fold,
+    "pass_deconv_fusion": pass_deconv_fusion,
     "pass_conv_act_fusion": pass_conv_act_fusion,
     "pass_residual_add": pass_residual_add,
     "pass_identity_removal": pass_identity_removal,

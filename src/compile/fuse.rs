@@ -1,5 +1,6 @@
-//! Fusion passes: fold BatchNorm and per-channel affine layers into Conv/Gemm weights,
-//! and fuse the simple layers that follow Conv/Gemm/MatMul into their epilogue.
+//! Fusion passes: fold BatchNorm and per-channel affine layers into Conv/ConvTranspose/
+//! Gemm weights, and fuse the simple layers that follow Conv/ConvTranspose/Gemm/MatMul
+//! into their epilogue.
 //!
 //! A fused node takes the place of the last node it absorbed (so every value it reads,
 //! including a residual, is computed before it) and keeps all absorbed names.
@@ -12,7 +13,7 @@ fn channel_axis(g: &Graph, node: usize) -> Option<usize> {
     let n = &g.nodes[node];
     let rank = g.values[n.outputs[0]].shape.as_ref()?.len();
     match n.op {
-        Op::Conv { .. } => Some(1),
+        Op::Conv { .. } | Op::ConvTranspose { .. } => Some(1),
         Op::Gemm { .. } | Op::MatMul { .. } => rank.checked_sub(1),
         _ => None,
     }
@@ -68,7 +69,6 @@ fn scale_weights(g: &Graph, node: usize, s: &[f32], t: &[f32]) -> Option<(Tensor
     let oc = s.len();
     let bias_in = g.const_input(n, 2);
     let mut w2 = wv.to_vec();
-    let mut b2: Vec<f32>;
     match &n.op {
         Op::Conv { .. } => {
             if w.shape.first() != Some(&oc) {
@@ -80,21 +80,34 @@ fn scale_weights(g: &Graph, node: usize, s: &[f32], t: &[f32]) -> Option<(Tensor
                     *x *= s[o];
                 }
             }
-            b2 = match bias_in {
-                Some(b) => b.as_f32()?.to_vec(),
-                None if n.inputs.get(2).copied().flatten().is_none() => vec![0.0; oc],
-                None => return None,
-            };
-            if b2.len() != oc {
+            conv_bias(n, bias_in.map(|b| &**b), s, t).map(|b| {
+                (
+                    Tensor::from_f32(w.shape.clone(), w2),
+                    Tensor::from_f32(vec![oc], b),
+                )
+            })
+        }
+        Op::ConvTranspose { group, .. } => {
+            // W is [Cin, Cout/group, k...]: output channel g*cout_g + j of group g.
+            let (cin, group) = (*w.shape.first()?, *group);
+            let cout_g = *w.shape.get(1)?;
+            if group == 0 || cin % group != 0 || cout_g * group != oc {
                 return None;
             }
-            for o in 0..oc {
-                b2[o] = b2[o] * s[o] + t[o];
+            let per = wv.len() / (cin * cout_g);
+            let cin_g = cin / group;
+            for (ci, row) in w2.chunks_exact_mut(cout_g * per).enumerate() {
+                let g = ci / cin_g;
+                for (j, taps) in row.chunks_exact_mut(per).enumerate() {
+                    taps.iter_mut().for_each(|x| *x *= s[g * cout_g + j]);
+                }
             }
-            Some((
-                Tensor::from_f32(w.shape.clone(), w2),
-                Tensor::from_f32(vec![oc], b2),
-            ))
+            conv_bias(n, bias_in.map(|b| &**b), s, t).map(|b| {
+                (
+                    Tensor::from_f32(w.shape.clone(), w2),
+                    Tensor::from_f32(vec![oc], b),
+                )
+            })
         }
         Op::Gemm {
             alpha,
@@ -120,7 +133,7 @@ fn scale_weights(g: &Graph, node: usize, s: &[f32], t: &[f32]) -> Option<(Tensor
                 }
             }
             // New bias: beta*C*s + t, broadcast to [oc] only when C is per-column.
-            b2 = match bias_in {
+            let b2: Vec<f32> = match bias_in {
                 Some(c) => {
                     let cv = per_channel_values(c, &[1, oc], 1)?;
                     cv.iter()
@@ -140,6 +153,23 @@ fn scale_weights(g: &Graph, node: usize, s: &[f32], t: &[f32]) -> Option<(Tensor
     }
 }
 
+/// The bias of a Conv / ConvTranspose after `y' = y * s + t` (a missing bias is 0), or
+/// `None` when it is not a constant of one value per channel.
+fn conv_bias(
+    n: &crate::ir::Node,
+    bias_in: Option<&Tensor>,
+    s: &[f32],
+    t: &[f32],
+) -> Option<Vec<f32>> {
+    let oc = s.len();
+    let b = match bias_in {
+        Some(b) => b.as_f32()?.to_vec(),
+        None if n.inputs.get(2).copied().flatten().is_none() => vec![0.0; oc],
+        None => return None,
+    };
+    (b.len() == oc).then(|| (0..oc).map(|o| b[o] * s[o] + t[o]).collect())
+}
+
 /// After `scale_weights`, installs the new weights and normalises Gemm's alpha/beta.
 fn install_weights(g: &mut Graph, node: usize, w: Tensor, b: Tensor) {
     set_const_input(g, node, 1, w);
@@ -150,8 +180,8 @@ fn install_weights(g: &mut Graph, node: usize, w: Tensor, b: Tensor) {
     }
 }
 
-/// Folds `BatchNormalization` (inference form, constant statistics) that follows a Conv
-/// or Gemm without epilogue into that node's weights and bias.
+/// Folds `BatchNormalization` (inference form, constant statistics) that follows a Conv,
+/// ConvTranspose or Gemm without epilogue into that node's weights and bias.
 pub fn fold_batchnorm(g: &mut Graph) -> usize {
     let mut folded = 0;
     'outer: loop {
@@ -167,7 +197,9 @@ pub fn fold_batchnorm(g: &mut Graph) -> usize {
                 continue;
             }
             let ok_op = match &g.nodes[ci].op {
-                Op::Conv { post, .. } | Op::Gemm { post, .. } => post.is_empty(),
+                Op::Conv { post, .. } | Op::ConvTranspose { post, .. } | Op::Gemm { post, .. } => {
+                    post.is_empty()
+                }
                 _ => false,
             };
             if !ok_op {
@@ -223,7 +255,11 @@ fn classify(g: &Graph, pi: usize, ci: usize, pos: usize, x: ValueId) -> Option<F
         .post_ops()
         .map(|p| p.is_empty())
         .unwrap_or(false);
-    let weights_ok = post_empty && matches!(producer.op, Op::Conv { .. } | Op::Gemm { .. });
+    let weights_ok = post_empty
+        && matches!(
+            producer.op,
+            Op::Conv { .. } | Op::ConvTranspose { .. } | Op::Gemm { .. }
+        );
     if g.values[consumer.outputs[0]].shape.as_ref() != Some(&out_shape) {
         return None;
     }
@@ -322,7 +358,7 @@ pub fn fuse_silu(g: &mut Graph) -> usize {
     }
 }
 
-/// Fuses chains of simple layers after Conv/Gemm/MatMul: activations, per-channel
+/// Fuses chains of simple layers after Conv/ConvTranspose/Gemm/MatMul: activations, per-channel
 /// scale/shift (into the weights when possible), PRelu and a residual Add.
 pub fn fuse_post_ops(g: &mut Graph) -> usize {
     let mut fused = 0;
@@ -424,6 +460,56 @@ mod tests {
         assert_eq!(fold_batchnorm(&mut g), 1);
         assert_eq!(g.nodes.len(), 1);
         assert_eq!(g.nodes[0].absorbed, vec!["conv", "bn"]);
+        assert_close(&before, &run_graph(&g, &input), 1e-5);
+    }
+
+    /// BatchNorm folds into a grouped ConvTranspose's weights, a ReLU and a residual
+    /// add fuse into its epilogue; the result is unchanged.
+    #[test]
+    fn batchnorm_relu_and_residual_fuse_into_conv_transpose() {
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", &[1, 4, 3, 3]);
+        let r = b.input("r", &[1, 6, 6, 6]);
+        let w = b.konst("w", &[4, 3, 2, 2], rand_vec(48, 11));
+        let op = Op::ConvTranspose {
+            geom: ConvGeom {
+                kernel: vec![2, 2],
+                strides: vec![2, 2],
+                dilations: vec![1, 1],
+                pads: vec![0, 0, 0, 0],
+                auto_pad: None,
+            },
+            group: 2,
+            output_padding: vec![],
+            output_shape: vec![],
+            post: vec![],
+        };
+        let c = b.node("deconv", op, &[x, w], &[1, 6, 6, 6]);
+        let ks: Vec<ValueId> = (0..4)
+            .map(|k| {
+                let v = rand_vec(6, 20 + k as u64)
+                    .iter()
+                    .map(|v| v.abs() + 0.5)
+                    .collect();
+                b.konst(&format!("bn{k}"), &[6], v)
+            })
+            .collect();
+        let bn = b.node(
+            "bn",
+            Op::BatchNorm { epsilon: 1e-5 },
+            &[c, ks[0], ks[1], ks[2], ks[3]],
+            &[1, 6, 6, 6],
+        );
+        let add = b.node("add", Op::Binary(BinaryOp::Add), &[bn, r], &[1, 6, 6, 6]);
+        let y = b.node("relu", Op::Unary(UnaryOp::Relu), &[add], &[1, 6, 6, 6]);
+        let mut g = b.finish(&[y]);
+        let input = vec![rand_vec(36, 7), rand_vec(216, 8)];
+        let before = run_graph(&g, &input);
+        assert_eq!(fold_batchnorm(&mut g), 1);
+        assert_eq!(fuse_post_ops(&mut g), 2);
+        assert_eq!(g.nodes.len(), 1);
+        assert_eq!(g.nodes[0].absorbed, vec!["deconv", "bn", "add", "relu"]);
+        assert_eq!(g.nodes[0].op.post_ops().map(|p| p.len()), Some(2));
         assert_close(&before, &run_graph(&g, &input), 1e-5);
     }
 

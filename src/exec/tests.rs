@@ -387,6 +387,7 @@ fn conv1d_and_conv_transpose() {
             group: 1,
             output_padding: vec![],
             output_shape: vec![],
+            post: vec![],
         },
         &[xi, wi],
         DType::F32,

@@ -207,12 +207,13 @@ pub enum Op {
         group: usize,
         post: Vec<PostOp>,
     },
-    /// inputs: X, W, [B].
+    /// inputs: X, W, [B], then residuals referenced by `post`.
     ConvTranspose {
         geom: ConvGeom,
         group: usize,
         output_padding: Vec<usize>,
         output_shape: Vec<usize>,
+        post: Vec<PostOp>,
     },
     /// inputs: A, B, [C], then residuals.
     Gemm {
@@ -589,15 +590,21 @@ impl Op {
     /// The fused epilogue of a Conv/Gemm/MatMul, if this op has one.
     pub fn post_ops(&self) -> Option<&Vec<PostOp>> {
         match self {
-            Op::Conv { post, .. } | Op::Gemm { post, .. } | Op::MatMul { post } => Some(post),
+            Op::Conv { post, .. }
+            | Op::ConvTranspose { post, .. }
+            | Op::Gemm { post, .. }
+            | Op::MatMul { post } => Some(post),
             _ => None,
         }
     }
 
-    /// Mutable access to the fused epilogue of a Conv/Gemm/MatMul.
+    /// Mutable access to the fused epilogue of a Conv/ConvTranspose/Gemm/MatMul.
     pub fn post_ops_mut(&mut self) -> Option<&mut Vec<PostOp>> {
         match self {
-            Op::Conv { post, .. } | Op::Gemm { post, .. } | Op::MatMul { post } => Some(post),
+            Op::Conv { post, .. }
+            | Op::ConvTranspose { post, .. }
+            | Op::Gemm { post, .. }
+            | Op::MatMul { post } => Some(post),
             _ => None,
         }
     }

@@ -53,9 +53,14 @@ pub(crate) enum ConvKernel {
         /// (intra-op threads); empty = one thread.
         par: Vec<ConvChunk>,
     },
+    /// A ConvTranspose. Its FC tiles cut the output rows (every channel of a row in one
+    /// tile: a tile's GEMM then covers all output channels of its own input rows, so
+    /// tiles cost no more than the whole, and a one-channel upsampling head splits).
     Deconv {
         p: DeconvPlan,
         bias: Option<Vec<f32>>,
+        post: Vec<PostOpRt>,
+        res: Vec<usize>,
     },
     /// A dense 3x3 stride-1 conv by Winograd F(4x4, 3x3) or F(2x2, 3x3). Its FC tiles
     /// cut the plane's tiles into ranges (each transforms only its own input patches)
@@ -378,11 +383,17 @@ fn run_winograd_chunks(
 }
 
 /// Plans a ConvTranspose (output padding and shape are already in the output shape).
-pub(crate) fn plan_deconv(c: &Ctx<'_>, geom: &ir::ConvGeom, group: usize) -> Result<Planned> {
+pub(crate) fn plan_deconv(
+    c: &Ctx<'_>,
+    geom: &ir::ConvGeom,
+    group: usize,
+    post: &[PostOp],
+) -> Result<Planned> {
     let ConvParts { s, wt, bias, .. } = conv_parts(c, geom, group, true)?;
+    let (post, res) = post_ops(c, post, s.c_out)?;
     let p = DeconvPlan::new(s, wt);
     let scratch = p.scratch_len();
-    Ok(Planned::new(ConvKernel::Deconv { p, bias }).scratch(scratch))
+    Ok(Planned::new(ConvKernel::Deconv { p, bias, post, res }).scratch(scratch))
 }
 
 /// Runs the chunks of a conv on this thread and the intra-op helper pool (`exec::pool`),
@@ -508,7 +519,7 @@ impl FamilyKernel for ConvKernel {
                     s.c_out.div_ceil(conv::channel_align(s))
                 }
             }
-            ConvKernel::Deconv { p, .. } => p.s.c_out,
+            ConvKernel::Deconv { p, .. } => p.s.oh.div_ceil(p.s.sh),
             ConvKernel::Winograd { p, .. } => {
                 wino_tile_panels(p).max(p.shape().c_out.div_ceil(gemm::MR))
             }
@@ -572,10 +583,24 @@ impl FamilyKernel for ConvKernel {
                     conv::conv2d(r.isa, s, w, x, y, lo, hi, cols, None, &epi, r.scratch);
                 }
             }
-            ConvKernel::Deconv { p, bias } => {
-                let (lo, hi) = tile.range(p.s.c_out, 1);
+            ConvKernel::Deconv { p, bias, post, res } => {
+                // Cuts at multiples of the stride, so that no input row is computed twice
+                // when the kernel does not overlap (kernel = stride, the upsampling case).
+                let rows = tile.range(p.s.oh, p.s.sh);
+                let mut resid: [&[f32]; MAX_RESIDUALS] = [&[]; MAX_RESIDUALS];
+                for (d, &i) in resid.iter_mut().zip(res) {
+                    *d = io.f32(i);
+                }
+                let epi = Epilogue {
+                    bias: bias.as_deref(),
+                    channel_is_row: true,
+                    channel_offset: 0,
+                    addend: None,
+                    post,
+                    residuals: &resid[..res.len()],
+                };
                 let y = out_f32(r.out, r.outs, 0);
-                p.run(r.isa, io.f32(0), bias.as_deref(), y, lo, hi, r.scratch);
+                p.run(r.isa, io.f32(0), y, (0, p.s.c_out), rows, &epi, r.scratch);
             }
             ConvKernel::Winograd {
                 p,

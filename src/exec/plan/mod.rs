@@ -311,7 +311,9 @@ pub(crate) fn packed_of(k: &Kernel) -> Option<Vec<&[f32]>> {
 fn plan_kernel(c: &Ctx<'_>, pre: Option<&WeightBuf>) -> Result<Planned> {
     match &c.n.op {
         Op::Conv { geom, group, post } => conv::plan_conv(c, geom, *group, post, pre),
-        Op::ConvTranspose { geom, group, .. } => conv::plan_deconv(c, geom, *group),
+        Op::ConvTranspose {
+            geom, group, post, ..
+        } => conv::plan_deconv(c, geom, *group, post),
         Op::Gemm {
             alpha,
             beta,

@@ -16,11 +16,17 @@ pub(super) fn encode(op: &Op, a: &mut AttrsOut) -> Option<&'static str> {
             group,
             output_padding,
             output_shape,
+            post,
         } => {
             a.geom(geom);
             a.usize("group", *group);
             a.usizes("output_padding", output_padding);
             a.usizes("output_shape", output_shape);
+            // Written only when something is fused, so that files without a fused
+            // epilogue stay byte-identical to those of earlier versions.
+            if !post.is_empty() {
+                a.post("post", post);
+            }
             "ConvTranspose"
         }
         _ => return None,
@@ -40,6 +46,10 @@ pub(super) fn decode(name: &str, a: &AttrsIn) -> Option<Result<Op, String>> {
                 group: a.usize("group")?,
                 output_padding: a.usizes("output_padding")?,
                 output_shape: a.usizes("output_shape")?,
+                post: match a.get("post") {
+                    Some(_) => a.post("post")?,
+                    None => vec![],
+                },
             },
         })
     };

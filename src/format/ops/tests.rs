@@ -35,6 +35,7 @@ fn every_op() -> Vec<Op> {
             group: 1,
             output_padding: vec![1, 0],
             output_shape: vec![],
+            post: post.clone(),
         },
         Op::Gemm {
             alpha: 0.5,

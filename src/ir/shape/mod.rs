@@ -298,6 +298,7 @@ impl<'a> Cx<'a> {
                 group,
                 output_padding,
                 output_shape,
+                ..
             } => self.conv_transpose(geom, *group, output_padding, output_shape),
             Op::Gemm {
                 trans_a,

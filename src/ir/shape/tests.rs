@@ -191,6 +191,7 @@ fn conv_transpose_sizes_and_pads() {
         group: 1,
         output_padding: op,
         output_shape: os,
+        post: vec![],
     };
     let x = || f(&[1, 4, 3, 3]);
     let w = || f(&[4, 2, 3, 3]);

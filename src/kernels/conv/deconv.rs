@@ -33,96 +33,144 @@ impl DeconvPlan {
         DeconvPlan { s, packed }
     }
 
-    /// Input rows per block: the block of `cols` (`m` rows by the block's input
-    /// positions) stays within [`BLOCK_FLOATS`], so that the GEMM writes it and the
-    /// scatter reads it back in cache.
-    fn block_rows(&self) -> usize {
+    /// Output rows per block: the input rows a block reads make a block of `cols` (`m`
+    /// rows by the block's input positions) within [`BLOCK_FLOATS`], so that the GEMM
+    /// writes it and the scatter reads it back in cache.
+    fn block_out_rows(&self) -> usize {
         let s = &self.s;
         let m_pad = (s.cout_g() * s.kh * s.kw).div_ceil(MR) * MR;
-        (BLOCK_FLOATS / (m_pad * s.w).max(1)).clamp(1, s.h.max(1))
+        let in_rows = (BLOCK_FLOATS / (m_pad * s.w).max(1)).clamp(1, s.h.max(1));
+        (in_rows * s.sh).clamp(1, s.oh.max(1))
+    }
+
+    /// Most input rows one block of [`Self::block_out_rows`] output rows reads.
+    fn block_in_rows(&self) -> usize {
+        let s = &self.s;
+        ((self.block_out_rows() + (s.kh - 1) * s.dh) / s.sh + 1).min(s.h.max(1))
+    }
+
+    /// The input rows `[lo, hi)` that reach output rows `[oy0, oy1)`.
+    fn input_rows(&self, oy0: usize, oy1: usize) -> (usize, usize) {
+        let s = &self.s;
+        let span = ((s.kh - 1) * s.dh) as isize;
+        let lo = ceil_div(oy0 as isize + s.ph as isize - span, s.sh).max(0) as usize;
+        let hi = (oy1 as isize - 1 + s.ph as isize).div_euclid(s.sh as isize) + 1;
+        (lo.min(s.h), (hi.max(0) as usize).min(s.h))
     }
 
     /// Scratch floats a call needs.
     pub fn scratch_len(&self) -> usize {
         let s = &self.s;
-        let n = self.block_rows() * s.w;
+        let n = self.block_in_rows() * s.w;
         let m = s.cout_g() * s.kh * s.kw;
         gemm::block_scratch_len(s.cin_g(), n) + m.div_ceil(MR) * MR * n
     }
 
-    /// Computes output channels `[c_lo, c_hi)` of `y` (`[N, Cout, OH, OW]`) from `x`
-    /// (`[N, Cin, H, W]`), adding `bias` per channel. Input rows are taken a block at a
-    /// time: `cols` of the block, then its scatter-add into the output rows it reaches.
+    /// Computes output channels `[c_lo, c_hi)`, output rows `[oy_lo, oy_hi)` of `y`
+    /// (`[N, Cout, OH, OW]`) from `x` (`[N, Cin, H, W]`), then runs the epilogue `epi`
+    /// (bias, post-ops; residuals laid out like `y`) on them. Output rows go a block at
+    /// a time: the `cols` of the input rows that reach the block (the GEMM), their
+    /// scatter-add into the block's rows, and the epilogue while the block is in cache.
+    /// Any cut of channels and rows gives the whole's result (within the rounding of
+    /// the GEMM's row blocks).
     #[allow(clippy::too_many_arguments)]
     pub fn run(
         &self,
         isa: Isa,
         x: &[f32],
-        bias: Option<&[f32]>,
         y: &mut [f32],
-        c_lo: usize,
-        c_hi: usize,
+        (c_lo, c_hi): (usize, usize),
+        (oy_lo, oy_hi): (usize, usize),
+        epi: &Epilogue<'_>,
         scratch: &mut [f32],
     ) {
         let s = &self.s;
         let (hw, ohw) = (s.h * s.w, s.oh * s.ow);
         let (cin_g, cout_g, khw) = (s.cin_g(), s.cout_g(), s.kh * s.kw);
         let m = cout_g * khw;
-        let rows = self.block_rows();
-        let (bscratch, cols) = scratch.split_at_mut(gemm::block_scratch_len(cin_g, rows * s.w));
+        let rows = self.block_out_rows();
+        let epilogue = isa.table().epilogue;
+        let (bscratch, cols) =
+            scratch.split_at_mut(gemm::block_scratch_len(cin_g, self.block_in_rows() * s.w));
         for b in 0..s.n {
             let xb = &x[b * s.c_in * hw..(b + 1) * s.c_in * hw];
             let yb = &mut y[b * s.c_out * ohw..(b + 1) * s.c_out * ohw];
+            let mut res_b: [&[f32]; 4] = [&[]; 4];
+            for (d, r) in res_b.iter_mut().zip(epi.residuals) {
+                *d = &r[b * s.c_out * ohw..(b + 1) * s.c_out * ohw];
+            }
+            let epi_b = Epilogue {
+                residuals: &res_b[..epi.residuals.len()],
+                ..*epi
+            };
             for g in c_lo / cout_g..c_hi.div_ceil(cout_g) {
                 let lo = c_lo.max(g * cout_g) - g * cout_g;
                 let hi = c_hi.min((g + 1) * cout_g) - g * cout_g;
                 let xg = &xb[g * cin_g * hw..(g + 1) * cin_g * hw];
-                for co in lo..hi {
-                    let c = g * cout_g + co;
-                    yb[c * ohw..(c + 1) * ohw].fill(bias.map_or(0.0, |bv| bv[c]));
-                }
                 let (r_lo, r_hi) = (lo * khw / MR * MR, hi * khw);
-                let mut iy0 = 0;
-                while iy0 < s.h {
-                    let iy1 = (iy0 + rows).min(s.h);
-                    let (j0, n) = (iy0 * s.w, (iy1 - iy0) * s.w);
-                    let fill = |p: usize, j: usize, len: usize, _: &mut [f32]| {
-                        Some(&xg[p * hw + j0 + j..p * hw + j0 + j + len])
-                    };
-                    gemm_packed(
-                        isa,
-                        m,
-                        n,
-                        cin_g,
-                        &self.packed[g],
-                        BSource::Rows(&fill),
-                        bscratch,
-                        cols,
-                        n,
-                        (r_lo, r_hi),
-                        (0, n),
-                        &Epilogue::NONE,
-                    );
+                let mut oy0 = oy_lo;
+                while oy0 < oy_hi {
+                    let oy1 = (oy0 + rows).min(oy_hi);
                     for co in lo..hi {
                         let c = g * cout_g + co;
-                        let out = &mut yb[c * ohw..(c + 1) * ohw];
-                        self.scatter(&cols[co * khw * n..(co + 1) * khw * n], out, iy0, iy1);
+                        yb[c * ohw + oy0 * s.ow..c * ohw + oy1 * s.ow].fill(0.0);
                     }
-                    iy0 = iy1;
+                    let (iy0, iy1) = self.input_rows(oy0, oy1);
+                    if iy0 < iy1 {
+                        let (j0, n) = (iy0 * s.w, (iy1 - iy0) * s.w);
+                        let fill = |p: usize, j: usize, len: usize, _: &mut [f32]| {
+                            Some(&xg[p * hw + j0 + j..p * hw + j0 + j + len])
+                        };
+                        gemm_packed(
+                            isa,
+                            m,
+                            n,
+                            cin_g,
+                            &self.packed[g],
+                            BSource::Rows(&fill),
+                            bscratch,
+                            cols,
+                            n,
+                            (r_lo, r_hi),
+                            (0, n),
+                            &Epilogue::NONE,
+                        );
+                        for co in lo..hi {
+                            let c = g * cout_g + co;
+                            let out = &mut yb[c * ohw..(c + 1) * ohw];
+                            let src = &cols[co * khw * n..(co + 1) * khw * n];
+                            self.scatter(src, out, (iy0, iy1), (oy0, oy1));
+                        }
+                    }
+                    if !epi_b.is_empty() {
+                        let (j0, nj) = (oy0 * s.ow, (oy1 - oy0) * s.ow);
+                        epilogue(&epi_b, yb, ohw, g * cout_g + lo, hi - lo, j0, nj);
+                    }
+                    oy0 = oy1;
                 }
             }
         }
     }
 
-    /// Adds the `cols` rows of one output channel (`KH*KW` rows of the block's input
-    /// positions, input rows `iy0..iy1`) into its output plane `out`.
-    fn scatter(&self, cols: &[f32], out: &mut [f32], iy0: usize, iy1: usize) {
+    /// Adds the `cols` rows of one output channel (`KH*KW` rows of the positions of
+    /// input rows `iy0..iy1`) into output rows `oy0..oy1` of its plane `out`.
+    fn scatter(
+        &self,
+        cols: &[f32],
+        out: &mut [f32],
+        (iy0, iy1): (usize, usize),
+        (oy0, oy1): (usize, usize),
+    ) {
         let s = &self.s;
         let n = (iy1 - iy0) * s.w;
         for ky in 0..s.kh {
-            // Input rows whose output row `iy*sh + ky*dh - ph` is inside.
+            // Input rows whose output row `iy*sh + ky*dh - ph` is inside the plane, the
+            // block's input rows and output rows `[oy0, oy1)`.
             let (y_lo, y_hi) = valid_range(s.h, s.sh, s.ph, ky * s.dh, s.oh);
-            let (y_lo, y_hi) = (y_lo.max(iy0), y_hi.min(iy1));
+            let off = s.ph as isize - (ky * s.dh) as isize;
+            let r_lo = ceil_div(oy0 as isize + off, s.sh).max(0) as usize;
+            let r_hi = ceil_div(oy1 as isize + off, s.sh).max(0) as usize;
+            let (y_lo, y_hi) = (y_lo.max(iy0).max(r_lo), y_hi.min(iy1).min(r_hi));
             for kx in 0..s.kw {
                 let src = &cols[(ky * s.kw + kx) * n..][..n];
                 let (x_lo, x_hi) = valid_range(s.w, s.sw, s.pw, kx * s.dw, s.ow);
@@ -148,4 +196,10 @@ impl DeconvPlan {
             }
         }
     }
+}
+
+/// `ceil(a / b)` for a signed `a` and a positive `b`.
+fn ceil_div(a: isize, b: usize) -> isize {
+    let b = b as isize;
+    a.div_euclid(b) + isize::from(a.rem_euclid(b) != 0)
 }

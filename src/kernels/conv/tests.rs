@@ -212,26 +212,40 @@ fn deconv_matches_naive() {
         }
         let plan = DeconvPlan::new(s, &wt);
         let mut scratch = vec![0.0; plan.scratch_len()];
-        let mut y = vec![f32::NAN; cout * oh * ow];
-        plan.run(
-            crate::kernels::isa::best_isa(),
-            &x,
-            Some(&bias),
-            &mut y,
-            0,
-            1,
-            &mut scratch,
-        );
-        plan.run(
-            crate::kernels::isa::best_isa(),
-            &x,
-            Some(&bias),
-            &mut y,
-            1,
-            cout,
-            &mut scratch,
-        );
-        assert_close(&y, &want, 1e-4);
+        // Bias and a residual add, then ReLU, fused; cut into (channels, rows) pieces
+        // that must give the whole's result (a channel cut moves the GEMM's row blocks,
+        // so rounding may differ in the last bit).
+        let resid = rand_vec(cout * oh * ow, 4);
+        let post = [
+            crate::kernels::body::unary::PostOpRt::AddInput { slot: 0 },
+            crate::kernels::body::unary::PostOpRt::Unary(crate::ir::UnaryOp::Relu),
+        ];
+        let residuals: [&[f32]; 1] = [&resid];
+        let epi = Epilogue {
+            bias: Some(&bias),
+            channel_is_row: true,
+            channel_offset: 0,
+            addend: None,
+            post: &post,
+            residuals: &residuals,
+        };
+        let want: Vec<f32> = want
+            .iter()
+            .zip(&resid)
+            .map(|(w, r)| (w + r).max(0.0))
+            .collect();
+        for isa in crate::kernels::isa::available_isas() {
+            let mut whole = vec![f32::NAN; cout * oh * ow];
+            plan.run(isa, &x, &mut whole, (0, cout), (0, oh), &epi, &mut scratch);
+            assert_close(&whole, &want, 1e-4);
+            let mut y = vec![f32::NAN; cout * oh * ow];
+            let r = oh / 3 + 1;
+            plan.run(isa, &x, &mut y, (0, 1), (0, r), &epi, &mut scratch);
+            plan.run(isa, &x, &mut y, (0, 1), (r, oh), &epi, &mut scratch);
+            plan.run(isa, &x, &mut y, (1, cout), (oh - r, oh), &epi, &mut scratch);
+            plan.run(isa, &x, &mut y, (1, cout), (0, oh - r), &epi, &mut scratch);
+            assert_close(&y, &whole, 1e-6);
+        }
     }
 }
 

@@ -75,6 +75,7 @@ pub(super) fn conv_transpose(imp: &mut Importer<'_>, cx: NodeCx<'_>) -> Result<(
         group: a.positive("group", a.int_or("group", 1)?)?,
         output_padding,
         output_shape,
+        post: vec![],
     };
     imp.emit(cx, op, 2, 3)
 }
