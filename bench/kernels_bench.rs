@@ -310,6 +310,8 @@ fn bench_conv_classes(reps: usize) {
             4usize,
         ),
         ("deconv k2/2 128->64 @28", 128, 28, 64, 2),
+        ("deconv k2/2 64->64 @160 (DBNet)", 64, 160, 64, 2),
+        ("deconv k2/2 64->1 @320 (DBNet)", 64, 320, 1, 2),
     ] {
         let p = (k - 2) / 2;
         let o = (hw - 1) * 2 + k - 2 * p;
