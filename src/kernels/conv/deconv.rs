@@ -58,6 +58,21 @@ impl DeconvPlan {
         (lo.min(s.h), (hi.max(0) as usize).min(s.h))
     }
 
+    /// True when every output pixel gets exactly one contribution (kernel = stride,
+    /// no dilation, padding or output padding: the upsampling case), so the scatter
+    /// stores instead of adding into a zeroed plane.
+    fn covers_once(&self) -> bool {
+        let s = &self.s;
+        s.kh == s.sh
+            && s.kw == s.sw
+            && s.dh == 1
+            && s.dw == 1
+            && s.ph == 0
+            && s.pw == 0
+            && s.oh == s.h * s.sh
+            && s.ow == s.w * s.sw
+    }
+
     /// Scratch floats a call needs.
     pub fn scratch_len(&self) -> usize {
         let s = &self.s;
@@ -90,6 +105,7 @@ impl DeconvPlan {
         let m = cout_g * khw;
         let rows = self.block_out_rows();
         let epilogue = isa.table().epilogue;
+        let once = self.covers_once();
         let (bscratch, cols) =
             scratch.split_at_mut(gemm::block_scratch_len(cin_g, self.block_in_rows() * s.w));
         for b in 0..s.n {
@@ -111,9 +127,11 @@ impl DeconvPlan {
                 let mut oy0 = oy_lo;
                 while oy0 < oy_hi {
                     let oy1 = (oy0 + rows).min(oy_hi);
-                    for co in lo..hi {
-                        let c = g * cout_g + co;
-                        yb[c * ohw + oy0 * s.ow..c * ohw + oy1 * s.ow].fill(0.0);
+                    if !once {
+                        for co in lo..hi {
+                            let c = g * cout_g + co;
+                            yb[c * ohw + oy0 * s.ow..c * ohw + oy1 * s.ow].fill(0.0);
+                        }
                     }
                     let (iy0, iy1) = self.input_rows(oy0, oy1);
                     if iy0 < iy1 {
@@ -139,7 +157,11 @@ impl DeconvPlan {
                             let c = g * cout_g + co;
                             let out = &mut yb[c * ohw..(c + 1) * ohw];
                             let src = &cols[co * khw * n..(co + 1) * khw * n];
-                            self.scatter(src, out, (iy0, iy1), (oy0, oy1));
+                            if once {
+                                self.interleave(src, out, (iy0, iy1), (oy0, oy1));
+                            } else {
+                                self.scatter(src, out, (iy0, iy1), (oy0, oy1));
+                            }
                         }
                     }
                     if !epi_b.is_empty() {
@@ -147,6 +169,43 @@ impl DeconvPlan {
                         epilogue(&epi_b, yb, ohw, g * cout_g + lo, hi - lo, j0, nj);
                     }
                     oy0 = oy1;
+                }
+            }
+        }
+    }
+
+    /// Stores the `cols` rows of one output channel into output rows `oy0..oy1` when
+    /// [`Self::covers_once`]: output row `iy * KH + ky` is the `KW` rows of tap row `ky`
+    /// interleaved.
+    fn interleave(
+        &self,
+        cols: &[f32],
+        out: &mut [f32],
+        (iy0, iy1): (usize, usize),
+        (oy0, oy1): (usize, usize),
+    ) {
+        let s = &self.s;
+        let (w, n) = (s.w, (iy1 - iy0) * s.w);
+        for iy in iy0..iy1 {
+            for ky in 0..s.kh {
+                let oy = iy * s.kh + ky;
+                if oy < oy0 || oy >= oy1 {
+                    continue;
+                }
+                let orow = &mut out[oy * s.ow..(oy + 1) * s.ow];
+                let tap = |kx: usize| &cols[(ky * s.kw + kx) * n + (iy - iy0) * w..][..w];
+                if s.kw == 2 {
+                    let (a, b) = (tap(0), tap(1));
+                    for (o, (x0, x1)) in orow.chunks_exact_mut(2).zip(a.iter().zip(b)) {
+                        o[0] = *x0;
+                        o[1] = *x1;
+                    }
+                } else {
+                    for kx in 0..s.kw {
+                        for (o, v) in orow[kx..].iter_mut().step_by(s.kw).zip(tap(kx)) {
+                            *o = *v;
+                        }
+                    }
                 }
             }
         }

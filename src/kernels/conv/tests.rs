@@ -156,6 +156,8 @@ fn deconv_matches_naive() {
             3usize, 4usize, 1usize, 3usize, 2usize, 1usize, 5usize, 4usize,
         ),
         (4, 6, 2, 2, 2, 0, 5, 4),
+        // Kernel = stride 3: every output pixel stored once (no zero fill, no add).
+        (2, 3, 1, 3, 3, 0, 4, 3),
         (2, 2, 1, 3, 1, 1, 5, 4),
         // Many input-row blocks (the cols block is bounded), a ragged last one.
         (3, 32, 1, 4, 2, 1, 31, 40),
