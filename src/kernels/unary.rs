@@ -42,11 +42,14 @@ mod tests {
         assert_eq!(sigmoid(f32::INFINITY), 1.0);
         assert_eq!(sigmoid(f32::NEG_INFINITY), 0.0);
         assert!(sigmoid(f32::NAN).is_nan());
-        // The vectorised sweep agrees with the scalar function.
+        // The table's vectorised sweep agrees with the scalar function (to the last
+        // bits: a table may take the reciprocal by estimate and Newton step).
         let mut v: Vec<f32> = (0..1000).map(|i| i as f32 * 0.05 - 25.0).collect();
         let want: Vec<f32> = v.iter().map(|&x| sigmoid(x)).collect();
         apply_unary(UnaryOp::Sigmoid, &mut v);
-        assert_eq!(v, want);
+        for (g, w) in v.iter().zip(&want) {
+            assert!((g - w).abs() <= 2e-7 * w, "sigmoid sweep {g} vs {w}");
+        }
     }
 
     #[test]

@@ -78,6 +78,11 @@ fn pool_taps<const IDEMPOTENT: bool>(
     for (kx, r) in ranges.iter_mut().enumerate().take(s.kw) {
         *r = valid_range(s.ow, s.sw, s.pads[1], kx * s.dw, s.w);
     }
+    // Separable max: the window's rows are reduced first (one pass over `kh` input
+    // rows per output row), then the `kw` taps run over that one reduced row, instead
+    // of `kh * kw` taps. Max is exact in any order, so the result is the same.
+    let sep = IDEMPOTENT && s.kh > 1 && s.kh <= SEP_MAX_KH && s.w <= SEP_ROW;
+    let mut vrow = [0.0f32; SEP_ROW];
     for oy in 0..s.oh {
         let row = &mut yp[oy * s.ow..(oy + 1) * s.ow];
         row.fill(init);
@@ -85,12 +90,28 @@ fn pool_taps<const IDEMPOTENT: bool>(
         if ping {
             bufs[0][..s.ow].fill(init);
         }
-        for ky in 0..s.kh {
-            let iy = (oy * s.sh + ky * s.dh) as isize - s.pads[0] as isize;
-            if iy < 0 || iy >= s.h as isize {
-                continue;
+        if sep {
+            let mut srcs: [&[f32]; SEP_MAX_KH] = [&[]; SEP_MAX_KH];
+            let mut n = 0;
+            for ky in 0..s.kh {
+                let iy = (oy * s.sh + ky * s.dh) as isize - s.pads[0] as isize;
+                if iy >= 0 && iy < s.h as isize {
+                    srcs[n] = &xp[iy as usize * s.w..(iy as usize + 1) * s.w];
+                    n += 1;
+                }
             }
-            let src = &xp[iy as usize * s.w..(iy as usize + 1) * s.w];
+            reduce_rows(&mut vrow[..s.w], &srcs[..n], init, &op);
+        }
+        for ky in 0..if sep { 1 } else { s.kh } {
+            let src = if sep {
+                &vrow[..s.w]
+            } else {
+                let iy = (oy * s.sh + ky * s.dh) as isize - s.pads[0] as isize;
+                if iy < 0 || iy >= s.h as isize {
+                    continue;
+                }
+                &xp[iy as usize * s.w..(iy as usize + 1) * s.w]
+            };
             if split {
                 let half = s.w / 2;
                 let (e8, o8) = (
@@ -148,6 +169,37 @@ fn pool_taps<const IDEMPOTENT: bool>(
         if ping {
             row.copy_from_slice(&bufs[cur][..s.ow]);
         }
+    }
+}
+
+/// Input columns up to which a max pool reduces its window rows first (the reduced row
+/// lives on the stack).
+const SEP_ROW: usize = 1024;
+/// Kernel heights up to which a max pool reduces its window rows first.
+const SEP_MAX_KH: usize = 32;
+
+/// `dst[i] = op(...op(op(init, rows[0][i]), rows[1][i])..., rows[n-1][i])`, 16 columns
+/// at a time kept in registers across the rows (one store per column).
+#[inline(always)]
+fn reduce_rows(dst: &mut [f32], rows: &[&[f32]], init: f32, op: &impl Fn(f32, f32) -> f32) {
+    let w = dst.len();
+    let full = w / 16 * 16;
+    for (j, d) in dst[..full].chunks_exact_mut(16).enumerate() {
+        let mut acc = [init; 16];
+        for r in rows {
+            let v = &r[j * 16..j * 16 + 16];
+            for i in 0..16 {
+                acc[i] = op(acc[i], v[i]);
+            }
+        }
+        d.copy_from_slice(&acc);
+    }
+    for (i, d) in dst.iter_mut().enumerate().skip(full) {
+        let mut a = init;
+        for r in rows {
+            a = op(a, r[i]);
+        }
+        *d = a;
     }
 }
 

@@ -382,6 +382,10 @@ impl PaddedRows {
                 Some(&xpad[at..at + len])
             };
             let m_from = m_lo / MR * MR;
+            // Without residuals or an addend (laid out like y, not like the padded
+            // block) the epilogue runs inside the GEMM on the hot block, thrown-away
+            // columns included, instead of in a pass over y afterwards.
+            let early = epi.residuals.is_empty() && epi.addend.is_none();
             gemm_packed(
                 isa,
                 mg,
@@ -394,7 +398,7 @@ impl PaddedRows {
                 n,
                 (m_from, m_hi),
                 (0, n),
-                &Epilogue::NONE,
+                if early { epi } else { &Epilogue::NONE },
             );
             // Keep the first `ow` columns of each padded row, within `cols`.
             let lo = cols.0.max(oy0 * s.ow);
@@ -411,7 +415,7 @@ impl PaddedRows {
                     }
                 }
             }
-            if !epi.is_empty() {
+            if !early && !epi.is_empty() {
                 epi.apply(isa, yg, ohw, m_lo, m_hi - m_lo, lo, hi - lo);
             }
             oy0 = oy1;

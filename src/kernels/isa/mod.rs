@@ -23,6 +23,8 @@ pub(crate) mod portable;
 #[cfg(target_arch = "x86_64")]
 mod x86_64_avx512;
 #[cfg(target_arch = "x86_64")]
+mod x86_64_avx512_math;
+#[cfg(target_arch = "x86_64")]
 mod x86_64_dw;
 #[cfg(target_arch = "x86_64")]
 mod x86_64_fma;

@@ -7,6 +7,7 @@
 //! function; [`table`] hands the table out only after detecting every feature named in
 //! [`FEATURES`] plus AVX2 and FMA, so each wrapper runs only on a CPU that has them.
 
+use super::x86_64_avx512_math as math;
 use super::{portable, KernelTable, RowBlock, MR, NR};
 use crate::ir::{BinaryOp, UnaryOp};
 use crate::kernels::body::pool::PoolShape;
@@ -37,16 +38,16 @@ static TABLE: KernelTable = KernelTable {
     mm_tile_rows,
     mm_row,
     mm_half,
-    epilogue,
-    unary,
+    epilogue: math::epilogue,
+    unary: math::unary,
     binary_f32,
     depthwise_plane,
     max_pool_plane,
     gemv_acc,
-    sigmoid,
+    sigmoid: math::sigmoid,
     tanh,
     quant: &crate::kernels::quant::x86_64_avx2::TABLE,
-    softmax_row,
+    softmax_row: math::softmax_row,
     layer_norm_row,
     depthwise_fused: super::x86_64_dw::depthwise_direct,
     mm_tile_strided,
@@ -59,9 +60,9 @@ static TABLE: KernelTable = KernelTable {
 /// Builds a safe table entry `$name` that runs the generic body `$body` compiled with
 /// AVX-512 (and AVX2, FMA) enabled.
 macro_rules! avx512_build {
-    ($name:ident, $body:path, ($($arg:ident: $ty:ty),*)) => {
+    ($vis:vis $name:ident, $body:path, ($($arg:ident: $ty:ty),*)) => {
         #[allow(clippy::too_many_arguments)]
-        fn $name($($arg: $ty),*) {
+        $vis fn $name($($arg: $ty),*) {
             #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
             #[allow(clippy::too_many_arguments)]
             unsafe fn build($($arg: $ty),*) {
@@ -86,17 +87,15 @@ fn epilogue_body(
     e.apply_body(c, ldc, i0, mr, j0, nr)
 }
 
-avx512_build!(epilogue, epilogue_body, (e: &Epilogue<'_>, c: &mut [f32], ldc: usize, i0: usize, mr: usize, j0: usize, nr: usize));
-avx512_build!(unary, body::unary::apply_unary, (op: UnaryOp, x: &mut [f32]));
+avx512_build!(pub(super) epilogue_body512, epilogue_body, (e: &Epilogue<'_>, c: &mut [f32], ldc: usize, i0: usize, mr: usize, j0: usize, nr: usize));
+avx512_build!(pub(super) unary_body, body::unary::apply_unary, (op: UnaryOp, x: &mut [f32]));
 avx512_build!(binary_f32, body::eltwise::binary_f32, (op: BinaryOp, bc: &Bcast, a: &[f32], b: &[f32], out: &mut [f32], lo: usize, hi: usize));
 avx512_build!(depthwise_plane, body::depthwise::depthwise_plane, (s: &ConvShape, w: &[f32], plane: &[f32], out: &mut [f32], scratch: &mut [f32]));
 avx512_build!(max_pool_plane, body::pool::max_pool_plane, (s: &PoolShape, x: &[f32], y: &mut [f32]));
 avx512_build!(avg_pool_plane, body::pool::avg_pool_plane, (s: &PoolShape, count_include_pad: bool, x: &[f32], y: &mut [f32]));
 avx512_build!(mm_half, portable::mm_half, (kc: usize, a: &[f32], b: &[f32], c: &mut [f32]));
 avx512_build!(mm_row, portable::mm_row, (kc: usize, a: &[f32], b: &[f32], c: &mut [f32]));
-avx512_build!(sigmoid, body::rnn::sigmoid, (x: &mut [f32]));
 avx512_build!(tanh, body::rnn::tanh, (x: &mut [f32]));
-avx512_build!(softmax_row, body::norm::softmax_row, (x: &[f32], y: &mut [f32], log: bool));
 avx512_build!(layer_norm_row, body::norm::layer_norm_row, (x: &[f32], y: &mut [f32], scale: &[f32], bias: &[f32], eps: f32));
 avx512_build!(wino_input, winograd_body::input_block, (g: &WinoGeom, x: &[f32], tb: usize, nb: usize, v: &mut [f32]));
 avx512_build!(wino_output, winograd_body::output_block, (g: &WinoGeom, m: &PointRows<'_>, tb: usize, nb: usize, keep: (usize, usize), chans: (usize, usize), y: &mut [f32], y_c0: usize));

@@ -1,0 +1,468 @@
+//! Element-wise math of the AVX-512 table on 16 lanes: `e^x`, sigmoid and SiLU (the
+//! range reduction and polynomial of `body::unary::exp`, the power of two applied by
+//! `vscalefps`, the reciprocal by `vrcp14ps` plus one Newton step), and the entries
+//! built on them: the fused GEMM epilogue (bias, activations, affine, PReLU and residual
+//! adds applied in registers, one load and one store per element), the in-place unary
+//! functions, the sigmoid slice and the softmax row. Row tails run under a lane mask.
+//!
+//! Every function here requires AVX-512F and DQ; the public entries are safe wrappers
+//! reachable only through the AVX-512 table, which `x86_64_avx512::table` hands out
+//! after detecting those features.
+
+use crate::ir::UnaryOp;
+use crate::kernels::body::{epilogue::Epilogue, unary::PostOpRt};
+use std::arch::x86_64::*;
+
+const LOG2E: f32 = std::f32::consts::LOG2_E;
+const LN2_HI: f32 = 0.693_145_75;
+const LN2_LO: f32 = 1.428_606_8e-6;
+/// Inputs above overflow `e^x` to +inf, below flush it to 0 (as `body::unary::exp`).
+const EXP_HI: f32 = 88.72;
+const EXP_LO: f32 = -87.33;
+
+/// `e^x` for `x` already inside `[EXP_LO, EXP_HI]`: `x = n·ln2 + r`, `e^r` by the
+/// degree-7 Taylor polynomial of `body::unary::exp`, times `2^n` by `vscalefps`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512dq")]
+fn exp_core(x: __m512) -> __m512 {
+    let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+        _mm512_mul_ps(x, _mm512_set1_ps(LOG2E)),
+    );
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_HI), x);
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_LO), r);
+    let mut p = _mm512_set1_ps(1.0 / 5040.0);
+    for c in [
+        1.0 / 720.0,
+        1.0 / 120.0,
+        1.0 / 24.0,
+        1.0 / 6.0,
+        0.5,
+        1.0,
+        1.0,
+    ] {
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+    }
+    _mm512_scalef_ps(p, n)
+}
+
+/// `e^x` with the edge cases of `body::unary::exp`: +inf above 88.72, 0 below -87.33,
+/// NaN kept.
+#[inline]
+#[target_feature(enable = "avx512f,avx512dq")]
+fn exp16(x: __m512) -> __m512 {
+    let (lo, hi) = (_mm512_set1_ps(EXP_LO), _mm512_set1_ps(EXP_HI));
+    let y = exp_core(_mm512_min_ps(_mm512_max_ps(x, lo), hi));
+    let y = _mm512_mask_blend_ps(
+        _mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, hi),
+        y,
+        _mm512_set1_ps(f32::INFINITY),
+    );
+    let y = _mm512_mask_blend_ps(
+        _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, lo),
+        y,
+        _mm512_setzero_ps(),
+    );
+    _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x), y, x)
+}
+
+/// The logistic function without NaN propagation (a NaN lane gives a finite value):
+/// with `e = e^-|x|`, `1 / (1 + e)` for `x >= 0` and `e / (1 + e)` below.
+#[inline]
+#[target_feature(enable = "avx512f,avx512dq")]
+fn sigmoid_core(x: __m512) -> __m512 {
+    // -|x| (the sign bit set), clamped where e^-|x| is below the normal range.
+    let a = _mm512_or_ps(x, _mm512_set1_ps(-0.0));
+    let e = exp_core(_mm512_max_ps(a, _mm512_set1_ps(EXP_LO)));
+    let one = _mm512_set1_ps(1.0);
+    let d = _mm512_add_ps(one, e);
+    // 1/d for d in [1, 2]: 14-bit estimate, one Newton step (about 2^-28 relative).
+    let r0 = _mm512_rcp14_ps(d);
+    let s = _mm512_fmadd_ps(r0, _mm512_fnmadd_ps(d, r0, one), r0);
+    let neg = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, _mm512_setzero_ps());
+    _mm512_mask_mul_ps(s, neg, e, s)
+}
+
+/// Sigmoid with NaN kept.
+#[inline]
+#[target_feature(enable = "avx512f,avx512dq")]
+fn sigmoid16(x: __m512) -> __m512 {
+    let s = sigmoid_core(x);
+    _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x), s, x)
+}
+
+/// True when [`unary16`] computes `op`.
+fn unary16_has(op: UnaryOp) -> bool {
+    matches!(
+        op,
+        UnaryOp::Relu
+            | UnaryOp::Clip { .. }
+            | UnaryOp::Identity
+            | UnaryOp::Sigmoid
+            | UnaryOp::Silu
+            | UnaryOp::HardSwish
+            | UnaryOp::HardSigmoid { .. }
+            | UnaryOp::LeakyRelu { .. }
+            | UnaryOp::Exp
+    )
+}
+
+/// `op` on 16 lanes, for the ops [`unary16_has`] names (others pass through; callers
+/// check first). Same NaN handling as the scalar bodies.
+#[inline]
+#[target_feature(enable = "avx512f,avx512dq")]
+fn unary16(op: UnaryOp, v: __m512) -> __m512 {
+    let zero = _mm512_setzero_ps();
+    match op {
+        // `v > 0 ? v : 0`: vmaxps returns its second operand for a NaN.
+        UnaryOp::Relu => _mm512_max_ps(v, zero),
+        UnaryOp::Clip { min, max } => {
+            _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(min)), _mm512_set1_ps(max))
+        }
+        UnaryOp::Sigmoid => sigmoid16(v),
+        // A NaN lane: v * (finite) stays NaN.
+        UnaryOp::Silu => _mm512_mul_ps(v, sigmoid_core(v)),
+        UnaryOp::HardSwish => {
+            let t = _mm512_fmadd_ps(v, _mm512_set1_ps(1.0 / 6.0), _mm512_set1_ps(0.5));
+            let t = _mm512_min_ps(_mm512_max_ps(t, zero), _mm512_set1_ps(1.0));
+            _mm512_mul_ps(v, t)
+        }
+        UnaryOp::HardSigmoid { alpha, beta } => {
+            let t = _mm512_fmadd_ps(v, _mm512_set1_ps(alpha), _mm512_set1_ps(beta));
+            let t = _mm512_min_ps(_mm512_max_ps(t, zero), _mm512_set1_ps(1.0));
+            // clamp(NaN) is NaN in the scalar body.
+            _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v), t, v)
+        }
+        UnaryOp::LeakyRelu { alpha } => {
+            let neg = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(v, zero);
+            _mm512_mask_mul_ps(v, neg, v, _mm512_set1_ps(alpha))
+        }
+        UnaryOp::Exp => exp16(v),
+        _ => v,
+    }
+}
+
+/// Mask of the first `n` (< 16) lanes.
+#[inline]
+fn tail_mask(n: usize) -> __mmask16 {
+    ((1u32 << n) - 1) as __mmask16
+}
+
+/// `x[i] = op(x[i])` for an op [`unary16`] computes.
+///
+/// # Safety
+/// AVX-512F/DQ must be available.
+#[target_feature(enable = "avx512f,avx512dq")]
+unsafe fn unary_slice(op: UnaryOp, x: &mut [f32]) {
+    let n = x.len();
+    let p = x.as_mut_ptr();
+    let mut i = 0;
+    while i + 16 <= n {
+        // SAFETY: i + 16 <= n floats of x.
+        unsafe { _mm512_storeu_ps(p.add(i), unary16(op, _mm512_loadu_ps(p.add(i)))) };
+        i += 16;
+    }
+    if i < n {
+        let m = tail_mask(n - i);
+        // SAFETY: the masked lanes lie inside x.
+        unsafe {
+            let v = _mm512_maskz_loadu_ps(m, p.add(i));
+            _mm512_mask_storeu_ps(p.add(i), m, unary16(op, v));
+        }
+    }
+}
+
+/// The table's `unary` entry: the ops [`unary16`] computes on 16 lanes, the rest
+/// through the generic body compiled for AVX-512.
+pub(super) fn unary(op: UnaryOp, x: &mut [f32]) {
+    if unary16_has(op) {
+        // SAFETY: reachable only through the AVX-512 table (features detected).
+        unsafe { unary_slice(op, x) }
+    } else {
+        super::x86_64_avx512::unary_body(op, x)
+    }
+}
+
+/// The table's `sigmoid` entry.
+pub(super) fn sigmoid(x: &mut [f32]) {
+    // SAFETY: reachable only through the AVX-512 table (features detected).
+    unsafe { unary_slice(UnaryOp::Sigmoid, x) }
+}
+
+/// True when [`epilogue_rows`] handles `e`: channels along rows, no addend, post-ops
+/// that run on 16 lanes.
+fn epilogue_fits(e: &Epilogue<'_>) -> bool {
+    e.channel_is_row
+        && e.addend.is_none()
+        && e.post.iter().all(|p| match p {
+            PostOpRt::Unary(u) => unary16_has(*u),
+            PostOpRt::Affine { .. } | PostOpRt::PRelu { .. } | PostOpRt::AddInput { .. } => true,
+        })
+}
+
+/// The table's `epilogue` entry: [`epilogue_rows`] when it handles `e`, else the
+/// generic body compiled for AVX-512.
+pub(super) fn epilogue(
+    e: &Epilogue<'_>,
+    c: &mut [f32],
+    ldc: usize,
+    i0: usize,
+    mr: usize,
+    j0: usize,
+    nr: usize,
+) {
+    if !epilogue_fits(e) {
+        return super::x86_64_avx512::epilogue_body512(e, c, ldc, i0, mr, j0, nr);
+    }
+    for i in i0..i0 + mr {
+        let off = i * ldc + j0;
+        let ch = e.channel_offset + i;
+        let row = &mut c[off..off + nr];
+        let bias = e.bias.map_or(0.0, |b| b[ch]);
+        // Bounds of every per-channel parameter and residual row, checked here once.
+        for p in e.post {
+            match p {
+                PostOpRt::Affine { scale, shift } => assert!(ch < scale.len() && ch < shift.len()),
+                PostOpRt::PRelu { slope } => assert!(ch < slope.len()),
+                PostOpRt::AddInput { slot } => assert!(e.residuals[*slot].len() >= off + nr),
+                PostOpRt::Unary(_) => {}
+            }
+        }
+        // SAFETY: reachable only through the AVX-512 table (features detected); `row`
+        // holds nr floats, every residual off + nr and every parameter index ch (checked).
+        unsafe { epilogue_row(e, row, bias, ch, off) }
+    }
+}
+
+/// Bias then the post-ops on one row of C, 16 lanes at a time in registers.
+///
+/// # Safety
+/// AVX-512F/DQ must be available; every residual of `e` holds `off + row.len()` floats
+/// and every per-channel parameter index `ch`.
+#[target_feature(enable = "avx512f,avx512dq")]
+unsafe fn epilogue_row(e: &Epilogue<'_>, row: &mut [f32], bias: f32, ch: usize, off: usize) {
+    let n = row.len();
+    let p = row.as_mut_ptr();
+    let b = _mm512_set1_ps(bias);
+    let mut j = 0;
+    while j < n {
+        let m = if n - j >= 16 {
+            0xffff
+        } else {
+            tail_mask(n - j)
+        };
+        // SAFETY: the masked lanes lie inside the row and (at off + j..) inside every
+        // residual; parameter indices are in bounds (caller).
+        unsafe {
+            let mut v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, p.add(j)), b);
+            for po in e.post {
+                v = match po {
+                    PostOpRt::Unary(u) => unary16(*u, v),
+                    PostOpRt::Affine { scale, shift } => _mm512_fmadd_ps(
+                        v,
+                        _mm512_set1_ps(*scale.get_unchecked(ch)),
+                        _mm512_set1_ps(*shift.get_unchecked(ch)),
+                    ),
+                    PostOpRt::PRelu { slope } => {
+                        let neg = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(v, _mm512_setzero_ps());
+                        _mm512_mask_mul_ps(v, neg, v, _mm512_set1_ps(*slope.get_unchecked(ch)))
+                    }
+                    PostOpRt::AddInput { slot } => {
+                        let r = e.residuals.get_unchecked(*slot).as_ptr().add(off + j);
+                        _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, r))
+                    }
+                };
+            }
+            _mm512_mask_storeu_ps(p.add(j), m, v);
+        }
+        j += 16;
+    }
+}
+
+/// The table's `softmax_row` entry: max, `e^(x - max)` with the sum in registers, then
+/// the scaling (or the log shift), each pass 16 lanes at a time.
+pub(super) fn softmax_row(x: &[f32], y: &mut [f32], log: bool) {
+    let y = &mut y[..x.len()];
+    // SAFETY: reachable only through the AVX-512 table (features detected); y is as
+    // long as x.
+    unsafe { softmax_row512(x, y, log) }
+}
+
+/// # Safety
+/// AVX-512F/DQ must be available; `y.len() == x.len()`.
+#[target_feature(enable = "avx512f,avx512dq")]
+unsafe fn softmax_row512(x: &[f32], y: &mut [f32], log: bool) {
+    let n = x.len();
+    let (xp, yp) = (x.as_ptr(), y.as_mut_ptr());
+    let mask_at = |j: usize| {
+        if n - j >= 16 {
+            0xffff
+        } else {
+            tail_mask(n - j)
+        }
+    };
+    // Max, NaN ignored (vmaxps keeps its second operand, the running max, for a NaN).
+    let mut mv = _mm512_set1_ps(f32::NEG_INFINITY);
+    let mut j = 0;
+    while j < n {
+        let m = mask_at(j);
+        // SAFETY: masked lanes inside x.
+        let v = unsafe { _mm512_mask_loadu_ps(mv, m, xp.add(j)) };
+        mv = _mm512_max_ps(v, mv);
+        j += 16;
+    }
+    let mx = _mm512_reduce_max_ps(mv);
+    let mb = _mm512_set1_ps(mx);
+    let (mut s0, mut s1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+    let mut j = 0;
+    while j < n {
+        let m = mask_at(j);
+        // SAFETY: masked lanes inside x and y.
+        unsafe {
+            let v = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, xp.add(j)), mb));
+            let v = _mm512_maskz_mov_ps(m, v);
+            _mm512_mask_storeu_ps(yp.add(j), m, v);
+            if (j / 16) % 2 == 0 {
+                s0 = _mm512_add_ps(s0, v);
+            } else {
+                s1 = _mm512_add_ps(s1, v);
+            }
+        }
+        j += 16;
+    }
+    let sum = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+    if log {
+        let sh = _mm512_set1_ps(mx + sum.ln());
+        let mut j = 0;
+        while j < n {
+            let m = mask_at(j);
+            // SAFETY: masked lanes inside x and y.
+            unsafe {
+                let v = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, xp.add(j)), sh);
+                _mm512_mask_storeu_ps(yp.add(j), m, v);
+            }
+            j += 16;
+        }
+    } else {
+        let inv = _mm512_set1_ps(1.0 / sum);
+        let mut j = 0;
+        while j < n {
+            let m = mask_at(j);
+            // SAFETY: masked lanes inside y.
+            unsafe {
+                let v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, yp.add(j)), inv);
+                _mm512_mask_storeu_ps(yp.add(j), m, v);
+            }
+            j += 16;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ir::UnaryOp;
+    use crate::kernels::body::{epilogue::Epilogue, unary::PostOpRt};
+    use crate::kernels::isa::twin_test;
+    use crate::kernels::testutil::rand_vec;
+
+    /// The ops with a 16-lane form, over values spanning the exp range, infinities and
+    /// NaN (only for ops with finite results on them), at lengths around the lane count.
+    fn lane_ops() -> Vec<UnaryOp> {
+        vec![
+            UnaryOp::Relu,
+            UnaryOp::Clip {
+                min: -0.5,
+                max: 6.0,
+            },
+            UnaryOp::Identity,
+            UnaryOp::Sigmoid,
+            UnaryOp::Silu,
+            UnaryOp::HardSwish,
+            UnaryOp::HardSigmoid {
+                alpha: 0.2,
+                beta: 0.5,
+            },
+            UnaryOp::LeakyRelu { alpha: 0.1 },
+            UnaryOp::Exp,
+        ]
+    }
+
+    fn values(n: usize, op: UnaryOp) -> Vec<f32> {
+        let mut x: Vec<f32> = (0..n).map(|i| (i as f32 - 50.0) * 1.7).collect();
+        if n > 5 {
+            x[3] = f32::NAN;
+            // Infinite outputs cannot be compared within a tolerance: only the bounded
+            // functions see infinite inputs.
+            let bounded = matches!(
+                op,
+                UnaryOp::Sigmoid | UnaryOp::Clip { .. } | UnaryOp::HardSigmoid { .. }
+            );
+            if bounded {
+                x[1] = f32::INFINITY;
+                x[2] = f32::NEG_INFINITY;
+            }
+            x[4] = -0.0;
+            x[5] = 1e-30;
+        }
+        x
+    }
+
+    twin_test!(unary_lane_ops_match_portable, 1e-6, |t| {
+        let mut out = Vec::new();
+        for op in lane_ops() {
+            for n in [0, 1, 7, 15, 16, 17, 31, 32, 33, 100] {
+                let mut x = values(n, op);
+                (t.unary)(op, &mut x);
+                out.extend(x);
+            }
+        }
+        for n in [1, 16, 19, 40] {
+            let mut x = values(n, UnaryOp::Sigmoid);
+            (t.sigmoid)(&mut x);
+            out.extend(x);
+        }
+        out
+    });
+
+    twin_test!(epilogue_rows_match_portable, 1e-6, |t| {
+        let mut out = Vec::new();
+        let (bias, scale, shift, slope) = (
+            rand_vec(12, 1),
+            rand_vec(12, 2),
+            rand_vec(12, 3),
+            rand_vec(12, 4),
+        );
+        let res = rand_vec(12 * 40, 5);
+        let residuals: [&[f32]; 2] = [&res, &res[7..]];
+        let mut chains: Vec<Vec<PostOpRt>> = lane_ops()
+            .into_iter()
+            .filter(|&u| u != UnaryOp::Exp)
+            .map(|u| vec![PostOpRt::Unary(u)])
+            .collect();
+        chains.push(vec![]);
+        chains.push(vec![
+            PostOpRt::Affine { scale, shift },
+            PostOpRt::Unary(UnaryOp::Silu),
+            PostOpRt::AddInput { slot: 1 },
+            PostOpRt::PRelu { slope },
+            PostOpRt::AddInput { slot: 0 },
+        ]);
+        for post in &chains {
+            for with_bias in [true, false] {
+                for (j0, nr) in [(0, 1), (1, 15), (0, 16), (3, 17), (2, 33)] {
+                    let e = Epilogue {
+                        bias: with_bias.then_some(&bias[..]),
+                        channel_is_row: true,
+                        channel_offset: 1,
+                        addend: None,
+                        post,
+                        residuals: &residuals,
+                    };
+                    let mut c: Vec<f32> = rand_vec(11 * 40, 6).iter().map(|v| v * 200.0).collect();
+                    (t.epilogue)(&e, &mut c, 40, 2, 5, j0, nr);
+                    out.extend_from_slice(&c);
+                }
+            }
+        }
+        out
+    });
+}
