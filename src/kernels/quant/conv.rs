@@ -3,9 +3,9 @@
 //!
 //! * Dense / grouped conv: per group, `Y_g[Cout_g, OH*OW] = W_g · im2col(X_g)` by the int8
 //!   GEMM (`super::gemm`): the weights are the A side (packed once by
-//!   [`QConvWeights::pack`]), the im2col matrix is generated [`QNC`] columns at a time
-//!   straight into B panels in scratch (a 1x1, stride-1, unpadded conv reads the input
-//!   planes directly). Padding reads the input zero point, so that the zero point
+//!   [`QConvWeights::pack`], in K pairs or K quads, [`QLayout`]), the im2col matrix is
+//!   generated [`QNC`] columns at a time straight into B panels of the same layout in
+//!   scratch (a 1x1, stride-1, unpadded conv reads the input planes directly). Padding reads the input zero point, so that the zero point
 //!   correction `- x_zp * sum_k w` (folded into the bias, [`QConvWeights::fold_bias`]) is
 //!   exact at the borders too.
 //! * Depthwise conv (one input and one output channel per group): direct, each channel
@@ -23,9 +23,9 @@
 //! SGEMM's K stride) with the block sums added in order, then the bias, then `v /
 //! y_scale` rounded half to even.
 
-use super::gemm::{fold, gemm_block, pack_a, packed_a_len, pairs, scatter_b_pair, scatter_b_row};
-use super::gemm::{QMC, QNC};
-use super::table::{QMR, QNR};
+use super::gemm::{fold, gemm_block, gemm_block4, pack_a, pack_a4, packed_a_len};
+use super::gemm::{scatter_b_pair, scatter_b_row, QMC, QNC};
+use super::table::{QLayout, Q4NR, QNR};
 use super::{QScratch, Requant};
 use crate::kernels::body::conv::ConvShape;
 use crate::kernels::body::pool::valid_range;
@@ -40,14 +40,27 @@ pub struct QConvWeights {
     kh: usize,
     kw: usize,
     group: usize,
-    /// Packed A panels per group (dense), or `[Cout, KH*KW]` i16 (depthwise).
-    groups: Vec<Vec<i16>>,
+    panels: ConvPanels,
     col_sums: Vec<i32>,
 }
 
+/// Packed conv weights.
+#[derive(Debug, Clone)]
+enum ConvPanels {
+    /// K-pair A panels per group (dense).
+    Pairs(Vec<Vec<i16>>),
+    /// K-quad A panels per group (dense).
+    Quads(Vec<Vec<i8>>),
+    /// `[Cout, KH*KW]` i16.
+    Depthwise(Vec<i16>),
+}
+
 impl QConvWeights {
-    /// Packs s8 weights `w` (`[cout, cin_per_group, kh, kw]`).
+    /// Packs s8 weights `w` (`[cout, cin_per_group, kh, kw]`) for a dense conv in
+    /// `layout` (the kernel table's, `QuantTable::layout`; any layout runs with any
+    /// table). A depthwise conv ignores `layout`.
     pub fn pack(
+        layout: QLayout,
         w: &[i8],
         cout: usize,
         cin_per_group: usize,
@@ -56,10 +69,25 @@ impl QConvWeights {
         group: usize,
     ) -> QConvWeights {
         let wide: Vec<i16> = w.iter().map(|&v| v as i16).collect();
-        Self::pack_wide(&wide, cout, cin_per_group, kh, kw, group)
+        let mut q = Self::pack_wide(&wide, cout, cin_per_group, kh, kw, group);
+        if layout == QLayout::Quads && matches!(q.panels, ConvPanels::Pairs(_)) {
+            let k = cin_per_group * kh * kw;
+            let mg = cout / group;
+            let groups = (0..group)
+                .map(|g| {
+                    let wg = &w[g * mg * k..(g + 1) * mg * k];
+                    let mut pa = vec![0i8; QLayout::Quads.a_len(mg, k)];
+                    pack_a4(mg, k, &mut pa, |i, p| wg[i * k + p]);
+                    pa
+                })
+                .collect();
+            q.panels = ConvPanels::Quads(groups);
+        }
+        q
     }
 
-    /// Packs weights of values in `[-255, 255]` (`w - w_zp` of weights with a zero point).
+    /// Packs weights of values in `[-255, 255]` (`w - w_zp` of weights with a zero
+    /// point): always K pairs for a dense conv (quads hold s8 only).
     pub fn pack_wide(
         w: &[i16],
         cout: usize,
@@ -89,17 +117,19 @@ impl QConvWeights {
             .collect();
         let mg = cout / group;
         let depthwise = group > 1 && cin_per_group == 1 && mg == 1;
-        let groups = if depthwise {
-            vec![w.to_vec()]
+        let panels = if depthwise {
+            ConvPanels::Depthwise(w.to_vec())
         } else {
-            (0..group)
-                .map(|g| {
-                    let wg = &w[g * mg * k..(g + 1) * mg * k];
-                    let mut pa = vec![0i16; packed_a_len(mg, k)];
-                    pack_a(mg, k, &mut pa, |i, p| wg[i * k + p]);
-                    pa
-                })
-                .collect()
+            ConvPanels::Pairs(
+                (0..group)
+                    .map(|g| {
+                        let wg = &w[g * mg * k..(g + 1) * mg * k];
+                        let mut pa = vec![0i16; packed_a_len(mg, k)];
+                        pack_a(mg, k, &mut pa, |i, p| wg[i * k + p]);
+                        pa
+                    })
+                    .collect(),
+            )
         };
         let col_sums = if k == 0 { vec![0; cout] } else { col_sums };
         QConvWeights {
@@ -108,8 +138,16 @@ impl QConvWeights {
             kh,
             kw,
             group,
-            groups,
+            panels,
             col_sums,
+        }
+    }
+
+    /// The layout of the dense panels (pairs for a depthwise conv's plain weights).
+    pub fn layout(&self) -> QLayout {
+        match self.panels {
+            ConvPanels::Quads(_) => QLayout::Quads,
+            ConvPanels::Pairs(_) | ConvPanels::Depthwise(_) => QLayout::Pairs,
         }
     }
 
@@ -410,53 +448,134 @@ fn qconv(
     for b in 0..s.n {
         let xb = &x[b * s.c_in * hw..(b + 1) * s.c_in * hw];
         let ob = b * s.c_out * ohw;
-        if s.is_depthwise() {
-            depthwise(
-                t,
-                s,
-                xb,
-                x_zp,
-                &w.groups[0],
-                &mut dst,
-                ob,
-                (c_lo, c_hi),
-                scratch,
-            );
-            continue;
-        }
-        let (mg, k, cig) = (s.cout_g(), s.k(), s.cin_g());
-        let kp = pairs(k);
-        for g in c_lo / mg..c_hi.div_ceil(mg) {
-            let m_lo = c_lo.max(g * mg) - g * mg;
-            let m_hi = c_hi.min((g + 1) * mg) - g * mg;
-            let xg = &xb[g * cig * hw..(g + 1) * cig * hw];
-            let (ip_lo, ip_hi) = (m_lo / QMR, m_hi.div_ceil(QMR));
-            let nc_max = QNC.min(ohw.div_ceil(QNR) * QNR);
-            let mc_max = QMC.min((ip_hi - ip_lo) * QMR);
-            let (pb, cblk, rows) = scratch.conv_bufs(nc_max * kp * 2, mc_max * nc_max, 2 * nc_max);
-            let mut jc = 0;
-            while jc < ohw {
-                let nc = QNC.min(ohw - jc);
-                let b_panels = nc.div_ceil(QNR);
-                let ldb = b_panels * QNR;
-                pack_im2col(s, xg, x_zp, jc, nc, &mut pb[..ldb * kp * 2], rows);
-                let mut ip = ip_lo;
-                while ip < ip_hi {
-                    let ip_end = ip_hi.min(ip + QMC / QMR);
-                    let pa = &w.groups[g][ip * kp * QMR * 2..ip_end * kp * QMR * 2];
-                    gemm_block(t, kp, pa, ip_end - ip, pb, b_panels, cblk, ldb);
-                    for i in m_lo.max(ip * QMR)..m_hi.min(ip_end * QMR) {
-                        let r = i - ip * QMR;
-                        let c = g * mg + i;
-                        let acc = &cblk[r * ldb..r * ldb + nc];
-                        dst.put(t, c, acc, ob + c * ohw + jc);
-                        dst.settle_ties(s, xg, x_zp, c, acc, jc, ob + c * ohw + jc);
-                    }
-                    ip = ip_end;
-                }
-                jc += nc;
+        match &w.panels {
+            ConvPanels::Depthwise(wd) => {
+                depthwise(t, s, xb, x_zp, wd, &mut dst, ob, (c_lo, c_hi), scratch)
+            }
+            ConvPanels::Pairs(wp) => {
+                let wd = DenseW::Pairs(wp);
+                dense(t, s, xb, x_zp, wd, &mut dst, ob, (c_lo, c_hi), scratch)
+            }
+            ConvPanels::Quads(wq) => {
+                let wd = DenseW::Quads(wq);
+                dense(t, s, xb, x_zp, wd, &mut dst, ob, (c_lo, c_hi), scratch)
             }
         }
+    }
+}
+
+/// The packed A panels of a dense conv, per group.
+#[derive(Clone, Copy)]
+enum DenseW<'w> {
+    Pairs(&'w [Vec<i16>]),
+    Quads(&'w [Vec<i8>]),
+}
+
+/// Dense (or grouped) conv of channels `[c_lo, c_hi)` of one image (`xb`), written at
+/// `ob` of the output.
+#[allow(clippy::too_many_arguments)]
+fn dense(
+    t: &super::table::QuantTable,
+    s: &ConvShape,
+    xb: &[u8],
+    x_zp: u8,
+    w: DenseW<'_>,
+    dst: &mut ConvOut<'_>,
+    ob: usize,
+    (c_lo, c_hi): (usize, usize),
+    scratch: &mut QScratch,
+) {
+    let (hw, ohw) = (s.h * s.w, s.oh * s.ow);
+    let (mg, k, cig) = (s.cout_g(), s.k(), s.cin_g());
+    let lay = match w {
+        DenseW::Pairs(_) => QLayout::Pairs,
+        DenseW::Quads(_) => QLayout::Quads,
+    };
+    let (mr, nr, kgs) = (lay.mr(), lay.nr(), lay.groups(k));
+    for g in c_lo / mg..c_hi.div_ceil(mg) {
+        let m_lo = c_lo.max(g * mg) - g * mg;
+        let m_hi = c_hi.min((g + 1) * mg) - g * mg;
+        let xg = &xb[g * cig * hw..(g + 1) * cig * hw];
+        let (ip_lo, ip_hi) = (m_lo / mr, m_hi.div_ceil(mr));
+        let nc_max = QNC.min(ohw.div_ceil(nr) * nr);
+        let mc_max = QMC.min((ip_hi - ip_lo) * mr);
+        let bufs = scratch.bufs(
+            lay,
+            lay.b_len(k, nc_max),
+            mc_max * nc_max,
+            lay.kg() * nc_max,
+        );
+        let (pb16, pb8, cblk, rows) = (bufs.p16, bufs.p8, bufs.c, bufs.row);
+        let mut jc = 0;
+        while jc < ohw {
+            let nc = QNC.min(ohw - jc);
+            let b_panels = nc.div_ceil(nr);
+            let ldb = b_panels * nr;
+            let pb_len = lay.b_len(k, ldb);
+            match lay {
+                QLayout::Pairs => pack_im2col(s, xg, x_zp, jc, nc, &mut pb16[..pb_len], rows),
+                QLayout::Quads => pack_im2col4(t, s, xg, x_zp, jc, nc, &mut pb8[..pb_len], rows),
+            }
+            let mut ip = ip_lo;
+            while ip < ip_hi {
+                let ip_end = ip_hi.min(ip + QMC / mr);
+                let a_range = ip * kgs * mr * lay.kg()..ip_end * kgs * mr * lay.kg();
+                match w {
+                    DenseW::Pairs(wp) => {
+                        let pa = &wp[g][a_range];
+                        gemm_block(t, kgs, pa, ip_end - ip, pb16, b_panels, cblk, ldb)
+                    }
+                    DenseW::Quads(wq) => gemm_block4(
+                        t.quad_tile_su,
+                        kgs,
+                        &wq[g][a_range],
+                        ip_end - ip,
+                        pb8,
+                        b_panels,
+                        cblk,
+                        ldb,
+                    ),
+                }
+                for i in m_lo.max(ip * mr)..m_hi.min(ip_end * mr) {
+                    let r = i - ip * mr;
+                    let c = g * mg + i;
+                    let acc = &cblk[r * ldb..r * ldb + nc];
+                    dst.put(t, c, acc, ob + c * ohw + jc);
+                    dst.settle_ties(s, xg, x_zp, c, acc, jc, ob + c * ohw + jc);
+                }
+                ip = ip_end;
+            }
+            jc += nc;
+        }
+    }
+}
+
+/// Packs columns `jc..jc + nc` of the im2col matrix of one group into quad B panels
+/// `pb` (`rows`: scratch of `4 * nc` bytes).
+#[allow(clippy::too_many_arguments)]
+fn pack_im2col4(
+    t: &super::table::QuantTable,
+    s: &ConvShape,
+    xg: &[u8],
+    zp: u8,
+    jc: usize,
+    nc: usize,
+    pb: &mut [u8],
+    rows: &mut [u8],
+) {
+    let k = s.k();
+    if !k.is_multiple_of(4) || !nc.is_multiple_of(Q4NR) {
+        pb.fill(0);
+    }
+    let mut p = 0;
+    while p < k {
+        let cnt = (k - p).min(4);
+        let mut src: [&[u8]; 4] = [&[]; 4];
+        for (i, buf) in rows[..4 * nc].chunks_exact_mut(nc).take(cnt).enumerate() {
+            src[i] = im2col_row(s, xg, zp, p + i, jc, buf);
+        }
+        (t.scatter_quads)(k, p, &src[..cnt], pb);
+        p += 4;
     }
 }
 
@@ -564,7 +683,7 @@ fn depthwise(
 ) {
     let (hw, ohw, khw) = (s.h * s.w, s.oh * s.ow, s.kh * s.kw);
     let (hps, wps, plen) = dw_phases(s);
-    let (phases, acc, _) = scratch.conv_bufs(s.sh * s.sw * plen, s.oh * wps + ohw, 0);
+    let (phases, acc) = scratch.conv_bufs(s.sh * s.sw * plen, s.oh * wps + ohw);
     let (full, acc) = acc.split_at_mut(s.oh * wps);
     let mut offs = [0usize; 64];
     let many: Vec<usize>;
