@@ -301,6 +301,25 @@ impl ConvOut<'_> {
 }
 
 impl ConvOut<'_> {
+    /// Writes the sums `acc` of channel `c` (output positions `j0..`) at `out[at..]` and
+    /// settles their near-ties.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn put_seg(
+        &mut self,
+        t: &super::table::QuantTable,
+        s: &ConvShape,
+        xg: &[u8],
+        zp: u8,
+        c: usize,
+        acc: &[i32],
+        j0: usize,
+        at: usize,
+    ) {
+        self.put(t, c, acc, at);
+        self.settle_ties(s, xg, zp, c, acc, j0, at);
+    }
+
     /// Settles the near-ties among the sums `acc` of channel `c` (output positions
     /// `j0..`, written at `out[at..]`) like the float reference, when it is attached.
     #[allow(clippy::too_many_arguments)]
@@ -456,6 +475,9 @@ fn qconv(
                 let wd = DenseW::Pairs(wp);
                 dense(t, s, xb, x_zp, wd, &mut dst, ob, (c_lo, c_hi), scratch)
             }
+            ConvPanels::Quads(wq) if wide_geom(s).is_some() => {
+                dense_wide(t, s, xb, x_zp, wq, &mut dst, ob, (c_lo, c_hi), scratch)
+            }
             ConvPanels::Quads(wq) => {
                 let wd = DenseW::Quads(wq);
                 dense(t, s, xb, x_zp, wd, &mut dst, ob, (c_lo, c_hi), scratch)
@@ -546,6 +568,140 @@ fn dense(
                 ip = ip_end;
             }
             jc += nc;
+        }
+    }
+}
+
+/// Geometry `(wp, plen)` of the padded planes of a stride-1 conv computed on the *wide*
+/// grid ([`dense_wide`]), or `None` for a strided conv or a plain pointwise one (whose
+/// im2col rows are the input planes already). The plane padded with the zero point has
+/// `wp = (ow - 1) + (kw - 1) * dw + 1` columns and `oh + (kh - 1) * dh` rows plus one
+/// spare row for the last row's overrun: `plen` bytes.
+pub(crate) fn wide_geom(s: &ConvShape) -> Option<(usize, usize)> {
+    let pointwise = s.kh == 1 && s.kw == 1 && s.ph == 0 && s.pw == 0 && s.oh * s.ow == s.h * s.w;
+    if s.sh != 1 || s.sw != 1 || pointwise || s.oh == 0 || s.ow == 0 {
+        return None;
+    }
+    let wp = (s.ow - 1) + (s.kw - 1) * s.dw + 1;
+    let hp = (s.oh - 1) + (s.kh - 1) * s.dh + 1;
+    Some((wp, (hp + 1) * wp))
+}
+
+/// Dense stride-1 conv in K quads on the wide grid: each input plane of the group is
+/// padded once with the zero point (rows of `wp`, [`wide_geom`]), and the GEMM runs
+/// over `oh * wp` columns, where im2col row `(ci, ky, kx)` is the padded plane read
+/// from offset `ky * dh * wp + kx * dw`: no im2col copy. Columns `ox >= ow` of each
+/// row are computed and dropped.
+#[allow(clippy::too_many_arguments)]
+fn dense_wide(
+    t: &super::table::QuantTable,
+    s: &ConvShape,
+    xb: &[u8],
+    x_zp: u8,
+    wq: &[Vec<i8>],
+    dst: &mut ConvOut<'_>,
+    ob: usize,
+    (c_lo, c_hi): (usize, usize),
+    scratch: &mut QScratch,
+) {
+    let Some((wp, plen)) = wide_geom(s) else {
+        return;
+    };
+    let (hw, ohw, khw) = (s.h * s.w, s.oh * s.ow, s.kh * s.kw);
+    let (mg, k, cig) = (s.cout_g(), s.k(), s.cin_g());
+    let lay = QLayout::Quads;
+    let (mr, nr, kq) = (lay.mr(), lay.nr(), lay.groups(k));
+    let nw = s.oh * wp;
+    for g in c_lo / mg..c_hi.div_ceil(mg) {
+        let m_lo = c_lo.max(g * mg) - g * mg;
+        let m_hi = c_hi.min((g + 1) * mg) - g * mg;
+        let xg = &xb[g * cig * hw..(g + 1) * cig * hw];
+        let (ip_lo, ip_hi) = (m_lo / mr, m_hi.div_ceil(mr));
+        let nc_max = QNC.min(nw.div_ceil(nr) * nr);
+        let mc_max = QMC.min((ip_hi - ip_lo) * mr);
+        let bufs = scratch.bufs(lay, lay.b_len(k, nc_max), mc_max * nc_max, cig * plen);
+        let (pb, cblk, pad) = (bufs.p8, bufs.c, bufs.row);
+        pad_planes(s, xg, x_zp, wp, plen, pad);
+        let mut jc = 0;
+        while jc < nw {
+            let nc = QNC.min(nw - jc);
+            let b_panels = nc.div_ceil(nr);
+            let ldb = b_panels * nr;
+            let pb = &mut pb[..lay.b_len(k, ldb)];
+            if !k.is_multiple_of(4) || !nc.is_multiple_of(nr) {
+                pb.fill(0);
+            }
+            for p in (0..k).step_by(4) {
+                let mut src: [&[u8]; 4] = [&[]; 4];
+                let cnt = (k - p).min(4);
+                for (i, r) in src.iter_mut().take(cnt).enumerate() {
+                    let (ci, ky, kx) = ((p + i) / khw, ((p + i) % khw) / s.kw, (p + i) % s.kw);
+                    let at = ci * plen + ky * s.dh * wp + kx * s.dw + jc;
+                    *r = &pad[at..at + nc];
+                }
+                (t.scatter_quads)(k, p, &src[..cnt], pb);
+            }
+            let mut ip = ip_lo;
+            while ip < ip_hi {
+                let ip_end = ip_hi.min(ip + QMC / mr);
+                let pa = &wq[g][ip * kq * mr * 4..ip_end * kq * mr * 4];
+                gemm_block4(t.quad_tile_su, kq, pa, ip_end - ip, pb, b_panels, cblk, ldb);
+                for i in m_lo.max(ip * mr)..m_hi.min(ip_end * mr) {
+                    let c = g * mg + i;
+                    let r = i - ip * mr;
+                    let acc = &cblk[r * ldb..r * ldb + nc];
+                    put_wide(t, s, (xg, x_zp), dst, c, acc, (jc, wp), ob + c * ohw);
+                }
+                ip = ip_end;
+            }
+            jc += nc;
+        }
+    }
+}
+
+/// Writes the wide sums `acc` (wide columns `jc..`) of channel `c`: the `ow` valid
+/// columns of each output row they cover, at `at + oy * ow + ox`.
+#[allow(clippy::too_many_arguments)]
+fn put_wide(
+    t: &super::table::QuantTable,
+    s: &ConvShape,
+    (xg, x_zp): (&[u8], u8),
+    dst: &mut ConvOut<'_>,
+    c: usize,
+    acc: &[i32],
+    (jc, wp): (usize, usize),
+    at: usize,
+) {
+    let t_end = jc + acc.len();
+    let mut oy = jc / wp;
+    while oy < s.oh && oy * wp < t_end {
+        let (a, b) = ((oy * wp).max(jc), (oy * wp + s.ow).min(t_end));
+        if a < b {
+            let j0 = oy * s.ow + (a - oy * wp);
+            let seg = &acc[a - jc..b - jc];
+            dst.put_seg(t, s, xg, x_zp, c, seg, j0, at + j0);
+        }
+        oy += 1;
+    }
+}
+
+/// The planes of one group (`xg`) padded with `zp` into `pad` (planes of `plen` bytes,
+/// rows of `wp`; see [`wide_geom`]).
+fn pad_planes(s: &ConvShape, xg: &[u8], zp: u8, wp: usize, plen: usize, pad: &mut [u8]) {
+    let hw = s.h * s.w;
+    let rows = plen / wp;
+    // Padded rows r in [ph, ph + h), columns c in [pw, pw + w), inside the plane.
+    let (r0, r1) = (s.ph.min(rows), (s.ph + s.h).min(rows));
+    let (c0, c1) = (s.pw.min(wp), (s.pw + s.w).min(wp));
+    for (ci, plane) in pad.chunks_exact_mut(plen).take(s.cin_g()).enumerate() {
+        plane.fill(zp);
+        if c0 >= c1 {
+            continue;
+        }
+        let src = &xg[ci * hw..(ci + 1) * hw];
+        for r in r0..r1 {
+            let iy = r - s.ph;
+            plane[r * wp + c0..r * wp + c1].copy_from_slice(&src[iy * s.w..iy * s.w + (c1 - c0)]);
         }
     }
 }

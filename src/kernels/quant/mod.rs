@@ -76,7 +76,8 @@ pub struct QScratch {
 }
 
 /// The scratch of one GEMM or dense conv call: packed panels (pairs in `p16` or quads
-/// in `p8`, the other empty), the i32 block and byte rows.
+/// in `p8`, the other empty), the i32 block and byte rows (im2col rows, or the padded
+/// planes of a conv on the wide grid).
 pub(crate) struct Bufs<'s> {
     pub p16: &'s mut [i16],
     pub p8: &'s mut [u8],
@@ -107,10 +108,13 @@ impl QScratch {
             self.conv_bufs(s.sh * s.sw * plen, s.oh * wps + ohw);
         } else {
             let (mr, nr) = (layout.mr(), layout.nr());
-            let nc = gemm::QNC.min(ohw.div_ceil(nr) * nr);
+            let wide = conv::wide_geom(s).filter(|_| layout == QLayout::Quads);
+            let cols = wide.map_or(ohw, |(wp, _)| s.oh * wp);
+            let nc = gemm::QNC.min(cols.div_ceil(nr) * nr);
             let mc = gemm::QMC.min(s.cout_g().div_ceil(mr) * mr);
             let b_len = layout.b_len(s.k(), nc);
-            self.bufs(layout, b_len, mc * nc, layout.kg() * nc);
+            let rows = wide.map_or(layout.kg() * nc, |(_, plen)| s.cin_g() * plen);
+            self.bufs(layout, b_len, mc * nc, rows);
         }
     }
 
