@@ -572,26 +572,31 @@ fn dense(
     }
 }
 
-/// Geometry `(wp, plen)` of the padded planes of a stride-1 conv computed on the *wide*
-/// grid ([`dense_wide`]), or `None` for a strided conv or a plain pointwise one (whose
-/// im2col rows are the input planes already). The plane padded with the zero point has
-/// `wp = (ow - 1) + (kw - 1) * dw + 1` columns and `oh + (kh - 1) * dh` rows plus one
-/// spare row for the last row's overrun: `plen` bytes.
+/// Geometry `(wps, cplen)` of the padded, phase-split planes of a conv computed on the
+/// *wide* grid ([`dense_wide`]), or `None` for a plain pointwise conv (whose im2col rows
+/// are the input planes already). Each input plane padded with the zero point is split
+/// into `sh * sw` phases of rows of `wps` ([`dw_phases`]); `cplen` bytes per channel.
 pub(crate) fn wide_geom(s: &ConvShape) -> Option<(usize, usize)> {
-    let pointwise = s.kh == 1 && s.kw == 1 && s.ph == 0 && s.pw == 0 && s.oh * s.ow == s.h * s.w;
-    if s.sh != 1 || s.sw != 1 || pointwise || s.oh == 0 || s.ow == 0 {
+    let pointwise = s.kh == 1
+        && s.kw == 1
+        && s.sh == 1
+        && s.sw == 1
+        && s.ph == 0
+        && s.pw == 0
+        && s.oh * s.ow == s.h * s.w;
+    if pointwise || s.oh == 0 || s.ow == 0 {
         return None;
     }
-    let wp = (s.ow - 1) + (s.kw - 1) * s.dw + 1;
-    let hp = (s.oh - 1) + (s.kh - 1) * s.dh + 1;
-    Some((wp, (hp + 1) * wp))
+    let (_, wps, plen) = dw_phases(s);
+    Some((wps, s.sh * s.sw * plen))
 }
 
-/// Dense stride-1 conv in K quads on the wide grid: each input plane of the group is
-/// padded once with the zero point (rows of `wp`, [`wide_geom`]), and the GEMM runs
-/// over `oh * wp` columns, where im2col row `(ci, ky, kx)` is the padded plane read
-/// from offset `ky * dh * wp + kx * dw`: no im2col copy. Columns `ox >= ow` of each
-/// row are computed and dropped.
+/// Dense conv in K quads on the wide grid: each input plane of the group is padded
+/// once with the zero point and split into stride phases (rows of `wps`,
+/// [`wide_geom`]), and the GEMM runs over `oh * wps` columns, where im2col row `(ci, ky,
+/// kx)` is phase `(ky * dh % sh, kx * dw % sw)` of plane `ci` read from row `ky * dh /
+/// sh`, column `kx * dw / sw` on: no im2col copy. Columns `ox >= ow` of each row are
+/// computed and dropped.
 #[allow(clippy::too_many_arguments)]
 fn dense_wide(
     t: &super::table::QuantTable,
@@ -604,9 +609,10 @@ fn dense_wide(
     (c_lo, c_hi): (usize, usize),
     scratch: &mut QScratch,
 ) {
-    let Some((wp, plen)) = wide_geom(s) else {
+    let Some((wp, cplen)) = wide_geom(s) else {
         return;
     };
+    let plen = cplen / (s.sh * s.sw);
     let (hw, ohw, khw) = (s.h * s.w, s.oh * s.ow, s.kh * s.kw);
     let (mg, k, cig) = (s.cout_g(), s.k(), s.cin_g());
     let lay = QLayout::Quads;
@@ -619,9 +625,9 @@ fn dense_wide(
         let (ip_lo, ip_hi) = (m_lo / mr, m_hi.div_ceil(mr));
         let nc_max = QNC.min(nw.div_ceil(nr) * nr);
         let mc_max = QMC.min((ip_hi - ip_lo) * mr);
-        let bufs = scratch.bufs(lay, lay.b_len(k, nc_max), mc_max * nc_max, cig * plen);
+        let bufs = scratch.bufs(lay, lay.b_len(k, nc_max), mc_max * nc_max, cig * cplen);
         let (pb, cblk, pad) = (bufs.p8, bufs.c, bufs.row);
-        pad_planes(s, xg, x_zp, wp, plen, pad);
+        pad_phases(s, xg, x_zp, wp, plen, pad);
         let mut jc = 0;
         while jc < nw {
             let nc = QNC.min(nw - jc);
@@ -636,7 +642,10 @@ fn dense_wide(
                 let cnt = (k - p).min(4);
                 for (i, r) in src.iter_mut().take(cnt).enumerate() {
                     let (ci, ky, kx) = ((p + i) / khw, ((p + i) % khw) / s.kw, (p + i) % s.kw);
-                    let at = ci * plen + ky * s.dh * wp + kx * s.dw + jc;
+                    let (qy, ry) = ((ky * s.dh) % s.sh, (ky * s.dh) / s.sh);
+                    let (qx, rx) = ((kx * s.dw) % s.sw, (kx * s.dw) / s.sw);
+                    let phase = ci * cplen + (qy * s.sw + qx) * plen;
+                    let at = phase + ry * wp + rx + jc;
                     *r = &pad[at..at + nc];
                 }
                 (t.scatter_quads)(k, p, &src[..cnt], pb);
@@ -685,23 +694,37 @@ fn put_wide(
     }
 }
 
-/// The planes of one group (`xg`) padded with `zp` into `pad` (planes of `plen` bytes,
-/// rows of `wp`; see [`wide_geom`]).
-fn pad_planes(s: &ConvShape, xg: &[u8], zp: u8, wp: usize, plen: usize, pad: &mut [u8]) {
+/// The planes of one group (`xg`) padded with `zp` and split into phases in `pad`
+/// (`sh * sw` phases of `plen` bytes per plane, rows of `wps`; see [`dw_phases`]).
+fn pad_phases(s: &ConvShape, xg: &[u8], zp: u8, wps: usize, plen: usize, pad: &mut [u8]) {
     let hw = s.h * s.w;
-    let rows = plen / wp;
-    // Padded rows r in [ph, ph + h), columns c in [pw, pw + w), inside the plane.
-    let (r0, r1) = (s.ph.min(rows), (s.ph + s.h).min(rows));
-    let (c0, c1) = (s.pw.min(wp), (s.pw + s.w).min(wp));
-    for (ci, plane) in pad.chunks_exact_mut(plen).take(s.cin_g()).enumerate() {
-        plane.fill(zp);
-        if c0 >= c1 {
-            continue;
-        }
+    let cplen = s.sh * s.sw * plen;
+    for (ci, planes) in pad.chunks_exact_mut(cplen).take(s.cin_g()).enumerate() {
         let src = &xg[ci * hw..(ci + 1) * hw];
-        for r in r0..r1 {
-            let iy = r - s.ph;
-            plane[r * wp + c0..r * wp + c1].copy_from_slice(&src[iy * s.w..iy * s.w + (c1 - c0)]);
+        for (q, ph) in planes.chunks_exact_mut(plen).enumerate() {
+            let (qy, qx) = (q / s.sw, q % s.sw);
+            ph.fill(zp);
+            // Phase columns cc with 0 <= cc * sw + qx - pw < w.
+            let (lo, hi) = valid_range(wps, s.sw, s.pw, qx, s.w);
+            if lo >= hi {
+                continue;
+            }
+            let ix0 = lo * s.sw + qx - s.pw;
+            for (r, row) in ph.chunks_exact_mut(wps).enumerate() {
+                let iy = (r * s.sh + qy) as isize - s.ph as isize;
+                if iy < 0 || iy >= s.h as isize {
+                    continue;
+                }
+                let line = &src[iy as usize * s.w..(iy as usize + 1) * s.w];
+                let d = &mut row[lo..hi];
+                if s.sw == 1 {
+                    d.copy_from_slice(&line[ix0..ix0 + d.len()]);
+                } else {
+                    for (o, v) in d.iter_mut().zip(line[ix0..].iter().step_by(s.sw)) {
+                        *o = *v;
+                    }
+                }
+            }
         }
     }
 }
