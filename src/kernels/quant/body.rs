@@ -135,6 +135,34 @@ pub fn scatter_quads(k: usize, p: usize, src: &[&[u8]], out: &mut [u8]) {
     }
 }
 
+/// `(v + ROUND_MAGIC) - ROUND_MAGIC` is `v` rounded to an integer for |v| < 2^22.
+const ROUND_MAGIC: f32 = 12_582_912.0;
+
+/// The first `j` whose requantised value `(acc[j] + bias) * mult` (clamped to the
+/// output range) lies within `eps` of a rounding boundary, or `acc.len()` (see
+/// `QuantTable::first_near_tie`).
+#[inline(always)]
+pub fn first_near_tie(acc: &[i32], bias: i32, mult: f32, bounds: (f32, f32), eps: f32) -> usize {
+    let (minv, maxv) = bounds;
+    // Distance from the nearest integer without a libm call: `v` clamped to the output
+    // range (so |v| < 2^22), rounded by the 1.5 * 2^23 trick. The scan vectorises; the
+    // chunk with a near-tie is walked again element by element.
+    let off_round = |a: i32| {
+        let v = (a.wrapping_add(bias) as f32 * mult).clamp(minv - 1.0, maxv + 1.0);
+        (v - ((v + ROUND_MAGIC) - ROUND_MAGIC)).abs()
+    };
+    let near = 0.5 - eps;
+    for (k, chunk) in acc.chunks(64).enumerate() {
+        if !chunk.iter().fold(false, |h, &a| h | (off_round(a) > near)) {
+            continue;
+        }
+        if let Some(i) = chunk.iter().position(|&a| off_round(a) > near) {
+            return k * 64 + i;
+        }
+    }
+    acc.len()
+}
+
 /// Requantisation of one channel's outputs (see `QuantTable::requant_scalar`).
 #[inline(always)]
 pub fn requant_scalar(acc: &[i32], bias: i32, mult: f32, zp: i32, lo: u8, hi: u8, out: &mut [u8]) {

@@ -179,9 +179,6 @@ impl QConvWeights {
 /// About 2 * TIE_EPS of the outputs are recomputed (K FMAs each).
 pub const TIE_EPS: f32 = 1.0 / 8192.0;
 
-/// `(v + ROUND_MAGIC) - ROUND_MAGIC` is `v` rounded to an integer for |v| < 2^22.
-const ROUND_MAGIC: f32 = 12_582_912.0;
-
 /// K values summed per FMA chain by the float reference (MLAS SGEMM's K stride).
 pub const REF_BLOCK_K: usize = 128;
 
@@ -317,7 +314,7 @@ impl ConvOut<'_> {
         at: usize,
     ) {
         self.put(t, c, acc, at);
-        self.settle_ties(s, xg, zp, c, acc, j0, at);
+        self.settle_ties(t, s, xg, zp, c, acc, j0, at);
     }
 
     /// Settles the near-ties among the sums `acc` of channel `c` (output positions
@@ -325,6 +322,7 @@ impl ConvOut<'_> {
     #[allow(clippy::too_many_arguments)]
     fn settle_ties(
         &mut self,
+        t: &super::table::QuantTable,
         s: &ConvShape,
         xg: &[u8],
         zp: u8,
@@ -338,25 +336,15 @@ impl ConvOut<'_> {
         };
         let (bias, mult) = (rq.bias[c], rq.mult[c]);
         let (minv, maxv) = super::body::bounds(rq.lo, rq.hi, rq.y_zp);
-        // Distance from the nearest integer without a libm call: `v` clamped to the
-        // output range (so |v| < 2^22), rounded by the 1.5 * 2^23 trick. The scan
-        // vectorises; the rare chunk with a near-tie is walked again element by element.
-        let off_round = |a: i32| {
-            let v = (a.wrapping_add(bias) as f32 * mult).clamp(minv - 1.0, maxv + 1.0);
-            (v - ((v + ROUND_MAGIC) - ROUND_MAGIC)).abs()
-        };
-        let near = 0.5 - TIE_EPS;
-        for (k, chunk) in acc.chunks(64).enumerate() {
-            if !chunk.iter().fold(false, |h, &a| h | (off_round(a) > near)) {
-                continue;
+        let mut i = 0;
+        while i < acc.len() {
+            i += (t.first_near_tie)(&acc[i..], bias, mult, (minv, maxv), TIE_EPS);
+            if i >= acc.len() {
+                break;
             }
-            for (i, &a) in chunk.iter().enumerate() {
-                if off_round(a) > near {
-                    let i = k * 64 + i;
-                    let r = ties.value(s, xg, zp, c, j0 + i);
-                    o[at + i] = super::body::clamp_round(r, minv, maxv, rq.y_zp);
-                }
-            }
+            let r = ties.value(s, xg, zp, c, j0 + i);
+            o[at + i] = super::body::clamp_round(r, minv, maxv, rq.y_zp);
+            i += 1;
         }
     }
 }
@@ -563,7 +551,7 @@ fn dense(
                     let c = g * mg + i;
                     let acc = &cblk[r * ldb..r * ldb + nc];
                     dst.put(t, c, acc, ob + c * ohw + jc);
-                    dst.settle_ties(s, xg, x_zp, c, acc, jc, ob + c * ohw + jc);
+                    dst.settle_ties(t, s, xg, x_zp, c, acc, jc, ob + c * ohw + jc);
                 }
                 ip = ip_end;
             }

@@ -106,6 +106,11 @@ pub struct QuantTable {
     /// `out[j] = clamp(rne((acc[j] + bias) * mult) + zp, lo, hi)`: one output channel.
     pub requant_scalar:
         fn(acc: &[i32], bias: i32, mult: f32, zp: i32, lo: u8, hi: u8, out: &mut [u8]),
+    /// The first `j` whose value `(acc[j] + bias) * mult`, clamped to `bounds` widened
+    /// by one, lies within `eps` of a rounding boundary (`x.5`), or `acc.len()`: where
+    /// the near-ties of one channel's outputs are.
+    pub first_near_tie:
+        fn(acc: &[i32], bias: i32, mult: f32, bounds: (f32, f32), eps: f32) -> usize,
     /// `out[j] = clamp(rne((acc[j] + bias[j]) * mult[j]) + zp, lo, hi)`: one channel per
     /// element (a GEMM row).
     pub requant_cols:
@@ -134,6 +139,7 @@ pub static PORTABLE: QuantTable = QuantTable {
     scatter_quads: body::scatter_quads,
     requant_scalar: body::requant_scalar,
     requant_cols: body::requant_cols,
+    first_near_tie: body::first_near_tie,
     quantize: body::quantize,
     dequantize: body::dequantize,
     qadd: body::qadd,

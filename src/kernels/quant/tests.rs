@@ -704,6 +704,39 @@ fn quad_entries_match_portable() {
     }
 }
 
+#[test]
+fn first_near_tie_matches_portable() {
+    // Sums in [-256, 256): with mult 0.5 odd ones are exact ties, with 1/3 none is.
+    let acc: Vec<i32> = rand_bytes(4 * 700, 77)
+        .chunks_exact(4)
+        .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]) >> 23)
+        .collect();
+    let even: Vec<i32> = acc.iter().map(|&a| a & !1).collect();
+    let p = &table::PORTABLE;
+    for t in tables() {
+        let f = t.quant.first_near_tie;
+        for (a, mult) in [
+            (&acc, 0.5f32),
+            (&even, 0.5),
+            (&acc, 1.0 / 3.0),
+            (&acc, 5e-4),
+        ] {
+            for (lo, hi, zp) in [(0u8, 255u8, 128i32), (20, 200, 0)] {
+                let b = body::bounds(lo, hi, zp);
+                for start in [0usize, 1, 63, 64, 65, 699] {
+                    let (x, bias) = (&a[start..], 37);
+                    let want = (p.first_near_tie)(x, bias, mult, b, conv::TIE_EPS);
+                    let got = f(x, bias, mult, b, conv::TIE_EPS);
+                    assert_eq!(got, want, "table {} mult {mult} start {start}", t.name);
+                }
+            }
+        }
+        let b = body::bounds(0, 255, 128);
+        assert_eq!(f(&even, 0, 0.5, b, conv::TIE_EPS), even.len());
+        assert!(f(&acc, 0, 0.5, b, conv::TIE_EPS) < acc.len());
+    }
+}
+
 /// Every output of one table over the edge sizes, as exact f32s (i32 split in halves).
 fn twin_outputs(t: &'static KernelTable) -> Vec<f32> {
     let mut v = Vec::new();

@@ -24,6 +24,7 @@ pub(crate) static TABLE: QuantTable = QuantTable {
     scatter_quads,
     requant_scalar,
     requant_cols,
+    first_near_tie,
     quantize,
     dequantize,
     qadd,
@@ -35,11 +36,14 @@ pub(crate) static TABLE: QuantTable = QuantTable {
 /// AVX2 enabled.
 macro_rules! avx2_build {
     ($name:ident, $body:path, ($($arg:ident: $ty:ty),*)) => {
+        avx2_build!($name, $body, ($($arg: $ty),*) -> ());
+    };
+    ($name:ident, $body:path, ($($arg:ident: $ty:ty),*) -> $ret:ty) => {
         #[allow(clippy::too_many_arguments)]
-        pub(super) fn $name($($arg: $ty),*) {
+        pub(super) fn $name($($arg: $ty),*) -> $ret {
             #[target_feature(enable = "avx2,fma")]
             #[allow(clippy::too_many_arguments)]
-            unsafe fn build($($arg: $ty),*) {
+            unsafe fn build($($arg: $ty),*) -> $ret {
                 $body($($arg),*)
             }
             // SAFETY: this wrapper is reachable only through the int8 tables of CPUs
@@ -125,6 +129,7 @@ unsafe fn dw_taps_pairs(offs: &[usize], w: &[i16], src: &[i16], acc: &mut [i32])
 avx2_build!(quad_tile_su, body::quad_tile, (kq: usize, a: &[i8], b: &[u8], c: &mut [i32], ldc: usize));
 avx2_build!(quad_tile_us, body::quad_tile, (kq: usize, a: &[u8], b: &[i8], c: &mut [i32], ldc: usize));
 avx2_build!(scatter_quads, body::scatter_quads, (k: usize, p: usize, src: &[&[u8]], out: &mut [u8]));
+avx2_build!(first_near_tie, body::first_near_tie, (acc: &[i32], bias: i32, mult: f32, bounds: (f32, f32), eps: f32) -> usize);
 avx2_build!(max_pool_plane, body::max_pool_plane, (s: &PoolShape, x: &[u8], y: &mut [u8]));
 
 pub(super) fn tile(kp: usize, a: &[i16], b: &[i16], c: &mut [i32], ldc: usize) {

@@ -23,12 +23,23 @@ pub(crate) static TABLE: QuantTable = QuantTable {
     scatter_quads,
     requant_scalar: avx2::requant_scalar,
     requant_cols: avx2::requant_cols,
+    first_near_tie,
     quantize: avx2::quantize,
     dequantize: avx2::dequantize,
     qadd: avx2::qadd,
     dw_taps: avx2::dw_taps,
     max_pool_plane: avx2::max_pool_plane,
 };
+
+fn first_near_tie(acc: &[i32], bias: i32, mult: f32, bounds: (f32, f32), eps: f32) -> usize {
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma")]
+    fn build(acc: &[i32], bias: i32, mult: f32, bounds: (f32, f32), eps: f32) -> usize {
+        body::first_near_tie(acc, bias, mult, bounds, eps)
+    }
+    // SAFETY: AVX-512 F/BW/VL/DQ, VNNI, AVX2 and FMA were detected (see the module doc);
+    // the generic body indexes safely.
+    unsafe { build(acc, bias, mult, bounds, eps) }
+}
 
 /// Panics unless a quad tile of `kq` quads may read `a_len` A bytes, `b_len` B bytes
 /// and write `Q4MR` rows of `Q4NR` i32 at stride `ldc` in `c_len`.
