@@ -823,6 +823,32 @@ fn im2col_row<'a>(
     buf
 }
 
+/// `d[i] = src[i * step]` widened to i16 (a plain loop for step 1 and 2, which
+/// vectorise; `src` holds at least `(d.len() - 1) * step + 1` bytes).
+#[inline]
+fn widen_strided(src: &[u8], step: usize, d: &mut [i16]) {
+    match step {
+        1 => {
+            let n = d.len();
+            for (o, &v) in d.iter_mut().zip(&src[..n]) {
+                *o = v as i16;
+            }
+        }
+        2 if !d.is_empty() => {
+            let n = d.len();
+            for (o, c) in d[..n - 1].iter_mut().zip(src.chunks_exact(2)) {
+                *o = c[0] as i16;
+            }
+            d[n - 1] = src[2 * (n - 1)] as i16;
+        }
+        _ => {
+            for (o, &v) in d.iter_mut().zip(src.iter().step_by(step)) {
+                *o = v as i16;
+            }
+        }
+    }
+}
+
 /// Geometry of the phase-split padded plane of a depthwise conv: `(hps, wps, plen)`.
 /// The plane padded with the zero point is split into `sh * sw` phases (phase `(qy, qx)`
 /// holds padded rows `qy, qy + sh, ..` and columns `qx, qx + sw, ..`), so that every tap
@@ -888,9 +914,7 @@ fn depthwise(
                         continue;
                     }
                     let ix0 = lo * s.sw + qx - s.pw;
-                    for (d, &v) in row[lo..hi].iter_mut().zip(src[ix0..].iter().step_by(s.sw)) {
-                        *d = v as i16;
-                    }
+                    widen_strided(&src[ix0..], s.sw, &mut row[lo..hi]);
                 }
             }
         }
