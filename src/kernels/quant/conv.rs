@@ -5,7 +5,11 @@
 //!   GEMM (`super::gemm`): the weights are the A side (packed once by
 //!   [`QConvWeights::pack`], in K pairs or K quads, [`QLayout`]), the im2col matrix is
 //!   generated [`QNC`] columns at a time straight into B panels of the same layout in
-//!   scratch (a 1x1, stride-1, unpadded conv reads the input planes directly). Padding reads the input zero point, so that the zero point
+//!   scratch (a 1x1, stride-1, unpadded conv reads the input planes directly). In K
+//!   quads any other conv runs on the *wide* grid (`wide_geom`): the input planes
+//!   are padded and split into stride phases once, and every im2col row is a slice of
+//!   them, so nothing is gathered per row; the few extra columns per output row are
+//!   computed and dropped. Padding reads the input zero point, so that the zero point
 //!   correction `- x_zp * sum_k w` (folded into the bias, [`QConvWeights::fold_bias`]) is
 //!   exact at the borders too.
 //! * Depthwise conv (one input and one output channel per group): direct, each channel
