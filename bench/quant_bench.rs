@@ -94,23 +94,25 @@ fn bench_conv(reps: usize, layers: &[Layer]) {
             )
         });
         let w8: Vec<i8> = rand_u8(klen, 5).into_iter().map(|v| v as i8).collect();
-        let wq = QConvWeights::pack(&w8, co, ci / group, k, k, group);
         let x8 = rand_u8(ci * hw * hw, 6);
         let mult = vec![1.0 / 4096.0; co];
-        let bias = wq.fold_bias(None, 128);
-        let rq = Requant {
-            mult: &mult,
-            bias: &bias,
-            y_zp: 0,
-            lo: 0,
-            hi: 255,
-        };
         let mut y8 = vec![0u8; co * o * o];
-        let mut qs = QScratch::new();
-        qs.reserve_conv(&s);
         print!("{name:<34} {:>10.1}", tf * 1e6);
         let mut t_best = f64::INFINITY;
         for &i in &isas {
+            // Weights packed in the layout of the table that runs them, as a plan does.
+            let lay = i.table().quant.layout;
+            let wq = QConvWeights::pack(lay, &w8, co, ci / group, k, k, group);
+            let bias = wq.fold_bias(None, 128);
+            let rq = Requant {
+                mult: &mult,
+                bias: &bias,
+                y_zp: 0,
+                lo: 0,
+                hi: 255,
+            };
+            let mut qs = QScratch::new();
+            qs.reserve_conv(&s, lay);
             let t8 = best(reps, || {
                 quant::qconv_u8(i, &s, &x8, 128, &wq, &rq, &mut y8, (0, co), &mut qs)
             });
@@ -157,22 +159,23 @@ fn bench_gemm(reps: usize, shapes: &[(usize, usize, usize)]) {
         });
         let a8 = rand_u8(m * k, 3);
         let b8: Vec<i8> = rand_u8(k * n, 4).into_iter().map(|v| v as i8).collect();
-        let qb = QGemmB::pack(&b8, k, n);
         let mult = vec![1.0 / 4096.0; n];
-        let bias = qb.fold_bias(None, 128);
-        let rq = Requant {
-            mult: &mult,
-            bias: &bias,
-            y_zp: 0,
-            lo: 0,
-            hi: 255,
-        };
         let mut c8 = vec![0u8; m * n];
-        let mut qs = QScratch::new();
-        qs.reserve_gemm(m, k, n);
         print!("{:<20} {:>10.1}", format!("{m}x{n}x{k}"), tf * 1e6);
         let mut t_best = f64::INFINITY;
         for &i in &isas {
+            let lay = i.table().quant.layout;
+            let qb = QGemmB::pack(lay, &b8, k, n);
+            let bias = qb.fold_bias(None, 128);
+            let rq = Requant {
+                mult: &mult,
+                bias: &bias,
+                y_zp: 0,
+                lo: 0,
+                hi: 255,
+            };
+            let mut qs = QScratch::new();
+            qs.reserve_gemm(m, k, n, lay);
             let t8 = best(reps, || {
                 quant::qgemm_u8(i, &a8, k, m, &qb, &rq, &mut c8, n, &mut qs)
             });

@@ -22,7 +22,7 @@ use crate::kernels::body::conv::ConvShape;
 use crate::kernels::body::pool::PoolShape;
 use crate::kernels::quant::{
     maxpool_u8, qadd, qconv_i32, qconv_u8, qconv_u8_ties, qgemm_i32, qgemm_u8, requant_u8,
-    AddParams, FloatTies, QBcast, QConvWeights, QGemmB, QScratch, Requant,
+    AddParams, FloatTies, QBcast, QConvWeights, QGemmB, QLayout, QScratch, Requant,
 };
 
 /// Per-tensor or per-axis quantisation parameters resolved for a flat loop: element
@@ -340,6 +340,12 @@ fn int8_weights(c: &Ctx<'_>, n: usize) -> Result<(Vec<i8>, Option<Vec<i32>>)> {
     Ok((w, bias))
 }
 
+/// The layout QConv / QGemm weights are packed in: that of the int8 table the plan runs
+/// with (`ModelPlan` runs with the best table).
+fn weight_layout() -> QLayout {
+    crate::kernels::simd::best_isa().table().quant.layout
+}
+
 /// Plans a QConv (2-D or 1-D, NCHW).
 pub(crate) fn plan_qconv(
     c: &Ctx<'_>,
@@ -389,7 +395,7 @@ pub(crate) fn plan_qconv(
     if wt.len() != cout * ws[1] * s.kh * s.kw {
         return Err(shape_err(n, "weights size"));
     }
-    let qw = QConvWeights::pack(&wt, cout, ws[1], s.kh, s.kw, group);
+    let qw = QConvWeights::pack(weight_layout(), &wt, cout, ws[1], s.kh, s.kw, group);
     let ties = match y {
         Some(y) if !s.is_depthwise() => Some(Box::new(FloatTies::new(
             &wt,
@@ -443,7 +449,7 @@ pub(crate) fn plan_qgemm(
     if wt.len() != k * cols {
         return Err(shape_err(n, "weights size"));
     }
-    let qb = QGemmB::pack(&wt, k, cols);
+    let qb = QGemmB::pack(weight_layout(), &wt, k, cols);
     let bias = qb.fold_bias(bias.as_deref(), x.zp);
     Ok(Planned::new(QuantKernel::Int8(Box::new(QKernel::Gemm {
         m,

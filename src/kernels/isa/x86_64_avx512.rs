@@ -46,7 +46,7 @@ static TABLE: KernelTable = KernelTable {
     gemv_acc,
     sigmoid: math::sigmoid,
     tanh,
-    quant: &crate::kernels::quant::x86_64_avx2::TABLE,
+    quant: &crate::kernels::quant::x86_64_vnni::TABLE,
     softmax_row: math::softmax_row,
     layer_norm_row,
     depthwise_fused: super::x86_64_dw::depthwise_direct,

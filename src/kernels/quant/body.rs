@@ -6,7 +6,7 @@
 //! `[lo - zp, hi - zp]` (a NaN becomes the lower bound, as `maxps` does), rounded half
 //! to even and shifted by the zero point. Integer sums wrap like the SIMD adds.
 
-use super::table::{QMR, QNR};
+use super::table::{Q4MR, Q4NR, QMR, QNR};
 use crate::kernels::body::pool::{valid_range, PoolShape};
 
 /// `x` clamped to `[minv, maxv]` the way `maxps(x, minv)` then `minps(x, maxv)` do (a NaN
@@ -68,6 +68,99 @@ pub fn tile(kp: usize, a: &[i16], b: &[i16], c: &mut [i32], ldc: usize) {
     for (r, row) in t.iter().enumerate() {
         c[r * ldc..r * ldc + QNR].copy_from_slice(row);
     }
+}
+
+/// The int8 quad micro-tile (see `QuantTable::quad_tile_su` / `quad_tile_us`): one
+/// operand u8, the other s8, every product exact and summed in wrapping i32.
+#[inline(always)]
+pub fn quad_tile<A: Copy + Into<i32>, B: Copy + Into<i32>>(
+    kq: usize,
+    a: &[A],
+    b: &[B],
+    c: &mut [i32],
+    ldc: usize,
+) {
+    assert!(a.len() >= kq * Q4MR * 4 && b.len() >= kq * Q4NR * 4);
+    assert!(ldc >= Q4NR && c.len() >= (Q4MR - 1) * ldc + Q4NR);
+    let mut t = [[0i32; Q4NR]; Q4MR];
+    for (aq, bq) in a
+        .chunks_exact(Q4MR * 4)
+        .zip(b.chunks_exact(Q4NR * 4))
+        .take(kq)
+    {
+        for (row, ar) in t.iter_mut().zip(aq.chunks_exact(4)) {
+            for (d, bc) in row.iter_mut().zip(bq.chunks_exact(4)) {
+                let s = ar
+                    .iter()
+                    .zip(bc)
+                    .fold(0i32, |s, (&x, &y)| s.wrapping_add(x.into() * y.into()));
+                *d = d.wrapping_add(s);
+            }
+        }
+    }
+    for (r, row) in t.iter().enumerate() {
+        c[r * ldc..r * ldc + Q4NR].copy_from_slice(row);
+    }
+}
+
+/// Scatters rows `p..p + src.len()` of B (see `QuantTable::scatter_quads`).
+#[inline(always)]
+pub fn scatter_quads(k: usize, p: usize, src: &[&[u8]], out: &mut [u8]) {
+    assert!(p.is_multiple_of(4) && (1..=4).contains(&src.len()) && p < k);
+    let panel = k.div_ceil(4) * Q4NR * 4;
+    let off = (p / 4) * Q4NR * 4;
+    let n = src[0].len();
+    assert!(src.iter().all(|r| r.len() == n));
+    let full = if src.len() == 4 { n / Q4NR } else { 0 };
+    for jp in 0..full {
+        // Fixed sizes: the interleave compiles to byte shuffles.
+        let row = |r: usize| -> &[u8; Q4NR] {
+            src[r][jp * Q4NR..(jp + 1) * Q4NR]
+                .try_into()
+                .expect("Q4NR bytes")
+        };
+        let (c0, c1, c2, c3) = (row(0), row(1), row(2), row(3));
+        let at = jp * panel + off;
+        let dst: &mut [u8; 4 * Q4NR] = (&mut out[at..at + 4 * Q4NR])
+            .try_into()
+            .expect("4 Q4NR bytes");
+        for j in 0..Q4NR {
+            dst[4 * j..4 * j + 4].copy_from_slice(&[c0[j], c1[j], c2[j], c3[j]]);
+        }
+    }
+    for (r, row) in src.iter().enumerate() {
+        for (j, &v) in row.iter().enumerate().skip(full * Q4NR) {
+            out[(j / Q4NR) * panel + off + (j % Q4NR) * 4 + r] = v;
+        }
+    }
+}
+
+/// `(v + ROUND_MAGIC) - ROUND_MAGIC` is `v` rounded to an integer for |v| < 2^22.
+const ROUND_MAGIC: f32 = 12_582_912.0;
+
+/// The first `j` whose requantised value `(acc[j] + bias) * mult` (clamped to the
+/// output range) lies within `eps` of a rounding boundary, or `acc.len()` (see
+/// `QuantTable::first_near_tie`).
+#[inline(always)]
+pub fn first_near_tie(acc: &[i32], bias: i32, mult: f32, bounds: (f32, f32), eps: f32) -> usize {
+    let (minv, maxv) = bounds;
+    // Distance from the nearest integer without a libm call: `v` clamped to the output
+    // range (so |v| < 2^22), rounded by the 1.5 * 2^23 trick. The scan vectorises; the
+    // chunk with a near-tie is walked again element by element.
+    let off_round = |a: i32| {
+        let v = (a.wrapping_add(bias) as f32 * mult).clamp(minv - 1.0, maxv + 1.0);
+        (v - ((v + ROUND_MAGIC) - ROUND_MAGIC)).abs()
+    };
+    let near = 0.5 - eps;
+    for (k, chunk) in acc.chunks(64).enumerate() {
+        if !chunk.iter().fold(false, |h, &a| h | (off_round(a) > near)) {
+            continue;
+        }
+        if let Some(i) = chunk.iter().position(|&a| off_round(a) > near) {
+            return k * 64 + i;
+        }
+    }
+    acc.len()
 }
 
 /// Requantisation of one channel's outputs (see `QuantTable::requant_scalar`).

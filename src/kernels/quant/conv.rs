@@ -3,9 +3,13 @@
 //!
 //! * Dense / grouped conv: per group, `Y_g[Cout_g, OH*OW] = W_g · im2col(X_g)` by the int8
 //!   GEMM (`super::gemm`): the weights are the A side (packed once by
-//!   [`QConvWeights::pack`]), the im2col matrix is generated [`QNC`] columns at a time
-//!   straight into B panels in scratch (a 1x1, stride-1, unpadded conv reads the input
-//!   planes directly). Padding reads the input zero point, so that the zero point
+//!   [`QConvWeights::pack`], in K pairs or K quads, [`QLayout`]), the im2col matrix is
+//!   generated [`QNC`] columns at a time straight into B panels of the same layout in
+//!   scratch (a 1x1, stride-1, unpadded conv reads the input planes directly). In K
+//!   quads any other conv runs on the *wide* grid (`wide_geom`): the input planes
+//!   are padded and split into stride phases once, and every im2col row is a slice of
+//!   them, so nothing is gathered per row; the few extra columns per output row are
+//!   computed and dropped. Padding reads the input zero point, so that the zero point
 //!   correction `- x_zp * sum_k w` (folded into the bias, [`QConvWeights::fold_bias`]) is
 //!   exact at the borders too.
 //! * Depthwise conv (one input and one output channel per group): direct, each channel
@@ -23,9 +27,9 @@
 //! SGEMM's K stride) with the block sums added in order, then the bias, then `v /
 //! y_scale` rounded half to even.
 
-use super::gemm::{fold, gemm_block, pack_a, packed_a_len, pairs, scatter_b_pair, scatter_b_row};
-use super::gemm::{QMC, QNC};
-use super::table::{QMR, QNR};
+use super::gemm::{fold, gemm_block, gemm_block4, pack_a, pack_a4, packed_a_len};
+use super::gemm::{scatter_b_pair, scatter_b_row, QMC, QNC};
+use super::table::{QLayout, Q4NR, QNR};
 use super::{QScratch, Requant};
 use crate::kernels::body::conv::ConvShape;
 use crate::kernels::body::pool::valid_range;
@@ -40,14 +44,27 @@ pub struct QConvWeights {
     kh: usize,
     kw: usize,
     group: usize,
-    /// Packed A panels per group (dense), or `[Cout, KH*KW]` i16 (depthwise).
-    groups: Vec<Vec<i16>>,
+    panels: ConvPanels,
     col_sums: Vec<i32>,
 }
 
+/// Packed conv weights.
+#[derive(Debug, Clone)]
+enum ConvPanels {
+    /// K-pair A panels per group (dense).
+    Pairs(Vec<Vec<i16>>),
+    /// K-quad A panels per group (dense).
+    Quads(Vec<Vec<i8>>),
+    /// `[Cout, KH*KW]` i16.
+    Depthwise(Vec<i16>),
+}
+
 impl QConvWeights {
-    /// Packs s8 weights `w` (`[cout, cin_per_group, kh, kw]`).
+    /// Packs s8 weights `w` (`[cout, cin_per_group, kh, kw]`) for a dense conv in
+    /// `layout` (the kernel table's, `QuantTable::layout`; any layout runs with any
+    /// table). A depthwise conv ignores `layout`.
     pub fn pack(
+        layout: QLayout,
         w: &[i8],
         cout: usize,
         cin_per_group: usize,
@@ -56,10 +73,25 @@ impl QConvWeights {
         group: usize,
     ) -> QConvWeights {
         let wide: Vec<i16> = w.iter().map(|&v| v as i16).collect();
-        Self::pack_wide(&wide, cout, cin_per_group, kh, kw, group)
+        let mut q = Self::pack_wide(&wide, cout, cin_per_group, kh, kw, group);
+        if layout == QLayout::Quads && matches!(q.panels, ConvPanels::Pairs(_)) {
+            let k = cin_per_group * kh * kw;
+            let mg = cout / group;
+            let groups = (0..group)
+                .map(|g| {
+                    let wg = &w[g * mg * k..(g + 1) * mg * k];
+                    let mut pa = vec![0i8; QLayout::Quads.a_len(mg, k)];
+                    pack_a4(mg, k, &mut pa, |i, p| wg[i * k + p]);
+                    pa
+                })
+                .collect();
+            q.panels = ConvPanels::Quads(groups);
+        }
+        q
     }
 
-    /// Packs weights of values in `[-255, 255]` (`w - w_zp` of weights with a zero point).
+    /// Packs weights of values in `[-255, 255]` (`w - w_zp` of weights with a zero
+    /// point): always K pairs for a dense conv (quads hold s8 only).
     pub fn pack_wide(
         w: &[i16],
         cout: usize,
@@ -89,17 +121,19 @@ impl QConvWeights {
             .collect();
         let mg = cout / group;
         let depthwise = group > 1 && cin_per_group == 1 && mg == 1;
-        let groups = if depthwise {
-            vec![w.to_vec()]
+        let panels = if depthwise {
+            ConvPanels::Depthwise(w.to_vec())
         } else {
-            (0..group)
-                .map(|g| {
-                    let wg = &w[g * mg * k..(g + 1) * mg * k];
-                    let mut pa = vec![0i16; packed_a_len(mg, k)];
-                    pack_a(mg, k, &mut pa, |i, p| wg[i * k + p]);
-                    pa
-                })
-                .collect()
+            ConvPanels::Pairs(
+                (0..group)
+                    .map(|g| {
+                        let wg = &w[g * mg * k..(g + 1) * mg * k];
+                        let mut pa = vec![0i16; packed_a_len(mg, k)];
+                        pack_a(mg, k, &mut pa, |i, p| wg[i * k + p]);
+                        pa
+                    })
+                    .collect(),
+            )
         };
         let col_sums = if k == 0 { vec![0; cout] } else { col_sums };
         QConvWeights {
@@ -108,8 +142,16 @@ impl QConvWeights {
             kh,
             kw,
             group,
-            groups,
+            panels,
             col_sums,
+        }
+    }
+
+    /// The layout of the dense panels (pairs for a depthwise conv's plain weights).
+    pub fn layout(&self) -> QLayout {
+        match self.panels {
+            ConvPanels::Quads(_) => QLayout::Quads,
+            ConvPanels::Pairs(_) | ConvPanels::Depthwise(_) => QLayout::Pairs,
         }
     }
 
@@ -140,9 +182,6 @@ impl QConvWeights {
 /// is good to ~5e-5 steps, the reference's own f32 noise was seen up to ~1e-5 steps.
 /// About 2 * TIE_EPS of the outputs are recomputed (K FMAs each).
 pub const TIE_EPS: f32 = 1.0 / 8192.0;
-
-/// `(v + ROUND_MAGIC) - ROUND_MAGIC` is `v` rounded to an integer for |v| < 2^22.
-const ROUND_MAGIC: f32 = 12_582_912.0;
 
 /// K values summed per FMA chain by the float reference (MLAS SGEMM's K stride).
 pub const REF_BLOCK_K: usize = 128;
@@ -263,11 +302,31 @@ impl ConvOut<'_> {
 }
 
 impl ConvOut<'_> {
+    /// Writes the sums `acc` of channel `c` (output positions `j0..`) at `out[at..]` and
+    /// settles their near-ties.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn put_seg(
+        &mut self,
+        t: &super::table::QuantTable,
+        s: &ConvShape,
+        xg: &[u8],
+        zp: u8,
+        c: usize,
+        acc: &[i32],
+        j0: usize,
+        at: usize,
+    ) {
+        self.put(t, c, acc, at);
+        self.settle_ties(t, s, xg, zp, c, acc, j0, at);
+    }
+
     /// Settles the near-ties among the sums `acc` of channel `c` (output positions
     /// `j0..`, written at `out[at..]`) like the float reference, when it is attached.
     #[allow(clippy::too_many_arguments)]
     fn settle_ties(
         &mut self,
+        t: &super::table::QuantTable,
         s: &ConvShape,
         xg: &[u8],
         zp: u8,
@@ -281,25 +340,15 @@ impl ConvOut<'_> {
         };
         let (bias, mult) = (rq.bias[c], rq.mult[c]);
         let (minv, maxv) = super::body::bounds(rq.lo, rq.hi, rq.y_zp);
-        // Distance from the nearest integer without a libm call: `v` clamped to the
-        // output range (so |v| < 2^22), rounded by the 1.5 * 2^23 trick. The scan
-        // vectorises; the rare chunk with a near-tie is walked again element by element.
-        let off_round = |a: i32| {
-            let v = (a.wrapping_add(bias) as f32 * mult).clamp(minv - 1.0, maxv + 1.0);
-            (v - ((v + ROUND_MAGIC) - ROUND_MAGIC)).abs()
-        };
-        let near = 0.5 - TIE_EPS;
-        for (k, chunk) in acc.chunks(64).enumerate() {
-            if !chunk.iter().fold(false, |h, &a| h | (off_round(a) > near)) {
-                continue;
+        let mut i = 0;
+        while i < acc.len() {
+            i += (t.first_near_tie)(&acc[i..], bias, mult, (minv, maxv), TIE_EPS);
+            if i >= acc.len() {
+                break;
             }
-            for (i, &a) in chunk.iter().enumerate() {
-                if off_round(a) > near {
-                    let i = k * 64 + i;
-                    let r = ties.value(s, xg, zp, c, j0 + i);
-                    o[at + i] = super::body::clamp_round(r, minv, maxv, rq.y_zp);
-                }
-            }
+            let r = ties.value(s, xg, zp, c, j0 + i);
+            o[at + i] = super::body::clamp_round(r, minv, maxv, rq.y_zp);
+            i += 1;
         }
     }
 }
@@ -410,53 +459,294 @@ fn qconv(
     for b in 0..s.n {
         let xb = &x[b * s.c_in * hw..(b + 1) * s.c_in * hw];
         let ob = b * s.c_out * ohw;
-        if s.is_depthwise() {
-            depthwise(
-                t,
-                s,
-                xb,
-                x_zp,
-                &w.groups[0],
-                &mut dst,
-                ob,
-                (c_lo, c_hi),
-                scratch,
-            );
-            continue;
-        }
-        let (mg, k, cig) = (s.cout_g(), s.k(), s.cin_g());
-        let kp = pairs(k);
-        for g in c_lo / mg..c_hi.div_ceil(mg) {
-            let m_lo = c_lo.max(g * mg) - g * mg;
-            let m_hi = c_hi.min((g + 1) * mg) - g * mg;
-            let xg = &xb[g * cig * hw..(g + 1) * cig * hw];
-            let (ip_lo, ip_hi) = (m_lo / QMR, m_hi.div_ceil(QMR));
-            let nc_max = QNC.min(ohw.div_ceil(QNR) * QNR);
-            let mc_max = QMC.min((ip_hi - ip_lo) * QMR);
-            let (pb, cblk, rows) = scratch.conv_bufs(nc_max * kp * 2, mc_max * nc_max, 2 * nc_max);
-            let mut jc = 0;
-            while jc < ohw {
-                let nc = QNC.min(ohw - jc);
-                let b_panels = nc.div_ceil(QNR);
-                let ldb = b_panels * QNR;
-                pack_im2col(s, xg, x_zp, jc, nc, &mut pb[..ldb * kp * 2], rows);
-                let mut ip = ip_lo;
-                while ip < ip_hi {
-                    let ip_end = ip_hi.min(ip + QMC / QMR);
-                    let pa = &w.groups[g][ip * kp * QMR * 2..ip_end * kp * QMR * 2];
-                    gemm_block(t, kp, pa, ip_end - ip, pb, b_panels, cblk, ldb);
-                    for i in m_lo.max(ip * QMR)..m_hi.min(ip_end * QMR) {
-                        let r = i - ip * QMR;
-                        let c = g * mg + i;
-                        let acc = &cblk[r * ldb..r * ldb + nc];
-                        dst.put(t, c, acc, ob + c * ohw + jc);
-                        dst.settle_ties(s, xg, x_zp, c, acc, jc, ob + c * ohw + jc);
-                    }
-                    ip = ip_end;
-                }
-                jc += nc;
+        match &w.panels {
+            ConvPanels::Depthwise(wd) => {
+                depthwise(t, s, xb, x_zp, wd, &mut dst, ob, (c_lo, c_hi), scratch)
+            }
+            ConvPanels::Pairs(wp) => {
+                let wd = DenseW::Pairs(wp);
+                dense(t, s, xb, x_zp, wd, &mut dst, ob, (c_lo, c_hi), scratch)
+            }
+            ConvPanels::Quads(wq) if wide_geom(s).is_some() => {
+                dense_wide(t, s, xb, x_zp, wq, &mut dst, ob, (c_lo, c_hi), scratch)
+            }
+            ConvPanels::Quads(wq) => {
+                let wd = DenseW::Quads(wq);
+                dense(t, s, xb, x_zp, wd, &mut dst, ob, (c_lo, c_hi), scratch)
             }
         }
+    }
+}
+
+/// The packed A panels of a dense conv, per group.
+#[derive(Clone, Copy)]
+enum DenseW<'w> {
+    Pairs(&'w [Vec<i16>]),
+    Quads(&'w [Vec<i8>]),
+}
+
+/// Dense (or grouped) conv of channels `[c_lo, c_hi)` of one image (`xb`), written at
+/// `ob` of the output.
+#[allow(clippy::too_many_arguments)]
+fn dense(
+    t: &super::table::QuantTable,
+    s: &ConvShape,
+    xb: &[u8],
+    x_zp: u8,
+    w: DenseW<'_>,
+    dst: &mut ConvOut<'_>,
+    ob: usize,
+    (c_lo, c_hi): (usize, usize),
+    scratch: &mut QScratch,
+) {
+    let (hw, ohw) = (s.h * s.w, s.oh * s.ow);
+    let (mg, k, cig) = (s.cout_g(), s.k(), s.cin_g());
+    let lay = match w {
+        DenseW::Pairs(_) => QLayout::Pairs,
+        DenseW::Quads(_) => QLayout::Quads,
+    };
+    let (mr, nr, kgs) = (lay.mr(), lay.nr(), lay.groups(k));
+    for g in c_lo / mg..c_hi.div_ceil(mg) {
+        let m_lo = c_lo.max(g * mg) - g * mg;
+        let m_hi = c_hi.min((g + 1) * mg) - g * mg;
+        let xg = &xb[g * cig * hw..(g + 1) * cig * hw];
+        let (ip_lo, ip_hi) = (m_lo / mr, m_hi.div_ceil(mr));
+        let nc_max = QNC.min(ohw.div_ceil(nr) * nr);
+        let mc_max = QMC.min((ip_hi - ip_lo) * mr);
+        let bufs = scratch.bufs(
+            lay,
+            lay.b_len(k, nc_max),
+            mc_max * nc_max,
+            lay.kg() * nc_max,
+        );
+        let (pb16, pb8, cblk, rows) = (bufs.p16, bufs.p8, bufs.c, bufs.row);
+        let mut jc = 0;
+        while jc < ohw {
+            let nc = QNC.min(ohw - jc);
+            let b_panels = nc.div_ceil(nr);
+            let ldb = b_panels * nr;
+            let pb_len = lay.b_len(k, ldb);
+            match lay {
+                QLayout::Pairs => pack_im2col(s, xg, x_zp, jc, nc, &mut pb16[..pb_len], rows),
+                QLayout::Quads => pack_im2col4(t, s, xg, x_zp, jc, nc, &mut pb8[..pb_len], rows),
+            }
+            let mut ip = ip_lo;
+            while ip < ip_hi {
+                let ip_end = ip_hi.min(ip + QMC / mr);
+                let a_range = ip * kgs * mr * lay.kg()..ip_end * kgs * mr * lay.kg();
+                match w {
+                    DenseW::Pairs(wp) => {
+                        let pa = &wp[g][a_range];
+                        gemm_block(t, kgs, pa, ip_end - ip, pb16, b_panels, cblk, ldb)
+                    }
+                    DenseW::Quads(wq) => gemm_block4(
+                        t.quad_tile_su,
+                        kgs,
+                        &wq[g][a_range],
+                        ip_end - ip,
+                        pb8,
+                        b_panels,
+                        cblk,
+                        ldb,
+                    ),
+                }
+                for i in m_lo.max(ip * mr)..m_hi.min(ip_end * mr) {
+                    let r = i - ip * mr;
+                    let c = g * mg + i;
+                    let acc = &cblk[r * ldb..r * ldb + nc];
+                    dst.put(t, c, acc, ob + c * ohw + jc);
+                    dst.settle_ties(t, s, xg, x_zp, c, acc, jc, ob + c * ohw + jc);
+                }
+                ip = ip_end;
+            }
+            jc += nc;
+        }
+    }
+}
+
+/// Geometry `(wps, cplen)` of the padded, phase-split planes of a conv computed on the
+/// *wide* grid ([`dense_wide`]), or `None` for a plain pointwise conv (whose im2col rows
+/// are the input planes already). Each input plane padded with the zero point is split
+/// into `sh * sw` phases of rows of `wps` ([`dw_phases`]); `cplen` bytes per channel.
+pub(crate) fn wide_geom(s: &ConvShape) -> Option<(usize, usize)> {
+    let pointwise = s.kh == 1
+        && s.kw == 1
+        && s.sh == 1
+        && s.sw == 1
+        && s.ph == 0
+        && s.pw == 0
+        && s.oh * s.ow == s.h * s.w;
+    if pointwise || s.oh == 0 || s.ow == 0 {
+        return None;
+    }
+    let (_, wps, plen) = dw_phases(s);
+    Some((wps, s.sh * s.sw * plen))
+}
+
+/// Dense conv in K quads on the wide grid: each input plane of the group is padded
+/// once with the zero point and split into stride phases (rows of `wps`,
+/// [`wide_geom`]), and the GEMM runs over `oh * wps` columns, where im2col row `(ci, ky,
+/// kx)` is phase `(ky * dh % sh, kx * dw % sw)` of plane `ci` read from row `ky * dh /
+/// sh`, column `kx * dw / sw` on: no im2col copy. Columns `ox >= ow` of each row are
+/// computed and dropped.
+#[allow(clippy::too_many_arguments)]
+fn dense_wide(
+    t: &super::table::QuantTable,
+    s: &ConvShape,
+    xb: &[u8],
+    x_zp: u8,
+    wq: &[Vec<i8>],
+    dst: &mut ConvOut<'_>,
+    ob: usize,
+    (c_lo, c_hi): (usize, usize),
+    scratch: &mut QScratch,
+) {
+    let Some((wp, cplen)) = wide_geom(s) else {
+        return;
+    };
+    let plen = cplen / (s.sh * s.sw);
+    let (hw, ohw, khw) = (s.h * s.w, s.oh * s.ow, s.kh * s.kw);
+    let (mg, k, cig) = (s.cout_g(), s.k(), s.cin_g());
+    let lay = QLayout::Quads;
+    let (mr, nr, kq) = (lay.mr(), lay.nr(), lay.groups(k));
+    let nw = s.oh * wp;
+    for g in c_lo / mg..c_hi.div_ceil(mg) {
+        let m_lo = c_lo.max(g * mg) - g * mg;
+        let m_hi = c_hi.min((g + 1) * mg) - g * mg;
+        let xg = &xb[g * cig * hw..(g + 1) * cig * hw];
+        let (ip_lo, ip_hi) = (m_lo / mr, m_hi.div_ceil(mr));
+        let nc_max = QNC.min(nw.div_ceil(nr) * nr);
+        let mc_max = QMC.min((ip_hi - ip_lo) * mr);
+        let bufs = scratch.bufs(lay, lay.b_len(k, nc_max), mc_max * nc_max, cig * cplen);
+        let (pb, cblk, pad) = (bufs.p8, bufs.c, bufs.row);
+        pad_phases(s, xg, x_zp, wp, plen, pad);
+        let mut jc = 0;
+        while jc < nw {
+            let nc = QNC.min(nw - jc);
+            let b_panels = nc.div_ceil(nr);
+            let ldb = b_panels * nr;
+            let pb = &mut pb[..lay.b_len(k, ldb)];
+            if !k.is_multiple_of(4) || !nc.is_multiple_of(nr) {
+                pb.fill(0);
+            }
+            for p in (0..k).step_by(4) {
+                let mut src: [&[u8]; 4] = [&[]; 4];
+                let cnt = (k - p).min(4);
+                for (i, r) in src.iter_mut().take(cnt).enumerate() {
+                    let (ci, ky, kx) = ((p + i) / khw, ((p + i) % khw) / s.kw, (p + i) % s.kw);
+                    let (qy, ry) = ((ky * s.dh) % s.sh, (ky * s.dh) / s.sh);
+                    let (qx, rx) = ((kx * s.dw) % s.sw, (kx * s.dw) / s.sw);
+                    let phase = ci * cplen + (qy * s.sw + qx) * plen;
+                    let at = phase + ry * wp + rx + jc;
+                    *r = &pad[at..at + nc];
+                }
+                (t.scatter_quads)(k, p, &src[..cnt], pb);
+            }
+            let mut ip = ip_lo;
+            while ip < ip_hi {
+                let ip_end = ip_hi.min(ip + QMC / mr);
+                let pa = &wq[g][ip * kq * mr * 4..ip_end * kq * mr * 4];
+                gemm_block4(t.quad_tile_su, kq, pa, ip_end - ip, pb, b_panels, cblk, ldb);
+                for i in m_lo.max(ip * mr)..m_hi.min(ip_end * mr) {
+                    let c = g * mg + i;
+                    let r = i - ip * mr;
+                    let acc = &cblk[r * ldb..r * ldb + nc];
+                    put_wide(t, s, (xg, x_zp), dst, c, acc, (jc, wp), ob + c * ohw);
+                }
+                ip = ip_end;
+            }
+            jc += nc;
+        }
+    }
+}
+
+/// Writes the wide sums `acc` (wide columns `jc..`) of channel `c`: the `ow` valid
+/// columns of each output row they cover, at `at + oy * ow + ox`.
+#[allow(clippy::too_many_arguments)]
+fn put_wide(
+    t: &super::table::QuantTable,
+    s: &ConvShape,
+    (xg, x_zp): (&[u8], u8),
+    dst: &mut ConvOut<'_>,
+    c: usize,
+    acc: &[i32],
+    (jc, wp): (usize, usize),
+    at: usize,
+) {
+    let t_end = jc + acc.len();
+    let mut oy = jc / wp;
+    while oy < s.oh && oy * wp < t_end {
+        let (a, b) = ((oy * wp).max(jc), (oy * wp + s.ow).min(t_end));
+        if a < b {
+            let j0 = oy * s.ow + (a - oy * wp);
+            let seg = &acc[a - jc..b - jc];
+            dst.put_seg(t, s, xg, x_zp, c, seg, j0, at + j0);
+        }
+        oy += 1;
+    }
+}
+
+/// The planes of one group (`xg`) padded with `zp` and split into phases in `pad`
+/// (`sh * sw` phases of `plen` bytes per plane, rows of `wps`; see [`dw_phases`]).
+fn pad_phases(s: &ConvShape, xg: &[u8], zp: u8, wps: usize, plen: usize, pad: &mut [u8]) {
+    let hw = s.h * s.w;
+    let cplen = s.sh * s.sw * plen;
+    for (ci, planes) in pad.chunks_exact_mut(cplen).take(s.cin_g()).enumerate() {
+        let src = &xg[ci * hw..(ci + 1) * hw];
+        for (q, ph) in planes.chunks_exact_mut(plen).enumerate() {
+            let (qy, qx) = (q / s.sw, q % s.sw);
+            ph.fill(zp);
+            // Phase columns cc with 0 <= cc * sw + qx - pw < w.
+            let (lo, hi) = valid_range(wps, s.sw, s.pw, qx, s.w);
+            if lo >= hi {
+                continue;
+            }
+            let ix0 = lo * s.sw + qx - s.pw;
+            for (r, row) in ph.chunks_exact_mut(wps).enumerate() {
+                let iy = (r * s.sh + qy) as isize - s.ph as isize;
+                if iy < 0 || iy >= s.h as isize {
+                    continue;
+                }
+                let line = &src[iy as usize * s.w..(iy as usize + 1) * s.w];
+                let d = &mut row[lo..hi];
+                if s.sw == 1 {
+                    d.copy_from_slice(&line[ix0..ix0 + d.len()]);
+                } else {
+                    for (o, v) in d.iter_mut().zip(line[ix0..].iter().step_by(s.sw)) {
+                        *o = *v;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Packs columns `jc..jc + nc` of the im2col matrix of one group into quad B panels
+/// `pb` (`rows`: scratch of `4 * nc` bytes).
+#[allow(clippy::too_many_arguments)]
+fn pack_im2col4(
+    t: &super::table::QuantTable,
+    s: &ConvShape,
+    xg: &[u8],
+    zp: u8,
+    jc: usize,
+    nc: usize,
+    pb: &mut [u8],
+    rows: &mut [u8],
+) {
+    let k = s.k();
+    if !k.is_multiple_of(4) || !nc.is_multiple_of(Q4NR) {
+        pb.fill(0);
+    }
+    let mut p = 0;
+    while p < k {
+        let cnt = (k - p).min(4);
+        let mut src: [&[u8]; 4] = [&[]; 4];
+        for (i, buf) in rows[..4 * nc].chunks_exact_mut(nc).take(cnt).enumerate() {
+            src[i] = im2col_row(s, xg, zp, p + i, jc, buf);
+        }
+        (t.scatter_quads)(k, p, &src[..cnt], pb);
+        p += 4;
     }
 }
 
@@ -537,6 +827,32 @@ fn im2col_row<'a>(
     buf
 }
 
+/// `d[i] = src[i * step]` widened to i16 (a plain loop for step 1 and 2, which
+/// vectorise; `src` holds at least `(d.len() - 1) * step + 1` bytes).
+#[inline]
+fn widen_strided(src: &[u8], step: usize, d: &mut [i16]) {
+    match step {
+        1 => {
+            let n = d.len();
+            for (o, &v) in d.iter_mut().zip(&src[..n]) {
+                *o = v as i16;
+            }
+        }
+        2 if !d.is_empty() => {
+            let n = d.len();
+            for (o, c) in d[..n - 1].iter_mut().zip(src.chunks_exact(2)) {
+                *o = c[0] as i16;
+            }
+            d[n - 1] = src[2 * (n - 1)] as i16;
+        }
+        _ => {
+            for (o, &v) in d.iter_mut().zip(src.iter().step_by(step)) {
+                *o = v as i16;
+            }
+        }
+    }
+}
+
 /// Geometry of the phase-split padded plane of a depthwise conv: `(hps, wps, plen)`.
 /// The plane padded with the zero point is split into `sh * sw` phases (phase `(qy, qx)`
 /// holds padded rows `qy, qy + sh, ..` and columns `qx, qx + sw, ..`), so that every tap
@@ -564,7 +880,7 @@ fn depthwise(
 ) {
     let (hw, ohw, khw) = (s.h * s.w, s.oh * s.ow, s.kh * s.kw);
     let (hps, wps, plen) = dw_phases(s);
-    let (phases, acc, _) = scratch.conv_bufs(s.sh * s.sw * plen, s.oh * wps + ohw, 0);
+    let (phases, acc) = scratch.conv_bufs(s.sh * s.sw * plen, s.oh * wps + ohw);
     let (full, acc) = acc.split_at_mut(s.oh * wps);
     let mut offs = [0usize; 64];
     let many: Vec<usize>;
@@ -602,9 +918,7 @@ fn depthwise(
                         continue;
                     }
                     let ix0 = lo * s.sw + qx - s.pw;
-                    for (d, &v) in row[lo..hi].iter_mut().zip(src[ix0..].iter().step_by(s.sw)) {
-                        *d = v as i16;
-                    }
+                    widen_strided(&src[ix0..], s.sw, &mut row[lo..hi]);
                 }
             }
         }

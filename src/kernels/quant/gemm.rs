@@ -2,17 +2,24 @@
 //! B s8 (weights, packed once by [`QGemmB::pack`]), i32 accumulation, then either the
 //! fused requantisation to u8 ([`qgemm_u8`]) or the raw sum plus bias ([`qgemm_i32`]).
 //!
-//! Both operands are widened to i16 when packed and stored as K *pairs* (two consecutive
-//! K values side by side), so that one `pmaddwd` multiplies and adds a pair exactly:
-//! no product saturates (unlike `pmaddubsw`), and any weight in `[-255, 255]` works (a
-//! u8 weight minus its zero point, see [`QGemmB::pack_wide`]). A panels hold [`QMR`]
-//! rows, B panels [`QNR`] columns; padding (rows, columns, the odd last K) is zero.
+//! Two packed layouts ([`QLayout`]), chosen when B is packed:
+//! * K *pairs*: both operands widened to i16, two consecutive K values side by side,
+//!   so that one `pmaddwd` multiplies and adds a pair exactly: no product saturates
+//!   (unlike `pmaddubsw`), and any weight in `[-255, 255]` works (a u8 weight minus its
+//!   zero point, see [`QGemmB::pack_wide`], which always packs pairs). A panels hold
+//!   [`QMR`] rows, B panels [`QNR`] columns.
+//! * K *quads*: bytes, four consecutive K values side by side, so that one `vpdpbusd`
+//!   multiplies u8 by s8 and adds the four products exactly into an i32. A panels hold
+//!   [`Q4MR`] rows, B panels [`Q4NR`] columns.
+//!
+//! Padding (rows, columns, the last K group) is zero. Both layouts give the same bits:
+//! every product is exact and the sums wrap alike.
 //!
 //! The A zero point is not subtracted by the kernel: `sum_k (a - a_zp) * b = sum_k a * b
 //! - a_zp * col_sum`, and the second term is folded into the bias once
 //! ([`QGemmB::fold_bias`]).
 
-use super::table::{QuantTable, QMR, QNR};
+use super::table::{QLayout, QuantTable, Q4MR, Q4NR, QMR, QNR};
 use super::{QScratch, Requant};
 use crate::kernels::isa::Isa;
 
@@ -102,6 +109,38 @@ pub(crate) fn scatter_b_pair(k: usize, p: usize, r0: &[u8], r1: &[u8], out: &mut
     }
 }
 
+/// Packs `m` rows of depth `k` (element `(i, p)` is `get(i, p)`) into quad A panels in
+/// `out` (`QLayout::Quads.a_len(m, k)` elements).
+pub(crate) fn pack_a4<T: Copy + Default>(
+    m: usize,
+    k: usize,
+    out: &mut [T],
+    get: impl Fn(usize, usize) -> T,
+) {
+    let panel = QLayout::Quads.groups(k) * Q4MR * 4;
+    if panel == 0 {
+        return;
+    }
+    for (ip, pan) in out[..QLayout::Quads.a_len(m, k)]
+        .chunks_exact_mut(panel)
+        .enumerate()
+    {
+        for (q, dst) in pan.chunks_exact_mut(Q4MR * 4).enumerate() {
+            for (r, d4) in dst.chunks_exact_mut(4).enumerate() {
+                let i = ip * Q4MR + r;
+                for (e, d) in d4.iter_mut().enumerate() {
+                    let p = 4 * q + e;
+                    *d = if i < m && p < k {
+                        get(i, p)
+                    } else {
+                        T::default()
+                    };
+                }
+            }
+        }
+    }
+}
+
 /// Computes `C = A · B` for `a_panels` packed A panels (`pa`) times `b_panels` packed B
 /// panels (`pb`) of `kp` pairs into `c` (`a_panels * QMR` rows of stride `ldc >=
 /// b_panels * QNR`).
@@ -126,25 +165,74 @@ pub(crate) fn gemm_block(
     }
 }
 
-/// Int8 GEMM weights: B (`[K, N]` s8, row-major) packed into i16 K-pair panels, with the
-/// column sums the A zero point correction needs.
+/// [`gemm_block`] over quad panels of `kq` quads with the quad tile `tile`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemm_block4<A, B>(
+    tile: fn(usize, &[A], &[B], &mut [i32], usize),
+    kq: usize,
+    pa: &[A],
+    a_panels: usize,
+    pb: &[B],
+    b_panels: usize,
+    c: &mut [i32],
+    ldc: usize,
+) {
+    let (asz, bsz) = (kq * Q4MR * 4, kq * Q4NR * 4);
+    for jp in 0..b_panels {
+        let bp = &pb[jp * bsz..(jp + 1) * bsz];
+        for ip in 0..a_panels {
+            let ap = &pa[ip * asz..(ip + 1) * asz];
+            tile(kq, ap, bp, &mut c[ip * Q4MR * ldc + jp * Q4NR..], ldc);
+        }
+    }
+}
+
+/// Packed B panels in one of the two layouts.
+#[derive(Debug, Clone)]
+enum BPanels {
+    Pairs(Vec<i16>),
+    Quads(Vec<i8>),
+}
+
+/// Int8 GEMM weights: B (`[K, N]` s8, row-major) packed into K-pair or K-quad panels
+/// ([`QLayout`]), with the column sums the A zero point correction needs.
 #[derive(Debug, Clone)]
 pub struct QGemmB {
     k: usize,
     n: usize,
-    packed: Vec<i16>,
+    packed: BPanels,
     col_sums: Vec<i32>,
 }
 
 impl QGemmB {
-    /// Packs `b` (`[k, n]`, row-major s8).
-    pub fn pack(b: &[i8], k: usize, n: usize) -> QGemmB {
+    /// Packs `b` (`[k, n]`, row-major s8) in `layout` (the kernel table's,
+    /// `QuantTable::layout`; any layout runs with any table).
+    pub fn pack(layout: QLayout, b: &[i8], k: usize, n: usize) -> QGemmB {
         assert_eq!(b.len(), k * n, "QGemmB::pack: b holds k * n values");
-        Self::pack_with(k, n, |p, j| b[p * n + j] as i16)
+        if layout == QLayout::Pairs {
+            return Self::pack_with(k, n, |p, j| b[p * n + j] as i16);
+        }
+        let mut packed = vec![0i8; QLayout::Quads.b_len(k, n)];
+        let panel = QLayout::Quads.groups(k) * Q4NR * 4;
+        for p in 0..k {
+            for j in 0..n {
+                packed[(j / Q4NR) * panel + (p / 4) * Q4NR * 4 + (j % Q4NR) * 4 + p % 4] =
+                    b[p * n + j];
+            }
+        }
+        let col_sums = (0..n)
+            .map(|j| (0..k).map(|p| b[p * n + j] as i32).sum())
+            .collect();
+        QGemmB {
+            k,
+            n,
+            packed: BPanels::Quads(packed),
+            col_sums,
+        }
     }
 
     /// Packs `b` (`[k, n]`, row-major) of values in `[-255, 255]`: weights with a zero
-    /// point, already shifted (`w - w_zp`).
+    /// point, already shifted (`w - w_zp`). Always K pairs (quads hold s8 only).
     pub fn pack_wide(b: &[i16], k: usize, n: usize) -> QGemmB {
         assert_eq!(b.len(), k * n, "QGemmB::pack_wide: b holds k * n values");
         assert!(
@@ -168,8 +256,16 @@ impl QGemmB {
         QGemmB {
             k,
             n,
-            packed,
+            packed: BPanels::Pairs(packed),
             col_sums,
+        }
+    }
+
+    /// The layout the panels are packed in.
+    pub fn layout(&self) -> QLayout {
+        match self.packed {
+            BPanels::Pairs(_) => QLayout::Pairs,
+            BPanels::Quads(_) => QLayout::Quads,
         }
     }
 
@@ -277,22 +373,43 @@ fn qgemm(
         "qgemm: out too short"
     );
     let t = isa.table().quant;
-    let kp = pairs(k);
-    let mc_max = QMC.min(m.div_ceil(QMR) * QMR);
-    let nc_max = QNC.min(n.div_ceil(QNR) * QNR);
-    let (pa, cblk) = scratch.gemm_bufs(packed_a_len(mc_max, k), mc_max * nc_max);
+    let lay = b.layout();
+    let (mr, nr, per_col) = (lay.mr(), lay.nr(), lay.groups(k) * lay.kg());
+    let mc_max = QMC.min(m.div_ceil(mr) * mr);
+    let nc_max = QNC.min(n.div_ceil(nr) * nr);
+    let bufs = scratch.bufs(lay, lay.a_len(mc_max, k), mc_max * nc_max, 0);
+    let (pa16, pa8, cblk) = (bufs.p16, bufs.p8, bufs.c);
     let mut ic = 0;
     while ic < m {
         let mc = QMC.min(m - ic);
-        pack_a(mc, k, pa, |i, p| a[(ic + i) * lda + p] as i16);
-        let a_panels = mc.div_ceil(QMR);
+        let rows = &a[ic * lda..];
+        match lay {
+            QLayout::Pairs => pack_a(mc, k, pa16, |i, p| rows[i * lda + p] as i16),
+            QLayout::Quads => pack_a4(mc, k, pa8, |i, p| rows[i * lda + p]),
+        }
+        let a_panels = mc.div_ceil(mr);
         let mut jc = 0;
         while jc < n {
             let nc = QNC.min(n - jc);
-            let b_panels = nc.div_ceil(QNR);
-            let pb = &b.packed[jc * kp * 2..(jc + b_panels * QNR) * kp * 2];
-            let ldb = b_panels * QNR;
-            gemm_block(t, kp, pa, a_panels, pb, b_panels, cblk, ldb);
+            let b_panels = nc.div_ceil(nr);
+            let ldb = b_panels * nr;
+            let cols = jc * per_col..(jc + ldb) * per_col;
+            match &b.packed {
+                BPanels::Pairs(pb) => {
+                    let kp = lay.groups(k);
+                    gemm_block(t, kp, pa16, a_panels, &pb[cols], b_panels, cblk, ldb)
+                }
+                BPanels::Quads(pb) => gemm_block4(
+                    t.quad_tile_us,
+                    lay.groups(k),
+                    pa8,
+                    a_panels,
+                    &pb[cols],
+                    b_panels,
+                    cblk,
+                    ldb,
+                ),
+            }
             for i in 0..mc {
                 let row = &cblk[i * ldb..i * ldb + nc];
                 let at = (ic + i) * ldc + jc;

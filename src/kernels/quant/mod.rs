@@ -25,13 +25,15 @@ pub mod pool;
 pub mod table;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86_64_avx2;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod x86_64_vnni;
 
 pub use body::AddParams;
 pub use conv::{qconv_i32, qconv_u8, qconv_u8_ties, FloatTies, QConvWeights};
 pub use eltwise::{dequantize_u8, qadd, qadd_bcast, quantize_f32, requant_u8, QBcast};
 pub use gemm::{qgemm_i32, qgemm_u8, QGemmB};
 pub use pool::{avgpool_u8, global_avgpool_u8, maxpool_u8, resize_bilinear_u8, resize_nearest_u8};
-pub use table::QuantTable;
+pub use table::{QLayout, QuantTable};
 
 /// Requantisation of one GEMM / conv output: one multiplier and one bias (zero point
 /// correction included) per output channel, the output zero point and clamp.
@@ -63,12 +65,24 @@ impl Requant<'_> {
 }
 
 /// Per-worker scratch of the int8 kernels: it grows to what a call needs and keeps its
-/// size, so that after the first run (or [`QScratch::reserve`]) nothing allocates.
+/// size, so that after the first run (or [`QScratch::reserve_conv`] /
+/// [`QScratch::reserve_gemm`]) nothing allocates.
 #[derive(Debug, Default)]
 pub struct QScratch {
     a: Vec<i16>,
+    q: Vec<u8>,
     c: Vec<i32>,
     row: Vec<u8>,
+}
+
+/// The scratch of one GEMM or dense conv call: packed panels (pairs in `p16` or quads
+/// in `p8`, the other empty), the i32 block and byte rows (im2col rows, or the padded
+/// planes of a conv on the wide grid).
+pub(crate) struct Bufs<'s> {
+    pub p16: &'s mut [i16],
+    pub p8: &'s mut [u8],
+    pub c: &'s mut [i32],
+    pub row: &'s mut [u8],
 }
 
 /// `v[..n]`, growing `v` first when it is shorter.
@@ -85,44 +99,58 @@ impl QScratch {
         QScratch::default()
     }
 
-    /// Grows the scratch to what a conv of shape `s` needs (so that the call allocates
-    /// nothing).
-    pub fn reserve_conv(&mut self, s: &crate::kernels::body::conv::ConvShape) {
+    /// Grows the scratch to what a conv of shape `s` with weights packed in `layout`
+    /// needs (so that the call allocates nothing).
+    pub fn reserve_conv(&mut self, s: &crate::kernels::body::conv::ConvShape, layout: QLayout) {
         let ohw = s.oh * s.ow;
         if s.is_depthwise() {
             let (_, wps, plen) = conv::dw_phases(s);
-            self.conv_bufs(s.sh * s.sw * plen, s.oh * wps + ohw, 0);
+            self.conv_bufs(s.sh * s.sw * plen, s.oh * wps + ohw);
         } else {
-            let nc = gemm::QNC.min(ohw.div_ceil(table::QNR) * table::QNR);
-            let mc = gemm::QMC.min(s.cout_g().div_ceil(table::QMR) * table::QMR);
-            self.conv_bufs(nc * gemm::pairs(s.k()) * 2, mc * nc, 2 * nc);
+            let (mr, nr) = (layout.mr(), layout.nr());
+            let wide = conv::wide_geom(s).filter(|_| layout == QLayout::Quads);
+            let cols = wide.map_or(ohw, |(wp, _)| s.oh * wp);
+            let nc = gemm::QNC.min(cols.div_ceil(nr) * nr);
+            let mc = gemm::QMC.min(s.cout_g().div_ceil(mr) * mr);
+            let b_len = layout.b_len(s.k(), nc);
+            let rows = wide.map_or(layout.kg() * nc, |(_, plen)| s.cin_g() * plen);
+            self.bufs(layout, b_len, mc * nc, rows);
         }
     }
 
-    /// Grows the scratch to what a GEMM of `m` rows, depth `k`, `n` columns needs.
-    pub fn reserve_gemm(&mut self, m: usize, k: usize, n: usize) {
-        let mc = gemm::QMC.min(m.div_ceil(table::QMR) * table::QMR);
-        let nc = gemm::QNC.min(n.div_ceil(table::QNR) * table::QNR);
-        self.gemm_bufs(gemm::packed_a_len(mc, k), mc * nc);
+    /// Grows the scratch to what a GEMM of `m` rows, depth `k`, `n` columns with B packed
+    /// in `layout` needs.
+    pub fn reserve_gemm(&mut self, m: usize, k: usize, n: usize, layout: QLayout) {
+        let (mr, nr) = (layout.mr(), layout.nr());
+        let mc = gemm::QMC.min(m.div_ceil(mr) * mr);
+        let nc = gemm::QNC.min(n.div_ceil(nr) * nr);
+        self.bufs(layout, layout.a_len(mc, k), mc * nc, 0);
     }
 
-    /// Packed A and C block of a GEMM.
-    fn gemm_bufs(&mut self, a_len: usize, c_len: usize) -> (&mut [i16], &mut [i32]) {
-        (grow(&mut self.a, a_len), grow(&mut self.c, c_len))
-    }
-
-    /// Packed B (or padded plane), C block (or sums) and byte rows of a conv.
-    fn conv_bufs(
+    /// Packed panels of `packed` elements in `layout`, an i32 block of `c_len` and
+    /// `row_len` bytes of rows.
+    pub(crate) fn bufs(
         &mut self,
-        b_len: usize,
+        layout: QLayout,
+        packed: usize,
         c_len: usize,
         row_len: usize,
-    ) -> (&mut [i16], &mut [i32], &mut [u8]) {
-        (
-            grow(&mut self.a, b_len),
-            grow(&mut self.c, c_len),
-            grow(&mut self.row, row_len),
-        )
+    ) -> Bufs<'_> {
+        let (n16, n8) = match layout {
+            QLayout::Pairs => (packed, 0),
+            QLayout::Quads => (0, packed),
+        };
+        Bufs {
+            p16: grow(&mut self.a, n16),
+            p8: grow(&mut self.q, n8),
+            c: grow(&mut self.c, c_len),
+            row: grow(&mut self.row, row_len),
+        }
+    }
+
+    /// Padded plane (i16) and sums of a depthwise conv.
+    fn conv_bufs(&mut self, plane_len: usize, c_len: usize) -> (&mut [i16], &mut [i32]) {
+        (grow(&mut self.a, plane_len), grow(&mut self.c, c_len))
     }
 }
 

@@ -1,7 +1,14 @@
 //! The int8 sub-table: every ISA-specific int8 routine, one [`QuantTable`] per
 //! instruction set, reached through `KernelTable::quant` (so the same runtime CPU
 //! detection picks it). The portable instance is [`PORTABLE`]; the AVX2 one lives in
-//! `x86_64_avx2` and is only reachable through the AVX2 kernel table.
+//! `x86_64_avx2` and is only reachable through the AVX2 kernel table; the AVX-512 VNNI
+//! one lives in `x86_64_vnni`, reachable only through the AVX-512 kernel table.
+//!
+//! The GEMM / conv operands come in two packed layouts ([`QLayout`]): K *pairs* widened
+//! to i16 (any weight in `[-255, 255]`) or K *quads* of bytes (u8 activations x s8
+//! weights). A table names the layout its s8 weights are packed in; every table runs
+//! both (each has all tile entries), so weights packed for one table give the same
+//! bits with any other.
 
 use super::body;
 use crate::kernels::body::pool::PoolShape;
@@ -11,6 +18,63 @@ pub const QMR: usize = 6;
 /// Columns of one int8 GEMM micro-tile (and of one packed B panel).
 pub const QNR: usize = 16;
 
+/// Rows of one quad micro-tile (and of one packed quad A panel).
+pub const Q4MR: usize = 8;
+/// Columns of one quad micro-tile (and of one packed quad B panel).
+pub const Q4NR: usize = 32;
+
+/// How a GEMM / conv packs its operands: the K grouping and the tile geometry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QLayout {
+    /// K pairs widened to i16 in [`QMR`] x [`QNR`] tiles: products are i16 x i16
+    /// (`pmaddwd`), so weights may be anything in `[-255, 255]`.
+    Pairs,
+    /// K quads of bytes in [`Q4MR`] x [`Q4NR`] tiles: u8 x s8 products, four summed per
+    /// i32 (`vpdpbusd`); weights must be s8.
+    Quads,
+}
+
+impl QLayout {
+    /// Rows of a tile (and of an A panel).
+    pub const fn mr(self) -> usize {
+        match self {
+            QLayout::Pairs => QMR,
+            QLayout::Quads => Q4MR,
+        }
+    }
+
+    /// Columns of a tile (and of a B panel).
+    pub const fn nr(self) -> usize {
+        match self {
+            QLayout::Pairs => QNR,
+            QLayout::Quads => Q4NR,
+        }
+    }
+
+    /// K values per group (2 or 4).
+    pub const fn kg(self) -> usize {
+        match self {
+            QLayout::Pairs => 2,
+            QLayout::Quads => 4,
+        }
+    }
+
+    /// K groups of depth `k` (the last one zero-padded).
+    pub const fn groups(self, k: usize) -> usize {
+        k.div_ceil(self.kg())
+    }
+
+    /// Elements of `rows` rows of depth `k` packed into A panels.
+    pub const fn a_len(self, rows: usize, k: usize) -> usize {
+        rows.div_ceil(self.mr()) * self.mr() * self.groups(k) * self.kg()
+    }
+
+    /// Elements of `cols` columns of depth `k` packed into B panels.
+    pub const fn b_len(self, k: usize, cols: usize) -> usize {
+        cols.div_ceil(self.nr()) * self.nr() * self.groups(k) * self.kg()
+    }
+}
+
 /// Every ISA-specific int8 routine, for one instruction set. All entries are safe to call
 /// with any arguments: they check the bounds they rely on. Every entry gives the same
 /// bits as the portable one.
@@ -19,14 +83,34 @@ pub const QNR: usize = 16;
 pub struct QuantTable {
     /// Name of the table (as the kernel table's).
     pub name: &'static str,
+    /// The layout s8 weights are packed in for this table.
+    pub layout: QLayout,
     /// One [`QMR`] x [`QNR`] tile of i32: `c = A_panel · B_panel` over `kp` K pairs.
     /// `a` holds `kp * QMR * 2` i16 (per pair, QMR rows of two consecutive K values),
     /// `b` `kp * QNR * 2` (per pair, QNR columns of two consecutive K values), `c` QMR rows
     /// of QNR at stride `ldc`. Products are exact (i16 x i16 pairs summed in i32).
     pub tile: fn(kp: usize, a: &[i16], b: &[i16], c: &mut [i32], ldc: usize),
+    /// One [`Q4MR`] x [`Q4NR`] tile of i32 with s8 A (conv weights) and u8 B (im2col):
+    /// `c = A_panel · B_panel` over `kq` K quads. `a` holds `kq * Q4MR * 4` bytes (per
+    /// quad, Q4MR rows of four consecutive K values), `b` `kq * Q4NR * 4` (per quad, Q4NR
+    /// columns of four consecutive K values), `c` Q4MR rows of Q4NR at stride `ldc`.
+    pub quad_tile_su: fn(kq: usize, a: &[i8], b: &[u8], c: &mut [i32], ldc: usize),
+    /// As `quad_tile_su` with u8 A (GEMM activations) and s8 B (GEMM weights).
+    pub quad_tile_us: fn(kq: usize, a: &[u8], b: &[i8], c: &mut [i32], ldc: usize),
+    /// Scatters rows `p..p + src.len()` of a u8 B operand (`p` a multiple of 4, `p < k`;
+    /// one to four rows of the same length `n`: the block's columns) into quad B panels
+    /// of depth `k` in `out` (column `j`, row `p + r` at `(j / Q4NR) * panel + (p / 4) *
+    /// Q4NR * 4 + (j % Q4NR) * 4 + r`, `panel = ceil(k / 4) * Q4NR * 4`). Columns past
+    /// `n` and rows past the given ones are left as they are.
+    pub scatter_quads: fn(k: usize, p: usize, src: &[&[u8]], out: &mut [u8]),
     /// `out[j] = clamp(rne((acc[j] + bias) * mult) + zp, lo, hi)`: one output channel.
     pub requant_scalar:
         fn(acc: &[i32], bias: i32, mult: f32, zp: i32, lo: u8, hi: u8, out: &mut [u8]),
+    /// The first `j` whose value `(acc[j] + bias) * mult`, clamped to `bounds` widened
+    /// by one, lies within `eps` of a rounding boundary (`x.5`), or `acc.len()`: where
+    /// the near-ties of one channel's outputs are.
+    pub first_near_tie:
+        fn(acc: &[i32], bias: i32, mult: f32, bounds: (f32, f32), eps: f32) -> usize,
     /// `out[j] = clamp(rne((acc[j] + bias[j]) * mult[j]) + zp, lo, hi)`: one channel per
     /// element (a GEMM row).
     pub requant_cols:
@@ -48,9 +132,14 @@ pub struct QuantTable {
 /// The portable int8 table (any target).
 pub static PORTABLE: QuantTable = QuantTable {
     name: "portable",
+    layout: QLayout::Pairs,
     tile: body::tile,
+    quad_tile_su: body::quad_tile,
+    quad_tile_us: body::quad_tile,
+    scatter_quads: body::scatter_quads,
     requant_scalar: body::requant_scalar,
     requant_cols: body::requant_cols,
+    first_near_tie: body::first_near_tie,
     quantize: body::quantize,
     dequantize: body::dequantize,
     qadd: body::qadd,

@@ -134,14 +134,25 @@ fn ref_conv_acc(s: &ConvShape, x: &[u8], zp: u8, w: &[i8], bias: &[i32]) -> Vec<
     y
 }
 
-/// Runs conv case `s` with table `t`: (u8 output, i32 output) for every channel, plus
-/// the u8 output of a channel sub-range.
+/// Runs conv case `s` with table `t`, weights packed in its layout: (u8 output, i32
+/// output) for every channel, plus the u8 output of a channel sub-range.
 fn run_conv(t: &KernelTable, s: &ConvShape, seed: u64) -> (Vec<u8>, Vec<i32>, Vec<u8>) {
+    run_conv_in(t, t.quant.layout, s, seed)
+}
+
+/// [`run_conv`] with the weights packed in `lay`.
+fn run_conv_in(
+    t: &KernelTable,
+    lay: QLayout,
+    s: &ConvShape,
+    seed: u64,
+) -> (Vec<u8>, Vec<i32>, Vec<u8>) {
     let x = rand_bytes(s.n * s.c_in * s.h * s.w, seed);
     let w = rand_i8(s.c_out * s.k(), seed + 1);
     let x_zp = 117;
     let (mult, bias) = rq_params(s.c_out, seed + 2);
-    let pw = QConvWeights::pack(&w, s.c_out, s.cin_g(), s.kh, s.kw, s.group);
+    let pw = QConvWeights::pack(lay, &w, s.c_out, s.cin_g(), s.kh, s.kw, s.group);
+    assert!(s.is_depthwise() || pw.layout() == lay);
     let fb = pw.fold_bias(Some(&bias), x_zp);
     let rq = Requant {
         mult: &mult,
@@ -215,12 +226,23 @@ const GEMM_CASES: [(usize, usize, usize); 9] = [
     (1, 1000, 512),
 ];
 
-fn run_gemm(t: &KernelTable, (m, n, k): (usize, usize, usize), seed: u64) -> (Vec<u8>, Vec<i32>) {
+fn run_gemm(t: &KernelTable, mnk: (usize, usize, usize), seed: u64) -> (Vec<u8>, Vec<i32>) {
+    run_gemm_in(t, t.quant.layout, mnk, seed)
+}
+
+/// [`run_gemm`] with B packed in `lay`.
+fn run_gemm_in(
+    t: &KernelTable,
+    lay: QLayout,
+    (m, n, k): (usize, usize, usize),
+    seed: u64,
+) -> (Vec<u8>, Vec<i32>) {
     let lda = k + 3;
     let a = rand_bytes(m * lda, seed);
     let b = rand_i8(k * n, seed + 1);
     let (mult, bias) = rq_params(n, seed + 2);
-    let pb = QGemmB::pack(&b, k, n);
+    let pb = QGemmB::pack(lay, &b, k, n);
+    assert_eq!(pb.layout(), lay);
     let fb = pb.fold_bias(Some(&bias), 131);
     let rq = Requant {
         mult: &mult,
@@ -571,6 +593,150 @@ fn broadcast_forms_and_runs() {
     }
 }
 
+/// Convs with K = 1..9 (1x1 over 1..9 channels, and 3x3 / 1x3 over one), M and N
+/// around the tile sizes of both layouts (6 / 8 rows, 16 / 32 columns).
+fn edge_conv_cases() -> Vec<ConvShape> {
+    let mut v: Vec<ConvShape> = (1..=9)
+        .map(|k| {
+            let (cout, hw) = [(1, (1, 1)), (7, (5, 7)), (9, (3, 11)), (17, (8, 8))][k % 4];
+            conv_shape((k, cout, 1), hw, (1, 1), (1, 1), (0, 0), (1, 1))
+        })
+        .collect();
+    v.push(conv_shape(
+        (1, 8, 1),
+        (6, 11),
+        (3, 3),
+        (1, 1),
+        (1, 1),
+        (1, 1),
+    ));
+    v.push(conv_shape(
+        (1, 6, 1),
+        (4, 9),
+        (1, 3),
+        (1, 1),
+        (0, 1),
+        (1, 1),
+    ));
+    v.push(conv_shape(
+        (13, 33, 1),
+        (13, 13),
+        (3, 3),
+        (2, 2),
+        (1, 1),
+        (1, 1),
+    ));
+    v.push(conv_shape(
+        (9, 16, 1),
+        (17, 19),
+        (2, 2),
+        (1, 1),
+        (0, 0),
+        (1, 1),
+    ));
+    v.push(conv_shape(
+        (12, 18, 3),
+        (7, 9),
+        (3, 1),
+        (1, 1),
+        (1, 0),
+        (1, 1),
+    ));
+    v
+}
+
+/// GEMMs with K = 1..9 and M, N around both tile geometries.
+fn edge_gemm_cases() -> Vec<(usize, usize, usize)> {
+    let mut v = Vec::new();
+    for k in 1..=9 {
+        for (m, n) in [(1, 1), (7, 31), (9, 33), (17, 65)] {
+            v.push((m, n, k));
+        }
+    }
+    v.push((100, 97, 13));
+    v
+}
+
+#[test]
+fn quad_entries_match_portable() {
+    let p = &table::PORTABLE;
+    for t in tables() {
+        let q = t.quant;
+        for kq in 0..=9 {
+            let a = rand_bytes(kq * table::Q4MR * 4, kq as u64);
+            let b = rand_bytes(kq * table::Q4NR * 4, 50 + kq as u64);
+            let (ai, bi): (Vec<i8>, Vec<i8>) = (
+                a.iter().map(|&v| v as i8).collect(),
+                b.iter().map(|&v| v as i8).collect(),
+            );
+            let ldc = table::Q4NR + 3;
+            let len = table::Q4MR * ldc;
+            let (mut want, mut got) = (vec![-5i32; len], vec![-5i32; len]);
+            (p.quad_tile_su)(kq, &ai, &b, &mut want, ldc);
+            (q.quad_tile_su)(kq, &ai, &b, &mut got, ldc);
+            assert_eq!(got, want, "quad_tile_su, table {}, kq {kq}", q.name);
+            (p.quad_tile_us)(kq, &a, &bi, &mut want, ldc);
+            (q.quad_tile_us)(kq, &a, &bi, &mut got, ldc);
+            assert_eq!(got, want, "quad_tile_us, table {}, kq {kq}", q.name);
+        }
+        for n in [0usize, 1, 31, 32, 63, 64, 65, 130, 200] {
+            for k in [1usize, 3, 4, 9, 16] {
+                let rows: Vec<Vec<u8>> =
+                    (0..k).map(|r| rand_bytes(n, (n * 31 + r) as u64)).collect();
+                let len = QLayout::Quads.b_len(k, n);
+                let (mut want, mut got) = (vec![0xA5u8; len], vec![0xA5u8; len]);
+                for p0 in (0..k).step_by(4) {
+                    let src: Vec<&[u8]> = rows[p0..k.min(p0 + 4)].iter().map(|r| &r[..]).collect();
+                    (p.scatter_quads)(k, p0, &src, &mut want);
+                    (q.scatter_quads)(k, p0, &src, &mut got);
+                }
+                assert_eq!(got, want, "scatter_quads, table {}, n {n}, k {k}", q.name);
+                // Every element of B at its place (padding left as it was).
+                let panel = k.div_ceil(4) * table::Q4NR * 4;
+                for (p0, row) in rows.iter().enumerate() {
+                    for (j, &x) in row.iter().enumerate() {
+                        let at = (j / table::Q4NR) * panel + (p0 / 4) * table::Q4NR * 4;
+                        assert_eq!(got[at + (j % table::Q4NR) * 4 + p0 % 4], x);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn first_near_tie_matches_portable() {
+    // Sums in [-256, 256): with mult 0.5 odd ones are exact ties, with 1/3 none is.
+    let acc: Vec<i32> = rand_bytes(4 * 700, 77)
+        .chunks_exact(4)
+        .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]) >> 23)
+        .collect();
+    let even: Vec<i32> = acc.iter().map(|&a| a & !1).collect();
+    let p = &table::PORTABLE;
+    for t in tables() {
+        let f = t.quant.first_near_tie;
+        for (a, mult) in [
+            (&acc, 0.5f32),
+            (&even, 0.5),
+            (&acc, 1.0 / 3.0),
+            (&acc, 5e-4),
+        ] {
+            for (lo, hi, zp) in [(0u8, 255u8, 128i32), (20, 200, 0)] {
+                let b = body::bounds(lo, hi, zp);
+                for start in [0usize, 1, 63, 64, 65, 699] {
+                    let (x, bias) = (&a[start..], 37);
+                    let want = (p.first_near_tie)(x, bias, mult, b, conv::TIE_EPS);
+                    let got = f(x, bias, mult, b, conv::TIE_EPS);
+                    assert_eq!(got, want, "table {} mult {mult} start {start}", t.name);
+                }
+            }
+        }
+        let b = body::bounds(0, 255, 128);
+        assert_eq!(f(&even, 0, 0.5, b, conv::TIE_EPS), even.len());
+        assert!(f(&acc, 0, 0.5, b, conv::TIE_EPS) < acc.len());
+    }
+}
+
 /// Every output of one table over the edge sizes, as exact f32s (i32 split in halves).
 fn twin_outputs(t: &'static KernelTable) -> Vec<f32> {
     let mut v = Vec::new();
@@ -591,6 +757,20 @@ fn twin_outputs(t: &'static KernelTable) -> Vec<f32> {
         let (a, b) = run_gemm(t, c, 600 + i as u64);
         push8(&mut v, &a);
         push32(&mut v, &b);
+    }
+    // Both layouts on every table, over the edge sizes of both tile geometries.
+    for lay in [QLayout::Pairs, QLayout::Quads] {
+        for (i, s) in edge_conv_cases().iter().enumerate() {
+            let (a, b, c) = run_conv_in(t, lay, s, 700 + i as u64);
+            push8(&mut v, &a);
+            push32(&mut v, &b);
+            push8(&mut v, &c);
+        }
+        for (i, c) in edge_gemm_cases().into_iter().enumerate() {
+            let (a, b) = run_gemm_in(t, lay, c, 800 + i as u64);
+            push8(&mut v, &a);
+            push32(&mut v, &b);
+        }
     }
     for n in [1, 5, 8, 31, 32, 33, 100] {
         for o in run_add(t, n) {
@@ -701,7 +881,7 @@ fn qconv_ties_round_like_the_float_reference() {
             .map(|&b| b as i32 * 97)
             .collect();
         let want = ref_float_conv(s, &x, (xs, xz), &w, &ws, &bias, (ys, yz));
-        let pw = QConvWeights::pack(&w, s.c_out, s.cin_g(), s.kh, s.kw, s.group);
+        let pw = QConvWeights::pack(QLayout::Pairs, &w, s.c_out, s.cin_g(), s.kh, s.kw, s.group);
         let fb = pw.fold_bias(Some(&bias), xz);
         let mult: Vec<f32> = ws.iter().map(|&v| xs * v / ys).collect();
         let rq = Requant {

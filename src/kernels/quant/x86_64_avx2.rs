@@ -2,22 +2,29 @@
 //! enabled, and hand-written intrinsics for the hot entries. Every entry gives the same
 //! bits as the portable one.
 //!
-//! Every entry of [`TABLE`] is a private safe wrapper around a `#[target_feature]`
-//! function; the table is reachable only through the AVX2+FMA kernel table, which is
-//! handed out only after detecting AVX2 (and FMA), so each wrapper runs only on a CPU
-//! that has AVX2.
+//! Every entry of [`TABLE`] is a safe wrapper around a `#[target_feature]` function,
+//! private to the int8 tables: it is reachable only through this table (held by the
+//! AVX2+FMA kernel table, handed out only after detecting AVX2 and FMA) and through the
+//! AVX-512 VNNI table (`x86_64_vnni`, held by the AVX-512 kernel table, handed out only
+//! after detecting AVX-512, AVX2 and FMA), so each wrapper runs only on a CPU that has
+//! AVX2.
 
 use super::body::{self, AddParams};
-use super::table::{QuantTable, QMR, QNR};
+use super::table::{QLayout, QuantTable, QMR, QNR};
 use crate::kernels::body::pool::PoolShape;
 use std::arch::x86_64::*;
 
 /// The AVX2 int8 table.
 pub(crate) static TABLE: QuantTable = QuantTable {
     name: "avx2",
+    layout: QLayout::Pairs,
     tile,
+    quad_tile_su,
+    quad_tile_us,
+    scatter_quads,
     requant_scalar,
     requant_cols,
+    first_near_tie,
     quantize,
     dequantize,
     qadd,
@@ -29,16 +36,19 @@ pub(crate) static TABLE: QuantTable = QuantTable {
 /// AVX2 enabled.
 macro_rules! avx2_build {
     ($name:ident, $body:path, ($($arg:ident: $ty:ty),*)) => {
+        avx2_build!($name, $body, ($($arg: $ty),*) -> ());
+    };
+    ($name:ident, $body:path, ($($arg:ident: $ty:ty),*) -> $ret:ty) => {
         #[allow(clippy::too_many_arguments)]
-        fn $name($($arg: $ty),*) {
+        pub(super) fn $name($($arg: $ty),*) -> $ret {
             #[target_feature(enable = "avx2,fma")]
             #[allow(clippy::too_many_arguments)]
-            unsafe fn build($($arg: $ty),*) {
+            unsafe fn build($($arg: $ty),*) -> $ret {
                 $body($($arg),*)
             }
-            // SAFETY: this wrapper is reachable only through TABLE, which only the
-            // AVX2+FMA kernel table holds, handed out after detecting both features; the
-            // body indexes safely.
+            // SAFETY: this wrapper is reachable only through the int8 tables of CPUs
+            // detected to have AVX2 and FMA (see the module doc); the body indexes
+            // safely.
             unsafe { build($($arg),*) }
         }
     };
@@ -49,7 +59,7 @@ avx2_build!(dw_taps_body, body::dw_taps, (offs: &[usize], w: &[i16], src: &[i16]
 /// Taps at most [`dw_taps_pairs`] takes (more go to the generic body).
 const DW_MAX_TAPS: usize = 64;
 
-fn dw_taps(offs: &[usize], w: &[i16], src: &[i16], acc: &mut [i32]) {
+pub(super) fn dw_taps(offs: &[usize], w: &[i16], src: &[i16], acc: &mut [i32]) {
     let n = acc.len();
     assert!(offs.len() <= w.len() && offs.iter().all(|&o| o + n <= src.len()));
     if offs.len() > DW_MAX_TAPS || offs.is_empty() {
@@ -116,9 +126,13 @@ unsafe fn dw_taps_pairs(offs: &[usize], w: &[i16], src: &[i16], acc: &mut [i32])
         *d = sum;
     }
 }
+avx2_build!(quad_tile_su, body::quad_tile, (kq: usize, a: &[i8], b: &[u8], c: &mut [i32], ldc: usize));
+avx2_build!(quad_tile_us, body::quad_tile, (kq: usize, a: &[u8], b: &[i8], c: &mut [i32], ldc: usize));
+avx2_build!(scatter_quads, body::scatter_quads, (k: usize, p: usize, src: &[&[u8]], out: &mut [u8]));
+avx2_build!(first_near_tie, body::first_near_tie, (acc: &[i32], bias: i32, mult: f32, bounds: (f32, f32), eps: f32) -> usize);
 avx2_build!(max_pool_plane, body::max_pool_plane, (s: &PoolShape, x: &[u8], y: &mut [u8]));
 
-fn tile(kp: usize, a: &[i16], b: &[i16], c: &mut [i32], ldc: usize) {
+pub(super) fn tile(kp: usize, a: &[i16], b: &[i16], c: &mut [i32], ldc: usize) {
     assert!(a.len() >= kp * QMR * 2 && b.len() >= kp * QNR * 2);
     assert!(ldc >= QNR && c.len() >= (QMR - 1) * ldc + QNR);
     // SAFETY: AVX2 was detected (see the module doc); the asserts bound every offset the
@@ -209,7 +223,15 @@ fn map32(out: &mut [u8], f: impl Fn(usize) -> __m256i) -> usize {
     n32
 }
 
-fn requant_scalar(acc: &[i32], bias: i32, mult: f32, zp: i32, lo: u8, hi: u8, out: &mut [u8]) {
+pub(super) fn requant_scalar(
+    acc: &[i32],
+    bias: i32,
+    mult: f32,
+    zp: i32,
+    lo: u8,
+    hi: u8,
+    out: &mut [u8],
+) {
     let n = out.len().min(acc.len());
     // SAFETY: AVX2 was detected (see the module doc).
     unsafe { requant_scalar_avx2(&acc[..n], bias, mult, zp, lo, hi, &mut out[..n]) }
@@ -234,7 +256,15 @@ fn requant_scalar_avx2(acc: &[i32], bias: i32, mult: f32, zp: i32, lo: u8, hi: u
     body::requant_scalar(&acc[done..], bias, mult, zp, lo, hi, &mut out[done..]);
 }
 
-fn requant_cols(acc: &[i32], bias: &[i32], mult: &[f32], zp: i32, lo: u8, hi: u8, out: &mut [u8]) {
+pub(super) fn requant_cols(
+    acc: &[i32],
+    bias: &[i32],
+    mult: &[f32],
+    zp: i32,
+    lo: u8,
+    hi: u8,
+    out: &mut [u8],
+) {
     let n = out.len().min(acc.len()).min(bias.len()).min(mult.len());
     // SAFETY: AVX2 was detected (see the module doc).
     unsafe { requant_cols_avx2(&acc[..n], &bias[..n], &mult[..n], zp, lo, hi, &mut out[..n]) }
@@ -280,7 +310,7 @@ fn requant_cols_avx2(
     );
 }
 
-fn quantize(x: &[f32], scale: f32, zp: u8, out: &mut [u8]) {
+pub(super) fn quantize(x: &[f32], scale: f32, zp: u8, out: &mut [u8]) {
     let n = out.len().min(x.len());
     // SAFETY: AVX2 was detected (see the module doc).
     unsafe { quantize_avx2(&x[..n], scale, zp, &mut out[..n]) }
@@ -300,7 +330,7 @@ fn quantize_avx2(x: &[f32], scale: f32, zp: u8, out: &mut [u8]) {
     body::quantize(&x[done..], scale, zp, &mut out[done..]);
 }
 
-fn dequantize(x: &[u8], scale: f32, zp: u8, out: &mut [f32]) {
+pub(super) fn dequantize(x: &[u8], scale: f32, zp: u8, out: &mut [f32]) {
     let n = out.len().min(x.len());
     // SAFETY: AVX2 was detected (see the module doc).
     unsafe { dequantize_avx2(&x[..n], scale, zp, &mut out[..n]) }
@@ -325,7 +355,7 @@ fn dequantize_avx2(x: &[u8], scale: f32, zp: u8, out: &mut [f32]) {
     body::dequantize(&x[n8..], scale, zp, &mut out[n8..]);
 }
 
-fn qadd(p: &AddParams, a: &[u8], b: &[u8], out: &mut [u8]) {
+pub(super) fn qadd(p: &AddParams, a: &[u8], b: &[u8], out: &mut [u8]) {
     assert!(out.len() <= a.len() && (b.len() == 1 || out.len() <= b.len()));
     if out.is_empty() {
         return;

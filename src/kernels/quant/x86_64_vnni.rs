@@ -1,0 +1,187 @@
+//! The AVX-512 VNNI int8 table (x86-64): K-quad GEMM / conv tiles on `vpdpbusd` (u8 x
+//! s8, four products summed into each i32 lane, 64 per instruction, no saturation), and
+//! the AVX2 entries for the rest (AVX-512 CPUs have AVX2). Weights are packed in K quads
+//! ([`QLayout::Quads`]); every entry gives the same bits as the portable one.
+//!
+//! Every entry of [`TABLE`] is a safe wrapper around a `#[target_feature]` function; the
+//! table is reachable only through the AVX-512 kernel table (`kernels::isa`), which is
+//! handed out only after detecting AVX-512 F/BW/VL/DQ, VNNI, AVX2 and FMA, so each
+//! wrapper runs only on a CPU that has them.
+
+use super::body;
+use super::table::{QLayout, QuantTable, Q4MR, Q4NR};
+use super::x86_64_avx2 as avx2;
+use std::arch::x86_64::*;
+
+/// The AVX-512 VNNI int8 table.
+pub(crate) static TABLE: QuantTable = QuantTable {
+    name: "avx512-vnni",
+    layout: QLayout::Quads,
+    tile: avx2::tile,
+    quad_tile_su,
+    quad_tile_us,
+    scatter_quads,
+    requant_scalar: avx2::requant_scalar,
+    requant_cols: avx2::requant_cols,
+    first_near_tie,
+    quantize: avx2::quantize,
+    dequantize: avx2::dequantize,
+    qadd: avx2::qadd,
+    dw_taps: avx2::dw_taps,
+    max_pool_plane: avx2::max_pool_plane,
+};
+
+fn first_near_tie(acc: &[i32], bias: i32, mult: f32, bounds: (f32, f32), eps: f32) -> usize {
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma")]
+    fn build(acc: &[i32], bias: i32, mult: f32, bounds: (f32, f32), eps: f32) -> usize {
+        body::first_near_tie(acc, bias, mult, bounds, eps)
+    }
+    // SAFETY: AVX-512 F/BW/VL/DQ, VNNI, AVX2 and FMA were detected (see the module doc);
+    // the generic body indexes safely.
+    unsafe { build(acc, bias, mult, bounds, eps) }
+}
+
+/// Panics unless a quad tile of `kq` quads may read `a_len` A bytes, `b_len` B bytes
+/// and write `Q4MR` rows of `Q4NR` i32 at stride `ldc` in `c_len`.
+fn check_quad_tile(kq: usize, a_len: usize, b_len: usize, c_len: usize, ldc: usize) {
+    assert!(a_len >= kq * Q4MR * 4 && b_len >= kq * Q4NR * 4);
+    assert!(ldc >= Q4NR && c_len >= (Q4MR - 1) * ldc + Q4NR);
+}
+
+fn quad_tile_su(kq: usize, a: &[i8], b: &[u8], c: &mut [i32], ldc: usize) {
+    check_quad_tile(kq, a.len(), b.len(), c.len(), ldc);
+    // SAFETY: AVX-512 F and VNNI were detected (see the module doc); the check bounds
+    // every offset the tile touches (a: kq*32 bytes, b: kq*128, c: Q4MR rows of Q4NR).
+    unsafe { tile_8x32::<false>(kq, a.as_ptr() as *const u8, b.as_ptr(), c.as_mut_ptr(), ldc) }
+}
+
+fn quad_tile_us(kq: usize, a: &[u8], b: &[i8], c: &mut [i32], ldc: usize) {
+    check_quad_tile(kq, a.len(), b.len(), c.len(), ldc);
+    // SAFETY: as in `quad_tile_su`.
+    unsafe { tile_8x32::<true>(kq, a.as_ptr(), b.as_ptr() as *const u8, c.as_mut_ptr(), ldc) }
+}
+
+/// The 8x32 quad tile: per K quad, the four A bytes of each row broadcast as one i32
+/// against two zmm of B (32 columns of four bytes), one `vpdpbusd` per row and half:
+/// 16 accumulators. `A_U8`: A holds the u8 operand (GEMM), else B does (conv).
+///
+/// # Safety
+/// AVX-512 F and VNNI must be available; `a` valid for `kq * 32` reads, `b` for
+/// `kq * 128`, `c` for 8 rows of 32 i32 at stride `ldc`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma")]
+unsafe fn tile_8x32<const A_U8: bool>(
+    kq: usize,
+    a: *const u8,
+    b: *const u8,
+    c: *mut i32,
+    ldc: usize,
+) {
+    let mut t = [_mm512_setzero_si512(); 2 * Q4MR];
+    for q in 0..kq {
+        // SAFETY: quad q < kq: 128 bytes of B and 32 of A are readable.
+        let (b0, b1, ap) = unsafe {
+            let bp = b.add(q * Q4NR * 4);
+            (
+                _mm512_loadu_si512(bp as *const _),
+                _mm512_loadu_si512(bp.add(64) as *const _),
+                a.add(q * Q4MR * 4) as *const i32,
+            )
+        };
+        for r in 0..Q4MR {
+            // SAFETY: r < Q4MR, inside quad q of the A panel (unaligned i32 read).
+            let av = _mm512_set1_epi32(unsafe { ap.add(r).read_unaligned() });
+            if A_U8 {
+                t[2 * r] = _mm512_dpbusd_epi32(t[2 * r], av, b0);
+                t[2 * r + 1] = _mm512_dpbusd_epi32(t[2 * r + 1], av, b1);
+            } else {
+                t[2 * r] = _mm512_dpbusd_epi32(t[2 * r], b0, av);
+                t[2 * r + 1] = _mm512_dpbusd_epi32(t[2 * r + 1], b1, av);
+            }
+        }
+    }
+    for r in 0..Q4MR {
+        // SAFETY: row r < Q4MR of C, 32 i32, guaranteed by the caller.
+        unsafe {
+            let cp = c.add(r * ldc);
+            _mm512_storeu_si512(cp as *mut _, t[2 * r]);
+            _mm512_storeu_si512(cp.add(16) as *mut _, t[2 * r + 1]);
+        }
+    }
+}
+
+fn scatter_quads(k: usize, p: usize, src: &[&[u8]], out: &mut [u8]) {
+    let [r0, r1, r2, r3] = src else {
+        return body::scatter_quads(k, p, src, out);
+    };
+    let n = r0.len();
+    assert!(p.is_multiple_of(4) && p < k && [r1, r2, r3].iter().all(|r| r.len() == n));
+    let panel = k.div_ceil(4) * Q4NR * 4;
+    let off = (p / 4) * Q4NR * 4;
+    let chunks = n / 64;
+    // Chunk c writes 128 bytes at `off` of panels 2c and 2c + 1.
+    assert!(chunks == 0 || out.len() >= (2 * chunks - 1) * panel + off + 4 * Q4NR);
+    let rows = [r0.as_ptr(), r1.as_ptr(), r2.as_ptr(), r3.as_ptr()];
+    for c in 0..chunks {
+        // SAFETY: AVX-512 F/BW was detected (see the module doc); columns 64c..64c+64 of
+        // every row are readable (64 (c + 1) <= n) and the assert bounds both panels.
+        unsafe {
+            interleave64(
+                rows,
+                c * 64,
+                out.as_mut_ptr().add(2 * c * panel + off),
+                panel,
+            )
+        };
+    }
+    let done = chunks * 64;
+    if done < n {
+        let tail = [&r0[done..], &r1[done..], &r2[done..], &r3[done..]];
+        body::scatter_quads(k, p, &tail, &mut out[chunks * 2 * panel..]);
+    }
+}
+
+/// Columns `j..j + 64` of four rows interleaved into quads: columns 0-31 to the 128
+/// bytes at `dst`, columns 32-63 to those at `dst + panel`. Byte and word unpacks
+/// interleave inside each 128-bit lane (output `o_i` holds columns `16L + 4i..16L + 4i +
+/// 4` in lane `L`); two rounds of lane shuffles put the columns in order.
+///
+/// # Safety
+/// AVX-512 F/BW must be available; `rows[r]` readable at `j..j + 64`, `dst` writable for
+/// 128 bytes and `dst + panel` for 128 bytes.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma")]
+unsafe fn interleave64(rows: [*const u8; 4], j: usize, dst: *mut u8, panel: usize) {
+    // SAFETY: 64 bytes of each row from j are readable (caller).
+    let (x0, x1, x2, x3) = unsafe {
+        (
+            _mm512_loadu_si512(rows[0].add(j) as *const _),
+            _mm512_loadu_si512(rows[1].add(j) as *const _),
+            _mm512_loadu_si512(rows[2].add(j) as *const _),
+            _mm512_loadu_si512(rows[3].add(j) as *const _),
+        )
+    };
+    let (lo01, hi01) = (_mm512_unpacklo_epi8(x0, x1), _mm512_unpackhi_epi8(x0, x1));
+    let (lo23, hi23) = (_mm512_unpacklo_epi8(x2, x3), _mm512_unpackhi_epi8(x2, x3));
+    let o0 = _mm512_unpacklo_epi16(lo01, lo23);
+    let o1 = _mm512_unpackhi_epi16(lo01, lo23);
+    let o2 = _mm512_unpacklo_epi16(hi01, hi23);
+    let o3 = _mm512_unpackhi_epi16(hi01, hi23);
+    // t0 = [o0.L0, o0.L1, o1.L0, o1.L1], t1 = the same of o2, o3; t2, t3 lanes 2 and 3.
+    let t0 = _mm512_shuffle_i32x4::<0x44>(o0, o1);
+    let t1 = _mm512_shuffle_i32x4::<0x44>(o2, o3);
+    let t2 = _mm512_shuffle_i32x4::<0xEE>(o0, o1);
+    let t3 = _mm512_shuffle_i32x4::<0xEE>(o2, o3);
+    // Columns 0-15: [o0.L0, o1.L0, o2.L0, o3.L0]; 16-31 lanes 1; 32-47 lanes 2; 48-63 lanes 3.
+    let c0 = _mm512_shuffle_i32x4::<0x88>(t0, t1);
+    let c1 = _mm512_shuffle_i32x4::<0xDD>(t0, t1);
+    let c2 = _mm512_shuffle_i32x4::<0x88>(t2, t3);
+    let c3 = _mm512_shuffle_i32x4::<0xDD>(t2, t3);
+    // SAFETY: 128 bytes at dst and at dst + panel are writable (caller).
+    unsafe {
+        _mm512_storeu_si512(dst as *mut _, c0);
+        _mm512_storeu_si512(dst.add(64) as *mut _, c1);
+        _mm512_storeu_si512(dst.add(panel) as *mut _, c2);
+        _mm512_storeu_si512(dst.add(panel + 64) as *mut _, c3);
+    }
+}
