@@ -96,11 +96,51 @@ impl<'a> CostModel<'a> {
         }
     }
 
-    /// Whole-node times of every node, in order.
+    /// Whole-node times of every node: the best of `repeats` passes over the nodes in
+    /// execution order, so that each node meets the caches as it does in an inference
+    /// (its weights and inputs not left hot by a repetition of itself).
     pub fn measure_all(&mut self) -> Vec<f64> {
-        (0..self.graph.nodes.len())
-            .map(|i| self.measure(i, Tile::WHOLE))
+        let n = self.graph.nodes.len();
+        // `None` once a run of the node failed.
+        let mut best = vec![Some(f64::INFINITY); n];
+        for _ in 0..self.repeats {
+            for (node, b) in best.iter_mut().enumerate() {
+                let t = self.run_once(node, Tile::WHOLE);
+                *b = b.zip(t).map(|(b, t)| b.min(t));
+            }
+        }
+        best.into_iter()
+            .enumerate()
+            .map(|(node, b)| match b {
+                Some(b) => self.recorded(node, Tile::WHOLE, b),
+                None => UNMEASURED_US,
+            })
             .collect()
+    }
+
+    /// One timed run of `tile` of `node` in µs (`None` when it fails).
+    fn run_once(&mut self, node: usize, tile: Tile) -> Option<f64> {
+        #[cfg(feature = "test-ops")]
+        if let Op::Spin { micros } = self.graph.nodes[node].op {
+            return Some(micros as f64 / tile.count as f64);
+        }
+        let t0 = thread_cpu_us();
+        let plan = self.plan;
+        let state = &mut self.state;
+        let ok = catch_unwind(AssertUnwindSafe(|| {
+            plan.run_node(state, node, tile).is_ok()
+        }))
+        .unwrap_or(false);
+        let dt = thread_cpu_us() - t0;
+        ok.then_some(dt)
+    }
+
+    /// `best`, refined by (and recorded in) the host's cost cache.
+    fn recorded(&mut self, node: usize, tile: Tile, best: f64) -> f64 {
+        match self.cache.as_deref_mut() {
+            Some(c) => c.best(step_key(self.graph, node, tile), best),
+            None => best,
+        }
     }
 }
 
