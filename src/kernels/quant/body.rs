@@ -274,10 +274,52 @@ pub fn dw_taps(offs: &[usize], w: &[i16], src: &[i16], acc: &mut [i32]) {
     }
 }
 
+/// Input row bytes the separable max pool keeps on the stack (wider planes take the
+/// tap-by-tap path).
+const MAXPOOL_ROW: usize = 4096;
+
 /// Max pool of one u8 plane: running maximum over the valid taps (a window wholly in
-/// padding gives 0, what quantising `-inf` gives).
+/// padding gives 0, what quantising `-inf` gives). Separable: per output row, the valid
+/// input rows of the window are reduced into one row first (contiguous, vectorised), then
+/// the horizontal taps run over that row only; `max` is exact, so this gives the bits of
+/// the tap-by-tap order.
 #[inline(always)]
 pub fn max_pool_plane(s: &PoolShape, xp: &[u8], yp: &mut [u8]) {
+    if s.w > MAXPOOL_ROW || s.kh == 1 {
+        return max_pool_taps(s, xp, yp);
+    }
+    let mut buf = [0u8; MAXPOOL_ROW];
+    let tmp = &mut buf[..s.w];
+    for oy in 0..s.oh {
+        tmp.fill(0);
+        for ky in 0..s.kh {
+            let iy = (oy * s.sh + ky * s.dh) as isize - s.pads[0] as isize;
+            if iy < 0 || iy >= s.h as isize {
+                continue;
+            }
+            let src = &xp[iy as usize * s.w..(iy as usize + 1) * s.w];
+            for (t, v) in tmp.iter_mut().zip(src) {
+                *t = (*t).max(*v);
+            }
+        }
+        let row = &mut yp[oy * s.ow..(oy + 1) * s.ow];
+        row.fill(0);
+        for kx in 0..s.kw {
+            let (lo, hi) = valid_range(s.ow, s.sw, s.pads[1], kx * s.dw, s.w);
+            if lo >= hi {
+                continue;
+            }
+            let ix0 = lo * s.sw + kx * s.dw - s.pads[1];
+            for (d, v) in row[lo..hi].iter_mut().zip(tmp[ix0..].iter().step_by(s.sw)) {
+                *d = (*d).max(*v);
+            }
+        }
+    }
+}
+
+/// [`max_pool_plane`] tap by tap (planes wider than [`MAXPOOL_ROW`], one-row kernels).
+#[inline(always)]
+fn max_pool_taps(s: &PoolShape, xp: &[u8], yp: &mut [u8]) {
     for oy in 0..s.oh {
         let row = &mut yp[oy * s.ow..(oy + 1) * s.ow];
         row.fill(0);

@@ -914,3 +914,56 @@ fn qconv_ties_round_like_the_float_reference() {
     }
     println!("near-ties settled differently from the plain requantisation: {settled}");
 }
+
+/// The separable u8 max pool against the window maximum taken tap by tap, over kernels,
+/// strides, dilations and pads (windows in padding give 0).
+#[test]
+fn separable_maxpool_matches_taps() {
+    for (h, w, k, st, d, pad) in [
+        (9usize, 10usize, 3usize, 2usize, 1usize, 1usize),
+        (7, 7, 5, 1, 1, 2),
+        (8, 11, 3, 1, 2, 2),
+        (6, 5, 2, 2, 1, 0),
+        (5, 13, 13, 1, 1, 6),
+        (4, 4, 1, 1, 1, 0),
+    ] {
+        let oh = (h + 2 * pad - d * (k - 1) - 1) / st + 1;
+        let ow = (w + 2 * pad - d * (k - 1) - 1) / st + 1;
+        let s = PoolShape {
+            planes: 1,
+            h,
+            w,
+            oh,
+            ow,
+            kh: k,
+            kw: k,
+            sh: st,
+            sw: st,
+            dh: d,
+            dw: d,
+            pads: [pad; 4],
+        };
+        let x = rand_bytes(h * w, 5);
+        let mut y = vec![0xAAu8; oh * ow];
+        crate::kernels::quant::body::max_pool_plane(&s, &x, &mut y);
+        for oy in 0..oh {
+            for ox in 0..ow {
+                let mut m = 0u8;
+                for ky in 0..k {
+                    for kx in 0..k {
+                        let iy = (oy * st + ky * d) as isize - pad as isize;
+                        let ix = (ox * st + kx * d) as isize - pad as isize;
+                        if (0..h as isize).contains(&iy) && (0..w as isize).contains(&ix) {
+                            m = m.max(x[iy as usize * w + ix as usize]);
+                        }
+                    }
+                }
+                assert_eq!(
+                    y[oy * ow + ox],
+                    m,
+                    "{h}x{w} k{k} s{st} d{d} p{pad} at {oy},{ox}"
+                );
+            }
+        }
+    }
+}
