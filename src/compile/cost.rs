@@ -69,31 +69,27 @@ impl<'a> CostModel<'a> {
     }
 
     /// Best time in µs of running `tile` of `node` (the previous nodes must have run once
-    /// so its inputs hold data; `measure_all` does that in order).
+    /// so its inputs hold data; `measure_all` does that in order), refined by the host's
+    /// cost cache.
     pub fn measure(&mut self, node: usize, tile: Tile) -> f64 {
-        #[cfg(feature = "test-ops")]
-        if let Op::Spin { micros } = self.graph.nodes[node].op {
-            return micros as f64 / tile.count as f64;
+        let best = self.measure_in_place(node, tile);
+        if best == UNMEASURED_US {
+            return best;
         }
+        self.recorded(node, tile, best)
+    }
+
+    /// Best of `repeats` runs of `tile` of `node` one after the other (its weights and
+    /// inputs left hot by the previous run), not cached: [`UNMEASURED_US`] when it fails.
+    pub fn measure_in_place(&mut self, node: usize, tile: Tile) -> f64 {
         let mut best = f64::INFINITY;
         for _ in 0..self.repeats {
-            let t0 = thread_cpu_us();
-            let plan = self.plan;
-            let state = &mut self.state;
-            let ok = catch_unwind(AssertUnwindSafe(|| {
-                plan.run_node(state, node, tile).is_ok()
-            }))
-            .unwrap_or(false);
-            let dt = thread_cpu_us() - t0;
-            if !ok {
-                return UNMEASURED_US;
+            match self.run_once(node, tile) {
+                Some(t) => best = best.min(t),
+                None => return UNMEASURED_US,
             }
-            best = best.min(dt);
         }
-        match self.cache.as_deref_mut() {
-            Some(c) => c.best(step_key(self.graph, node, tile), best),
-            None => best,
-        }
+        best
     }
 
     /// Whole-node times of every node: the best of `repeats` passes over the nodes in

@@ -220,6 +220,8 @@ pub fn compile_graph_within(
     let mut cost_cache = cost_cache::CostCache::open();
     let mut cost = cost::CostModel::new(&graph, &plan, 3).with_cache(&mut cost_cache);
     let node_est_us = cost.measure_all();
+    // In-place whole-node times of the nodes that get tiled (see the tile estimates).
+    let mut in_place = std::collections::HashMap::new();
     let mut over_limit = Vec::new();
     let mut segments = Vec::new();
     for (kind, range) in place::segment_ranges(&graph) {
@@ -236,16 +238,19 @@ pub fn compile_graph_within(
                 opts.max_time_per_fc,
                 |n, t, k| {
                     if k == 1 {
-                        node_est_us[n]
-                    } else {
-                        cost.measure(
-                            n,
-                            Tile {
-                                index: t as usize,
-                                count: k as usize,
-                            },
-                        )
+                        return node_est_us[n];
                     }
+                    // Tiles are timed in place (each repeated, its data hot); scale them by
+                    // how much slower the whole node ran in the in-order passes.
+                    let warm = *in_place
+                        .entry(n)
+                        .or_insert_with(|| cost.measure_in_place(n, Tile::WHOLE));
+                    let scale = (node_est_us[n] / warm).clamp(1.0, 2.0);
+                    let tile = Tile {
+                        index: t as usize,
+                        count: k as usize,
+                    };
+                    cost.measure(n, tile) * scale
                 },
                 |n| plan.tiles_for(n),
                 &mut over_limit,
