@@ -14,7 +14,7 @@
 
 use super::ctx::{expand_channel, geom2, nchw, Ctx};
 use super::errors::{bad_attr, shape_err, unsup};
-use super::post::{post_ops, MAX_RESIDUALS};
+use super::post::{post_ops, residual_inputs, MAX_RESIDUALS};
 use super::{out_f32, FamilyKernel, Planned, Run};
 use crate::error::Result;
 use crate::exec::pool;
@@ -554,17 +554,12 @@ impl FamilyKernel for ConvKernel {
                 } else {
                     (tile.range(s.c_out, conv::channel_align(s)), (0, ohw))
                 };
-                let mut resid: [&[f32]; MAX_RESIDUALS] = [&[]; MAX_RESIDUALS];
-                for (d, &i) in resid.iter_mut().zip(res) {
-                    *d = io.f32(i);
-                }
+                let resid = residual_inputs(io, res);
                 let epi = Epilogue {
                     bias: bias.as_deref(),
-                    channel_is_row: true,
-                    channel_offset: 0,
-                    addend: None,
                     post,
                     residuals: &resid[..res.len()],
+                    ..Epilogue::NONE
                 };
                 let x = io.f32(0);
                 let y = out_f32(r.out, r.outs, 0);
@@ -587,17 +582,12 @@ impl FamilyKernel for ConvKernel {
                 // Cuts at multiples of the stride, so that no input row is computed twice
                 // when the kernel does not overlap (kernel = stride, the upsampling case).
                 let rows = tile.range(p.s.oh, p.s.sh);
-                let mut resid: [&[f32]; MAX_RESIDUALS] = [&[]; MAX_RESIDUALS];
-                for (d, &i) in resid.iter_mut().zip(res) {
-                    *d = io.f32(i);
-                }
+                let resid = residual_inputs(io, res);
                 let epi = Epilogue {
                     bias: bias.as_deref(),
-                    channel_is_row: true,
-                    channel_offset: 0,
-                    addend: None,
                     post,
                     residuals: &resid[..res.len()],
+                    ..Epilogue::NONE
                 };
                 let y = out_f32(r.out, r.outs, 0);
                 p.run(r.isa, io.f32(0), y, (0, p.s.c_out), rows, &epi, r.scratch);
@@ -616,10 +606,7 @@ impl FamilyKernel for ConvKernel {
                 } else {
                     (tile.range(s.c_out, gemm::MR), (0, p.plane_tiles()))
                 };
-                let mut resid: [&[f32]; MAX_RESIDUALS] = [&[]; MAX_RESIDUALS];
-                for (d, &i) in resid.iter_mut().zip(res) {
-                    *d = io.f32(i);
-                }
+                let resid = residual_inputs(io, res);
                 let epi = Epilogue {
                     bias: bias.as_deref(),
                     post,

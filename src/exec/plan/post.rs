@@ -11,6 +11,19 @@ use crate::kernels::unary::PostOpRt;
 /// Most residual inputs one fused epilogue may reference.
 pub(crate) const MAX_RESIDUALS: usize = 4;
 
+/// The residual tensors of a fused epilogue: node inputs `res`, read from `io` (the first
+/// `res.len()` entries are set, the rest empty).
+pub(crate) fn residual_inputs<'a>(
+    io: &crate::exec::Inputs<'a>,
+    res: &[usize],
+) -> [&'a [f32]; MAX_RESIDUALS] {
+    let mut resid: [&[f32]; MAX_RESIDUALS] = [&[]; MAX_RESIDUALS];
+    for (d, &i) in resid.iter_mut().zip(res) {
+        *d = io.f32(i);
+    }
+    resid
+}
+
 /// Converts fused post-ops; returns the runtime list and the node inputs of residuals.
 pub(crate) fn post_ops(
     c: &Ctx<'_>,

@@ -19,6 +19,26 @@ use crate::ir::{BinaryOp, UnaryOp};
 use crate::kernels::conv::{PointRows, WinoGeom};
 use std::sync::OnceLock;
 
+/// Builds a safe table entry `$name` that runs `$body` compiled with the target features
+/// `$feat` enabled (the SIMD tables' generic bodies). Sound only for entries reachable
+/// solely through a table handed out after detecting `$feat` (the invariant above).
+#[cfg(target_arch = "x86_64")]
+macro_rules! feature_build {
+    ($feat:literal, $vis:vis $name:ident, $body:path, ($($arg:ident: $ty:ty),*)) => {
+        #[allow(clippy::too_many_arguments)]
+        $vis fn $name($($arg: $ty),*) {
+            #[target_feature(enable = $feat)]
+            #[allow(clippy::too_many_arguments)]
+            unsafe fn build($($arg: $ty),*) {
+                $body($($arg),*)
+            }
+            // SAFETY: this wrapper is reachable only through a table that is handed out
+            // after detecting `$feat` (see the module invariant); the body indexes safely.
+            unsafe { build($($arg),*) }
+        }
+    };
+}
+
 pub(crate) mod portable;
 #[cfg(target_arch = "x86_64")]
 mod x86_64_avx512;

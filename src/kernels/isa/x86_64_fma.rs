@@ -47,24 +47,6 @@ static TABLE: KernelTable = KernelTable {
     im2col_panels,
 };
 
-/// Builds a safe table entry `$name` that runs the generic body `$body` compiled with
-/// AVX2 and FMA enabled.
-macro_rules! avx2_build {
-    ($name:ident, $body:path, ($($arg:ident: $ty:ty),*)) => {
-        #[allow(clippy::too_many_arguments)]
-        fn $name($($arg: $ty),*) {
-            #[target_feature(enable = "avx2,fma")]
-            #[allow(clippy::too_many_arguments)]
-            unsafe fn build($($arg: $ty),*) {
-                $body($($arg),*)
-            }
-            // SAFETY: this wrapper is reachable only through TABLE, which `table()` hands
-            // out only after detecting AVX2 and FMA; the body indexes safely.
-            unsafe { build($($arg),*) }
-        }
-    };
-}
-
 fn epilogue_body(
     e: &Epilogue<'_>,
     c: &mut [f32],
@@ -77,13 +59,13 @@ fn epilogue_body(
     e.apply_body(c, ldc, i0, mr, j0, nr)
 }
 
-avx2_build!(epilogue, epilogue_body, (e: &Epilogue<'_>, c: &mut [f32], ldc: usize, i0: usize, mr: usize, j0: usize, nr: usize));
-avx2_build!(unary, body::unary::apply_unary, (op: UnaryOp, x: &mut [f32]));
-avx2_build!(binary_f32, body::eltwise::binary_f32, (op: BinaryOp, bc: &Bcast, a: &[f32], b: &[f32], out: &mut [f32], lo: usize, hi: usize));
-avx2_build!(depthwise_plane, body::depthwise::depthwise_plane, (s: &ConvShape, w: &[f32], plane: &[f32], out: &mut [f32], scratch: &mut [f32]));
-avx2_build!(max_pool_plane, body::pool::max_pool_plane, (s: &PoolShape, x: &[f32], y: &mut [f32]));
+feature_build!("avx2,fma", epilogue, epilogue_body, (e: &Epilogue<'_>, c: &mut [f32], ldc: usize, i0: usize, mr: usize, j0: usize, nr: usize));
+feature_build!("avx2,fma", unary, body::unary::apply_unary, (op: UnaryOp, x: &mut [f32]));
+feature_build!("avx2,fma", binary_f32, body::eltwise::binary_f32, (op: BinaryOp, bc: &Bcast, a: &[f32], b: &[f32], out: &mut [f32], lo: usize, hi: usize));
+feature_build!("avx2,fma", depthwise_plane, body::depthwise::depthwise_plane, (s: &ConvShape, w: &[f32], plane: &[f32], out: &mut [f32], scratch: &mut [f32]));
+feature_build!("avx2,fma", max_pool_plane, body::pool::max_pool_plane, (s: &PoolShape, x: &[f32], y: &mut [f32]));
 // -- pooling and conv packing (issue 12, im2col helper) --
-avx2_build!(avg_pool_plane, body::pool::avg_pool_plane, (s: &PoolShape, count_include_pad: bool, x: &[f32], y: &mut [f32]));
+feature_build!("avx2,fma", avg_pool_plane, body::pool::avg_pool_plane, (s: &PoolShape, count_include_pad: bool, x: &[f32], y: &mut [f32]));
 
 #[allow(clippy::too_many_arguments)]
 fn im2col_panels(
@@ -142,12 +124,12 @@ unsafe fn gather16(src: &[f32], stride: usize, d: &mut [f32; NR]) {
     }
 }
 // -- end of the im2col helper's block --
-avx2_build!(mm_half, portable::mm_half, (kc: usize, a: &[f32], b: &[f32], c: &mut [f32]));
-avx2_build!(mm_row, portable::mm_row, (kc: usize, a: &[f32], b: &[f32], c: &mut [f32]));
-avx2_build!(sigmoid, body::rnn::sigmoid, (x: &mut [f32]));
-avx2_build!(tanh, body::rnn::tanh, (x: &mut [f32]));
-avx2_build!(softmax_row, body::norm::softmax_row, (x: &[f32], y: &mut [f32], log: bool));
-avx2_build!(layer_norm_row, body::norm::layer_norm_row, (x: &[f32], y: &mut [f32], scale: &[f32], bias: &[f32], eps: f32));
+feature_build!("avx2,fma", mm_half, portable::mm_half, (kc: usize, a: &[f32], b: &[f32], c: &mut [f32]));
+feature_build!("avx2,fma", mm_row, portable::mm_row, (kc: usize, a: &[f32], b: &[f32], c: &mut [f32]));
+feature_build!("avx2,fma", sigmoid, body::rnn::sigmoid, (x: &mut [f32]));
+feature_build!("avx2,fma", tanh, body::rnn::tanh, (x: &mut [f32]));
+feature_build!("avx2,fma", softmax_row, body::norm::softmax_row, (x: &[f32], y: &mut [f32], log: bool));
+feature_build!("avx2,fma", layer_norm_row, body::norm::layer_norm_row, (x: &[f32], y: &mut [f32], scale: &[f32], bias: &[f32], eps: f32));
 
 fn mm_tile(kc: usize, a: &[f32], b: &[f32], c: &mut [f32], ldc: usize, acc: bool) {
     assert!(a.len() >= kc * MR && b.len() >= kc * NR);
@@ -346,5 +328,5 @@ unsafe fn tile_6x16_strided(
 
 // Winograd conv transforms.
 use crate::kernels::conv::{winograd_body, PointRows, WinoGeom};
-avx2_build!(wino_input, winograd_body::input_block, (g: &WinoGeom, x: &[f32], tb: usize, nb: usize, v: &mut [f32]));
-avx2_build!(wino_output, winograd_body::output_block, (g: &WinoGeom, m: &PointRows<'_>, tb: usize, nb: usize, keep: (usize, usize), chans: (usize, usize), y: &mut [f32], y_c0: usize));
+feature_build!("avx2,fma", wino_input, winograd_body::input_block, (g: &WinoGeom, x: &[f32], tb: usize, nb: usize, v: &mut [f32]));
+feature_build!("avx2,fma", wino_output, winograd_body::output_block, (g: &WinoGeom, m: &PointRows<'_>, tb: usize, nb: usize, keep: (usize, usize), chans: (usize, usize), y: &mut [f32], y_c0: usize));
