@@ -25,8 +25,9 @@ use crate::kernels::packed::WeightBuf;
 use crate::kernels::simd::Isa;
 use crate::kernels::unary::PostOpRt;
 
-/// Channels of a depthwise chunk are a multiple of this (but the last).
-const DW_CHUNK_ALIGN: usize = 8;
+/// Channels of a depthwise chunk are a multiple of this (but the last): whole blocks of
+/// the across-channels kernel (`kernels::body::dw_block`).
+const DW_CHUNK_ALIGN: usize = crate::kernels::body::dw_block::BLOCK_LANES;
 
 /// Output channels `[c0, c1)` of a conv as a conv of their own, for one intra-op thread:
 /// dense, the same input and the rows `c0..c1` of the weights packed separately;

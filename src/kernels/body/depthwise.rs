@@ -62,7 +62,12 @@ fn dw_padded(s: &ConvShape) -> (usize, usize) {
 pub fn depthwise_scratch_len(s: &ConvShape) -> usize {
     let (plen, wps) = dw_padded(s);
     let direct = DirectGeom::new(s).map_or(0, |g| g.scratch_len());
-    (s.sh * s.sw * plen + s.oh * wps).max(direct)
+    let block = if super::dw_block::applies(s) {
+        super::dw_block::block_scratch_len(s)
+    } else {
+        0
+    };
+    (s.sh * s.sw * plen + s.oh * wps).max(direct).max(block)
 }
 
 /// Output rows per pass of the hand-written direct kernels (`depthwise_fused`).

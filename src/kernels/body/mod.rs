@@ -7,6 +7,7 @@
 
 pub mod conv;
 pub mod depthwise;
+pub mod dw_block;
 pub mod eltwise;
 pub mod epilogue;
 pub mod im2col;

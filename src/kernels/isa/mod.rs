@@ -47,6 +47,8 @@ mod x86_64_avx512_math;
 #[cfg(target_arch = "x86_64")]
 mod x86_64_dw;
 #[cfg(target_arch = "x86_64")]
+mod x86_64_dw_block;
+#[cfg(target_arch = "x86_64")]
 mod x86_64_fma;
 
 /// Rows of one GEMM micro-tile (and of one packed A panel).
@@ -175,6 +177,22 @@ pub struct KernelTable {
         epi: &Epilogue<'_>,
         scratch: &mut [f32],
     ),
+    /// Where the table has one: depthwise conv of channels `c0..c0 + nc` (`1..=
+    /// body::dw_block::BLOCK_LANES`) of one image `xb` (`[C, H, W]`, taps `w` `[C, KH*KW]`)
+    /// into `yb` (`[C, OH*OW]`) across channels (small planes), with the epilogue
+    /// (scratch: `body::dw_block::block_scratch_len` floats).
+    pub depthwise_block: Option<
+        fn(
+            s: &ConvShape,
+            w: &[f32],
+            xb: &[f32],
+            yb: &mut [f32],
+            c0: usize,
+            nc: usize,
+            epi: &Epilogue<'_>,
+            scratch: &mut [f32],
+        ),
+    >,
     /// Like `mm_tile` with A read in place: row `r`, step `p` at `a[r * lda + p]`
     /// (`a` holds `(MR - 1) * lda + kc` floats), B a packed `kc x NR` panel.
     pub mm_tile_strided:

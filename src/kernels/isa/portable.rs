@@ -26,6 +26,7 @@ pub(crate) static TABLE: KernelTable = KernelTable {
     softmax_row: body::norm::softmax_row,
     layer_norm_row: body::norm::layer_norm_row,
     depthwise_fused: body::depthwise::depthwise_channel,
+    depthwise_block: None,
     mm_tile_strided,
     // Winograd conv transforms.
     wino_input: crate::kernels::conv::winograd_body::input_block,

@@ -50,6 +50,7 @@ static TABLE: KernelTable = KernelTable {
     softmax_row: math::softmax_row,
     layer_norm_row,
     depthwise_fused: super::x86_64_dw::depthwise_direct,
+    depthwise_block: Some(super::x86_64_dw_block::depthwise_block),
     mm_tile_strided,
     wino_input,
     wino_output,

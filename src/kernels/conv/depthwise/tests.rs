@@ -252,3 +252,93 @@ fn direct_case(
     }
     y
 }
+
+// The across-channels block kernels (tables that have one) against the portable
+// per-plane kernel: every case above (whatever its width), channel counts below, at
+// and past one block, blocks starting off a block boundary, every epilogue kind.
+#[test]
+fn depthwise_block_matches_portable() {
+    use crate::kernels::body::dw_block::{block_scratch_len, BLOCK_LANES};
+    let portable = crate::kernels::isa::Isa::Portable.table();
+    let kinds = epilogue_kinds();
+    let mut checked = 0;
+    for t in crate::kernels::isa::tables() {
+        let Some(block) = t.depthwise_block else {
+            continue;
+        };
+        for (i, case) in CASES.iter().enumerate() {
+            for c in [1, 5, 16, 21, 37] {
+                let s = shape(case, c);
+                let (hw, ohw, kk) = (s.h * s.w, s.oh * s.ow, s.kh * s.kw);
+                let x = rand_vec(c * hw, 20 + i as u64);
+                let w = rand_vec(c * kk, 40 + i as u64);
+                let bias = rand_vec(c, 60);
+                let res = rand_vec(c * ohw, 61);
+                let residuals: [&[f32]; 1] = [&res];
+                for post in &kinds {
+                    let post: Vec<PostOpRt> = post
+                        .iter()
+                        .map(|p| match p {
+                            PostOpRt::PRelu { .. } => PostOpRt::PRelu {
+                                slope: bias.clone(),
+                            },
+                            PostOpRt::Affine { .. } => PostOpRt::Affine {
+                                scale: bias.clone(),
+                                shift: bias.iter().map(|v| v * 0.5).collect(),
+                            },
+                            p => p.clone(),
+                        })
+                        .collect();
+                    for with_bias in [false, true] {
+                        let epi = Epilogue {
+                            bias: with_bias.then_some(&bias[..]),
+                            post: &post,
+                            residuals: &residuals,
+                            ..Epilogue::NONE
+                        };
+                        let mut scratch =
+                            vec![0.0; depthwise_scratch_len(&s).max(block_scratch_len(&s))];
+                        let mut want = vec![0.0; c * ohw];
+                        for ch in 0..c {
+                            let plane = &x[ch * hw..(ch + 1) * hw];
+                            let taps = &w[ch * kk..(ch + 1) * kk];
+                            (portable.depthwise_fused)(
+                                &s,
+                                taps,
+                                plane,
+                                &mut want,
+                                ch,
+                                &epi,
+                                &mut scratch,
+                            );
+                        }
+                        // Blocks from channel 0, and from channel 1 (a ragged first block).
+                        for lo in [0, 1.min(c - 1)] {
+                            let mut got = vec![f32::NAN; c * ohw];
+                            got[..lo * ohw].copy_from_slice(&want[..lo * ohw]);
+                            let mut c0 = lo;
+                            while c0 < c {
+                                let nc = BLOCK_LANES.min(c - c0);
+                                block(&s, &w, &x, &mut got, c0, nc, &epi, &mut scratch);
+                                c0 += nc;
+                            }
+                            for (j, (g, e)) in got.iter().zip(&want).enumerate() {
+                                assert!(
+                                    (g - e).abs() <= 1e-5 * (1.0 + e.abs()),
+                                    "{}: case {i}, {c} channels, from {lo}, {post:?}, bias \
+                                     {with_bias}: element {j}: got {g}, portable {e}",
+                                    t.name
+                                );
+                            }
+                            checked += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // Tables without the entry check nothing; the AVX-512 one must be exercised here.
+    if crate::kernels::isa::available_isas().contains(&crate::kernels::isa::Isa::Avx512) {
+        assert!(checked > 0);
+    }
+}
