@@ -160,7 +160,7 @@ impl DeconvPlan {
                             if once {
                                 self.interleave(src, out, (iy0, iy1), (oy0, oy1));
                             } else {
-                                self.scatter(src, out, (iy0, iy1), (oy0, oy1));
+                                self.scatter(isa, src, out, (iy0, iy1), (oy0, oy1));
                             }
                         }
                     }
@@ -215,6 +215,7 @@ impl DeconvPlan {
     /// input rows `iy0..iy1`) into output rows `oy0..oy1` of its plane `out`.
     fn scatter(
         &self,
+        isa: Isa,
         cols: &[f32],
         out: &mut [f32],
         (iy0, iy1): (usize, usize),
@@ -222,6 +223,7 @@ impl DeconvPlan {
     ) {
         let s = &self.s;
         let n = (iy1 - iy0) * s.w;
+        let add_pairs = isa.table().add_pairs;
         for ky in 0..s.kh {
             // Input rows whose output row `iy*sh + ky*dh - ph` is inside the plane, the
             // block's input rows and output rows `[oy0, oy1)`.
@@ -230,9 +232,39 @@ impl DeconvPlan {
             let r_lo = ceil_div(oy0 as isize + off, s.sh).max(0) as usize;
             let r_hi = ceil_div(oy1 as isize + off, s.sh).max(0) as usize;
             let (y_lo, y_hi) = (y_lo.max(iy0).max(r_lo), y_hi.min(iy1).min(r_hi));
-            for kx in 0..s.kw {
-                let src = &cols[(ky * s.kw + kx) * n..][..n];
-                let (x_lo, x_hi) = valid_range(s.w, s.sw, s.pw, kx * s.dw, s.ow);
+            let tap = |kx: usize| &cols[(ky * s.kw + kx) * n..][..n];
+            let range = |kx: usize| valid_range(s.w, s.sw, s.pw, kx * s.dw, s.ow);
+            let mut kx = 0;
+            // With stride 2 and no dilation, taps `kx` and `kx + 1` of an input position
+            // land on adjacent output columns: over the input columns both reach, the
+            // pair is one contiguous interleaved add; the few columns only one of them
+            // reaches (the plane's edges) go tap by tap below.
+            while s.sw == 2 && s.dw == 1 && kx + 2 <= s.kw {
+                let ((a_lo, a_hi), (b_lo, b_hi)) = (range(kx), range(kx + 1));
+                let (lo, hi) = (a_lo.max(b_lo), a_hi.min(b_hi));
+                let (ta, tb) = (tap(kx), tap(kx + 1));
+                for iy in y_lo..y_hi {
+                    let oy = iy * s.sh + ky * s.dh - s.ph;
+                    let orow = &mut out[oy * s.ow..(oy + 1) * s.ow];
+                    let r = (iy - iy0) * s.w;
+                    if lo < hi {
+                        let ox0 = lo * 2 + kx - s.pw;
+                        let o = &mut orow[ox0..ox0 + 2 * (hi - lo)];
+                        add_pairs(o, &ta[r + lo..r + hi], &tb[r + lo..r + hi]);
+                    }
+                    for (j, t, (t_lo, t_hi)) in [(0, ta, (a_lo, a_hi)), (1, tb, (b_lo, b_hi))] {
+                        // `[lo, hi)` lies inside `[t_lo, t_hi)` when not empty.
+                        let (p_lo, p_hi) = if lo < hi { (lo, hi) } else { (t_hi, t_hi) };
+                        for ix in (t_lo..p_lo).chain(p_hi..t_hi) {
+                            orow[ix * 2 + kx + j - s.pw] += t[r + ix];
+                        }
+                    }
+                }
+                kx += 2;
+            }
+            for kx in kx..s.kw {
+                let src = tap(kx);
+                let (x_lo, x_hi) = range(kx);
                 if x_lo >= x_hi {
                     continue;
                 }
