@@ -167,6 +167,9 @@ fn deconv_matches_naive() {
         (2, 3, 1, 6, 2, 3, 5, 6),
         (2, 3, 1, 4, 2, 1, 3, 1),
         (2, 2, 1, 4, 2, 0, 4, 17),
+        // Kernel < stride: output rows no input row reaches (zero, then the epilogue).
+        (2, 3, 1, 2, 3, 0, 5, 4),
+        (3, 40, 1, 1, 2, 0, 9, 33),
     ] {
         let oh = (h - 1) * st + k - 2 * pad;
         let ow = (w_ - 1) * st + k - 2 * pad;
