@@ -187,6 +187,7 @@ pub fn bicubic(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::body::resize as body;
 
     #[test]
     fn coordinate_modes() {
@@ -222,6 +223,68 @@ mod tests {
         // Interior outputs (all four taps inside the input) reproduce the ramp exactly.
         for (i, v) in y.iter().enumerate().take(12).skip(2) {
             assert!((v - i as f32 * 0.5).abs() < 1e-4, "{i}: {v}");
+        }
+    }
+
+    #[test]
+    fn up2x_pattern_detected_for_half_pixel_only() {
+        for w in [1, 2, 3, 8, 17] {
+            for mode in [CoordMode::HalfPixel, CoordMode::PytorchHalfPixel] {
+                assert!(
+                    body::is_up2x(&linear_taps(mode, 2.0, w, 2 * w)),
+                    "{mode:?} {w}"
+                );
+            }
+            if w > 1 {
+                for mode in [CoordMode::Asymmetric, CoordMode::AlignCorners] {
+                    assert!(
+                        !body::is_up2x(&linear_taps(mode, 2.0, w, 2 * w)),
+                        "{mode:?}"
+                    );
+                }
+                assert!(!body::is_up2x(&linear_taps(
+                    CoordMode::HalfPixel,
+                    3.0,
+                    w,
+                    3 * w
+                )));
+            }
+        }
+    }
+
+    /// Every table's `bilinear_up2x` gives the general path's bits (odd sizes, one-row
+    /// and one-column planes, any height scale, a cut of planes, an infinity).
+    #[test]
+    fn up2x_matches_general_path_bit_for_bit() {
+        for t in crate::kernels::isa::tables() {
+            for (h, w, oh) in [
+                (1, 1, 2),
+                (1, 3, 2),
+                (3, 1, 6),
+                (2, 2, 4),
+                (5, 7, 10),
+                (4, 17, 12),
+                (6, 33, 3),
+            ] {
+                let planes = 3;
+                let mut x = crate::kernels::testutil::rand_vec(planes * h * w, 7);
+                x[planes * h * w / 2] = f32::INFINITY;
+                let ty = linear_taps(CoordMode::HalfPixel, oh as f32 / h as f32, h, oh);
+                let tx = linear_taps(CoordMode::HalfPixel, 2.0, w, 2 * w);
+                assert!(body::is_up2x(&tx));
+                let mut want = vec![0.0; planes * oh * 2 * w];
+                bilinear(&ty, &tx, h, w, &x, &mut want, 1, planes);
+                let mut got = vec![0.0; planes * oh * 2 * w];
+                let mut scratch = vec![f32::NAN; 4 * w];
+                (t.bilinear_up2x)(&ty, &tx, h, w, &x, &mut got, (1, planes), &mut scratch);
+                for (i, (g, e)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        g.to_bits() == e.to_bits() || (g.is_nan() && e.is_nan()),
+                        "table {}, {h}x{w} -> {oh}: element {i}: {g} vs {e}",
+                        t.name
+                    );
+                }
+            }
         }
     }
 

@@ -4,9 +4,10 @@
 use super::ctx::Ctx;
 use super::errors::{shape_err, unsup};
 use super::layout::index_map;
-use super::{FamilyKernel, Planned, Run};
+use super::{out_f32, FamilyKernel, Planned, Run};
 use crate::error::Result;
 use crate::ir;
+use crate::kernels::body;
 use crate::kernels::nd::contiguous_strides;
 use crate::kernels::resize;
 
@@ -19,6 +20,9 @@ pub(crate) enum ResizeKernel {
         h: usize,
         w: usize,
         planes: usize,
+        /// `tx` is the 2x-width pattern (`body::resize::is_up2x`): the table's
+        /// `bilinear_up2x` runs it.
+        up2x: bool,
     },
     Bicubic {
         ty: Vec<resize::CubicTaps>,
@@ -106,13 +110,17 @@ pub(crate) fn plan_resize(
                     planes,
                 }));
             }
+            let tx = resize::linear_taps(coord, scale(r - 1), s[r - 1], o[r - 1]);
+            let up2x = body::resize::is_up2x(&tx);
             Ok(Planned::new(ResizeKernel::Bilinear {
                 ty: resize::linear_taps(coord, scale(r - 2), s[r - 2], o[r - 2]),
-                tx: resize::linear_taps(coord, scale(r - 1), s[r - 1], o[r - 1]),
+                tx,
                 h,
                 w,
                 planes,
-            }))
+                up2x,
+            })
+            .scratch(if up2x { 4 * w } else { 0 }))
         }
     }
 }
@@ -124,9 +132,9 @@ impl FamilyKernel for ResizeKernel {
         }
     }
 
-    fn run(&self, mut r: Run<'_>) -> Result<()> {
+    fn run(&self, r: Run<'_>) -> Result<()> {
         let (tile, x) = (r.tile, r.io.f32(0));
-        let y = r.out_f32(0);
+        let y = out_f32(r.out, r.outs, 0);
         match self {
             ResizeKernel::Bilinear {
                 ty,
@@ -134,9 +142,15 @@ impl FamilyKernel for ResizeKernel {
                 h,
                 w,
                 planes,
+                up2x,
             } => {
                 let (lo, hi) = tile.range(*planes, 1);
-                resize::bilinear(ty, tx, *h, *w, x, y, lo, hi);
+                if *up2x {
+                    let up = r.isa.table().bilinear_up2x;
+                    up(ty, tx, *h, *w, x, y, (lo, hi), r.scratch);
+                } else {
+                    resize::bilinear(ty, tx, *h, *w, x, y, lo, hi);
+                }
             }
             ResizeKernel::Bicubic {
                 ty,

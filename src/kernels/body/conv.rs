@@ -51,3 +51,16 @@ pub(crate) fn strided_copy(src: &[f32], stride: usize, dst: &mut [f32]) {
         }
     }
 }
+
+/// `o[2i] += a[i]` and `o[2i + 1] += b[i]` for `i < a.len()` (`b` and `o` at least as
+/// long): the col2im add of two stride-2 taps that land on adjacent output columns.
+pub fn add_pairs(o: &mut [f32], a: &[f32], b: &[f32]) {
+    assert!(
+        b.len() >= a.len() && o.len() >= 2 * a.len(),
+        "add_pairs: lengths"
+    );
+    for (oc, (x, y)) in o.chunks_exact_mut(2).zip(a.iter().zip(b)) {
+        oc[0] += *x;
+        oc[1] += *y;
+    }
+}

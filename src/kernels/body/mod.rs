@@ -13,5 +13,6 @@ pub mod epilogue;
 pub mod im2col;
 pub mod norm;
 pub mod pool;
+pub mod resize;
 pub mod rnn;
 pub mod unary;

@@ -33,20 +33,13 @@ impl DeconvPlan {
         DeconvPlan { s, packed }
     }
 
-    /// Output rows per block: the input rows a block reads make a block of `cols` (`m`
-    /// rows by the block's input positions) within [`BLOCK_FLOATS`], so that the GEMM
-    /// writes it and the scatter reads it back in cache.
-    fn block_out_rows(&self) -> usize {
-        let s = &self.s;
-        let m_pad = (s.cout_g() * s.kh * s.kw).div_ceil(MR) * MR;
-        let in_rows = (BLOCK_FLOATS / (m_pad * s.w).max(1)).clamp(1, s.h.max(1));
-        (in_rows * s.sh).clamp(1, s.oh.max(1))
-    }
-
-    /// Most input rows one block of [`Self::block_out_rows`] output rows reads.
+    /// Input rows per block: their `cols` (`m` rows by the block's input positions) fit
+    /// [`BLOCK_FLOATS`], so that the GEMM writes them and the scatter reads them back in
+    /// cache.
     fn block_in_rows(&self) -> usize {
         let s = &self.s;
-        ((self.block_out_rows() + (s.kh - 1) * s.dh) / s.sh + 1).min(s.h.max(1))
+        let m_pad = (s.cout_g() * s.kh * s.kw).div_ceil(MR) * MR;
+        (BLOCK_FLOATS / (m_pad * s.w).max(1)).clamp(1, s.h.max(1))
     }
 
     /// The input rows `[lo, hi)` that reach output rows `[oy0, oy1)`.
@@ -83,11 +76,12 @@ impl DeconvPlan {
 
     /// Computes output channels `[c_lo, c_hi)`, output rows `[oy_lo, oy_hi)` of `y`
     /// (`[N, Cout, OH, OW]`) from `x` (`[N, Cin, H, W]`), then runs the epilogue `epi`
-    /// (bias, post-ops; residuals laid out like `y`) on them. Output rows go a block at
-    /// a time: the `cols` of the input rows that reach the block (the GEMM), their
-    /// scatter-add into the block's rows, and the epilogue while the block is in cache.
+    /// (bias, post-ops; residuals laid out like `y`) on them. The input rows that reach
+    /// them go a block at a time, each computed once: the block's `cols` (the GEMM),
+    /// their scatter-add into the output rows they reach (zeroed when first reached),
+    /// and the epilogue of the rows no later block reaches, while they are in cache.
     /// Any cut of channels and rows gives the whole's result (within the rounding of
-    /// the GEMM's row blocks).
+    /// the GEMM's row blocks and of the order of the scatter's adds).
     #[allow(clippy::too_many_arguments)]
     pub fn run(
         &self,
@@ -103,7 +97,7 @@ impl DeconvPlan {
         let (hw, ohw) = (s.h * s.w, s.oh * s.ow);
         let (cin_g, cout_g, khw) = (s.cin_g(), s.cout_g(), s.kh * s.kw);
         let m = cout_g * khw;
-        let rows = self.block_out_rows();
+        let rows = self.block_in_rows();
         let epilogue = isa.table().epilogue;
         let once = self.covers_once();
         let (bscratch, cols) =
@@ -124,16 +118,30 @@ impl DeconvPlan {
                 let hi = c_hi.min((g + 1) * cout_g) - g * cout_g;
                 let xg = &xb[g * cin_g * hw..(g + 1) * cin_g * hw];
                 let (r_lo, r_hi) = (lo * khw / MR * MR, hi * khw);
-                let mut oy0 = oy_lo;
-                while oy0 < oy_hi {
-                    let oy1 = (oy0 + rows).min(oy_hi);
-                    if !once {
+                // Input rows go a block at a time, each computed once: output rows are
+                // zeroed when a block first reaches them, and get their epilogue once no
+                // later input row reaches them.
+                let (in_lo, in_hi) = self.input_rows(oy_lo, oy_hi);
+                let (mut zeroed, mut done) = (oy_lo, oy_lo);
+                let mut iy0 = in_lo;
+                loop {
+                    let iy1 = (iy0 + rows).min(in_hi);
+                    let (reach, complete) = if iy1 < in_hi {
+                        let reach = (iy1 - 1) * s.sh + (s.kh - 1) * s.dh + 1;
+                        let complete = (iy1 * s.sh).saturating_sub(s.ph);
+                        let complete = complete.clamp(oy_lo, oy_hi);
+                        // Rows no input row reaches (kernel < stride) are zeroed too.
+                        (reach.saturating_sub(s.ph).clamp(complete, oy_hi), complete)
+                    } else {
+                        (oy_hi, oy_hi)
+                    };
+                    if !once && zeroed < reach {
                         for co in lo..hi {
                             let c = g * cout_g + co;
-                            yb[c * ohw + oy0 * s.ow..c * ohw + oy1 * s.ow].fill(0.0);
+                            yb[c * ohw + zeroed * s.ow..c * ohw + reach * s.ow].fill(0.0);
                         }
+                        zeroed = reach;
                     }
-                    let (iy0, iy1) = self.input_rows(oy0, oy1);
                     if iy0 < iy1 {
                         let (j0, n) = (iy0 * s.w, (iy1 - iy0) * s.w);
                         let fill = |p: usize, j: usize, len: usize, _: &mut [f32]| {
@@ -158,17 +166,21 @@ impl DeconvPlan {
                             let out = &mut yb[c * ohw..(c + 1) * ohw];
                             let src = &cols[co * khw * n..(co + 1) * khw * n];
                             if once {
-                                self.interleave(src, out, (iy0, iy1), (oy0, oy1));
+                                self.interleave(src, out, (iy0, iy1), (done, oy_hi));
                             } else {
-                                self.scatter(src, out, (iy0, iy1), (oy0, oy1));
+                                self.scatter(isa, src, out, (iy0, iy1), (done, oy_hi));
                             }
                         }
                     }
-                    if !epi_b.is_empty() {
-                        let (j0, nj) = (oy0 * s.ow, (oy1 - oy0) * s.ow);
+                    if !epi_b.is_empty() && done < complete {
+                        let (j0, nj) = (done * s.ow, (complete - done) * s.ow);
                         epilogue(&epi_b, yb, ohw, g * cout_g + lo, hi - lo, j0, nj);
                     }
-                    oy0 = oy1;
+                    done = complete;
+                    if iy1 >= in_hi {
+                        break;
+                    }
+                    iy0 = iy1;
                 }
             }
         }
@@ -215,6 +227,7 @@ impl DeconvPlan {
     /// input rows `iy0..iy1`) into output rows `oy0..oy1` of its plane `out`.
     fn scatter(
         &self,
+        isa: Isa,
         cols: &[f32],
         out: &mut [f32],
         (iy0, iy1): (usize, usize),
@@ -222,6 +235,7 @@ impl DeconvPlan {
     ) {
         let s = &self.s;
         let n = (iy1 - iy0) * s.w;
+        let add_pairs = isa.table().add_pairs;
         for ky in 0..s.kh {
             // Input rows whose output row `iy*sh + ky*dh - ph` is inside the plane, the
             // block's input rows and output rows `[oy0, oy1)`.
@@ -230,9 +244,39 @@ impl DeconvPlan {
             let r_lo = ceil_div(oy0 as isize + off, s.sh).max(0) as usize;
             let r_hi = ceil_div(oy1 as isize + off, s.sh).max(0) as usize;
             let (y_lo, y_hi) = (y_lo.max(iy0).max(r_lo), y_hi.min(iy1).min(r_hi));
-            for kx in 0..s.kw {
-                let src = &cols[(ky * s.kw + kx) * n..][..n];
-                let (x_lo, x_hi) = valid_range(s.w, s.sw, s.pw, kx * s.dw, s.ow);
+            let tap = |kx: usize| &cols[(ky * s.kw + kx) * n..][..n];
+            let range = |kx: usize| valid_range(s.w, s.sw, s.pw, kx * s.dw, s.ow);
+            let mut kx = 0;
+            // With stride 2 and no dilation, taps `kx` and `kx + 1` of an input position
+            // land on adjacent output columns: over the input columns both reach, the
+            // pair is one contiguous interleaved add; the few columns only one of them
+            // reaches (the plane's edges) go tap by tap below.
+            while s.sw == 2 && s.dw == 1 && kx + 2 <= s.kw {
+                let ((a_lo, a_hi), (b_lo, b_hi)) = (range(kx), range(kx + 1));
+                let (lo, hi) = (a_lo.max(b_lo), a_hi.min(b_hi));
+                let (ta, tb) = (tap(kx), tap(kx + 1));
+                for iy in y_lo..y_hi {
+                    let oy = iy * s.sh + ky * s.dh - s.ph;
+                    let orow = &mut out[oy * s.ow..(oy + 1) * s.ow];
+                    let r = (iy - iy0) * s.w;
+                    if lo < hi {
+                        let ox0 = lo * 2 + kx - s.pw;
+                        let o = &mut orow[ox0..ox0 + 2 * (hi - lo)];
+                        add_pairs(o, &ta[r + lo..r + hi], &tb[r + lo..r + hi]);
+                    }
+                    for (j, t, (t_lo, t_hi)) in [(0, ta, (a_lo, a_hi)), (1, tb, (b_lo, b_hi))] {
+                        // `[lo, hi)` lies inside `[t_lo, t_hi)` when not empty.
+                        let (p_lo, p_hi) = if lo < hi { (lo, hi) } else { (t_hi, t_hi) };
+                        for ix in (t_lo..p_lo).chain(p_hi..t_hi) {
+                            orow[ix * 2 + kx + j - s.pw] += t[r + ix];
+                        }
+                    }
+                }
+                kx += 2;
+            }
+            for kx in kx..s.kw {
+                let src = tap(kx);
+                let (x_lo, x_hi) = range(kx);
                 if x_lo >= x_hi {
                     continue;
                 }

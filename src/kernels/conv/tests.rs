@@ -161,6 +161,15 @@ fn deconv_matches_naive() {
         (2, 2, 1, 3, 1, 1, 5, 4),
         // Many input-row blocks (the cols block is bounded), a ragged last one.
         (3, 32, 1, 4, 2, 1, 31, 40),
+        // Stride 2: paired taps with edge columns only one tap of a pair reaches, an odd
+        // kernel's unpaired last tap, a one-column input (no column both reach).
+        (3, 5, 1, 5, 2, 2, 7, 9),
+        (2, 3, 1, 6, 2, 3, 5, 6),
+        (2, 3, 1, 4, 2, 1, 3, 1),
+        (2, 2, 1, 4, 2, 0, 4, 17),
+        // Kernel < stride: output rows no input row reaches (zero, then the epilogue).
+        (2, 3, 1, 2, 3, 0, 5, 4),
+        (3, 40, 1, 1, 2, 0, 9, 33),
     ] {
         let oh = (h - 1) * st + k - 2 * pad;
         let ow = (w_ - 1) * st + k - 2 * pad;

@@ -15,6 +15,7 @@ use super::body::conv::ConvShape;
 use super::body::eltwise::Bcast;
 use super::body::epilogue::Epilogue;
 use super::body::pool::PoolShape;
+use super::body::resize::LinearTap;
 use crate::ir::{BinaryOp, UnaryOp};
 use crate::kernels::conv::{PointRows, WinoGeom};
 use std::sync::OnceLock;
@@ -221,6 +222,21 @@ pub struct KernelTable {
     /// group `x` written straight into packed B panels (`kernels::body::im2col`).
     pub im2col_panels:
         fn(s: &ConvShape, x: &[f32], k0: usize, kc: usize, j0: usize, n: usize, out: &mut [f32]),
+    /// ConvTranspose col2im of two stride-2 taps (`body::conv::add_pairs`):
+    /// `o[2i] += a[i]`, `o[2i + 1] += b[i]`.
+    pub add_pairs: fn(o: &mut [f32], a: &[f32], b: &[f32]),
+    /// 2x-width bilinear resize (`body::resize::bilinear_up2x`): taps `ty`, `tx`, input
+    /// planes `h x w`, planes `[lo, hi)`, scratch of `4w` floats.
+    pub bilinear_up2x: fn(
+        ty: &[LinearTap],
+        tx: &[LinearTap],
+        h: usize,
+        w: usize,
+        x: &[f32],
+        y: &mut [f32],
+        planes: (usize, usize),
+        scratch: &mut [f32],
+    ),
 }
 
 /// The table the process uses (chosen once): the best this CPU supports, or the one

@@ -34,6 +34,8 @@ pub(crate) static TABLE: KernelTable = KernelTable {
     // -- pooling and conv packing (issue 12, im2col helper) --
     avg_pool_plane: body::pool::avg_pool_plane,
     im2col_panels,
+    add_pairs: body::conv::add_pairs,
+    bilinear_up2x: body::resize::bilinear_up2x,
 };
 
 // -- pooling and conv packing (issue 12, im2col helper) --

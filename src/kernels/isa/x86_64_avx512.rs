@@ -11,6 +11,7 @@ use super::x86_64_avx512_math as math;
 use super::{portable, KernelTable, RowBlock, MR, NR};
 use crate::ir::{BinaryOp, UnaryOp};
 use crate::kernels::body::pool::PoolShape;
+use crate::kernels::body::resize::LinearTap;
 use crate::kernels::body::{self, conv::ConvShape, eltwise::Bcast, epilogue::Epilogue};
 use crate::kernels::conv::{winograd_body, PointRows, WinoGeom};
 use std::arch::x86_64::*;
@@ -56,6 +57,8 @@ static TABLE: KernelTable = KernelTable {
     wino_output,
     avg_pool_plane,
     im2col_panels,
+    add_pairs,
+    bilinear_up2x,
 };
 
 fn epilogue_body(
@@ -82,6 +85,8 @@ feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", tanh, body::rnn::t
 feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", layer_norm_row, body::norm::layer_norm_row, (x: &[f32], y: &mut [f32], scale: &[f32], bias: &[f32], eps: f32));
 feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", wino_input, winograd_body::input_block, (g: &WinoGeom, x: &[f32], tb: usize, nb: usize, v: &mut [f32]));
 feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", wino_output, winograd_body::output_block, (g: &WinoGeom, m: &PointRows<'_>, tb: usize, nb: usize, keep: (usize, usize), chans: (usize, usize), y: &mut [f32], y_c0: usize));
+feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", add_pairs, body::conv::add_pairs, (o: &mut [f32], a: &[f32], b: &[f32]));
+feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", bilinear_up2x, body::resize::bilinear_up2x, (ty: &[LinearTap], tx: &[LinearTap], h: usize, w: usize, x: &[f32], y: &mut [f32], planes: (usize, usize), scratch: &mut [f32]));
 
 fn im2col_panels(
     s: &ConvShape,

@@ -8,6 +8,7 @@
 use super::{portable, KernelTable, RowBlock, MR, NR};
 use crate::ir::{BinaryOp, UnaryOp};
 use crate::kernels::body::pool::PoolShape;
+use crate::kernels::body::resize::LinearTap;
 use crate::kernels::body::{self, conv::ConvShape, eltwise::Bcast, epilogue::Epilogue};
 use std::arch::x86_64::*;
 
@@ -46,6 +47,8 @@ static TABLE: KernelTable = KernelTable {
     // -- pooling and conv packing (issue 12, im2col helper) --
     avg_pool_plane,
     im2col_panels,
+    add_pairs,
+    bilinear_up2x,
 };
 
 fn epilogue_body(
@@ -331,3 +334,5 @@ unsafe fn tile_6x16_strided(
 use crate::kernels::conv::{winograd_body, PointRows, WinoGeom};
 feature_build!("avx2,fma", wino_input, winograd_body::input_block, (g: &WinoGeom, x: &[f32], tb: usize, nb: usize, v: &mut [f32]));
 feature_build!("avx2,fma", wino_output, winograd_body::output_block, (g: &WinoGeom, m: &PointRows<'_>, tb: usize, nb: usize, keep: (usize, usize), chans: (usize, usize), y: &mut [f32], y_c0: usize));
+feature_build!("avx2,fma", add_pairs, body::conv::add_pairs, (o: &mut [f32], a: &[f32], b: &[f32]));
+feature_build!("avx2,fma", bilinear_up2x, body::resize::bilinear_up2x, (ty: &[LinearTap], tx: &[LinearTap], h: usize, w: usize, x: &[f32], y: &mut [f32], planes: (usize, usize), scratch: &mut [f32]));
