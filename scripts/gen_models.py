@@ -441,6 +441,34 @@ def pass_deconv_fusion(seed: int = 17) -> onnx.ModelProto:
     return _finish(b, "pass case: fold_batchnorm and fuse_post_ops into ConvTranspose")
 
 
+def pass_attention_mask(seed: int = 19) -> onnx.ModelProto:
+    """SVTR-style local attention: Q·K^T per head plus a constant [1, 1, L, L] mask
+    (fused into the MatMul as a residual read once per head), Softmax, times V; and a
+    second product with a non-constant mask of the same broadcast shape."""
+    b = GraphBuilder("pass_attention_mask", seed, opset=13)
+    L, d, heads = 24, 8, 2
+    x = b.input("input", [1, L, heads * d])
+
+    def proj(name):
+        w = b.const(b.rng.normal(0, 0.3, (heads * d, heads * d)).astype(np.float32), name)
+        y = b.op("MatMul", [x, w])
+        y = b.op("Reshape", [y, b.const(np.array([1, L, heads, d], np.int64), name + "_shape")])
+        return b.op("Transpose", [y], perm=[0, 2, 1, 3])
+
+    q, k, v = proj("wq"), proj("wk"), proj("wv")
+    kt = b.op("Transpose", [k], perm=[0, 1, 3, 2])
+    mask = np.where(np.abs(np.subtract.outer(np.arange(L), np.arange(L))) <= 5, 0.0, -1e4)
+    s = b.op("Add", [b.op("MatMul", [q, kt]), b.const(mask.reshape(1, 1, L, L).astype(np.float32), "mask")])
+    o = b.op("MatMul", [b.op("Softmax", [s], axis=-1), v])
+    # A computed mask (from the input) broadcast over the heads.
+    m2 = b.op("MatMul", [x, b.op("Transpose", [x], perm=[0, 2, 1])])
+    m2 = b.op("Reshape", [m2, b.const(np.array([1, 1, L, L], np.int64), "m2_shape")])
+    s2 = b.op("Add", [b.op("MatMul", [k, b.op("Transpose", [q], perm=[0, 1, 3, 2])]), m2])
+    o2 = b.op("MatMul", [b.op("Softmax", [s2], axis=-1), v])
+    b.output(b.op("Add", [o, o2]), name="output")
+    return _finish(b, "pass case: a batch-broadcast mask Add fused into a batched MatMul")
+
+
 def pass_conv_act_fusion(seed: int = 11) -> onnx.ModelProto:
     """Conv followed by each fusable activation / per-channel affine, branches concatenated."""
     b = GraphBuilder("pass_conv_act_fusion", seed, opset=14)
@@ -582,6 +610,7 @@ STANDARD = {
     "dynamic_batch": dynamic_batch,
     "pass_bn_fold": pass_bn_fold,
     "pass_deconv_fusion": pass_deconv_fusion,
+    "pass_attention_mask": pass_attention_mask,
     "pass_conv_act_fusion": pass_conv_act_fusion,
     "pass_residual_add": pass_residual_add,
     "pass_identity_removal": pass_identity_removal,

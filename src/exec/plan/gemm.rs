@@ -177,7 +177,10 @@ impl GemmPlan {
         };
         let mut resid: [&[f32]; MAX_RESIDUALS] = [&[]; MAX_RESIDUALS];
         for (d, &i) in resid.iter_mut().zip(&g.res) {
-            *d = &io.f32(i)[bi * mn..(bi + 1) * mn][sub.clone()];
+            // One matrix per batch, or one matrix for every batch.
+            let r = io.f32(i);
+            let at = if r.len() == mn { 0 } else { bi * mn };
+            *d = &r[at..at + mn][sub.clone()];
         }
         let addend = match (&g.addend, g.addend_input) {
             (Some(v), _) => Some(&v[sub.clone()]),
@@ -413,7 +416,7 @@ pub(crate) fn plan_gemm(
             }
         }
     }
-    let (post, res) = post_ops(c, post, nn)?;
+    let (post, res) = post_ops(c, post, nn, None)?;
     Ok(GemmPlan {
         m,
         n: nn,
@@ -475,7 +478,9 @@ pub(crate) fn plan_matmul(
     }
     let b_const = c.konst(1);
     let fold = b_const.is_some() && bb.iter().product::<usize>() == 1;
-    let (post, res) = post_ops(c, post, nn)?;
+    // A residual may be one [m, n] matrix added to every batch, unless the batches fold
+    // into the rows of one GEMM.
+    let (post, res) = post_ops(c, post, nn, (!fold).then_some((m, nn)))?;
     if fold {
         // B is one constant matrix: every batch of A is more rows of one GEMM.
         let mm = nbatch * m;
