@@ -280,9 +280,11 @@ pub fn conv2d(
             };
             // With few output channels the GEMM reads B rows in place, one line per row
             // and micro-tile: rows borrowed straight from the input planes (often a
-            // multiple of 4 KiB apart) then all fall into one cache set and evict each
-            // other. Copied into the GEMM's staggered row slots they do not.
-            let borrow = pointwise && m_hi - m_lo > gemm::ROWS_IN_PLACE_MAX_M;
+            // multiple of 4 KiB apart) then can fall into a few cache sets and evict
+            // each other; they are copied into the GEMM's staggered row slots unless
+            // the plane stride spreads them over the sets.
+            let borrow = pointwise
+                && (m_hi - m_lo > gemm::ROWS_IN_PLACE_MAX_M || rows_spread(hw, k.min(gemm::KC)));
             let fill = |p: usize, j0: usize, len: usize, row: &mut [f32]| {
                 if borrow {
                     Some(&xg[p * hw + j0..p * hw + j0 + len])
@@ -312,6 +314,24 @@ pub fn conv2d(
             );
         }
     }
+}
+
+/// L1 data cache sets of 64-byte lines (32 KiB, 8 ways) the row-spread check assumes.
+const L1_SETS: usize = 64;
+/// Most rows of one micro-tile column that may share an L1 set when read in place
+/// (half its ways, the rest for A and C).
+const ROWS_PER_SET: usize = 4;
+
+/// True when `rows` rows of `stride` floats, read at the same column, fall into the L1
+/// sets evenly enough (at most [`ROWS_PER_SET`] per set) to be read in place.
+fn rows_spread(stride: usize, rows: usize) -> bool {
+    let mut per_set = [0u16; L1_SETS];
+    let line = 16; // floats per 64-byte line
+    (0..rows).all(|p| {
+        let set = (p * stride / line) % L1_SETS;
+        per_set[set] += 1;
+        usize::from(per_set[set]) <= ROWS_PER_SET
+    })
 }
 
 /// A stride-1 conv reads im2col row `(ci, ky, kx)` as one contiguous slice of the

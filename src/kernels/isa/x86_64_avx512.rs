@@ -83,7 +83,73 @@ feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", mm_half, portable:
 feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", mm_row, portable::mm_row, (kc: usize, a: &[f32], b: &[f32], c: &mut [f32]));
 feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", tanh, body::rnn::tanh, (x: &mut [f32]));
 feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", layer_norm_row, body::norm::layer_norm_row, (x: &[f32], y: &mut [f32], scale: &[f32], bias: &[f32], eps: f32));
-feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", wino_input, winograd_body::input_block, (g: &WinoGeom, x: &[f32], tb: usize, nb: usize, v: &mut [f32]));
+feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", wino_input, winograd_body::input_block_with::<RunShuffle>, (g: &WinoGeom, x: &[f32], tb: usize, nb: usize, v: &mut [f32]));
+
+/// Permute indices of [`RunShuffle`]: lanes 0..8 take elements `4l + c` of a pair of
+/// vectors (the rest is unused).
+static RUN_IDX: [[i32; 16]; 4] = {
+    let mut t = [[0; 16]; 4];
+    let mut c = 0;
+    while c < 4 {
+        let mut l = 0;
+        while l < 8 {
+            t[c][l] = (4 * l + c) as i32;
+            l += 1;
+        }
+        c += 1;
+    }
+    t
+};
+
+/// Reads a run of 16 adjacent F(4x4, 3x3) patches with shuffles: per patch row, the
+/// 66 floats the run spans in five loads, then lanes `4l + c` for `c < 4` by two-source
+/// permutes, and `c = 4, 5` as `c = 0, 1` shifted one lane.
+struct RunShuffle;
+
+impl winograd_body::RunGather for RunShuffle {
+    #[inline(always)]
+    fn gather_run(plane: &[f32], i0: usize, w: usize, d: &mut [winograd_body::Lanes]) -> bool {
+        const SPAN: usize = 4 * NR + 2;
+        if d.len() != 36 || i0 + 5 * w + SPAN > plane.len() {
+            return false;
+        }
+        // SAFETY: only inlined into this table's `wino_input` (AVX-512 detected, see the
+        // module invariant); every row `i0 + r * w` holds SPAN floats (checked above),
+        // the masked loads read lanes 0 of `src + 64` and `src + 65`, inside it.
+        unsafe {
+            // Lanes 0..8: elements 4l + c of (a, b); the same of (c, e) go to lanes 8..16.
+            let idx: [__m512i; 4] =
+                [0, 1, 2, 3].map(|c| _mm512_loadu_si512(RUN_IDX[c].as_ptr().cast()));
+            for r in 0..6 {
+                let src = plane.as_ptr().add(i0 + r * w);
+                let a = _mm512_loadu_ps(src);
+                let b = _mm512_loadu_ps(src.add(16));
+                let c = _mm512_loadu_ps(src.add(32));
+                let e = _mm512_loadu_ps(src.add(48));
+                let mut v = [_mm512_setzero_ps(); 6];
+                for k in 0..4 {
+                    let lo = _mm512_permutex2var_ps(a, idx[k], b);
+                    let hi = _mm512_permutex2var_ps(c, idx[k], e);
+                    v[k] = _mm512_shuffle_f32x4::<0x44>(lo, hi);
+                }
+                let t64 = _mm512_maskz_loadu_ps(1, src.add(64));
+                let t65 = _mm512_maskz_loadu_ps(1, src.add(65));
+                v[4] = _mm512_castsi512_ps(_mm512_alignr_epi32::<1>(
+                    _mm512_castps_si512(t64),
+                    _mm512_castps_si512(v[0]),
+                ));
+                v[5] = _mm512_castsi512_ps(_mm512_alignr_epi32::<1>(
+                    _mm512_castps_si512(t65),
+                    _mm512_castps_si512(v[1]),
+                ));
+                for (k, vk) in v.iter().enumerate() {
+                    _mm512_storeu_ps(d[r * 6 + k].as_mut_ptr(), *vk);
+                }
+            }
+        }
+        true
+    }
+}
 feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", wino_output, winograd_body::output_block, (g: &WinoGeom, m: &PointRows<'_>, tb: usize, nb: usize, keep: (usize, usize), chans: (usize, usize), y: &mut [f32], y_c0: usize));
 feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", add_pairs, body::conv::add_pairs, (o: &mut [f32], a: &[f32], b: &[f32]));
 feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", bilinear_up2x, body::resize::bilinear_up2x, (ty: &[LinearTap], tx: &[LinearTap], h: usize, w: usize, x: &[f32], y: &mut [f32], planes: (usize, usize), scratch: &mut [f32]));

@@ -14,7 +14,27 @@
 use crate::kernels::isa::{KC, NR};
 
 /// `NR` lanes: one value per tile of a panel.
-type Lanes = [f32; NR];
+pub type Lanes = [f32; NR];
+
+/// How a table reads the patches of a run of `NR` horizontally adjacent F(4x4, 3x3)
+/// tiles (one tile row, all inside the plane) into the transform's lanes.
+pub trait RunGather {
+    /// Writes patch value `(r, c)` of the tile starting at `plane[i0 + 4 * l]` into
+    /// `d[r * 6 + c][l]` for every lane `l` and returns true, or returns false (the
+    /// caller then gathers lane by lane). `d` holds 36 rows; rows `i0 + r * w` for
+    /// `r < 6` hold `4 * NR + 2` floats of `plane`.
+    fn gather_run(plane: &[f32], i0: usize, w: usize, d: &mut [Lanes]) -> bool;
+}
+
+/// Lane-by-lane gathering only (the generic tables).
+pub struct LaneGather;
+
+impl RunGather for LaneGather {
+    #[inline(always)]
+    fn gather_run(_: &[f32], _: usize, _: usize, _: &mut [Lanes]) -> bool {
+        false
+    }
+}
 
 /// The geometry the transforms need: variant, input and output planes, tiling.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,10 +86,22 @@ pub struct PointRows<'m> {
 /// `v[p * plen..]`, `plen = Cin * ceil(nb / NR) * NR`.
 #[inline(always)]
 pub fn input_block(g: &WinoGeom, x: &[f32], tb: usize, nb: usize, v: &mut [f32]) {
+    input_block_with::<LaneGather>(g, x, tb, nb, v)
+}
+
+/// [`input_block`] with runs of adjacent F(4x4, 3x3) tiles read by `G`.
+#[inline(always)]
+pub fn input_block_with<G: RunGather>(
+    g: &WinoGeom,
+    x: &[f32],
+    tb: usize,
+    nb: usize,
+    v: &mut [f32],
+) {
     if g.tile == 4 {
-        input_block_t::<4, 6, 36>(g, x, tb, nb, v)
+        input_block_t::<G, 4, 6, 36>(g, x, tb, nb, v)
     } else {
-        input_block_t::<2, 4, 16>(g, x, tb, nb, v)
+        input_block_t::<G, 2, 4, 16>(g, x, tb, nb, v)
     }
 }
 
@@ -103,7 +135,7 @@ type Origins = [usize; NR];
 const EDGE: usize = usize::MAX;
 
 #[inline(always)]
-fn input_block_t<const T: usize, const P: usize, const Q: usize>(
+fn input_block_t<G: RunGather, const T: usize, const P: usize, const Q: usize>(
     g: &WinoGeom,
     x: &[f32],
     tb: usize,
@@ -132,13 +164,17 @@ fn input_block_t<const T: usize, const P: usize, const Q: usize>(
             }
         }
         let all_inner = lanes == NR && inner.iter().all(|&i| i != EDGE);
+        // One tile row, tiles side by side: a run the table may read with shuffles.
+        let run = T == 4 && all_inner && inner[NR - 1] == inner[0] + T * (NR - 1);
         // Lanes past the block's tiles stay zero for every channel.
         for row in d.iter_mut() {
             row.fill(0.0);
         }
         for c in 0..ci {
             let plane = &x[c * hw..(c + 1) * hw];
-            if all_inner {
+            if run && G::gather_run(plane, inner[0], g.w, &mut d) {
+                // Read by the table.
+            } else if all_inner {
                 for (l, &i) in inner.iter().enumerate() {
                     gather_inner::<P, Q>(g, plane, i, &mut d, l);
                 }

@@ -91,6 +91,9 @@ fn cases() -> Vec<ConvShape> {
         shape(1, 16, (17, 23), 20, [1, 1, 1, 1]),
         shape(1, 260, (6, 7), 6, [1, 0, 1, 0]),
         shape(1, 2, (40, 45), 3, [1, 1, 1, 1]),
+        // Tile rows of 16 and more tiles: runs of adjacent inner tiles in one panel.
+        shape(1, 3, (10, 150), 5, [1, 1, 1, 1]),
+        shape(1, 2, (9, 66), 3, [0, 0, 0, 0]),
         shape(1, 1, (3, 3), 1, [0, 0, 0, 0]),
     ]
 }
