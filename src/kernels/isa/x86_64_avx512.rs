@@ -85,6 +85,58 @@ feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", tanh, body::rnn::t
 feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", layer_norm_row, body::norm::layer_norm_row, (x: &[f32], y: &mut [f32], scale: &[f32], bias: &[f32], eps: f32));
 feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", wino_input, winograd_body::input_block_with::<RunShuffle>, (g: &WinoGeom, x: &[f32], tb: usize, nb: usize, v: &mut [f32]));
 
+impl winograd_body::RunScatter for RunShuffle {
+    #[inline(always)]
+    fn scatter_run(o: &[winograd_body::Lanes], plane: &mut [f32], at: usize, w: usize) -> bool {
+        if o.len() != 16 || at + 3 * w + 4 * NR > plane.len() {
+            return false;
+        }
+        // SAFETY: only inlined into this table's `wino_output` (AVX-512 detected, see the
+        // module invariant); every row `at + r * w` holds 64 floats (checked above).
+        unsafe {
+            for r in 0..4 {
+                let row = &o[r * 4..r * 4 + 4];
+                let v = [
+                    _mm512_loadu_ps(row[0].as_ptr()),
+                    _mm512_loadu_ps(row[1].as_ptr()),
+                    _mm512_loadu_ps(row[2].as_ptr()),
+                    _mm512_loadu_ps(row[3].as_ptr()),
+                ];
+                // Pairs, then quads: x[k] holds lanes l = k, k + 4, k + 8, k + 12, each
+                // as the 4 outputs (c = 0..4) of that lane, one 128-bit block per lane.
+                let a = _mm512_unpacklo_ps(v[0], v[1]);
+                let b = _mm512_unpackhi_ps(v[0], v[1]);
+                let c = _mm512_unpacklo_ps(v[2], v[3]);
+                let d = _mm512_unpackhi_ps(v[2], v[3]);
+                let pd = _mm512_castps_pd;
+                let x = [
+                    _mm512_castpd_ps(_mm512_unpacklo_pd(pd(a), pd(c))),
+                    _mm512_castpd_ps(_mm512_unpackhi_pd(pd(a), pd(c))),
+                    _mm512_castpd_ps(_mm512_unpacklo_pd(pd(b), pd(d))),
+                    _mm512_castpd_ps(_mm512_unpackhi_pd(pd(b), pd(d))),
+                ];
+                // Blocks (lanes) 0, 1, 2, 3 of x[0..4] into output vector 0, blocks 4..8
+                // into vector 1, and so on.
+                let t0 = _mm512_shuffle_f32x4::<0x88>(x[0], x[1]);
+                let t1 = _mm512_shuffle_f32x4::<0xdd>(x[0], x[1]);
+                let t2 = _mm512_shuffle_f32x4::<0x88>(x[2], x[3]);
+                let t3 = _mm512_shuffle_f32x4::<0xdd>(x[2], x[3]);
+                let out = [
+                    _mm512_shuffle_f32x4::<0x88>(t0, t2),
+                    _mm512_shuffle_f32x4::<0x88>(t1, t3),
+                    _mm512_shuffle_f32x4::<0xdd>(t0, t2),
+                    _mm512_shuffle_f32x4::<0xdd>(t1, t3),
+                ];
+                let dst = plane.as_mut_ptr().add(at + r * w);
+                for (k, ok) in out.iter().enumerate() {
+                    _mm512_storeu_ps(dst.add(16 * k), *ok);
+                }
+            }
+        }
+        true
+    }
+}
+
 /// Permute indices of [`RunShuffle`]: lanes 0..8 take elements `4l + c` of a pair of
 /// vectors (the rest is unused).
 static RUN_IDX: [[i32; 16]; 4] = {
@@ -150,7 +202,7 @@ impl winograd_body::RunGather for RunShuffle {
         true
     }
 }
-feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", wino_output, winograd_body::output_block, (g: &WinoGeom, m: &PointRows<'_>, tb: usize, nb: usize, keep: (usize, usize), chans: (usize, usize), y: &mut [f32], y_c0: usize));
+feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", wino_output, winograd_body::output_block_with::<RunShuffle>, (g: &WinoGeom, m: &PointRows<'_>, tb: usize, nb: usize, keep: (usize, usize), chans: (usize, usize), y: &mut [f32], y_c0: usize));
 feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", add_pairs, body::conv::add_pairs, (o: &mut [f32], a: &[f32], b: &[f32]));
 feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", bilinear_up2x, body::resize::bilinear_up2x, (ty: &[LinearTap], tx: &[LinearTap], h: usize, w: usize, x: &[f32], y: &mut [f32], planes: (usize, usize), scratch: &mut [f32]));
 

@@ -26,12 +26,29 @@ pub trait RunGather {
     fn gather_run(plane: &[f32], i0: usize, w: usize, d: &mut [Lanes]) -> bool;
 }
 
-/// Lane-by-lane gathering only (the generic tables).
+/// How a table writes the outputs of a run of `NR` horizontally adjacent F(4x4, 3x3)
+/// tiles (one tile row, every tile whole inside the plane).
+pub trait RunScatter {
+    /// Writes output `(r, c)` of lane `l`, `o[r * 4 + c][l]`, to `plane[at + r * w + 4 * l
+    /// + c]` for every lane and returns true, or returns false (the caller then writes
+    /// lane by lane). `o` holds 16 rows; rows `at + r * w` for `r < 4` hold `4 * NR`
+    /// floats of `plane`.
+    fn scatter_run(o: &[Lanes], plane: &mut [f32], at: usize, w: usize) -> bool;
+}
+
+/// Lane-by-lane gathering and scattering only (the generic tables).
 pub struct LaneGather;
 
 impl RunGather for LaneGather {
     #[inline(always)]
     fn gather_run(_: &[f32], _: usize, _: usize, _: &mut [Lanes]) -> bool {
+        false
+    }
+}
+
+impl RunScatter for LaneGather {
+    #[inline(always)]
+    fn scatter_run(_: &[Lanes], _: &mut [f32], _: usize, _: usize) -> bool {
         false
     }
 }
@@ -120,10 +137,26 @@ pub fn output_block(
     y: &mut [f32],
     y_c0: usize,
 ) {
+    output_block_with::<LaneGather>(g, m, tb, nb, keep, chans, y, y_c0)
+}
+
+/// [`output_block`] with runs of adjacent whole F(4x4, 3x3) tiles written by `S`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub fn output_block_with<S: RunScatter>(
+    g: &WinoGeom,
+    m: &PointRows<'_>,
+    tb: usize,
+    nb: usize,
+    keep: (usize, usize),
+    chans: (usize, usize),
+    y: &mut [f32],
+    y_c0: usize,
+) {
     if g.tile == 4 {
-        output_block_t::<4, 6, 36, 16>(g, m, tb, nb, keep, chans, y, y_c0)
+        output_block_t::<S, 4, 6, 36, 16>(g, m, tb, nb, keep, chans, y, y_c0)
     } else {
-        output_block_t::<2, 4, 16, 4>(g, m, tb, nb, keep, chans, y, y_c0)
+        output_block_t::<S, 2, 4, 16, 4>(g, m, tb, nb, keep, chans, y, y_c0)
     }
 }
 
@@ -239,7 +272,13 @@ fn gather_edge<const P: usize, const Q: usize>(
 
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn output_block_t<const T: usize, const P: usize, const Q: usize, const TT: usize>(
+fn output_block_t<
+    S: RunScatter,
+    const T: usize,
+    const P: usize,
+    const Q: usize,
+    const TT: usize,
+>(
     g: &WinoGeom,
     m: &PointRows<'_>,
     tb: usize,
@@ -265,6 +304,12 @@ fn output_block_t<const T: usize, const P: usize, const Q: usize, const TT: usiz
             let (oy0, ox0) = ((t / g.tw) * T, (t % g.tw) * T);
             *d = (oy0 * g.ow + ox0, T.min(g.oh - oy0), T.min(g.ow - ox0));
         }
+        // Every lane a kept whole tile, side by side in one tile row.
+        let run = T == 4
+            && lanes == NR
+            && (t0..t0 + NR).all(|t| t >= k0 && t < k1)
+            && dst.iter().all(|&(_, rows, cols)| rows == T && cols == T)
+            && dst[NR - 1].0 == dst[0].0 + T * (NR - 1);
         for c in c_lo..c_hi {
             let plane = &mut y[(c - y_c0) * ohw..(c - y_c0 + 1) * ohw];
             let row = (c - c_lo) * m.ldm;
@@ -273,6 +318,9 @@ fn output_block_t<const T: usize, const P: usize, const Q: usize, const TT: usiz
                 mp.copy_from_slice(&m.m[at..at + NR]);
             }
             output_transform::<T, P, Q, TT>(&mm, &mut o);
+            if run && S::scatter_run(&o, plane, dst[0].0, g.ow) {
+                continue;
+            }
             for (l, &(at, rows, cols)) in dst.iter().enumerate().take(lanes) {
                 if rows == T && cols == T {
                     for r in 0..T {
