@@ -14,6 +14,8 @@
 //! tile ranges) is checked by its plan, which fails with a plan error otherwise.
 
 #[cfg(test)]
+mod concat_tests;
+#[cfg(test)]
 mod index_tests;
 #[cfg(test)]
 mod tests;
@@ -274,7 +276,14 @@ pub(crate) fn plan_node(
             }
         }
     }
-    let p = plan_kernel(&c, pre)?;
+    let mut p = plan_kernel(&c, pre)?;
+    if !layout.in_place[i].is_empty() {
+        // Only Concats get inputs in place; their producers already wrote them.
+        match &mut p.kernel {
+            Kernel::Layout(k) => k.skip_inputs(&layout.in_place[i]),
+            _ => return Err(shape_err(n, "inputs in place for a node that copies none")),
+        }
+    }
     if pre.is_some() && packed_of(&p.kernel).is_none() {
         return Err(shape_err(
             n,
