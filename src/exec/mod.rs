@@ -54,7 +54,7 @@ pub struct PlanOptions {
     pub profile: bool,
     /// Zero-copy Concat (default true): where a Concat's output is its inputs end to end,
     /// the nodes making those inputs write them straight into their slice of the output
-    /// and the Concat copies only the rest (see `plan::memory::concat_in_place`). False
+    /// and the Concat copies only the rest (see [`ModelPlan::inputs_in_place`]). False
     /// copies every input, for comparing both ways; results are bit-identical.
     pub concat_zero_copy: bool,
 }
@@ -438,6 +438,14 @@ impl ModelPlan {
     /// Runs every node whole, in order.
     pub fn run_all(&self, st: &mut ExecState) -> Result<()> {
         (0..self.nodes.len()).try_for_each(|i| self.run_node(st, i, Tile::WHOLE))
+    }
+
+    /// How many inputs of node `node` their producers wrote straight into its output
+    /// (a zero-copy Concat, see [`PlanOptions::concat_zero_copy`]); 0 for other nodes.
+    pub fn inputs_in_place(&self, node: usize) -> usize {
+        self.nodes
+            .get(node)
+            .map_or(0, |n| n.kernel.inputs_in_place())
     }
 
     /// Estimated multiply-accumulate count of a node (for cost models); 0 for

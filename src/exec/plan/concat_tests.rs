@@ -340,6 +340,14 @@ fn runs_match_the_copying_plan() {
         concat_zero_copy: false,
         ..Default::default()
     };
+    let in_place = |o: &PlanOptions| {
+        let plan = ModelPlan::new(g.clone(), o).unwrap();
+        (0..g.nodes.len())
+            .map(|n| plan.inputs_in_place(n))
+            .sum::<usize>()
+    };
+    assert_eq!(in_place(&PlanOptions::default()), 6);
+    assert_eq!(in_place(&copying), 0);
     let want = run_bytes(&g, &copying, &ins, false);
     for threads in [1, 3] {
         for tiled in [false, true] {

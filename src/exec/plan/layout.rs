@@ -32,6 +32,14 @@ impl LayoutKernel {
             *self = LayoutKernel::PartlyInPlace(std::mem::take(v), skip);
         }
     }
+
+    /// How many copies are skipped (inputs in place).
+    pub(crate) fn inputs_in_place(&self) -> usize {
+        match self {
+            LayoutKernel::PartlyInPlace(_, skip) => skip.iter().filter(|&&s| s).count(),
+            _ => 0,
+        }
+    }
 }
 
 /// One strided copy of input 0 (`dims` read at `src_strides` from `src_off`) into the

@@ -240,6 +240,14 @@ impl Kernel {
     pub fn run(&self, r: Run<'_>) -> Result<()> {
         self.family().run(r)
     }
+
+    /// Inputs the kernel does not copy because their producers wrote them in place.
+    pub fn inputs_in_place(&self) -> usize {
+        match self {
+            Kernel::Layout(k) => k.inputs_in_place(),
+            _ => 0,
+        }
+    }
 }
 
 /// Plans node `i`; `pre`: its weights packed ahead (see [`packed`]), to borrow instead of
