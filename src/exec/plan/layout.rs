@@ -24,13 +24,15 @@ pub(crate) enum LayoutKernel {
 }
 
 impl LayoutKernel {
-    /// Skips the copies of `inputs` (already in place in the output block). Only copies
-    /// kernels have inputs to skip; others are left alone.
-    pub(crate) fn skip_inputs(&mut self, inputs: &[usize]) {
-        if let LayoutKernel::Copies(v) = self {
-            let skip = v.iter().map(|c| inputs.contains(&c.0)).collect();
-            *self = LayoutKernel::PartlyInPlace(std::mem::take(v), skip);
-        }
+    /// Skips the copies of `inputs` (already in place in the output block); false when
+    /// the kernel is not a list of copies.
+    pub(crate) fn skip_inputs(&mut self, inputs: &[usize]) -> bool {
+        let LayoutKernel::Copies(v) = self else {
+            return false;
+        };
+        let skip = v.iter().map(|c| inputs.contains(&c.0)).collect();
+        *self = LayoutKernel::PartlyInPlace(std::mem::take(v), skip);
+        true
     }
 
     /// How many copies are skipped (inputs in place).

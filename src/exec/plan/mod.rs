@@ -287,9 +287,12 @@ pub(crate) fn plan_node(
     let mut p = plan_kernel(&c, pre)?;
     if !layout.in_place[i].is_empty() {
         // Only Concats get inputs in place; their producers already wrote them.
-        match &mut p.kernel {
+        let skipped = match &mut p.kernel {
             Kernel::Layout(k) => k.skip_inputs(&layout.in_place[i]),
-            _ => return Err(shape_err(n, "inputs in place for a node that copies none")),
+            _ => false,
+        };
+        if !skipped {
+            return Err(shape_err(n, "inputs in place for a node that copies none"));
         }
     }
     if pre.is_some() && packed_of(&p.kernel).is_none() {
