@@ -102,6 +102,7 @@ fn models(frames: usize, rounds: usize) {
                     let o = PlanOptions {
                         intra_op_threads: t,
                         profile,
+                        ..Default::default()
                     };
                     ModelPlan::new(graph.clone(), &o).expect("plan")
                 };

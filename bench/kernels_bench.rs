@@ -540,6 +540,7 @@ fn bench_net(name: &str, g: Graph, reps: usize, ort_ms: f64) {
         &PlanOptions {
             intra_op_threads: 1,
             profile: false,
+            ..Default::default()
         },
     )
     .expect("plan");
@@ -584,6 +585,7 @@ fn bench_net(name: &str, g: Graph, reps: usize, ort_ms: f64) {
             &PlanOptions {
                 intra_op_threads: 1,
                 profile: true,
+                ..Default::default()
             },
         )
         .expect("plan");

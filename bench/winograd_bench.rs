@@ -67,6 +67,7 @@ fn bench_models(dir: &str, rounds: usize) {
         let popts = vnpu::exec::PlanOptions {
             intra_op_threads: 1,
             profile: false,
+            ..Default::default()
         };
         let plan = &vnpu::exec::ModelPlan::new(std::sync::Arc::new(c.graph), &popts).expect("plan");
         let mut st = plan.new_state();

@@ -238,6 +238,7 @@ fn run_node_does_not_allocate() {
             &PlanOptions {
                 intra_op_threads: 1,
                 profile,
+                ..Default::default()
             },
         )
         .expect("plan");

@@ -134,11 +134,22 @@ impl<'a> CostModel<'a> {
     /// `best`, refined by (and recorded in) the host's cost cache.
     fn recorded(&mut self, node: usize, tile: Tile, best: f64) -> f64 {
         match self.cache.as_deref_mut() {
-            Some(c) => c.best(step_key(self.graph, node, tile), best),
+            Some(c) => {
+                // A Concat with inputs in place copies less than one of the same shapes
+                // without: a key of its own.
+                let key = match self.plan.inputs_in_place(node) {
+                    0 => step_key(self.graph, node, tile),
+                    k => step_key(self.graph, node, tile) ^ (k as u64).wrapping_mul(K_IN_PLACE),
+                };
+                c.best(key, best)
+            }
             None => best,
         }
     }
 }
+
+/// Mixes the number of in-place inputs into a step key.
+const K_IN_PLACE: u64 = 0x9E37_79B9_7F4A_7C15;
 
 /// CPU time of the calling thread in µs (time the thread was not running, e.g. while
 /// another process had its CPU, does not count). Also what the benches time kernels with.

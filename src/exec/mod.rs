@@ -10,7 +10,9 @@
 //! 2. One arena per state holds every runtime tensor; offsets come from a liveness-based
 //!    plan ([`memplan`]). Graph inputs and outputs have slots that nothing else reuses.
 //!    The outputs of one node form one contiguous block that never overlaps its inputs,
-//!    so a node reads inputs from the arena on either side of the block it writes.
+//!    so a node reads inputs from the arena on either side of the block it writes. The
+//!    one exception, a zero-copy Concat, never reads the inputs that lie in its block
+//!    (their producers wrote them there; see `PlanOptions::concat_zero_copy`).
 //! 3. `run_node` does not allocate: scratch memory is sized at plan time and lives in
 //!    the state.
 //! 4. Tiles `0..count` of a node, run in order, compute disjoint parts of its outputs
@@ -50,6 +52,11 @@ pub struct PlanOptions {
     pub intra_op_threads: usize,
     /// Record per-node elapsed time in the state.
     pub profile: bool,
+    /// Zero-copy Concat (default true): where a Concat's output is its inputs end to end,
+    /// the nodes making those inputs write them straight into their slice of the output
+    /// and the Concat copies only the rest (see [`ModelPlan::inputs_in_place`]). False
+    /// copies every input, for comparing both ways; results are bit-identical.
+    pub concat_zero_copy: bool,
 }
 
 impl Default for PlanOptions {
@@ -57,6 +64,7 @@ impl Default for PlanOptions {
         PlanOptions {
             intra_op_threads: 1,
             profile: false,
+            concat_zero_copy: true,
         }
     }
 }
@@ -190,7 +198,7 @@ impl ModelPlan {
             });
         }
         let isa = simd::best_isa();
-        let layout = plan::plan_memory(&graph)?;
+        let layout = plan::plan_memory(&graph, opts.concat_zero_copy)?;
         let usable = !packed.is_empty() && packed.geometry == PackGeometry::of(isa);
         let mut nodes = Vec::with_capacity(graph.nodes.len());
         let (mut scratch, mut iscratch) = (0, 0);
@@ -430,6 +438,14 @@ impl ModelPlan {
     /// Runs every node whole, in order.
     pub fn run_all(&self, st: &mut ExecState) -> Result<()> {
         (0..self.nodes.len()).try_for_each(|i| self.run_node(st, i, Tile::WHOLE))
+    }
+
+    /// How many inputs of node `node` their producers wrote straight into its output
+    /// (a zero-copy Concat, see [`PlanOptions::concat_zero_copy`]); 0 for other nodes.
+    pub fn inputs_in_place(&self, node: usize) -> usize {
+        self.nodes
+            .get(node)
+            .map_or(0, |n| n.kernel.inputs_in_place())
     }
 
     /// Estimated multiply-accumulate count of a node (for cost models); 0 for

@@ -231,6 +231,7 @@ fn intra_op_threads_give_identical_results() {
             let opts = PlanOptions {
                 intra_op_threads: threads,
                 profile: false,
+                ..Default::default()
             };
             let plan = ModelPlan::new(g.clone(), &opts).expect("plan");
             assert_eq!(
@@ -1504,6 +1505,7 @@ fn memory_is_reused_and_profile_records() {
         &PlanOptions {
             intra_op_threads: 1,
             profile: true,
+            ..Default::default()
         },
     )
     .expect("plan");

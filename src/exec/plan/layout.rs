@@ -16,7 +16,32 @@ use crate::kernels::nd::{contiguous_strides, IndexMapCopy, StridedCopy, FILL, MA
 pub(crate) enum LayoutKernel {
     /// (input index, output index, copy)
     Copies(Vec<(usize, usize, StridedCopy)>),
+    /// Copies of which those flagged `true` are skipped: a zero-copy Concat whose
+    /// producers wrote those inputs in place. Tiles still cover every copy's units, so the
+    /// node keeps its tile count.
+    PartlyInPlace(Vec<(usize, usize, StridedCopy)>, Vec<bool>),
     MapCopy(IndexMapCopy),
+}
+
+impl LayoutKernel {
+    /// Skips the copies of `inputs` (already in place in the output block); false when
+    /// the kernel is not a list of copies.
+    pub(crate) fn skip_inputs(&mut self, inputs: &[usize]) -> bool {
+        let LayoutKernel::Copies(v) = self else {
+            return false;
+        };
+        let skip = v.iter().map(|c| inputs.contains(&c.0)).collect();
+        *self = LayoutKernel::PartlyInPlace(std::mem::take(v), skip);
+        true
+    }
+
+    /// How many copies are skipped (inputs in place).
+    pub(crate) fn inputs_in_place(&self) -> usize {
+        match self {
+            LayoutKernel::PartlyInPlace(_, skip) => skip.iter().filter(|&&s| s).count(),
+            _ => 0,
+        }
+    }
 }
 
 /// One strided copy of input 0 (`dims` read at `src_strides` from `src_off`) into the
@@ -431,31 +456,35 @@ impl FamilyKernel for LayoutKernel {
         match self {
             // The copies' outermost coordinates one after the other (a Concat's or a
             // Split's pieces): any cut of that sequence is a tile.
-            LayoutKernel::Copies(v) => v.iter().map(|c| c.2.outer()).sum::<usize>().max(1),
+            LayoutKernel::Copies(v) | LayoutKernel::PartlyInPlace(v, _) => {
+                v.iter().map(|c| c.2.outer()).sum::<usize>().max(1)
+            }
             LayoutKernel::MapCopy(m) => m.dims[0],
         }
     }
 
     fn run(&self, r: Run<'_>) -> Result<()> {
         let (tile, io) = (r.tile, r.io);
-        match self {
-            LayoutKernel::Copies(v) => {
-                let total = v.iter().map(|c| c.2.outer()).sum::<usize>();
-                let (u0, u1) = tile.range(total, 1);
-                let mut base = 0;
-                for (i, k, sc) in v {
-                    let (lo, hi) = (u0.max(base), u1.min(base + sc.outer()));
-                    if lo < hi {
-                        let out = super::out_bytes(r.out, r.outs, *k);
-                        sc.run(io.bytes(*i), out, lo - base, hi - base);
-                    }
-                    base += sc.outer();
-                }
-            }
+        let (v, skip) = match self {
+            LayoutKernel::Copies(v) => (v, &[][..]),
+            LayoutKernel::PartlyInPlace(v, skip) => (v, &skip[..]),
             LayoutKernel::MapCopy(m) => {
                 let (lo, hi) = tile.range(m.dims[0], 1);
                 m.run(io.bytes(0), super::out_bytes(r.out, r.outs, 0), lo, hi);
+                return Ok(());
             }
+        };
+        let total = v.iter().map(|c| c.2.outer()).sum::<usize>();
+        let (u0, u1) = tile.range(total, 1);
+        let mut base = 0;
+        for (j, (i, k, sc)) in v.iter().enumerate() {
+            let (lo, hi) = (u0.max(base), u1.min(base + sc.outer()));
+            // An input in place lies inside the output block: it is never read.
+            if lo < hi && !skip.get(j).copied().unwrap_or(false) {
+                let out = super::out_bytes(r.out, r.outs, *k);
+                sc.run(io.bytes(*i), out, lo - base, hi - base);
+            }
+            base += sc.outer();
         }
         Ok(())
     }

@@ -3,11 +3,18 @@
 //!
 //! Graph inputs and outputs get slots live for the whole run; each node's outputs form
 //! one block, live from the node to its last reader.
+//!
+//! Zero-copy Concat: when everything before a Concat's axis has size 1 (an N=1 channel
+//! concat, say) its output is its inputs laid end to end, so an input made by a node of
+//! the graph can be written by that node straight into its slice of the output block
+//! (see [`concat_in_place`]); the Concat then copies only the other inputs. The node
+//! blocks so nested in a Concat's block share its one buffer, live from the first of
+//! their producers to the last reader of any of them.
 
 use super::super::memplan::{self, Buffer, ALIGN};
 use super::super::Loc;
 use crate::error::{Error, Result};
-use crate::ir::Graph;
+use crate::ir::{Graph, Op};
 
 /// Where every value lives.
 pub(crate) struct Layout {
@@ -25,6 +32,115 @@ pub(crate) struct Layout {
     pub node_outs: Vec<Vec<(usize, usize)>>,
     /// Producing node of each value (computed once: per-node lookups stay O(1)).
     pub producers: Vec<Option<usize>>,
+    /// Per node: the inputs already in place in its output block (a Concat's inputs whose
+    /// producers wrote them there), which its kernel must not copy.
+    pub in_place: Vec<Vec<usize>>,
+}
+
+/// Which node blocks live inside a Concat's output block ([`concat_in_place`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct InPlace {
+    /// Per node: `(concat node, byte offset in its output block)` where the node writes
+    /// its one output.
+    pub parent: Vec<Option<(usize, usize)>>,
+    /// Per node: the indices of its inputs so placed (Concat nodes only).
+    pub placed: Vec<Vec<usize>>,
+}
+
+/// Chooses the Concat inputs to produce in place. A Concat qualifies when the dims
+/// before its axis multiply to 1 (its output is its inputs end to end); an input of it
+/// is produced in place when it is a non-empty value made by exactly one earlier node,
+/// is not a graph input, output or constant, appears once in this Concat, and its
+/// producer is not placed in another Concat already and has that one output (or its
+/// outputs are consecutive inputs of this Concat, in order, each qualifying: a Split).
+/// A Concat output may itself be placed in a later Concat (nested). `pinned`: per
+/// value, a graph input or output.
+pub(crate) fn concat_in_place(g: &Graph, pinned: &[bool]) -> InPlace {
+    let nv = g.values.len();
+    let mut parent = vec![None; g.nodes.len()];
+    let mut placed = vec![Vec::new(); g.nodes.len()];
+    let mut makers = vec![0usize; nv];
+    let mut producer = vec![None; nv];
+    for (i, n) in g.nodes.iter().enumerate() {
+        for &o in n.outputs.iter().filter(|&&o| o < nv) {
+            makers[o] += 1;
+            producer[o] = Some(i);
+        }
+    }
+    for (c, n) in g.nodes.iter().enumerate() {
+        let Op::Concat { axis } = n.op else { continue };
+        let [o] = n.outputs[..] else { continue };
+        let Some(out) = g.values.get(o) else { continue };
+        let Some(os) = out.shape.as_deref() else {
+            continue;
+        };
+        let Some(a) = crate::ir::shape::norm_axis(axis, os.len()) else {
+            continue;
+        };
+        if os[..a].iter().product::<usize>() != 1 {
+            continue;
+        }
+        // (input index, value, byte offset in the output, bytes) of each present input;
+        // anything the Concat plan would reject leaves the node alone.
+        let mut parts = Vec::new();
+        let mut off = 0usize;
+        let fits = n.inputs.iter().enumerate().all(|(i, v)| {
+            let Some(v) = *v else { return true };
+            let Some(val) = g.values.get(v) else {
+                return false;
+            };
+            let Some(s) = val.shape.as_deref() else {
+                return false;
+            };
+            if val.dtype != out.dtype
+                || s.len() != os.len()
+                || (0..os.len()).any(|d| d != a && s[d] != os[d])
+            {
+                return false;
+            }
+            let Ok(bytes) = value_bytes(g, v) else {
+                return false;
+            };
+            parts.push((i, v, off, bytes));
+            off = off.saturating_add(bytes);
+            true
+        });
+        if !fits || value_bytes(g, o).ok() != Some(off) {
+            continue;
+        }
+        let ok = |v: usize, bytes: usize| {
+            bytes > 0
+                && n.inputs.iter().filter(|&&x| x == Some(v)).count() == 1
+                && !pinned[v]
+                && g.values[v].konst.is_none()
+                && makers[v] == 1
+        };
+        let mut j = 0;
+        while j < parts.len() {
+            let (_, v, off, _) = parts[j];
+            let Some(p) = producer[v] else {
+                j += 1;
+                continue;
+            };
+            // A node with several outputs (a Split) qualifies when they are consecutive
+            // inputs here, in order: its block is then their slices end to end.
+            let outs = &g.nodes[p].outputs;
+            let run = parts.get(j..j + outs.len()).filter(|run| {
+                run.iter()
+                    .zip(outs)
+                    .all(|(&(_, v, _, b), &o)| v == o && ok(v, b))
+            });
+            match run {
+                Some(run) if p < c && parent[p].is_none() => {
+                    parent[p] = Some((c, off));
+                    placed[c].extend(run.iter().map(|r| r.0));
+                    j += outs.len();
+                }
+                _ => j += 1,
+            }
+        }
+    }
+    InPlace { parent, placed }
 }
 
 fn value_bytes(g: &Graph, v: usize) -> Result<usize> {
@@ -50,8 +166,10 @@ fn align_up(x: usize) -> usize {
 }
 
 /// Plans the arena: graph inputs and outputs get slots live for the whole run; each
-/// node's outputs form one block live from the node to its last reader.
-pub(crate) fn plan_memory(g: &Graph) -> Result<Layout> {
+/// node's outputs form one block live from the node to its last reader. With
+/// `concat_zero_copy`, Concat inputs are produced in place where [`concat_in_place`]
+/// allows.
+pub(crate) fn plan_memory(g: &Graph, concat_zero_copy: bool) -> Result<Layout> {
     let nv = g.values.len();
     let mut last_use = vec![0usize; nv];
     for (i, n) in g.nodes.iter().enumerate() {
@@ -100,7 +218,25 @@ pub(crate) fn plan_memory(g: &Graph) -> Result<Layout> {
             last: usize::MAX,
         });
     }
-    let mut node_buf = Vec::new();
+    let nested = if concat_zero_copy {
+        concat_in_place(g, &pinned)
+    } else {
+        InPlace {
+            parent: vec![None; g.nodes.len()],
+            placed: vec![Vec::new(); g.nodes.len()],
+        }
+    };
+    // The outermost block holding each node's block, and the byte offset there.
+    let root = |mut i: usize| {
+        let mut off = 0;
+        while let Some((c, o)) = nested.parent[i] {
+            off += o;
+            i = c;
+        }
+        (i, off)
+    };
+    let mut node_size = Vec::new();
+    let mut node_life = Vec::new();
     let mut node_outs = Vec::new();
     for (i, n) in g.nodes.iter().enumerate() {
         let mut off = 0usize;
@@ -126,14 +262,36 @@ pub(crate) fn plan_memory(g: &Graph) -> Result<Layout> {
             last = last.max(last_use[v]);
             pin |= pinned[v];
         }
-        node_buf.push(bufs.len());
+        if nested.parent[i].is_some() {
+            // Unpadded, as the Concat lays its inputs out.
+            off = 0;
+            for o in &mut outs {
+                o.0 = off;
+                off += o.1;
+            }
+        }
+        node_size.push(off);
         node_outs.push(outs);
-        let (first, last) = if pin { (0, usize::MAX) } else { (i, last) };
-        bufs.push(Buffer {
-            size: off,
-            first,
-            last,
-        });
+        node_life.push(if pin { (0, usize::MAX) } else { (i, last) });
+    }
+    // A Concat's block (the outermost of nested ones) is live while any block in it is.
+    for i in 0..g.nodes.len() {
+        let (r, _) = root(i);
+        if r != i {
+            let (f, l) = node_life[i];
+            node_life[r] = (node_life[r].0.min(f), node_life[r].1.max(l));
+        }
+    }
+    let mut node_buf = vec![usize::MAX; g.nodes.len()];
+    for i in 0..g.nodes.len() {
+        if nested.parent[i].is_none() {
+            node_buf[i] = bufs.len();
+            bufs.push(Buffer {
+                size: node_size[i],
+                first: node_life[i].0,
+                last: node_life[i].1,
+            });
+        }
     }
     let (offsets, total) = memplan::assign(&bufs);
     let mut val_loc: Vec<Option<Loc>> = vec![None; nv];
@@ -166,8 +324,9 @@ pub(crate) fn plan_memory(g: &Graph) -> Result<Layout> {
     }
     let mut node_block = Vec::new();
     for (i, n) in g.nodes.iter().enumerate() {
-        let base = offsets[node_buf[i]];
-        node_block.push((base, bufs[node_buf[i]].size));
+        let (r, off) = root(i);
+        let base = offsets[node_buf[r]] + off;
+        node_block.push((base, node_size[i]));
         for (k, &v) in n.outputs.iter().enumerate() {
             let (o, len) = node_outs[i][k];
             val_loc[v] = Some(Loc::Arena { off: base + o, len });
@@ -195,5 +354,6 @@ pub(crate) fn plan_memory(g: &Graph) -> Result<Layout> {
         node_block,
         node_outs,
         producers: g.producers(),
+        in_place: nested.placed,
     })
 }

@@ -14,6 +14,8 @@
 //! tile ranges) is checked by its plan, which fails with a plan error otherwise.
 
 #[cfg(test)]
+mod concat_tests;
+#[cfg(test)]
 mod index_tests;
 #[cfg(test)]
 mod tests;
@@ -238,6 +240,14 @@ impl Kernel {
     pub fn run(&self, r: Run<'_>) -> Result<()> {
         self.family().run(r)
     }
+
+    /// Inputs the kernel does not copy because their producers wrote them in place.
+    pub fn inputs_in_place(&self) -> usize {
+        match self {
+            Kernel::Layout(k) => k.inputs_in_place(),
+            _ => 0,
+        }
+    }
 }
 
 /// Plans node `i`; `pre`: its weights packed ahead (see [`packed`]), to borrow instead of
@@ -274,7 +284,17 @@ pub(crate) fn plan_node(
             }
         }
     }
-    let p = plan_kernel(&c, pre)?;
+    let mut p = plan_kernel(&c, pre)?;
+    if !layout.in_place[i].is_empty() {
+        // Only Concats get inputs in place; their producers already wrote them.
+        let skipped = match &mut p.kernel {
+            Kernel::Layout(k) => k.skip_inputs(&layout.in_place[i]),
+            _ => false,
+        };
+        if !skipped {
+            return Err(shape_err(n, "inputs in place for a node that copies none"));
+        }
+    }
     if pre.is_some() && packed_of(&p.kernel).is_none() {
         return Err(shape_err(
             n,

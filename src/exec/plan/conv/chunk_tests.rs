@@ -19,6 +19,7 @@ fn assert_chunked_identical(g: Graph, inputs: &[Vec<f32>], what: &str) {
         let opts = PlanOptions {
             intra_op_threads: threads,
             profile: false,
+            ..Default::default()
         };
         let plan = ModelPlan::new(g.clone(), &opts).expect("plan");
         assert_eq!(

@@ -381,6 +381,7 @@ fn planned_conv_takes_winograd_whole_and_tiled() {
         let opts = PlanOptions {
             intra_op_threads: 1,
             profile: false,
+            ..Default::default()
         };
         let plan = ModelPlan::new(Arc::new(g), &opts).expect("plan");
         let tiles = plan.tiles_for(0);
