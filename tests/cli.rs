@@ -63,12 +63,19 @@ fn info_json(file: &Path) -> serde_json::Value {
 #[test]
 fn compile_with_fc_limit_gives_fcs_within_the_limit() {
     let d = tmp("limit");
+    // The smallest limit the compiler takes; whether the model needs several FCs under
+    // it depends on this host's estimate of the whole (compiled without a limit).
+    let whole = d.join("whole.bin");
+    let o = compile("tiny_detector.onnx", &whole, &["--max-time-per-fc", "0"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let total = info_json(&whole)["models"][0]["est_us"].as_f64().unwrap();
     let out = d.join("det.bin");
     let o = compile("tiny_detector.onnx", &out, &["--max-time-per-fc", "1000"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let j = info_json(&out);
     let m = &j["models"][0];
     assert_eq!(m["max_time_per_fc"], 1000);
+    let limit = 1000.0;
     let mut fcs = 0;
     for seg in m["segments"].as_array().unwrap() {
         if seg["kind"] != "BPU" {
@@ -78,12 +85,19 @@ fn compile_with_fc_limit_gives_fcs_within_the_limit() {
             fcs += 1;
             let est = fc["est_us"].as_f64().unwrap();
             assert!(
-                est <= 1000.0 || fc["over_limit"] == true,
-                "fc over the limit: {fc}"
+                est <= limit || fc["over_limit"] == true,
+                "fc over the limit {limit}: {fc}"
             );
         }
     }
-    assert!(fcs >= 2, "expected several FCs, got {fcs}");
+    if total > 1.5 * limit {
+        assert!(
+            fcs >= 2,
+            "{total} us in all: expected several FCs, got {fcs}"
+        );
+    } else {
+        assert!(fcs >= 1, "no FC");
+    }
     // Node names of the ONNX model survive as absorbed names.
     let absorbed: usize = m["nodes"]
         .as_array()
