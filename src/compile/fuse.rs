@@ -722,6 +722,10 @@ mod tests {
                 "b_const {b_const}"
             );
             assert_close(&before, &run_graph(&g, &input), 1e-6);
+            // The fused node's shapes hold (what loading a compiled file checks).
+            for n in &g.nodes {
+                crate::ir::shape::infer_node(&g, n).expect("fused shapes hold");
+            }
         }
     }
 }
