@@ -14,44 +14,7 @@
 use crate::kernels::isa::{KC, NR};
 
 /// `NR` lanes: one value per tile of a panel.
-pub type Lanes = [f32; NR];
-
-/// How a table reads the patches of a run of `NR` horizontally adjacent F(4x4, 3x3)
-/// tiles (one tile row, all inside the plane) into the transform's lanes.
-pub trait RunGather {
-    /// Writes patch value `(r, c)` of the tile starting at `plane[i0 + 4 * l]` into
-    /// `d[r * 6 + c][l]` for every lane `l` and returns true, or returns false (the
-    /// caller then gathers lane by lane). `d` holds 36 rows; rows `i0 + r * w` for
-    /// `r < 6` hold `4 * NR + 2` floats of `plane`.
-    fn gather_run(plane: &[f32], i0: usize, w: usize, d: &mut [Lanes]) -> bool;
-}
-
-/// How a table writes the outputs of a run of `NR` horizontally adjacent F(4x4, 3x3)
-/// tiles (one tile row, every tile whole inside the plane).
-pub trait RunScatter {
-    /// Writes output `(r, c)` of lane `l`, `o[r * 4 + c][l]`, to `plane[at + r * w + 4 * l
-    /// + c]` for every lane and returns true, or returns false (the caller then writes
-    /// lane by lane). `o` holds 16 rows; rows `at + r * w` for `r < 4` hold `4 * NR`
-    /// floats of `plane`.
-    fn scatter_run(o: &[Lanes], plane: &mut [f32], at: usize, w: usize) -> bool;
-}
-
-/// Lane-by-lane gathering and scattering only (the generic tables).
-pub struct LaneGather;
-
-impl RunGather for LaneGather {
-    #[inline(always)]
-    fn gather_run(_: &[f32], _: usize, _: usize, _: &mut [Lanes]) -> bool {
-        false
-    }
-}
-
-impl RunScatter for LaneGather {
-    #[inline(always)]
-    fn scatter_run(_: &[Lanes], _: &mut [f32], _: usize, _: usize) -> bool {
-        false
-    }
-}
+type Lanes = [f32; NR];
 
 /// The geometry the transforms need: variant, input and output planes, tiling.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,22 +66,10 @@ pub struct PointRows<'m> {
 /// `v[p * plen..]`, `plen = Cin * ceil(nb / NR) * NR`.
 #[inline(always)]
 pub fn input_block(g: &WinoGeom, x: &[f32], tb: usize, nb: usize, v: &mut [f32]) {
-    input_block_with::<LaneGather>(g, x, tb, nb, v)
-}
-
-/// [`input_block`] with runs of adjacent F(4x4, 3x3) tiles read by `G`.
-#[inline(always)]
-pub fn input_block_with<G: RunGather>(
-    g: &WinoGeom,
-    x: &[f32],
-    tb: usize,
-    nb: usize,
-    v: &mut [f32],
-) {
     if g.tile == 4 {
-        input_block_t::<G, 4, 6, 36>(g, x, tb, nb, v)
+        input_block_t::<4, 6, 36>(g, x, tb, nb, v)
     } else {
-        input_block_t::<G, 2, 4, 16>(g, x, tb, nb, v)
+        input_block_t::<2, 4, 16>(g, x, tb, nb, v)
     }
 }
 
@@ -137,26 +88,10 @@ pub fn output_block(
     y: &mut [f32],
     y_c0: usize,
 ) {
-    output_block_with::<LaneGather>(g, m, tb, nb, keep, chans, y, y_c0)
-}
-
-/// [`output_block`] with runs of adjacent whole F(4x4, 3x3) tiles written by `S`.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-pub fn output_block_with<S: RunScatter>(
-    g: &WinoGeom,
-    m: &PointRows<'_>,
-    tb: usize,
-    nb: usize,
-    keep: (usize, usize),
-    chans: (usize, usize),
-    y: &mut [f32],
-    y_c0: usize,
-) {
     if g.tile == 4 {
-        output_block_t::<S, 4, 6, 36, 16>(g, m, tb, nb, keep, chans, y, y_c0)
+        output_block_t::<4, 6, 36, 16>(g, m, tb, nb, keep, chans, y, y_c0)
     } else {
-        output_block_t::<S, 2, 4, 16, 4>(g, m, tb, nb, keep, chans, y, y_c0)
+        output_block_t::<2, 4, 16, 4>(g, m, tb, nb, keep, chans, y, y_c0)
     }
 }
 
@@ -168,7 +103,7 @@ type Origins = [usize; NR];
 const EDGE: usize = usize::MAX;
 
 #[inline(always)]
-fn input_block_t<G: RunGather, const T: usize, const P: usize, const Q: usize>(
+fn input_block_t<const T: usize, const P: usize, const Q: usize>(
     g: &WinoGeom,
     x: &[f32],
     tb: usize,
@@ -197,17 +132,13 @@ fn input_block_t<G: RunGather, const T: usize, const P: usize, const Q: usize>(
             }
         }
         let all_inner = lanes == NR && inner.iter().all(|&i| i != EDGE);
-        // One tile row, tiles side by side: a run the table may read with shuffles.
-        let run = T == 4 && all_inner && inner[NR - 1] == inner[0] + T * (NR - 1);
         // Lanes past the block's tiles stay zero for every channel.
         for row in d.iter_mut() {
             row.fill(0.0);
         }
         for c in 0..ci {
             let plane = &x[c * hw..(c + 1) * hw];
-            if run && G::gather_run(plane, inner[0], g.w, &mut d) {
-                // Read by the table.
-            } else if all_inner {
+            if all_inner {
                 for (l, &i) in inner.iter().enumerate() {
                     gather_inner::<P, Q>(g, plane, i, &mut d, l);
                 }
@@ -272,13 +203,7 @@ fn gather_edge<const P: usize, const Q: usize>(
 
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn output_block_t<
-    S: RunScatter,
-    const T: usize,
-    const P: usize,
-    const Q: usize,
-    const TT: usize,
->(
+fn output_block_t<const T: usize, const P: usize, const Q: usize, const TT: usize>(
     g: &WinoGeom,
     m: &PointRows<'_>,
     tb: usize,
@@ -304,12 +229,6 @@ fn output_block_t<
             let (oy0, ox0) = ((t / g.tw) * T, (t % g.tw) * T);
             *d = (oy0 * g.ow + ox0, T.min(g.oh - oy0), T.min(g.ow - ox0));
         }
-        // Every lane a kept whole tile, side by side in one tile row.
-        let run = T == 4
-            && lanes == NR
-            && (t0..t0 + NR).all(|t| t >= k0 && t < k1)
-            && dst.iter().all(|&(_, rows, cols)| rows == T && cols == T)
-            && dst[NR - 1].0 == dst[0].0 + T * (NR - 1);
         for c in c_lo..c_hi {
             let plane = &mut y[(c - y_c0) * ohw..(c - y_c0 + 1) * ohw];
             let row = (c - c_lo) * m.ldm;
@@ -318,9 +237,6 @@ fn output_block_t<
                 mp.copy_from_slice(&m.m[at..at + NR]);
             }
             output_transform::<T, P, Q, TT>(&mm, &mut o);
-            if run && S::scatter_run(&o, plane, dst[0].0, g.ow) {
-                continue;
-            }
             for (l, &(at, rows, cols)) in dst.iter().enumerate().take(lanes) {
                 if rows == T && cols == T {
                     for r in 0..T {
