@@ -443,8 +443,8 @@ def pass_deconv_fusion(seed: int = 17) -> onnx.ModelProto:
 
 def pass_attention_mask(seed: int = 19) -> onnx.ModelProto:
     """SVTR-style local attention: Q·K^T per head plus a constant [1, 1, L, L] mask
-    (fused into the MatMul as a residual read once per head), Softmax, times V; and a
-    second product with a non-constant mask of the same broadcast shape."""
+    broadcast over the heads, Softmax, times V; and a second product with a non-constant
+    mask of the same broadcast shape."""
     b = GraphBuilder("pass_attention_mask", seed, opset=13)
     L, d, heads = 24, 8, 2
     x = b.input("input", [1, L, heads * d])
@@ -466,7 +466,7 @@ def pass_attention_mask(seed: int = 19) -> onnx.ModelProto:
     s2 = b.op("Add", [b.op("MatMul", [k, b.op("Transpose", [q], perm=[0, 1, 3, 2])]), m2])
     o2 = b.op("MatMul", [b.op("Softmax", [s2], axis=-1), v])
     b.output(b.op("Add", [o, o2]), name="output")
-    return _finish(b, "pass case: a batch-broadcast mask Add fused into a batched MatMul")
+    return _finish(b, "pass case: batched MatMuls with a mask Add broadcast over the heads")
 
 
 def pass_conv_act_fusion(seed: int = 11) -> onnx.ModelProto:

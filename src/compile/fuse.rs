@@ -243,32 +243,6 @@ enum Fusion {
     Post { op: PostOp, extra: Option<ValueId> },
 }
 
-/// True when `other` can be a residual of MatMul `pi` (output shape `out`) read as one
-/// `[m, n]` matrix for every batch: leading dims 1, the last two those of the output,
-/// and a B that is not constant (a constant B folds the batches into the rows of one
-/// GEMM, where a per-batch residual no longer lines up).
-fn matmul_batch_residual(g: &Graph, pi: usize, other: ValueId, out: &[usize]) -> bool {
-    let producer = &g.nodes[pi];
-    let b_const = producer
-        .inputs
-        .get(1)
-        .copied()
-        .flatten()
-        .is_some_and(|b| g.values[b].konst.is_some());
-    let Some(shape) = g.values[other].shape.as_ref() else {
-        return false;
-    };
-    let (r, ro) = (shape.len(), out.len());
-    matches!(producer.op, Op::MatMul { .. })
-        && !b_const
-        && r >= 2
-        && ro >= 2
-        && r <= ro
-        && shape[r - 2..] == out[ro - 2..]
-        && shape[..r - 2].iter().all(|&d| d == 1)
-        && g.values[other].dtype == crate::ir::DType::F32
-}
-
 /// Decides how consumer `ci` (reading `x` at position `pos`) can fuse into producer `pi`.
 fn classify(g: &Graph, pi: usize, ci: usize, pos: usize, x: ValueId) -> Option<Fusion> {
     let producer = &g.nodes[pi];
@@ -306,19 +280,6 @@ fn classify(g: &Graph, pi: usize, ci: usize, pos: usize, x: ValueId) -> Option<F
                         extra: None,
                     })
                 }
-                (BinaryOp::Add, Some(c))
-                    if per_channel_values(&c, &out_shape, axis).is_none()
-                        && matmul_batch_residual(g, pi, other, &out_shape) =>
-                {
-                    // One constant matrix added to every batch of a MatMul (an
-                    // attention mask): a residual the MatMul reads once per batch.
-                    Some(Fusion::Post {
-                        op: PostOp::AddInput {
-                            input: producer.inputs.len().max(3),
-                        },
-                        extra: Some(other),
-                    })
-                }
                 (BinaryOp::Mul | BinaryOp::Add | BinaryOp::Sub | BinaryOp::Div, Some(c)) => {
                     if matches!(b, BinaryOp::Sub | BinaryOp::Div) && pos != 0 {
                         return None;
@@ -340,8 +301,7 @@ fn classify(g: &Graph, pi: usize, ci: usize, pos: usize, x: ValueId) -> Option<F
                     }
                 }
                 (BinaryOp::Add, None) => {
-                    let same = (g.values[other].shape.as_ref() == Some(&out_shape)
-                        || matmul_batch_residual(g, pi, other, &out_shape))
+                    let same = g.values[other].shape.as_ref() == Some(&out_shape)
                         && g.values[other].dtype == g.values[x].dtype
                         && other != x;
                     if !same {
@@ -692,40 +652,5 @@ mod tests {
         assert_eq!(fuse_post_ops(&mut g), 1);
         assert_eq!(g.nodes.len(), 1);
         assert_close(&before, &run_graph(&g, &input), 1e-5);
-    }
-
-    /// A constant `[1, 1, L, L]` mask added to a per-head `Q · K^T` fuses as a residual
-    /// the MatMul reads once per head; with a constant B (batches folded into rows) it
-    /// stays an Add.
-    #[test]
-    fn batch_broadcast_mask_fuses_into_batched_matmul_only() {
-        for b_const in [false, true] {
-            let mut b = GraphBuilder::new();
-            let q = b.input("q", &[1, 2, 5, 3]);
-            let k = if b_const {
-                b.konst("k", &[3, 5], rand_vec(15, 31))
-            } else {
-                b.input("k", &[1, 2, 3, 5])
-            };
-            let mask = b.konst("mask", &[1, 1, 5, 5], rand_vec(25, 32));
-            let mm = b.node("mm", Op::MatMul { post: vec![] }, &[q, k], &[1, 2, 5, 5]);
-            let y = b.node("add", Op::Binary(BinaryOp::Add), &[mm, mask], &[1, 2, 5, 5]);
-            let mut g = b.finish(&[y]);
-            let mut input = vec![rand_vec(30, 33)];
-            if !b_const {
-                input.push(rand_vec(30, 34));
-            }
-            let before = run_graph(&g, &input);
-            assert_eq!(
-                fuse_post_ops(&mut g),
-                usize::from(!b_const),
-                "b_const {b_const}"
-            );
-            assert_close(&before, &run_graph(&g, &input), 1e-6);
-            // The fused node's shapes hold (what loading a compiled file checks).
-            for n in &g.nodes {
-                crate::ir::shape::infer_node(&g, n).expect("fused shapes hold");
-            }
-        }
     }
 }

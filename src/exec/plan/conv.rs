@@ -241,7 +241,7 @@ pub(crate) fn plan_conv(
             format!("output {}x{} does not match the conv geometry", s.oh, s.ow),
         ));
     }
-    let (post, res) = post_ops(c, post, s.c_out, None)?;
+    let (post, res) = post_ops(c, post, s.c_out)?;
     if crate::compile::cost::winograd_wins(s) {
         let ConvParts { s, wt, bias, .. } = parts;
         return Ok(plan_winograd(&s, wt, pre, bias, post, res, c.threads));
@@ -391,7 +391,7 @@ pub(crate) fn plan_deconv(
     post: &[PostOp],
 ) -> Result<Planned> {
     let ConvParts { s, wt, bias, .. } = conv_parts(c, geom, group, true)?;
-    let (post, res) = post_ops(c, post, s.c_out, None)?;
+    let (post, res) = post_ops(c, post, s.c_out)?;
     let p = DeconvPlan::new(s, wt);
     let scratch = p.scratch_len();
     Ok(Planned::new(ConvKernel::Deconv { p, bias, post, res }).scratch(scratch))

@@ -177,10 +177,7 @@ impl GemmPlan {
         };
         let mut resid: [&[f32]; MAX_RESIDUALS] = [&[]; MAX_RESIDUALS];
         for (d, &i) in resid.iter_mut().zip(&g.res) {
-            // One matrix per batch, or one matrix for every batch.
-            let r = io.f32(i);
-            let at = if r.len() == mn { 0 } else { bi * mn };
-            *d = &r[at..at + mn][sub.clone()];
+            *d = &io.f32(i)[bi * mn..(bi + 1) * mn][sub.clone()];
         }
         let addend = match (&g.addend, g.addend_input) {
             (Some(v), _) => Some(&v[sub.clone()]),
@@ -416,7 +413,7 @@ pub(crate) fn plan_gemm(
             }
         }
     }
-    let (post, res) = post_ops(c, post, nn, None)?;
+    let (post, res) = post_ops(c, post, nn)?;
     Ok(GemmPlan {
         m,
         n: nn,
@@ -478,9 +475,7 @@ pub(crate) fn plan_matmul(
     }
     let b_const = c.konst(1);
     let fold = b_const.is_some() && bb.iter().product::<usize>() == 1;
-    // A residual may be one [m, n] matrix added to every batch, unless the batches fold
-    // into the rows of one GEMM.
-    let (post, res) = post_ops(c, post, nn, (!fold).then_some((m, nn)))?;
+    let (post, res) = post_ops(c, post, nn)?;
     if fold {
         // B is one constant matrix: every batch of A is more rows of one GEMM.
         let mm = nbatch * m;

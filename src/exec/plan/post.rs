@@ -29,7 +29,6 @@ pub(crate) fn post_ops(
     c: &Ctx<'_>,
     post: &[PostOp],
     channels: usize,
-    batch_matrix: Option<(usize, usize)>,
 ) -> Result<(Vec<PostOpRt>, Vec<usize>)> {
     let mut out = Vec::new();
     let mut res = Vec::new();
@@ -52,8 +51,7 @@ pub(crate) fn post_ops(
                     ));
                 }
                 c.require_f32(*input)?;
-                let shape = c.ishape(*input)?;
-                if shape != oshape && !batch_broadcast(shape, batch_matrix) {
+                if c.ishape(*input)? != oshape {
                     return Err(shape_err(
                         c.n,
                         format!("fused residual input {input} does not have the output shape"),
@@ -67,15 +65,4 @@ pub(crate) fn post_ops(
         });
     }
     Ok((out, res))
-}
-
-/// True when `shape` is one `[m, n]` matrix broadcast over every batch of a batched
-/// product's output (`batch_matrix = Some((m, n))`): its last two dims `m, n`, any
-/// leading dims 1.
-fn batch_broadcast(shape: &[usize], batch_matrix: Option<(usize, usize)>) -> bool {
-    let Some((m, n)) = batch_matrix else {
-        return false;
-    };
-    let r = shape.len();
-    r >= 2 && shape[r - 2..] == [m, n] && shape[..r - 2].iter().all(|&d| d == 1)
 }

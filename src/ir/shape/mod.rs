@@ -278,13 +278,7 @@ impl<'a> Cx<'a> {
                 }
                 PostOp::AddInput { input } => {
                     let r = self.shape(*input)?;
-                    // A MatMul may add one [m, n] matrix to every batch (leading dims 1).
-                    let per_batch = matches!(self.op, Op::MatMul { .. })
-                        && r.len() >= 2
-                        && r.len() <= out.len()
-                        && r[r.len() - 2..] == out[out.len() - 2..]
-                        && r[..r.len() - 2].iter().all(|&d| d == 1);
-                    if r != out && !per_batch {
+                    if r != out {
                         return Err(self.err(format!(
                             "fused residual input #{input} has shape {r:?}, output is {out:?}"
                         )));

@@ -90,61 +90,6 @@ fn sigmoid16(x: __m512) -> __m512 {
     _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x), s, x)
 }
 
-/// The polynomial with coefficients `cs` (highest degree first) at `x`, by Horner.
-#[inline]
-#[target_feature(enable = "avx512f,avx512dq")]
-fn horner<const N: usize>(x: __m512, cs: &[f32; N]) -> __m512 {
-    let mut p = _mm512_set1_ps(cs[0]);
-    for &c in &cs[1..] {
-        p = _mm512_fmadd_ps(p, x, _mm512_set1_ps(c));
-    }
-    p
-}
-
-/// `erf(x)` by the rational of `body::unary::erf` (odd degree-13 over even degree-8
-/// polynomial on `[-4, 4]`, ±1 from |x| >= 3.9); NaN kept.
-#[inline]
-#[target_feature(enable = "avx512f,avx512dq")]
-fn erf16(v: __m512) -> __m512 {
-    let x = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(-4.0)), _mm512_set1_ps(4.0));
-    let x2 = _mm512_mul_ps(x, x);
-    let p = _mm512_mul_ps(
-        x,
-        horner(
-            x2,
-            &[
-                -2.726_142_3e-10,
-                2.770_681_4e-8,
-                -2.101_024e-6,
-                -5.692_506_4e-5,
-                -7.349_906_3e-4,
-                -2.954_6e-3,
-                -1.609_603_3e-2,
-            ],
-        ),
-    );
-    let q = horner(
-        x2,
-        &[
-            -1.456_607_2e-5,
-            -2.133_740_6e-4,
-            -1.682_827e-3,
-            -7.373_329e-3,
-            -1.426_473_9e-2,
-        ],
-    );
-    let r = _mm512_div_ps(p, q);
-    let sign = _mm512_and_ps(v, _mm512_set1_ps(-0.0));
-    let one = _mm512_or_ps(_mm512_set1_ps(1.0), sign);
-    let abs = _mm512_andnot_ps(_mm512_set1_ps(-0.0), v);
-    let r = _mm512_mask_blend_ps(
-        _mm512_cmp_ps_mask::<_CMP_GE_OQ>(abs, _mm512_set1_ps(3.9)),
-        r,
-        one,
-    );
-    _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v), r, v)
-}
-
 /// True when [`unary16`] computes `op`.
 fn unary16_has(op: UnaryOp) -> bool {
     matches!(
@@ -158,7 +103,6 @@ fn unary16_has(op: UnaryOp) -> bool {
             | UnaryOp::HardSigmoid { .. }
             | UnaryOp::LeakyRelu { .. }
             | UnaryOp::Exp
-            | UnaryOp::Gelu { tanh_approx: false }
     )
 }
 
@@ -193,15 +137,6 @@ fn unary16(op: UnaryOp, v: __m512) -> __m512 {
             _mm512_mask_mul_ps(v, neg, v, _mm512_set1_ps(alpha))
         }
         UnaryOp::Exp => exp16(v),
-        // 0.5 · v · (1 + erf(v / √2)).
-        UnaryOp::Gelu { tanh_approx: false } => {
-            let e = erf16(_mm512_mul_ps(
-                v,
-                _mm512_set1_ps(std::f32::consts::FRAC_1_SQRT_2),
-            ));
-            let h = _mm512_mul_ps(_mm512_set1_ps(0.5), v);
-            _mm512_mul_ps(h, _mm512_add_ps(_mm512_set1_ps(1.0), e))
-        }
         _ => v,
     }
 }
@@ -253,12 +188,15 @@ pub(super) fn sigmoid(x: &mut [f32]) {
     unsafe { unary_slice(UnaryOp::Sigmoid, x) }
 }
 
-/// True when [`epilogue_row`] handles `e`: post-ops that run on 16 lanes.
+/// True when [`epilogue_rows`] handles `e`: channels along rows, no addend, post-ops
+/// that run on 16 lanes.
 fn epilogue_fits(e: &Epilogue<'_>) -> bool {
-    e.post.iter().all(|p| match p {
-        PostOpRt::Unary(u) => unary16_has(*u),
-        PostOpRt::Affine { .. } | PostOpRt::PRelu { .. } | PostOpRt::AddInput { .. } => true,
-    })
+    e.channel_is_row
+        && e.addend.is_none()
+        && e.post.iter().all(|p| match p {
+            PostOpRt::Unary(u) => unary16_has(*u),
+            PostOpRt::Affine { .. } | PostOpRt::PRelu { .. } | PostOpRt::AddInput { .. } => true,
+        })
 }
 
 /// The table's `epilogue` entry: [`epilogue_rows`] when it handles `e`, else the
@@ -275,75 +213,36 @@ pub(super) fn epilogue(
     if !epilogue_fits(e) {
         return super::x86_64_avx512::epilogue_body512(e, c, ldc, i0, mr, j0, nr);
     }
-    // Channels along columns (Gemm / MatMul): parameters are indexed from `col0`.
-    let col0 = e.channel_offset + j0;
-    let per_channel = |len: usize, ch: usize| {
-        if e.channel_is_row {
-            assert!(ch < len, "epilogue parameter of channel {ch}");
-        } else {
-            assert!(col0 + nr <= len, "epilogue parameters of columns {col0}..");
-        }
-    };
     for i in i0..i0 + mr {
         let off = i * ldc + j0;
         let ch = e.channel_offset + i;
         let row = &mut c[off..off + nr];
-        // Bounds of every per-channel parameter, residual row and addend row, checked
-        // here once.
-        if let Some(b) = e.bias {
-            per_channel(b.len(), ch);
-        }
-        if let Some(a) = e.addend {
-            assert!(a.len() >= off + nr, "epilogue addend");
-        }
+        let bias = e.bias.map_or(0.0, |b| b[ch]);
+        // Bounds of every per-channel parameter and residual row, checked here once.
         for p in e.post {
             match p {
-                PostOpRt::Affine { scale, shift } => {
-                    per_channel(scale.len(), ch);
-                    per_channel(shift.len(), ch);
-                }
-                PostOpRt::PRelu { slope } => per_channel(slope.len(), ch),
+                PostOpRt::Affine { scale, shift } => assert!(ch < scale.len() && ch < shift.len()),
+                PostOpRt::PRelu { slope } => assert!(ch < slope.len()),
                 PostOpRt::AddInput { slot } => assert!(e.residuals[*slot].len() >= off + nr),
                 PostOpRt::Unary(_) => {}
             }
         }
         // SAFETY: reachable only through the AVX-512 table (features detected); `row`
-        // holds nr floats, every residual and the addend off + nr, every parameter index
-        // ch (channels along rows) or col0 + nr (along columns), all checked above.
-        unsafe { epilogue_row(e, row, ch, col0, off) }
+        // holds nr floats, every residual off + nr and every parameter index ch (checked).
+        unsafe { epilogue_row(e, row, bias, ch, off) }
     }
 }
 
-/// A per-channel parameter for 16 lanes of a row of C: `v[ch]` broadcast when channels
-/// are rows, else `v[col..col + 16]` under the lane mask `m`.
+/// Bias then the post-ops on one row of C, 16 lanes at a time in registers.
 ///
 /// # Safety
-/// AVX-512F available; `ch < v.len()` (rows) or the masked lanes of `col..` inside `v`.
-#[inline]
+/// AVX-512F/DQ must be available; every residual of `e` holds `off + row.len()` floats
+/// and every per-channel parameter index `ch`.
 #[target_feature(enable = "avx512f,avx512dq")]
-unsafe fn param(v: &[f32], rows: bool, ch: usize, col: usize, m: __mmask16) -> __m512 {
-    // SAFETY: bounds as the function's contract states.
-    unsafe {
-        if rows {
-            _mm512_set1_ps(*v.get_unchecked(ch))
-        } else {
-            _mm512_maskz_loadu_ps(m, v.as_ptr().add(col))
-        }
-    }
-}
-
-/// Addend, bias, then the post-ops on one row of C, 16 lanes at a time in registers:
-/// row `ch`'s parameters when channels are rows, else those of columns `col0..`.
-///
-/// # Safety
-/// AVX-512F/DQ must be available; every residual and the addend of `e` hold
-/// `off + row.len()` floats; every per-channel parameter index `ch` (channels along
-/// rows) or `col0 + row.len()` floats (along columns).
-#[target_feature(enable = "avx512f,avx512dq")]
-unsafe fn epilogue_row(e: &Epilogue<'_>, row: &mut [f32], ch: usize, col0: usize, off: usize) {
+unsafe fn epilogue_row(e: &Epilogue<'_>, row: &mut [f32], bias: f32, ch: usize, off: usize) {
     let n = row.len();
     let p = row.as_mut_ptr();
-    let rows = e.channel_is_row;
+    let b = _mm512_set1_ps(bias);
     let mut j = 0;
     while j < n {
         let m = if n - j >= 16 {
@@ -352,26 +251,20 @@ unsafe fn epilogue_row(e: &Epilogue<'_>, row: &mut [f32], ch: usize, col0: usize
             tail_mask(n - j)
         };
         // SAFETY: the masked lanes lie inside the row and (at off + j..) inside every
-        // residual and the addend; parameter indices are in bounds (caller).
+        // residual; parameter indices are in bounds (caller).
         unsafe {
-            let mut v = _mm512_maskz_loadu_ps(m, p.add(j));
-            if let Some(a) = e.addend {
-                v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, a.as_ptr().add(off + j)));
-            }
-            if let Some(b) = e.bias {
-                v = _mm512_add_ps(v, param(b, rows, ch, col0 + j, m));
-            }
+            let mut v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, p.add(j)), b);
             for po in e.post {
                 v = match po {
                     PostOpRt::Unary(u) => unary16(*u, v),
                     PostOpRt::Affine { scale, shift } => _mm512_fmadd_ps(
                         v,
-                        param(scale, rows, ch, col0 + j, m),
-                        param(shift, rows, ch, col0 + j, m),
+                        _mm512_set1_ps(*scale.get_unchecked(ch)),
+                        _mm512_set1_ps(*shift.get_unchecked(ch)),
                     ),
                     PostOpRt::PRelu { slope } => {
                         let neg = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(v, _mm512_setzero_ps());
-                        _mm512_mask_mul_ps(v, neg, v, param(slope, rows, ch, col0 + j, m))
+                        _mm512_mask_mul_ps(v, neg, v, _mm512_set1_ps(*slope.get_unchecked(ch)))
                     }
                     PostOpRt::AddInput { slot } => {
                         let r = e.residuals.get_unchecked(*slot).as_ptr().add(off + j);
@@ -490,7 +383,6 @@ mod tests {
             },
             UnaryOp::LeakyRelu { alpha: 0.1 },
             UnaryOp::Exp,
-            UnaryOp::Gelu { tanh_approx: false },
         ]
     }
 
@@ -533,12 +425,11 @@ mod tests {
 
     twin_test!(epilogue_rows_match_portable, 1e-6, |t| {
         let mut out = Vec::new();
-        // 40 per-channel values: channels along rows (up to 12) or columns (up to 36).
-        let (bias_cols, scale, shift, slope) = (
-            rand_vec(40, 1),
-            rand_vec(40, 2),
-            rand_vec(40, 3),
-            rand_vec(40, 4),
+        let (bias, scale, shift, slope) = (
+            rand_vec(12, 1),
+            rand_vec(12, 2),
+            rand_vec(12, 3),
+            rand_vec(12, 4),
         );
         let res = rand_vec(12 * 40, 5);
         let residuals: [&[f32]; 2] = [&res, &res[7..]];
@@ -555,21 +446,14 @@ mod tests {
             PostOpRt::PRelu { slope },
             PostOpRt::AddInput { slot: 0 },
         ]);
-        let addend = rand_vec(11 * 40, 7);
         for post in &chains {
-            for (with_bias, rows, with_addend) in [
-                (true, true, false),
-                (false, true, false),
-                (true, false, false),
-                (true, false, true),
-                (false, true, true),
-            ] {
+            for with_bias in [true, false] {
                 for (j0, nr) in [(0, 1), (1, 15), (0, 16), (3, 17), (2, 33)] {
                     let e = Epilogue {
-                        bias: with_bias.then_some(&bias_cols[..]),
-                        channel_is_row: rows,
+                        bias: with_bias.then_some(&bias[..]),
+                        channel_is_row: true,
                         channel_offset: 1,
-                        addend: with_addend.then_some(&addend[..]),
+                        addend: None,
                         post,
                         residuals: &residuals,
                     };
