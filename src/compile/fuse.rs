@@ -320,6 +320,74 @@ fn classify(g: &Graph, pi: usize, ci: usize, pos: usize, x: ValueId) -> Option<F
     }
 }
 
+/// Rewrites `s = Add(x, mask); y = Softmax(s)` over the last axis, where `mask` holds the
+/// trailing dims of `x` (leading dims 1: an attention mask broadcast over the heads) and
+/// `s` is read only by the Softmax, into one `MaskedSoftmax(x, mask)` that absorbs both:
+/// one pass over the scores instead of two. Returns how many were rewritten.
+pub fn fuse_softmax_mask(g: &mut Graph) -> usize {
+    let mut fused = 0;
+    'outer: loop {
+        for si in 0..g.nodes.len() {
+            let Op::Softmax { axis } = g.nodes[si].op else {
+                continue;
+            };
+            let Some(s) = g.nodes[si].inputs.first().copied().flatten() else {
+                continue;
+            };
+            let Some(shape) = g.values[s].shape.clone() else {
+                continue;
+            };
+            let last =
+                crate::ir::shape::norm_axis(axis, shape.len()) == Some(shape.len().wrapping_sub(1));
+            let len = shape.last().copied().unwrap_or(0);
+            if !last || len == 0 || len > crate::compile::place::BPU_SOFTMAX_MAX_AXIS {
+                continue;
+            }
+            if sole_consumer(g, s) != Some((si, 0)) {
+                continue;
+            }
+            let Some(ai) = g.nodes.iter().position(|n| n.outputs.contains(&s)) else {
+                continue;
+            };
+            if g.nodes[ai].op != Op::Binary(BinaryOp::Add) || g.nodes[ai].outputs.len() != 1 {
+                continue;
+            }
+            let ins: Vec<ValueId> = g.nodes[ai].inputs.iter().flatten().copied().collect();
+            let [p, q] = ins[..] else {
+                continue;
+            };
+            let f32_shape = |v: ValueId| {
+                (g.values[v].dtype == crate::ir::DType::F32)
+                    .then(|| g.values[v].shape.clone())
+                    .flatten()
+            };
+            let (Some(ps), Some(qs)) = (f32_shape(p), f32_shape(q)) else {
+                continue;
+            };
+            let (x, m) = if ps == shape && crate::ir::shape::is_trailing_mask(&qs, &shape) {
+                (p, q)
+            } else if qs == shape && crate::ir::shape::is_trailing_mask(&ps, &shape) {
+                (q, p)
+            } else {
+                continue;
+            };
+            if x == m || g.values[s].dtype != crate::ir::DType::F32 {
+                continue;
+            }
+            let mut absorbed = g.nodes[ai].absorbed.clone();
+            absorbed.extend(g.nodes[si].absorbed.iter().cloned());
+            let n = &mut g.nodes[si];
+            n.op = Op::MaskedSoftmax;
+            n.inputs = vec![Some(x), Some(m)];
+            n.absorbed = absorbed;
+            remove_nodes(g, &[ai]);
+            fused += 1;
+            continue 'outer;
+        }
+        return fused;
+    }
+}
+
 /// Rewrites `s = Sigmoid(x); y = Mul(x, s)` (either operand order, `s` read only by the
 /// Mul) into one `y = Silu(x)` node that absorbs both, which [`fuse_post_ops`] can then
 /// fold into the producer of `x` like any activation (YOLO-style SiLU after every conv).
@@ -652,5 +720,45 @@ mod tests {
         assert_eq!(fuse_post_ops(&mut g), 1);
         assert_eq!(g.nodes.len(), 1);
         assert_close(&before, &run_graph(&g, &input), 1e-5);
+    }
+
+    /// `Softmax(Add(x, mask))` over the last axis with a `[1, 1, L, L]` mask becomes one
+    /// MaskedSoftmax (same outputs, shapes hold); a mask that is not x's trailing dims, a
+    /// Softmax over another axis and an Add read twice stay as they are.
+    #[test]
+    fn softmax_mask_fuses_only_over_trailing_dims_and_the_last_axis() {
+        let cases: [(&[usize], i64, bool, bool); 5] = [
+            (&[1, 1, 4, 5], -1, false, true),
+            (&[4, 5], 3, false, true),
+            (&[1, 2, 1, 5], -1, false, false),
+            (&[1, 1, 4, 5], 2, false, false),
+            (&[1, 1, 4, 5], -1, true, false),
+        ];
+        for (mshape, axis, shared, fuses) in cases {
+            let mut b = GraphBuilder::new();
+            let x = b.input("x", &[1, 2, 4, 5]);
+            let n: usize = mshape.iter().product();
+            let mask = b.konst("mask", mshape, rand_vec(n, 41));
+            let s = b.node("add", Op::Binary(BinaryOp::Add), &[x, mask], &[1, 2, 4, 5]);
+            let y = b.node("softmax", Op::Softmax { axis }, &[s], &[1, 2, 4, 5]);
+            let outs = if shared { vec![y, s] } else { vec![y] };
+            let mut g = b.finish(&outs);
+            let input = vec![rand_vec(40, 42)];
+            let before = run_graph(&g, &input);
+            assert_eq!(
+                fuse_softmax_mask(&mut g),
+                usize::from(fuses),
+                "{mshape:?} {axis}"
+            );
+            if fuses {
+                assert_eq!(g.nodes.len(), 1);
+                assert_eq!(g.nodes[0].op, Op::MaskedSoftmax);
+                assert_eq!(g.nodes[0].absorbed, ["add", "softmax"]);
+                for n in &g.nodes {
+                    crate::ir::shape::infer_node(&g, n).expect("fused shapes hold");
+                }
+            }
+            assert_close(&before, &run_graph(&g, &input), 1e-6);
+        }
     }
 }

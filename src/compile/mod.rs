@@ -195,6 +195,7 @@ pub fn compile_graph_within(
         changed += fuse::fuse_silu(g);
         changed += gelu::fuse_gelu(g);
         changed += fuse::fuse_post_ops(g);
+        changed += fuse::fuse_softmax_mask(g);
         if changed == 0 {
             break;
         }

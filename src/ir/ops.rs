@@ -304,6 +304,10 @@ pub enum Op {
     LogSoftmax {
         axis: i64,
     },
+    /// Softmax over the last axis of `x + mask` (inputs: x, mask), where `mask` holds the
+    /// trailing dims of `x` (leading dims 1) and is added to every row group it matches:
+    /// an attention mask `Add` fused by the compiler (one pass over the scores).
+    MaskedSoftmax,
     /// inputs: data, [axes] (opset ≥ 18, 13 for ReduceSum); `axes` attribute before.
     Reduce {
         op: ReduceOp,
@@ -547,6 +551,7 @@ impl Op {
             Op::Resize { .. } => "Resize",
             Op::Softmax { .. } => "Softmax",
             Op::LogSoftmax { .. } => "LogSoftmax",
+            Op::MaskedSoftmax => "MaskedSoftmax",
             Op::Reduce { op, .. } => op.name(),
             Op::ArgMax { .. } => "ArgMax",
             Op::ArgMin { .. } => "ArgMin",

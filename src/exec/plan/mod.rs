@@ -352,6 +352,7 @@ fn plan_kernel(c: &Ctx<'_>, pre: Option<&WeightBuf>) -> Result<Planned> {
         Op::LayerNorm { axis, epsilon } => norm::plan_layer_norm(c, *axis, *epsilon),
         Op::Softmax { axis } => norm::plan_softmax(c, *axis, false),
         Op::LogSoftmax { axis } => norm::plan_softmax(c, *axis, true),
+        Op::MaskedSoftmax => norm::plan_masked_softmax(c),
         Op::MaxPool { geom, .. } => pool::plan_pool(c, geom, None),
         Op::AveragePool {
             geom,

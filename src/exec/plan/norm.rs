@@ -39,6 +39,13 @@ pub(crate) enum NormKernel {
         v: AxisView,
         log: bool,
     },
+    /// Softmax over rows of `len` of `x + mask` (input 1, `mask_rows` rows of `len`, row
+    /// `r` of x adding mask row `r % mask_rows`).
+    MaskedSoftmax {
+        len: usize,
+        rows: usize,
+        mask_rows: usize,
+    },
 }
 
 /// Plans an inference BatchNorm (constant scale, B, mean, var) as a channel affine map.
@@ -143,16 +150,59 @@ pub(crate) fn plan_softmax(c: &Ctx<'_>, axis: i64, log: bool) -> Result<Planned>
     }))
 }
 
+/// Plans a MaskedSoftmax: softmax over the last axis of `x + mask`.
+pub(crate) fn plan_masked_softmax(c: &Ctx<'_>) -> Result<Planned> {
+    c.outputs_typed(DType::F32)?;
+    c.require_f32(0)?;
+    c.require_f32(1)?;
+    let (s, m) = (c.ishape(0)?, c.ishape(1)?);
+    if !crate::ir::shape::is_trailing_mask(m, s) {
+        return Err(crate::exec::plan::errors::shape_err(
+            c.n,
+            format!("mask {m:?} is not the trailing dims of {s:?}"),
+        ));
+    }
+    let len = s.last().copied().unwrap_or(1).max(1);
+    let (numel, mnumel) = (s.iter().product::<usize>(), m.iter().product::<usize>());
+    Ok(Planned::new(NormKernel::MaskedSoftmax {
+        len,
+        rows: numel / len,
+        mask_rows: (mnumel / len).max(1),
+    })
+    .scratch(len))
+}
+
 impl FamilyKernel for NormKernel {
     fn tiles(&self) -> usize {
         match self {
             NormKernel::Affine { planes, .. } | NormKernel::InstanceNorm { planes, .. } => *planes,
             NormKernel::LayerNorm { rows, .. } => *rows,
             NormKernel::Softmax { v, .. } => reduce::softmax_tiles(*v),
+            NormKernel::MaskedSoftmax { rows, .. } => *rows,
         }
     }
 
     fn run(&self, mut r: Run<'_>) -> Result<()> {
+        if let NormKernel::MaskedSoftmax {
+            len,
+            rows,
+            mask_rows,
+        } = self
+        {
+            let (lo, hi) = r.tile.range(*rows, 1);
+            let row = r.isa.table().softmax_row;
+            let (x, mask) = (r.io.f32(0), r.io.f32(1));
+            let y = super::out_f32(r.out, r.outs, 0);
+            let tmp = &mut r.scratch[..*len];
+            for o in lo..hi {
+                let (xr, mr) = (o * len..(o + 1) * len, (o % mask_rows) * len);
+                for ((t, a), b) in tmp.iter_mut().zip(&x[xr.clone()]).zip(&mask[mr..]) {
+                    *t = *a + *b;
+                }
+                row(tmp, &mut y[xr], false);
+            }
+            return Ok(());
+        }
         let (tile, isa, x) = (r.tile, r.isa, r.io.f32(0));
         let y = r.out_f32(0);
         match self {
@@ -191,6 +241,8 @@ impl FamilyKernel for NormKernel {
                 let (lo, hi) = tile.range(reduce::softmax_tiles(*v), 1);
                 reduce::softmax(isa, *v, *log, x, y, lo, hi);
             }
+            // Run above, before the output was borrowed with the inputs.
+            NormKernel::MaskedSoftmax { .. } => {}
         }
         Ok(())
     }

@@ -64,7 +64,8 @@ pub(super) fn encode_op(op: &Op) -> Result<(String, Vec<AttrRecord>), String> {
         | Op::InstanceNorm { .. }
         | Op::LayerNorm { .. }
         | Op::Softmax { .. }
-        | Op::LogSoftmax { .. } => norm::encode(op, &mut a),
+        | Op::LogSoftmax { .. }
+        | Op::MaskedSoftmax => norm::encode(op, &mut a),
         Op::MaxPool { .. } | Op::AveragePool { .. } | Op::GlobalAveragePool | Op::GlobalMaxPool => {
             pool::encode(op, &mut a)
         }

@@ -26,6 +26,7 @@ pub(super) fn encode(op: &Op, a: &mut AttrsOut) -> Option<&'static str> {
             a.int("axis", *axis);
             "LogSoftmax"
         }
+        Op::MaskedSoftmax => "MaskedSoftmax",
         _ => return None,
     })
 }
@@ -46,6 +47,7 @@ pub(super) fn decode(name: &str, a: &AttrsIn) -> Option<Result<Op, String>> {
             "Softmax" => Op::Softmax {
                 axis: a.int("axis")?,
             },
+            "MaskedSoftmax" => Op::MaskedSoftmax,
             _ => Op::LogSoftmax {
                 axis: a.int("axis")?,
             },
@@ -57,6 +59,7 @@ pub(super) fn decode(name: &str, a: &AttrsIn) -> Option<Result<Op, String>> {
             | "InstanceNormalization"
             | "LayerNormalization"
             | "Softmax"
+            | "MaskedSoftmax"
             | "LogSoftmax"
     )
     .then(f)

@@ -100,6 +100,7 @@ fn every_op() -> Vec<Op> {
             extrapolation_value: 1.5,
         },
         Op::Softmax { axis: -1 },
+        Op::MaskedSoftmax,
         Op::LogSoftmax { axis: 1 },
         Op::Reduce {
             op: ReduceOp::LogSumExp,

@@ -169,6 +169,15 @@ pub fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
 }
 
 /// Normalises a possibly negative axis against `rank`; `None` when out of range.
+/// True when `m` is the trailing dims of `x` with leading dims 1 (at least the last one):
+/// one mask added to every group of rows of `x` it matches.
+pub fn is_trailing_mask(m: &[usize], x: &[usize]) -> bool {
+    let Some(first) = m.iter().position(|&d| d != 1) else {
+        return !x.is_empty() && m.len() <= x.len() && !m.is_empty() && x[x.len() - 1] == 1;
+    };
+    m.len() <= x.len() && !x.is_empty() && m[first..] == x[x.len() - (m.len() - first)..]
+}
+
 pub fn norm_axis(axis: i64, rank: usize) -> Option<usize> {
     let r = i64::try_from(rank).ok()?;
     let a = if axis < 0 { axis + r } else { axis };
@@ -310,6 +319,7 @@ impl<'a> Cx<'a> {
             Op::BatchNorm { .. } | Op::InstanceNorm { .. } => self.channel_norm(),
             Op::LayerNorm { axis, .. } => self.layer_norm(axis),
             Op::Softmax { axis } | Op::LogSoftmax { axis } => self.softmax(axis),
+            Op::MaskedSoftmax => self.masked_softmax(),
             Op::Unary(u) => self.unary(u),
             Op::Binary(b) => self.binary(b),
             Op::Where => self.where_op(),

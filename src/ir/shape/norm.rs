@@ -46,6 +46,18 @@ impl Cx<'_> {
     }
 
     /// Softmax / LogSoftmax: same shape, axis checked.
+    /// `x` and a mask of its trailing dims (leading dims 1), softmax over the last axis.
+    pub(super) fn masked_softmax(&self) -> Result<Vec<TypedShape>> {
+        let (dt, x) = self.req(0)?;
+        let m = self.shape(1)?;
+        if !crate::ir::shape::is_trailing_mask(m, x) {
+            return Err(self.err(format!(
+                "mask {m:?} is not the trailing dims of {x:?} (leading dims 1)"
+            )));
+        }
+        one(dt, x.to_vec())
+    }
+
     pub(super) fn softmax(&self, axis: &i64) -> Result<Vec<TypedShape>> {
         let (dt, x) = self.req(0)?;
         self.axis(*axis, x.len())?;

@@ -760,3 +760,18 @@ fn slice_len_matches_reference_iteration() {
     assert_eq!(slice_len(10, i64::MAX, i64::MIN, i64::MIN), 1);
     assert_eq!(slice_len(10, i64::MIN, i64::MAX, 1), 10);
 }
+
+#[test]
+fn trailing_masks() {
+    use super::is_trailing_mask as t;
+    assert!(t(&[1, 1, 4, 5], &[1, 2, 4, 5]));
+    assert!(t(&[4, 5], &[1, 2, 4, 5]));
+    assert!(t(&[5], &[3, 5]));
+    assert!(t(&[2, 4, 5], &[2, 4, 5]));
+    assert!(!t(&[1, 2, 1, 5], &[1, 2, 4, 5]));
+    assert!(!t(&[4, 1], &[1, 2, 4, 5]));
+    assert!(!t(&[1, 1, 1, 4, 5], &[2, 4, 5]));
+    assert!(!t(&[], &[2, 4, 5]));
+    assert!(t(&[1], &[3, 1]));
+    assert!(!t(&[1], &[3, 2]));
+}
