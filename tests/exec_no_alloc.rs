@@ -205,6 +205,12 @@ fn network() -> Graph {
         &[Some(mm)],
         &[(DType::F32, &[64, 5])],
     )[0];
+    let mask = b.k(Tensor::from_f32(vec![1, 5], rand(5, 6)));
+    let msm = b.node(
+        Op::MaskedSoftmax,
+        &[Some(sm), Some(mask)],
+        &[(DType::F32, &[64, 5])],
+    )[0];
     let red = b.node(
         Op::Reduce {
             op: ReduceOp::LogSumExp,
@@ -212,7 +218,7 @@ fn network() -> Graph {
             keepdims: false,
             noop_with_empty_axes: false,
         },
-        &[Some(sm)],
+        &[Some(msm)],
         &[(DType::F32, &[5])],
     )[0];
     let k = b.k(Tensor::from_i64(vec![1], vec![3]));
