@@ -125,14 +125,7 @@ fn run_direct(m: &Model, runs: usize) -> Vec<f64> {
             for fc in &seg.fcs {
                 for s in &fc.steps {
                     m.plan
-                        .run_node(
-                            &mut st,
-                            s.node,
-                            Tile {
-                                index: s.tile as usize,
-                                count: s.tiles as usize,
-                            },
-                        )
+                        .run_node(&mut st, s.node, s.exec_tile())
                         .expect("run");
                 }
             }
@@ -371,10 +364,7 @@ fn print_tile_overhead(whole: &Model, split: &Model, runs: usize) {
             .flat_map(|s| &s.fcs)
             .flat_map(|f| &f.steps)
             .map(|s| {
-                let t = Tile {
-                    index: s.tile as usize,
-                    count: s.tiles as usize,
-                };
+                let t = s.exec_tile();
                 (s.node, t)
             })
             .collect()
@@ -446,10 +436,7 @@ fn fc_estimate_errors(m: &Model, runs: usize) -> Vec<f64> {
         for (f, fc) in fcs.iter().enumerate() {
             let t0 = Instant::now();
             for s in &fc.steps {
-                let tile = Tile {
-                    index: s.tile as usize,
-                    count: s.tiles as usize,
-                };
+                let tile = s.exec_tile();
                 m.plan.run_node(&mut st, s.node, tile).expect("run");
             }
             if r >= 3 {

@@ -66,10 +66,7 @@ fn run(m: &CompiledModel, opts: &PlanOptions, steps: Steps) -> Vec<(String, Vec<
             .flat_map(|s| &s.fcs)
             .flat_map(|f| &f.steps)
             .map(|s| {
-                let tile = Tile {
-                    index: s.tile as usize,
-                    count: s.tiles as usize,
-                };
+                let tile = s.exec_tile();
                 (s.node, tile)
             })
             .collect(),

@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use serde_json::Value as Json;
 use vnpu::compile::{self, CompileOptions};
-use vnpu::exec::{ExecState, ModelPlan, PlanOptions, Tile};
+use vnpu::exec::{ExecState, ModelPlan, PlanOptions};
 use vnpu::Error;
 
 struct Case {
@@ -197,10 +197,7 @@ fn run_steps(
     for seg in &p.model.segments {
         for fc in &seg.fcs {
             for s in &fc.steps {
-                let tile = Tile {
-                    index: s.tile as usize,
-                    count: s.tiles as usize,
-                };
+                let tile = s.exec_tile();
                 if let Err(e) = p.plan.run_node(&mut st, s.node, tile) {
                     let n = &p.model.graph.nodes[s.node];
                     return Err(format!("node '{}' ({}): {e}", n.name, n.op.name()));

@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use serde_json::Value as Json;
 use vnpu::compile::{self, CompileOptions};
-use vnpu::exec::{ModelPlan, PlanOptions, Tile};
+use vnpu::exec::{ModelPlan, PlanOptions};
 
 /// Share (0.01 = one percentage point) by which vnpu's share within one step may trail onnxruntime's on
 /// a whole network before the test fails (the goal itself is printed, not asserted).
@@ -191,10 +191,7 @@ fn run_case(c: &Case) -> Result<(Measured, usize, usize), String> {
     for seg in &model.segments {
         for fc in &seg.fcs {
             for s in &fc.steps {
-                let tile = Tile {
-                    index: s.tile as usize,
-                    count: s.tiles as usize,
-                };
+                let tile = s.exec_tile();
                 plan.run_node(&mut st, s.node, tile).map_err(|e| {
                     let n = &model.graph.nodes[s.node];
                     format!("node '{}' ({}): {e}", n.name, n.op.name())

@@ -17,6 +17,16 @@ pub struct Step {
     pub tiles: u32,
 }
 
+impl Step {
+    /// The tile of its node this step runs, as the executor takes it.
+    pub fn exec_tile(&self) -> crate::exec::Tile {
+        crate::exec::Tile {
+            index: self.tile as usize,
+            count: self.tiles as usize,
+        }
+    }
+}
+
 /// A function call: steps executed without interruption on one core.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Fc {

@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 use super::model::Model;
 use crate::compile::Segment;
 use crate::error::{Error, Result};
-use crate::exec::{ExecState, Tile};
+use crate::exec::ExecState;
 use crate::ir::Placement;
 use crate::sched::{Scheduler, SegmentInfo, SegmentKind, TaskBody, TaskCtrl, TaskHandle, TaskSlot};
 
@@ -261,14 +261,7 @@ impl InferBody {
         }
         let st = guard.as_mut().expect("state set above");
         for step in &segment.fcs[fc].steps {
-            m.plan.run_node(
-                st,
-                step.node,
-                Tile {
-                    index: step.tile as usize,
-                    count: step.tiles as usize,
-                },
-            )?;
+            m.plan.run_node(st, step.node, step.exec_tile())?;
         }
         let last = si + 1 == m.compiled.segments.len() && fc + 1 == segment.fcs.len();
         if last {

@@ -182,29 +182,9 @@ impl FamilyKernel for NormKernel {
         }
     }
 
-    fn run(&self, mut r: Run<'_>) -> Result<()> {
-        if let NormKernel::MaskedSoftmax {
-            len,
-            rows,
-            mask_rows,
-        } = self
-        {
-            let (lo, hi) = r.tile.range(*rows, 1);
-            let row = r.isa.table().softmax_row;
-            let (x, mask) = (r.io.f32(0), r.io.f32(1));
-            let y = super::out_f32(r.out, r.outs, 0);
-            let tmp = &mut r.scratch[..*len];
-            for o in lo..hi {
-                let (xr, mr) = (o * len..(o + 1) * len, (o % mask_rows) * len);
-                for ((t, a), b) in tmp.iter_mut().zip(&x[xr.clone()]).zip(&mask[mr..]) {
-                    *t = *a + *b;
-                }
-                row(tmp, &mut y[xr], false);
-            }
-            return Ok(());
-        }
+    fn run(&self, r: Run<'_>) -> Result<()> {
         let (tile, isa, x) = (r.tile, r.isa, r.io.f32(0));
-        let y = r.out_f32(0);
+        let y = super::out_f32(r.out, r.outs, 0);
         match self {
             NormKernel::Affine {
                 c,
@@ -241,8 +221,22 @@ impl FamilyKernel for NormKernel {
                 let (lo, hi) = tile.range(reduce::softmax_tiles(*v), 1);
                 reduce::softmax(isa, *v, *log, x, y, lo, hi);
             }
-            // Run above, before the output was borrowed with the inputs.
-            NormKernel::MaskedSoftmax { .. } => {}
+            NormKernel::MaskedSoftmax {
+                len,
+                rows,
+                mask_rows,
+            } => {
+                let (lo, hi) = tile.range(*rows, 1);
+                let (row, mask) = (isa.table().softmax_row, r.io.f32(1));
+                let tmp = &mut r.scratch[..*len];
+                for o in lo..hi {
+                    let (xr, mr) = (o * len..(o + 1) * len, (o % mask_rows) * len);
+                    for ((t, a), b) in tmp.iter_mut().zip(&x[xr.clone()]).zip(&mask[mr..]) {
+                        *t = *a + *b;
+                    }
+                    row(tmp, &mut y[xr], false);
+                }
+            }
         }
         Ok(())
     }
