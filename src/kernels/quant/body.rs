@@ -163,6 +163,39 @@ pub fn first_near_tie(acc: &[i32], bias: i32, mult: f32, bounds: (f32, f32), eps
     acc.len()
 }
 
+/// Requantisation of one channel's outputs and the first near-tie among them (see
+/// `QuantTable::requant_near_tie`).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub fn requant_near_tie(
+    acc: &[i32],
+    bias: i32,
+    mult: f32,
+    zp: i32,
+    lo: u8,
+    hi: u8,
+    eps: f32,
+    out: &mut [u8],
+) -> usize {
+    requant_scalar(acc, bias, mult, zp, lo, hi, out);
+    first_near_tie(acc, bias, mult, bounds(lo, hi, zp), eps)
+}
+
+/// Chains of the float reference's dot products run side by side (see
+/// `QuantTable::ref_chains`).
+pub const REF_LANES: usize = 8;
+
+/// `chains[l] = fma(x[s * REF_LANES + l], w[s * REF_LANES + l], chains[l])` for every
+/// step `s` in order (see `QuantTable::ref_chains`).
+#[inline(always)]
+pub fn ref_chains(x: &[f32], w: &[f32], chains: &mut [f32; REF_LANES]) {
+    for (xs, ws) in x.chunks_exact(REF_LANES).zip(w.chunks_exact(REF_LANES)) {
+        for l in 0..REF_LANES {
+            chains[l] = xs[l].mul_add(ws[l], chains[l]);
+        }
+    }
+}
+
 /// Requantisation of one channel's outputs (see `QuantTable::requant_scalar`).
 #[inline(always)]
 pub fn requant_scalar(acc: &[i32], bias: i32, mult: f32, zp: i32, lo: u8, hi: u8, out: &mut [u8]) {

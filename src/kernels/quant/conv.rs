@@ -27,6 +27,7 @@
 //! SGEMM's K stride) with the block sums added in order, then the bias, then `v /
 //! y_scale` rounded half to even.
 
+use super::body::REF_LANES;
 use super::gemm::{fold, gemm_block, gemm_block4, pack_a, pack_a4, packed_a_len};
 use super::gemm::{scatter_b_pair, scatter_b_row, QMC, QNC};
 use super::table::{QLayout, Q4NR, QNR};
@@ -233,37 +234,73 @@ impl FloatTies {
     }
 
     /// The reference's pre-quantisation value `v / y_scale` of output position `j` of
-    /// channel `c` (`xg`: the channel's group of input planes).
-    fn value(&self, s: &ConvShape, xg: &[u8], zp: u8, c: usize, j: usize) -> f32 {
+    /// channel `c` (`xg`: the channel's group of input planes). The K values are walked
+    /// in im2col order into [`REF_LANES`] blocks of [`REF_BLOCK_K`] side by side, whose
+    /// FMA chains run together (`QuantTable::ref_chains`); the block sums are added in
+    /// order, as the reference does.
+    fn value(
+        &self,
+        t: &super::table::QuantTable,
+        s: &ConvShape,
+        xg: &[u8],
+        zp: u8,
+        c: usize,
+        j: usize,
+    ) -> f32 {
         let k = s.k();
         let w = &self.w[c * k..(c + 1) * k];
         let ws = self.w_scale[c];
         let (oy, ox) = (j / s.ow, j % s.ow);
-        let (hw, khw) = (s.h * s.w, s.kh * s.kw);
-        let (mut total, mut chain) = (0f32, 0f32);
-        for (p, &wv) in w.iter().enumerate() {
-            let (ci, ky, kx) = (p / khw, (p % khw) / s.kw, p % s.kw);
-            let iy = (oy * s.sh + ky * s.dh) as isize - s.ph as isize;
-            let ix = (ox * s.sw + kx * s.dw) as isize - s.pw as isize;
-            let xv = if iy < 0 || ix < 0 || iy >= s.h as isize || ix >= s.w as isize {
-                0.0
-            } else {
-                let q = xg[ci * hw + iy as usize * s.w + ix as usize];
-                (i32::from(q) - i32::from(zp)) as f32 * self.x_scale
-            };
-            chain = xv.mul_add(f32::from(wv) * ws, chain);
-            if (p + 1) % REF_BLOCK_K == 0 || p + 1 == k {
-                total = if p < REF_BLOCK_K {
-                    chain
-                } else {
-                    total + chain
-                };
-                chain = 0.0;
+        let hw = s.h * s.w;
+        let (mut xs, mut wv) = ([0f32; GROUP_K], [0f32; GROUP_K]);
+        let (mut total, mut first) = (0f32, true);
+        // The im2col position of K value `p`, advanced one value at a time.
+        let (mut ci, mut ky, mut kx) = (0usize, 0usize, 0usize);
+        let mut p0 = 0;
+        while p0 < k {
+            let p1 = k.min(p0 + GROUP_K);
+            let blocks = (p1 - p0).div_ceil(REF_BLOCK_K);
+            if p1 - p0 < GROUP_K {
+                xs.fill(0.0);
+                wv.fill(0.0);
             }
+            for (q, &wq) in w[p0..p1].iter().enumerate() {
+                let iy = (oy * s.sh + ky * s.dh) as isize - s.ph as isize;
+                let ix = (ox * s.sw + kx * s.dw) as isize - s.pw as isize;
+                let xv = if iy < 0 || ix < 0 || iy >= s.h as isize || ix >= s.w as isize {
+                    0.0
+                } else {
+                    let v = xg[ci * hw + iy as usize * s.w + ix as usize];
+                    (i32::from(v) - i32::from(zp)) as f32 * self.x_scale
+                };
+                let at = (q % REF_BLOCK_K) * REF_LANES + q / REF_BLOCK_K;
+                xs[at] = xv;
+                wv[at] = f32::from(wq) * ws;
+                kx += 1;
+                if kx == s.kw {
+                    kx = 0;
+                    ky += 1;
+                    if ky == s.kh {
+                        ky = 0;
+                        ci += 1;
+                    }
+                }
+            }
+            let steps = REF_BLOCK_K.min(p1 - p0) * REF_LANES;
+            let mut chains = [0f32; REF_LANES];
+            (t.ref_chains)(&xs[..steps], &wv[..steps], &mut chains);
+            for &chain in &chains[..blocks] {
+                total = if first { chain } else { total + chain };
+                first = false;
+            }
+            p0 = p1;
         }
         (total + self.bias[c]) / self.y_scale
     }
 }
+
+/// K values of one pass of [`FloatTies::value`]: [`REF_LANES`] blocks.
+const GROUP_K: usize = REF_LANES * REF_BLOCK_K;
 
 /// Where a conv's finished i32 rows go.
 enum ConvOut<'o> {
@@ -302,8 +339,9 @@ impl ConvOut<'_> {
 }
 
 impl ConvOut<'_> {
-    /// Writes the sums `acc` of channel `c` (output positions `j0..`) at `out[at..]` and
-    /// settles their near-ties.
+    /// Writes the sums `acc` of channel `c` (output positions `j0..`) at `out[at..]`,
+    /// their near-ties settled like the float reference when it is attached: one pass
+    /// requantises and finds the first near-tie, the rare rest are found from there.
     #[allow(clippy::too_many_arguments)]
     #[inline]
     fn put_seg(
@@ -317,38 +355,19 @@ impl ConvOut<'_> {
         j0: usize,
         at: usize,
     ) {
-        self.put(t, c, acc, at);
-        self.settle_ties(t, s, xg, zp, c, acc, j0, at);
-    }
-
-    /// Settles the near-ties among the sums `acc` of channel `c` (output positions
-    /// `j0..`, written at `out[at..]`) like the float reference, when it is attached.
-    #[allow(clippy::too_many_arguments)]
-    fn settle_ties(
-        &mut self,
-        t: &super::table::QuantTable,
-        s: &ConvShape,
-        xg: &[u8],
-        zp: u8,
-        c: usize,
-        acc: &[i32],
-        j0: usize,
-        at: usize,
-    ) {
         let ConvOut::U8(rq, o, Some(ties)) = self else {
-            return;
+            return self.put(t, c, acc, at);
         };
         let (bias, mult) = (rq.bias[c], rq.mult[c]);
         let (minv, maxv) = super::body::bounds(rq.lo, rq.hi, rq.y_zp);
-        let mut i = 0;
+        let out = &mut o[at..at + acc.len()];
+        let (zp_out, lo, hi) = (rq.y_zp, rq.lo, rq.hi);
+        let mut i = (t.requant_near_tie)(acc, bias, mult, zp_out, lo, hi, TIE_EPS, out);
         while i < acc.len() {
-            i += (t.first_near_tie)(&acc[i..], bias, mult, (minv, maxv), TIE_EPS);
-            if i >= acc.len() {
-                break;
-            }
-            let r = ties.value(s, xg, zp, c, j0 + i);
-            o[at + i] = super::body::clamp_round(r, minv, maxv, rq.y_zp);
+            let r = ties.value(t, s, xg, zp, c, j0 + i);
+            out[i] = super::body::clamp_round(r, minv, maxv, zp_out);
             i += 1;
+            i += (t.first_near_tie)(&acc[i..], bias, mult, (minv, maxv), TIE_EPS);
         }
     }
 }
@@ -554,8 +573,7 @@ fn dense(
                     let r = i - ip * mr;
                     let c = g * mg + i;
                     let acc = &cblk[r * ldb..r * ldb + nc];
-                    dst.put(t, c, acc, ob + c * ohw + jc);
-                    dst.settle_ties(t, s, xg, x_zp, c, acc, jc, ob + c * ohw + jc);
+                    dst.put_seg(t, s, xg, x_zp, c, acc, jc, ob + c * ohw + jc);
                 }
                 ip = ip_end;
             }

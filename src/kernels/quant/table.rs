@@ -111,6 +111,23 @@ pub struct QuantTable {
     /// the near-ties of one channel's outputs are.
     pub first_near_tie:
         fn(acc: &[i32], bias: i32, mult: f32, bounds: (f32, f32), eps: f32) -> usize,
+    /// `requant_scalar` and `first_near_tie` (with the output bounds) in one pass: writes
+    /// every output and returns the first near-tie's index, or `acc.len()`.
+    pub requant_near_tie: fn(
+        acc: &[i32],
+        bias: i32,
+        mult: f32,
+        zp: i32,
+        lo: u8,
+        hi: u8,
+        eps: f32,
+        out: &mut [u8],
+    ) -> usize,
+    /// [`body::REF_LANES`] fused multiply-add chains side by side, the float reference's
+    /// dot products of a near-tie (`conv::FloatTies`): for each step `s` in order,
+    /// `chains[l] = fma(x[s * REF_LANES + l], w[s * REF_LANES + l], chains[l])`, one
+    /// rounding per step as `f32::mul_add` (lanes beyond `x.len()` are left alone).
+    pub ref_chains: fn(x: &[f32], w: &[f32], chains: &mut [f32; body::REF_LANES]),
     /// `out[j] = clamp(rne((acc[j] + bias[j]) * mult[j]) + zp, lo, hi)`: one channel per
     /// element (a GEMM row).
     pub requant_cols:
@@ -140,6 +157,8 @@ pub static PORTABLE: QuantTable = QuantTable {
     requant_scalar: body::requant_scalar,
     requant_cols: body::requant_cols,
     first_near_tie: body::first_near_tie,
+    requant_near_tie: body::requant_near_tie,
+    ref_chains: body::ref_chains,
     quantize: body::quantize,
     dequantize: body::dequantize,
     qadd: body::qadd,

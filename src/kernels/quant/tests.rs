@@ -737,6 +737,85 @@ fn first_near_tie_matches_portable() {
     }
 }
 
+#[test]
+fn requant_near_tie_matches_portable() {
+    // Sums in [-256, 256) (ties with mult 0.5) and wide ones (clamped), every tail length.
+    let acc: Vec<i32> = rand_bytes(4 * 300, 78)
+        .chunks_exact(4)
+        .enumerate()
+        .map(|(i, b)| {
+            i32::from_le_bytes([b[0], b[1], b[2], b[3]]) >> (if i % 7 == 0 { 8 } else { 23 })
+        })
+        .collect();
+    let even: Vec<i32> = acc.iter().map(|&a| a & !1).collect();
+    let p = &table::PORTABLE;
+    for t in tables() {
+        let f = t.quant.requant_near_tie;
+        for (a, mult) in [
+            (&acc, 0.5f32),
+            (&even, 0.5),
+            (&acc, 1.0 / 3.0),
+            (&acc, 5e-4),
+        ] {
+            for (lo, hi, zp) in [(0u8, 255u8, 128i32), (20, 200, 0), (0, 255, 3)] {
+                for len in [0usize, 1, 15, 16, 17, 31, 33, 64, 100, 300] {
+                    let x = &a[a.len() - len..];
+                    let (mut want, mut got) = (vec![0u8; len], vec![7u8; len]);
+                    let i =
+                        (p.requant_near_tie)(x, -41, mult, zp, lo, hi, conv::TIE_EPS, &mut want);
+                    let j = f(x, -41, mult, zp, lo, hi, conv::TIE_EPS, &mut got);
+                    assert_eq!(
+                        (j, &got),
+                        (i, &want),
+                        "table {} mult {mult} len {len}",
+                        t.name
+                    );
+                    let mut plain = vec![0u8; len];
+                    (t.quant.requant_scalar)(x, -41, mult, zp, lo, hi, &mut plain);
+                    assert_eq!(plain, want, "requant_scalar, table {} len {len}", t.name);
+                }
+            }
+        }
+        let mut out = vec![0u8; even.len()];
+        assert_eq!(
+            f(&even, 0, 0.5, 128, 0, 255, conv::TIE_EPS, &mut out),
+            even.len()
+        );
+    }
+}
+
+#[test]
+fn ref_chains_match_mul_add() {
+    let x: Vec<f32> = rand_i8(8 * 200, 91)
+        .iter()
+        .map(|&v| v as f32 * 0.0173)
+        .collect();
+    let w: Vec<f32> = rand_i8(8 * 200, 92)
+        .iter()
+        .map(|&v| v as f32 * 0.0031)
+        .collect();
+    for t in tables() {
+        for steps in [0usize, 1, 5, 128, 200] {
+            let mut want = [0.25f32; body::REF_LANES];
+            for s in 0..steps {
+                for (l, c) in want.iter_mut().enumerate() {
+                    let i = s * body::REF_LANES + l;
+                    *c = x[i].mul_add(w[i], *c);
+                }
+            }
+            let mut got = [0.25f32; body::REF_LANES];
+            let n = steps * body::REF_LANES;
+            (t.quant.ref_chains)(&x[..n], &w[..n], &mut got);
+            assert_eq!(
+                got.map(f32::to_bits),
+                want.map(f32::to_bits),
+                "table {} steps {steps}",
+                t.name
+            );
+        }
+    }
+}
+
 /// Every output of one table over the edge sizes, as exact f32s (i32 split in halves).
 fn twin_outputs(t: &'static KernelTable) -> Vec<f32> {
     let mut v = Vec::new();

@@ -25,6 +25,8 @@ pub(crate) static TABLE: QuantTable = QuantTable {
     requant_scalar,
     requant_cols,
     first_near_tie,
+    requant_near_tie,
+    ref_chains,
     quantize,
     dequantize,
     qadd,
@@ -129,6 +131,22 @@ unsafe fn dw_taps_pairs(offs: &[usize], w: &[i16], src: &[i16], acc: &mut [i32])
 avx2_build!(quad_tile_su, body::quad_tile, (kq: usize, a: &[i8], b: &[u8], c: &mut [i32], ldc: usize));
 avx2_build!(quad_tile_us, body::quad_tile, (kq: usize, a: &[u8], b: &[i8], c: &mut [i32], ldc: usize));
 avx2_build!(scatter_quads, body::scatter_quads, (k: usize, p: usize, src: &[&[u8]], out: &mut [u8]));
+avx2_build!(ref_chains, body::ref_chains, (x: &[f32], w: &[f32], chains: &mut [f32; body::REF_LANES]));
+
+#[allow(clippy::too_many_arguments)]
+pub(super) fn requant_near_tie(
+    acc: &[i32],
+    bias: i32,
+    mult: f32,
+    zp: i32,
+    lo: u8,
+    hi: u8,
+    eps: f32,
+    out: &mut [u8],
+) -> usize {
+    requant_scalar(acc, bias, mult, zp, lo, hi, out);
+    first_near_tie(acc, bias, mult, body::bounds(lo, hi, zp), eps)
+}
 avx2_build!(first_near_tie, body::first_near_tie, (acc: &[i32], bias: i32, mult: f32, bounds: (f32, f32), eps: f32) -> usize);
 avx2_build!(max_pool_plane, body::max_pool_plane, (s: &PoolShape, x: &[u8], y: &mut [u8]));
 

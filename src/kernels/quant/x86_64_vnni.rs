@@ -21,9 +21,11 @@ pub(crate) static TABLE: QuantTable = QuantTable {
     quad_tile_su,
     quad_tile_us,
     scatter_quads,
-    requant_scalar: avx2::requant_scalar,
+    requant_scalar,
     requant_cols: avx2::requant_cols,
     first_near_tie,
+    requant_near_tie,
+    ref_chains: avx2::ref_chains,
     quantize: avx2::quantize,
     dequantize: avx2::dequantize,
     qadd: avx2::qadd,
@@ -39,6 +41,109 @@ fn first_near_tie(acc: &[i32], bias: i32, mult: f32, bounds: (f32, f32), eps: f3
     // SAFETY: AVX-512 F/BW/VL/DQ, VNNI, AVX2 and FMA were detected (see the module doc);
     // the generic body indexes safely.
     unsafe { build(acc, bias, mult, bounds, eps) }
+}
+
+fn requant_scalar(acc: &[i32], bias: i32, mult: f32, zp: i32, lo: u8, hi: u8, out: &mut [u8]) {
+    let n = out.len().min(acc.len());
+    // SAFETY: AVX-512 F/BW/VL/DQ were detected (see the module doc); `acc` and `out` hold
+    // `n` elements each.
+    unsafe {
+        requant16::<false>(
+            acc.as_ptr(),
+            n,
+            (bias, mult, zp),
+            (lo, hi),
+            0.0,
+            out.as_mut_ptr(),
+        );
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn requant_near_tie(
+    acc: &[i32],
+    bias: i32,
+    mult: f32,
+    zp: i32,
+    lo: u8,
+    hi: u8,
+    eps: f32,
+    out: &mut [u8],
+) -> usize {
+    let n = out.len().min(acc.len());
+    // SAFETY: as in `requant_scalar`.
+    let first = unsafe {
+        requant16::<true>(
+            acc.as_ptr(),
+            n,
+            (bias, mult, zp),
+            (lo, hi),
+            eps,
+            out.as_mut_ptr(),
+        )
+    };
+    if first < n {
+        first
+    } else {
+        // Like the portable pair: the scan covers all of `acc`.
+        n + body::first_near_tie(&acc[n..], bias, mult, body::bounds(lo, hi, zp), eps)
+    }
+}
+
+/// Requantises `n` sums at `acc` into `out` (`clamp(rne((acc + bias) * mult), lo - zp,
+/// hi - zp) + zp`, [`body::clamp_round`]) 16 at a time; with `TIES`, returns the first
+/// `j` whose value clamped to the bounds widened by one lies more than `0.5 - eps` from
+/// the nearest integer ([`body::first_near_tie`]), else `n`.
+///
+/// # Safety
+/// AVX-512 F/BW/VL/DQ must be available; `acc` valid for `n` reads, `out` for `n` writes.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+unsafe fn requant16<const TIES: bool>(
+    acc: *const i32,
+    n: usize,
+    (bias, mult, zp): (i32, f32, i32),
+    (lo, hi): (u8, u8),
+    eps: f32,
+    out: *mut u8,
+) -> usize {
+    let (minv, maxv) = body::bounds(lo, hi, zp);
+    let (vmin, vmax) = (_mm512_set1_ps(minv), _mm512_set1_ps(maxv));
+    let (tmin, tmax) = (_mm512_set1_ps(minv - 1.0), _mm512_set1_ps(maxv + 1.0));
+    let near = _mm512_set1_ps(0.5 - eps);
+    let (vb, vm, vzp) = (
+        _mm512_set1_epi32(bias),
+        _mm512_set1_ps(mult),
+        _mm512_set1_epi32(zp),
+    );
+    let mut first = n;
+    let mut i = 0;
+    while i < n {
+        let lanes: __mmask16 = if n - i >= 16 {
+            0xffff
+        } else {
+            (1u16 << (n - i)) - 1
+        };
+        // SAFETY: the mask covers `i..min(i + 16, n)`, within `acc` (caller).
+        let a = unsafe { _mm512_maskz_loadu_epi32(lanes, acc.add(i)) };
+        let v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a, vb)), vm);
+        // `maxps` first: a NaN gives the lower bound, as `body::clamp_round`.
+        let c = _mm512_min_ps(_mm512_max_ps(v, vmin), vmax);
+        let q = _mm512_add_epi32(_mm512_cvtps_epi32(c), vzp);
+        // SAFETY: as the load, within `out` (caller).
+        unsafe { _mm512_mask_cvtusepi32_storeu_epi8(out.add(i) as *mut i8, lanes, q) };
+        if TIES && first == n {
+            let t = _mm512_min_ps(_mm512_max_ps(v, tmin), tmax);
+            let r = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(t);
+            let d = _mm512_abs_ps(_mm512_sub_ps(t, r));
+            let m = _mm512_mask_cmp_ps_mask::<_CMP_GT_OQ>(lanes, d, near);
+            if m != 0 {
+                first = i + m.trailing_zeros() as usize;
+            }
+        }
+        i += 16;
+    }
+    first
 }
 
 /// Panics unless a quad tile of `kq` quads may read `a_len` A bytes, `b_len` B bytes
