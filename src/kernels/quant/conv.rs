@@ -628,6 +628,25 @@ fn dense_wide(
     let lay = QLayout::Quads;
     let (mr, nr, kq) = (lay.mr(), lay.nr(), lay.groups(k));
     let nw = s.oh * wp;
+    // Offset of tap `ky * kw + kx` in a plane's phases: phase (ky * dh % sh, kx * dw %
+    // sw), row ky * dh / sh, column kx * dw / sw.
+    let tap_off = |i: usize| {
+        let (ky, kx) = (i / s.kw, i % s.kw);
+        let (qy, ry) = ((ky * s.dh) % s.sh, (ky * s.dh) / s.sh);
+        let (qx, rx) = ((kx * s.dw) % s.sw, (kx * s.dw) / s.sw);
+        (qy * s.sw + qx) * plen + ry * wp + rx
+    };
+    let mut offs = [0usize; 64];
+    for (i, o) in offs.iter_mut().take(khw).enumerate() {
+        *o = tap_off(i);
+    }
+    let tap_at = |i: usize| {
+        if khw <= offs.len() {
+            offs[i]
+        } else {
+            tap_off(i)
+        }
+    };
     for g in c_lo / mg..c_hi.div_ceil(mg) {
         let m_lo = c_lo.max(g * mg) - g * mg;
         let m_hi = c_hi.min((g + 1) * mg) - g * mg;
@@ -647,16 +666,18 @@ fn dense_wide(
             if !k.is_multiple_of(4) || !nc.is_multiple_of(nr) {
                 pb.fill(0);
             }
+            // Im2col row `p` = (ci, tap): tap `ky * kw + kx` of plane `ci`, walked in order.
+            let (mut ci, mut tap) = (0, 0);
             for p in (0..k).step_by(4) {
                 let mut src: [&[u8]; 4] = [&[]; 4];
                 let cnt = (k - p).min(4);
-                for (i, r) in src.iter_mut().take(cnt).enumerate() {
-                    let (ci, ky, kx) = ((p + i) / khw, ((p + i) % khw) / s.kw, (p + i) % s.kw);
-                    let (qy, ry) = ((ky * s.dh) % s.sh, (ky * s.dh) / s.sh);
-                    let (qx, rx) = ((kx * s.dw) % s.sw, (kx * s.dw) / s.sw);
-                    let phase = ci * cplen + (qy * s.sw + qx) * plen;
-                    let at = phase + ry * wp + rx + jc;
+                for r in src.iter_mut().take(cnt) {
+                    let at = ci * cplen + tap_at(tap) + jc;
                     *r = &pad[at..at + nc];
+                    tap += 1;
+                    if tap == khw {
+                        (ci, tap) = (ci + 1, 0);
+                    }
                 }
                 (t.scatter_quads)(k, p, &src[..cnt], pb);
             }

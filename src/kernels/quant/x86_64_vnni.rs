@@ -130,8 +130,10 @@ unsafe fn requant16<const TIES: bool>(
         // `maxps` first: a NaN gives the lower bound, as `body::clamp_round`.
         let c = _mm512_min_ps(_mm512_max_ps(v, vmin), vmax);
         let q = _mm512_add_epi32(_mm512_cvtps_epi32(c), vzp);
+        // The register form of the narrowing: its store form is slow on Zen 4.
+        let b = _mm512_cvtusepi32_epi8(q);
         // SAFETY: as the load, within `out` (caller).
-        unsafe { _mm512_mask_cvtusepi32_storeu_epi8(out.add(i) as *mut i8, lanes, q) };
+        unsafe { _mm_mask_storeu_epi8(out.add(i) as *mut i8, lanes, b) };
         if TIES && first == n {
             let t = _mm512_min_ps(_mm512_max_ps(v, tmin), tmax);
             let r = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(t);
