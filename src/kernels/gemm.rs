@@ -526,9 +526,20 @@ mod tests {
             }),
         ];
         let relu = [PostOpRt::Unary(UnaryOp::Relu)];
+        let clip = PostOpRt::Unary(UnaryOp::Clip {
+            min: -0.25,
+            max: 0.75,
+        });
+        let (add, add_relu) = (
+            [PostOpRt::AddInput { slot: 0 }],
+            [PostOpRt::AddInput { slot: 0 }, relu[0].clone()],
+        );
+        let (clip1, add_clip) = ([clip.clone()], [add[0].clone(), clip]);
+        // The simple forms (no addend; bias, residual, ReLU / Clip) and the general one.
+        let forms: [&[PostOpRt]; 7] = [&post, &relu, &[], &clip1, &add, &add_relu, &add_clip];
         let residuals: [&[f32]; 1] = [&res];
         for row in [true, false] {
-            for post in [&post[..], &relu[..]] {
+            for post in forms {
                 let e = Epilogue {
                     bias: Some(&bias),
                     channel_is_row: row,
