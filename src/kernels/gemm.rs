@@ -12,8 +12,10 @@
 //! C, which lets the executor split a node into disjoint tiles.
 
 pub use super::body::epilogue::Epilogue;
-use super::isa::{Isa, RowBlock, HALF};
+use super::body::unary::PostOpRt;
+use super::isa::{Isa, RowBlock, TileEpi, HALF};
 pub use super::isa::{KC, MR, NR};
+use crate::ir::UnaryOp;
 
 /// Rows of C computed per A block (a multiple of [`MR`]).
 const MC: usize = 72;
@@ -328,6 +330,10 @@ pub fn gemm_with(
     let mut edge_a = [0.0f32; KC * MR];
     let in_place = matches!(b, BSource::Rows(_)) && !pack_rows;
     let mut tile = [0.0f32; MR * NR];
+    // A simple conv epilogue runs in the full tiles' registers (where the table has the
+    // fused tiles) and on each other tile right after it: no pass over the block.
+    let fused = simple_epilogue(epi)
+        .filter(|_| t.mm_tile_epi.is_some() && t.mm_tile_rows_epi.is_some() && !a_in_place);
     let mut srcs: [Option<&[f32]>; KC] = [None; KC];
     let mut jc = n_lo;
     while jc < n_hi {
@@ -400,6 +406,22 @@ pub fn gemm_with(
                                 panel_a
                             }
                         };
+                        let fuse = fused.as_ref().filter(|_| last);
+                        if let (Some(f), true) = (fuse, mr == MR && nr == NR) {
+                            let e = f.tile(i, j, ldc);
+                            let cs = &mut c[i * ldc + j..];
+                            match (panel, t.mm_tile_epi, t.mm_tile_rows_epi) {
+                                (Panel::Packed(bp), Some(k), _) => {
+                                    k(kc, ap, bp, cs, ldc, !first, &e)
+                                }
+                                (Panel::Rows(off), _, Some(k)) => {
+                                    k(ap, &block, off, cs, ldc, !first, &e)
+                                }
+                                _ => unreachable!("fused tiles checked above"),
+                            }
+                            i += mr;
+                            continue;
+                        }
                         if mr == MR && nr == NR {
                             let cs = &mut c[i * ldc + j..];
                             match panel {
@@ -431,13 +453,16 @@ pub fn gemm_with(
                                 }
                             }
                         }
+                        if fuse.is_some() {
+                            epi.apply(isa, c, ldc, i, mr, j, nr);
+                        }
                         i += mr;
                     }
                     j += nr;
                 }
                 // The epilogue runs once per finished MC x NC block, row segments of up
                 // to NC contiguous elements, while the block is still in cache.
-                if last && !epi.is_empty() {
+                if last && !epi.is_empty() && fused.is_none() {
                     epi.apply(isa, c, ldc, ic, ic_end - ic, jc, jc_end - jc);
                 }
                 ic = ic_end;
@@ -446,6 +471,59 @@ pub fn gemm_with(
         }
         jc = jc_end;
     }
+}
+
+/// A conv epilogue of the form a tile can fuse ([`TileEpi`]): per-row bias, then a
+/// residual, then ReLU / Clip.
+struct SimpleEpi<'e> {
+    bias: Option<&'e [f32]>,
+    channel_offset: usize,
+    residual: Option<&'e [f32]>,
+    clamp: Option<(f32, f32)>,
+}
+
+impl SimpleEpi<'_> {
+    /// The fused epilogue of the full tile at row `i`, column `j` of C.
+    fn tile(&self, i: usize, j: usize, ldc: usize) -> TileEpi<'_> {
+        let mut bias = [0.0; MR];
+        if let Some(b) = self.bias {
+            let ch = self.channel_offset + i;
+            bias.copy_from_slice(&b[ch..ch + MR]);
+        }
+        TileEpi {
+            bias,
+            residual: self.residual.map(|r| &r[i * ldc + j..]),
+            clamp: self.clamp,
+        }
+    }
+}
+
+/// `epi` as a [`SimpleEpi`], or `None` (empty, channels along columns, an addend, other
+/// post-ops).
+fn simple_epilogue<'e>(epi: &Epilogue<'e>) -> Option<SimpleEpi<'e>> {
+    if epi.is_empty() || !epi.channel_is_row || epi.addend.is_some() {
+        return None;
+    }
+    let clamp = |u: &UnaryOp| match *u {
+        UnaryOp::Relu => Some((0.0, f32::INFINITY)),
+        UnaryOp::Clip { min, max } => Some((min, max)),
+        _ => None,
+    };
+    let (residual, clamp) = match epi.post {
+        [] => (None, None),
+        [PostOpRt::Unary(u)] => (None, Some(clamp(u)?)),
+        [PostOpRt::AddInput { slot }] => (Some(epi.residuals[*slot]), None),
+        [PostOpRt::AddInput { slot }, PostOpRt::Unary(u)] => {
+            (Some(epi.residuals[*slot]), Some(clamp(u)?))
+        }
+        _ => return None,
+    };
+    Some(SimpleEpi {
+        bias: epi.bias,
+        channel_offset: epi.channel_offset,
+        residual,
+        clamp,
+    })
 }
 
 /// Reference product used by tests: `C = A · B` with plain loops.
@@ -717,6 +795,128 @@ mod tests {
                 );
             }
             assert_close(&c3, &want, 1e-4);
+        }
+    }
+
+    /// The simple conv epilogues (bias, residual, ReLU / Clip) a tile fuses.
+    fn simple_forms() -> Vec<Vec<PostOpRt>> {
+        let (relu, clip) = (
+            PostOpRt::Unary(UnaryOp::Relu),
+            PostOpRt::Unary(UnaryOp::Clip {
+                min: -0.3,
+                max: 0.4,
+            }),
+        );
+        let add = PostOpRt::AddInput { slot: 0 };
+        vec![
+            vec![],
+            vec![relu.clone()],
+            vec![clip.clone()],
+            vec![add.clone()],
+            vec![add.clone(), relu],
+            vec![add, clip],
+        ]
+    }
+
+    #[test]
+    fn fused_tile_epilogue_matches_tile_then_epilogue() {
+        for isa in crate::kernels::isa::available_isas() {
+            let t = isa.table();
+            let (Some(fused), Some(fused_rows)) = (t.mm_tile_epi, t.mm_tile_rows_epi) else {
+                continue;
+            };
+            let (kc, ldc) = (37, 20);
+            let (a, b) = (rand_vec(kc * MR, 1), rand_vec(kc * NR, 2));
+            let bias = rand_vec(MR + 3, 3);
+            let mut res = rand_vec(MR * ldc, 4);
+            res[7] = f32::NAN;
+            let residuals: [&[f32]; 1] = [&res];
+            let rows: Vec<&[f32]> = b.chunks_exact(NR).collect();
+            let block = RowBlock::new(&rows, NR);
+            for post in simple_forms() {
+                for acc in [false, true] {
+                    for with_bias in [false, true] {
+                        let e = Epilogue {
+                            bias: with_bias.then_some(&bias[..]),
+                            channel_offset: 2,
+                            post: &post,
+                            residuals: &residuals,
+                            ..Epilogue::NONE
+                        };
+                        let mut want = rand_vec(MR * ldc, 5);
+                        (t.mm_tile)(kc, &a, &b, &mut want, ldc, acc);
+                        if !e.is_empty() {
+                            (t.epilogue)(&e, &mut want, ldc, 0, MR, 0, NR);
+                        }
+                        let Some(se) = simple_epilogue(&e) else {
+                            assert!(e.is_empty(), "{post:?} is a simple form");
+                            continue;
+                        };
+                        let te = se.tile(0, 0, ldc);
+                        let (mut got, mut got_rows) =
+                            (rand_vec(MR * ldc, 5), rand_vec(MR * ldc, 5));
+                        fused(kc, &a, &b, &mut got, ldc, acc, &te);
+                        fused_rows(&a, &block, 0, &mut got_rows, ldc, acc, &te);
+                        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                        assert_eq!(bits(&got), bits(&want), "{isa:?} {post:?} acc {acc}");
+                        assert_eq!(bits(&got_rows), bits(&want), "rows {isa:?} {post:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whole GEMMs with a simple epilogue (fused into the tiles where the table can)
+    /// against the same GEMM followed by the epilogue over all of C.
+    #[test]
+    fn gemm_with_simple_epilogue_matches_epilogue_after() {
+        for isa in crate::kernels::isa::available_isas() {
+            for &(m, n, k) in &[
+                (13, 33, 300),
+                (12, 48, 20),
+                (ROWS_IN_PLACE_MAX_M + 1, 20, 9),
+            ] {
+                let (a, b) = (rand_vec(m * k, 6), rand_vec(k * n, 7));
+                let (bias, res) = (rand_vec(m, 8), rand_vec(m * n, 9));
+                let residuals: [&[f32]; 1] = [&res];
+                let mut pa = vec![0.0; packed_a_len(m, k)];
+                let mut pb = vec![0.0; packed_b_len(k, n)];
+                pack_a(&a, k, 1, m, k, 1.0, &mut pa);
+                pack_b(&b, n, 1, k, n, 1.0, &mut pb, &mut vec![0.0; n]);
+                let fill = |p: usize, j0: usize, len: usize, _: &mut [f32]| {
+                    Some(&b[p * n + j0..p * n + j0 + len])
+                };
+                for post in simple_forms() {
+                    let e = Epilogue {
+                        bias: Some(&bias),
+                        post: &post,
+                        residuals: &residuals,
+                        ..Epilogue::NONE
+                    };
+                    for rows in [false, true] {
+                        let src = if rows {
+                            BSource::Rows(&fill)
+                        } else {
+                            BSource::Packed(&pb)
+                        };
+                        let mut scratch = vec![0.0; block_scratch_len(k, n)];
+                        let run = |c: &mut [f32], e: &Epilogue<'_>, scratch: &mut [f32]| {
+                            let pa = ASource::Packed(&pa);
+                            gemm_with(isa, m, n, k, pa, src, scratch, c, n, (0, m), (0, n), e)
+                        };
+                        let (mut got, mut want) = (vec![0.0; m * n], vec![0.0; m * n]);
+                        run(&mut got, &e, &mut scratch);
+                        run(&mut want, &Epilogue::NONE, &mut scratch);
+                        e.apply(isa, &mut want, n, 0, m, 0, n);
+                        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                        assert_eq!(
+                            bits(&got),
+                            bits(&want),
+                            "{isa:?} {m}x{n}x{k} {post:?} rows {rows}"
+                        );
+                    }
+                }
+            }
         }
     }
 

@@ -89,6 +89,21 @@ impl Isa {
     }
 }
 
+/// A conv epilogue fused into the store of one full MR x NR tile (table entries
+/// `mm_tile_epi` / `mm_tile_rows_epi`): `v = tile (+ C when accumulating) + bias[r]`,
+/// then `+ residual` (MR rows of NR at the tile's stride, from the tile's origin), then
+/// `min(max(v, lo), hi)` when `clamp` is set (ReLU is `(0, inf)`). The same lanes as the
+/// `epilogue` entry run after the tile.
+#[derive(Clone, Copy)]
+pub struct TileEpi<'a> {
+    /// Bias of each of the tile's rows (0 without bias).
+    pub bias: [f32; MR],
+    /// The residual at the tile's origin, laid out like C.
+    pub residual: Option<&'a [f32]>,
+    /// `(lo, hi)` of a ReLU / Clip.
+    pub clamp: Option<(f32, f32)>,
+}
+
 /// Up to [`KC`] rows of an unpacked B block, each a slice of at least `len` floats
 /// starting at the block's first column: B row `p`, column `jc + j` is `rows[p][j]`.
 /// Lets the micro-kernel read B straight from its source (conv input planes, im2col
@@ -192,6 +207,24 @@ pub struct KernelTable {
             nc: usize,
             epi: &Epilogue<'_>,
             scratch: &mut [f32],
+        ),
+    >,
+    /// Where the table has one: `mm_tile` with the epilogue `e` fused into the store.
+    #[allow(clippy::type_complexity)]
+    pub mm_tile_epi: Option<
+        fn(kc: usize, a: &[f32], b: &[f32], c: &mut [f32], ldc: usize, acc: bool, e: &TileEpi<'_>),
+    >,
+    /// Where the table has one: `mm_tile_rows` with the epilogue `e` fused into the store.
+    #[allow(clippy::type_complexity)]
+    pub mm_tile_rows_epi: Option<
+        fn(
+            a: &[f32],
+            b: &RowBlock<'_, '_>,
+            off: usize,
+            c: &mut [f32],
+            ldc: usize,
+            acc: bool,
+            e: &TileEpi<'_>,
         ),
     >,
     /// Like `mm_tile` with A read in place: row `r`, step `p` at `a[r * lda + p]`

@@ -28,6 +28,8 @@ pub(crate) static TABLE: KernelTable = KernelTable {
     depthwise_fused: body::depthwise::depthwise_channel,
     depthwise_block: None,
     mm_tile_strided,
+    mm_tile_epi: None,
+    mm_tile_rows_epi: None,
     // Winograd conv transforms.
     wino_input: crate::kernels::conv::winograd_body::input_block,
     wino_output: crate::kernels::conv::winograd_body::output_block,

@@ -8,7 +8,7 @@
 //! [`FEATURES`] plus AVX2 and FMA, so each wrapper runs only on a CPU that has them.
 
 use super::x86_64_avx512_math as math;
-use super::{portable, KernelTable, RowBlock, MR, NR};
+use super::{portable, KernelTable, RowBlock, TileEpi, MR, NR};
 use crate::ir::{BinaryOp, UnaryOp};
 use crate::kernels::body::pool::PoolShape;
 use crate::kernels::body::resize::LinearTap;
@@ -53,6 +53,8 @@ static TABLE: KernelTable = KernelTable {
     depthwise_fused: super::x86_64_dw::depthwise_direct,
     depthwise_block: Some(super::x86_64_dw_block::depthwise_block),
     mm_tile_strided,
+    mm_tile_epi: Some(mm_tile_epi),
+    mm_tile_rows_epi: Some(mm_tile_rows_epi),
     wino_input,
     wino_output,
     avg_pool_plane,
@@ -138,22 +140,96 @@ unsafe fn gather16_stride2(src: *const f32, d: &mut [f32; NR]) {
 }
 
 fn mm_tile(kc: usize, a: &[f32], b: &[f32], c: &mut [f32], ldc: usize, acc: bool) {
+    tile_packed(kc, a, b, c, ldc, acc, None)
+}
+
+fn mm_tile_epi(
+    kc: usize,
+    a: &[f32],
+    b: &[f32],
+    c: &mut [f32],
+    ldc: usize,
+    acc: bool,
+    e: &TileEpi<'_>,
+) {
+    tile_packed(kc, a, b, c, ldc, acc, Some(e))
+}
+
+#[inline]
+fn tile_packed(
+    kc: usize,
+    a: &[f32],
+    b: &[f32],
+    c: &mut [f32],
+    ldc: usize,
+    acc: bool,
+    e: Option<&TileEpi<'_>>,
+) {
     assert!(a.len() >= kc * MR && b.len() >= kc * NR);
     assert!(ldc >= NR && c.len() >= (MR - 1) * ldc + NR);
+    check_residual(e, ldc);
     let (a, b, c) = (a.as_ptr(), b.as_ptr(), c.as_mut_ptr());
     // SAFETY: the features were detected (see `table`); the asserts above bound every
-    // offset the tile touches (a: kc*MR, b row p: p*NR..p*NR+NR, c: MR rows of NR at ldc).
-    unsafe { tile_6x16(kc, |p, r| a.add(p * MR + r), |p| b.add(p * NR), c, ldc, acc) }
+    // offset the tile touches (a: kc*MR, b row p: p*NR..p*NR+NR, c and the residual: MR
+    // rows of NR at ldc).
+    unsafe {
+        tile_6x16(
+            kc,
+            |p, r| a.add(p * MR + r),
+            |p| b.add(p * NR),
+            c,
+            ldc,
+            acc,
+            e,
+        )
+    }
+}
+
+/// Panics unless the residual of `e` holds MR rows of NR at stride `ldc`.
+fn check_residual(e: Option<&TileEpi<'_>>, ldc: usize) {
+    if let Some(r) = e.and_then(|e| e.residual) {
+        assert!(
+            r.len() >= (MR - 1) * ldc + NR,
+            "tile epilogue: residual too short"
+        );
+    }
 }
 
 fn mm_tile_rows(a: &[f32], b: &RowBlock<'_, '_>, off: usize, c: &mut [f32], ldc: usize, acc: bool) {
+    tile_rows(a, b, off, c, ldc, acc, None)
+}
+
+fn mm_tile_rows_epi(
+    a: &[f32],
+    b: &RowBlock<'_, '_>,
+    off: usize,
+    c: &mut [f32],
+    ldc: usize,
+    acc: bool,
+    e: &TileEpi<'_>,
+) {
+    tile_rows(a, b, off, c, ldc, acc, Some(e))
+}
+
+#[inline]
+fn tile_rows(
+    a: &[f32],
+    b: &RowBlock<'_, '_>,
+    off: usize,
+    c: &mut [f32],
+    ldc: usize,
+    acc: bool,
+    e: Option<&TileEpi<'_>>,
+) {
     let rows = b.rows;
     let kc = rows.len();
     assert!(a.len() >= kc * MR && off + NR <= b.len);
     assert!(ldc >= NR && c.len() >= (MR - 1) * ldc + NR);
+    check_residual(e, ldc);
     let (a, c) = (a.as_ptr(), c.as_mut_ptr());
     // SAFETY: the features were detected (see `table`); every row holds `b.len >= off +
-    // NR` floats (checked by `RowBlock::new` and above), a holds kc*MR, c MR rows of NR.
+    // NR` floats (checked by `RowBlock::new` and above), a holds kc*MR, c and the
+    // residual MR rows of NR.
     unsafe {
         tile_6x16(
             kc,
@@ -162,6 +238,7 @@ fn mm_tile_rows(a: &[f32], b: &RowBlock<'_, '_>, off: usize, c: &mut [f32], ldc:
             c,
             ldc,
             acc,
+            e,
         )
     }
 }
@@ -188,6 +265,7 @@ fn mm_tile_strided(
             c,
             ldc,
             acc,
+            None,
         )
     }
 }
@@ -196,9 +274,12 @@ fn mm_tile_strided(
 /// step `p`, `b_row(p)` at the 16 floats of B for step `p`. The broadcast of A folds
 /// into the FMA's memory operand.
 ///
+/// With `e`, its epilogue runs on the registers before the store ([`TileEpi`]).
+///
 /// # Safety
 /// AVX-512F must be available; `a_at(p, r)` valid for one read and `b_row(p)` for 16
-/// for every `p < kc`, `r < 6`; `c` valid for 6 rows of 16 floats at stride `ldc`.
+/// for every `p < kc`, `r < 6`; `c` (and the residual of `e`) valid for 6 rows of 16
+/// floats at stride `ldc`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
 unsafe fn tile_6x16(
@@ -208,6 +289,7 @@ unsafe fn tile_6x16(
     c: *mut f32,
     ldc: usize,
     acc: bool,
+    e: Option<&TileEpi<'_>>,
 ) {
     let mut t = [_mm512_setzero_ps(); MR];
     for p in 0..kc {
@@ -223,11 +305,21 @@ unsafe fn tile_6x16(
         // SAFETY: row r < MR of C, 16 floats, guaranteed by the caller.
         unsafe {
             let cp = c.add(r * ldc);
-            let v = if acc {
+            let mut v = if acc {
                 _mm512_add_ps(*tr, _mm512_loadu_ps(cp))
             } else {
                 *tr
             };
+            if let Some(e) = e {
+                v = _mm512_add_ps(v, _mm512_set1_ps(e.bias[r]));
+                if let Some(res) = e.residual {
+                    v = _mm512_add_ps(v, _mm512_loadu_ps(res.as_ptr().add(r * ldc)));
+                }
+                if let Some((lo, hi)) = e.clamp {
+                    // As the epilogue's ReLU / Clip: `vmaxps` gives `lo` for a NaN.
+                    v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(lo)), _mm512_set1_ps(hi));
+                }
+            }
             _mm512_storeu_ps(cp, v);
         }
     }

@@ -41,6 +41,8 @@ static TABLE: KernelTable = KernelTable {
     depthwise_fused: super::x86_64_dw::depthwise_direct,
     depthwise_block: None,
     mm_tile_strided,
+    mm_tile_epi: None,
+    mm_tile_rows_epi: None,
     // Winograd conv transforms.
     wino_input,
     wino_output,
