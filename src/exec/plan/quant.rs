@@ -133,6 +133,20 @@ pub(crate) fn quantize_one(x: f32, scale: f32, zp: i32, lo: f32, hi: f32) -> f32
     }
 }
 
+/// [`quantize_one`] into u8 with one scale and zero point, through the kernel table's
+/// vector quantisation (which gives a NaN its lower bound; NaN lanes are then set to
+/// the zero point).
+fn quantize_u8(isa: crate::kernels::isa::Isa, x: &[f32], scale: f32, zp: u8, out: &mut [u8]) {
+    (isa.table().quant.quantize)(x, scale, zp, out);
+    if x.iter().any(|v| v.is_nan()) {
+        for (o, v) in out.iter_mut().zip(x) {
+            if v.is_nan() {
+                *o = zp;
+            }
+        }
+    }
+}
+
 impl FamilyKernel for QuantKernel {
     fn tiles(&self) -> usize {
         match self {
@@ -151,8 +165,7 @@ impl FamilyKernel for QuantKernel {
     }
 
     fn run(&self, mut r: Run<'_>) -> Result<()> {
-        let tile = r.tile;
-        let io = r.io;
+        let (tile, io, isa) = (r.tile, r.io, r.isa);
         match self {
             QuantKernel::Int8(k) => k.run(&mut r),
             QuantKernel::Quantize { p, to, n } => {
@@ -160,6 +173,11 @@ impl FamilyKernel for QuantKernel {
                 let x = &io.f32(0)[lo..hi];
                 let out = r.out_bytes(0);
                 match to {
+                    // One scale: the table's vector quantisation (NaN gives its lower
+                    // bound there), then NaN lanes set to the zero point as here.
+                    DType::U8 if p.scale.len() == 1 && (0..=255).contains(&p.zp[0]) => {
+                        quantize_u8(isa, x, p.scale[0], p.zp[0] as u8, &mut out[lo..hi]);
+                    }
                     DType::U8 => {
                         for (k, (o, &v)) in out[lo..hi].iter_mut().zip(x).enumerate() {
                             let c = p.at(lo + k);
@@ -781,6 +799,40 @@ impl QKernel {
                         }
                     }
                 });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vector_quantize_matches_quantize_one() {
+        let scale = 0.037f32;
+        let mut x: Vec<f32> = (-400..400).map(|i| i as f32 * scale * 0.5).collect();
+        x.extend([
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            -0.0,
+            1e30,
+            -1e30,
+            0.018_5,
+        ]);
+        x.extend((0..37).map(|i| (i as f32 - 18.0) * 1.37));
+        for isa in crate::kernels::isa::available_isas() {
+            for zp in [0u8, 3, 128, 255] {
+                for len in [0, 1, 31, 33, x.len()] {
+                    let mut got = vec![7u8; len];
+                    quantize_u8(isa, &x[..len], scale, zp, &mut got);
+                    let want: Vec<u8> = x[..len]
+                        .iter()
+                        .map(|&v| quantize_one(v, scale, i32::from(zp), 0.0, 255.0) as u8)
+                        .collect();
+                    assert_eq!(got, want, "{isa:?} zp {zp} len {len}");
+                }
             }
         }
     }

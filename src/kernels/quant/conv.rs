@@ -260,9 +260,11 @@ impl FloatTies {
         while p0 < k {
             let p1 = k.min(p0 + GROUP_K);
             let blocks = (p1 - p0).div_ceil(REF_BLOCK_K);
+            let steps = REF_BLOCK_K.min(p1 - p0) * REF_LANES;
             if p1 - p0 < GROUP_K {
-                xs.fill(0.0);
-                wv.fill(0.0);
+                // The last group: lanes past its blocks and the short block's tail are 0.
+                xs[..steps].fill(0.0);
+                wv[..steps].fill(0.0);
             }
             for (q, &wq) in w[p0..p1].iter().enumerate() {
                 let iy = (oy * s.sh + ky * s.dh) as isize - s.ph as isize;
@@ -286,7 +288,6 @@ impl FloatTies {
                     }
                 }
             }
-            let steps = REF_BLOCK_K.min(p1 - p0) * REF_LANES;
             let mut chains = [0f32; REF_LANES];
             (t.ref_chains)(&xs[..steps], &wv[..steps], &mut chains);
             for &chain in &chains[..blocks] {
