@@ -227,12 +227,12 @@ impl WinogradPlan {
 
     /// Floats of one block's transformed input, for `nb` tiles.
     fn v_len(&self, nb: usize) -> usize {
-        self.g.points() * gemm::packed_b_len(self.s.c_in, nb)
+        self.g.points() * body::point_stride(gemm::packed_b_len(self.s.c_in, nb))
     }
 
     /// Floats of one block's GEMM output (rows padded to whole [`MR`] panels).
     fn m_len(&self) -> usize {
-        self.g.points() * self.s.c_out.div_ceil(MR) * MR * self.nt
+        self.g.points() * body::point_stride(self.s.c_out.div_ceil(MR) * MR * self.nt)
     }
 
     /// Floats of the whole transformed input of one image ([`Self::transform_input`]).
@@ -381,7 +381,7 @@ impl WinogradPlan {
         let points = self.g.points();
         // GEMM rows: whole MR panels from c_lo (the packed U has them, zero-padded).
         let c_end = c_hi.div_ceil(MR) * MR;
-        let pstride = (c_end - c_lo) * self.nt;
+        let pstride = body::point_stride((c_end - c_lo) * self.nt);
         let mbuf = &mut mbuf[..points * pstride];
         let alen = gemm::packed_a_len(co, ci);
         let per = y.len() / s.n;

@@ -61,9 +61,20 @@ pub struct PointRows<'m> {
     pub ldm: usize,
 }
 
+/// Floats between two points' blocks of `len` floats (the transformed input's panels,
+/// the GEMM results): `len` plus one cache line, so that the transforms' `P²` streams,
+/// one per point, fall into different L1 sets (blocks of a multiple of 4 KiB would all
+/// map to the same few sets and evict each other).
+pub fn point_stride(len: usize) -> usize {
+    len + POINT_SKEW
+}
+
+/// The skew of [`point_stride`]: one 64-byte line.
+const POINT_SKEW: usize = 16;
+
 /// Transforms tiles `[tb, tb + nb)` of one image `x` (`[Cin, H, W]`) into packed-B
 /// panels: point `p`'s `Cin x nb` operand (zero-padded to whole panels) at
-/// `v[p * plen..]`, `plen = Cin * ceil(nb / NR) * NR`.
+/// `v[p * plen..]`, `plen = point_stride(Cin * ceil(nb / NR) * NR)`.
 #[inline(always)]
 pub fn input_block(g: &WinoGeom, x: &[f32], tb: usize, nb: usize, v: &mut [f32]) {
     if g.tile == 4 {
@@ -112,7 +123,7 @@ fn input_block_t<const T: usize, const P: usize, const Q: usize>(
 ) {
     let (ci, hw) = (g.c_in, g.h * g.w);
     let nbp = nb.div_ceil(NR) * NR;
-    let plen = ci * nbp;
+    let plen = point_stride(ci * nbp);
     assert!(v.len() >= Q * plen && x.len() >= ci * hw, "short block");
     let mut d = [[0.0f32; NR]; Q];
     let mut out = [[0.0f32; NR]; Q];
