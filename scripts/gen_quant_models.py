@@ -323,6 +323,14 @@ def op_se_block(b: GraphBuilder):
     b.output(b.op("Add", [b.op("Mul", [y, s]), y]), name="y")
 
 
+def op_silu(b: GraphBuilder):
+    """A conv then SiLU as exporters write it, x * Sigmoid(x): quantised, the Sigmoid and
+    the Mul of the same x fuse into one 256-entry table."""
+    x = b.input("x", [1, 8, 6, 6])
+    y = b.conv(x, 8, 8, 3, name="conv")
+    b.output(b.op("Mul", [y, b.op("Sigmoid", [y])]), name="y")
+
+
 def _qparams(rng, lo, hi, qtype):
     """Scale and zero point covering [lo, hi] for u8 or s8."""
     lo, hi = min(lo, 0.0), max(hi, 0.0)
@@ -435,6 +443,7 @@ def resample_cases():
         ("mul_bcast_scalar", qs(lambda b: op_binary_bcast(b, "Mul", [1]))),
         ("mul_const", qs(op_mul_const)),
         ("se_block", qs(op_se_block)),
+        ("silu", qs(op_silu)),
     ]
 
 

@@ -141,6 +141,8 @@ const LOWERED: &[(&str, &[&str], &[&str])] = &[
         &["QGlobalAvgPool", "QLut", "QMul", "QAdd"],
         &["GlobalAveragePool", "Sigmoid", "Mul", "Add"],
     ),
+    // x * Sigmoid(x): the QLut and the QMul of the same input fuse into one QLut.
+    ("silu", &["QLut"], &["Sigmoid", "Mul", "QMul"]),
 ];
 
 /// Checks [`LOWERED`] for case `name` with compiled op names `ops`.

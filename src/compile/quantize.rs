@@ -332,9 +332,57 @@ pub fn lower_int8(g: &mut Graph) -> Result<usize> {
     remove_and_insert(g, &dead, insert);
     if lowered > 0 {
         eliminate_dead_nodes(g);
+        fuse_lut_mul(g);
         crate::ir::shape::infer_graph(g)?;
     }
     Ok(lowered)
+}
+
+/// A QLut read only by a QMul whose other operand is the QLut's own input (a quantised
+/// SiLU, `x * sigmoid(x)`) becomes one QLut: both steps depend on the byte `x` alone,
+/// so the composed 256 entries give the same bytes as the two nodes. Returns how many
+/// pairs were fused.
+fn fuse_lut_mul(g: &mut Graph) -> usize {
+    let ix = Index::new(g);
+    let mut dead = Vec::new();
+    for m in 0..g.nodes.len() {
+        let Op::QMul { a, b, y } = g.nodes[m].op else {
+            continue;
+        };
+        let [Some(in0), Some(in1)] = g.nodes[m].inputs[..] else {
+            continue;
+        };
+        // The QLut on either side, the other side its input.
+        let lut = [(1, in1, in0), (0, in0, in1)]
+            .into_iter()
+            .find_map(|(k, s, x)| {
+                let l = ix.producer[s]?;
+                let Op::QLut { table } = &g.nodes[l].op else {
+                    return None;
+                };
+                let sole = ix.sole_reader(s) == Some((m, k));
+                (sole && g.nodes[l].inputs[..] == [Some(x)] && !dead.contains(&l))
+                    .then(|| (l, k, x, table.clone()))
+            });
+        let Some((l, k, x, table)) = lut else {
+            continue;
+        };
+        let fused: Vec<u8> = (0..=255u8)
+            .map(|q| {
+                let s = table[usize::from(q)];
+                let (qa, qb) = if k == 1 { (q, s) } else { (s, q) };
+                crate::exec::qmul_one(qa, qb, a, b, y)
+            })
+            .collect();
+        let absorbed = g.nodes[l].absorbed.clone();
+        let n = &mut g.nodes[m];
+        n.op = Op::QLut { table: fused };
+        n.inputs = vec![Some(x)];
+        n.absorbed.extend(absorbed);
+        dead.push(l);
+    }
+    remove_nodes(g, &dead);
+    dead.len()
 }
 
 /// Removes nodes `dead` and inserts `insert[i]` right before node `i`.

@@ -390,3 +390,53 @@ fn broadcast_with_an_s8_constant_lowers_and_odd_forms_stay_in_float() {
         .any(|n| matches!(n.op, Op::Binary(BinaryOp::Add))));
     assert!(!l.nodes.iter().any(|n| n.op.name() == "QAdd"));
 }
+
+#[test]
+fn silu_as_lut_and_mul_fuses_into_one_lut() {
+    // x * Sigmoid(x) with x quantised: QLut(x) then QMul(x, .) become one QLut, with
+    // the same bytes as the two (the float graph within one step, as for any lowering).
+    for lut_first in [false, true] {
+        let g = one_op_graph(&[&[1, 4, 5, 6]], |g, x| {
+            let shape = [1, 4, 5, 6];
+            let s = node(g, "sig", Op::Unary(UnaryOp::Sigmoid), &[Some(x[0])], &shape);
+            let s = qdq(g, "sig_out", s, 0.0039, -128);
+            let ins = if lut_first {
+                [Some(s), Some(x[0])]
+            } else {
+                [Some(x[0]), Some(s)]
+            };
+            node(g, "mul", Op::Binary(BinaryOp::Mul), &ins, &shape)
+        });
+        assert_lowers(&g, "QLut", "Mul");
+        let mut l = g.clone();
+        lower_int8(&mut l).expect("lower");
+        let ops: Vec<&str> = l.nodes.iter().map(|n| n.op.name()).collect();
+        assert_eq!(ops.iter().filter(|&&o| o == "QLut").count(), 1, "{ops:?}");
+        assert!(!ops.contains(&"QMul"), "{ops:?}");
+    }
+    // The Sigmoid's output also read elsewhere: the pair stays two nodes.
+    let g = one_op_graph(&[&[1, 4, 5, 6]], |g, x| {
+        let shape = [1, 4, 5, 6];
+        let s = node(g, "sig", Op::Unary(UnaryOp::Sigmoid), &[Some(x[0])], &shape);
+        let s = qdq(g, "sig_out", s, 0.0039, -128);
+        let m = node(
+            g,
+            "mul",
+            Op::Binary(BinaryOp::Mul),
+            &[Some(x[0]), Some(s)],
+            &shape,
+        );
+        let m = qdq(g, "mul_out", m, 0.0087, 3);
+        node(
+            g,
+            "add",
+            Op::Binary(BinaryOp::Add),
+            &[Some(m), Some(s)],
+            &shape,
+        )
+    });
+    let mut l = g.clone();
+    lower_int8(&mut l).expect("lower");
+    let ops: Vec<&str> = l.nodes.iter().map(|n| n.op.name()).collect();
+    assert!(ops.contains(&"QMul"), "{ops:?}");
+}

@@ -553,14 +553,18 @@ pub(crate) fn plan_qlut(c: &Ctx<'_>, table: &[u8]) -> Result<Planned> {
     }))))
 }
 
+/// One QMul output: `a` and `b` dequantised, multiplied in f32, quantised to `y`.
+pub(crate) fn qmul_one(a: u8, b: u8, pa: QParam, pb: QParam, y: QParam) -> u8 {
+    let v = dequantize_one(a, pa.scale, pa.zp) * dequantize_one(b, pb.scale, pb.zp);
+    quantize_one(v, y.scale, i32::from(y.zp), 0.0, 255.0) as u8
+}
+
 /// Plans a QMul of two u8 tensors (the second broadcast, see [`QBcast::of`]).
 pub(crate) fn plan_qmul(c: &Ctx<'_>, a: QParam, b: QParam, y: QParam) -> Result<Planned> {
     let (bc, b_len, n) = binary_bcast(c, "QMul")?;
     let mut table = vec![0u8; 256 * 256].into_boxed_slice();
     for (i, t) in table.iter_mut().enumerate() {
-        let v = dequantize_one((i >> 8) as u8, a.scale, a.zp)
-            * dequantize_one((i & 255) as u8, b.scale, b.zp);
-        *t = quantize_one(v, y.scale, i32::from(y.zp), 0.0, 255.0) as u8;
+        *t = qmul_one((i >> 8) as u8, (i & 255) as u8, a, b, y);
     }
     Ok(Planned::new(QuantKernel::Int8(Box::new(QKernel::Mul {
         table,
