@@ -27,6 +27,7 @@ pub(crate) static TABLE: KernelTable = KernelTable {
     layer_norm_row: body::norm::layer_norm_row,
     depthwise_fused: body::depthwise::depthwise_channel,
     depthwise_block: None,
+    qdepthwise_block: None,
     mm_tile_strided,
     // Winograd conv transforms.
     wino_input: crate::kernels::conv::winograd_body::input_block,

@@ -52,6 +52,7 @@ static TABLE: KernelTable = KernelTable {
     layer_norm_row,
     depthwise_fused: super::x86_64_dw::depthwise_direct,
     depthwise_block: Some(super::x86_64_dw_block::depthwise_block),
+    qdepthwise_block: Some(super::x86_64_qdw_block::qdepthwise_block),
     mm_tile_strided,
     wino_input,
     wino_output,
