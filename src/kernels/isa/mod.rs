@@ -51,6 +51,8 @@ mod x86_64_dw;
 mod x86_64_dw_block;
 #[cfg(target_arch = "x86_64")]
 mod x86_64_fma;
+#[cfg(target_arch = "x86_64")]
+mod x86_64_qdw_block;
 
 /// Rows of one GEMM micro-tile (and of one packed A panel).
 pub const MR: usize = 6;
@@ -226,6 +228,26 @@ pub struct KernelTable {
             acc: bool,
             e: &TileEpi<'_>,
         ),
+    >,
+    /// Where the table has one: the int8 depthwise conv of channels `c0..c0 + nc` (`1..=
+    /// quant::dw_exact::LANES`) of one image `xb` (`[C, H, W]` u8 with zero point `x_zp`,
+    /// taps `w`) into `yb` (`[C, OH*OW]` u8) requantised by `rq`, on exact f32 sums
+    /// (`kernels::quant::dw_exact`): the bits of the integer path. Returns false, writing
+    /// nothing, where it does not take the block (sums that might not be exact, kernel
+    /// taller than `dw_exact::KH_MAX`, scratch shorter than `dw_exact::scratch_len`).
+    #[allow(clippy::type_complexity)]
+    pub qdepthwise_block: Option<
+        fn(
+            s: &ConvShape,
+            xb: &[u8],
+            x_zp: u8,
+            w: &crate::kernels::quant::dw_exact::DwTaps,
+            rq: &crate::kernels::quant::Requant<'_>,
+            yb: &mut [u8],
+            c0: usize,
+            nc: usize,
+            scratch: &mut [f32],
+        ) -> bool,
     >,
     /// Like `mm_tile` with A read in place: row `r`, step `p` at `a[r * lda + p]`
     /// (`a` holds `(MR - 1) * lda + kc` floats), B a packed `kc x NR` panel.

@@ -27,6 +27,7 @@ pub(crate) static TABLE: KernelTable = KernelTable {
     layer_norm_row: body::norm::layer_norm_row,
     depthwise_fused: body::depthwise::depthwise_channel,
     depthwise_block: None,
+    qdepthwise_block: None,
     mm_tile_strided,
     mm_tile_epi: None,
     mm_tile_rows_epi: None,

@@ -279,7 +279,7 @@ unsafe fn pixels<const N: usize>(
 /// # Safety
 /// AVX-512F available (inlined into the `#[target_feature]` kernels).
 #[inline(always)]
-unsafe fn transpose(r: [__m512; L]) -> [__m512; L] {
+pub(super) unsafe fn transpose(r: [__m512; L]) -> [__m512; L] {
     // SAFETY: register-only intrinsics; AVX-512F per the contract.
     unsafe {
         let mut t = [_mm512_setzero_ps(); L];

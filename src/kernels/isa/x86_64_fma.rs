@@ -40,6 +40,7 @@ static TABLE: KernelTable = KernelTable {
     layer_norm_row,
     depthwise_fused: super::x86_64_dw::depthwise_direct,
     depthwise_block: None,
+    qdepthwise_block: None,
     mm_tile_strided,
     mm_tile_epi: None,
     mm_tile_rows_epi: None,

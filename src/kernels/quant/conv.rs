@@ -12,9 +12,12 @@
 //!   computed and dropped. Padding reads the input zero point, so that the zero point
 //!   correction `- x_zp * sum_k w` (folded into the bias, [`QConvWeights::fold_bias`]) is
 //!   exact at the borders too.
-//! * Depthwise conv (one input and one output channel per group): direct, each channel
-//!   plane padded once with the zero point, each tap accumulated over output rows
-//!   (`QuantTable::dw_taps`) on the phase-split plane ([`dw_phases`]).
+//! * Depthwise conv (one input and one output channel per group): a u8 output through
+//!   the kernel table's `qdepthwise_block` where it has one (AVX-512: 16 channels at a
+//!   time on exact f32 sums, [`super::dw_exact`], the same bits); else, and for channels
+//!   whose sums might not be exact in f32, direct: each channel plane padded once with
+//!   the zero point, each tap accumulated over output rows (`QuantTable::dw_taps`) on the
+//!   phase-split plane ([`dw_phases`]).
 //!
 //! A call computes output channels `chans` (any range) of every image.
 //!
@@ -56,8 +59,8 @@ enum ConvPanels {
     Pairs(Vec<Vec<i16>>),
     /// K-quad A panels per group (dense).
     Quads(Vec<Vec<i8>>),
-    /// `[Cout, KH*KW]` i16.
-    Depthwise(Vec<i16>),
+    /// `[Cout, KH*KW]` i16, and as f32 for the block kernel.
+    Depthwise(Vec<i16>, Box<super::dw_exact::DwTaps>),
 }
 
 impl QConvWeights {
@@ -123,7 +126,10 @@ impl QConvWeights {
         let mg = cout / group;
         let depthwise = group > 1 && cin_per_group == 1 && mg == 1;
         let panels = if depthwise {
-            ConvPanels::Depthwise(w.to_vec())
+            ConvPanels::Depthwise(
+                w.to_vec(),
+                Box::new(super::dw_exact::DwTaps::new(w, cout, k)),
+            )
         } else {
             ConvPanels::Pairs(
                 (0..group)
@@ -152,7 +158,7 @@ impl QConvWeights {
     pub fn layout(&self) -> QLayout {
         match self.panels {
             ConvPanels::Quads(_) => QLayout::Quads,
-            ConvPanels::Pairs(_) | ConvPanels::Depthwise(_) => QLayout::Pairs,
+            ConvPanels::Pairs(_) | ConvPanels::Depthwise(..) => QLayout::Pairs,
         }
     }
 
@@ -480,8 +486,9 @@ fn qconv(
         let xb = &x[b * s.c_in * hw..(b + 1) * s.c_in * hw];
         let ob = b * s.c_out * ohw;
         match &w.panels {
-            ConvPanels::Depthwise(wd) => {
-                depthwise(t, s, xb, x_zp, wd, &mut dst, ob, (c_lo, c_hi), scratch)
+            ConvPanels::Depthwise(wd, taps) => {
+                let (kt, w) = (isa.table(), (&wd[..], &**taps));
+                depthwise(kt, s, xb, x_zp, w, &mut dst, ob, (c_lo, c_hi), scratch)
             }
             ConvPanels::Pairs(wp) => {
                 let wd = DenseW::Pairs(wp);
@@ -905,9 +912,50 @@ pub(crate) fn dw_phases(s: &ConvShape) -> (usize, usize, usize) {
     (hps, wps, (hps + 1) * wps)
 }
 
-/// Depthwise conv of channels `[c_lo, c_hi)` of one image.
+/// Depthwise conv of channels `[c_lo, c_hi)` of one image: a u8 output block by block
+/// through the table's `qdepthwise_block` (exact f32 sums, [`super::dw_exact`]) where it
+/// has one and takes the block, else (and an i32 output) [`depthwise_int`].
 #[allow(clippy::too_many_arguments)]
 fn depthwise(
+    kt: &crate::kernels::isa::KernelTable,
+    s: &ConvShape,
+    xb: &[u8],
+    zp: u8,
+    (w, taps): (&[i16], &super::dw_exact::DwTaps),
+    dst: &mut ConvOut<'_>,
+    ob: usize,
+    (c_lo, c_hi): (usize, usize),
+    scratch: &mut QScratch,
+) {
+    let t = kt.quant;
+    let block = kt
+        .qdepthwise_block
+        .filter(|_| matches!(dst, ConvOut::U8(..)));
+    let Some(block) = block else {
+        return depthwise_int(t, s, xb, zp, w, dst, ob, (c_lo, c_hi), scratch);
+    };
+    let ohw = s.oh * s.ow;
+    let mut c0 = c_lo;
+    while c0 < c_hi {
+        let nc = super::dw_exact::LANES.min(c_hi - c0);
+        let done = match dst {
+            ConvOut::U8(rq, o, _) => {
+                let yb = &mut o[ob..ob + s.c_out * ohw];
+                let sc = scratch.floats(super::dw_exact::scratch_len(s));
+                block(s, xb, zp, taps, rq, yb, c0, nc, sc)
+            }
+            ConvOut::I32(..) => false,
+        };
+        if !done {
+            depthwise_int(t, s, xb, zp, w, dst, ob, (c0, c0 + nc), scratch);
+        }
+        c0 += nc;
+    }
+}
+
+/// Depthwise conv of channels `[c_lo, c_hi)` of one image on i32 sums (`dw_taps`).
+#[allow(clippy::too_many_arguments)]
+fn depthwise_int(
     t: &super::table::QuantTable,
     s: &ConvShape,
     xb: &[u8],

@@ -19,6 +19,7 @@
 
 pub mod body;
 pub mod conv;
+pub mod dw_exact;
 pub mod eltwise;
 pub mod gemm;
 pub mod pool;
@@ -73,6 +74,7 @@ pub struct QScratch {
     q: Vec<u8>,
     c: Vec<i32>,
     row: Vec<u8>,
+    f: Vec<f32>,
 }
 
 /// The scratch of one GEMM or dense conv call: packed panels (pairs in `p16` or quads
@@ -106,6 +108,7 @@ impl QScratch {
         if s.is_depthwise() {
             let (_, wps, plen) = conv::dw_phases(s);
             self.conv_bufs(s.sh * s.sw * plen, s.oh * wps + ohw);
+            self.floats(dw_exact::scratch_len(s));
         } else {
             let (mr, nr) = (layout.mr(), layout.nr());
             let wide = conv::wide_geom(s).filter(|_| layout == QLayout::Quads);
@@ -148,11 +151,18 @@ impl QScratch {
         }
     }
 
+    /// `n` floats (the f32 depthwise block, `dw_exact`).
+    pub(crate) fn floats(&mut self, n: usize) -> &mut [f32] {
+        grow(&mut self.f, n)
+    }
+
     /// Padded plane (i16) and sums of a depthwise conv.
     fn conv_bufs(&mut self, plane_len: usize, c_len: usize) -> (&mut [i16], &mut [i32]) {
         (grow(&mut self.a, plane_len), grow(&mut self.c, c_len))
     }
 }
 
+#[cfg(test)]
+mod dw_tests;
 #[cfg(test)]
 mod tests;
