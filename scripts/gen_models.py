@@ -469,6 +469,34 @@ def pass_attention_mask(seed: int = 19) -> onnx.ModelProto:
     return _finish(b, "pass case: batched MatMuls with a mask Add broadcast over the heads")
 
 
+def pass_attention_fused(seed: int = 23) -> onnx.ModelProto:
+    """Cross-attention over ragged sizes (37 queries, 50 keys, 3 heads, q/k head dim 8, v
+    head dim 24): the scale in its own Mul, K transposed, then MatMul -> Softmax -> MatMul
+    without a mask, and again (its own MatMul) with a constant [1, 1, 37, 50] windowed
+    mask Add; both fuse into one Attention each."""
+    b = GraphBuilder("pass_attention_fused", seed, opset=13)
+    M, N, heads, dk, dv, C = 37, 50, 3, 8, 24, 16
+    x = b.input("input", [1, M, C])
+    mem = b.input("memory", [1, N, C])
+
+    def proj(src, L, d, name, perm):
+        w = b.const(b.rng.normal(0, 0.4, (C, heads * d)).astype(np.float32), name)
+        y = b.op("MatMul", [src, w])
+        y = b.op("Reshape", [y, b.const(np.array([1, L, heads, d], np.int64), name + "_shape")])
+        return b.op("Transpose", [y], perm=perm)
+
+    q = b.op("Mul", [proj(x, M, dk, "wq", [0, 2, 1, 3]), b.f32(dk ** -0.5, "scale")])
+    kt = proj(mem, N, dk, "wk", [0, 2, 3, 1])
+    v = proj(mem, N, dv, "wv", [0, 2, 1, 3])
+    o1 = b.op("MatMul", [b.op("Softmax", [b.op("MatMul", [q, kt])], axis=-1), v])
+    near = np.abs(np.subtract.outer(np.arange(M) * N / M, np.arange(N))) <= 6
+    mask = np.where(near, 0.0, -1e4).astype(np.float32).reshape(1, 1, M, N)
+    s2 = b.op("Add", [b.op("MatMul", [q, kt]), b.const(mask, "mask")])
+    o2 = b.op("MatMul", [b.op("Softmax", [s2], axis=-1), v])
+    b.output(b.op("Concat", [o1, o2], axis=3), name="output")
+    return _finish(b, "pass case: MatMul -> (masked) Softmax -> MatMul fused into Attention")
+
+
 def pass_conv_act_fusion(seed: int = 11) -> onnx.ModelProto:
     """Conv followed by each fusable activation / per-channel affine, branches concatenated."""
     b = GraphBuilder("pass_conv_act_fusion", seed, opset=14)
@@ -611,6 +639,7 @@ STANDARD = {
     "pass_bn_fold": pass_bn_fold,
     "pass_deconv_fusion": pass_deconv_fusion,
     "pass_attention_mask": pass_attention_mask,
+    "pass_attention_fused": pass_attention_fused,
     "pass_conv_act_fusion": pass_conv_act_fusion,
     "pass_residual_add": pass_residual_add,
     "pass_identity_removal": pass_identity_removal,

@@ -211,6 +211,14 @@ fn network() -> Graph {
         &[Some(sm), Some(mask)],
         &[(DType::F32, &[64, 5])],
     )[0];
+    let kt = b.k(Tensor::from_f32(vec![5, 7], rand(35, 9)));
+    let amask = b.k(Tensor::from_f32(vec![7], rand(7, 10)));
+    let v = b.k(Tensor::from_f32(vec![7, 5], rand(35, 11)));
+    let att = b.node(
+        Op::Attention,
+        &[Some(msm), Some(kt), Some(amask), Some(v)],
+        &[(DType::F32, &[64, 5])],
+    )[0];
     let red = b.node(
         Op::Reduce {
             op: ReduceOp::LogSumExp,
@@ -218,7 +226,7 @@ fn network() -> Graph {
             keepdims: false,
             noop_with_empty_axes: false,
         },
-        &[Some(msm)],
+        &[Some(att)],
         &[(DType::F32, &[5])],
     )[0];
     let k = b.k(Tensor::from_i64(vec![1], vec![3]));

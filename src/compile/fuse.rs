@@ -1,6 +1,7 @@
 //! Fusion passes: fold BatchNorm and per-channel affine layers into Conv/ConvTranspose/
-//! Gemm weights, and fuse the simple layers that follow Conv/ConvTranspose/Gemm/MatMul
-//! into their epilogue.
+//! Gemm weights, fuse the simple layers that follow Conv/ConvTranspose/Gemm/MatMul into
+//! their epilogue, and fuse attention (a mask Add into its Softmax, then
+//! `MatMul -> Softmax -> MatMul` into one Attention).
 //!
 //! A fused node takes the place of the last node it absorbed (so every value it reads,
 //! including a residual, is computed before it) and keeps all absorbed names.
@@ -388,6 +389,103 @@ pub fn fuse_softmax_mask(g: &mut Graph) -> usize {
     }
 }
 
+/// Rewrites `s = MatMul(q, kt); p = Softmax(s)` over the last axis (or
+/// `MaskedSoftmax(s, mask)`), `y = MatMul(p, v)` into one `Attention(q, kt, [mask], v)`
+/// that absorbs all three: the scores are computed, normalised and consumed block by block
+/// in cache instead of going through memory three times. Only where `s` and `p` are each
+/// read by the next node alone, the MatMuls have no fused epilogue, every value is f32
+/// with a static shape, q, kt and v have one rank (at least 2) and equal batch dims (no
+/// broadcasting), and the softmax axis is short enough for the BPU (as the Softmax
+/// alone would be placed). Returns how many were rewritten.
+pub fn fuse_attention(g: &mut Graph) -> usize {
+    let mut fused = 0;
+    'outer: loop {
+        for oi in 0..g.nodes.len() {
+            let Some((mi, si, ins)) = attention_at(g, oi) else {
+                continue;
+            };
+            let mut absorbed = g.nodes[mi].absorbed.clone();
+            absorbed.extend(g.nodes[si].absorbed.iter().cloned());
+            absorbed.extend(g.nodes[oi].absorbed.iter().cloned());
+            let n = &mut g.nodes[oi];
+            n.op = Op::Attention;
+            n.inputs = ins.to_vec();
+            n.absorbed = absorbed;
+            remove_nodes(g, &[mi, si]);
+            fused += 1;
+            continue 'outer;
+        }
+        return fused;
+    }
+}
+
+/// The attention pattern ending at node `oi` (the `MatMul(p, v)`), if it qualifies (see
+/// [`fuse_attention`]): the indices of the scores MatMul and the softmax, and the
+/// Attention inputs `[q, kt, mask, v]`.
+fn attention_at(g: &Graph, oi: usize) -> Option<(usize, usize, [Option<ValueId>; 4])> {
+    let plain_matmul = |i: usize| -> Option<(ValueId, ValueId)> {
+        let n = &g.nodes[i];
+        match (&n.op, &n.inputs[..], &n.outputs[..]) {
+            (Op::MatMul { post }, [Some(a), Some(b)], [_]) if post.is_empty() => Some((*a, *b)),
+            _ => None,
+        }
+    };
+    let f32_shape = |v: ValueId| {
+        (g.values[v].dtype == crate::ir::DType::F32)
+            .then(|| g.values[v].shape.clone())
+            .flatten()
+    };
+    let producer = |v: ValueId| g.nodes.iter().position(|n| n.outputs.contains(&v));
+    let (p, v) = plain_matmul(oi)?;
+    let si = producer(p)?;
+    if sole_consumer(g, p) != Some((oi, 0)) || g.nodes[si].outputs.len() != 1 {
+        return None;
+    }
+    let (s, mask) = match (&g.nodes[si].op, &g.nodes[si].inputs[..]) {
+        (Op::Softmax { axis }, [Some(s)]) => {
+            let rank = g.values[*s].shape.as_ref()?.len();
+            if crate::ir::shape::norm_axis(*axis, rank) != Some(rank.wrapping_sub(1)) {
+                return None;
+            }
+            (*s, None)
+        }
+        (Op::MaskedSoftmax, [Some(s), Some(m)]) => (*s, Some(*m)),
+        _ => return None,
+    };
+    let mi = producer(s)?;
+    if sole_consumer(g, s) != Some((si, 0)) {
+        return None;
+    }
+    let (q, kt) = plain_matmul(mi)?;
+    let out = g.nodes[oi].outputs[0];
+    let [qs, ks, vs, ss, ps, os] = [q, kt, v, s, p, out].map(f32_shape);
+    let (qs, ks, vs, ss, ps, os) = (qs?, ks?, vs?, ss?, ps?, os?);
+    let r = qs.len();
+    if r < 2 || ks.len() != r || vs.len() != r || ss.len() != r || ps != ss || os.len() != r {
+        return None;
+    }
+    let (m, k, n, d) = (qs[r - 2], qs[r - 1], ks[r - 1], vs[r - 1]);
+    let lead = &qs[..r - 2];
+    let dims_ok = ks[r - 2] == k
+        && vs[r - 2] == n
+        && &ks[..r - 2] == lead
+        && &vs[..r - 2] == lead
+        && &ss[..r - 2] == lead
+        && ss[r - 2..] == [m, n]
+        && &os[..r - 2] == lead
+        && os[r - 2..] == [m, d];
+    if !dims_ok || n == 0 || n > crate::compile::place::BPU_SOFTMAX_MAX_AXIS {
+        return None;
+    }
+    if let Some(mv) = mask {
+        let ms = f32_shape(mv)?;
+        if !crate::ir::shape::is_trailing_mask(&ms, &ss) {
+            return None;
+        }
+    }
+    Some((mi, si, [Some(q), Some(kt), mask, Some(v)]))
+}
+
 /// Rewrites `s = Sigmoid(x); y = Mul(x, s)` (either operand order, `s` read only by the
 /// Mul) into one `y = Silu(x)` node that absorbs both, which [`fuse_post_ops`] can then
 /// fold into the producer of `x` like any activation (YOLO-style SiLU after every conv).
@@ -760,5 +858,128 @@ mod tests {
             }
             assert_close(&before, &run_graph(&g, &input), 1e-6);
         }
+    }
+
+    /// What [`attention_case`] varies from the plain `MatMul -> Softmax -> MatMul`.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    enum AttnVariant {
+        Plain,
+        /// An `Add` of a `[1, 1, 4, 5]` mask, then `fuse_softmax_mask` first.
+        Masked,
+        ScoresReadTwice,
+        ProbsReadTwice,
+        /// Softmax over the query axis.
+        OtherAxis,
+        /// kt and v broadcast over the heads (`[1, 1, ...]`).
+        BroadcastBatch,
+        /// q and the values after it typed u8 (an int8 graph; not run).
+        Int8,
+        /// The output MatMul with a fused ReLU.
+        PostOp,
+    }
+
+    /// q `[1, 2, 4, 3]`, kt `[1, 2, 3, 5]`, v `[1, 2, 5, 6]` through the variant.
+    fn attention_case(variant: AttnVariant) -> (Graph, Vec<Vec<f32>>) {
+        use AttnVariant as V;
+        let mut b = GraphBuilder::new();
+        let lead: &[usize] = if variant == V::BroadcastBatch {
+            &[1, 1]
+        } else {
+            &[1, 2]
+        };
+        let q = b.input("q", &[1, 2, 4, 3]);
+        let kt = b.input("kt", &[lead, &[3, 5]].concat());
+        let v = b.input("v", &[lead, &[5, 6]].concat());
+        let inputs = vec![
+            rand_vec(24, 51),
+            rand_vec(lead[1] * 15, 52),
+            rand_vec(lead[1] * 30, 53),
+        ];
+        let mm = Op::MatMul { post: vec![] };
+        let mut s = b.node("qk", mm.clone(), &[q, kt], &[1, 2, 4, 5]);
+        let scores = s;
+        if variant == V::Masked {
+            let mask = b.konst("mask", &[1, 1, 4, 5], rand_vec(20, 54));
+            s = b.node("add", Op::Binary(BinaryOp::Add), &[s, mask], &[1, 2, 4, 5]);
+        }
+        let axis = if variant == V::OtherAxis { 2 } else { -1 };
+        let p = b.node("softmax", Op::Softmax { axis }, &[s], &[1, 2, 4, 5]);
+        let post = if variant == V::PostOp {
+            vec![PostOp::Unary(UnaryOp::Relu)]
+        } else {
+            vec![]
+        };
+        let y = b.node("pv", Op::MatMul { post }, &[p, v], &[1, 2, 4, 6]);
+        let outs = match variant {
+            V::ScoresReadTwice => vec![y, scores],
+            V::ProbsReadTwice => vec![y, p],
+            _ => vec![y],
+        };
+        let mut g = b.finish(&outs);
+        if variant == V::Int8 {
+            for val in [q, scores, p, y] {
+                g.values[val].dtype = crate::ir::DType::U8;
+            }
+        }
+        (g, inputs)
+    }
+
+    /// `MatMul -> Softmax (last axis, optionally masked) -> MatMul` becomes one Attention
+    /// (same outputs, shapes hold); an intermediate read twice, a softmax over another
+    /// axis, broadcast batch dims, int8 values and a fused epilogue stay as they are.
+    #[test]
+    fn attention_fuses_only_the_plain_chain() {
+        use AttnVariant as V;
+        let cases = [
+            (V::Plain, true),
+            (V::Masked, true),
+            (V::ScoresReadTwice, false),
+            (V::ProbsReadTwice, false),
+            (V::OtherAxis, false),
+            (V::BroadcastBatch, false),
+            (V::Int8, false),
+            (V::PostOp, false),
+        ];
+        for (variant, fuses) in cases {
+            let (mut g, inputs) = attention_case(variant);
+            let before = (variant != V::Int8).then(|| run_graph(&g, &inputs));
+            if variant == V::Masked {
+                assert_eq!(fuse_softmax_mask(&mut g), 1);
+            }
+            let nodes = g.nodes.len();
+            assert_eq!(fuse_attention(&mut g), usize::from(fuses), "{variant:?}");
+            if fuses {
+                assert_eq!(g.nodes.len(), 1);
+                assert_eq!(g.nodes[0].op, Op::Attention);
+                let absorbed: &[&str] = if variant == V::Masked {
+                    &["qk", "add", "softmax", "pv"]
+                } else {
+                    &["qk", "softmax", "pv"]
+                };
+                assert_eq!(g.nodes[0].absorbed, absorbed);
+                assert_eq!(g.nodes[0].inputs[2].is_some(), variant == V::Masked);
+                crate::ir::shape::infer_node(&g, &g.nodes[0]).expect("fused shapes hold");
+            } else {
+                assert_eq!(g.nodes.len(), nodes, "{variant:?}");
+            }
+            if let Some(before) = before {
+                assert_close(&before, &run_graph(&g, &inputs), 1e-6);
+            }
+        }
+    }
+
+    /// A softmax axis too long for the BPU keeps its nodes (they are placed apart).
+    #[test]
+    fn attention_keeps_a_long_softmax_axis() {
+        let n = crate::compile::place::BPU_SOFTMAX_MAX_AXIS + 1;
+        let mut b = GraphBuilder::new();
+        let q = b.input("q", &[1, 1]);
+        let kt = b.input("kt", &[1, n]);
+        let v = b.input("v", &[n, 1]);
+        let s = b.node("qk", Op::MatMul { post: vec![] }, &[q, kt], &[1, n]);
+        let p = b.node("softmax", Op::Softmax { axis: 1 }, &[s], &[1, n]);
+        let y = b.node("pv", Op::MatMul { post: vec![] }, &[p, v], &[1, 1]);
+        let mut g = b.finish(&[y]);
+        assert_eq!(fuse_attention(&mut g), 0);
     }
 }

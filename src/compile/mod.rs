@@ -194,8 +194,11 @@ pub fn compile_graph_within(
         changed += fuse::fold_batchnorm(g);
         changed += fuse::fuse_silu(g);
         changed += gelu::fuse_gelu(g);
-        changed += fuse::fuse_post_ops(g);
+        // Attention first: a residual Add that fuse_post_ops folds into the output MatMul
+        // would keep the MatMul out of the pattern.
         changed += fuse::fuse_softmax_mask(g);
+        changed += fuse::fuse_attention(g);
+        changed += fuse::fuse_post_ops(g);
         if changed == 0 {
             break;
         }

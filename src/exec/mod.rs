@@ -19,7 +19,8 @@
 //!    and together equal one `Tile::WHOLE` run bit for bit. A dense conv splits its output
 //!    positions when the plane is larger than the channel count, else its output channels
 //!    (depthwise / grouped convs and ConvTranspose split channels / groups); Gemm and
-//!    MatMul split rows of C when there are more rows than columns, else columns; pools,
+//!    MatMul split rows of C when there are more rows than columns, else columns;
+//!    Attention splits (head, block of query rows) pairs; pools,
 //!    norms and element-wise ops split planes, rows or element ranges. Work that every tile of a node would repeat
 //!    (packing the im2col matrix of a channel-split conv) is done by tile 0 and kept in
 //!    the state for the following tiles, so tiles must run in order starting at 0.

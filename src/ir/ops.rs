@@ -227,6 +227,12 @@ pub enum Op {
     MatMul {
         post: Vec<PostOp>,
     },
+    /// Scaled-dot-product attention fused by the compiler from `MatMul(q, kt)`, the softmax
+    /// over the last axis (with an optional additive mask) and `MatMul(p, v)`. inputs: q
+    /// `[..., M, K]`, kt `[..., K, N]`, [mask] (trailing dims of the `[..., M, N]` scores,
+    /// leading dims 1), v `[..., N, D]`; output `[..., M, D]`. Batch dims are equal (no
+    /// broadcasting); any scale is a separate node before it.
+    Attention,
     /// inputs: X, scale, B, mean, var.
     BatchNorm {
         epsilon: f32,
@@ -528,6 +534,7 @@ impl Op {
             Op::ConvTranspose { .. } => "ConvTranspose",
             Op::Gemm { .. } => "Gemm",
             Op::MatMul { .. } => "MatMul",
+            Op::Attention => "Attention",
             Op::BatchNorm { .. } => "BatchNormalization",
             Op::InstanceNorm { .. } => "InstanceNormalization",
             Op::LayerNorm { .. } => "LayerNormalization",

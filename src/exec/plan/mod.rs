@@ -26,6 +26,7 @@ mod memory;
 mod packed;
 mod post;
 
+mod attention;
 mod conv;
 mod elementwise;
 mod gemm;
@@ -211,6 +212,7 @@ macro_rules! families {
 families! {
     Conv(conv::ConvKernel),
     Gemm(Box<gemm::GemmPlan>),
+    Attention(attention::AttentionPlan),
     Elementwise(elementwise::EltKernel),
     Norm(norm::NormKernel),
     Pool(pool::PoolKernel),
@@ -343,6 +345,7 @@ fn plan_kernel(c: &Ctx<'_>, pre: Option<&WeightBuf>) -> Result<Planned> {
             post,
         } => gemm::plan_gemm(c, *alpha, *beta, *trans_a, *trans_b, post, pre),
         Op::MatMul { post } => gemm::plan_matmul(c, post, pre),
+        Op::Attention => attention::plan_attention(c),
         Op::Unary(u) => elementwise::plan_unary(c, *u),
         Op::Binary(op) => elementwise::plan_binary(c, *op),
         Op::Where => elementwise::plan_where(c),

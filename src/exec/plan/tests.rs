@@ -250,3 +250,29 @@ fn extreme_slice_attributes_and_sizes_are_errors_or_plans_not_panics() {
 fn relu_of(s: &[usize]) -> Graph {
     one(Op::Unary(UnaryOp::Relu), &[s], DType::F32, s)
 }
+
+#[test]
+fn attention_shapes_must_chain() {
+    let at = |ins: &[&[usize]], out: &[usize]| {
+        let mut b = B::default();
+        let v: Vec<_> = ins.iter().map(|s| b.input(DType::F32, s)).collect();
+        let ins = [
+            Some(v[0]),
+            Some(v[1]),
+            v.get(3).map(|_| v[2]),
+            Some(v[v.len() - 1]),
+        ];
+        let y = b.node(Op::Attention, &ins, &[(DType::F32, out)])[0];
+        b.out(y);
+        b.g
+    };
+    // Inner dims, batch dims, the mask and the output must all fit.
+    plan_err(at(&[&[2, 4, 3], &[2, 4, 5], &[2, 5, 6]], &[2, 4, 6]));
+    plan_err(at(&[&[2, 4, 3], &[1, 3, 5], &[2, 5, 6]], &[2, 4, 6]));
+    plan_err(at(
+        &[&[2, 4, 3], &[2, 3, 5], &[1, 4, 1], &[2, 5, 6]],
+        &[2, 4, 6],
+    ));
+    plan_err(at(&[&[2, 4, 3], &[2, 3, 5], &[2, 5, 6]], &[2, 4, 5]));
+    plan_err(at(&[&[3], &[3, 5], &[5, 6]], &[6]));
+}

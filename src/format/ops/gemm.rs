@@ -1,4 +1,5 @@
-//! Records of the gemm family: Gemm, MatMul.
+//! Records of the gemm family: Gemm, MatMul, Attention (no attributes; its own record name,
+//! so that a reader without the op fails with an unknown op).
 
 use super::{AttrsIn, AttrsOut};
 use crate::ir::Op;
@@ -23,6 +24,7 @@ pub(super) fn encode(op: &Op, a: &mut AttrsOut) -> Option<&'static str> {
             a.post("post", post);
             "MatMul"
         }
+        Op::Attention => "Attention",
         _ => return None,
     })
 }
@@ -37,10 +39,11 @@ pub(super) fn decode(name: &str, a: &AttrsIn) -> Option<Result<Op, String>> {
                 trans_b: a.bool("trans_b")?,
                 post: a.post("post")?,
             },
+            "Attention" => Op::Attention,
             _ => Op::MatMul {
                 post: a.post("post")?,
             },
         })
     };
-    matches!(name, "Gemm" | "MatMul").then(f)
+    matches!(name, "Gemm" | "MatMul" | "Attention").then(f)
 }

@@ -101,6 +101,7 @@ fn every_op() -> Vec<Op> {
         },
         Op::Softmax { axis: -1 },
         Op::MaskedSoftmax,
+        Op::Attention,
         Op::LogSoftmax { axis: 1 },
         Op::Reduce {
             op: ReduceOp::LogSumExp,

@@ -1,4 +1,4 @@
-//! Shape rules of the gemm family (Gemm, MatMul).
+//! Shape rules of the gemm family (Gemm, MatMul, Attention).
 
 use crate::ir::PostOp;
 use crate::Result;
@@ -40,6 +40,39 @@ impl Cx<'_> {
         let out = self.matmul(a, b)?;
         let ch = out.last().copied().unwrap_or(1);
         self.check_post(post, &out, ch)?;
+        one(dt, out)
+    }
+
+    /// Attention: q `[..., M, K]`, kt `[..., K, N]`, [mask] (trailing dims of the
+    /// `[..., M, N]` scores, leading dims 1), v `[..., N, D]`, batch dims equal; output
+    /// `[..., M, D]`.
+    pub(super) fn attention(&self) -> Result<Vec<TypedShape>> {
+        let (dt, q) = self.req(0)?;
+        let (kt, v) = (self.shape(1)?, self.shape(3)?);
+        let r = q.len();
+        if r < 2 || kt.len() != r || v.len() != r {
+            return Err(self.err(format!(
+                "q {q:?}, kt {kt:?} and v {v:?} must have one rank of at least 2"
+            )));
+        }
+        let (m, k, n, d) = (q[r - 2], q[r - 1], kt[r - 1], v[r - 1]);
+        if kt[r - 2] != k || v[r - 2] != n || kt[..r - 2] != q[..r - 2] || v[..r - 2] != q[..r - 2]
+        {
+            return Err(self.err(format!(
+                "q {q:?}, kt {kt:?}, v {v:?} are not [..., M, K], [..., K, N], [..., N, D]"
+            )));
+        }
+        if let Some((_, mask)) = self.opt(2)? {
+            let mut scores = q[..r - 2].to_vec();
+            scores.extend([m, n]);
+            if !super::is_trailing_mask(mask, &scores) {
+                return Err(self.err(format!(
+                    "mask {mask:?} is not the trailing dims of the scores {scores:?}"
+                )));
+            }
+        }
+        let mut out = q[..r - 2].to_vec();
+        out.extend([m, d]);
         one(dt, out)
     }
 

@@ -316,6 +316,7 @@ impl<'a> Cx<'a> {
                 ..
             } => self.gemm(trans_a, trans_b, post),
             Op::MatMul { post } => self.matmul_node(post),
+            Op::Attention => self.attention(),
             Op::BatchNorm { .. } | Op::InstanceNorm { .. } => self.channel_norm(),
             Op::LayerNorm { axis, .. } => self.layer_norm(axis),
             Op::Softmax { axis } | Op::LogSoftmax { axis } => self.softmax(axis),

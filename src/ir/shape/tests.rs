@@ -775,3 +775,48 @@ fn trailing_masks() {
     assert!(t(&[1], &[3, 1]));
     assert!(!t(&[1], &[3, 2]));
 }
+
+#[test]
+fn attention_shapes() {
+    let at = |ins: Vec<In>| run(Op::Attention, ins, 1);
+    let (q, kt, v) = (f(&[1, 2, 4, 3]), f(&[1, 2, 3, 5]), f(&[1, 2, 5, 6]));
+    let out = at(vec![q, kt, In::Absent, v]).expect("no mask");
+    assert_eq!(out, vec![(DType::F32, vec![1, 2, 4, 6])]);
+    for mask in [&[1, 1, 4, 5][..], &[4, 5], &[5], &[1, 2, 4, 5]] {
+        let ins = vec![
+            f(&[1, 2, 4, 3]),
+            f(&[1, 2, 3, 5]),
+            f(mask),
+            f(&[1, 2, 5, 6]),
+        ];
+        assert_eq!(at(ins).expect("mask")[0].1, [1, 2, 4, 6], "{mask:?}");
+    }
+    assert_eq!(
+        shape(
+            Op::Attention,
+            vec![f(&[4, 3]), f(&[3, 5]), In::Absent, f(&[5, 6])]
+        ),
+        [4, 6]
+    );
+    let bad: [[&[usize]; 4]; 7] = [
+        // A mask that is not the scores' trailing dims.
+        [&[1, 2, 4, 3], &[1, 2, 3, 5], &[1, 2, 1, 5], &[1, 2, 5, 6]],
+        [&[1, 2, 4, 3], &[1, 2, 3, 5], &[5, 1], &[1, 2, 5, 6]],
+        // Inner dims that do not chain.
+        [&[1, 2, 4, 3], &[1, 2, 4, 5], &[], &[1, 2, 5, 6]],
+        [&[1, 2, 4, 3], &[1, 2, 3, 5], &[], &[1, 2, 4, 6]],
+        // Batch dims that differ (broadcasting is not part of the op) or ranks.
+        [&[1, 2, 4, 3], &[1, 1, 3, 5], &[], &[1, 2, 5, 6]],
+        [&[1, 2, 4, 3], &[2, 3, 5], &[], &[1, 2, 5, 6]],
+        [&[3], &[3, 5], &[], &[5, 6]],
+    ];
+    for [q, kt, m, v] in bad {
+        let mask = if m.is_empty() { In::Absent } else { f(m) };
+        assert!(
+            at(vec![f(q), f(kt), mask, f(v)]).is_err(),
+            "{q:?} {kt:?} {m:?} {v:?}"
+        );
+    }
+    // Missing v.
+    assert!(at(vec![f(&[4, 3]), f(&[3, 5])]).is_err());
+}
