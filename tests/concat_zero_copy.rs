@@ -3,6 +3,9 @@
 //! every input copied, run the same way: whole nodes, every node at its most tiles, the
 //! compiled FC steps, each on one and on two intra-op threads.
 
+mod data_support;
+
+use data_support::rand_f32;
 use std::path::Path;
 use std::sync::Arc;
 use vnpu::compile::{compile_onnx_bytes, compile_onnx_file, CompileOptions, CompiledModel};
@@ -10,25 +13,13 @@ use vnpu::exec::{ModelPlan, PlanOptions, Tile};
 use vnpu::ir::{DType, Graph, Tensor};
 use vnpu::onnx::builder::{attr, ModelBuilder};
 
-fn ramp(n: usize, seed: u32) -> Vec<f32> {
-    let mut s = seed | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            (s % 2000) as f32 / 1000.0 - 1.0
-        })
-        .collect()
-}
-
 /// Deterministic input bytes of every graph input (floats in [-1, 1), else small bytes).
 fn inputs(g: &Graph, plan: &ModelPlan) -> Vec<Vec<u8>> {
     (0..g.inputs.len())
         .map(|i| {
             let len = plan.input_len(i);
             match g.values[g.inputs[i]].dtype {
-                DType::F32 => bytemuck::cast_slice(&ramp(len / 4, i as u32 + 3)).to_vec(),
+                DType::F32 => bytemuck::cast_slice(&rand_f32(len / 4, i as u32 + 3)).to_vec(),
                 _ => (0..len).map(|k| (k * 7 % 5) as u8).collect(),
             }
         })
@@ -122,7 +113,7 @@ fn same_both_ways(m: &CompiledModel) -> usize {
 
 fn w(shape: &[usize], seed: u32) -> Tensor {
     let n = shape.iter().product();
-    Tensor::from_f32(shape.to_vec(), ramp(n, seed))
+    Tensor::from_f32(shape.to_vec(), rand_f32(n, seed))
 }
 
 /// Convs feeding channel Concats: a Split's outputs, a graph input and a graph output

@@ -1,6 +1,9 @@
 //! Proves that running nodes allocates nothing once an `ExecState` exists: a counting
 //! global allocator records allocations made by this thread while the graph runs.
 
+mod data_support;
+
+use data_support::rand_f32;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -43,18 +46,6 @@ unsafe impl GlobalAlloc for Counting {
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
-
-fn rand(n: usize, seed: u32) -> Vec<f32> {
-    let mut s = seed | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            (s % 2000) as f32 / 1000.0 - 1.0
-        })
-        .collect()
-}
 
 struct B(Graph);
 
@@ -102,7 +93,7 @@ fn network() -> Graph {
     let mut b = B(Graph::default());
     let x = b.val(DType::F32, &[1, 3, 16, 16]);
     b.0.inputs.push(x);
-    let w1 = b.k(Tensor::from_f32(vec![8, 3, 3, 3], rand(216, 1)));
+    let w1 = b.k(Tensor::from_f32(vec![8, 3, 3, 3], rand_f32(216, 1)));
     let c1 = b.node(
         Op::Conv {
             geom: geom(3, 1, 1),
@@ -112,7 +103,7 @@ fn network() -> Graph {
         &[Some(x), Some(w1)],
         &[(DType::F32, &[1, 8, 16, 16])],
     )[0];
-    let wd = b.k(Tensor::from_f32(vec![8, 1, 3, 3], rand(72, 2)));
+    let wd = b.k(Tensor::from_f32(vec![8, 1, 3, 3], rand_f32(72, 2)));
     let dw = b.node(
         Op::Conv {
             geom: geom(3, 2, 1),
@@ -122,7 +113,7 @@ fn network() -> Graph {
         &[Some(c1), Some(wd)],
         &[(DType::F32, &[1, 8, 8, 8])],
     )[0];
-    let w2 = b.k(Tensor::from_f32(vec![8, 8, 1, 1], rand(64, 3)));
+    let w2 = b.k(Tensor::from_f32(vec![8, 8, 1, 1], rand_f32(64, 3)));
     let pw = b.node(
         Op::Conv {
             geom: geom(1, 1, 0),
@@ -176,8 +167,8 @@ fn network() -> Graph {
         &[Some(perm), Some(shape)],
         &[(DType::F32, &[1, 64, 16])],
     )[0];
-    let rw = b.k(Tensor::from_f32(vec![2, 16, 16], rand(512, 4)));
-    let rr = b.k(Tensor::from_f32(vec![2, 16, 4], rand(128, 5)));
+    let rw = b.k(Tensor::from_f32(vec![2, 16, 16], rand_f32(512, 4)));
+    let rr = b.k(Tensor::from_f32(vec![2, 16, 4], rand_f32(128, 5)));
     let lstm = b.node(
         Op::Lstm {
             hidden_size: 4,
@@ -205,15 +196,15 @@ fn network() -> Graph {
         &[Some(mm)],
         &[(DType::F32, &[64, 5])],
     )[0];
-    let mask = b.k(Tensor::from_f32(vec![1, 5], rand(5, 6)));
+    let mask = b.k(Tensor::from_f32(vec![1, 5], rand_f32(5, 6)));
     let msm = b.node(
         Op::MaskedSoftmax,
         &[Some(sm), Some(mask)],
         &[(DType::F32, &[64, 5])],
     )[0];
-    let kt = b.k(Tensor::from_f32(vec![5, 7], rand(35, 9)));
-    let amask = b.k(Tensor::from_f32(vec![7], rand(7, 10)));
-    let v = b.k(Tensor::from_f32(vec![7, 5], rand(35, 11)));
+    let kt = b.k(Tensor::from_f32(vec![5, 7], rand_f32(35, 9)));
+    let amask = b.k(Tensor::from_f32(vec![7], rand_f32(7, 10)));
+    let v = b.k(Tensor::from_f32(vec![7, 5], rand_f32(35, 11)));
     let att = b.node(
         Op::Attention,
         &[Some(msm), Some(kt), Some(amask), Some(v)],
@@ -257,8 +248,8 @@ fn run_node_does_not_allocate() {
         )
         .expect("plan");
         let mut st = plan.new_state();
-        let x = rand(3 * 16 * 16, 7);
-        let bm = rand(40, 8);
+        let x = rand_f32(3 * 16 * 16, 7);
+        let bm = rand_f32(40, 8);
         plan.set_input(&mut st, 0, bytemuck::cast_slice(&x))
             .expect("input 0");
         plan.set_input(&mut st, 1, bytemuck::cast_slice(&bm))

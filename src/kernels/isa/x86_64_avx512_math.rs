@@ -141,10 +141,14 @@ fn unary16(op: UnaryOp, v: __m512) -> __m512 {
     }
 }
 
-/// Mask of the first `n` (< 16) lanes.
+/// Mask of the first `n` lanes of 16 (all of them from 16 on).
 #[inline]
-fn tail_mask(n: usize) -> __mmask16 {
-    ((1u32 << n) - 1) as __mmask16
+pub(super) fn first_lanes(n: usize) -> __mmask16 {
+    if n >= 16 {
+        0xffff
+    } else {
+        (1u16 << n) - 1
+    }
 }
 
 /// `x[i] = op(x[i])` for an op [`unary16`] computes.
@@ -162,7 +166,7 @@ unsafe fn unary_slice(op: UnaryOp, x: &mut [f32]) {
         i += 16;
     }
     if i < n {
-        let m = tail_mask(n - i);
+        let m = first_lanes(n - i);
         // SAFETY: the masked lanes lie inside x.
         unsafe {
             let v = _mm512_maskz_loadu_ps(m, p.add(i));
@@ -279,11 +283,7 @@ unsafe fn epilogue_row_simple<const RES: bool>(
     let has_clamp = clamp.is_some();
     let mut j = 0;
     while j < n {
-        let m = if n - j >= 16 {
-            0xffff
-        } else {
-            tail_mask(n - j)
-        };
+        let m = first_lanes(n - j);
         // SAFETY: the masked lanes lie inside the row and, with RES, inside `res` (caller).
         unsafe {
             let mut v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, p.add(j)), b);
@@ -315,11 +315,7 @@ unsafe fn epilogue_row(e: &Epilogue<'_>, row: &mut [f32], bias: f32, ch: usize, 
     let b = _mm512_set1_ps(bias);
     let mut j = 0;
     while j < n {
-        let m = if n - j >= 16 {
-            0xffff
-        } else {
-            tail_mask(n - j)
-        };
+        let m = first_lanes(n - j);
         // SAFETY: the masked lanes lie inside the row and (at off + j..) inside every
         // residual; parameter indices are in bounds (caller).
         unsafe {
@@ -363,13 +359,7 @@ pub(super) fn softmax_row(x: &[f32], y: &mut [f32], log: bool) {
 unsafe fn softmax_row512(x: &[f32], y: &mut [f32], log: bool) {
     let n = x.len();
     let (xp, yp) = (x.as_ptr(), y.as_mut_ptr());
-    let mask_at = |j: usize| {
-        if n - j >= 16 {
-            0xffff
-        } else {
-            tail_mask(n - j)
-        }
-    };
+    let mask_at = |j: usize| first_lanes(n - j);
     // Max, NaN ignored (vmaxps keeps its second operand, the running max, for a NaN).
     let mut mv = _mm512_set1_ps(f32::NEG_INFINITY);
     let mut j = 0;

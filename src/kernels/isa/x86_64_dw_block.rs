@@ -6,7 +6,7 @@
 //! and the output pixels are transposed back into the channel planes. Other epilogues
 //! run on the finished planes.
 
-use super::x86_64_avx512_math as math;
+use super::x86_64_avx512_math::{self as math, first_lanes};
 use crate::ir::UnaryOp;
 use crate::kernels::body::conv::ConvShape;
 use crate::kernels::body::dw_block::{block_scratch_len, padded, BLOCK_LANES};
@@ -84,15 +84,6 @@ pub(super) fn depthwise_block(
     }
 }
 
-/// Lane mask of the first `n` lanes.
-fn first(n: usize) -> __mmask16 {
-    if n >= L {
-        0xffff
-    } else {
-        (1u16 << n) - 1
-    }
-}
-
 /// # Safety
 /// AVX-512 F/BW/VL/DQ, AVX2 and FMA available; the slices as checked by
 /// [`depthwise_block`].
@@ -138,7 +129,7 @@ unsafe fn run(
         let mut p0 = 0;
         while p0 < hw {
             let n = L.min(hw - p0);
-            let m = first(n);
+            let m = first_lanes(n);
             let mut r = [_mm512_setzero_ps(); L];
             for (l, v) in r.iter_mut().enumerate() {
                 let (mask, l) = if l < nc { (m, l) } else { (0, 0) };
@@ -184,7 +175,7 @@ unsafe fn run(
         let mut p0 = 0;
         while p0 < ohw {
             let n = L.min(ohw - p0);
-            let m = first(n);
+            let m = first_lanes(n);
             let mut r = [_mm512_setzero_ps(); L];
             for (p, v) in r.iter_mut().enumerate() {
                 let (mask, p) = if p < n { (0xffff, p) } else { (0, 0) };

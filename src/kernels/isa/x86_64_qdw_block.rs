@@ -14,6 +14,7 @@
 // adapters over `__m512` arrays spill inside `#[target_feature]` functions).
 #![allow(clippy::needless_range_loop)]
 
+use super::x86_64_avx512_math::first_lanes;
 use super::x86_64_dw_block::transpose;
 use crate::kernels::body::conv::ConvShape;
 use crate::kernels::quant::body::bounds;
@@ -118,15 +119,6 @@ pub(crate) fn qdepthwise_block(
         )
     };
     true
-}
-
-/// Lane mask of the first `n` lanes.
-fn first(n: usize) -> __mmask16 {
-    if n >= L {
-        0xffff
-    } else {
-        (1u16 << n) - 1
-    }
 }
 
 /// # Safety
@@ -276,7 +268,7 @@ unsafe fn transpose_in(
         let mut p0 = p_a;
         while p0 < p_b {
             let n = L.min(p_b - p0);
-            let m = first(n);
+            let m = first_lanes(n);
             let mut r = [_mm512_setzero_ps(); L];
             for (l, v) in r.iter_mut().enumerate() {
                 if l < src.nc {
@@ -410,7 +402,7 @@ unsafe fn store_band(
         let mut p0 = p_a;
         while p0 < p_b {
             let n = L.min(p_b - p0);
-            let m = first(n);
+            let m = first_lanes(n);
             let mut r = [_mm512_setzero_ps(); L];
             for (p, v) in r.iter_mut().enumerate() {
                 if p < n {
@@ -538,13 +530,13 @@ unsafe fn fill_row(s: &ConvShape, g: &PlaneGeom, src: *const u8, zp: u8, dst: *m
             for i in 0..g.row_len / L {
                 // Padded columns 16i.. are input columns 16i - pw..
                 let b = if i == 0 {
-                    let b = _mm_maskz_loadu_epi8(first(w), src as *const i8);
+                    let b = _mm_maskz_loadu_epi8(first_lanes(w), src as *const i8);
                     let b = if pw == 1 { _mm_bslli_si128::<1>(b) } else { b };
-                    let valid = first(pw + w) & !first(pw);
+                    let valid = first_lanes(pw + w) & !first_lanes(pw);
                     _mm_mask_blend_epi8(valid, zv, b)
                 } else if i * L - pw < w {
                     let at = i * L - pw;
-                    _mm_mask_loadu_epi8(zv, first(w - at), src.add(at) as *const i8)
+                    _mm_mask_loadu_epi8(zv, first_lanes(w - at), src.add(at) as *const i8)
                 } else {
                     zv
                 };
@@ -639,7 +631,7 @@ impl PlanePass<'_> {
                         }
                     }
                 }
-                let m = first(self.ow - col);
+                let m = first_lanes(self.ow - col);
                 for j in 0..R {
                     let v = _mm512_mul_ps(acc[j], self.post.mult);
                     let v = _mm512_min_ps(_mm512_max_ps(v, self.post.minv), self.post.maxv);
