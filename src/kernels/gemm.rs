@@ -12,10 +12,8 @@
 //! C, which lets the executor split a node into disjoint tiles.
 
 pub use super::body::epilogue::Epilogue;
-use super::body::unary::PostOpRt;
 use super::isa::{Isa, RowBlock, TileEpi, HALF};
 pub use super::isa::{KC, MR, NR};
-use crate::ir::UnaryOp;
 
 /// Rows of C computed per A block (a multiple of [`MR`]).
 const MC: usize = 72;
@@ -498,30 +496,17 @@ impl SimpleEpi<'_> {
     }
 }
 
-/// `epi` as a [`SimpleEpi`], or `None` (empty, channels along columns, an addend, other
-/// post-ops).
+/// `epi` as a [`SimpleEpi`] ([`Epilogue::simple_form`]), or `None` (empty, or another
+/// form).
 fn simple_epilogue<'e>(epi: &Epilogue<'e>) -> Option<SimpleEpi<'e>> {
-    if epi.is_empty() || !epi.channel_is_row || epi.addend.is_some() {
+    if epi.is_empty() {
         return None;
     }
-    let clamp = |u: &UnaryOp| match *u {
-        UnaryOp::Relu => Some((0.0, f32::INFINITY)),
-        UnaryOp::Clip { min, max } => Some((min, max)),
-        _ => None,
-    };
-    let (residual, clamp) = match epi.post {
-        [] => (None, None),
-        [PostOpRt::Unary(u)] => (None, Some(clamp(u)?)),
-        [PostOpRt::AddInput { slot }] => (Some(epi.residuals[*slot]), None),
-        [PostOpRt::AddInput { slot }, PostOpRt::Unary(u)] => {
-            (Some(epi.residuals[*slot]), Some(clamp(u)?))
-        }
-        _ => return None,
-    };
+    let (slot, clamp) = epi.simple_form()?;
     Some(SimpleEpi {
         bias: epi.bias,
         channel_offset: epi.channel_offset,
-        residual,
+        residual: slot.map(|k| epi.residuals[k]),
         clamp,
     })
 }

@@ -4,6 +4,10 @@
 use super::unary::{apply_unary, PostOpRt};
 use crate::ir::UnaryOp;
 
+/// A simple conv epilogue ([`Epilogue::simple_form`]): the residual's slot, the clamp's
+/// `(lo, hi)`.
+pub type SimpleForm = (Option<usize>, Option<(f32, f32)>);
+
 /// What happens to each tile of C after its last K block.
 pub struct Epilogue<'a> {
     /// Per-channel bias.
@@ -35,6 +39,28 @@ impl Epilogue<'_> {
     /// True when the epilogue changes nothing.
     pub fn is_empty(&self) -> bool {
         self.bias.is_none() && self.addend.is_none() && self.post.is_empty()
+    }
+
+    /// The commonest conv epilogues as `(residual slot, clamp)`: per-row bias, then
+    /// optionally the residual `AddInput`, then optionally ReLU (`(0, inf)`) or Clip
+    /// (`(min, max)`, applied as `min(max(v, lo), hi)`, which is ReLU's `max(v, 0)` too);
+    /// `None` for any other form (channels along columns, an addend, other post-ops).
+    pub fn simple_form(&self) -> Option<SimpleForm> {
+        if !self.channel_is_row || self.addend.is_some() {
+            return None;
+        }
+        let clamp = |p: &PostOpRt| match p {
+            PostOpRt::Unary(UnaryOp::Relu) => Some((0.0, f32::INFINITY)),
+            PostOpRt::Unary(UnaryOp::Clip { min, max }) => Some((*min, *max)),
+            _ => None,
+        };
+        match self.post {
+            [] => Some((None, None)),
+            [PostOpRt::AddInput { slot }] => Some((Some(*slot), None)),
+            [u] => Some((None, Some(clamp(u)?))),
+            [PostOpRt::AddInput { slot }, u] => Some((Some(*slot), Some(clamp(u)?))),
+            _ => None,
+        }
     }
 
     /// Applies the epilogue to rows `i0..i0+mr`, columns `j0..j0+nr` of C (the body of

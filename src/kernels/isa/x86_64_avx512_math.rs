@@ -234,31 +234,20 @@ pub(super) fn epilogue(
         // SAFETY: reachable only through the AVX-512 table (features detected); `row`
         // holds nr floats, every residual off + nr and every parameter index ch (checked).
         unsafe {
-            match e.post {
-                [] => epilogue_row_simple::<false>(row, bias, None, None),
-                [PostOpRt::Unary(u)] if clamps(*u) => {
-                    epilogue_row_simple::<false>(row, bias, None, Some(*u))
+            match e.simple_form() {
+                Some((None, clamp)) => epilogue_row_simple::<false>(row, bias, None, clamp),
+                Some((Some(k), clamp)) => {
+                    epilogue_row_simple::<true>(row, bias, Some(&e.residuals[k][off..]), clamp)
                 }
-                [PostOpRt::AddInput { slot }] => {
-                    epilogue_row_simple::<true>(row, bias, Some(&e.residuals[*slot][off..]), None)
-                }
-                [PostOpRt::AddInput { slot }, PostOpRt::Unary(u)] if clamps(*u) => {
-                    let res = &e.residuals[*slot][off..];
-                    epilogue_row_simple::<true>(row, bias, Some(res), Some(*u))
-                }
-                _ => epilogue_row(e, row, bias, ch, off),
+                None => epilogue_row(e, row, bias, ch, off),
             }
         }
     }
 }
 
-/// True for the post-ops [`epilogue_row_simple`] runs: ReLU and Clip.
-fn clamps(u: UnaryOp) -> bool {
-    matches!(u, UnaryOp::Relu | UnaryOp::Clip { .. })
-}
-
 /// The commonest epilogues without a dispatch per vector: bias, then (with `RES`) the
-/// residual row `res`, then ReLU / Clip `clamp` ([`unary16`]'s lanes exactly).
+/// residual row `res`, then `min(max(v, lo), hi)` for `clamp` (ReLU / Clip,
+/// [`Epilogue::simple_form`]: [`unary16`]'s lanes exactly).
 ///
 /// # Safety
 /// AVX-512F/DQ must be available; with `RES`, `res` is `Some` and holds `row.len()`
@@ -268,17 +257,13 @@ unsafe fn epilogue_row_simple<const RES: bool>(
     row: &mut [f32],
     bias: f32,
     res: Option<&[f32]>,
-    clamp: Option<UnaryOp>,
+    clamp: Option<(f32, f32)>,
 ) {
     let n = row.len();
     let p = row.as_mut_ptr();
     let rp = res.map_or(p as *const f32, |r| r.as_ptr());
     let b = _mm512_set1_ps(bias);
-    let (lo, hi, clip) = match clamp {
-        Some(UnaryOp::Relu) => (0.0, f32::INFINITY, false),
-        Some(UnaryOp::Clip { min, max }) => (min, max, true),
-        _ => (f32::NEG_INFINITY, f32::INFINITY, false),
-    };
+    let (lo, hi) = clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
     let (vlo, vhi) = (_mm512_set1_ps(lo), _mm512_set1_ps(hi));
     let has_clamp = clamp.is_some();
     let mut j = 0;
@@ -292,10 +277,7 @@ unsafe fn epilogue_row_simple<const RES: bool>(
             }
             if has_clamp {
                 // As `unary16`: `vmaxps` returns its second operand for a NaN lane.
-                v = _mm512_max_ps(v, vlo);
-                if clip {
-                    v = _mm512_min_ps(v, vhi);
-                }
+                v = _mm512_min_ps(_mm512_max_ps(v, vlo), vhi);
             }
             _mm512_mask_storeu_ps(p.add(j), m, v);
         }

@@ -4,22 +4,10 @@
 //! both sides of the block / band geometry, channel counts and ranges, zero points and
 //! clamps; and the fallback to the integer path where the f32 sums might not be exact.
 
+use super::tests::rand_bytes;
 use super::*;
 use crate::kernels::body::conv::ConvShape;
 use crate::kernels::isa::{tables, KernelTable};
-
-/// `n` pseudo-random bytes from `seed` (xorshift).
-fn bytes(n: usize, seed: u64) -> Vec<u8> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 32) as u8
-        })
-        .collect()
-}
 
 /// A depthwise shape: `c` channels, `hw` input, kernel `k`, strides `st`, leading pads
 /// `pad`, trailing pads `end` (the output size follows), dilations `dil`.
@@ -187,8 +175,8 @@ fn run_case(
     (seed, wide, big_bias): (u64, bool, bool),
 ) -> (Vec<u8>, Vec<u8>) {
     let khw = s.kh * s.kw;
-    let x = bytes(s.n * s.c_in * s.h * s.w, seed);
-    let r = bytes(s.c_out * khw, seed + 1);
+    let x = rand_bytes(s.n * s.c_in * s.h * s.w, seed);
+    let r = rand_bytes(s.c_out * khw, seed + 1);
     let w16: Vec<i16> = if wide {
         r.iter()
             .map(|&v| (i16::from(v) * 2 - 255).clamp(-255, 255))
@@ -196,7 +184,7 @@ fn run_case(
     } else {
         r.iter().map(|&v| i16::from(v as i8)).collect()
     };
-    let rb = bytes(2 * s.c_out, seed + 2);
+    let rb = rand_bytes(2 * s.c_out, seed + 2);
     // Multipliers that spread the sums over the output range (and past it).
     let mult: Vec<f32> = (0..s.c_out)
         .map(|c| 1.0 / (64.0 * khw as f32) * (0.25 + f32::from(rb[c]) / 64.0))
@@ -311,7 +299,7 @@ fn block_entry_declines_inexact_channels() {
         let Some(block) = t.qdepthwise_block else {
             continue;
         };
-        let x = bytes(4 * 81, 3);
+        let x = rand_bytes(4 * 81, 3);
         let mut sc = vec![0f32; dw_exact::scratch_len(&s)];
         for (bias, ok) in [
             (0, true),

@@ -7,7 +7,7 @@ use crate::kernels::body::pool::PoolShape;
 use crate::kernels::isa::{tables, Isa, KernelTable};
 
 /// `n` pseudo-random bytes from `seed` (xorshift).
-fn rand_bytes(n: usize, seed: u64) -> Vec<u8> {
+pub(super) fn rand_bytes(n: usize, seed: u64) -> Vec<u8> {
     let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     (0..n)
         .map(|_| {
