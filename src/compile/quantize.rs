@@ -29,7 +29,7 @@
 //!
 //! Exactness: weights and activations are used as stored; the requantisation
 //! `round_half_even((acc + bias) * x_scale * w_scale / y_scale) + y_zp` differs from the
-//! float reference only by f32 rounding (single ops within one step; a dense conv's
+//! float reference only by f32 rounding (single ops within one step; a conv's
 //! near-ties are settled the way the float reference rounds them, see
 //! `kernels::quant::conv`, so that whole networks stay bit-exact). ReLU / Clip fold
 //! into the clamp exactly (Q is monotonic). Weights are used only when they are

@@ -292,7 +292,7 @@ pub(crate) enum QKernel {
         bias: Vec<i32>,
         out: QOut,
         align: usize,
-        /// The float reference that settles near-ties (dense convs with a u8 output).
+        /// The float reference that settles near-ties (convs with a u8 output).
         ties: Option<Box<FloatTies>>,
     },
     /// `m` rows of depth `b.k()`; tiles split rows.
@@ -414,16 +414,15 @@ pub(crate) fn plan_qconv(
         return Err(shape_err(n, "weights size"));
     }
     let qw = QConvWeights::pack(weight_layout(), &wt, cout, ws[1], s.kh, s.kw, group);
-    let ties = match y {
-        Some(y) if !s.is_depthwise() => Some(Box::new(FloatTies::new(
+    let ties = y.map(|y| {
+        Box::new(FloatTies::new(
             &wt,
             w_scale,
             bias.as_deref(),
             x.scale,
             y.scale,
-        ))),
-        _ => None,
-    };
+        ))
+    });
     let bias = qw.fold_bias(bias.as_deref(), x.zp);
     // Channel tiles stay whole groups of a grouped (non-depthwise) conv.
     let align = if group > 1 && cout != group {

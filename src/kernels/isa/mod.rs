@@ -235,6 +235,7 @@ pub struct KernelTable {
     /// (`kernels::quant::dw_exact`): the bits of the integer path. Returns false, writing
     /// nothing, where it does not take the block (sums that might not be exact, kernel
     /// taller than `dw_exact::KH_MAX`, scratch shorter than `dw_exact::scratch_len`).
+    /// Records in `ties` the outputs within `quant::conv::TIE_EPS` of a rounding boundary.
     #[allow(clippy::type_complexity)]
     pub qdepthwise_block: Option<
         fn(
@@ -247,6 +248,7 @@ pub struct KernelTable {
             c0: usize,
             nc: usize,
             scratch: &mut [f32],
+            ties: &mut crate::kernels::quant::dw_exact::NearTies<'_>,
         ) -> bool,
     >,
     /// Like `mm_tile` with A read in place: row `r`, step `p` at `a[r * lda + p]`

@@ -18,8 +18,11 @@ use super::x86_64_avx512_math::first_lanes;
 use super::x86_64_dw_block::transpose;
 use crate::kernels::body::conv::ConvShape;
 use crate::kernels::quant::body::bounds;
+use crate::kernels::quant::conv::TIE_EPS;
 use crate::kernels::quant::dw_exact::PLANE_ROWS;
-use crate::kernels::quant::dw_exact::{self, DwGeom, DwTaps, PlaneGeom, KH_MAX, LANES as L};
+use crate::kernels::quant::dw_exact::{
+    self, DwGeom, DwTaps, NearTies, PlaneGeom, KH_MAX, LANES as L,
+};
 use crate::kernels::quant::Requant;
 use std::arch::x86_64::*;
 
@@ -43,11 +46,26 @@ struct Post {
     y_zp: __m512i,
 }
 
+/// Lanes of `v` (requantised, clamped, before rounding) and `t = v + ROUND_MAGIC`
+/// whose distance from the nearest integer exceeds `0.5 - TIE_EPS`: the near-ties.
+///
+/// # Safety
+/// AVX-512F available.
+#[inline(always)]
+unsafe fn near_ties(v: __m512, t: __m512) -> u16 {
+    // SAFETY: register arithmetic only; the function's contract.
+    unsafe {
+        let r = _mm512_sub_ps(t, _mm512_set1_ps(ROUND_MAGIC));
+        let d = _mm512_abs_ps(_mm512_sub_ps(v, r));
+        _mm512_cmp_ps_mask::<_CMP_GT_OQ>(d, _mm512_set1_ps(0.5 - TIE_EPS))
+    }
+}
+
 /// Table entry `qdepthwise_block`: the int8 depthwise conv of channels `c0..c0 + nc` of
 /// one image `xb` (`[C, H, W]` u8, zero point `x_zp`; taps `w`) into `yb`
 /// (`[C, OH*OW]` u8) requantised by `rq`. Returns false, writing nothing, where a
 /// channel's sums might not be exact in f32, the geometry is not taken or `scratch` is
-/// shorter than `dw_exact::scratch_len`.
+/// shorter than `dw_exact::scratch_len`. The near-ties go to `ties`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn qdepthwise_block(
     s: &ConvShape,
@@ -59,6 +77,7 @@ pub(crate) fn qdepthwise_block(
     c0: usize,
     nc: usize,
     scratch: &mut [f32],
+    ties: &mut NearTies<'_>,
 ) -> bool {
     let Some(g) = DwGeom::new(s) else {
         return false;
@@ -100,7 +119,7 @@ pub(crate) fn qdepthwise_block(
             let (x, y) = (&xb[c * hw..(c + 1) * hw], &mut yb[c * ohw..(c + 1) * ohw]);
             // SAFETY: as below; `x` and `y` are the channel's planes, `scratch` holds
             // `pg.scratch_len()` floats (checked above).
-            unsafe { plane(s, &pg, (x, x_zp), &wc, post, y, scratch) };
+            unsafe { plane(s, &pg, (x, x_zp), &wc, post, (y, c * ohw), scratch, ties) };
         }
         return true;
     }
@@ -116,6 +135,7 @@ pub(crate) fn qdepthwise_block(
             yb,
             (c0, nc),
             (&bias, &mult, minv, maxv, rq.y_zp),
+            ties,
         )
     };
     true
@@ -135,6 +155,7 @@ unsafe fn run(
     yb: &mut [u8],
     (c0, nc): (usize, usize),
     (bias, mult, minv, maxv, y_zp): (&[f32; L], &[f32; L], f32, f32, i32),
+    ties: &mut NearTies<'_>,
 ) {
     let (hw, ohw) = (s.h * s.w, s.oh * s.ow);
     let row = g.wp * L;
@@ -177,24 +198,51 @@ unsafe fn run(
                     *r = rp.add(((oy * s.sh + ky * s.dh) % g.slots) * row);
                 }
                 let out = bp.add((oy - oy0) * s.ow * L);
+                let mut at = Tied {
+                    base: c0 * ohw + oy * s.ow,
+                    step: ohw,
+                    ties: &mut *ties,
+                };
                 let mut ox = 0;
                 while ox < s.ow {
                     let n = PIXELS.min(s.ow - ox);
                     match n {
-                        8 => pixels::<8>(s, &rows, wt, out, ox, &post),
-                        7 => pixels::<7>(s, &rows, wt, out, ox, &post),
-                        6 => pixels::<6>(s, &rows, wt, out, ox, &post),
-                        5 => pixels::<5>(s, &rows, wt, out, ox, &post),
-                        4 => pixels::<4>(s, &rows, wt, out, ox, &post),
-                        3 => pixels::<3>(s, &rows, wt, out, ox, &post),
-                        2 => pixels::<2>(s, &rows, wt, out, ox, &post),
-                        _ => pixels::<1>(s, &rows, wt, out, ox, &post),
+                        8 => pixels::<8>(s, &rows, wt, (out, ox), &post, &mut at),
+                        7 => pixels::<7>(s, &rows, wt, (out, ox), &post, &mut at),
+                        6 => pixels::<6>(s, &rows, wt, (out, ox), &post, &mut at),
+                        5 => pixels::<5>(s, &rows, wt, (out, ox), &post, &mut at),
+                        4 => pixels::<4>(s, &rows, wt, (out, ox), &post, &mut at),
+                        3 => pixels::<3>(s, &rows, wt, (out, ox), &post, &mut at),
+                        2 => pixels::<2>(s, &rows, wt, (out, ox), &post, &mut at),
+                        _ => pixels::<1>(s, &rows, wt, (out, ox), &post, &mut at),
                     }
                     ox += n;
                 }
             }
             store_band(yp, ohw, nc, bp, (oy0 * s.ow, oy1 * s.ow));
             oy0 = oy1;
+        }
+    }
+}
+
+/// Where an output row's near-ties go: lane `l` of output pixel `p` (from the row's
+/// first) is output `base + p + l * step` of the block's planes.
+struct Tied<'t, 'l> {
+    base: usize,
+    step: usize,
+    ties: &'t mut NearTies<'l>,
+}
+
+impl Tied<'_, '_> {
+    /// Records the near-tie lanes `masks[i]` of the vector of outputs that starts at
+    /// `first + i * stride` (lane `l` one `self.step` further each).
+    #[cold]
+    #[inline(never)]
+    fn push(&mut self, first: usize, stride: usize, masks: &[u16]) {
+        for (i, &m) in masks.iter().enumerate() {
+            if m != 0 {
+                self.ties.push_lanes(first + i * stride, self.step, m);
+            }
         }
     }
 }
@@ -296,7 +344,7 @@ unsafe fn transpose_in(
 
 /// Output pixels `ox..ox + N` of one output row (tap row `ky` at `rows[ky]`, padded
 /// column 0): every tap one FMA per pixel from the bias, then requantised into i32 lanes
-/// at `out + ox * L`.
+/// at `out + ox * L`, the near-ties recorded through `at`.
 ///
 /// # Safety
 /// AVX-512F and FMA available; `rows[..kh]` are ring rows, `wt` the block's taps, `out`
@@ -306,9 +354,9 @@ unsafe fn pixels<const N: usize>(
     s: &ConvShape,
     rows: &[*const f32; KH_MAX],
     wt: Taps,
-    out: *mut f32,
-    ox: usize,
+    (out, ox): (*mut f32, usize),
     post: &Post,
+    at: &mut Tied<'_, '_>,
 ) {
     // SAFETY: every padded column read lies below `wp` (`DwGeom::new`); the function's
     // contract.
@@ -373,12 +421,18 @@ unsafe fn pixels<const N: usize>(
         // to an integer, whose low bits the float's mantissa holds (`ROUND_MAGIC`).
         let magic = _mm512_set1_ps(ROUND_MAGIC);
         let dst = out.add(ox * L);
+        let mut near = [0u16; N];
         for q in 0..N {
             let v = _mm512_mul_ps(acc[q], post.mult);
             let v = _mm512_min_ps(_mm512_max_ps(v, post.minv), post.maxv);
-            let i = _mm512_castps_si512(_mm512_add_ps(v, magic));
-            let i = _mm512_add_epi32(i, post.y_zp);
+            let t = _mm512_add_ps(v, magic);
+            near[q] = near_ties(v, t);
+            let i = _mm512_add_epi32(_mm512_castps_si512(t), post.y_zp);
             _mm512_storeu_ps(dst.add(q * L), _mm512_castsi512_ps(i));
+        }
+        // After the stores, so that no vector is live across the (rare) call.
+        if near.iter().fold(0, |a, &m| a | m) != 0 {
+            at.push(at.base + ox, 1, &near);
         }
     }
 }
@@ -429,16 +483,19 @@ unsafe fn store_band(
 ///
 /// # Safety
 /// AVX-512 F/BW/VL/DQ, AVX2 and FMA available; `g` is `PlaneGeom::new(s)`, `x` holds
-/// `h * w` bytes, `y` `oh * ow`, `scratch` `g.scratch_len()` floats.
+/// `h * w` bytes, `y` `oh * ow` (output `y_at` of the block's planes), `scratch`
+/// `g.scratch_len()` floats.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+#[allow(clippy::too_many_arguments)]
 unsafe fn plane(
     s: &ConvShape,
     g: &PlaneGeom,
     (x, x_zp): (&[u8], u8),
     wc: &[f32; 9],
     (bias, mult, minv, maxv, y_zp): (f32, f32, f32, f32, i32),
-    y: &mut [u8],
+    (y, y_at): (&mut [u8], usize),
     scratch: &mut [f32],
+    ties: &mut NearTies<'_>,
 ) {
     assert!(x.len() >= s.h * s.w && y.len() >= s.oh * s.ow);
     let scratch = &mut scratch[..g.scratch_len()];
@@ -499,13 +556,18 @@ unsafe fn plane(
                 wv: &wv,
                 post,
             };
+            let mut at = Tied {
+                base: y_at + oy * s.ow,
+                step: 1,
+                ties: &mut *ties,
+            };
             match (st, r) {
-                (1, 4) => pass.run::<1, 4>(out),
-                (1, 2) => pass.run::<1, 2>(out),
-                (1, _) => pass.run::<1, 1>(out),
-                (_, 4) => pass.run::<2, 4>(out),
-                (_, 2) => pass.run::<2, 2>(out),
-                (_, _) => pass.run::<2, 1>(out),
+                (1, 4) => pass.run::<1, 4>(out, &mut at),
+                (1, 2) => pass.run::<1, 2>(out, &mut at),
+                (1, _) => pass.run::<1, 1>(out, &mut at),
+                (_, 4) => pass.run::<2, 4>(out, &mut at),
+                (_, 2) => pass.run::<2, 2>(out, &mut at),
+                (_, _) => pass.run::<2, 1>(out, &mut at),
             }
             oy += r;
         }
@@ -604,9 +666,9 @@ impl PlanePass<'_> {
     ///
     /// # Safety
     /// As [`plane`]; rows `0..(R - 1) * S + 3` of `self.rows` are ring rows (or the zero
-    /// point row), `out` has `R` output rows.
+    /// point row), `out` has `R` output rows; near-ties recorded through `at`.
     #[inline(always)]
-    unsafe fn run<const S: usize, const R: usize>(&self, out: *mut u8) {
+    unsafe fn run<const S: usize, const R: usize>(&self, out: *mut u8, at: &mut Tied<'_, '_>) {
         // SAFETY: the function's contract; reads inside ring rows (`PlaneGeom::new`),
         // masked stores inside the output rows.
         unsafe {
@@ -632,13 +694,18 @@ impl PlanePass<'_> {
                     }
                 }
                 let m = first_lanes(self.ow - col);
+                let mut near = [0u16; R];
                 for j in 0..R {
                     let v = _mm512_mul_ps(acc[j], self.post.mult);
                     let v = _mm512_min_ps(_mm512_max_ps(v, self.post.minv), self.post.maxv);
-                    let q = _mm512_castps_si512(_mm512_add_ps(v, magic));
-                    let q = _mm512_add_epi32(q, self.post.y_zp);
+                    let t = _mm512_add_ps(v, magic);
+                    near[j] = near_ties(v, t) & m;
+                    let q = _mm512_add_epi32(_mm512_castps_si512(t), self.post.y_zp);
                     let d = out.add(j * self.ow + col) as *mut i8;
                     _mm512_mask_cvtepi32_storeu_epi8(d, m, q);
+                }
+                if near.iter().fold(0, |a, &m| a | m) != 0 {
+                    at.push(at.base + col, self.ow, &near);
                 }
             }
         }

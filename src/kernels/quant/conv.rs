@@ -21,14 +21,18 @@
 //!
 //! A call computes output channels `chans` (any range) of every image.
 //!
-//! Near-ties ([`qconv_u8_ties`], dense convs): where the exact requantised value lies
-//! within [`TIE_EPS`] of a rounding boundary, the f32 rounding noise of the float
-//! reference (the QDQ graph run in float by onnxruntime) decides which way it rounds,
-//! and one flipped step early in a network grows through everything after it. Those
-//! few outputs are recomputed the way the reference computes them: dequantised f32
-//! operands, one FMA chain per block of [`REF_BLOCK_K`] K values in im2col order (MLAS
-//! SGEMM's K stride) with the block sums added in order, then the bias, then `v /
-//! y_scale` rounded half to even.
+//! Near-ties ([`qconv_u8_ties`]): where the exact requantised value lies within
+//! [`TIE_EPS`] of a rounding boundary, the f32 rounding noise of the float reference
+//! (the QDQ graph run in float by onnxruntime) decides which way it rounds, and one
+//! flipped step early in a network grows through everything after it. Those few
+//! outputs are recomputed the way the reference computes them (MLAS's SGEMM over the
+//! im2col matrix): dequantised f32 operands in im2col order; with several output
+//! channels per group one FMA chain per block of K values ([`ref_block_k`]: 128, more
+//! when the output plane is narrower than K) with the block sums added in order; with
+//! one (depthwise) rounded products summed four at a time (MLAS's one-row kernel, no
+//! FMA); then the bias, then `v / y_scale` rounded half to even. The depthwise block
+//! kernel lists its near-ties as it requantises (`dw_exact::NearTies`) and they are
+//! settled after the block.
 
 use super::body::REF_LANES;
 use super::gemm::{fold, gemm_block, gemm_block4, pack_a, pack_a4, packed_a_len};
@@ -190,10 +194,27 @@ impl QConvWeights {
 /// About 2 * TIE_EPS of the outputs are recomputed (K FMAs each).
 pub const TIE_EPS: f32 = 1.0 / 8192.0;
 
-/// K values summed per FMA chain by the float reference (MLAS SGEMM's K stride).
+/// K values summed per FMA chain by the float reference (MLAS SGEMM's K stride) where
+/// the GEMM has at least as many columns as K values ([`ref_block_k`]).
 pub const REF_BLOCK_K: usize = 128;
 
-/// What the float reference of a dense conv needs to settle near-ties
+/// K values per FMA chain of the float reference's SGEMM over `n` columns and `k` K
+/// values: MLAS starts from strides of 128 columns and [`REF_BLOCK_K`] K values and,
+/// when the GEMM is narrower than it is deep, halves the column stride (not below 16)
+/// while half of it still covers the columns, doubling the K stride each time (at most
+/// `8 * REF_BLOCK_K`).
+pub fn ref_block_k(n: usize, k: usize) -> usize {
+    let (mut stride_n, mut stride_k) = (128, REF_BLOCK_K);
+    if n < k {
+        while stride_n > 16 && stride_n / 2 >= n {
+            stride_n /= 2;
+            stride_k *= 2;
+        }
+    }
+    stride_k
+}
+
+/// What the float reference of a conv needs to settle near-ties
 /// ([`qconv_u8_ties`]): the s8 weights with their scales, the dequantised bias, the
 /// input and output scales.
 #[derive(Debug, Clone)]
@@ -241,9 +262,10 @@ impl FloatTies {
 
     /// The reference's pre-quantisation value `v / y_scale` of output position `j` of
     /// channel `c` (`xg`: the channel's group of input planes). The K values are walked
-    /// in im2col order into [`REF_LANES`] blocks of [`REF_BLOCK_K`] side by side, whose
-    /// FMA chains run together (`QuantTable::ref_chains`); the block sums are added in
-    /// order, as the reference does.
+    /// in im2col order into blocks of [`ref_block_k`] (the GEMM's columns are the output
+    /// plane), up to [`REF_LANES`] blocks side by side, whose FMA chains run together
+    /// (`QuantTable::ref_chains`, [`REF_BLOCK_K`] steps a call); the block sums are added
+    /// in order, as the reference does.
     fn value(
         &self,
         t: &super::table::QuantTable,
@@ -253,37 +275,22 @@ impl FloatTies {
         c: usize,
         j: usize,
     ) -> f32 {
+        if s.cout_g() == 1 {
+            return self.value_m1(s, xg, zp, c, j);
+        }
         let k = s.k();
         let w = &self.w[c * k..(c + 1) * k];
         let ws = self.w_scale[c];
         let (oy, ox) = (j / s.ow, j % s.ow);
-        let hw = s.h * s.w;
+        let khw = s.kh * s.kw;
         let (mut xs, mut wv) = ([0f32; GROUP_K], [0f32; GROUP_K]);
-        let (mut total, mut first) = (0f32, true);
-        // The im2col position of K value `p`, advanced one value at a time.
-        let (mut ci, mut ky, mut kx) = (0usize, 0usize, 0usize);
-        let mut p0 = 0;
-        while p0 < k {
-            let p1 = k.min(p0 + GROUP_K);
-            let blocks = (p1 - p0).div_ceil(REF_BLOCK_K);
-            let steps = REF_BLOCK_K.min(p1 - p0) * REF_LANES;
-            if p1 - p0 < GROUP_K {
-                // The last group: lanes past its blocks and the short block's tail are 0.
-                xs[..steps].fill(0.0);
-                wv[..steps].fill(0.0);
-            }
-            for (q, &wq) in w[p0..p1].iter().enumerate() {
-                let iy = (oy * s.sh + ky * s.dh) as isize - s.ph as isize;
-                let ix = (ox * s.sw + kx * s.dw) as isize - s.pw as isize;
-                let xv = if iy < 0 || ix < 0 || iy >= s.h as isize || ix >= s.w as isize {
-                    0.0
-                } else {
-                    let v = xg[ci * hw + iy as usize * s.w + ix as usize];
-                    (i32::from(v) - i32::from(zp)) as f32 * self.x_scale
-                };
-                let at = (q % REF_BLOCK_K) * REF_LANES + q / REF_BLOCK_K;
-                xs[at] = xv;
-                wv[at] = f32::from(wq) * ws;
+        // K values `q0..q0 + n` (one block's chain steps) into lane `lane` of the pass
+        // buffers, walking im2col with running indices.
+        let fill = |xs: &mut [f32; GROUP_K], wv: &mut [f32; GROUP_K], q0: usize, n, lane| {
+            let (mut ci, mut ky, mut kx) = (q0 / khw, q0 / s.kw % s.kh, q0 % s.kw);
+            for (i, &wq) in w[q0..q0 + n].iter().enumerate() {
+                xs[i * REF_LANES + lane] = self.x_at(s, (xg, zp), (oy, ox), (ci, ky, kx));
+                wv[i * REF_LANES + lane] = f32::from(wq) * ws;
                 kx += 1;
                 if kx == s.kw {
                     kx = 0;
@@ -294,13 +301,93 @@ impl FloatTies {
                     }
                 }
             }
+        };
+        let bk = ref_block_k(s.oh * s.ow, k);
+        let blocks = k.div_ceil(bk);
+        let (mut total, mut first) = (0f32, true);
+        let mut b0 = 0;
+        while b0 < blocks {
+            // A pass: blocks `b0..b0 + lanes` side by side, REF_BLOCK_K steps a call.
+            let lanes = REF_LANES.min(blocks - b0);
             let mut chains = [0f32; REF_LANES];
-            (t.ref_chains)(&xs[..steps], &wv[..steps], &mut chains);
-            for &chain in &chains[..blocks] {
+            let mut t0 = 0;
+            while t0 < bk && b0 * bk + t0 < k {
+                let steps = REF_BLOCK_K.min(bk - t0).min(k - b0 * bk - t0);
+                let len = |l: usize| {
+                    steps.min(
+                        ((b0 + l + 1) * bk)
+                            .min(k)
+                            .saturating_sub((b0 + l) * bk + t0),
+                    )
+                };
+                if lanes < REF_LANES || len(lanes - 1) < steps {
+                    // Lanes past the pass's blocks and a short block's tail are 0.
+                    xs[..steps * REF_LANES].fill(0.0);
+                    wv[..steps * REF_LANES].fill(0.0);
+                }
+                for l in (0..lanes).filter(|&l| len(l) > 0) {
+                    fill(&mut xs, &mut wv, (b0 + l) * bk + t0, len(l), l);
+                }
+                let n = steps * REF_LANES;
+                (t.ref_chains)(&xs[..n], &wv[..n], &mut chains);
+                t0 += REF_BLOCK_K;
+            }
+            for &chain in &chains[..lanes] {
                 total = if first { chain } else { total + chain };
                 first = false;
             }
-            p0 = p1;
+            b0 += lanes;
+        }
+        (total + self.bias[c]) / self.y_scale
+    }
+}
+
+impl FloatTies {
+    /// The dequantised input under tap `(ky, kx)` of input plane `ci` of output pixel
+    /// `(oy, ox)` (0 in the padding).
+    #[inline(always)]
+    fn x_at(
+        &self,
+        s: &ConvShape,
+        (xg, zp): (&[u8], u8),
+        (oy, ox): (usize, usize),
+        (ci, ky, kx): (usize, usize, usize),
+    ) -> f32 {
+        let iy = (oy * s.sh + ky * s.dh) as isize - s.ph as isize;
+        let ix = (ox * s.sw + kx * s.dw) as isize - s.pw as isize;
+        if iy < 0 || ix < 0 || iy >= s.h as isize || ix >= s.w as isize {
+            return 0.0;
+        }
+        let v = xg[(ci * s.h + iy as usize) * s.w + ix as usize];
+        (i32::from(v) - i32::from(zp)) as f32 * self.x_scale
+    }
+
+    /// [`FloatTies::value`] of a conv with one output channel per group (depthwise):
+    /// the reference's SGEMM has one row, which MLAS runs without FMAs: each product
+    /// rounded, summed four K values at a time (`((p0 + p1) + p2) + p3`) and each such
+    /// sum added to the running total, then a last pair and a last single value, then
+    /// the bias.
+    fn value_m1(&self, s: &ConvShape, xg: &[u8], zp: u8, c: usize, j: usize) -> f32 {
+        let k = s.k();
+        let w = &self.w[c * k..(c + 1) * k];
+        let ws = self.w_scale[c];
+        let (oy, ox) = (j / s.ow, j % s.ow);
+        let product = |p: usize| {
+            let at = (p / (s.kh * s.kw), p / s.kw % s.kh, p % s.kw);
+            self.x_at(s, (xg, zp), (oy, ox), at) * (f32::from(w[p]) * ws)
+        };
+        let mut total = 0f32;
+        let mut p = 0;
+        while p + 4 <= k {
+            total += ((product(p) + product(p + 1)) + product(p + 2)) + product(p + 3);
+            p += 4;
+        }
+        if k - p >= 2 {
+            total += product(p) + product(p + 1);
+            p += 2;
+        }
+        if p < k {
+            total += product(p);
         }
         (total + self.bias[c]) / self.y_scale
     }
@@ -408,8 +495,8 @@ pub fn qconv_u8(
     )
 }
 
-/// [`qconv_u8`] with the near-ties of a dense conv settled like the float reference
-/// `ties` (see the module doc; a depthwise conv ignores `ties`).
+/// [`qconv_u8`] with the near-ties settled like the float reference `ties` (see the
+/// module doc).
 #[allow(clippy::too_many_arguments)]
 pub fn qconv_u8_ties(
     isa: Isa,
@@ -934,15 +1021,33 @@ fn depthwise(
     let Some(block) = block else {
         return depthwise_int(t, s, xb, zp, w, dst, ob, (c_lo, c_hi), scratch);
     };
-    let ohw = s.oh * s.ow;
+    let (hw, ohw) = (s.h * s.w, s.oh * s.ow);
     let mut c0 = c_lo;
     while c0 < c_hi {
         let nc = super::dw_exact::LANES.min(c_hi - c0);
         let done = match dst {
-            ConvOut::U8(rq, o, _) => {
+            ConvOut::U8(rq, o, ties) => {
                 let yb = &mut o[ob..ob + s.c_out * ohw];
-                let sc = scratch.floats(super::dw_exact::scratch_len(s));
-                block(s, xb, zp, taps, rq, yb, c0, nc, sc)
+                let (sc, list) = scratch.dw_bufs(super::dw_exact::scratch_len(s));
+                let list = if ties.is_some() { list } else { &mut [] };
+                let mut near = super::dw_exact::NearTies::new(list);
+                let done = block(s, xb, zp, taps, rq, yb, c0, nc, sc, &mut near);
+                match (ties, near.list()) {
+                    (Some(ties), Some(list)) if done => {
+                        // The near-ties the block found, settled like the reference.
+                        let (minv, maxv) = super::body::bounds(rq.lo, rq.hi, rq.y_zp);
+                        for &i in list {
+                            let (c, j) = (i as usize / ohw, i as usize % ohw);
+                            let plane = &xb[c * hw..(c + 1) * hw];
+                            let r = ties.value(t, s, plane, zp, c, j);
+                            yb[i as usize] = super::body::clamp_round(r, minv, maxv, rq.y_zp);
+                        }
+                        true
+                    }
+                    // Too many near-ties to list: the integer path settles them.
+                    (Some(_), None) => false,
+                    _ => done,
+                }
             }
             ConvOut::I32(..) => false,
         };
@@ -1014,6 +1119,6 @@ fn depthwise_int(
         for (a, f) in acc.chunks_exact_mut(s.ow).zip(full.chunks_exact(wps)) {
             a.copy_from_slice(&f[..s.ow]);
         }
-        dst.put(t, c, acc, ob + c * ohw);
+        dst.put_seg(t, s, plane, zp, c, acc, 0, ob + c * ohw);
     }
 }

@@ -21,6 +21,54 @@
 
 use crate::kernels::body::conv::ConvShape;
 
+/// Near-ties one block call records at most before it gives up
+/// ([`NearTies::list`]); about `2 * conv::TIE_EPS` of the outputs are near-ties.
+pub const TIES_MAX: usize = 4096;
+
+/// The outputs of a block call whose requantised value lies within `conv::TIE_EPS` of a
+/// rounding boundary, as indices into the block's output planes (`c * OH*OW + pixel`),
+/// for the caller to settle like the float reference. Holds at most its buffer's length;
+/// past that it only notes that it overflowed.
+pub struct NearTies<'a> {
+    at: &'a mut [u32],
+    n: usize,
+    overflow: bool,
+}
+
+impl<'a> NearTies<'a> {
+    /// An empty list over `at` (an empty `at` records nothing: every push overflows).
+    pub fn new(at: &'a mut [u32]) -> Self {
+        NearTies {
+            at,
+            n: 0,
+            overflow: false,
+        }
+    }
+
+    /// Records output `base + l * step` for every lane `l` set in `mask`.
+    #[cold]
+    #[inline(never)]
+    pub fn push_lanes(&mut self, base: usize, step: usize, mask: u16) {
+        for l in 0..16 {
+            if mask & (1 << l) == 0 {
+                continue;
+            }
+            match (self.at.get_mut(self.n), u32::try_from(base + l * step)) {
+                (Some(d), Ok(i)) => {
+                    *d = i;
+                    self.n += 1;
+                }
+                _ => self.overflow = true,
+            }
+        }
+    }
+
+    /// The recorded outputs, or `None` when some could not be recorded.
+    pub fn list(&self) -> Option<&[u32]> {
+        (!self.overflow).then_some(&self.at[..self.n])
+    }
+}
+
 /// Channels of one block (lanes of one AVX-512 vector).
 pub const LANES: usize = 16;
 

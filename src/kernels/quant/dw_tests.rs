@@ -315,7 +315,11 @@ fn block_entry_declines_inexact_channels() {
                 hi: 255,
             };
             let mut y = vec![9u8; 4 * 81];
-            assert_eq!(block(&s, &x, 0, &w, &rq, &mut y, 0, 4, &mut sc), ok);
+            let mut near = dw_exact::NearTies::new(&mut []);
+            assert_eq!(
+                block(&s, &x, 0, &w, &rq, &mut y, 0, 4, &mut sc, &mut near),
+                ok
+            );
             if !ok {
                 assert!(y.iter().all(|&v| v == 9), "a declined block wrote");
             }
@@ -330,8 +334,34 @@ fn block_entry_declines_inexact_channels() {
         let mut y = vec![0u8; 4 * 81];
         let short = &mut sc[..dw_exact::scratch_len(&s) - 1];
         assert!(
-            !block(&s, &x, 0, &w, &rq, &mut y, 0, 4, short),
+            !block(
+                &s,
+                &x,
+                0,
+                &w,
+                &rq,
+                &mut y,
+                0,
+                4,
+                short,
+                &mut dw_exact::NearTies::new(&mut [])
+            ),
             "short scratch"
         );
     }
+}
+
+/// The near-tie list keeps what fits and says when something did not.
+#[test]
+fn near_ties_list_and_overflow() {
+    let mut buf = [0u32; 3];
+    let mut near = dw_exact::NearTies::new(&mut buf);
+    near.push_lanes(100, 10, 0b101);
+    assert_eq!(near.list(), Some(&[100u32, 120][..]));
+    near.push_lanes(7, 1, 0b11);
+    assert_eq!(near.list(), None, "a fourth entry does not fit");
+    let mut none = dw_exact::NearTies::new(&mut []);
+    assert_eq!(none.list(), Some(&[][..]));
+    none.push_lanes(0, 1, 1);
+    assert_eq!(none.list(), None);
 }

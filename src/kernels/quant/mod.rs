@@ -75,6 +75,7 @@ pub struct QScratch {
     c: Vec<i32>,
     row: Vec<u8>,
     f: Vec<f32>,
+    ties: Vec<u32>,
 }
 
 /// The scratch of one GEMM or dense conv call: packed panels (pairs in `p16` or quads
@@ -108,7 +109,7 @@ impl QScratch {
         if s.is_depthwise() {
             let (_, wps, plen) = conv::dw_phases(s);
             self.conv_bufs(s.sh * s.sw * plen, s.oh * wps + ohw);
-            self.floats(dw_exact::scratch_len(s));
+            self.dw_bufs(dw_exact::scratch_len(s));
         } else {
             let (mr, nr) = (layout.mr(), layout.nr());
             let wide = conv::wide_geom(s).filter(|_| layout == QLayout::Quads);
@@ -151,9 +152,13 @@ impl QScratch {
         }
     }
 
-    /// `n` floats (the f32 depthwise block, `dw_exact`).
-    pub(crate) fn floats(&mut self, n: usize) -> &mut [f32] {
-        grow(&mut self.f, n)
+    /// `n` floats (the f32 depthwise block, `dw_exact`) and the block's near-tie list
+    /// (`dw_exact::TIES_MAX`).
+    pub(crate) fn dw_bufs(&mut self, n: usize) -> (&mut [f32], &mut [u32]) {
+        (
+            grow(&mut self.f, n),
+            grow(&mut self.ties, dw_exact::TIES_MAX),
+        )
     }
 
     /// Padded plane (i16) and sums of a depthwise conv.

@@ -889,9 +889,12 @@ fn twin_outputs(t: &'static KernelTable) -> Vec<f32> {
 
 crate::kernels::isa::twin_test!(quant_tables_match_portable, 0.0, twin_outputs);
 
-/// The float QDQ reference of a dense conv written out: f32 dequantised operands, one
-/// FMA chain per 128 K values (MLAS SGEMM), the chains summed in order, the bias, then
-/// QuantizeLinear.
+/// The float QDQ reference of a conv written out: f32 dequantised operands; with
+/// several output channels per group one FMA chain per block of K values (MLAS SGEMM:
+/// 128, or 256 / 512 / 1024 when the output plane has at most 64 / 32 / 16 pixels and
+/// fewer pixels than K values), the chains summed in order; with one (depthwise) the
+/// rounded products summed four at a time into the total (MLAS's one-row SGEMM), a last
+/// pair, a last one; then the bias, then QuantizeLinear.
 #[allow(clippy::too_many_arguments)]
 fn ref_float_conv(
     s: &ConvShape,
@@ -903,12 +906,21 @@ fn ref_float_conv(
     (ys, yz): (f32, u8),
 ) -> Vec<u8> {
     let (cig, mg) = (s.cin_g(), s.cout_g());
+    let (n, k) = (s.oh * s.ow, s.k());
+    let block = match n {
+        _ if n >= k => 128,
+        0..=16 => 1024,
+        17..=32 => 512,
+        33..=64 => 256,
+        _ => 128,
+    };
     let mut y = vec![0u8; s.c_out * s.oh * s.ow];
     for co in 0..s.c_out {
         let g = co / mg;
         for oy in 0..s.oh {
             for ox in 0..s.ow {
                 let (mut total, mut chain, mut p) = (0f32, 0f32, 0usize);
+                let mut prods = Vec::new();
                 for ci in 0..cig {
                     for ky in 0..s.kh {
                         for kx in 0..s.kw {
@@ -923,13 +935,31 @@ fn ref_float_conv(
                                 0.0
                             };
                             let wv = w[((co * cig + ci) * s.kh + ky) * s.kw + kx] as f32 * ws[co];
-                            chain = xv.mul_add(wv, chain);
                             p += 1;
-                            if p % 128 == 0 || p == s.k() {
-                                total = if p <= 128 { chain } else { total + chain };
+                            if mg == 1 {
+                                prods.push(xv * wv);
+                                continue;
+                            }
+                            chain = xv.mul_add(wv, chain);
+                            if p % block == 0 || p == k {
+                                total = if p <= block { chain } else { total + chain };
                                 chain = 0.0;
                             }
                         }
+                    }
+                }
+                if mg == 1 {
+                    let mut rest = &prods[..];
+                    while let [a, b, c, d, tail @ ..] = rest {
+                        total += ((a + b) + c) + d;
+                        rest = tail;
+                    }
+                    if let [a, b, tail @ ..] = rest {
+                        total += a + b;
+                        rest = tail;
+                    }
+                    if let [a] = rest {
+                        total += a;
                     }
                 }
                 let v = total + bias[co] as f32 * (xs * ws[co]);
@@ -947,6 +977,13 @@ fn qconv_ties_round_like_the_float_reference() {
         conv_shape((64, 8, 1), (7, 7), (3, 3), (2, 2), (1, 1), (1, 1)),
         conv_shape((40, 12, 2), (6, 7), (3, 3), (1, 1), (1, 1), (1, 1)),
         conv_shape((300, 8, 1), (5, 5), (1, 1), (1, 1), (0, 0), (1, 1)),
+        conv_shape((300, 8, 1), (6, 9), (1, 1), (1, 1), (0, 0), (1, 1)),
+        conv_shape((100, 16, 1), (4, 4), (3, 3), (1, 1), (1, 1), (1, 1)),
+        conv_shape((130, 16, 1), (5, 4), (3, 3), (2, 2), (1, 1), (1, 1)),
+        conv_shape((48, 48, 48), (19, 23), (3, 3), (1, 1), (1, 1), (1, 1)),
+        conv_shape((40, 40, 40), (60, 37), (3, 3), (2, 2), (1, 1), (1, 1)),
+        conv_shape((24, 24, 24), (9, 10), (5, 5), (1, 1), (2, 2), (1, 1)),
+        conv_shape((24, 8, 8), (9, 10), (3, 3), (1, 1), (1, 1), (1, 1)),
     ];
     let (xs, xz, ys, yz) = (0.0213f32, 117u8, 0.37f32, 121u8);
     let mut settled = 0;
@@ -954,10 +991,24 @@ fn qconv_ties_round_like_the_float_reference() {
         let seed = 500 + ci as u64;
         let x = rand_bytes(s.c_in * s.h * s.w, seed);
         let w = rand_i8(s.c_out * s.k(), seed + 1);
-        let ws: Vec<f32> = (0..s.c_out).map(|c| 0.0011 + c as f32 * 1.7e-5).collect();
         let bias: Vec<i32> = rand_i8(s.c_out, seed + 2)
             .iter()
             .map(|&b| b as i32 * 97)
+            .collect();
+        // Each channel's scale puts one of its outputs on a rounding boundary in exact
+        // arithmetic, so that the f32 noise of each side decides it.
+        let acc = ref_conv_acc(s, &x, xz, &w, &bias);
+        let ws: Vec<f32> = (0..s.c_out)
+            .map(|c| {
+                let ws = 0.0011 + c as f32 * 1.7e-5;
+                let ohw = s.oh * s.ow;
+                let a = acc[c * ohw + (c * 7) % ohw];
+                if a == 0 {
+                    return ws;
+                }
+                let m = (a as f64 * f64::from(xs * ws) / f64::from(ys)).floor();
+                ((m + 0.5) * f64::from(ys) / (a as f64 * f64::from(xs))) as f32
+            })
             .collect();
         let want = ref_float_conv(s, &x, (xs, xz), &w, &ws, &bias, (ys, yz));
         let pw = QConvWeights::pack(QLayout::Pairs, &w, s.c_out, s.cin_g(), s.kh, s.kw, s.group);
@@ -992,6 +1043,10 @@ fn qconv_ties_round_like_the_float_reference() {
         }
     }
     println!("near-ties settled differently from the plain requantisation: {settled}");
+    assert!(
+        settled > 0,
+        "the cases hold near-ties the plain path rounds otherwise"
+    );
 }
 
 /// The separable u8 max pool against the window maximum taken tap by tap, over kernels,
