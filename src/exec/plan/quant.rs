@@ -332,6 +332,8 @@ pub(crate) enum QKernel {
     /// Softmax over `len` elements `inner` apart, for `outer * inner` lanes.
     Softmax {
         x: QParam,
+        /// [`softmax_exps`] of `x`.
+        exps: Box<[f32]>,
         y: QParam,
         outer: usize,
         len: usize,
@@ -592,6 +594,7 @@ pub(crate) fn plan_qsoftmax(c: &Ctx<'_>, axis: usize, x: QParam, y: QParam) -> R
     Ok(Planned::new(QuantKernel::Int8(Box::new(
         QKernel::Softmax {
             x,
+            exps: softmax_exps(x),
             y,
             outer,
             len,
@@ -600,17 +603,42 @@ pub(crate) fn plan_qsoftmax(c: &Ctx<'_>, axis: usize, x: QParam, y: QParam) -> R
     ))))
 }
 
-/// One softmax lane: `len` u8 values `inner` apart from `x[0]` into `y` likewise.
-fn softmax_lane(x: &[u8], y: &mut [u8], (len, inner): (usize, usize), qx: QParam, qy: QParam) {
-    let v = |i: usize| dequantize_one(x[i * inner], qx.scale, qx.zp);
-    let m = (0..len).map(v).fold(f32::NEG_INFINITY, f32::max);
+/// The softmax terms of a u8 input with parameters `qx`: entry `m * 256 + q` is
+/// `exp(v(q) - v(m))` (`v` dequantises in f32, the difference in f32, `exp` in f64
+/// rounded to f32), for a lane whose largest dequantised value is `v(m)`.
+fn softmax_exps(qx: QParam) -> Box<[f32]> {
+    let v = |q: usize| dequantize_one(q as u8, qx.scale, qx.zp);
+    (0..256 * 256)
+        .map(|i| f64::from(v(i % 256) - v(i / 256)).exp() as f32)
+        .collect()
+}
+
+/// One softmax lane: `len` u8 values `inner` apart from `x[0]` into `y` likewise;
+/// `exps` from [`softmax_exps`] of `qx`.
+fn softmax_lane(
+    x: &[u8],
+    y: &mut [u8],
+    (len, inner): (usize, usize),
+    qx: QParam,
+    exps: &[f32],
+    qy: QParam,
+) {
+    // The byte of the largest dequantised value (`v` is monotonic in the byte). A NaN
+    // scale makes every term NaN, as the direct formula does.
+    let (mut lo, mut hi) = (u8::MAX, u8::MIN);
+    for i in 0..len {
+        lo = lo.min(x[i * inner]);
+        hi = hi.max(x[i * inner]);
+    }
+    let m = usize::from(if qx.scale >= 0.0 { hi } else { lo });
+    let row = &exps[m * 256..(m + 1) * 256];
     let mut sum = 0f32;
     for i in 0..len {
-        sum += f64::from(v(i) - m).exp() as f32;
+        sum += row[usize::from(x[i * inner])];
     }
     let inv = 1.0 / sum;
     for i in 0..len {
-        let e = f64::from(v(i) - m).exp() as f32;
+        let e = row[usize::from(x[i * inner])];
         y[i * inner] = quantize_one(e * inv, qy.scale, i32::from(qy.zp), 0.0, 255.0) as u8;
     }
 }
@@ -759,6 +787,7 @@ impl QKernel {
             }
             QKernel::Softmax {
                 x: qx,
+                exps,
                 y,
                 outer,
                 len,
@@ -770,7 +799,8 @@ impl QKernel {
                 for b in lo..hi {
                     let (xb, ob) = (&x[b * block..], &mut o[b * block..]);
                     for j in 0..*inner {
-                        softmax_lane(&xb[j..], &mut ob[j..], (*len, *inner), *qx, *y);
+                        let (xj, oj) = (&xb[j..], &mut ob[j..]);
+                        softmax_lane(xj, oj, (*len, *inner), *qx, exps, *y);
                     }
                 }
             }
@@ -836,6 +866,41 @@ mod tests {
                         .collect();
                     assert_eq!(got, want, "{isa:?} zp {zp} len {len}");
                 }
+            }
+        }
+    }
+
+    /// The softmax lane on its table gives the bits of the formula written out: f32
+    /// dequantised values, the lane maximum subtracted in f32, `exp` in f64.
+    #[test]
+    fn softmax_lane_matches_the_formula() {
+        let x: Vec<u8> = (0..16 * 5u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+            .collect();
+        let qy = QParam {
+            scale: 1.0 / 256.0,
+            zp: 0,
+        };
+        for (scale, zp) in [(0.11f32, 128u8), (0.02, 0), (-0.05, 17), (0.0, 3)] {
+            let qx = QParam { scale, zp };
+            let exps = softmax_exps(qx);
+            for (len, inner) in [(16, 5), (5, 16), (1, 80), (80, 1)] {
+                let mut got = vec![0u8; x.len()];
+                for j in 0..inner {
+                    softmax_lane(&x[j..], &mut got[j..], (len, inner), qx, &exps, qy);
+                }
+                let mut want = vec![0u8; x.len()];
+                for j in 0..inner {
+                    let v = |i: usize| dequantize_one(x[j + i * inner], scale, zp);
+                    let m = (0..len).map(v).fold(f32::NEG_INFINITY, f32::max);
+                    let e = |i: usize| f64::from(v(i) - m).exp() as f32;
+                    let sum = (0..len).fold(0f32, |a, i| a + e(i));
+                    for i in 0..len {
+                        let q = quantize_one(e(i) * (1.0 / sum), qy.scale, 0, 0.0, 255.0);
+                        want[j + i * inner] = q as u8;
+                    }
+                }
+                assert_eq!(got, want, "scale {scale} zp {zp} len {len} inner {inner}");
             }
         }
     }

@@ -321,8 +321,11 @@ pub fn max_pool_plane(s: &PoolShape, xp: &[u8], yp: &mut [u8]) {
     if s.w > MAXPOOL_ROW || s.kh == 1 {
         return max_pool_taps(s, xp, yp);
     }
-    let mut buf = [0u8; MAXPOOL_ROW];
+    let (mut buf, mut split) = ([0u8; MAXPOOL_ROW], [0u8; MAXPOOL_ROW]);
     let tmp = &mut buf[..s.w];
+    // Stride-2 rows are split into even and odd columns, so that each tap reads one
+    // of them contiguously.
+    let half = s.w.div_ceil(2);
     for oy in 0..s.oh {
         tmp.fill(0);
         for ky in 0..s.kh {
@@ -337,12 +340,29 @@ pub fn max_pool_plane(s: &PoolShape, xp: &[u8], yp: &mut [u8]) {
         }
         let row = &mut yp[oy * s.ow..(oy + 1) * s.ow];
         row.fill(0);
+        if s.sw == 2 {
+            let (even, odd) = split.split_at_mut(half);
+            for (j, pair) in tmp.chunks_exact(2).enumerate() {
+                even[j] = pair[0];
+                odd[j] = pair[1];
+            }
+            if s.w % 2 == 1 {
+                even[half - 1] = tmp[s.w - 1];
+            }
+        }
         for kx in 0..s.kw {
             let (lo, hi) = valid_range(s.ow, s.sw, s.pads[1], kx * s.dw, s.w);
             if lo >= hi {
                 continue;
             }
             let ix0 = lo * s.sw + kx * s.dw - s.pads[1];
+            if s.sw == 2 {
+                let src = &split[(ix0 % 2) * half + ix0 / 2..];
+                for (d, v) in row[lo..hi].iter_mut().zip(src) {
+                    *d = (*d).max(*v);
+                }
+                continue;
+            }
             for (d, v) in row[lo..hi].iter_mut().zip(tmp[ix0..].iter().step_by(s.sw)) {
                 *d = (*d).max(*v);
             }

@@ -282,24 +282,53 @@ impl FloatTies {
         let w = &self.w[c * k..(c + 1) * k];
         let ws = self.w_scale[c];
         let (oy, ox) = (j / s.ow, j % s.ow);
-        let khw = s.kh * s.kw;
+        let (hw, khw) = (s.h * s.w, s.kh * s.kw);
         let (mut xs, mut wv) = ([0f32; GROUP_K], [0f32; GROUP_K]);
         // K values `q0..q0 + n` (one block's chain steps) into lane `lane` of the pass
         // buffers, walking im2col with running indices.
+        // The first input column of the window, and whether every column is inside.
+        let ix0 = (ox * s.sw) as isize - s.pw as isize;
+        let cols_inside = ix0 >= 0 && ix0 as usize + (s.kw - 1) * s.dw < s.w;
         let fill = |xs: &mut [f32; GROUP_K], wv: &mut [f32; GROUP_K], q0: usize, n, lane| {
-            let (mut ci, mut ky, mut kx) = (q0 / khw, q0 / s.kw % s.kh, q0 % s.kw);
             for (i, &wq) in w[q0..q0 + n].iter().enumerate() {
-                xs[i * REF_LANES + lane] = self.x_at(s, (xg, zp), (oy, ox), (ci, ky, kx));
                 wv[i * REF_LANES + lane] = f32::from(wq) * ws;
-                kx += 1;
-                if kx == s.kw {
-                    kx = 0;
-                    ky += 1;
-                    if ky == s.kh {
-                        ky = 0;
-                        ci += 1;
+            }
+            let deq = |v: u8| (i32::from(v) - i32::from(zp)) as f32 * self.x_scale;
+            if khw == 1 {
+                // One value per input plane.
+                let iy = (oy * s.sh) as isize - s.ph as isize;
+                let inside = iy >= 0 && (iy as usize) < s.h && cols_inside;
+                for i in 0..n {
+                    let at = (q0 + i) * hw + iy.max(0) as usize * s.w + ix0.max(0) as usize;
+                    xs[i * REF_LANES + lane] = if inside { deq(xg[at]) } else { 0.0 };
+                }
+                return;
+            }
+            // A kernel row (`kw` values) at a time.
+            let (mut p, mut i) = (q0, 0);
+            while p < q0 + n {
+                let (ci, ky, kx0) = (p / khw, p / s.kw % s.kh, p % s.kw);
+                let cnt = (s.kw - kx0).min(q0 + n - p);
+                let iy = (oy * s.sh + ky * s.dh) as isize - s.ph as isize;
+                let dst = (i..i + cnt).map(|i| i * REF_LANES + lane);
+                if iy < 0 || iy >= s.h as isize {
+                    dst.for_each(|d| xs[d] = 0.0);
+                } else {
+                    let row = &xg[(ci * s.h + iy as usize) * s.w..][..s.w];
+                    if cols_inside {
+                        let at = ix0 as usize + kx0 * s.dw;
+                        let src = row[at..].iter().step_by(s.dw);
+                        dst.zip(src).for_each(|(d, &v)| xs[d] = deq(v));
+                    } else {
+                        for (t, d) in dst.enumerate() {
+                            let ix = ix0 + ((kx0 + t) * s.dw) as isize;
+                            let inside = ix >= 0 && (ix as usize) < s.w;
+                            xs[d] = if inside { deq(row[ix as usize]) } else { 0.0 };
+                        }
                     }
                 }
+                p += cnt;
+                i += cnt;
             }
         };
         let bk = ref_block_k(s.oh * s.ow, k);
@@ -845,6 +874,14 @@ fn pad_phases(s: &ConvShape, xg: &[u8], zp: u8, wps: usize, plen: usize, pad: &m
                 let d = &mut row[lo..hi];
                 if s.sw == 1 {
                     d.copy_from_slice(&line[ix0..ix0 + d.len()]);
+                } else if s.sw == 2 {
+                    // Pairs, so that the copy vectorises; the last byte may stand alone.
+                    let n = d.len();
+                    let pairs = line[ix0..].chunks_exact(2);
+                    for (o, p) in d[..n - 1].iter_mut().zip(pairs) {
+                        *o = p[0];
+                    }
+                    d[n - 1] = line[ix0 + 2 * (n - 1)];
                 } else {
                     for (o, v) in d.iter_mut().zip(line[ix0..].iter().step_by(s.sw)) {
                         *o = *v;
