@@ -418,6 +418,7 @@ pub(crate) fn plan_qconv(
     let qw = QConvWeights::pack(weight_layout(), &wt, cout, ws[1], s.kh, s.kw, group);
     let ties = y.map(|y| {
         Box::new(FloatTies::new(
+            &s,
             &wt,
             w_scale,
             bias.as_deref(),

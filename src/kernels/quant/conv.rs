@@ -226,13 +226,17 @@ pub struct FloatTies {
     bias: Vec<f32>,
     x_scale: f32,
     y_scale: f32,
+    /// Offset of K value `p` in the group's input planes from the window's first pixel
+    /// (`ci * H*W + ky * dh * W + kx * dw`).
+    taps: Vec<usize>,
 }
 
 impl FloatTies {
-    /// The reference of a conv with s8 weights `w` (`[cout, K]`, per channel
-    /// `w_scale`), i32 `bias` in `x_scale * w_scale[c]` units (before the zero point
-    /// correction), input scale `x_scale` and output scale `y_scale`.
+    /// The reference of a conv of shape `s` with s8 weights `w` (`[cout, K]`, per
+    /// channel `w_scale`), i32 `bias` in `x_scale * w_scale[c]` units (before the zero
+    /// point correction), input scale `x_scale` and output scale `y_scale`.
     pub fn new(
+        s: &ConvShape,
         w: &[i8],
         w_scale: &[f32],
         bias: Option<&[i32]>,
@@ -251,12 +255,17 @@ impl FloatTies {
         let bias = (0..cout)
             .map(|c| bias.map_or(0.0, |b| b[c] as f32 * (x_scale * w_scale[c])))
             .collect();
+        let (hw, khw) = (s.h * s.w, s.kh * s.kw);
+        let taps = (0..s.k())
+            .map(|p| (p / khw) * hw + (p / s.kw % s.kh) * s.dh * s.w + (p % s.kw) * s.dw)
+            .collect();
         FloatTies {
             w: w.to_vec(),
             w_scale: w_scale.to_vec(),
             bias,
             x_scale,
             y_scale,
+            taps,
         }
     }
 
@@ -286,14 +295,24 @@ impl FloatTies {
         let (mut xs, mut wv) = ([0f32; GROUP_K], [0f32; GROUP_K]);
         // K values `q0..q0 + n` (one block's chain steps) into lane `lane` of the pass
         // buffers, walking im2col with running indices.
-        // The first input column of the window, and whether every column is inside.
+        // The window's first input pixel, and whether the whole window is inside.
         let ix0 = (ox * s.sw) as isize - s.pw as isize;
+        let iy0 = (oy * s.sh) as isize - s.ph as isize;
         let cols_inside = ix0 >= 0 && ix0 as usize + (s.kw - 1) * s.dw < s.w;
+        let inside = cols_inside && iy0 >= 0 && iy0 as usize + (s.kh - 1) * s.dh < s.h;
         let fill = |xs: &mut [f32; GROUP_K], wv: &mut [f32; GROUP_K], q0: usize, n, lane| {
             for (i, &wq) in w[q0..q0 + n].iter().enumerate() {
                 wv[i * REF_LANES + lane] = f32::from(wq) * ws;
             }
             let deq = |v: u8| (i32::from(v) - i32::from(zp)) as f32 * self.x_scale;
+            if inside {
+                // No padding under the window: every value at its tap offset.
+                let x = &xg[iy0 as usize * s.w + ix0 as usize..];
+                for (i, &off) in self.taps[q0..q0 + n].iter().enumerate() {
+                    xs[i * REF_LANES + lane] = deq(x[off]);
+                }
+                return;
+            }
             if khw == 1 {
                 // One value per input plane.
                 let iy = (oy * s.sh) as isize - s.ph as isize;
@@ -541,7 +560,10 @@ pub fn qconv_u8_ties(
 ) {
     rq.check(s.c_out);
     assert!(
-        ties.w_scale.len() == s.c_out && ties.w.len() == s.c_out * s.k(),
+        ties.w_scale.len() == s.c_out
+            && ties.w.len() == s.c_out * s.k()
+            && ties.taps.len() == s.k()
+            && ties.taps.last().is_none_or(|&t| t < s.cin_g() * s.h * s.w),
         "qconv_u8_ties: reference of another conv shape"
     );
     qconv(

@@ -1024,7 +1024,7 @@ fn qconv_ties_round_like_the_float_reference() {
             lo: 0,
             hi: 255,
         };
-        let ties = FloatTies::new(&w, &ws, Some(&bias), xs, ys);
+        let ties = FloatTies::new(s, &w, &ws, Some(&bias), xs, ys);
         for t in tables() {
             let mut sc = QScratch::new();
             let (mut plain, mut got) = (vec![0u8; want.len()], vec![0u8; want.len()]);
