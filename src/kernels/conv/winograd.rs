@@ -172,20 +172,7 @@ impl WinogradPlan {
             return None;
         }
         let (ci, co) = (s.c_in, s.c_out);
-        let tw = s.ow.div_ceil(tile);
-        let th = s.oh.div_ceil(tile);
-        let g = WinoGeom {
-            tile,
-            c_in: ci,
-            h: s.h,
-            w: s.w,
-            oh: s.oh,
-            ow: s.ow,
-            ph: s.ph,
-            pw: s.pw,
-            tw,
-            th,
-        };
+        let g = WinoGeom::new(s, tile);
         let mut p = WinogradPlan {
             s: s.clone(),
             u,

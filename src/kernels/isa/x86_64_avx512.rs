@@ -86,10 +86,78 @@ feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", mm_half, portable:
 feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", mm_row, portable::mm_row, (kc: usize, a: &[f32], b: &[f32], c: &mut [f32]));
 feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", tanh, body::rnn::tanh, (x: &mut [f32]));
 feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", layer_norm_row, body::norm::layer_norm_row, (x: &[f32], y: &mut [f32], scale: &[f32], bias: &[f32], eps: f32));
-feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", wino_input, winograd_body::input_block, (g: &WinoGeom, x: &[f32], tb: usize, nb: usize, v: &mut [f32]));
 feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", wino_output, winograd_body::output_block, (g: &WinoGeom, m: &PointRows<'_>, tb: usize, nb: usize, keep: (usize, usize), chans: (usize, usize), y: &mut [f32], y_c0: usize));
 feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", add_pairs, body::conv::add_pairs, (o: &mut [f32], a: &[f32], b: &[f32]));
 feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", bilinear_up2x, body::resize::bilinear_up2x, (ty: &[LinearTap], tx: &[LinearTap], h: usize, w: usize, x: &[f32], y: &mut [f32], planes: (usize, usize), scratch: &mut [f32]));
+
+fn wino_input(g: &WinoGeom, x: &[f32], tb: usize, nb: usize, v: &mut [f32]) {
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+    unsafe fn build(g: &WinoGeom, x: &[f32], tb: usize, nb: usize, v: &mut [f32]) {
+        let (w, hw) = (g.w, g.h * g.w);
+        winograd_body::input_block_with(g, x, tb, nb, v, |plane, inner, d| {
+            // The same patches two planes on: the panel reads each plane once, so its
+            // rows are not in cache yet.
+            let (first, last) = inner
+                .iter()
+                .filter(|&&i| i != winograd_body::EDGE)
+                .fold((usize::MAX, 0), |(a, b), &i| (a.min(i), b.max(i)));
+            if first <= last {
+                let ahead = plane.as_ptr().wrapping_add(2 * hw);
+                for r in 0..6 {
+                    let mut at = first + r * w;
+                    while at < last + r * w + 6 {
+                        // A prefetch never faults: the address is only a hint.
+                        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(at) as *const i8);
+                        at += 16;
+                    }
+                }
+            }
+            // SAFETY: AVX-512 is enabled here (and detected, see `table`); every inner
+            // lane's 6x6 patch lies inside `plane` (the body sets an offset only then).
+            unsafe { gather_patches6(plane, w, inner, d) };
+            true
+        })
+    }
+    // SAFETY: reachable only through TABLE, handed out after detecting the features.
+    unsafe { build(g, x, tb, nb, v) }
+}
+
+/// The F(4x4, 3x3) patches of a panel, lanes to vectors: per pair of patch rows, each
+/// lane's two rows of six (masked loads) form one vector, and a 16x16 transposition
+/// turns the 16 lanes' vectors into `d[r * 6 + c]` (0 in the edge lanes).
+///
+/// # Safety
+/// AVX-512F available; for every lane with `inner[l] != EDGE`, `plane` holds the
+/// 6x6 patch at `inner[l]` (rows `w` apart).
+#[inline(always)]
+unsafe fn gather_patches6(
+    plane: &[f32],
+    w: usize,
+    inner: &winograd_body::Origins,
+    d: &mut [winograd_body::Lanes; 36],
+) {
+    // SAFETY: masked loads touch only the six floats of a patch row (inside `plane`
+    // per the contract); the rest is register work and stores into `d`.
+    unsafe {
+        for b in 0..3 {
+            let mut r = [_mm512_setzero_ps(); NR];
+            for l in 0..NR {
+                if inner[l] == winograd_body::EDGE {
+                    continue;
+                }
+                let p = plane.as_ptr().add(inner[l] + 2 * b * w);
+                let lo = _mm256_maskz_loadu_ps(0x3f, p);
+                let hi = _mm256_maskz_loadu_ps(0x3f, p.add(w));
+                r[l] = _mm512_insertf32x8::<1>(_mm512_castps256_ps512(lo), hi);
+            }
+            let t = super::x86_64_dw_block::transpose(r);
+            for c in 0..6 {
+                _mm512_storeu_ps(d[2 * b * 6 + c].as_mut_ptr(), t[c]);
+                _mm512_storeu_ps(d[(2 * b + 1) * 6 + c].as_mut_ptr(), t[8 + c]);
+            }
+        }
+    }
+}
 
 fn im2col_panels(
     s: &ConvShape,

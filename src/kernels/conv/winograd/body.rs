@@ -14,7 +14,7 @@
 use crate::kernels::isa::{KC, NR};
 
 /// `NR` lanes: one value per tile of a panel.
-type Lanes = [f32; NR];
+pub type Lanes = [f32; NR];
 
 /// The geometry the transforms need: variant, input and output planes, tiling.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,6 +38,22 @@ pub struct WinoGeom {
 }
 
 impl WinoGeom {
+    /// The geometry of conv `s` (3x3, stride 1) with output tiles of side `tile`.
+    pub fn new(s: &super::ConvShape, tile: usize) -> WinoGeom {
+        WinoGeom {
+            tile,
+            c_in: s.c_in,
+            h: s.h,
+            w: s.w,
+            oh: s.oh,
+            ow: s.ow,
+            ph: s.ph,
+            pw: s.pw,
+            tw: s.ow.div_ceil(tile),
+            th: s.oh.div_ceil(tile),
+        }
+    }
+
     /// Input patch side (`tile + 2`).
     pub fn patch(&self) -> usize {
         self.tile + 2
@@ -77,10 +93,35 @@ const POINT_SKEW: usize = 16;
 /// `v[p * plen..]`, `plen = point_stride(Cin * ceil(nb / NR) * NR)`.
 #[inline(always)]
 pub fn input_block(g: &WinoGeom, x: &[f32], tb: usize, nb: usize, v: &mut [f32]) {
+    input_block_with(g, x, tb, nb, v, |_, _, _| false)
+}
+
+/// A vector gather of F(4x4, 3x3) patches ([`input_block_with`]): given one input plane
+/// and each lane's patch offset (or [`EDGE`]), writes `d[r * 6 + c][lane]` for every
+/// inner lane and 0 for every edge lane, and returns true; false leaves the gather to
+/// the scalar loops.
+pub trait PatchGather: Fn(&[f32], &Origins, &mut [Lanes; 36]) -> bool {}
+impl<F: Fn(&[f32], &Origins, &mut [Lanes; 36]) -> bool> PatchGather for F {}
+
+/// [`input_block`] with an ISA's vector gather of F(4x4, 3x3) patches (`gather`, called
+/// per channel and panel; the edge lanes are then filled by the scalar loop). The
+/// gathered values are the same, so the bits are too.
+#[inline(always)]
+pub fn input_block_with(
+    g: &WinoGeom,
+    x: &[f32],
+    tb: usize,
+    nb: usize,
+    v: &mut [f32],
+    gather: impl PatchGather,
+) {
     if g.tile == 4 {
-        input_block_t::<4, 6, 36>(g, x, tb, nb, v)
+        input_block_t::<4, 6, 36>(g, x, tb, nb, v, |plane, inner, d| {
+            let d: &mut [Lanes; 36] = d.try_into().expect("36 points");
+            gather(plane, inner, d)
+        })
     } else {
-        input_block_t::<2, 4, 16>(g, x, tb, nb, v)
+        input_block_t::<2, 4, 16>(g, x, tb, nb, v, |_, _, _| false)
     }
 }
 
@@ -108,10 +149,10 @@ pub fn output_block(
 
 /// Patch or tile origin of each lane of a panel: its offset in the plane when the
 /// whole patch (tile) lies inside it, else [`EDGE`].
-type Origins = [usize; NR];
+pub type Origins = [usize; NR];
 
 /// Marks a lane whose patch (tile) crosses the plane's border.
-const EDGE: usize = usize::MAX;
+pub const EDGE: usize = usize::MAX;
 
 #[inline(always)]
 fn input_block_t<const T: usize, const P: usize, const Q: usize>(
@@ -120,6 +161,7 @@ fn input_block_t<const T: usize, const P: usize, const Q: usize>(
     tb: usize,
     nb: usize,
     v: &mut [f32],
+    gather: impl Fn(&[f32], &Origins, &mut [Lanes]) -> bool,
 ) {
     let (ci, hw) = (g.c_in, g.h * g.w);
     let nbp = nb.div_ceil(NR) * NR;
@@ -149,7 +191,11 @@ fn input_block_t<const T: usize, const P: usize, const Q: usize>(
         }
         for c in 0..ci {
             let plane = &x[c * hw..(c + 1) * hw];
-            if all_inner {
+            if gather(plane, &inner, &mut d) {
+                for l in (0..lanes).filter(|&l| inner[l] == EDGE) {
+                    gather_edge::<P, Q>(g, plane, org[l], &mut d, l);
+                }
+            } else if all_inner {
                 for (l, &i) in inner.iter().enumerate() {
                     gather_inner::<P, Q>(g, plane, i, &mut d, l);
                 }

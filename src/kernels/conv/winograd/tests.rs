@@ -430,3 +430,38 @@ fn planned_conv_takes_winograd_whole_and_tiled() {
         }
     }
 }
+
+/// Every table's input transform gives the portable body's bits (the AVX-512 table
+/// gathers the F(4x4) patches with a transposition): blocks starting anywhere, ragged
+/// last panels, tile rows that split panels, edge lanes among inner ones.
+#[test]
+fn input_transform_tables_match_portable_bits() {
+    for s in cases() {
+        for tile in [4, 2] {
+            let g = WinoGeom::new(&s, tile);
+            let x = rand_vec(s.c_in * s.h * s.w, 21);
+            let tiles = g.tw * g.th;
+            for (tb, nb) in [
+                (0, tiles),
+                (tiles / 3, tiles - tiles / 3),
+                (1, tiles.min(2) - 1),
+            ] {
+                if nb == 0 {
+                    continue;
+                }
+                let len = g.points() * body::point_stride(s.c_in * nb.div_ceil(NR) * NR);
+                let mut want = vec![f32::NAN; len];
+                body::input_block(&g, &x, tb, nb, &mut want);
+                for t in crate::kernels::isa::available_isas() {
+                    let mut got = vec![f32::NAN; len];
+                    (t.table().wino_input)(&g, &x, tb, nb, &mut got);
+                    let same = got
+                        .iter()
+                        .zip(&want)
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "{s:?} tile {tile} block {tb}+{nb} table {t:?}");
+                }
+            }
+        }
+    }
+}
