@@ -332,8 +332,9 @@ pub(crate) enum QKernel {
     /// Softmax over `len` elements `inner` apart, for `outer * inner` lanes.
     Softmax {
         x: QParam,
-        /// [`softmax_exps`] of `x`.
-        exps: Box<[f32]>,
+        /// [`softmax_exps`] of `x`, for inputs of at least [`SOFTMAX_TABLE_MIN`]
+        /// elements.
+        exps: Option<Box<[f32]>>,
         y: QParam,
         outer: usize,
         len: usize,
@@ -595,7 +596,7 @@ pub(crate) fn plan_qsoftmax(c: &Ctx<'_>, axis: usize, x: QParam, y: QParam) -> R
     Ok(Planned::new(QuantKernel::Int8(Box::new(
         QKernel::Softmax {
             x,
-            exps: softmax_exps(x),
+            exps: (outer * len * inner >= SOFTMAX_TABLE_MIN).then(|| softmax_exps(x)),
             y,
             outer,
             len,
@@ -603,6 +604,10 @@ pub(crate) fn plan_qsoftmax(c: &Ctx<'_>, axis: usize, x: QParam, y: QParam) -> R
         },
     ))))
 }
+
+/// Input elements from which a QSoftmax reads its terms from a table (256 KiB, at most
+/// four bytes per input element) instead of computing two `exp` per element.
+const SOFTMAX_TABLE_MIN: usize = 256 * 256;
 
 /// The softmax terms of a u8 input with parameters `qx`: entry `m * 256 + q` is
 /// `exp(v(q) - v(m))` (`v` dequantises in f32, the difference in f32, `exp` in f64
@@ -614,14 +619,14 @@ fn softmax_exps(qx: QParam) -> Box<[f32]> {
         .collect()
 }
 
-/// One softmax lane: `len` u8 values `inner` apart from `x[0]` into `y` likewise;
-/// `exps` from [`softmax_exps`] of `qx`.
+/// One softmax lane: `len` u8 values `inner` apart from `x[0]` into `y` likewise; its
+/// terms from `exps` ([`softmax_exps`] of `qx`) when given, else computed.
 fn softmax_lane(
     x: &[u8],
     y: &mut [u8],
     (len, inner): (usize, usize),
     qx: QParam,
-    exps: &[f32],
+    exps: Option<&[f32]>,
     qy: QParam,
 ) {
     // The byte of the largest dequantised value (`v` is monotonic in the byte). A NaN
@@ -631,15 +636,20 @@ fn softmax_lane(
         lo = lo.min(x[i * inner]);
         hi = hi.max(x[i * inner]);
     }
-    let m = usize::from(if qx.scale >= 0.0 { hi } else { lo });
-    let row = &exps[m * 256..(m + 1) * 256];
+    let m = if qx.scale >= 0.0 { hi } else { lo };
+    let vm = dequantize_one(m, qx.scale, qx.zp);
+    let row = exps.map(|e| &e[usize::from(m) * 256..(usize::from(m) + 1) * 256]);
+    let term = |q: u8| match row {
+        Some(r) => r[usize::from(q)],
+        None => f64::from(dequantize_one(q, qx.scale, qx.zp) - vm).exp() as f32,
+    };
     let mut sum = 0f32;
     for i in 0..len {
-        sum += row[usize::from(x[i * inner])];
+        sum += term(x[i * inner]);
     }
     let inv = 1.0 / sum;
     for i in 0..len {
-        let e = row[usize::from(x[i * inner])];
+        let e = term(x[i * inner]);
         y[i * inner] = quantize_one(e * inv, qy.scale, i32::from(qy.zp), 0.0, 255.0) as u8;
     }
 }
@@ -801,7 +811,7 @@ impl QKernel {
                     let (xb, ob) = (&x[b * block..], &mut o[b * block..]);
                     for j in 0..*inner {
                         let (xj, oj) = (&xb[j..], &mut ob[j..]);
-                        softmax_lane(xj, oj, (*len, *inner), *qx, exps, *y);
+                        softmax_lane(xj, oj, (*len, *inner), *qx, exps.as_deref(), *y);
                     }
                 }
             }
@@ -871,7 +881,7 @@ mod tests {
         }
     }
 
-    /// The softmax lane on its table gives the bits of the formula written out: f32
+    /// The softmax lane, on its table or not, gives the bits of the formula written out: f32
     /// dequantised values, the lane maximum subtracted in f32, `exp` in f64.
     #[test]
     fn softmax_lane_matches_the_formula() {
@@ -885,10 +895,18 @@ mod tests {
         for (scale, zp) in [(0.11f32, 128u8), (0.02, 0), (-0.05, 17), (0.0, 3)] {
             let qx = QParam { scale, zp };
             let exps = softmax_exps(qx);
-            for (len, inner) in [(16, 5), (5, 16), (1, 80), (80, 1)] {
+            for (len, inner, table) in [
+                (16, 5, true),
+                (5, 16, true),
+                (1, 80, true),
+                (80, 1, true),
+                (16, 5, false),
+                (80, 1, false),
+            ] {
                 let mut got = vec![0u8; x.len()];
+                let exps = table.then_some(&exps[..]);
                 for j in 0..inner {
-                    softmax_lane(&x[j..], &mut got[j..], (len, inner), qx, &exps, qy);
+                    softmax_lane(&x[j..], &mut got[j..], (len, inner), qx, exps, qy);
                 }
                 let mut want = vec![0u8; x.len()];
                 for j in 0..inner {
@@ -901,7 +919,8 @@ mod tests {
                         want[j + i * inner] = q as u8;
                     }
                 }
-                assert_eq!(got, want, "scale {scale} zp {zp} len {len} inner {inner}");
+                let what = format!("scale {scale} zp {zp} len {len} inner {inner} table {table}");
+                assert_eq!(got, want, "{what}");
             }
         }
     }
