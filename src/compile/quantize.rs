@@ -371,7 +371,7 @@ fn fuse_lut_mul(g: &mut Graph) -> usize {
             .map(|q| {
                 let s = table[usize::from(q)];
                 let (qa, qb) = if k == 1 { (q, s) } else { (s, q) };
-                crate::exec::qmul_one(qa, qb, a, b, y)
+                crate::kernels::quant::body::qmul_one(qa, qb, a, b, y)
             })
             .collect();
         let absorbed = g.nodes[l].absorbed.clone();

@@ -32,7 +32,6 @@ pub mod pool;
 use crate::error::{Error, Result};
 use crate::ir::{self, DType, Graph, Tensor, TensorData};
 use crate::kernels::simd::{self, Isa};
-pub(crate) use plan::qmul_one;
 use plan::NodePlan;
 pub use plan::{PackGeometry, PackedWeights};
 use std::sync::Arc;

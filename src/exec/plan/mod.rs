@@ -45,7 +45,6 @@ mod testing;
 
 pub(crate) use memory::{plan_memory, Layout};
 pub use packed::{PackGeometry, PackedWeights};
-pub(crate) use quant::qmul_one;
 
 use super::{Inputs, Loc, Tile};
 use crate::error::Result;

@@ -20,6 +20,7 @@ use crate::error::Result;
 use crate::ir::{ConvGeom, DType, Elems, QParam};
 use crate::kernels::body::conv::ConvShape;
 use crate::kernels::body::pool::PoolShape;
+use crate::kernels::quant::body::{dequantize_one, qmul_one, quantize_to};
 use crate::kernels::quant::{
     maxpool_u8, qadd, qconv_i32, qconv_u8, qconv_u8_ties, qgemm_i32, qgemm_u8, requant_u8,
     AddParams, FloatTies, QBcast, QConvWeights, QGemmB, QLayout, QScratch, Requant,
@@ -115,25 +116,7 @@ pub(crate) fn plan_dequantize(c: &Ctx<'_>, axis: Option<usize>) -> Result<Planne
     Ok(Planned::new(QuantKernel::Dequantize { p, from, n }))
 }
 
-/// `(q - zp) * scale` (DequantizeLinear of one u8).
-#[inline]
-fn dequantize_one(q: u8, scale: f32, zp: u8) -> f32 {
-    (i32::from(q) - i32::from(zp)) as f32 * scale
-}
-
-/// `saturate(round_half_even(x / scale) + zp)` into `[lo, hi]`, as onnxruntime's
-/// QuantizeLinear computes it (division and rounding in f32).
-#[inline]
-pub(crate) fn quantize_one(x: f32, scale: f32, zp: i32, lo: f32, hi: f32) -> f32 {
-    let v = (x / scale).round_ties_even() + zp as f32;
-    if v.is_nan() {
-        zp as f32
-    } else {
-        v.clamp(lo, hi)
-    }
-}
-
-/// [`quantize_one`] into u8 with one scale and zero point, through the kernel table's
+/// [`quantize_to`] into u8 with one scale and zero point, through the kernel table's
 /// vector quantisation (which gives a NaN its lower bound; NaN lanes are then set to
 /// the zero point).
 fn quantize_u8(isa: crate::kernels::isa::Isa, x: &[f32], scale: f32, zp: u8, out: &mut [u8]) {
@@ -181,13 +164,13 @@ impl FamilyKernel for QuantKernel {
                     DType::U8 => {
                         for (k, (o, &v)) in out[lo..hi].iter_mut().zip(x).enumerate() {
                             let c = p.at(lo + k);
-                            *o = quantize_one(v, p.scale[c], p.zp[c], 0.0, 255.0) as u8;
+                            *o = quantize_to(v, p.scale[c], p.zp[c], 0.0, 255.0) as u8;
                         }
                     }
                     DType::I8 => {
                         for (k, (o, &v)) in out[lo..hi].iter_mut().zip(x).enumerate() {
                             let c = p.at(lo + k);
-                            *o = quantize_one(v, p.scale[c], p.zp[c], -128.0, 127.0) as i8 as u8;
+                            *o = quantize_to(v, p.scale[c], p.zp[c], -128.0, 127.0) as i8 as u8;
                         }
                     }
                     _ => {
@@ -556,12 +539,6 @@ pub(crate) fn plan_qlut(c: &Ctx<'_>, table: &[u8]) -> Result<Planned> {
     }))))
 }
 
-/// One QMul output: `a` and `b` dequantised, multiplied in f32, quantised to `y`.
-pub(crate) fn qmul_one(a: u8, b: u8, pa: QParam, pb: QParam, y: QParam) -> u8 {
-    let v = dequantize_one(a, pa.scale, pa.zp) * dequantize_one(b, pb.scale, pb.zp);
-    quantize_one(v, y.scale, i32::from(y.zp), 0.0, 255.0) as u8
-}
-
 /// Plans a QMul of two u8 tensors (the second broadcast, see [`QBcast::of`]).
 pub(crate) fn plan_qmul(c: &Ctx<'_>, a: QParam, b: QParam, y: QParam) -> Result<Planned> {
     let (bc, b_len, n) = binary_bcast(c, "QMul")?;
@@ -650,7 +627,7 @@ fn softmax_lane(
     let inv = 1.0 / sum;
     for i in 0..len {
         let e = term(x[i * inner]);
-        y[i * inner] = quantize_one(e * inv, qy.scale, i32::from(qy.zp), 0.0, 255.0) as u8;
+        y[i * inner] = quantize_to(e * inv, qy.scale, i32::from(qy.zp), 0.0, 255.0) as u8;
     }
 }
 
@@ -853,7 +830,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn vector_quantize_matches_quantize_one() {
+    fn vector_quantize_matches_quantize_to() {
         let scale = 0.037f32;
         let mut x: Vec<f32> = (-400..400).map(|i| i as f32 * scale * 0.5).collect();
         x.extend([
@@ -873,7 +850,7 @@ mod tests {
                     quantize_u8(isa, &x[..len], scale, zp, &mut got);
                     let want: Vec<u8> = x[..len]
                         .iter()
-                        .map(|&v| quantize_one(v, scale, i32::from(zp), 0.0, 255.0) as u8)
+                        .map(|&v| quantize_to(v, scale, i32::from(zp), 0.0, 255.0) as u8)
                         .collect();
                     assert_eq!(got, want, "{isa:?} zp {zp} len {len}");
                 }
@@ -915,7 +892,7 @@ mod tests {
                     let e = |i: usize| f64::from(v(i) - m).exp() as f32;
                     let sum = (0..len).fold(0f32, |a, i| a + e(i));
                     for i in 0..len {
-                        let q = quantize_one(e(i) * (1.0 / sum), qy.scale, 0, 0.0, 255.0);
+                        let q = quantize_to(e(i) * (1.0 / sum), qy.scale, 0, 0.0, 255.0);
                         want[j + i * inner] = q as u8;
                     }
                 }

@@ -7,6 +7,7 @@
 //! to even and shifted by the zero point. Integer sums wrap like the SIMD adds.
 
 use super::table::{Q4MR, Q4NR, QMR, QNR};
+use crate::ir::QParam;
 use crate::kernels::body::pool::{valid_range, PoolShape};
 
 /// `x` clamped to `[minv, maxv]` the way `maxps(x, minv)` then `minps(x, maxv)` do (a NaN
@@ -42,6 +43,25 @@ pub fn quantize_one(x: f32, scale: f32, zp: u8) -> u8 {
 #[inline(always)]
 pub fn dequantize_one(x: u8, scale: f32, zp: u8) -> f32 {
     (x as i32 - zp as i32) as f32 * scale
+}
+
+/// `saturate(round_half_even(x / scale) + zp)` into `[lo, hi]`, as onnxruntime's
+/// QuantizeLinear computes it (division and rounding in f32); NaN gives the zero point.
+#[inline]
+pub fn quantize_to(x: f32, scale: f32, zp: i32, lo: f32, hi: f32) -> f32 {
+    let v = (x / scale).round_ties_even() + zp as f32;
+    if v.is_nan() {
+        zp as f32
+    } else {
+        v.clamp(lo, hi)
+    }
+}
+
+/// One QMul output: `a` and `b` dequantised, multiplied in f32, quantised to `y`
+/// (the rule of the QMul plan's table and of the SiLU fusion's).
+pub fn qmul_one(a: u8, b: u8, pa: QParam, pb: QParam, y: QParam) -> u8 {
+    let v = dequantize_one(a, pa.scale, pa.zp) * dequantize_one(b, pb.scale, pb.zp);
+    quantize_to(v, y.scale, i32::from(y.zp), 0.0, 255.0) as u8
 }
 
 /// The int8 GEMM micro-tile (see `QuantTable::tile`).
