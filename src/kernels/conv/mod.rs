@@ -24,7 +24,7 @@ pub use deconv::DeconvPlan;
 use depthwise::depthwise;
 pub(crate) use winograd::body as winograd_body;
 pub use winograd::WinogradPlan;
-pub use winograd::{PointRows, WinoGeom};
+pub use winograd::{OutBlock, PointRows, WinoGeom};
 
 use super::gemm::{self, gemm_packed, BSource, Epilogue, MR};
 use super::isa::{self, Isa};

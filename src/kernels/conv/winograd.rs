@@ -33,7 +33,7 @@ use super::ConvShape;
 use crate::kernels::gemm::{self, Epilogue, KC, MR, NR};
 use crate::kernels::isa::Isa;
 use crate::kernels::packed::WeightBuf;
-pub use body::{PointRows, WinoGeom};
+pub use body::{OutBlock, PointRows, WinoGeom};
 
 /// Floats of one block's transformed input and GEMM output together (about 384 KiB,
 /// inside a per-core L2).
@@ -432,7 +432,14 @@ impl WinogradPlan {
                     ldm: self.nt,
                 };
                 let chans = (c_lo, c_hi);
-                (isa.table().wino_output)(&self.g, &m, tb, nb, keep, chans, &mut yb[..], y_c0);
+                let b = body::OutBlock {
+                    tb,
+                    nb,
+                    keep,
+                    chans,
+                    y_c0,
+                };
+                (isa.table().wino_output)(&self.g, &m, &b, &mut yb[..]);
                 tb += nb;
                 let now = tb.min(t1);
                 if now > done && !epi.is_empty() {

@@ -17,7 +17,7 @@ use super::body::epilogue::Epilogue;
 use super::body::pool::PoolShape;
 use super::body::resize::LinearTap;
 use crate::ir::{BinaryOp, UnaryOp};
-use crate::kernels::conv::{PointRows, WinoGeom};
+use crate::kernels::conv::{OutBlock, PointRows, WinoGeom};
 use std::sync::OnceLock;
 
 /// Builds a safe table entry `$name` that runs `$body` compiled with the target features
@@ -260,18 +260,9 @@ pub struct KernelTable {
     /// Input transform of tiles `[tb, tb + nb)` of one image `x` into the packed-B panels
     /// of the point GEMMs (`v`).
     pub wino_input: fn(g: &WinoGeom, x: &[f32], tb: usize, nb: usize, v: &mut [f32]),
-    /// Output transform of block `[tb, tb + nb)`'s tiles `keep`, channels `chans`, from
-    /// the point GEMM results `m` into the output planes `y` (channels `y_c0..`).
-    pub wino_output: fn(
-        g: &WinoGeom,
-        m: &PointRows<'_>,
-        tb: usize,
-        nb: usize,
-        keep: (usize, usize),
-        chans: (usize, usize),
-        y: &mut [f32],
-        y_c0: usize,
-    ),
+    /// Output transform of the tiles and channels `b` names, from the point GEMM results
+    /// `m` into the output planes `y`.
+    pub wino_output: fn(g: &WinoGeom, m: &PointRows<'_>, b: &OutBlock, y: &mut [f32]),
     // -- pooling and conv packing (issue 12, im2col helper) --
     /// Average pooling of one plane (`count_include_pad` as in `kernels::pool::avg_pool`).
     pub avg_pool_plane: fn(s: &PoolShape, count_include_pad: bool, x: &[f32], y: &mut [f32]),

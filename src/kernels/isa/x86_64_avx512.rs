@@ -13,7 +13,7 @@ use crate::ir::{BinaryOp, UnaryOp};
 use crate::kernels::body::pool::PoolShape;
 use crate::kernels::body::resize::LinearTap;
 use crate::kernels::body::{self, conv::ConvShape, eltwise::Bcast, epilogue::Epilogue};
-use crate::kernels::conv::{winograd_body, PointRows, WinoGeom};
+use crate::kernels::conv::{winograd_body, OutBlock, PointRows, WinoGeom};
 use std::arch::x86_64::*;
 
 /// The AVX-512 table, when this CPU has AVX-512 F/BW/VL/DQ and VNNI (the int8
@@ -86,7 +86,6 @@ feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", mm_half, portable:
 feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", mm_row, portable::mm_row, (kc: usize, a: &[f32], b: &[f32], c: &mut [f32]));
 feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", tanh, body::rnn::tanh, (x: &mut [f32]));
 feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", layer_norm_row, body::norm::layer_norm_row, (x: &[f32], y: &mut [f32], scale: &[f32], bias: &[f32], eps: f32));
-feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", wino_output, winograd_body::output_block, (g: &WinoGeom, m: &PointRows<'_>, tb: usize, nb: usize, keep: (usize, usize), chans: (usize, usize), y: &mut [f32], y_c0: usize));
 feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", add_pairs, body::conv::add_pairs, (o: &mut [f32], a: &[f32], b: &[f32]));
 feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", bilinear_up2x, body::resize::bilinear_up2x, (ty: &[LinearTap], tx: &[LinearTap], h: usize, w: usize, x: &[f32], y: &mut [f32], planes: (usize, usize), scratch: &mut [f32]));
 
@@ -154,6 +153,60 @@ unsafe fn gather_patches6(
             for c in 0..6 {
                 _mm512_storeu_ps(d[2 * b * 6 + c].as_mut_ptr(), t[c]);
                 _mm512_storeu_ps(d[(2 * b + 1) * 6 + c].as_mut_ptr(), t[8 + c]);
+            }
+        }
+    }
+}
+
+fn wino_output(g: &WinoGeom, m: &PointRows<'_>, b: &OutBlock, y: &mut [f32]) {
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+    unsafe fn build(g: &WinoGeom, m: &PointRows<'_>, b: &OutBlock, y: &mut [f32]) {
+        let ow = g.ow;
+        winograd_body::output_block_with(g, m, b, y, |o, dst, plane| {
+            // SAFETY: AVX-512 is enabled here (and detected, see `table`); the stores
+            // go through bounds-checked row slices of `plane`.
+            unsafe { scatter_tiles4(o, dst, ow, plane) };
+            true
+        })
+    }
+    // SAFETY: reachable only through TABLE, handed out after detecting the features.
+    unsafe { build(g, m, b, y) }
+}
+
+/// The F(4x4, 3x3) output tiles of a panel, vectors to lanes: one 16x16 transposition
+/// gives each lane its 4x4 tile as one vector, whose four rows are stored at `dst[l] +
+/// r * ow` (lanes without a whole kept tile are skipped).
+///
+/// # Safety
+/// AVX-512F available.
+#[inline(always)]
+unsafe fn scatter_tiles4(
+    o: &[winograd_body::Lanes; 16],
+    dst: &winograd_body::TileDsts,
+    ow: usize,
+    plane: &mut [f32],
+) {
+    // SAFETY: register work, loads of `o`'s rows (16 floats each) and stores into
+    // 4-float slices of `plane` taken with bounds checks.
+    unsafe {
+        let mut r = [_mm512_setzero_ps(); NR];
+        for (v, row) in r.iter_mut().zip(o) {
+            *v = _mm512_loadu_ps(row.as_ptr());
+        }
+        let t = super::x86_64_dw_block::transpose(r);
+        for l in 0..NR {
+            if dst[l] == winograd_body::EDGE {
+                continue;
+            }
+            let at = dst[l];
+            let rows = [
+                _mm512_castps512_ps128(t[l]),
+                _mm512_extractf32x4_ps::<1>(t[l]),
+                _mm512_extractf32x4_ps::<2>(t[l]),
+                _mm512_extractf32x4_ps::<3>(t[l]),
+            ];
+            for (k, v) in rows.into_iter().enumerate() {
+                _mm_storeu_ps(plane[at + k * ow..][..4].as_mut_ptr(), v);
             }
         }
     }

@@ -334,8 +334,8 @@ unsafe fn tile_6x16_strided(
 }
 
 // Winograd conv transforms.
-use crate::kernels::conv::{winograd_body, PointRows, WinoGeom};
+use crate::kernels::conv::{winograd_body, OutBlock, PointRows, WinoGeom};
 feature_build!("avx2,fma", wino_input, winograd_body::input_block, (g: &WinoGeom, x: &[f32], tb: usize, nb: usize, v: &mut [f32]));
-feature_build!("avx2,fma", wino_output, winograd_body::output_block, (g: &WinoGeom, m: &PointRows<'_>, tb: usize, nb: usize, keep: (usize, usize), chans: (usize, usize), y: &mut [f32], y_c0: usize));
+feature_build!("avx2,fma", wino_output, winograd_body::output_block, (g: &WinoGeom, m: &PointRows<'_>, b: &OutBlock, y: &mut [f32]));
 feature_build!("avx2,fma", add_pairs, body::conv::add_pairs, (o: &mut [f32], a: &[f32], b: &[f32]));
 feature_build!("avx2,fma", bilinear_up2x, body::resize::bilinear_up2x, (ty: &[LinearTap], tx: &[LinearTap], h: usize, w: usize, x: &[f32], y: &mut [f32], planes: (usize, usize), scratch: &mut [f32]));

@@ -125,25 +125,54 @@ pub fn input_block_with(
     }
 }
 
-/// Output transform of block `[tb, tb + nb)`'s tiles in `[k0, k1)`, channels
-/// `[c_lo, c_hi)` (GEMM rows from 0), into the output planes `y` holding channels
-/// `y_c0..`.
+/// What one output transform call covers: block `[tb, tb + nb)`'s tiles in `keep`
+/// (`[k0, k1)`), channels `chans` (`[c_lo, c_hi)`, GEMM rows from 0), into output planes
+/// that hold channels `y_c0..`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutBlock {
+    pub tb: usize,
+    pub nb: usize,
+    pub keep: (usize, usize),
+    pub chans: (usize, usize),
+    pub y_c0: usize,
+}
+
+/// Output transform of the tiles and channels `b` names from the GEMM results `m` into
+/// the output planes `y`.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-pub fn output_block(
+pub fn output_block(g: &WinoGeom, m: &PointRows<'_>, b: &OutBlock, y: &mut [f32]) {
+    output_block_with(g, m, b, y, |_, _, _| false)
+}
+
+/// Where a panel's F(4x4, 3x3) output tiles go ([`output_block_with`]): per lane, the
+/// offset of its tile in the plane when the whole 4x4 tile is kept and inside it, else
+/// [`EDGE`].
+pub type TileDsts = [usize; NR];
+
+/// A vector scatter of F(4x4, 3x3) output tiles: given a channel's transformed outputs
+/// (`o[r * 4 + c][lane]`), the plane and each lane's [`TileDsts`] entry, writes every
+/// lane's 4x4 tile that has an offset and returns true; false leaves every lane to the
+/// scalar loop. Lanes without an offset are then written by the scalar loop.
+pub trait TileScatter: Fn(&[Lanes; 16], &TileDsts, &mut [f32]) -> bool {}
+impl<F: Fn(&[Lanes; 16], &TileDsts, &mut [f32]) -> bool> TileScatter for F {}
+
+/// [`output_block`] with an ISA's vector scatter of whole F(4x4, 3x3) tiles (`scatter`,
+/// called per channel and panel). The stored values are the same, so the bits are too.
+#[inline(always)]
+pub fn output_block_with(
     g: &WinoGeom,
     m: &PointRows<'_>,
-    tb: usize,
-    nb: usize,
-    keep: (usize, usize),
-    chans: (usize, usize),
+    b: &OutBlock,
     y: &mut [f32],
-    y_c0: usize,
+    scatter: impl TileScatter,
 ) {
     if g.tile == 4 {
-        output_block_t::<4, 6, 36, 16>(g, m, tb, nb, keep, chans, y, y_c0)
+        output_block_t::<4, 6, 36, 16>(g, m, b, y, |o, d, plane| {
+            let o: &[Lanes; 16] = o.try_into().expect("16 outputs");
+            scatter(o, d, plane)
+        })
     } else {
-        output_block_t::<2, 4, 16, 4>(g, m, tb, nb, keep, chans, y, y_c0)
+        output_block_t::<2, 4, 16, 4>(g, m, b, y, |_, _, _| false)
     }
 }
 
@@ -259,17 +288,15 @@ fn gather_edge<const P: usize, const Q: usize>(
 }
 
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 fn output_block_t<const T: usize, const P: usize, const Q: usize, const TT: usize>(
     g: &WinoGeom,
     m: &PointRows<'_>,
-    tb: usize,
-    nb: usize,
-    (k0, k1): (usize, usize),
-    (c_lo, c_hi): (usize, usize),
+    b: &OutBlock,
     y: &mut [f32],
-    y_c0: usize,
+    scatter: impl Fn(&[Lanes], &TileDsts, &mut [f32]) -> bool,
 ) {
+    let (tb, nb, y_c0) = (b.tb, b.nb, b.y_c0);
+    let ((k0, k1), (c_lo, c_hi)) = (b.keep, b.chans);
     let ohw = g.oh * g.ow;
     let mut mm = [[0.0f32; NR]; Q];
     let mut o = [[0.0f32; NR]; TT];
@@ -286,6 +313,13 @@ fn output_block_t<const T: usize, const P: usize, const Q: usize, const TT: usiz
             let (oy0, ox0) = ((t / g.tw) * T, (t % g.tw) * T);
             *d = (oy0 * g.ow + ox0, T.min(g.oh - oy0), T.min(g.ow - ox0));
         }
+        // Whole kept tiles, for the vector scatter.
+        let mut whole: TileDsts = [EDGE; NR];
+        for (w, &(at, rows, cols)) in whole.iter_mut().zip(&dst) {
+            if rows == T && cols == T {
+                *w = at;
+            }
+        }
         for c in c_lo..c_hi {
             let plane = &mut y[(c - y_c0) * ohw..(c - y_c0 + 1) * ohw];
             let row = (c - c_lo) * m.ldm;
@@ -294,7 +328,11 @@ fn output_block_t<const T: usize, const P: usize, const Q: usize, const TT: usiz
                 mp.copy_from_slice(&m.m[at..at + NR]);
             }
             output_transform::<T, P, Q, TT>(&mm, &mut o);
+            let scattered = scatter(&o, &whole, plane);
             for (l, &(at, rows, cols)) in dst.iter().enumerate().take(lanes) {
+                if scattered && whole[l] != EDGE {
+                    continue;
+                }
                 if rows == T && cols == T {
                     for r in 0..T {
                         let dst: &mut [f32; T] = (&mut plane[at + r * g.ow..][..T])

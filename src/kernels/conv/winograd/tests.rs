@@ -465,3 +465,52 @@ fn input_transform_tables_match_portable_bits() {
         }
     }
 }
+
+/// Every table's output transform writes the portable body's bits, and the same
+/// elements: blocks starting anywhere, kept tile ranges cutting a panel, edge tiles
+/// clipped, a channel range.
+#[test]
+fn output_transform_tables_match_portable_bits() {
+    for s in cases() {
+        for tile in [4, 2] {
+            let g = WinoGeom::new(&s, tile);
+            let tiles = g.tw * g.th;
+            let ohw = s.oh * s.ow;
+            for (tb, nb) in [(0, tiles), (tiles / 3, tiles - tiles / 3)] {
+                let nbp = nb.div_ceil(NR) * NR;
+                let (c_lo, c_hi) = (s.c_out / 3, s.c_out);
+                let pstride = body::point_stride((c_hi - c_lo) * nbp);
+                let mv = rand_vec(g.points() * pstride, 23);
+                let m = body::PointRows {
+                    m: &mv,
+                    pstride,
+                    ldm: nbp,
+                };
+                for keep in [(tb, tb + nb), (tb + 1, tb + nb - nb / 4)] {
+                    let mut want = vec![f32::NAN; s.c_out * ohw];
+                    let b = body::OutBlock {
+                        tb,
+                        nb,
+                        keep,
+                        chans: (c_lo, c_hi),
+                        y_c0: 0,
+                    };
+                    body::output_block(&g, &m, &b, &mut want);
+                    for t in crate::kernels::isa::available_isas() {
+                        let mut got = vec![f32::NAN; s.c_out * ohw];
+                        let f = t.table().wino_output;
+                        f(&g, &m, &b, &mut got);
+                        let same = got
+                            .iter()
+                            .zip(&want)
+                            .all(|(a, b)| a.to_bits() == b.to_bits());
+                        assert!(
+                            same,
+                            "{s:?} tile {tile} block {tb}+{nb} keep {keep:?} {t:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
