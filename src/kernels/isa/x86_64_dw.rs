@@ -158,11 +158,7 @@ unsafe fn plane_direct(
     let mut filled = 0;
     let mut oy = 0;
     while oy < s.oh {
-        let r = match s.oh - oy {
-            n if n >= 4 => 4,
-            n if n >= 2 => 2,
-            _ => 1,
-        };
+        let r = pass_rows(s.oh - oy);
         let first = oy * st;
         let count = (r - 1) * st + k;
         let mut rows = [zero; PASS_ROWS];
@@ -216,6 +212,17 @@ unsafe fn plane_direct(
             epi.apply_body(y, ohw, c, 1, oy * s.ow, r * s.ow);
         }
         oy += r;
+    }
+}
+
+/// Output rows a pass of a direct depthwise plane kernel computes with `left` rows to
+/// go: 4, 2 or 1 (the kernels' unrolled row counts).
+#[inline(always)]
+pub(super) fn pass_rows(left: usize) -> usize {
+    match left {
+        n if n >= 4 => 4,
+        n if n >= 2 => 2,
+        _ => 1,
     }
 }
 

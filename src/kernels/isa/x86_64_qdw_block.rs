@@ -526,11 +526,7 @@ unsafe fn plane(
         let mut filled = 0;
         let mut oy = 0;
         while oy < s.oh {
-            let r = match s.oh - oy {
-                n if n >= 4 => 4,
-                n if n >= 2 => 2,
-                _ => 1,
-            };
+            let r = super::x86_64_dw::pass_rows(s.oh - oy);
             let first_row = oy * st;
             let count = (r - 1) * st + 3;
             let mut rows = [zr as *const f32; (PLANE_ROWS - 1) * 2 + 3];

@@ -20,26 +20,7 @@ fn dw_shape(
     end: (usize, usize),
     dil: (usize, usize),
 ) -> ConvShape {
-    let oh = (hw.0 + pad.0 + end.0 - (dil.0 * (k.0 - 1) + 1)) / st.0 + 1;
-    let ow = (hw.1 + pad.1 + end.1 - (dil.1 * (k.1 - 1) + 1)) / st.1 + 1;
-    ConvShape {
-        n: 1,
-        c_in: c,
-        h: hw.0,
-        w: hw.1,
-        c_out: c,
-        oh,
-        ow,
-        kh: k.0,
-        kw: k.1,
-        sh: st.0,
-        sw: st.1,
-        dh: dil.0,
-        dw: dil.1,
-        ph: pad.0,
-        pw: pad.1,
-        group: c,
-    }
+    super::tests::conv_shape_ends((c, c, c), hw, k, st, (pad, end), dil)
 }
 
 /// The geometries: MobileNet's (3x3, stride 1 / 2, planes below and above the 28-wide

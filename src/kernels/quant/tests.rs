@@ -56,9 +56,22 @@ fn conv_shape(
     pad: (usize, usize),
     dil: (usize, usize),
 ) -> ConvShape {
+    conv_shape_ends(c, hw, k, st, (pad, pad), dil)
+}
+
+/// A conv shape: `(c_in, c_out, group)`, `hw` input, kernel `k`, strides `st`, leading
+/// and trailing pads `pads` (the output size follows), dilations `dil`.
+pub(super) fn conv_shape_ends(
+    c: (usize, usize, usize),
+    hw: (usize, usize),
+    k: (usize, usize),
+    st: (usize, usize),
+    (pad, end): ((usize, usize), (usize, usize)),
+    dil: (usize, usize),
+) -> ConvShape {
     let (c_in, c_out, group) = c;
-    let oh = (hw.0 + 2 * pad.0 - (dil.0 * (k.0 - 1) + 1)) / st.0 + 1;
-    let ow = (hw.1 + 2 * pad.1 - (dil.1 * (k.1 - 1) + 1)) / st.1 + 1;
+    let oh = (hw.0 + pad.0 + end.0 - (dil.0 * (k.0 - 1) + 1)) / st.0 + 1;
+    let ow = (hw.1 + pad.1 + end.1 - (dil.1 * (k.1 - 1) + 1)) / st.1 + 1;
     ConvShape {
         n: 1,
         c_in,
