@@ -149,7 +149,7 @@ mod tests {
             (t.layer_norm_row)(&x, &mut y, &scale, &[], 1e-5);
             out.extend_from_slice(&y);
             for log in [false, true] {
-                (t.softmax_row)(&x, &mut y, log);
+                (t.softmax_row)(&x, &[], &mut y, log);
                 out.extend_from_slice(&y);
             }
         }
@@ -164,7 +164,7 @@ mod tests {
             let sum: f64 = x.iter().map(|&v| (v as f64 - m).exp()).sum();
             for t in crate::kernels::isa::tables() {
                 let mut y = vec![0.0; n];
-                (t.softmax_row)(&x, &mut y, false);
+                (t.softmax_row)(&x, &[], &mut y, false);
                 for (&v, &got) in x.iter().zip(&y) {
                     let want = (v as f64 - m).exp() / sum;
                     assert!(
@@ -173,7 +173,7 @@ mod tests {
                         t.name
                     );
                 }
-                (t.softmax_row)(&x, &mut y, true);
+                (t.softmax_row)(&x, &[], &mut y, true);
                 for (&v, &got) in x.iter().zip(&y) {
                     let want = v as f64 - m - sum.ln();
                     assert!((got as f64 - want).abs() < 1e-5 * (1.0 + want.abs()));
@@ -188,16 +188,34 @@ mod tests {
                 }
             }
         }
+        // A mask row added inside the kernel gives the bits of the materialised sum.
+        for n in [1usize, 15, 16, 17, 40, 960] {
+            let x: Vec<f32> = rand_vec(n, 11).iter().map(|v| v * 8.0).collect();
+            let add: Vec<f32> = rand_vec(n, 12)
+                .iter()
+                .map(|&v| if v > 0.5 { -1e4 } else { v })
+                .collect();
+            let sum: Vec<f32> = x.iter().zip(&add).map(|(a, b)| a + b).collect();
+            for t in crate::kernels::isa::tables() {
+                for log in [false, true] {
+                    let (mut got, mut want) = (vec![0.0; n], vec![0.0; n]);
+                    (t.softmax_row)(&x, &add, &mut got, log);
+                    (t.softmax_row)(&sum, &[], &mut want, log);
+                    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&got), bits(&want), "{} n {n} log {log}", t.name);
+                }
+            }
+        }
         // A NaN anywhere in a softmax row makes the row NaN; -inf entries give 0.
         for t in crate::kernels::isa::tables() {
             let mut y = vec![0.0; 9];
             let mut x = vec![0.5f32; 9];
             x[3] = f32::NEG_INFINITY;
-            (t.softmax_row)(&x, &mut y, false);
+            (t.softmax_row)(&x, &[], &mut y, false);
             assert_eq!(y[3], 0.0);
             assert!((y[0] - 0.125).abs() < 1e-7);
             x[4] = f32::NAN;
-            (t.softmax_row)(&x, &mut y, false);
+            (t.softmax_row)(&x, &[], &mut y, false);
             assert!(y.iter().all(|v| v.is_nan()));
         }
     }

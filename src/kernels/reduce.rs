@@ -182,7 +182,7 @@ pub fn softmax(
         let row = isa.table().softmax_row;
         for o in lo..hi {
             let r = o * v.len..(o + 1) * v.len;
-            row(&x[r.clone()], &mut y[r], log);
+            row(&x[r.clone()], &[], &mut y[r], log);
         }
         return;
     }

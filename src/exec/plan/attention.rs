@@ -4,13 +4,15 @@
 //!
 //! Per batch, kt and v are packed once as GEMM B operands; then per block of
 //! [`AttentionPlan::rows`] query rows: the block's scores `q_rows · kt` go into a scratch
-//! block, each row gets its mask row added (in an L1 row) and the table's `softmax_row`
-//! into a second block, and that block times v is written straight to the output rows.
+//! block, the table's `softmax_row` (with the row's mask row added) into a second block, and that block times v is written straight to the output rows.
 //! Each block holds `rows x N` floats, sized to stay in L2 with both packed operands.
 //!
-//! Tiles are (batch, row block) pairs in that order; a tile packs kt and v of each batch
-//! it touches. Blocks start at fixed multiples of `rows` (a multiple of `MR`) whatever
-//! the tiling, so any tiling gives the same bits as the whole node. Each block is the
+//! Tiles are (batch, row block) pairs, batch-major, or row-block-major when one mask is
+//! shared by every batch and all batches' packed kt and v fit [`SHARED_PACK_BYTES`]: then
+//! each block of mask rows is read from memory once for all batches (heads) instead of
+//! once per batch (SVTR's 960x960 local mask is 3.7 MB). A tile packs kt and v of each
+//! batch it touches. Blocks start at fixed multiples of `rows` (a multiple of `MR`)
+//! whatever the order and the tiling, so any tiling gives the same bits as the whole node. Each block is the
 //! same products and softmax rows as the unfused `MatMul`, `Softmax` / `MaskedSoftmax`,
 //! `MatMul` (same packing, micro-kernels and K blocks): bit-identical with the SIMD
 //! tables, within rounding with the portable one.
@@ -28,6 +30,10 @@ use crate::kernels::gemm::{self, ASource, BSource, Epilogue, MR};
 const SCORE_BLOCK_BYTES: usize = 256 * 1024;
 /// Most query rows per block (a multiple of `MR`).
 const MAX_ROWS: usize = 96;
+/// Most bytes of packed kt and v of all batches for the row-block-major order.
+const SHARED_PACK_BYTES: usize = 512 * 1024;
+/// Most batches for the row-block-major order (one bit each of a packed set).
+const SHARED_PACK_MAX_BATCH: usize = 64;
 
 /// Attention resolved: `batch` products of q `[M, K]`, kt `[K, N]`, v `[N, D]`.
 #[derive(Debug)]
@@ -42,6 +48,8 @@ pub(crate) struct AttentionPlan {
     /// Rows of `n` of the mask (input 2): score row `r` (over all batches) adds mask row
     /// `r % mask_rows`; `None` without a mask.
     mask_rows: Option<usize>,
+    /// Tiles run row-block-major (batch inner), every batch's kt and v packed side by side.
+    block_major: bool,
 }
 
 /// Query rows per block for `n` keys: as many whole `MR` panels as fit
@@ -67,13 +75,35 @@ impl AttentionPlan {
         self.d <= gemm::A_IN_PLACE_MAX_N
     }
 
+    /// Floats of one batch's packed kt and v.
+    fn packed_kv(&self) -> usize {
+        gemm::packed_b_len(self.k, self.n) + gemm::packed_b_len(self.n, self.d)
+    }
+
+    /// Batches whose packed kt and v the scratch holds at once.
+    fn packed_batches(&self) -> usize {
+        if self.block_major {
+            self.batch
+        } else {
+            1
+        }
+    }
+
     /// Scratch floats: packed kt and v, a packed A block, the scores block and a row.
     fn scratch(&self) -> usize {
-        let (pk, pv) = (
-            gemm::packed_b_len(self.k, self.n),
-            gemm::packed_b_len(self.n, self.d),
-        );
-        pk + pv + self.packed_a() + 2 * self.rows * self.n + self.n.max(self.d)
+        self.packed_batches() * self.packed_kv()
+            + self.packed_a()
+            + 2 * self.rows * self.n
+            + self.n.max(self.d)
+    }
+
+    /// (batch, row block) of tile `u`.
+    fn tile_at(&self, u: usize) -> (usize, usize) {
+        if self.block_major {
+            (u % self.batch, u / self.batch)
+        } else {
+            (u / self.blocks(), u % self.blocks())
+        }
     }
 
     /// Floats of the packed A block (0 when both GEMMs read A in place).
@@ -90,6 +120,16 @@ impl AttentionPlan {
         };
         q.max(p)
     }
+}
+
+/// True when `batch` products with one mask for all of them (`mask_rows == Some(m)`)
+/// run row-block-major: every batch's kt and v (`packed_kv` floats each) stay packed,
+/// and each block of mask rows is read once for all batches.
+fn block_major(batch: usize, m: usize, mask_rows: Option<usize>, packed_kv: usize) -> bool {
+    batch > 1
+        && batch <= SHARED_PACK_MAX_BATCH
+        && mask_rows == Some(m)
+        && batch * packed_kv * 4 <= SHARED_PACK_BYTES
 }
 
 /// Plans an Attention node: q `[..., M, K]`, kt `[..., K, N]`, [mask], v `[..., N, D]`,
@@ -140,7 +180,7 @@ pub(crate) fn plan_attention(c: &Ctx<'_>) -> Result<Planned> {
     } else {
         None
     };
-    let p = AttentionPlan {
+    let mut p = AttentionPlan {
         batch,
         m,
         k,
@@ -148,7 +188,9 @@ pub(crate) fn plan_attention(c: &Ctx<'_>) -> Result<Planned> {
         d,
         rows: block_rows(n),
         mask_rows,
+        block_major: false,
     };
+    p.block_major = block_major(batch, m, mask_rows, p.packed_kv());
     let s = p.scratch();
     Ok(Planned::new(p).scratch(s))
 }
@@ -165,27 +207,36 @@ impl FamilyKernel for AttentionPlan {
     fn run(&self, r: Run<'_>) -> Result<()> {
         let p = self;
         let (m, k, n, d) = (p.m, p.k, p.n, p.d);
-        let blocks = p.blocks();
-        let (lo, hi) = r.tile.range(p.batch * blocks, 1);
+        let (lo, hi) = r.tile.range(p.batch * p.blocks(), 1);
         let (q, kt, v) = (r.io.f32(0), r.io.f32(1), r.io.f32(3));
         let mask = p.mask_rows.map(|rows| (r.io.f32(2), rows));
         let y = super::out_f32(r.out, r.outs, 0);
         let softmax_row = r.isa.table().softmax_row;
-        let (pk, rest) = r.scratch.split_at_mut(gemm::packed_b_len(k, n));
-        let (pv, rest) = rest.split_at_mut(gemm::packed_b_len(n, d));
+        let (packs, rest) = r.scratch.split_at_mut(p.packed_batches() * p.packed_kv());
         let (pa, rest) = rest.split_at_mut(p.packed_a());
         let (s, rest) = rest.split_at_mut(p.rows * n);
         let (probs, rest) = rest.split_at_mut(p.rows * n);
         let tmp = &mut rest[..n.max(d)];
-        // The batch whose kt and v are packed in `pk` / `pv`.
-        let mut packed = None;
+        // Row-block-major: the batches packed in their own slots (one bit each, at most
+        // SHARED_PACK_MAX_BATCH). Batch-major: the batch packed in the one slot.
+        let (mut packed_set, mut packed_one) = (0u64, None);
         for u in lo..hi {
-            let (b, blk) = (u / blocks, u % blocks);
-            if packed != Some(b) {
+            let (b, blk) = p.tile_at(u);
+            let slot = if p.block_major { b } else { 0 };
+            let (pk, pv) = packs[slot * p.packed_kv()..(slot + 1) * p.packed_kv()]
+                .split_at_mut(gemm::packed_b_len(k, n));
+            let fresh = if p.block_major {
+                packed_set & (1 << b) == 0
+            } else {
+                packed_one != Some(b)
+            };
+            if fresh {
                 gemm::pack_b(&kt[b * k * n..], n, 1, k, n, 1.0, pk, tmp);
                 gemm::pack_b(&v[b * n * d..], d, 1, n, d, 1.0, pv, tmp);
-                packed = Some(b);
+                packed_set |= 1u64.checked_shl(b as u32).unwrap_or(0);
+                packed_one = Some(b);
             }
+            let (pk, pv) = (&*pk, &*pv);
             let i0 = b * m + blk * p.rows;
             let rows = p.rows.min(m - blk * p.rows);
             let s = &mut s[..rows * n];
@@ -215,18 +266,14 @@ impl FamilyKernel for AttentionPlan {
             let probs = &mut probs[..rows * n];
             let rows_io = s.chunks_exact(n).zip(probs.chunks_exact_mut(n));
             for (i, (row, out)) in rows_io.enumerate() {
-                match mask {
-                    // The masked row in L1, as MaskedSoftmax does.
+                let add = match mask {
                     Some((mk, mrows)) => {
                         let mo = (i0 + i) % mrows * n;
-                        let t = &mut tmp[..n];
-                        for ((t, x), a) in t.iter_mut().zip(row).zip(&mk[mo..mo + n]) {
-                            *t = *x + *a;
-                        }
-                        softmax_row(t, out, false);
+                        &mk[mo..mo + n]
                     }
-                    None => softmax_row(row, out, false),
-                }
+                    None => &[],
+                };
+                softmax_row(row, add, out, false);
             }
             let a = if p.p_in_place() {
                 ASource::InPlace { a: probs, lda: n }
@@ -263,6 +310,7 @@ mod tests {
     use crate::compile::testutil::{assert_close, rand_vec, run_graph, GraphBuilder};
     use crate::exec::{ModelPlan, PlanOptions, Tile};
     use crate::ir::{BinaryOp, Graph, Op};
+    use crate::kernels::gemm;
 
     /// How the scores are normalised in the unfused graph.
     #[derive(Clone, Copy, Debug)]
@@ -371,40 +419,52 @@ mod tests {
         }
     }
 
-    /// Any split of the node into tiles ((batch, row block) ranges) writes the same bits
-    /// as the whole node, each tile only its own rows.
+    /// Any split of the node into tiles ((batch, row block) ranges, batch-major with a
+    /// mask per batch, row-block-major with one mask for all batches) writes the same
+    /// bits as the whole node, each tile only its own rows.
     #[test]
     fn tiles_give_the_whole_node() {
+        let mut block_major = 0;
         for lead in [&[1][..], &[3]] {
             for &(m, k, n, d) in [&SIZES[..3], &SIZES[6..]].concat().iter() {
-                let form = forms(lead, m, n)[3];
-                let (mut g, inputs) = unfused(lead, (m, k, n, d), form);
-                assert_eq!(fuse_attention(&mut g), 1);
-                let whole = run_graph(&g, &inputs);
-                let plan = ModelPlan::new(Arc::new(g), &PlanOptions::default()).expect("plan");
-                let tiles = plan.tiles_for(0);
-                assert_eq!(tiles, lead[0] * m.div_ceil(super::block_rows(n)));
-                for count in 1..=tiles {
-                    let mut st = plan.new_state();
-                    for (i, x) in inputs.iter().enumerate() {
-                        plan.set_input(&mut st, i, bytemuck::cast_slice(x))
-                            .expect("in");
+                for form in [3, 4] {
+                    let form = forms(lead, m, n)[form];
+                    let (mut g, inputs) = unfused(lead, (m, k, n, d), form);
+                    assert_eq!(fuse_attention(&mut g), 1);
+                    let whole = run_graph(&g, &inputs);
+                    let plan = ModelPlan::new(Arc::new(g), &PlanOptions::default()).expect("plan");
+                    let kv = gemm::packed_b_len(k, n) + gemm::packed_b_len(n, d);
+                    let shared = matches!(form, Form::MaskedInput(s) if s.len() == 2);
+                    if super::block_major(lead[0], m, shared.then_some(m), kv) {
+                        block_major += 1;
                     }
-                    for index in 0..count {
-                        plan.run_node(&mut st, 0, Tile { index, count })
-                            .expect("tile");
+                    let tiles = plan.tiles_for(0);
+                    assert_eq!(tiles, lead[0] * m.div_ceil(super::block_rows(n)));
+                    for count in 1..=tiles {
+                        let mut st = plan.new_state();
+                        for (i, x) in inputs.iter().enumerate() {
+                            plan.set_input(&mut st, i, bytemuck::cast_slice(x))
+                                .expect("in");
+                        }
+                        for index in 0..count {
+                            plan.run_node(&mut st, 0, Tile { index, count })
+                                .expect("tile");
+                        }
+                        let got: &[f32] =
+                            bytemuck::cast_slice(plan.output_bytes(&st, 0).expect("out"));
+                        assert!(
+                            got.iter()
+                                .zip(&whole[0])
+                                .all(|(a, b)| a.to_bits() == b.to_bits()),
+                            "{lead:?} {:?} {form:?}: {count} tiles",
+                            (m, k, n, d)
+                        );
                     }
-                    let got: &[f32] = bytemuck::cast_slice(plan.output_bytes(&st, 0).expect("out"));
-                    assert!(
-                        got.iter()
-                            .zip(&whole[0])
-                            .all(|(a, b)| a.to_bits() == b.to_bits()),
-                        "{lead:?} {:?}: {count} tiles",
-                        (m, k, n, d)
-                    );
                 }
             }
         }
+        // Batch 3 with one [M, N] mask, except the 960-key size (its packs are too big).
+        assert_eq!(block_major, 4);
     }
 
     /// Query rows per block: whole MR panels, the scores block within its budget.

@@ -168,8 +168,7 @@ pub(crate) fn plan_masked_softmax(c: &Ctx<'_>) -> Result<Planned> {
         len,
         rows: numel / len,
         mask_rows: (mnumel / len).max(1),
-    })
-    .scratch(len))
+    }))
 }
 
 impl FamilyKernel for NormKernel {
@@ -228,13 +227,9 @@ impl FamilyKernel for NormKernel {
             } => {
                 let (lo, hi) = tile.range(*rows, 1);
                 let (row, mask) = (isa.table().softmax_row, r.io.f32(1));
-                let tmp = &mut r.scratch[..*len];
                 for o in lo..hi {
                     let (xr, mr) = (o * len..(o + 1) * len, (o % mask_rows) * len);
-                    for ((t, a), b) in tmp.iter_mut().zip(&x[xr.clone()]).zip(&mask[mr..]) {
-                        *t = *a + *b;
-                    }
-                    row(tmp, &mut y[xr], false);
+                    row(&x[xr.clone()], &mask[mr..mr + len], &mut y[xr], false);
                 }
             }
         }

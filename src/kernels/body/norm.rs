@@ -72,19 +72,34 @@ fn row_stats(x: &[f32]) -> (f64, f64) {
     (mean, (tail + acc.iter().sum::<f64>()) / x.len() as f64)
 }
 
-/// Softmax (LogSoftmax when `log`) of the row `x` into `y` (same length).
+/// Softmax (LogSoftmax when `log`) of the row `x + add` into `y` (as long as `x`; `add`
+/// empty for none, else at least as long as `x`, added in f32 before anything else).
 #[inline(always)]
-pub fn softmax_row(x: &[f32], y: &mut [f32], log: bool) {
-    let y = &mut y[..x.len()];
-    let m = row_max(x);
-    for (d, &v) in y.iter_mut().zip(x) {
-        *d = exp(v - m);
-    }
+pub fn softmax_row(x: &[f32], add: &[f32], y: &mut [f32], log: bool) {
+    let n = x.len();
+    let y = &mut y[..n];
+    let m = if add.is_empty() {
+        let m = row_max(x);
+        for (d, &v) in y.iter_mut().zip(x) {
+            *d = exp(v - m);
+        }
+        m
+    } else {
+        for ((d, &v), &a) in y.iter_mut().zip(x).zip(&add[..n]) {
+            *d = v + a;
+        }
+        let m = row_max(y);
+        for d in y.iter_mut() {
+            *d = exp(*d - m);
+        }
+        m
+    };
     let sum = row_sum(y);
     if log {
         let sh = m + sum.ln();
-        for (d, &v) in y.iter_mut().zip(x) {
-            *d = v - sh;
+        let add = if add.is_empty() { &[][..] } else { &add[..n] };
+        for (j, (d, &v)) in y.iter_mut().zip(x).enumerate() {
+            *d = (if add.is_empty() { v } else { v + add[j] }) - sh;
         }
     } else {
         let inv = 1.0 / sum;

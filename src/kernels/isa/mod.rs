@@ -177,8 +177,10 @@ pub struct KernelTable {
     pub tanh: fn(x: &mut [f32]),
     /// The int8 kernels of this instruction set (`kernels::quant`).
     pub quant: &'static crate::kernels::quant::QuantTable,
-    /// Softmax (LogSoftmax when `log`) of the contiguous row `x` into `y[..x.len()]`.
-    pub softmax_row: fn(x: &[f32], y: &mut [f32], log: bool),
+    /// Softmax (LogSoftmax when `log`) of the contiguous row `x + add` into
+    /// `y[..x.len()]`; `add` is empty (nothing added) or at least as long as `x` (a mask
+    /// row, added in f32 first).
+    pub softmax_row: fn(x: &[f32], add: &[f32], y: &mut [f32], log: bool),
     /// LayerNorm of the contiguous row `x` into `y[..x.len()]` with per-element `scale`
     /// and `bias` (empty for 0).
     pub layer_norm_row: fn(x: &[f32], y: &mut [f32], scale: &[f32], bias: &[f32], eps: f32),

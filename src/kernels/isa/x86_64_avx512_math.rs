@@ -65,6 +65,18 @@ fn exp16(x: __m512) -> __m512 {
     _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x), y, x)
 }
 
+/// `e^x` for lanes known not to exceed 0 (softmax's `x - max`), lanes `keep` only (0
+/// elsewhere): the same bits as [`exp16`] there (0 below `EXP_LO`, NaN kept) without the
+/// overflow side.
+#[inline]
+#[target_feature(enable = "avx512f,avx512dq")]
+fn exp16_nonpos(x: __m512, keep: __mmask16) -> __m512 {
+    let lo = _mm512_set1_ps(EXP_LO);
+    // `vmaxps` gives its second operand for a NaN: NaN lanes stay NaN through exp_core.
+    let y = exp_core(_mm512_max_ps(lo, x));
+    _mm512_maskz_mov_ps(keep & _mm512_cmp_ps_mask::<_CMP_NLT_UQ>(x, lo), y)
+}
+
 /// The logistic function without NaN propagation (a NaN lane gives a finite value):
 /// with `e = e^-|x|`, `1 / (1 + e)` for `x >= 0` and `e / (1 + e)` below.
 #[inline]
@@ -328,27 +340,41 @@ unsafe fn epilogue_row(e: &Epilogue<'_>, row: &mut [f32], bias: f32, ch: usize, 
 
 /// The table's `softmax_row` entry: max, `e^(x - max)` with the sum in registers, then
 /// the scaling (or the log shift), each pass 16 lanes at a time.
-pub(super) fn softmax_row(x: &[f32], y: &mut [f32], log: bool) {
+pub(super) fn softmax_row(x: &[f32], add: &[f32], y: &mut [f32], log: bool) {
     let y = &mut y[..x.len()];
-    // SAFETY: reachable only through the AVX-512 table (features detected); y is as
-    // long as x.
-    unsafe { softmax_row512(x, y, log) }
+    let add = if add.is_empty() {
+        None
+    } else {
+        Some(&add[..x.len()])
+    };
+    // SAFETY: reachable only through the AVX-512 table (features detected); y and add
+    // are as long as x.
+    unsafe { softmax_row512(x, add, y, log) }
 }
 
 /// # Safety
-/// AVX-512F/DQ must be available; `y.len() == x.len()`.
+/// AVX-512F/DQ must be available; `y.len() == x.len()`, and `add` (when given) as long.
 #[target_feature(enable = "avx512f,avx512dq")]
-unsafe fn softmax_row512(x: &[f32], y: &mut [f32], log: bool) {
+unsafe fn softmax_row512(x: &[f32], add: Option<&[f32]>, y: &mut [f32], log: bool) {
     let n = x.len();
     let (xp, yp) = (x.as_ptr(), y.as_mut_ptr());
+    let ap = add.map(|a| a.as_ptr());
     let mask_at = |j: usize| first_lanes(n - j);
+    // Lanes `m` of `x + add` at `j`, 0 elsewhere.
+    // SAFETY: masked lanes inside x and add (caller).
+    let load = |m: __mmask16, j: usize| unsafe {
+        let v = _mm512_maskz_loadu_ps(m, xp.add(j));
+        match ap {
+            Some(a) => _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, a.add(j))),
+            None => v,
+        }
+    };
     // Max, NaN ignored (vmaxps keeps its second operand, the running max, for a NaN).
     let mut mv = _mm512_set1_ps(f32::NEG_INFINITY);
     let mut j = 0;
     while j < n {
         let m = mask_at(j);
-        // SAFETY: masked lanes inside x.
-        let v = unsafe { _mm512_mask_loadu_ps(mv, m, xp.add(j)) };
+        let v = _mm512_mask_mov_ps(mv, m, load(m, j));
         mv = _mm512_max_ps(v, mv);
         j += 16;
     }
@@ -358,10 +384,9 @@ unsafe fn softmax_row512(x: &[f32], y: &mut [f32], log: bool) {
     let mut j = 0;
     while j < n {
         let m = mask_at(j);
-        // SAFETY: masked lanes inside x and y.
+        // SAFETY: masked lanes inside y.
         unsafe {
-            let v = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, xp.add(j)), mb));
-            let v = _mm512_maskz_mov_ps(m, v);
+            let v = exp16_nonpos(_mm512_sub_ps(load(m, j), mb), m);
             _mm512_mask_storeu_ps(yp.add(j), m, v);
             if (j / 16) % 2 == 0 {
                 s0 = _mm512_add_ps(s0, v);
@@ -377,9 +402,9 @@ unsafe fn softmax_row512(x: &[f32], y: &mut [f32], log: bool) {
         let mut j = 0;
         while j < n {
             let m = mask_at(j);
-            // SAFETY: masked lanes inside x and y.
+            // SAFETY: masked lanes inside y.
             unsafe {
-                let v = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, xp.add(j)), sh);
+                let v = _mm512_sub_ps(load(m, j), sh);
                 _mm512_mask_storeu_ps(yp.add(j), m, v);
             }
             j += 16;
@@ -446,6 +471,50 @@ mod tests {
             x[5] = 1e-30;
         }
         x
+    }
+
+    /// Softmax's exponential of non-positive lanes gives exp16's bits (zeros below the
+    /// normal range, -inf, NaN, -0 included) and zeros outside `keep`.
+    #[test]
+    fn exp_of_non_positive_lanes_is_exp16() {
+        if !crate::kernels::isa::tables()
+            .iter()
+            .any(|t| t.isa == crate::kernels::isa::Isa::Avx512)
+        {
+            return;
+        }
+        use std::arch::x86_64::*;
+        let mut xs: Vec<f32> = (0..4000).map(|i| -(i as f32) * 0.031).collect();
+        xs.extend([
+            f32::NEG_INFINITY,
+            f32::NAN,
+            -0.0,
+            0.0,
+            -87.33,
+            -87.34,
+            -1e30,
+        ]);
+        for (c, chunk) in xs.chunks(16).enumerate() {
+            let mut v = [0.0f32; 16];
+            v[..chunk.len()].copy_from_slice(chunk);
+            let keep = (0xffffu32 >> (c % 5)) as u16;
+            let (mut a, mut b) = ([0.0f32; 16], [0.0f32; 16]);
+            // SAFETY: AVX-512 detected above; 16-float arrays.
+            unsafe {
+                let x = _mm512_loadu_ps(v.as_ptr());
+                _mm512_storeu_ps(a.as_mut_ptr(), super::exp16_nonpos(x, keep));
+                _mm512_storeu_ps(b.as_mut_ptr(), super::exp16(x));
+            }
+            for l in 0..16 {
+                let want = if keep >> l & 1 == 1 { b[l] } else { 0.0 };
+                assert!(
+                    a[l].to_bits() == want.to_bits() || (a[l].is_nan() && want.is_nan()),
+                    "x {} lane {l}: {} vs {want}",
+                    v[l],
+                    a[l]
+                );
+            }
+        }
     }
 
     twin_test!(unary_lane_ops_match_portable, 1e-6, |t| {

@@ -135,7 +135,7 @@ feature_build!("avx2,fma", mm_half, portable::mm_half, (kc: usize, a: &[f32], b:
 feature_build!("avx2,fma", mm_row, portable::mm_row, (kc: usize, a: &[f32], b: &[f32], c: &mut [f32]));
 feature_build!("avx2,fma", sigmoid, body::rnn::sigmoid, (x: &mut [f32]));
 feature_build!("avx2,fma", tanh, body::rnn::tanh, (x: &mut [f32]));
-feature_build!("avx2,fma", softmax_row, body::norm::softmax_row, (x: &[f32], y: &mut [f32], log: bool));
+feature_build!("avx2,fma", softmax_row, body::norm::softmax_row, (x: &[f32], add: &[f32], y: &mut [f32], log: bool));
 feature_build!("avx2,fma", layer_norm_row, body::norm::layer_norm_row, (x: &[f32], y: &mut [f32], scale: &[f32], bias: &[f32], eps: f32));
 
 fn mm_tile(kc: usize, a: &[f32], b: &[f32], c: &mut [f32], ldc: usize, acc: bool) {
