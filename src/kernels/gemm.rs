@@ -176,6 +176,11 @@ pub enum BSource<'a> {
     /// `fill(p, j0, len, row)` returns `B[p, j0..j0 + len]`, either as a slice of its
     /// source or by writing it into `row` (then returning `None`).
     Rows(&'a RowFill<'a>),
+    /// Like [`BSource::Rows`], but each block is always packed into panels before the
+    /// micro-kernels read it, however few rows C has: for sources whose rows, read in
+    /// place, would fall into a few cache sets (conv input planes a multiple of 4 KiB
+    /// apart), where packing beats copying them into row slots.
+    RowsPacked(&'a RowFill<'a>),
     /// B generated on the fly straight into packed panels, one `KC x NC` block at a
     /// time, into scratch: `fill(k0, kc, jc, nc, buf)` writes rows `k0..k0 + kc`,
     /// columns `jc..jc + nc` of B as `nc.div_ceil(NR)` panels of `kc x NR` floats
@@ -320,11 +325,14 @@ pub fn gemm_with(
     }
     let slot = row_slot(NC.min(n_pad));
     let (buf, edge) = match b {
-        BSource::Rows(_) | BSource::Panels(_) => scratch.split_at_mut(KC.min(k) * slot),
+        BSource::Rows(_) | BSource::RowsPacked(_) | BSource::Panels(_) => {
+            scratch.split_at_mut(KC.min(k) * slot)
+        }
         BSource::Packed(_) => (&mut [][..], &mut [][..]),
     };
     let a_in_place = matches!(a, ASource::InPlace { .. });
-    let pack_rows = m_hi - m_lo > ROWS_IN_PLACE_MAX_M || a_in_place;
+    let pack_rows =
+        m_hi - m_lo > ROWS_IN_PLACE_MAX_M || a_in_place || matches!(b, BSource::RowsPacked(_));
     let mut edge_a = [0.0f32; KC * MR];
     let in_place = matches!(b, BSource::Rows(_)) && !pack_rows;
     let mut tile = [0.0f32; MR * NR];
@@ -349,7 +357,7 @@ pub fn gemm_with(
             let full = len / NR * NR;
             if let BSource::Panels(fill) = b {
                 fill(k0, kc, jc, len, &mut buf[..kc * len.div_ceil(NR) * NR]);
-            } else if let (BSource::Rows(fill), true) = (b, pack_rows) {
+            } else if let (BSource::Rows(fill) | BSource::RowsPacked(fill), true) = (b, pack_rows) {
                 pack_block(fill, k0, kc, jc, len, buf, edge);
             } else if let (BSource::Rows(fill), true) = (b, in_place) {
                 for (p, src) in srcs[..kc].iter_mut().enumerate() {
@@ -379,6 +387,7 @@ pub fn gemm_with(
                             Panel::Packed(&pb[b_panel(n_pad, k, k0, j)..][..kc * NR])
                         }
                         BSource::Panels(_) => Panel::Packed(&buf[(j - jc) * kc..][..kc * NR]),
+                        BSource::RowsPacked(_) => Panel::Packed(&buf[(j - jc) * kc..][..kc * NR]),
                         BSource::Rows(_) if pack_rows => {
                             Panel::Packed(&buf[(j - jc) * kc..][..kc * NR])
                         }
@@ -851,6 +860,62 @@ mod tests {
         }
     }
 
+    /// Row-major A (`m x k`) and B (`k x n`) packed for the GEMM.
+    fn packed_operands(
+        a: &[f32],
+        b: &[f32],
+        (m, n, k): (usize, usize, usize),
+    ) -> (Vec<f32>, Vec<f32>) {
+        let mut pa = vec![0.0; packed_a_len(m, k)];
+        let mut pb = vec![0.0; packed_b_len(k, n)];
+        pack_a(a, k, 1, m, k, 1.0, &mut pa);
+        pack_b(b, n, 1, k, n, 1.0, &mut pb, &mut vec![0.0; n]);
+        (pa, pb)
+    }
+
+    /// B rows packed block by block (`RowsPacked`, for few rows of C too) and packed
+    /// whole give the same bits (same K blocks, same micro-kernels; ragged panels and a
+    /// K over one block included), as do rows read in place on the SIMD tables.
+    #[test]
+    fn rows_packed_blocks_match_packed_b() {
+        for isa in crate::kernels::isa::available_isas() {
+            for &(m, n, k) in &[(1, 37, 5), (7, 600, 40), (24, 100, 300), (40, 16, 1)] {
+                let (a, b) = (rand_vec(m * k, 16), rand_vec(k * n, 17));
+                let (pa, pb) = packed_operands(&a, &b, (m, n, k));
+                let fill = |p: usize, j0: usize, len: usize, _: &mut [f32]| {
+                    Some(&b[p * n + j0..p * n + j0 + len])
+                };
+                let run = |src: BSource<'_>| {
+                    let mut c = vec![f32::NAN; m * n];
+                    let mut scratch = vec![0.0; block_scratch_len(k, n)];
+                    let pa = ASource::Packed(&pa);
+                    let none = &Epilogue::NONE;
+                    gemm_with(
+                        isa,
+                        m,
+                        n,
+                        k,
+                        pa,
+                        src,
+                        &mut scratch,
+                        &mut c,
+                        n,
+                        (0, m),
+                        (0, n),
+                        none,
+                    );
+                    c.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+                };
+                let want = run(BSource::Packed(&pb));
+                assert_eq!(run(BSource::RowsPacked(&fill)), want, "{isa:?} {m}x{n}x{k}");
+                // (The portable row-table micro-kernel sums in another order.)
+                if isa != crate::kernels::isa::Isa::Portable {
+                    assert_eq!(run(BSource::Rows(&fill)), want, "{isa:?} {m}x{n}x{k} rows");
+                }
+            }
+        }
+    }
+
     /// Whole GEMMs with a simple epilogue (fused into the tiles where the table can)
     /// against the same GEMM followed by the epilogue over all of C.
     #[test]
@@ -864,10 +929,7 @@ mod tests {
                 let (a, b) = (rand_vec(m * k, 6), rand_vec(k * n, 7));
                 let (bias, res) = (rand_vec(m, 8), rand_vec(m * n, 9));
                 let residuals: [&[f32]; 1] = [&res];
-                let mut pa = vec![0.0; packed_a_len(m, k)];
-                let mut pb = vec![0.0; packed_b_len(k, n)];
-                pack_a(&a, k, 1, m, k, 1.0, &mut pa);
-                pack_b(&b, n, 1, k, n, 1.0, &mut pb, &mut vec![0.0; n]);
+                let (pa, pb) = packed_operands(&a, &b, (m, n, k));
                 let fill = |p: usize, j0: usize, len: usize, _: &mut [f32]| {
                     Some(&b[p * n + j0..p * n + j0 + len])
                 };

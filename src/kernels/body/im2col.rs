@@ -11,9 +11,10 @@ use super::pool::valid_range;
 
 /// Writes the block described in the module doc for one image and group `xg`
 /// (`[Cin_g, H, W]`) into `out` (at least `kc * n.div_ceil(NR) * NR` floats).
-/// `gather(src, stride, dst)` must set `dst[i] = src[i * stride]` for `i < NR`; it is
-/// called for every full panel row with `src` holding at least `(NR - 1) * stride + 1`
-/// floats (a table passes its SIMD version, which may check for more).
+/// `gather(src, stride, dst)` must set `dst[i] = src[i * stride]` for `i < dst.len()`;
+/// it is called for every piece of a panel row (1 to `NR` floats, shorter at segment
+/// ends and panel edges) with `src` holding at least `(dst.len() - 1) * stride + 1`
+/// floats (a table passes its SIMD version).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub fn im2col_panels<const NR: usize>(
@@ -24,7 +25,7 @@ pub fn im2col_panels<const NR: usize>(
     j0: usize,
     n: usize,
     out: &mut [f32],
-    gather: impl Fn(&[f32], usize, &mut [f32; NR]),
+    gather: impl Fn(&[f32], usize, &mut [f32]),
 ) {
     let (hw, khw) = (s.h * s.w, s.kh * s.kw);
     let panel = kc * NR;
@@ -35,7 +36,7 @@ pub fn im2col_panels<const NR: usize>(
         let (ci, ky, kx) = (p / khw, (p % khw) / s.kw, p % s.kw);
         let plane = &xg[ci * hw..(ci + 1) * hw];
         let (vlo, vhi) = valid_range(s.ow, s.sw, s.pw, kx * s.dw, s.w);
-        let mut rows = PanelRow { out, pl, panel };
+        let mut rows = PanelRow::<NR> { out, pl, panel };
         let (mut j, end) = (j0, j0 + n);
         let (mut oy, mut ox0) = (j / s.ow, j % s.ow);
         while j < end {
@@ -97,19 +98,9 @@ impl<const NR: usize> PanelRow<'_, NR> {
         len: usize,
         src: &[f32],
         stride: usize,
-        gather: &impl Fn(&[f32], usize, &mut [f32; NR]),
+        gather: &impl Fn(&[f32], usize, &mut [f32]),
     ) {
-        self.pieces(c, len, |d, done| {
-            let sp = &src[done * stride..];
-            if sp.len() > (NR - 1) * stride {
-                if let Ok(full) = <&mut [f32; NR]>::try_from(&mut *d) {
-                    gather(sp, stride, full);
-                    return;
-                }
-            }
-            // Pieces shorter than a panel (segment ends) are copied one by one.
-            gather_scalar(sp, stride, d);
-        });
+        self.pieces(c, len, |d, done| gather(&src[done * stride..], stride, d));
     }
 }
 

@@ -232,10 +232,9 @@ fn im2col_panels(
         out: &mut [f32],
     ) {
         body::im2col::im2col_panels::<NR>(s, x, k0, kc, j0, n, out, |src, stride, d| {
-            if stride == 2 && src.len() >= 32 {
-                // SAFETY: AVX-512 is enabled here (and detected, see `table`); 32 floats
-                // are readable at src (checked), 16 writable at d.
-                unsafe { gather16_stride2(src.as_ptr(), d) }
+            if stride <= 2 {
+                // SAFETY: AVX-512 is enabled here (and detected, see `table`).
+                unsafe { gather_masked(src, stride, d) }
             } else {
                 body::im2col::gather_scalar(src, stride, d)
             }
@@ -245,19 +244,32 @@ fn im2col_panels(
     unsafe { build(s, x, k0, kc, j0, n, out) }
 }
 
-/// `d[i] = src[2 * i]` for the 16 lanes of a panel row: two loads and one two-source
-/// permute.
+/// `d[i] = src[i * stride]` for a piece of a panel row (stride 1 or 2, 1 to 16 floats):
+/// masked loads (one, or two and a two-source permute for stride 2) and a masked store,
+/// so that partial pieces at row ends and panel edges stay vectorised.
 ///
 /// # Safety
-/// AVX-512F must be available; `src` valid for 32 reads.
+/// AVX-512F must be available.
 #[inline]
 #[target_feature(enable = "avx512f")]
-unsafe fn gather16_stride2(src: *const f32, d: &mut [f32; NR]) {
-    // SAFETY: 32 floats at src (caller), 16 at d.
+unsafe fn gather_masked(src: &[f32], stride: usize, d: &mut [f32]) {
+    let len = d.len();
+    assert!((1..=2).contains(&stride) && (1..=NR).contains(&len) && src.len() > (len - 1) * stride);
+    let (sp, dp) = (src.as_ptr(), d.as_mut_ptr());
+    let out = math::first_lanes(len);
+    // SAFETY: the enabled lanes of each load lie inside src ((len - 1) * stride + 1
+    // floats, checked) and those of the store inside d (len floats).
     unsafe {
-        let idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-        let v = _mm512_permutex2var_ps(_mm512_loadu_ps(src), idx, _mm512_loadu_ps(src.add(16)));
-        _mm512_storeu_ps(d.as_mut_ptr(), v);
+        let v = if stride == 1 {
+            _mm512_maskz_loadu_ps(out, sp)
+        } else {
+            let span = 2 * len - 1;
+            let idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+            let lo = _mm512_maskz_loadu_ps(math::first_lanes(span), sp);
+            let hi = _mm512_maskz_loadu_ps(math::first_lanes(span.saturating_sub(16)), sp.add(16));
+            _mm512_permutex2var_ps(lo, idx, hi)
+        };
+        _mm512_mask_storeu_ps(dp, out, v);
     }
 }
 

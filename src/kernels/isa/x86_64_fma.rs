@@ -104,15 +104,15 @@ fn im2col_panels(
     unsafe { build(s, x, k0, kc, j0, n, out) }
 }
 
-/// `d[i] = src[i * stride]` for the 16 lanes of a panel row: stride 2 (the strided
-/// convs) deinterleaves four loads, stride 1 copies.
+/// `d[i] = src[i * stride]` for a piece of a panel row: a whole row (16 lanes) at stride
+/// 2 (the strided convs) deinterleaves four loads; other pieces copy.
 ///
 /// # Safety
 /// AVX2 must be available.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn gather16(src: &[f32], stride: usize, d: &mut [f32; NR]) {
-    if stride == 2 && src.len() >= 4 * 8 {
+unsafe fn gather16(src: &[f32], stride: usize, d: &mut [f32]) {
+    if stride == 2 && d.len() == NR && src.len() >= 4 * 8 {
         let p = src.as_ptr();
         // SAFETY: 32 floats readable at p (checked above), 16 writable at d.
         unsafe {
