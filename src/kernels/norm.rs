@@ -203,6 +203,15 @@ mod tests {
                     (t.softmax_row)(&sum, &[], &mut want, log);
                     let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
                     assert_eq!(bits(&got), bits(&want), "{} n {n} log {log}", t.name);
+                    // exp_row: the unnormalised terms and their sum, softmax's bits
+                    // once scaled by 1 / sum.
+                    if !log {
+                        let mut e = vec![0.0; n];
+                        let s = (t.exp_row)(&x, &add, &mut e);
+                        let inv = 1.0 / s;
+                        let scaled: Vec<f32> = e.iter().map(|v| v * inv).collect();
+                        assert_eq!(bits(&scaled), bits(&want), "{} exp_row n {n}", t.name);
+                    }
                 }
             }
         }

@@ -4,18 +4,21 @@
 //!
 //! Per batch, kt and v are packed once as GEMM B operands; then per block of
 //! [`AttentionPlan::rows`] query rows: the block's scores `q_rows · kt` go into a scratch
-//! block, the table's `softmax_row` (with the row's mask row added) into a second block, and that block times v is written straight to the output rows.
-//! Each block holds `rows x N` floats, sized to stay in L2 with both packed operands.
+//! block, the table's `exp_row` (softmax's max and exponential passes, the row's mask row
+//! added) into a second block, and that block times v is written straight to the output
+//! rows, each then scaled by the reciprocal of its row's sum (softmax's normalisation on
+//! D floats a row instead of N). Each block holds `rows x N` floats, sized to stay in L2
+//! with both packed operands.
 //!
 //! Tiles are (batch, row block) pairs, batch-major, or row-block-major when one mask is
 //! shared by every batch and all batches' packed kt and v fit [`SHARED_PACK_BYTES`]: then
 //! each block of mask rows is read from memory once for all batches (heads) instead of
 //! once per batch (SVTR's 960x960 local mask is 3.7 MB). A tile packs kt and v of each
 //! batch it touches. Blocks start at fixed multiples of `rows` (a multiple of `MR`)
-//! whatever the order and the tiling, so any tiling gives the same bits as the whole node. Each block is the
-//! same products and softmax rows as the unfused `MatMul`, `Softmax` / `MaskedSoftmax`,
-//! `MatMul` (same packing, micro-kernels and K blocks): bit-identical with the SIMD
-//! tables, within rounding with the portable one.
+//! whatever the order and the tiling, so any tiling gives the same bits as the whole
+//! node. Against the unfused `MatMul`, `Softmax` / `MaskedSoftmax`, `MatMul` (same
+//! packing, micro-kernels and K blocks) only the normalisation's rounding differs
+//! (`(sum_j e_j v_j) / s` for `sum_j (e_j / s) v_j`).
 
 use super::ctx::Ctx;
 use super::errors::shape_err;
@@ -211,7 +214,7 @@ impl FamilyKernel for AttentionPlan {
         let (q, kt, v) = (r.io.f32(0), r.io.f32(1), r.io.f32(3));
         let mask = p.mask_rows.map(|rows| (r.io.f32(2), rows));
         let y = super::out_f32(r.out, r.outs, 0);
-        let softmax_row = r.isa.table().softmax_row;
+        let exp_row = r.isa.table().exp_row;
         let (packs, rest) = r.scratch.split_at_mut(p.packed_batches() * p.packed_kv());
         let (pa, rest) = rest.split_at_mut(p.packed_a());
         let (s, rest) = rest.split_at_mut(p.rows * n);
@@ -265,6 +268,9 @@ impl FamilyKernel for AttentionPlan {
             );
             let probs = &mut probs[..rows * n];
             let rows_io = s.chunks_exact(n).zip(probs.chunks_exact_mut(n));
+            // Unnormalised probabilities; each output row is scaled by 1 / sum after
+            // the product with v (d floats a row instead of n).
+            let mut inv = [0.0f32; MAX_ROWS];
             for (i, (row, out)) in rows_io.enumerate() {
                 let add = match mask {
                     Some((mk, mrows)) => {
@@ -273,7 +279,9 @@ impl FamilyKernel for AttentionPlan {
                     }
                     None => &[],
                 };
-                softmax_row(row, add, out, false);
+                let sum = exp_row(row, add, out);
+                // No keys: the product is 0 and stays 0.
+                inv[i] = if n == 0 { 1.0 } else { 1.0 / sum };
             }
             let a = if p.p_in_place() {
                 ASource::InPlace { a: probs, lda: n }
@@ -297,6 +305,11 @@ impl FamilyKernel for AttentionPlan {
                 (0, d),
                 none,
             );
+            for (o, &s) in out.chunks_exact_mut(d.max(1)).zip(&inv[..rows]) {
+                for v in o {
+                    *v *= s;
+                }
+            }
         }
         Ok(())
     }
@@ -398,9 +411,7 @@ mod tests {
 
     /// The fused node against the unfused MatMul, softmax, MatMul, with and without a
     /// mask, batch 1, 3 and 1x2, ragged sizes: within 1e-5 (ten times tighter than the
-    /// conformance tolerance). With the SIMD tables the two are bit-identical (same
-    /// packing, micro-kernels and K blocks); the portable table's row-source micro-kernel
-    /// (the unfused MatMul of at most 40 rows) rounds differently.
+    /// conformance tolerance; the fused node normalises after the product with v).
     #[test]
     fn attention_matches_the_unfused_ops() {
         for lead in [&[1][..], &[3], &[1, 2]] {

@@ -72,10 +72,16 @@ fn row_stats(x: &[f32]) -> (f64, f64) {
     (mean, (tail + acc.iter().sum::<f64>()) / x.len() as f64)
 }
 
-/// Softmax (LogSoftmax when `log`) of the row `x + add` into `y` (as long as `x`; `add`
-/// empty for none, else at least as long as `x`, added in f32 before anything else).
+/// Softmax's exponentials of the row `x + add` into `y` (as for [`softmax_row`]); returns
+/// their sum.
 #[inline(always)]
-pub fn softmax_row(x: &[f32], add: &[f32], y: &mut [f32], log: bool) {
+pub fn exp_row(x: &[f32], add: &[f32], y: &mut [f32]) -> f32 {
+    exp_row_max(x, add, y).1
+}
+
+/// [`exp_row`], returning the row's max too.
+#[inline(always)]
+fn exp_row_max(x: &[f32], add: &[f32], y: &mut [f32]) -> (f32, f32) {
     let n = x.len();
     let y = &mut y[..n];
     let m = if add.is_empty() {
@@ -94,7 +100,16 @@ pub fn softmax_row(x: &[f32], add: &[f32], y: &mut [f32], log: bool) {
         }
         m
     };
-    let sum = row_sum(y);
+    (m, row_sum(y))
+}
+
+/// Softmax (LogSoftmax when `log`) of the row `x + add` into `y` (as long as `x`; `add`
+/// empty for none, else at least as long as `x`, added in f32 before anything else).
+#[inline(always)]
+pub fn softmax_row(x: &[f32], add: &[f32], y: &mut [f32], log: bool) {
+    let n = x.len();
+    let y = &mut y[..n];
+    let (m, sum) = exp_row_max(x, add, y);
     if log {
         let sh = m + sum.ln();
         let add = if add.is_empty() { &[][..] } else { &add[..n] };

@@ -25,6 +25,19 @@ use std::sync::OnceLock;
 /// solely through a table handed out after detecting `$feat` (the invariant above).
 #[cfg(target_arch = "x86_64")]
 macro_rules! feature_build {
+    ($feat:literal, $vis:vis $name:ident, $body:path, ($($arg:ident: $ty:ty),*) -> $ret:ty) => {
+        #[allow(clippy::too_many_arguments)]
+        $vis fn $name($($arg: $ty),*) -> $ret {
+            #[target_feature(enable = $feat)]
+            #[allow(clippy::too_many_arguments)]
+            unsafe fn build($($arg: $ty),*) -> $ret {
+                $body($($arg),*)
+            }
+            // SAFETY: this wrapper is reachable only through a table that is handed out
+            // after detecting `$feat` (see the module invariant); the body indexes safely.
+            unsafe { build($($arg),*) }
+        }
+    };
     ($feat:literal, $vis:vis $name:ident, $body:path, ($($arg:ident: $ty:ty),*)) => {
         #[allow(clippy::too_many_arguments)]
         $vis fn $name($($arg: $ty),*) {
@@ -181,6 +194,10 @@ pub struct KernelTable {
     /// `y[..x.len()]`; `add` is empty (nothing added) or at least as long as `x` (a mask
     /// row, added in f32 first).
     pub softmax_row: fn(x: &[f32], add: &[f32], y: &mut [f32], log: bool),
+    /// Softmax's first two passes over the row `x + add` (`add` as for `softmax_row`):
+    /// `y[i] = e^(x[i] + add[i] - max)`; returns their sum, which `softmax_row` would
+    /// divide by (`y * (1 / sum)` are its bits).
+    pub exp_row: fn(x: &[f32], add: &[f32], y: &mut [f32]) -> f32,
     /// LayerNorm of the contiguous row `x` into `y[..x.len()]` with per-element `scale`
     /// and `bias` (empty for 0).
     pub layer_norm_row: fn(x: &[f32], y: &mut [f32], scale: &[f32], bias: &[f32], eps: f32),

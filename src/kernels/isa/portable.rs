@@ -24,6 +24,7 @@ pub(crate) static TABLE: KernelTable = KernelTable {
     tanh: body::rnn::tanh,
     quant: &crate::kernels::quant::table::PORTABLE,
     softmax_row: body::norm::softmax_row,
+    exp_row: body::norm::exp_row,
     layer_norm_row: body::norm::layer_norm_row,
     depthwise_fused: body::depthwise::depthwise_channel,
     depthwise_block: None,

@@ -49,6 +49,7 @@ static TABLE: KernelTable = KernelTable {
     tanh,
     quant: &crate::kernels::quant::x86_64_vnni::TABLE,
     softmax_row: math::softmax_row,
+    exp_row: math::exp_row,
     layer_norm_row,
     depthwise_fused: super::x86_64_dw::depthwise_direct,
     depthwise_block: Some(super::x86_64_dw_block::depthwise_block),

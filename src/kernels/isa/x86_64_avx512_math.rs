@@ -352,29 +352,54 @@ pub(super) fn softmax_row(x: &[f32], add: &[f32], y: &mut [f32], log: bool) {
     unsafe { softmax_row512(x, add, y, log) }
 }
 
+/// The table's `exp_row` entry: softmax's max and exponential passes.
+pub(super) fn exp_row(x: &[f32], add: &[f32], y: &mut [f32]) -> f32 {
+    let y = &mut y[..x.len()];
+    let add = if add.is_empty() {
+        None
+    } else {
+        Some(&add[..x.len()])
+    };
+    // SAFETY: reachable only through the AVX-512 table (features detected); y and add
+    // are as long as x.
+    unsafe { exp_pass512(x, add, y).1 }
+}
+
+/// Lanes `m` of `x + add` at `j` (0 elsewhere).
+///
+/// # Safety
+/// AVX-512F available; the lanes of `m` at `j` inside `x` and `add`.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn load_sum(x: *const f32, add: Option<*const f32>, m: __mmask16, j: usize) -> __m512 {
+    // SAFETY: masked lanes inside x and add (caller).
+    unsafe {
+        let v = _mm512_maskz_loadu_ps(m, x.add(j));
+        match add {
+            Some(a) => _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, a.add(j))),
+            None => v,
+        }
+    }
+}
+
+/// Softmax's first two passes: the max of `x + add` (NaN ignored), then `y = e^(x + add
+/// - max)` with the sum in registers; returns `(max, sum)`.
+///
 /// # Safety
 /// AVX-512F/DQ must be available; `y.len() == x.len()`, and `add` (when given) as long.
 #[target_feature(enable = "avx512f,avx512dq")]
-unsafe fn softmax_row512(x: &[f32], add: Option<&[f32]>, y: &mut [f32], log: bool) {
+unsafe fn exp_pass512(x: &[f32], add: Option<&[f32]>, y: &mut [f32]) -> (f32, f32) {
     let n = x.len();
     let (xp, yp) = (x.as_ptr(), y.as_mut_ptr());
     let ap = add.map(|a| a.as_ptr());
     let mask_at = |j: usize| first_lanes(n - j);
-    // Lanes `m` of `x + add` at `j`, 0 elsewhere.
-    // SAFETY: masked lanes inside x and add (caller).
-    let load = |m: __mmask16, j: usize| unsafe {
-        let v = _mm512_maskz_loadu_ps(m, xp.add(j));
-        match ap {
-            Some(a) => _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, a.add(j))),
-            None => v,
-        }
-    };
     // Max, NaN ignored (vmaxps keeps its second operand, the running max, for a NaN).
     let mut mv = _mm512_set1_ps(f32::NEG_INFINITY);
     let mut j = 0;
     while j < n {
         let m = mask_at(j);
-        let v = _mm512_mask_mov_ps(mv, m, load(m, j));
+        // SAFETY: masked lanes inside x and add.
+        let v = _mm512_mask_mov_ps(mv, m, unsafe { load_sum(xp, ap, m, j) });
         mv = _mm512_max_ps(v, mv);
         j += 16;
     }
@@ -384,9 +409,9 @@ unsafe fn softmax_row512(x: &[f32], add: Option<&[f32]>, y: &mut [f32], log: boo
     let mut j = 0;
     while j < n {
         let m = mask_at(j);
-        // SAFETY: masked lanes inside y.
+        // SAFETY: masked lanes inside x, add and y.
         unsafe {
-            let v = exp16_nonpos(_mm512_sub_ps(load(m, j), mb), m);
+            let v = exp16_nonpos(_mm512_sub_ps(load_sum(xp, ap, m, j), mb), m);
             _mm512_mask_storeu_ps(yp.add(j), m, v);
             if (j / 16) % 2 == 0 {
                 s0 = _mm512_add_ps(s0, v);
@@ -396,7 +421,19 @@ unsafe fn softmax_row512(x: &[f32], add: Option<&[f32]>, y: &mut [f32], log: boo
         }
         j += 16;
     }
-    let sum = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+    (mx, _mm512_reduce_add_ps(_mm512_add_ps(s0, s1)))
+}
+
+/// # Safety
+/// AVX-512F/DQ must be available; `y.len() == x.len()`, and `add` (when given) as long.
+#[target_feature(enable = "avx512f,avx512dq")]
+unsafe fn softmax_row512(x: &[f32], add: Option<&[f32]>, y: &mut [f32], log: bool) {
+    // SAFETY: y as long as x, add too (caller).
+    let (mx, sum) = unsafe { exp_pass512(x, add, y) };
+    let n = x.len();
+    let (xp, yp) = (x.as_ptr(), y.as_mut_ptr());
+    let ap = add.map(|a| a.as_ptr());
+    let mask_at = |j: usize| first_lanes(n - j);
     if log {
         let sh = _mm512_set1_ps(mx + sum.ln());
         let mut j = 0;
@@ -404,7 +441,7 @@ unsafe fn softmax_row512(x: &[f32], add: Option<&[f32]>, y: &mut [f32], log: boo
             let m = mask_at(j);
             // SAFETY: masked lanes inside y.
             unsafe {
-                let v = _mm512_sub_ps(load(m, j), sh);
+                let v = _mm512_sub_ps(load_sum(xp, ap, m, j), sh);
                 _mm512_mask_storeu_ps(yp.add(j), m, v);
             }
             j += 16;

@@ -37,6 +37,7 @@ static TABLE: KernelTable = KernelTable {
     tanh,
     quant: &crate::kernels::quant::x86_64_avx2::TABLE,
     softmax_row,
+    exp_row,
     layer_norm_row,
     depthwise_fused: super::x86_64_dw::depthwise_direct,
     depthwise_block: None,
@@ -136,6 +137,7 @@ feature_build!("avx2,fma", mm_row, portable::mm_row, (kc: usize, a: &[f32], b: &
 feature_build!("avx2,fma", sigmoid, body::rnn::sigmoid, (x: &mut [f32]));
 feature_build!("avx2,fma", tanh, body::rnn::tanh, (x: &mut [f32]));
 feature_build!("avx2,fma", softmax_row, body::norm::softmax_row, (x: &[f32], add: &[f32], y: &mut [f32], log: bool));
+feature_build!("avx2,fma", exp_row, body::norm::exp_row, (x: &[f32], add: &[f32], y: &mut [f32]) -> f32);
 feature_build!("avx2,fma", layer_norm_row, body::norm::layer_norm_row, (x: &[f32], y: &mut [f32], scale: &[f32], bias: &[f32], eps: f32));
 
 fn mm_tile(kc: usize, a: &[f32], b: &[f32], c: &mut [f32], ldc: usize, acc: bool) {
