@@ -179,26 +179,40 @@ pub fn exp(x: f32) -> f32 {
     }
 }
 
+/// Coefficients of [`erf`]'s rational approximation `x * A(x^2) / B(x^2)` on
+/// `[-4, 4]`, lowest power first (shared with the tables' vector forms).
+pub mod erf_coeffs {
+    /// Numerator, odd powers 1..13 (as a polynomial in `x^2` after the factor `x`).
+    pub const A: [f32; 7] = [
+        -1.609_603_3e-2,
+        -2.954_6e-3,
+        -7.349_906_3e-4,
+        -5.692_506_4e-5,
+        -2.101_024e-6,
+        2.770_681_4e-8,
+        -2.726_142_3e-10,
+    ];
+    /// Denominator, even powers 0..8.
+    pub const B: [f32; 5] = [
+        -1.426_473_9e-2,
+        -7.373_329e-3,
+        -1.682_827e-3,
+        -2.133_740_6e-4,
+        -1.456_607_2e-5,
+    ];
+}
+
 /// Error function (see the module doc for the method): `x·P(x²) / Q(x²)` with `x`
 /// clamped to `[-4, 4]`, exactly ±1 from |x| = 3.9 on; NaN stays NaN.
 #[inline(always)]
 pub fn erf(v: f32) -> f32 {
-    const A1: f32 = -1.609_603_3e-2;
-    const A3: f32 = -2.954_6e-3;
-    const A5: f32 = -7.349_906_3e-4;
-    const A7: f32 = -5.692_506_4e-5;
-    const A9: f32 = -2.101_024e-6;
-    const A11: f32 = 2.770_681_4e-8;
-    const A13: f32 = -2.726_142_3e-10;
-    const B0: f32 = -1.426_473_9e-2;
-    const B2: f32 = -7.373_329e-3;
-    const B4: f32 = -1.682_827e-3;
-    const B6: f32 = -2.133_740_6e-4;
-    const B8: f32 = -1.456_607_2e-5;
+    use erf_coeffs::{A, B};
+    let [a1, a3, a5, a7, a9, a11, a13] = A;
+    let [b0, b2, b4, b6, b8] = B;
     let x = v.clamp(-4.0, 4.0);
     let x2 = x * x;
-    let p = x * (A1 + x2 * (A3 + x2 * (A5 + x2 * (A7 + x2 * (A9 + x2 * (A11 + x2 * A13))))));
-    let q = B0 + x2 * (B2 + x2 * (B4 + x2 * (B6 + x2 * B8)));
+    let p = x * (a1 + x2 * (a3 + x2 * (a5 + x2 * (a7 + x2 * (a9 + x2 * (a11 + x2 * a13))))));
+    let q = b0 + x2 * (b2 + x2 * (b4 + x2 * (b6 + x2 * b8)));
     // From 3.9 on erf rounds to ±1 in f32; the rational is 1e-7 short of it.
     if v.abs() >= 3.9 {
         1.0f32.copysign(v)

@@ -115,6 +115,7 @@ fn unary16_has(op: UnaryOp) -> bool {
             | UnaryOp::HardSigmoid { .. }
             | UnaryOp::LeakyRelu { .. }
             | UnaryOp::Exp
+            | UnaryOp::Gelu { tanh_approx: false }
     )
 }
 
@@ -149,8 +150,36 @@ fn unary16(op: UnaryOp, v: __m512) -> __m512 {
             _mm512_mask_mul_ps(v, neg, v, _mm512_set1_ps(alpha))
         }
         UnaryOp::Exp => exp16(v),
+        UnaryOp::Gelu { tanh_approx: false } => gelu16(v),
         _ => v,
     }
+}
+
+/// GELU, erf form (`0.5 v (1 + erf(v / sqrt 2))`), with `body::unary::erf`'s rational
+/// approximation (±1 from |x| >= 3.9 on); a NaN lane stays NaN.
+#[inline]
+#[target_feature(enable = "avx512f,avx512dq")]
+fn gelu16(v: __m512) -> __m512 {
+    use crate::kernels::body::unary::erf_coeffs as k;
+    let x = _mm512_mul_ps(v, _mm512_set1_ps(std::f32::consts::FRAC_1_SQRT_2));
+    let c = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-4.0)), _mm512_set1_ps(4.0));
+    let x2 = _mm512_mul_ps(c, c);
+    let horner = |cs: &[f32]| {
+        let mut acc = _mm512_set1_ps(cs[cs.len() - 1]);
+        for &a in cs[..cs.len() - 1].iter().rev() {
+            acc = _mm512_fmadd_ps(acc, x2, _mm512_set1_ps(a));
+        }
+        acc
+    };
+    let p = _mm512_mul_ps(c, horner(&k::A));
+    let q = horner(&k::B);
+    let erf = _mm512_div_ps(p, q);
+    // |x| >= 3.9: ±1 with x's sign.
+    let sign = _mm512_and_ps(x, _mm512_set1_ps(-0.0));
+    let big = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(_mm512_abs_ps(x), _mm512_set1_ps(3.9));
+    let erf = _mm512_mask_blend_ps(big, erf, _mm512_or_ps(sign, _mm512_set1_ps(1.0)));
+    let half_v = _mm512_mul_ps(v, _mm512_set1_ps(0.5));
+    _mm512_mul_ps(half_v, _mm512_add_ps(_mm512_set1_ps(1.0), erf))
 }
 
 /// Mask of the first `n` lanes of 16 (all of them from 16 on).
@@ -215,6 +244,71 @@ fn epilogue_fits(e: &Epilogue<'_>) -> bool {
         })
 }
 
+/// True when `e` has its channels along the columns (Gemm, MatMul) and only post-ops
+/// with a lane form: [`epilogue_row_columns`] runs it.
+fn epilogue_fits_columns(e: &Epilogue<'_>) -> bool {
+    !e.channel_is_row
+        && e.post.iter().all(|p| match p {
+            PostOpRt::Unary(u) => unary16_has(*u),
+            PostOpRt::AddInput { .. } | PostOpRt::Affine { .. } | PostOpRt::PRelu { .. } => true,
+        })
+}
+
+/// One row of C with channels along the columns: `+ addend`, `+ bias[j]` (a vector
+/// per 16 columns), then the post-ops, 16 lanes at a time.
+///
+/// # Safety
+/// AVX-512F/DQ must be available; `bias` (when given) as long as `row`, the addend and
+/// every residual of `e` hold `off + row.len()` floats, every per-channel parameter
+/// `ch0 + row.len()`.
+#[target_feature(enable = "avx512f,avx512dq")]
+unsafe fn epilogue_row_columns(
+    e: &Epilogue<'_>,
+    row: &mut [f32],
+    bias: Option<&[f32]>,
+    ch0: usize,
+    off: usize,
+) {
+    let n = row.len();
+    let p = row.as_mut_ptr();
+    let mut j = 0;
+    while j < n {
+        let m = first_lanes(n - j);
+        // SAFETY: the masked lanes lie inside the row, the bias and (at off + j..)
+        // every residual (caller).
+        unsafe {
+            let mut v = _mm512_maskz_loadu_ps(m, p.add(j));
+            if let Some(a) = e.addend {
+                v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, a.as_ptr().add(off + j)));
+            }
+            if let Some(b) = bias {
+                v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, b.as_ptr().add(j)));
+            }
+            for po in e.post {
+                v = match po {
+                    PostOpRt::Unary(u) => unary16(*u, v),
+                    PostOpRt::AddInput { slot } => {
+                        let r = e.residuals.get_unchecked(*slot).as_ptr().add(off + j);
+                        _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, r))
+                    }
+                    PostOpRt::Affine { scale, shift } => _mm512_fmadd_ps(
+                        v,
+                        _mm512_maskz_loadu_ps(m, scale.as_ptr().add(ch0 + j)),
+                        _mm512_maskz_loadu_ps(m, shift.as_ptr().add(ch0 + j)),
+                    ),
+                    PostOpRt::PRelu { slope } => {
+                        let neg = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(v, _mm512_setzero_ps());
+                        let sl = _mm512_maskz_loadu_ps(m, slope.as_ptr().add(ch0 + j));
+                        _mm512_mask_mul_ps(v, neg, v, sl)
+                    }
+                };
+            }
+            _mm512_mask_storeu_ps(p.add(j), m, v);
+        }
+        j += 16;
+    }
+}
+
 /// The table's `epilogue` entry: [`epilogue_rows`] when it handles `e`, else the
 /// generic body compiled for AVX-512.
 pub(super) fn epilogue(
@@ -226,6 +320,34 @@ pub(super) fn epilogue(
     j0: usize,
     nr: usize,
 ) {
+    if epilogue_fits_columns(e) {
+        // Channels of columns j0..j0 + nr: every per-channel parameter holds them.
+        let ch0 = e.channel_offset + j0;
+        let bias = e.bias.map(|b| &b[ch0..ch0 + nr]);
+        for p in e.post {
+            match p {
+                PostOpRt::Affine { scale, shift } => {
+                    assert!(scale.len() >= ch0 + nr && shift.len() >= ch0 + nr)
+                }
+                PostOpRt::PRelu { slope } => assert!(slope.len() >= ch0 + nr),
+                PostOpRt::AddInput { .. } | PostOpRt::Unary(_) => {}
+            }
+        }
+        for i in i0..i0 + mr {
+            let off = i * ldc + j0;
+            for p in e.post {
+                if let PostOpRt::AddInput { slot } = p {
+                    assert!(e.residuals[*slot].len() >= off + nr);
+                }
+            }
+            assert!(e.addend.is_none_or(|a| a.len() >= off + nr));
+            // SAFETY: reachable only through the AVX-512 table (features detected); the
+            // row and the bias hold nr floats, the addend and every residual off + nr,
+            // every per-channel parameter ch0 + nr (checked).
+            unsafe { epilogue_row_columns(e, &mut c[off..off + nr], bias, ch0, off) };
+        }
+        return;
+    }
     if !epilogue_fits(e) {
         return super::x86_64_avx512::epilogue_body512(e, c, ldc, i0, mr, j0, nr);
     }
@@ -487,6 +609,7 @@ mod tests {
             },
             UnaryOp::LeakyRelu { alpha: 0.1 },
             UnaryOp::Exp,
+            UnaryOp::Gelu { tanh_approx: false },
         ]
     }
 
@@ -573,11 +696,12 @@ mod tests {
 
     twin_test!(epilogue_rows_match_portable, 1e-6, |t| {
         let mut out = Vec::new();
+        // Per-channel parameters long enough for channels along rows and columns.
         let (bias, scale, shift, slope) = (
-            rand_vec(12, 1),
-            rand_vec(12, 2),
-            rand_vec(12, 3),
-            rand_vec(12, 4),
+            rand_vec(48, 1),
+            rand_vec(48, 2),
+            rand_vec(48, 3),
+            rand_vec(48, 4),
         );
         let res = rand_vec(12 * 40, 5);
         let residuals: [&[f32]; 2] = [&res, &res[7..]];
@@ -594,14 +718,20 @@ mod tests {
             PostOpRt::PRelu { slope },
             PostOpRt::AddInput { slot: 0 },
         ]);
+        // A transformer MLP's (bias per column) and projection's epilogues.
+        chains.push(vec![PostOpRt::Unary(UnaryOp::Gelu { tanh_approx: false })]);
+        chains.push(vec![PostOpRt::AddInput { slot: 1 }]);
         for post in &chains {
-            for with_bias in [true, false] {
+            for (with_bias, channel_is_row) in
+                [(true, true), (false, true), (true, false), (false, false)]
+            {
                 for (j0, nr) in [(0, 1), (1, 15), (0, 16), (3, 17), (2, 33)] {
                     let e = Epilogue {
                         bias: with_bias.then_some(&bias[..]),
-                        channel_is_row: true,
+                        channel_is_row,
                         channel_offset: 1,
-                        addend: None,
+                        // Gemm's `beta * C` / a MatMul's residual as the addend.
+                        addend: (!channel_is_row && with_bias).then_some(&res[..]),
                         post,
                         residuals: &residuals,
                     };
