@@ -419,7 +419,8 @@ unsafe fn epilogue_row_simple<const RES: bool>(
     }
 }
 
-/// Bias then the post-ops on one row of C, 16 lanes at a time in registers.
+/// Bias then the post-ops on one row of C, in registers: four vectors at a time (one
+/// dispatch on each post-op for 64 floats), then 16 lanes at a time for the rest.
 ///
 /// # Safety
 /// AVX-512F/DQ must be available; every residual of `e` holds `off + row.len()` floats
@@ -430,6 +431,27 @@ unsafe fn epilogue_row(e: &Epilogue<'_>, row: &mut [f32], bias: f32, ch: usize, 
     let p = row.as_mut_ptr();
     let b = _mm512_set1_ps(bias);
     let mut j = 0;
+    while j + 64 <= n {
+        // SAFETY: 64 floats at j lie inside the row and (at off + j..) inside every
+        // residual; parameter indices are in bounds (caller).
+        unsafe {
+            let mut v = [
+                _mm512_add_ps(_mm512_loadu_ps(p.add(j)), b),
+                _mm512_add_ps(_mm512_loadu_ps(p.add(j + 16)), b),
+                _mm512_add_ps(_mm512_loadu_ps(p.add(j + 32)), b),
+                _mm512_add_ps(_mm512_loadu_ps(p.add(j + 48)), b),
+            ];
+            for po in e.post {
+                for (q, vq) in v.iter_mut().enumerate() {
+                    *vq = post16(e, po, *vq, ch, off + j + 16 * q, 0xffff);
+                }
+            }
+            for (q, vq) in v.iter().enumerate() {
+                _mm512_storeu_ps(p.add(j + 16 * q), *vq);
+            }
+        }
+        j += 64;
+    }
     while j < n {
         let m = first_lanes(n - j);
         // SAFETY: the masked lanes lie inside the row and (at off + j..) inside every
@@ -437,26 +459,47 @@ unsafe fn epilogue_row(e: &Epilogue<'_>, row: &mut [f32], bias: f32, ch: usize, 
         unsafe {
             let mut v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, p.add(j)), b);
             for po in e.post {
-                v = match po {
-                    PostOpRt::Unary(u) => unary16(*u, v),
-                    PostOpRt::Affine { scale, shift } => _mm512_fmadd_ps(
-                        v,
-                        _mm512_set1_ps(*scale.get_unchecked(ch)),
-                        _mm512_set1_ps(*shift.get_unchecked(ch)),
-                    ),
-                    PostOpRt::PRelu { slope } => {
-                        let neg = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(v, _mm512_setzero_ps());
-                        _mm512_mask_mul_ps(v, neg, v, _mm512_set1_ps(*slope.get_unchecked(ch)))
-                    }
-                    PostOpRt::AddInput { slot } => {
-                        let r = e.residuals.get_unchecked(*slot).as_ptr().add(off + j);
-                        _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, r))
-                    }
-                };
+                v = post16(e, po, v, ch, off + j, m);
             }
             _mm512_mask_storeu_ps(p.add(j), m, v);
         }
         j += 16;
+    }
+}
+
+/// One post-op on the lanes `m` of a vector of channel `ch` whose residual elements
+/// start at `at`.
+///
+/// # Safety
+/// AVX-512F/DQ must be available; the lanes of `m` at `at` lie inside every residual of
+/// `e`, every per-channel parameter holds index `ch`.
+#[inline(always)]
+unsafe fn post16(
+    e: &Epilogue<'_>,
+    po: &PostOpRt,
+    v: __m512,
+    ch: usize,
+    at: usize,
+    m: __mmask16,
+) -> __m512 {
+    // SAFETY: in bounds (caller); the features are enabled in every caller.
+    unsafe {
+        match po {
+            PostOpRt::Unary(u) => unary16(*u, v),
+            PostOpRt::Affine { scale, shift } => _mm512_fmadd_ps(
+                v,
+                _mm512_set1_ps(*scale.get_unchecked(ch)),
+                _mm512_set1_ps(*shift.get_unchecked(ch)),
+            ),
+            PostOpRt::PRelu { slope } => {
+                let neg = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(v, _mm512_setzero_ps());
+                _mm512_mask_mul_ps(v, neg, v, _mm512_set1_ps(*slope.get_unchecked(ch)))
+            }
+            PostOpRt::AddInput { slot } => {
+                let r = e.residuals.get_unchecked(*slot).as_ptr().add(at);
+                _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, r))
+            }
+        }
     }
 }
 
