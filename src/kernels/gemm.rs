@@ -386,8 +386,9 @@ pub fn gemm_with(
                         BSource::Packed(pb) => {
                             Panel::Packed(&pb[b_panel(n_pad, k, k0, j)..][..kc * NR])
                         }
-                        BSource::Panels(_) => Panel::Packed(&buf[(j - jc) * kc..][..kc * NR]),
-                        BSource::RowsPacked(_) => Panel::Packed(&buf[(j - jc) * kc..][..kc * NR]),
+                        BSource::Panels(_) | BSource::RowsPacked(_) => {
+                            Panel::Packed(&buf[(j - jc) * kc..][..kc * NR])
+                        }
                         BSource::Rows(_) if pack_rows => {
                             Panel::Packed(&buf[(j - jc) * kc..][..kc * NR])
                         }
