@@ -112,9 +112,14 @@ pub fn softmax_row(x: &[f32], add: &[f32], y: &mut [f32], log: bool) {
     let (m, sum) = exp_row_max(x, add, y);
     if log {
         let sh = m + sum.ln();
-        let add = if add.is_empty() { &[][..] } else { &add[..n] };
-        for (j, (d, &v)) in y.iter_mut().zip(x).enumerate() {
-            *d = (if add.is_empty() { v } else { v + add[j] }) - sh;
+        if add.is_empty() {
+            for (d, &v) in y.iter_mut().zip(x) {
+                *d = v - sh;
+            }
+        } else {
+            for ((d, &v), &a) in y.iter_mut().zip(x).zip(&add[..n]) {
+                *d = (v + a) - sh;
+            }
         }
     } else {
         let inv = 1.0 / sum;

@@ -285,23 +285,7 @@ unsafe fn epilogue_row_columns(
                 v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, b.as_ptr().add(j)));
             }
             for po in e.post {
-                v = match po {
-                    PostOpRt::Unary(u) => unary16(*u, v),
-                    PostOpRt::AddInput { slot } => {
-                        let r = e.residuals.get_unchecked(*slot).as_ptr().add(off + j);
-                        _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, r))
-                    }
-                    PostOpRt::Affine { scale, shift } => _mm512_fmadd_ps(
-                        v,
-                        _mm512_maskz_loadu_ps(m, scale.as_ptr().add(ch0 + j)),
-                        _mm512_maskz_loadu_ps(m, shift.as_ptr().add(ch0 + j)),
-                    ),
-                    PostOpRt::PRelu { slope } => {
-                        let neg = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(v, _mm512_setzero_ps());
-                        let sl = _mm512_maskz_loadu_ps(m, slope.as_ptr().add(ch0 + j));
-                        _mm512_mask_mul_ps(v, neg, v, sl)
-                    }
-                };
+                v = post16(e, po, v, Chan::Cols(ch0 + j), off + j, m);
             }
             _mm512_mask_storeu_ps(p.add(j), m, v);
         }
@@ -443,7 +427,7 @@ unsafe fn epilogue_row(e: &Epilogue<'_>, row: &mut [f32], bias: f32, ch: usize, 
             ];
             for po in e.post {
                 for (q, vq) in v.iter_mut().enumerate() {
-                    *vq = post16(e, po, *vq, ch, off + j + 16 * q, 0xffff);
+                    *vq = post16(e, po, *vq, Chan::Row(ch), off + j + 16 * q, 0xffff);
                 }
             }
             for (q, vq) in v.iter().enumerate() {
@@ -459,7 +443,7 @@ unsafe fn epilogue_row(e: &Epilogue<'_>, row: &mut [f32], bias: f32, ch: usize, 
         unsafe {
             let mut v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, p.add(j)), b);
             for po in e.post {
-                v = post16(e, po, v, ch, off + j, m);
+                v = post16(e, po, v, Chan::Row(ch), off + j, m);
             }
             _mm512_mask_storeu_ps(p.add(j), m, v);
         }
@@ -467,33 +451,42 @@ unsafe fn epilogue_row(e: &Epilogue<'_>, row: &mut [f32], bias: f32, ch: usize, 
     }
 }
 
-/// One post-op on the lanes `m` of a vector of channel `ch` whose residual elements
-/// start at `at`.
+/// Where a vector's per-channel parameters (Affine, PRelu) come from.
+#[derive(Clone, Copy)]
+enum Chan {
+    /// One channel for every lane (channels along the rows of C): its index.
+    Row(usize),
+    /// A channel per lane (channels along the columns): the first lane's index.
+    Cols(usize),
+}
+
+/// One post-op on the lanes `m` of a vector whose channels are `ch` and whose residual
+/// elements start at `at`.
 ///
 /// # Safety
 /// AVX-512F/DQ must be available; the lanes of `m` at `at` lie inside every residual of
-/// `e`, every per-channel parameter holds index `ch`.
+/// `e`, every per-channel parameter holds the channels of `ch` (for `Cols`, those of
+/// the lanes of `m`).
 #[inline(always)]
 unsafe fn post16(
     e: &Epilogue<'_>,
     po: &PostOpRt,
     v: __m512,
-    ch: usize,
+    ch: Chan,
     at: usize,
     m: __mmask16,
 ) -> __m512 {
+    // The parameter vector of `p` for these lanes.
+    // SAFETY: in bounds (caller).
+    let param = |p: &[f32]| unsafe { chan_param(p, ch, m) };
     // SAFETY: in bounds (caller); the features are enabled in every caller.
     unsafe {
         match po {
             PostOpRt::Unary(u) => unary16(*u, v),
-            PostOpRt::Affine { scale, shift } => _mm512_fmadd_ps(
-                v,
-                _mm512_set1_ps(*scale.get_unchecked(ch)),
-                _mm512_set1_ps(*shift.get_unchecked(ch)),
-            ),
+            PostOpRt::Affine { scale, shift } => _mm512_fmadd_ps(v, param(scale), param(shift)),
             PostOpRt::PRelu { slope } => {
                 let neg = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(v, _mm512_setzero_ps());
-                _mm512_mask_mul_ps(v, neg, v, _mm512_set1_ps(*slope.get_unchecked(ch)))
+                _mm512_mask_mul_ps(v, neg, v, param(slope))
             }
             PostOpRt::AddInput { slot } => {
                 let r = e.residuals.get_unchecked(*slot).as_ptr().add(at);
@@ -503,15 +496,32 @@ unsafe fn post16(
     }
 }
 
+/// The lanes `m` of per-channel parameter `p` for channels `ch`.
+///
+/// # Safety
+/// AVX-512F available; `p` holds the channels of `ch` (for `Cols`, those of the lanes
+/// of `m`).
+#[inline(always)]
+unsafe fn chan_param(p: &[f32], ch: Chan, m: __mmask16) -> __m512 {
+    // SAFETY: as the caller guarantees.
+    unsafe {
+        match ch {
+            Chan::Row(c) => _mm512_set1_ps(*p.get_unchecked(c)),
+            Chan::Cols(c) => _mm512_maskz_loadu_ps(m, p.as_ptr().add(c)),
+        }
+    }
+}
+
+/// `add` as softmax's optional row: `None` when empty, else its first `n` floats.
+fn add_row(add: &[f32], n: usize) -> Option<&[f32]> {
+    (!add.is_empty()).then(|| &add[..n])
+}
+
 /// The table's `softmax_row` entry: max, `e^(x - max)` with the sum in registers, then
 /// the scaling (or the log shift), each pass 16 lanes at a time.
 pub(super) fn softmax_row(x: &[f32], add: &[f32], y: &mut [f32], log: bool) {
     let y = &mut y[..x.len()];
-    let add = if add.is_empty() {
-        None
-    } else {
-        Some(&add[..x.len()])
-    };
+    let add = add_row(add, x.len());
     // SAFETY: reachable only through the AVX-512 table (features detected); y and add
     // are as long as x.
     unsafe { softmax_row512(x, add, y, log) }
@@ -520,11 +530,7 @@ pub(super) fn softmax_row(x: &[f32], add: &[f32], y: &mut [f32], log: bool) {
 /// The table's `exp_row` entry: softmax's max and exponential passes.
 pub(super) fn exp_row(x: &[f32], add: &[f32], y: &mut [f32]) -> f32 {
     let y = &mut y[..x.len()];
-    let add = if add.is_empty() {
-        None
-    } else {
-        Some(&add[..x.len()])
-    };
+    let add = add_row(add, x.len());
     // SAFETY: reachable only through the AVX-512 table (features detected); y and add
     // are as long as x.
     unsafe { exp_pass512(x, add, y).1 }
