@@ -63,6 +63,8 @@ mod x86_64_dw;
 #[cfg(target_arch = "x86_64")]
 mod x86_64_dw_block;
 #[cfg(target_arch = "x86_64")]
+mod x86_64_dw_flat;
+#[cfg(target_arch = "x86_64")]
 mod x86_64_fma;
 #[cfg(target_arch = "x86_64")]
 mod x86_64_qdw_block;

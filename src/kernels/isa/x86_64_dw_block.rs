@@ -7,6 +7,7 @@
 //! run on the finished planes.
 
 use super::x86_64_avx512_math::{self as math, first_lanes};
+use super::x86_64_dw_flat::{self as flat, FlatGeom};
 use crate::ir::UnaryOp;
 use crate::kernels::body::conv::ConvShape;
 use crate::kernels::body::dw_block::{block_scratch_len, padded, BLOCK_LANES};
@@ -19,13 +20,43 @@ const PIXELS: usize = 8;
 
 /// The activation applied to the accumulators (after the bias).
 #[derive(Clone, Copy, PartialEq)]
-enum Act {
+pub(super) enum Act {
     /// Bias only (or nothing).
     None,
     /// `max(v, lo)` then `min(v, hi)` (ReLU, Clip), as `Epilogue::apply_body` computes it.
     Clamp(f32, f32),
     /// `v * clamp(v / 6 + 0.5, 0, 1)`.
     HardSwish,
+}
+
+impl Act {
+    /// Applies the activation to every accumulator.
+    ///
+    /// # Safety
+    /// AVX-512F available (inlined into the `#[target_feature]` kernels).
+    #[inline(always)]
+    pub(super) unsafe fn apply(self, acc: &mut [__m512]) {
+        // SAFETY: register-only intrinsics; AVX-512F per the contract.
+        unsafe {
+            match self {
+                Act::None => {}
+                Act::Clamp(lo, hi) => {
+                    let (lo, hi) = (_mm512_set1_ps(lo), _mm512_set1_ps(hi));
+                    for a in acc.iter_mut() {
+                        *a = _mm512_min_ps(_mm512_max_ps(*a, lo), hi);
+                    }
+                }
+                Act::HardSwish => {
+                    let (sixth, half) = (_mm512_set1_ps(1.0 / 6.0), _mm512_set1_ps(0.5));
+                    let (zero, one) = (_mm512_setzero_ps(), _mm512_set1_ps(1.0));
+                    for a in acc.iter_mut() {
+                        let g = _mm512_add_ps(_mm512_mul_ps(*a, sixth), half);
+                        *a = _mm512_mul_ps(*a, _mm512_min_ps(_mm512_max_ps(g, zero), one));
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// The register-fused part of `epi`, or `None` when it must run on the planes.
@@ -65,20 +96,16 @@ pub(super) fn depthwise_block(
         let at = epi.channel_offset + c0;
         bias[..nc].copy_from_slice(&b[at..at + nc]);
     }
-    // SAFETY: reachable only through the AVX-512 table (features detected); every
-    // access below stays inside the slices whose lengths were checked above.
-    unsafe {
-        run(
-            s,
-            w,
-            xb,
-            yb,
-            c0,
-            nc,
-            (&bias, act.unwrap_or(Act::None)),
-            scratch,
-        )
-    };
+    let post = (&bias, act.unwrap_or(Act::None));
+    match FlatGeom::new(s).filter(|g| scratch.len() >= g.scratch_len()) {
+        // Stride 1: the flat plane, nothing transposed.
+        // SAFETY: reachable only through the AVX-512 table (features detected); the
+        // slices were checked above and the scratch against the flat geometry.
+        Some(g) => unsafe { flat::run(s, &g, w, xb, yb, (c0, nc), post, scratch) },
+        // SAFETY: as above; every access below stays inside the slices whose lengths
+        // were checked above.
+        None => unsafe { run(s, w, xb, yb, c0, nc, post, scratch) },
+    }
     if act.is_none() {
         math::epilogue(epi, yb, ohw, c0, nc, 0, ohw);
     }
@@ -241,23 +268,7 @@ unsafe fn pixels<const N: usize>(
                 }
             }
         }
-        match act {
-            Act::None => {}
-            Act::Clamp(lo, hi) => {
-                let (lo, hi) = (_mm512_set1_ps(lo), _mm512_set1_ps(hi));
-                for a in acc.iter_mut() {
-                    *a = _mm512_min_ps(_mm512_max_ps(*a, lo), hi);
-                }
-            }
-            Act::HardSwish => {
-                let (sixth, half) = (_mm512_set1_ps(1.0 / 6.0), _mm512_set1_ps(0.5));
-                let (zero, one) = (_mm512_setzero_ps(), _mm512_set1_ps(1.0));
-                for a in acc.iter_mut() {
-                    let g = _mm512_add_ps(_mm512_mul_ps(*a, sixth), half);
-                    *a = _mm512_mul_ps(*a, _mm512_min_ps(_mm512_max_ps(g, zero), one));
-                }
-            }
-        }
+        act.apply(&mut acc);
         let dst = out.add((oy * s.ow + ox) * L);
         for (q, a) in acc.iter().enumerate() {
             _mm512_storeu_ps(dst.add(q * L), *a);
