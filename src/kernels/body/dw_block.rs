@@ -10,14 +10,19 @@ use super::conv::ConvShape;
 /// Channels of one block (lanes of the block layout; two AVX2 vectors, one AVX-512).
 pub const BLOCK_LANES: usize = 16;
 
-/// Widest input row the block path takes (wider planes fill their vectors along rows
-/// and go through the per-plane kernels).
+/// Widest input row the block path takes for any kernel (wider planes fill their
+/// vectors along rows and go through the per-plane kernels, but see [`applies`]).
 pub const BLOCK_MAX_W: usize = 28;
 
-/// True when a depthwise conv of shape `s` runs across channels (on a table with a
-/// `depthwise_block` entry).
+/// True when a depthwise conv of shape `s` runs through the table's `depthwise_block`
+/// entry (where it has one): input rows up to [`BLOCK_MAX_W`] columns, up to 80 with a
+/// 5x5 kernel, up to 56 at stride 2. Beyond 28 columns the AVX-512 entry beats the
+/// per-plane kernels there (min of 40 interleaved rounds, thread CPU): 5x5 stride 2 on
+/// 40 columns 0.73-0.9x, 5x5 on 40 and 80 columns 0.88-0.92x, 3x3 stride 2 on 56
+/// columns 0.94x; not on wider planes (5x5 stride 2 on 160 columns 1.57x, 3x3 stride 2
+/// on 112 1.2x).
 pub fn applies(s: &ConvShape) -> bool {
-    s.w <= BLOCK_MAX_W
+    s.w <= BLOCK_MAX_W || (s.kw == 5 && s.w <= 80) || (s.sw == 2 && s.w <= 56)
 }
 
 /// Padded plane size of the block layout: `(HP, WP)`, input rows/columns including the

@@ -28,9 +28,14 @@ const FILL: (usize, usize) = (17, 20);
 /// Geometry of the plane of one channel.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct FlatGeom {
-    /// Floats from one plane row to the next (a multiple of 16).
+    /// Stride (1 or 2, both directions).
+    st: usize,
+    /// Floats of one phase of a stride-2 row (its even padded columns, then as many
+    /// odd ones); the whole row at stride 1 (a multiple of 16).
+    half: usize,
+    /// Floats from one plane row to the next (`half * st`).
     rs: usize,
-    /// Vectors of one plane row (`rs / 16`).
+    /// Output vectors of one output row (`half / 16`).
     row_vecs: usize,
     /// Output vectors (`OH * row_vecs`).
     vecs: usize,
@@ -41,27 +46,36 @@ pub(super) struct FlatGeom {
 
 impl FlatGeom {
     /// The geometry for `s`, or `None` when the flat kernel does not take it (a stride
-    /// or dilation other than 1, a kernel other than 3x3 / 5x5, a narrow plane).
+    /// other than 1 or 2 in both directions, a dilation other than 1, a kernel other
+    /// than 3x3 / 5x5, output rows that fill too little of their vectors: [`FILL`]).
     pub(super) fn new(s: &ConvShape) -> Option<FlatGeom> {
         let square = matches!((s.kh, s.kw), (3, 3) | (5, 5));
-        let unit = s.sh == 1 && s.sw == 1 && s.dh == 1 && s.dw == 1;
+        let st = s.sw;
+        let unit = s.sh == st && (st == 1 || st == 2) && s.dh == 1 && s.dw == 1;
         if !square || !unit || s.oh == 0 || s.ow == 0 {
             return None;
         }
-        // Columns the last output's taps reach past the row (the right pad in use).
-        let pr = (s.ow + s.kw - 1).saturating_sub(s.pw + s.w);
-        let rs = (s.w + s.pw.max(pr)).max(s.ow).div_ceil(L) * L;
-        if s.w * FILL.1 < rs * FILL.0 {
+        // Padded columns up to the last output's last tap, the data's end included;
+        // at stride 2 each phase holds half of them (rounded up), and every output
+        // column's taps lie at `ox + kx / 2` of one phase.
+        let cols = (s.pw + s.w).max((s.ow - 1) * st + s.kw);
+        let half = cols.div_ceil(st).max(s.ow + (s.kw - 1) / st).div_ceil(L) * L;
+        if s.ow * FILL.1 < half * FILL.0 {
             return None;
         }
-        let row_vecs = rs / L;
+        let rs = half * st;
+        let row_vecs = half / L;
         let vecs = s.oh * row_vecs;
-        // The last group of VECS vectors reads two vectors per tap row, down to kernel
-        // row kh - 1; the last input row's copy writes whole vectors.
-        let reach = vecs.div_ceil(VECS) * VECS * L + (s.kh - 1) * rs + L;
-        let last_row = (s.ph + s.h - 1) * rs + s.pw + s.w.div_ceil(L) * L;
-        let len = reach.max(last_row).max((s.ph + s.h) * rs).div_ceil(L) * L;
+        // The last group of VECS vectors (output row `oy_end`) reads two vectors of
+        // each phase per tap row, down to kernel row kh - 1; the last input row's copy
+        // writes whole vectors (up to 16 floats past its row).
+        let oy_end = (vecs.div_ceil(VECS) * VECS - 1) / row_vecs;
+        let reach = (oy_end * st + s.kh) * rs + 2 * L;
+        let copy = (s.ph + s.h) * rs + 2 * L;
+        let len = reach.max(copy).div_ceil(L) * L;
         Some(FlatGeom {
+            st,
+            half,
             rs,
             row_vecs,
             vecs,
@@ -104,15 +118,11 @@ pub(super) unsafe fn run(
     let (hw, ohw, taps) = (s.h * s.w, s.oh * s.ow, s.kh * s.kw);
     let pp = planes.as_mut_ptr();
     let fill = |l: usize| {
-        // SAFETY: row iy of channel c0 + l is inside `xb` (contract); its plane row
-        // `(iy + ph) * rs + pw ..`, rounded up to whole vectors, is inside plane l % 2
-        // (`FlatGeom::new`: `last_row`); the features are enabled here.
+        // SAFETY: channel c0 + l < c0 + nc is inside `xb` (contract), plane l % 2
+        // inside the two planes; the features are enabled here.
         unsafe {
             let src = xb.as_ptr().add((c0 + l) * hw);
-            let dst = pp.add((l % 2) * g.len + s.ph * g.rs + s.pw);
-            for iy in 0..s.h {
-                copy_row(src.add(iy * s.w), dst.add(iy * g.rs), s.w);
-            }
+            fill_plane(s, g, src, pp.add((l % 2) * g.len))
         }
     };
     fill(0);
@@ -137,6 +147,29 @@ pub(super) unsafe fn run(
     }
 }
 
+/// Copies the input plane at `src` (`H x W`) into the plane at `dst`: each row at its
+/// padded place (stride 1), or split into its two phases (stride 2).
+///
+/// # Safety
+/// AVX-512F available; `src` valid for `H * W` floats, `dst` for `g.len` (whose
+/// `copy` bound covers what the last row's copy writes past it).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+unsafe fn fill_plane(s: &ConvShape, g: &FlatGeom, src: *const f32, dst: *mut f32) {
+    // SAFETY: row iy is inside `src`; its plane row `(iy + ph) * rs ..`, and the up to
+    // 16 floats a copy writes past it, are inside `dst` (contract).
+    unsafe {
+        let dst = dst.add(s.ph * g.rs);
+        for iy in 0..s.h {
+            let (from, to) = (src.add(iy * s.w), dst.add(iy * g.rs));
+            if g.st == 1 {
+                copy_row(from, to.add(s.pw), s.w);
+            } else {
+                split_row(from, to, s.pw, g.half, s.w);
+            }
+        }
+    }
+}
+
 /// Copies `n` floats from `src` to `dst` sixteen at a time, the last vector's lanes
 /// past `n` written as zeros (up to 15 floats past `dst + n`).
 ///
@@ -151,6 +184,48 @@ unsafe fn copy_row(src: *const f32, dst: *mut f32, n: usize) {
         // `dst` (contract).
         unsafe { _mm512_storeu_ps(dst.add(i), _mm512_maskz_loadu_ps(m, src.add(i))) };
         i += L;
+    }
+}
+
+/// Copies the `n` floats of an input row at `src` into the two phases of a stride-2
+/// plane row at `dst` (padded column `pw + i` is `src[i]`; even padded columns from
+/// `dst`, odd ones from `dst + half`), 32 input floats at a time. Lanes past `n` are
+/// written as zeros, up to 16 floats past each phase's data: the even phase is written
+/// first, so what it spills into the odd phase is then overwritten, and what the odd
+/// phase spills lands in the next row (copied after this one) or the zero border.
+///
+/// # Safety
+/// AVX-512F available; `src` valid for `n` floats, `dst` for `2 * half + 16`.
+#[inline(always)]
+unsafe fn split_row(src: *const f32, dst: *mut f32, pw: usize, half: usize, n: usize) {
+    // SAFETY: the loads read the lanes of their masks (below `n`), the stores 16 floats
+    // inside `dst`'s `2 * half + 16` (contract); register-only intrinsics otherwise.
+    unsafe {
+        let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        let odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+        // Input column i lands in phase (pw + i) % 2 at (pw + i) / 2.
+        let (first, second) = if pw.is_multiple_of(2) {
+            (dst.add(pw / 2), dst.add(half + pw / 2))
+        } else {
+            (dst.add(half + pw / 2), dst.add(pw.div_ceil(2)))
+        };
+        // The even phase's stores first (`first` when pw is even, `second` otherwise).
+        for phase in [pw.is_multiple_of(2), !pw.is_multiple_of(2)] {
+            let mut i = 0;
+            while i < n {
+                let a = _mm512_maskz_loadu_ps(first_lanes(n - i), src.add(i));
+                let b = _mm512_maskz_loadu_ps(
+                    first_lanes((n - i).saturating_sub(L)),
+                    src.add(i + L.min(n - i)),
+                );
+                if phase {
+                    _mm512_storeu_ps(first.add(i / 2), _mm512_permutex2var_ps(a, even, b));
+                } else {
+                    _mm512_storeu_ps(second.add(i / 2), _mm512_permutex2var_ps(a, odd, b));
+                }
+                i += 2 * L;
+            }
+        }
     }
 }
 
@@ -180,7 +255,16 @@ unsafe fn channel<const K: usize, const T: usize>(
         // SAFETY: the VECS vectors from v0 read below g.len (`FlatGeom::new` counts whole
         // groups); each store writes the outputs of its row's columns, inside `out`.
         unsafe {
-            let acc = vectors::<K, T, VECS>(&wv, g.rs, pp.add(v0 * L), init, act);
+            let at: [*const f32; VECS] = std::array::from_fn(|v| {
+                let (oy, j) = ((v0 + v) / g.row_vecs, (v0 + v) % g.row_vecs);
+                pp.add(oy * g.st * g.rs + j * L)
+            });
+            let geom = (g.rs, g.half);
+            let acc = if g.st == 1 {
+                vectors::<K, T, VECS, 1>(&wv, geom, at, init, act)
+            } else {
+                vectors::<K, T, VECS, 2>(&wv, geom, at, init, act)
+            };
             for (v, a) in acc.iter().enumerate().take(g.vecs - v0) {
                 let (oy, col) = ((v0 + v) / g.row_vecs, (v0 + v) % g.row_vecs * L);
                 if col < s.ow {
@@ -192,17 +276,19 @@ unsafe fn channel<const K: usize, const T: usize>(
     }
 }
 
-/// `V` consecutive output vectors from grid position `at` (rows `rs` apart): every tap
-/// in order (kernel row by row), then `act`.
+/// `V` output vectors at stride `S` from `at` (each vector's first tap; plane rows
+/// `rs` apart, at stride 2 the odd phase `half` after the even one): every tap in order
+/// (kernel row by row; at stride 2 tap `kx` at `ox + kx / 2` of phase `kx % 2`), then
+/// `act`. At stride 1 the vectors are consecutive, and each loaded vector serves two.
 ///
 /// # Safety
-/// AVX-512F available; `at` 64-byte aligned, `16 * (V + 1)` floats readable from `at +
-/// ky * rs` for every kernel row `ky`.
+/// AVX-512F available; every `at` 64-byte aligned, 32 floats readable from `at + ky *
+/// rs` (and from `+ half` at stride 2) for every kernel row `ky`.
 #[inline(always)]
-unsafe fn vectors<const K: usize, const T: usize, const V: usize>(
+unsafe fn vectors<const K: usize, const T: usize, const V: usize, const S: usize>(
     wv: &[__m512; T],
-    rs: usize,
-    at: *const f32,
+    (rs, half): (usize, usize),
+    at: [*const f32; V],
     init: __m512,
     act: Act,
 ) -> [__m512; V] {
@@ -210,14 +296,30 @@ unsafe fn vectors<const K: usize, const T: usize, const V: usize>(
     unsafe {
         let mut acc = [init; V];
         for ky in 0..K {
-            let row = at.add(ky * rs);
-            let mut next = _mm512_load_ps(row);
+            let mut next = _mm512_load_ps(at[0].add(ky * rs));
             for (v, a) in acc.iter_mut().enumerate() {
-                let (lo, hi) = (next, _mm512_load_ps(row.add((v + 1) * L)));
-                next = hi;
+                let row = at[v].add(ky * rs);
+                let e = if S == 1 {
+                    (next, _mm512_load_ps(row.add(L)))
+                } else {
+                    (_mm512_load_ps(row), _mm512_load_ps(row.add(L)))
+                };
+                next = e.1;
+                let o = if S == 1 {
+                    e
+                } else {
+                    let odd = row.add(half);
+                    (_mm512_load_ps(odd), _mm512_load_ps(odd.add(L)))
+                };
                 for kx in 0..K {
-                    let x = shifted(lo, hi, kx);
-                    *a = _mm512_fmadd_ps(wv[ky * K + kx], x, *a);
+                    let ((lo, hi), k) = if S == 1 {
+                        (e, kx)
+                    } else if kx % 2 == 0 {
+                        (e, kx / 2)
+                    } else {
+                        (o, kx / 2)
+                    };
+                    *a = _mm512_fmadd_ps(wv[ky * K + kx], shifted(lo, hi, k), *a);
                 }
             }
         }

@@ -18,7 +18,7 @@ type Case = (
     (usize, usize, usize, usize),
 );
 
-const CASES: [Case; 24] = [
+const CASES: [Case; 28] = [
     (1, 1, 3, (1, 1), 1, (1, 1, 1, 1)),
     (5, 7, 3, (1, 1), 1, (1, 1, 1, 1)),
     (7, 7, 3, (2, 2), 1, (1, 1, 1, 1)),
@@ -44,6 +44,11 @@ const CASES: [Case; 24] = [
     (14, 14, 5, (1, 1), 1, (2, 2, 2, 2)),
     (6, 15, 3, (1, 1), 1, (0, 0, 0, 0)),
     (5, 14, 3, (1, 1), 1, (2, 2, 0, 1)),
+    // Stride 2 onto output rows of 14 and 28 columns: odd, even and no left pad.
+    (28, 28, 3, (2, 2), 1, (1, 1, 1, 1)),
+    (8, 56, 3, (2, 2), 1, (1, 1, 1, 1)),
+    (6, 28, 5, (2, 2), 1, (2, 2, 2, 2)),
+    (7, 29, 3, (2, 2), 1, (0, 0, 1, 1)),
 ];
 
 fn shape(&(h, w, k, (sh, sw), d, (ph, pw, phe, pwe)): &Case, c: usize) -> ConvShape {
