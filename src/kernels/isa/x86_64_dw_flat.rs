@@ -1,15 +1,17 @@
-//! AVX-512 stride-1 depthwise conv on an aligned, zero-bordered plane (taken by the
-//! table's `depthwise_block` for 3x3 and 5x5 convs of stride 1 and dilation 1, any
-//! padding, on planes whose rows fill most of their 16-float multiple: [`FILL`]).
+//! AVX-512 depthwise conv on an aligned, zero-bordered plane (taken by the table's
+//! `depthwise_block` for 3x3 and 5x5 convs of stride 1 or 2 and dilation 1, any padding,
+//! whose output rows fill most of their 16-float multiple: [`FILL`]).
 //!
 //! Each channel's input rows are copied into a 64-byte aligned plane whose rows lie `RS`
 //! floats apart (`RS` a multiple of 16), each row starting with the left pad's zeros and
-//! ending with zeros up to `RS`, with zero rows above and below. Output `(oy, ox)` is then
+//! ending with zeros, with zero rows above and below. At stride 1 output `(oy, ox)` is
 //! grid position `oy * RS + ox` and its tap `(ky, kx)` sits at `+ ky * RS + kx`, so a
 //! vector of sixteen outputs takes its taps of one kernel row from two aligned loads:
-//! the first, and the first two shifted by one lane per tap (`valignd`). No transposes
-//! (cf. the channel-block kernel `x86_64_dw_block`), no loads split across cache lines,
-//! a third of a load per multiply-add.
+//! the first, and the first two shifted by one lane per tap (`valignd`). At stride 2 each
+//! padded row is stored as its even columns then its odd ones (two phases of `RS / 2`),
+//! so tap `kx` of output column `ox` is column `ox + kx / 2` of phase `kx % 2`: the same
+//! two loads and shifts per phase. No transposes (cf. the channel-block kernel
+//! `x86_64_dw_block`), no loads split across cache lines.
 
 use super::x86_64_avx512_math::first_lanes;
 use super::x86_64_dw_block::Act;
