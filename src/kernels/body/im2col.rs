@@ -12,9 +12,11 @@ use super::pool::valid_range;
 /// Writes the block described in the module doc for one image and group `xg`
 /// (`[Cin_g, H, W]`) into `out` (at least `kc * n.div_ceil(NR) * NR` floats).
 /// `gather(src, stride, dst)` must set `dst[i] = src[i * stride]` for `i < dst.len()`;
-/// it is called for every piece of a panel row (1 to `NR` floats, shorter at segment
-/// ends and panel edges) with `src` holding at least `(dst.len() - 1) * stride + 1`
-/// floats (a table passes its SIMD version).
+/// it is called for the pieces of a panel row cut by segment ends and panel edges (1 to
+/// `NR` floats) with `src` holding at least `(dst.len() - 1) * stride + 1` floats.
+/// `run(src, stride, out, panel, count)` does the same for `count` whole panel rows in
+/// a row, piece `i` (`src[i * NR * stride..]`) into `out[i * panel..][..NR]` ([`runs`]
+/// makes one from a piece gather); a table passes its SIMD versions.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub fn im2col_panels<const NR: usize>(
@@ -26,6 +28,7 @@ pub fn im2col_panels<const NR: usize>(
     n: usize,
     out: &mut [f32],
     gather: impl Fn(&[f32], usize, &mut [f32]),
+    run: impl Fn(&[f32], usize, &mut [f32], usize, usize),
 ) {
     let (hw, khw) = (s.h * s.w, s.kh * s.kw);
     let panel = kc * NR;
@@ -51,7 +54,7 @@ pub fn im2col_panels<const NR: usize>(
                 rows.zero(t + hi - ox0, ox1 - hi);
                 let ix0 = lo * s.sw + kx * s.dw - s.pw;
                 let src = &plane[iy as usize * s.w + ix0..];
-                rows.gather(t + lo - ox0, hi - lo, src, s.sw, &gather);
+                rows.gather(t + lo - ox0, hi - lo, src, s.sw, (&gather, &run));
             }
             j += ox1 - ox0;
             oy += 1;
@@ -90,7 +93,8 @@ impl<const NR: usize> PanelRow<'_, NR> {
         self.pieces(c, len, |d, _| d.fill(0.0));
     }
 
-    /// Columns `c..c + len` = `src[i * stride]`, `i < len`.
+    /// Columns `c..c + len` = `src[i * stride]`, `i < len`: the whole panel rows among
+    /// them through `run` in one call, the cut pieces at either end through `gather`.
     #[inline(always)]
     fn gather(
         &mut self,
@@ -98,9 +102,37 @@ impl<const NR: usize> PanelRow<'_, NR> {
         len: usize,
         src: &[f32],
         stride: usize,
-        gather: &impl Fn(&[f32], usize, &mut [f32]),
+        (gather, run): (
+            &impl Fn(&[f32], usize, &mut [f32]),
+            &impl Fn(&[f32], usize, &mut [f32], usize, usize),
+        ),
     ) {
-        self.pieces(c, len, |d, done| gather(&src[done * stride..], stride, d));
+        let head = ((NR - c % NR) % NR).min(len);
+        let whole = (len - head) / NR;
+        self.pieces(c, head, |d, done| gather(&src[done * stride..], stride, d));
+        if whole > 0 {
+            let at = (c + head) / NR * self.panel + self.pl * NR;
+            let out = &mut self.out[at..at + (whole - 1) * self.panel + NR];
+            run(&src[head * stride..], stride, out, self.panel, whole);
+        }
+        let done = head + whole * NR;
+        self.pieces(c + done, len - done, |d, more| {
+            gather(&src[(done + more) * stride..], stride, d)
+        });
+    }
+}
+
+/// `count` whole panel rows through the piece gather `gather`: piece `i` from
+/// `src[i * NR * stride..]` into `out[i * panel..][..NR]` (the `run` argument of
+/// [`im2col_panels`] for tables without a faster one).
+#[inline(always)]
+pub fn runs<const NR: usize>(
+    gather: impl Fn(&[f32], usize, &mut [f32]),
+) -> impl Fn(&[f32], usize, &mut [f32], usize, usize) {
+    move |src, stride, out, panel, count| {
+        for i in 0..count {
+            gather(&src[i * NR * stride..], stride, &mut out[i * panel..][..NR]);
+        }
     }
 }
 

@@ -52,9 +52,9 @@ fn im2col_panels(
     n: usize,
     out: &mut [f32],
 ) {
-    body::im2col::im2col_panels::<NR>(s, x, k0, kc, j0, n, out, |src, stride, d| {
-        body::im2col::gather_scalar(src, stride, d)
-    })
+    let gather = body::im2col::gather_scalar;
+    let run = body::im2col::runs::<NR>(gather);
+    body::im2col::im2col_panels::<NR>(s, x, k0, kc, j0, n, out, gather, run)
 }
 // -- end of the im2col helper's block --
 

@@ -232,17 +232,61 @@ fn im2col_panels(
         n: usize,
         out: &mut [f32],
     ) {
-        body::im2col::im2col_panels::<NR>(s, x, k0, kc, j0, n, out, |src, stride, d| {
+        let gather = |src: &[f32], stride, d: &mut [f32]| {
             if stride <= 2 {
                 // SAFETY: AVX-512 is enabled here (and detected, see `table`).
                 unsafe { gather_masked(src, stride, d) }
             } else {
                 body::im2col::gather_scalar(src, stride, d)
             }
-        })
+        };
+        let run = |src: &[f32], stride, out: &mut [f32], panel, count| {
+            if stride <= 2 {
+                // SAFETY: AVX-512 is enabled here (and detected, see `table`).
+                unsafe { gather_whole(src, stride, out, panel, count) }
+            } else {
+                body::im2col::runs::<NR>(body::im2col::gather_scalar)(
+                    src, stride, out, panel, count,
+                )
+            }
+        };
+        body::im2col::im2col_panels::<NR>(s, x, k0, kc, j0, n, out, gather, run)
     }
     // SAFETY: reachable only through TABLE, handed out after detecting the features.
     unsafe { build(s, x, k0, kc, j0, n, out) }
+}
+
+/// `count` whole panel rows (stride 1 or 2): row `i`, `src[(i * 16 + l) * stride]` for
+/// lanes `l < 16`, into `out[i * panel..][..16]`; unmasked loads (one, or two and a
+/// two-source permute) and stores, no per-row bounds work.
+///
+/// # Safety
+/// AVX-512F must be available.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn gather_whole(src: &[f32], stride: usize, out: &mut [f32], panel: usize, count: usize) {
+    if count == 0 {
+        return;
+    }
+    assert!((1..=2).contains(&stride) && panel >= NR);
+    assert!(src.len() > (count * NR - 1) * stride && out.len() >= (count - 1) * panel + NR);
+    let (sp, op) = (src.as_ptr(), out.as_mut_ptr());
+    let idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    for i in 0..count {
+        // SAFETY: row i reads src[i * 16 * stride..][..(15 * stride + 1)] (the stride-2
+        // second load takes 15 lanes: up to 2 * 15 + 1 floats in all), inside src
+        // (asserted), and writes out[i * panel..][..16], inside out (asserted).
+        unsafe {
+            let at = sp.add(i * NR * stride);
+            let v = if stride == 1 {
+                _mm512_loadu_ps(at)
+            } else {
+                let hi = _mm512_maskz_loadu_ps(0x7fff, at.add(NR));
+                _mm512_permutex2var_ps(_mm512_loadu_ps(at), idx, hi)
+            };
+            _mm512_storeu_ps(op.add(i * panel), v);
+        }
+    }
 }
 
 /// `d[i] = src[i * stride]` for a piece of a panel row (stride 1 or 2, 1 to 16 floats):

@@ -96,10 +96,12 @@ fn im2col_panels(
         n: usize,
         out: &mut [f32],
     ) {
-        body::im2col::im2col_panels::<NR>(s, x, k0, kc, j0, n, out, |src, stride, d| {
+        let gather = |src: &[f32], stride, d: &mut [f32]| {
             // SAFETY: AVX2 is enabled in this function (and detected, see `table`).
             unsafe { gather16(src, stride, d) }
-        })
+        };
+        let run = body::im2col::runs::<NR>(gather);
+        body::im2col::im2col_panels::<NR>(s, x, k0, kc, j0, n, out, gather, run)
     }
     // SAFETY: reachable only through TABLE, handed out after detecting AVX2 and FMA.
     unsafe { build(s, x, k0, kc, j0, n, out) }
