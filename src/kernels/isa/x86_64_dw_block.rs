@@ -4,7 +4,8 @@
 //! every output pixel is then one full-width FMA (any width, stride, dilation), bias
 //! plus ReLU / Clip / HardSwish are applied to the accumulators (one lane per channel),
 //! and the output pixels are transposed back into the channel planes. Other epilogues
-//! run on the finished planes.
+//! run on the finished planes. The shapes the aligned-plane kernel takes
+//! (`x86_64_dw_flat::FlatGeom`) go there instead: nothing transposed.
 
 use super::x86_64_avx512_math::{self as math, first_lanes};
 use super::x86_64_dw_flat::{self as flat, FlatGeom};
@@ -98,7 +99,7 @@ pub(super) fn depthwise_block(
     }
     let post = (&bias, act.unwrap_or(Act::None));
     match FlatGeom::new(s).filter(|g| scratch.len() >= g.scratch_len()) {
-        // Stride 1: the flat plane, nothing transposed.
+        // 3x3 / 5x5 at stride 1 or 2 with well-filled rows: the aligned plane.
         // SAFETY: reachable only through the AVX-512 table (features detected); the
         // slices were checked above and the scratch against the flat geometry.
         Some(g) => unsafe { flat::run(s, &g, w, xb, yb, (c0, nc), post, scratch) },
