@@ -35,7 +35,7 @@ const SCORE_BLOCK_BYTES: usize = 256 * 1024;
 const MAX_ROWS: usize = 96;
 /// Most bytes of packed kt and v of all batches for the row-block-major order.
 const SHARED_PACK_BYTES: usize = 512 * 1024;
-/// Most batches for the row-block-major order (one bit each of a packed set).
+/// Most batches for the row-block-major order (one packing slot each).
 const SHARED_PACK_MAX_BATCH: usize = 64;
 
 /// Attention resolved: `batch` products of q `[M, K]`, kt `[K, N]`, v `[N, D]`.
@@ -220,24 +220,19 @@ impl FamilyKernel for AttentionPlan {
         let (s, rest) = rest.split_at_mut(p.rows * n);
         let (probs, rest) = rest.split_at_mut(p.rows * n);
         let tmp = &mut rest[..n.max(d)];
-        // Row-block-major: the batches packed in their own slots (one bit each, at most
-        // SHARED_PACK_MAX_BATCH). Batch-major: the batch packed in the one slot.
-        let (mut packed_set, mut packed_one) = (0u64, None);
+        // The batch whose kt and v each packing slot holds (none yet: usize::MAX).
+        // Row-block-major: batch b in slot b (at most SHARED_PACK_MAX_BATCH slots).
+        // Batch-major: every batch in slot 0, packed again when the batch changes.
+        let mut held = [usize::MAX; SHARED_PACK_MAX_BATCH];
         for u in lo..hi {
             let (b, blk) = p.tile_at(u);
             let slot = if p.block_major { b } else { 0 };
             let (pk, pv) = packs[slot * p.packed_kv()..(slot + 1) * p.packed_kv()]
                 .split_at_mut(gemm::packed_b_len(k, n));
-            let fresh = if p.block_major {
-                packed_set & (1 << b) == 0
-            } else {
-                packed_one != Some(b)
-            };
-            if fresh {
+            if held[slot] != b {
                 gemm::pack_b(&kt[b * k * n..], n, 1, k, n, 1.0, pk, tmp);
                 gemm::pack_b(&v[b * n * d..], d, 1, n, d, 1.0, pv, tmp);
-                packed_set |= 1u64.checked_shl(b as u32).unwrap_or(0);
-                packed_one = Some(b);
+                held[slot] = b;
             }
             let (pk, pv) = (&*pk, &*pv);
             let i0 = b * m + blk * p.rows;
