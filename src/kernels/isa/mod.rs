@@ -67,6 +67,8 @@ mod x86_64_dw_flat;
 #[cfg(target_arch = "x86_64")]
 mod x86_64_fma;
 #[cfg(target_arch = "x86_64")]
+mod x86_64_maxpool;
+#[cfg(target_arch = "x86_64")]
 mod x86_64_qdw_block;
 
 /// Rows of one GEMM micro-tile (and of one packed A panel).

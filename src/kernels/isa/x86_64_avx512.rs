@@ -43,7 +43,7 @@ static TABLE: KernelTable = KernelTable {
     unary: math::unary,
     binary_f32,
     depthwise_plane,
-    max_pool_plane,
+    max_pool_plane: super::x86_64_maxpool::max_pool_plane,
     gemv_acc,
     sigmoid: math::sigmoid,
     tanh,
@@ -81,7 +81,6 @@ feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", pub(super) epilogu
 feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", pub(super) unary_body, body::unary::apply_unary, (op: UnaryOp, x: &mut [f32]));
 feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", binary_f32, body::eltwise::binary_f32, (op: BinaryOp, bc: &Bcast, a: &[f32], b: &[f32], out: &mut [f32], lo: usize, hi: usize));
 feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", depthwise_plane, body::depthwise::depthwise_plane, (s: &ConvShape, w: &[f32], plane: &[f32], out: &mut [f32], scratch: &mut [f32]));
-feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", max_pool_plane, body::pool::max_pool_plane, (s: &PoolShape, x: &[f32], y: &mut [f32]));
 feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", avg_pool_plane, body::pool::avg_pool_plane, (s: &PoolShape, count_include_pad: bool, x: &[f32], y: &mut [f32]));
 feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", mm_half, portable::mm_half, (kc: usize, a: &[f32], b: &[f32], c: &mut [f32]));
 feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", mm_row, portable::mm_row, (kc: usize, a: &[f32], b: &[f32], c: &mut [f32]));
