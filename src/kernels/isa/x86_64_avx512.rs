@@ -270,7 +270,6 @@ unsafe fn gather_whole(src: &[f32], stride: usize, out: &mut [f32], panel: usize
     assert!((1..=2).contains(&stride) && panel >= NR);
     assert!(src.len() > (count * NR - 1) * stride && out.len() >= (count - 1) * panel + NR);
     let (sp, op) = (src.as_ptr(), out.as_mut_ptr());
-    let idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     for i in 0..count {
         // SAFETY: row i reads src[i * 16 * stride..][..(15 * stride + 1)] (the stride-2
         // second load takes 15 lanes: up to 2 * 15 + 1 floats in all), inside src
@@ -281,7 +280,7 @@ unsafe fn gather_whole(src: &[f32], stride: usize, out: &mut [f32], panel: usize
                 _mm512_loadu_ps(at)
             } else {
                 let hi = _mm512_maskz_loadu_ps(0x7fff, at.add(NR));
-                _mm512_permutex2var_ps(_mm512_loadu_ps(at), idx, hi)
+                math::alternate_lanes::<0>(_mm512_loadu_ps(at), hi)
             };
             _mm512_storeu_ps(op.add(i * panel), v);
         }
@@ -308,10 +307,9 @@ unsafe fn gather_masked(src: &[f32], stride: usize, d: &mut [f32]) {
             _mm512_maskz_loadu_ps(out, sp)
         } else {
             let span = 2 * len - 1;
-            let idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
             let lo = _mm512_maskz_loadu_ps(math::first_lanes(span), sp);
             let hi = _mm512_maskz_loadu_ps(math::first_lanes(span.saturating_sub(16)), sp.add(16));
-            _mm512_permutex2var_ps(lo, idx, hi)
+            math::alternate_lanes::<0>(lo, hi)
         };
         _mm512_mask_storeu_ps(dp, out, v);
     }

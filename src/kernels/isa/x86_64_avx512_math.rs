@@ -182,6 +182,20 @@ fn gelu16(v: __m512) -> __m512 {
     _mm512_mul_ps(half_v, _mm512_add_ps(_mm512_set1_ps(1.0), erf))
 }
 
+/// The even (`ODD = 0`) or odd (`ODD = 1`) lanes of the 32 floats `lo, hi`: lane `i` is
+/// lane `2 i + ODD` of the pair (a stride-2 gather of two loaded vectors).
+///
+/// # Safety
+/// AVX-512F available (inlined into the `#[target_feature]` kernels).
+#[inline(always)]
+pub(super) unsafe fn alternate_lanes<const ODD: i32>(lo: __m512, hi: __m512) -> __m512 {
+    // SAFETY: register-only intrinsics; AVX-512F per the contract.
+    unsafe {
+        let idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        _mm512_permutex2var_ps(lo, _mm512_add_epi32(idx, _mm512_set1_epi32(ODD)), hi)
+    }
+}
+
 /// Mask of the first `n` lanes of 16 (all of them from 16 on).
 #[inline]
 pub(super) fn first_lanes(n: usize) -> __mmask16 {

@@ -13,7 +13,7 @@
 //! two loads and shifts per phase. No transposes (cf. the channel-block kernel
 //! `x86_64_dw_block`), no loads split across cache lines.
 
-use super::x86_64_avx512_math::first_lanes;
+use super::x86_64_avx512_math::{alternate_lanes, first_lanes};
 use super::x86_64_dw_block::Act;
 use crate::kernels::body::conv::ConvShape;
 use std::arch::x86_64::*;
@@ -203,8 +203,6 @@ unsafe fn split_row(src: *const f32, dst: *mut f32, pw: usize, half: usize, n: u
     // SAFETY: the loads read the lanes of their masks (below `n`), the stores 16 floats
     // inside `dst`'s `2 * half + 16` (contract); register-only intrinsics otherwise.
     unsafe {
-        let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-        let odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
         // Input column i lands in phase (pw + i) % 2 at (pw + i) / 2.
         let (first, second) = if pw.is_multiple_of(2) {
             (dst.add(pw / 2), dst.add(half + pw / 2))
@@ -221,9 +219,9 @@ unsafe fn split_row(src: *const f32, dst: *mut f32, pw: usize, half: usize, n: u
                     src.add(i + L.min(n - i)),
                 );
                 if phase {
-                    _mm512_storeu_ps(first.add(i / 2), _mm512_permutex2var_ps(a, even, b));
+                    _mm512_storeu_ps(first.add(i / 2), alternate_lanes::<0>(a, b));
                 } else {
-                    _mm512_storeu_ps(second.add(i / 2), _mm512_permutex2var_ps(a, odd, b));
+                    _mm512_storeu_ps(second.add(i / 2), alternate_lanes::<1>(a, b));
                 }
                 i += 2 * L;
             }

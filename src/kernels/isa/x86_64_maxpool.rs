@@ -9,7 +9,7 @@
 //! a NaN input never replaces the accumulator, so the result is the max of the window's
 //! numbers whatever the order, and `-inf` for a window with none.
 
-use super::x86_64_avx512_math::first_lanes;
+use super::x86_64_avx512_math::{alternate_lanes, first_lanes};
 use crate::kernels::body::{self, pool::PoolShape};
 use std::arch::x86_64::*;
 use std::mem::MaybeUninit;
@@ -35,22 +35,20 @@ pub(super) fn max_pool_plane(s: &PoolShape, x: &[f32], y: &mut [f32]) {
         "max pool plane"
     );
     if !taken {
-        // SAFETY: reachable only through the AVX-512 table (features detected).
-        return unsafe { generic(s, x, y) };
+        return generic(s, x, y);
     }
     // SAFETY: as above; `run` reads `x` and writes `y` inside the lengths just checked and
     // its stack row inside `ROW` (`row_len(s) + 48 <= ROW` checked).
     unsafe { run(s, x, y) }
 }
 
-/// The body compiled with the AVX-512 table's features.
-///
-/// # Safety
-/// AVX-512 F/BW/VL/DQ, AVX2 and FMA available.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
-unsafe fn generic(s: &PoolShape, x: &[f32], y: &mut [f32]) {
-    body::pool::max_pool_plane(s, x, y)
-}
+// The body compiled with the AVX-512 table's features (the shapes `run` does not take).
+feature_build!(
+    "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma",
+    generic,
+    body::pool::max_pool_plane,
+    (s: &PoolShape, x: &[f32], y: &mut [f32])
+);
 
 /// Floats of the reduced row the output columns' windows span: the left pad, and up to
 /// the last output's last tap (at least the input row).
@@ -69,7 +67,6 @@ unsafe fn run(s: &PoolShape, x: &[f32], y: &mut [f32]) {
     // Written before it is read: the borders once, the input columns per output row.
     let mut buf = [MaybeUninit::<f32>::uninit(); ROW];
     let row = buf.as_mut_ptr() as *mut f32;
-    let idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     // SAFETY: every access below stays inside `x` (rows iy < h, columns < w, masked),
     // `y` (rows oy < oh, columns < ow, masked) or the `ROW` floats of `buf` (the -inf
     // fill writes below `len + 48`, the taps of the last vector read below `len + 31`).
@@ -115,7 +112,7 @@ unsafe fn run(s: &PoolShape, x: &[f32], y: &mut [f32]) {
                     let v = if s.sw == 1 {
                         _mm512_loadu_ps(at)
                     } else {
-                        _mm512_permutex2var_ps(_mm512_loadu_ps(at), idx, _mm512_loadu_ps(at.add(L)))
+                        alternate_lanes::<0>(_mm512_loadu_ps(at), _mm512_loadu_ps(at.add(L)))
                     };
                     acc = _mm512_max_ps(v, acc);
                 }
