@@ -70,6 +70,8 @@ mod x86_64_fma;
 mod x86_64_maxpool;
 #[cfg(target_arch = "x86_64")]
 mod x86_64_qdw_block;
+#[cfg(target_arch = "x86_64")]
+mod x86_64_qdw_bytes;
 
 /// Rows of one GEMM micro-tile (and of one packed A panel).
 pub const MR: usize = 6;

@@ -21,7 +21,7 @@ use crate::kernels::quant::body::bounds;
 use crate::kernels::quant::conv::TIE_EPS;
 use crate::kernels::quant::dw_exact::PLANE_ROWS;
 use crate::kernels::quant::dw_exact::{
-    self, DwGeom, DwTaps, NearTies, PlaneGeom, KH_MAX, LANES as L,
+    self, BytePlaneGeom, DwGeom, DwTaps, NearTies, PlaneGeom, KH_MAX, LANES as L,
 };
 use crate::kernels::quant::Requant;
 use std::arch::x86_64::*;
@@ -97,6 +97,13 @@ pub(crate) fn qdepthwise_block(
     assert!(rq.mult.len() >= c0 + nc && rq.bias.len() >= c0 + nc && rq.lo <= rq.hi);
     if scratch.len() < dw_exact::scratch_len(s) {
         return false;
+    }
+    if let Some(bg) = BytePlaneGeom::new(s) {
+        let plane = bytemuck::cast_slice_mut(scratch);
+        let (x, y) = ((xb, x_zp), (&mut *yb, c0, nc));
+        if super::x86_64_qdw_bytes::qdepthwise_bytes(s, &bg, x, w, rq, y, plane, ties) {
+            return true;
+        }
     }
     let (mut bias, mut mult) = ([0.0f32; L], [0.0f32; L]);
     for l in 0..nc {

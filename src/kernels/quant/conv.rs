@@ -13,9 +13,10 @@
 //!   correction `- x_zp * sum_k w` (folded into the bias, [`QConvWeights::fold_bias`]) is
 //!   exact at the borders too.
 //! * Depthwise conv (one input and one output channel per group): a u8 output through
-//!   the kernel table's `qdepthwise_block` where it has one (AVX-512: 16 channels at a
-//!   time on exact f32 sums, [`super::dw_exact`], the same bits); else, and for channels
-//!   whose sums might not be exact in f32, direct: each channel plane padded once with
+//!   the kernel table's `qdepthwise_block` where it has one (AVX-512: s8 taps on a
+//!   channel's byte plane with VNNI, or 16 channels at a time on exact f32 sums,
+//!   [`super::dw_exact`], the same bits); else, and for channels whose sums might not be
+//!   exact in f32, direct: each channel plane padded once with
 //!   the zero point, each tap accumulated over output rows (`QuantTable::dw_taps`) on the
 //!   phase-split plane ([`dw_phases`]).
 //!

@@ -1,5 +1,5 @@
-//! Int8 depthwise conv on exact f32 sums (kernel table entry `qdepthwise_block`, where a
-//! table has one): geometry and the exactness condition, shared by every ISA.
+//! Int8 depthwise conv block kernels (kernel table entry `qdepthwise_block`, where a
+//! table has one): geometries and the exactness condition of f32 sums, shared by every ISA.
 //!
 //! The block sums `w * x` over the taps (padding reads `x_zp`, as the integer path) from
 //! the folded i32 bias `b` ([`super::QConvWeights::fold_bias`]) in f32. Each product of a
@@ -9,7 +9,9 @@
 //! and the requantisation `clamp(rne((acc + b) as f32 * mult) + zp, lo, hi)` then gives
 //! the bits of the integer path (`body::requant_scalar`).
 //!
-//! Two layouts. Planes up to [`PLANE_MIN_W`] wide ([`DwGeom`], as `body::dw_block`, made
+//! Three layouts. Shapes that [`BytePlaneGeom`] takes with s8 taps run on the plane of
+//! bytes with VNNI (exact i32 sums, so no exactness condition; AVX-512 table). Else
+//! planes up to [`PLANE_MIN_W`] wide ([`DwGeom`], as `body::dw_block`, made
 //! for any plane width, stride, dilation): a block of [`LANES`] channels, one per lane;
 //! the input rows channel-innermost in a ring of `slots` padded rows (`[slots][WP][LANES]`,
 //! zero point border), each input row converted and transposed in once; the output
@@ -177,11 +179,68 @@ impl PlaneGeom {
     }
 }
 
-/// Scratch floats the block kernel needs for shape `s` (0 when it does not take it).
+/// Scratch floats the block kernel needs for shape `s` (0 when it does not take it):
+/// enough for whichever of its kernels takes the shape.
 pub fn scratch_len(s: &ConvShape) -> usize {
-    match PlaneGeom::new(s) {
+    let f32_len = match PlaneGeom::new(s) {
         Some(p) => p.scratch_len(),
         None => DwGeom::new(s).map_or(0, |g| g.scratch_len(s)),
+    };
+    let byte_len = BytePlaneGeom::new(s).map_or(0, |g| g.scratch_bytes().div_ceil(4));
+    f32_len.max(byte_len)
+}
+
+/// Kernel heights the byte-plane kernel takes ([`BytePlaneGeom`]).
+pub const BYTE_KH: [usize; 2] = [3, 5];
+
+/// Widest kernel the byte-plane kernel takes: two K quads per kernel row.
+pub const BYTE_KW_MAX: usize = 8;
+
+/// Geometry of the byte-plane kernel (AVX-512 VNNI, s8 taps; kernel heights
+/// [`BYTE_KH`], widths up to [`BYTE_KW_MAX`], stride 1 or 2 on each axis, dilation 1, any
+/// pads): a channel's plane padded with the zero point, as bytes, `row_len` per padded
+/// row, `rows` padded rows (every row an output row reads); [`LANES`] output columns per
+/// vector, each lane's kernel row read as one or two quads of bytes from one 64-byte load
+/// at the vector's first input column, so rows are long enough for that load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BytePlaneGeom {
+    /// Output vectors per row.
+    pub nv: usize,
+    /// Bytes of one padded row (a multiple of 64).
+    pub row_len: usize,
+    /// Padded rows.
+    pub rows: usize,
+}
+
+impl BytePlaneGeom {
+    /// The geometry when the byte-plane kernel takes shape `s`.
+    pub fn new(s: &ConvShape) -> Option<BytePlaneGeom> {
+        // Output rows of half a vector or less leave most lanes empty: the f32 block
+        // kernel (across channels) is faster there (7 columns: 1.85x the time).
+        let taken = s.oh > 0
+            && s.ow > LANES / 2
+            && BYTE_KH.contains(&s.kh)
+            && (1..=BYTE_KW_MAX).contains(&s.kw)
+            && (s.dh, s.dw) == (1, 1)
+            && (1..=2).contains(&s.sh)
+            && (1..=2).contains(&s.sw);
+        if !taken {
+            return None;
+        }
+        let nv = s.ow.div_ceil(LANES);
+        let row_len = (s.pw + s.w)
+            .max((nv - 1) * LANES * s.sw + 64)
+            .next_multiple_of(64);
+        Some(BytePlaneGeom {
+            nv,
+            row_len,
+            rows: (s.oh - 1) * s.sh + s.kh,
+        })
+    }
+
+    /// Scratch bytes: the padded plane.
+    pub fn scratch_bytes(&self) -> usize {
+        self.rows * self.row_len
     }
 }
 

@@ -270,11 +270,14 @@ fn depthwise_falls_back_where_f32_is_not_exact() {
     }
 }
 
-/// The block entry takes exactly the convs `dw_exact` says it can.
+/// The block entry takes exactly the convs `dw_exact` says it can: taps outside s8 (the
+/// f32 kernels) only while the sums are exact in f32, s8 taps (the byte-plane kernel's
+/// exact i32 sums) with any bias.
 #[test]
 fn block_entry_declines_inexact_channels() {
     let s = dw_shape(4, (9, 9), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1));
-    let w = dw_exact::DwTaps::new(&[127i16; 4 * 9], 4, 9);
+    let wide = dw_exact::DwTaps::new(&[200i16; 4 * 9], 4, 9);
+    let narrow = dw_exact::DwTaps::new(&[127i16; 4 * 9], 4, 9);
     let mult = [0.001f32; 4];
     for t in tables() {
         let Some(block) = t.qdepthwise_block else {
@@ -282,10 +285,11 @@ fn block_entry_declines_inexact_channels() {
         };
         let x = rand_bytes(4 * 81, 3);
         let mut sc = vec![0f32; dw_exact::scratch_len(&s)];
-        for (bias, ok) in [
-            (0, true),
-            ((1 << 24) - 255 * 127 * 9 - 1, true),
-            (1 << 24, false),
+        for (w, bias, ok) in [
+            (&wide, 0, true),
+            (&wide, (1 << 24) - 255 * 200 * 9 - 1, true),
+            (&wide, 1 << 24, false),
+            (&narrow, 1 << 24, true),
         ] {
             let b = [0, bias, 0, 0];
             let rq = Requant {
@@ -298,7 +302,7 @@ fn block_entry_declines_inexact_channels() {
             let mut y = vec![9u8; 4 * 81];
             let mut near = dw_exact::NearTies::new(&mut []);
             assert_eq!(
-                block(&s, &x, 0, &w, &rq, &mut y, 0, 4, &mut sc, &mut near),
+                block(&s, &x, 0, w, &rq, &mut y, 0, 4, &mut sc, &mut near),
                 ok
             );
             if !ok {
@@ -319,7 +323,7 @@ fn block_entry_declines_inexact_channels() {
                 &s,
                 &x,
                 0,
-                &w,
+                &narrow,
                 &rq,
                 &mut y,
                 0,
