@@ -6,7 +6,7 @@
 //! `[lo - zp, hi - zp]` (a NaN becomes the lower bound, as `maxps` does), rounded half
 //! to even and shifted by the zero point. Integer sums wrap like the SIMD adds.
 
-use super::table::{Q4MR, Q4NR, QMR, QNR};
+use super::table::{TileDst, Q4MR, Q4NR, QMR, QNR};
 use crate::ir::QParam;
 use crate::kernels::body::pool::{valid_range, PoolShape};
 
@@ -121,6 +121,42 @@ pub fn quad_tile<A: Copy + Into<i32>, B: Copy + Into<i32>>(
     for (r, row) in t.iter().enumerate() {
         c[r * ldc..r * ldc + Q4NR].copy_from_slice(row);
     }
+}
+
+/// [`quad_tile`] requantised (see `QuantTable::quad_tile_su_u8`), the tile computed by
+/// `tile` (a table's `quad_tile_su`).
+#[inline(always)]
+pub fn quad_tile_u8_with(
+    tile: fn(usize, &[i8], &[u8], &mut [i32], usize),
+    kq: usize,
+    (a, b): (&[i8], &[u8]),
+    dst: TileDst<'_>,
+) -> [u32; Q4MR] {
+    dst.check();
+    let mut acc = [0i32; Q4MR * Q4NR];
+    tile(kq, a, b, &mut acc, Q4NR);
+    let post = dst.post;
+    let (minv, maxv) = bounds(post.lo, post.hi, post.y_zp);
+    let mut masks = [0u32; Q4MR];
+    for r in dst.lo..dst.hi {
+        let row = &acc[r * Q4NR..r * Q4NR + dst.cols];
+        let out = &mut dst.out[(r - dst.lo) * dst.ldo..][..dst.cols];
+        for (j, (d, &a)) in out.iter_mut().zip(row).enumerate() {
+            let v = a.wrapping_add(post.bias[r]) as f32 * post.mult[r];
+            *d = clamp_round(v, minv, maxv, post.y_zp);
+            let c = v.clamp(minv, maxv);
+            if (c - ((c + ROUND_MAGIC) - ROUND_MAGIC)).abs() > 0.5 - dst.eps {
+                masks[r] |= 1 << j;
+            }
+        }
+    }
+    masks
+}
+
+/// The portable `quad_tile_su_u8`.
+#[inline(always)]
+pub fn quad_tile_u8(kq: usize, a: &[i8], b: &[u8], dst: TileDst<'_>) -> [u32; Q4MR] {
+    quad_tile_u8_with(quad_tile, kq, (a, b), dst)
 }
 
 /// Scatters rows `p..p + src.len()` of B (see `QuantTable::scatter_quads`).

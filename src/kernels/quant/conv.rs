@@ -38,7 +38,7 @@
 use super::body::REF_LANES;
 use super::gemm::{fold, gemm_block, gemm_block4, pack_a, pack_a4, packed_a_len};
 use super::gemm::{scatter_b_pair, scatter_b_row, QMC, QNC};
-use super::table::{QLayout, Q4NR, QNR};
+use super::table::{QLayout, TileDst, TilePost, Q4MR, Q4NR, QNR};
 use super::{QScratch, Requant};
 use crate::kernels::body::conv::ConvShape;
 use crate::kernels::body::pool::valid_range;
@@ -700,6 +700,21 @@ fn dense(
             while ip < ip_hi {
                 let ip_end = ip_hi.min(ip + QMC / mr);
                 let a_range = ip * kgs * mr * lay.kg()..ip_end * kgs * mr * lay.kg();
+                if let (DenseW::Quads(wq), ConvOut::U8(..)) = (w, &*dst) {
+                    let blk = QuadBlock {
+                        pa: &wq[g][a_range],
+                        panels: (ip, ip_end),
+                        rows: (m_lo, m_hi),
+                        c_base: g * mg,
+                        pb: pb8,
+                        b_panels,
+                        kq: kgs,
+                        cols: (jc, nc),
+                    };
+                    blk.run_u8(t, s, (xg, x_zp), dst, ob);
+                    ip = ip_end;
+                    continue;
+                }
                 match w {
                     DenseW::Pairs(wp) => {
                         let pa = &wp[g][a_range];
@@ -725,6 +740,88 @@ fn dense(
                 ip = ip_end;
             }
             jc += nc;
+        }
+    }
+}
+
+/// One block of a dense conv on quad panels: A panels `panels` of `pa` (from the
+/// block's first), rows `rows` of the group's output channels (from `c_base`), times the
+/// `b_panels` im2col panels `pb` of `kq` quads: output positions `cols.0..cols.0 +
+/// cols.1`.
+struct QuadBlock<'a> {
+    pa: &'a [i8],
+    panels: (usize, usize),
+    rows: (usize, usize),
+    c_base: usize,
+    pb: &'a [u8],
+    b_panels: usize,
+    kq: usize,
+    cols: (usize, usize),
+}
+
+impl QuadBlock<'_> {
+    /// The block into a u8 output, each tile requantised as it is computed
+    /// (`quad_tile_su_u8`), its near-ties settled like the float reference when one is
+    /// attached.
+    fn run_u8(
+        &self,
+        t: &super::table::QuantTable,
+        s: &ConvShape,
+        (xg, zp): (&[u8], u8),
+        dst: &mut ConvOut<'_>,
+        ob: usize,
+    ) {
+        let ConvOut::U8(rq, o, ties) = dst else {
+            unreachable!("run_u8 on an i32 output")
+        };
+        let ohw = s.oh * s.ow;
+        let (asz, bsz) = (self.kq * Q4MR * 4, self.kq * Q4NR * 4);
+        let (minv, maxv) = super::body::bounds(rq.lo, rq.hi, rq.y_zp);
+        let (m_lo, m_hi) = self.rows;
+        let (jc, nc) = self.cols;
+        let mut posts = [TilePost::default(); QMC / Q4MR];
+        for (ip, post) in (self.panels.0..self.panels.1).zip(posts.iter_mut()) {
+            post.y_zp = rq.y_zp;
+            (post.lo, post.hi) = (rq.lo, rq.hi);
+            for r in 0..Q4MR {
+                let i = ip * Q4MR + r;
+                if (m_lo..m_hi).contains(&i) {
+                    let c = self.c_base + i;
+                    (post.bias[r], post.mult[r]) = (rq.bias[c], rq.mult[c]);
+                }
+            }
+        }
+        for jp in 0..self.b_panels {
+            let bp = &self.pb[jp * bsz..(jp + 1) * bsz];
+            let j0 = jc + jp * Q4NR;
+            let cols = Q4NR.min(jc + nc - j0);
+            for (k, ip) in (self.panels.0..self.panels.1).enumerate() {
+                let lo = m_lo.max(ip * Q4MR) - ip * Q4MR;
+                let hi = m_hi.min((ip + 1) * Q4MR) - ip * Q4MR;
+                let c0 = self.c_base + ip * Q4MR + lo;
+                let dst = TileDst {
+                    post: &posts[k],
+                    lo,
+                    hi,
+                    cols,
+                    out: &mut o[ob + c0 * ohw + j0..],
+                    ldo: ohw,
+                    eps: TIE_EPS,
+                };
+                let a = &self.pa[k * asz..(k + 1) * asz];
+                let masks = (t.quad_tile_su_u8)(self.kq, a, bp, dst);
+                let Some(ties) = ties else { continue };
+                for (r, &mask) in masks.iter().enumerate().skip(lo) {
+                    let mut m = mask;
+                    while m != 0 {
+                        let j = j0 + m.trailing_zeros() as usize;
+                        m &= m - 1;
+                        let c = self.c_base + ip * Q4MR + r;
+                        let v = ties.value(t, s, xg, zp, c, j);
+                        o[ob + c * ohw + j] = super::body::clamp_round(v, minv, maxv, rq.y_zp);
+                    }
+                }
+            }
         }
     }
 }

@@ -75,6 +75,53 @@ impl QLayout {
     }
 }
 
+/// The requantisation of one quad tile's rows (one output channel per row): row `r`'s
+/// outputs are `clamp(rne((acc + bias[r]) * mult[r]) + y_zp, lo, hi)`
+/// (`body::requant_one`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TilePost {
+    /// Folded bias per row.
+    pub bias: [i32; Q4MR],
+    /// Multiplier per row.
+    pub mult: [f32; Q4MR],
+    /// Output zero point.
+    pub y_zp: i32,
+    /// Output clamp, low end.
+    pub lo: u8,
+    /// Output clamp, high end.
+    pub hi: u8,
+}
+
+/// Where [`QuantTable::quad_tile_su_u8`] writes: rows `lo..hi` of the tile, their first
+/// `cols` (at most [`Q4NR`]) columns, requantised by `post` into `out` (row `r` at `(r -
+/// lo) * ldo`; nothing else written), near-ties within `eps` of a rounding boundary.
+#[derive(Debug)]
+pub struct TileDst<'a> {
+    /// The rows' requantisation.
+    pub post: &'a TilePost,
+    /// First row written.
+    pub lo: usize,
+    /// One past the last row written.
+    pub hi: usize,
+    /// Columns written per row.
+    pub cols: usize,
+    /// The output, from row `lo`'s first column.
+    pub out: &'a mut [u8],
+    /// Output row stride.
+    pub ldo: usize,
+    /// Near-tie distance ([`super::conv::TIE_EPS`]).
+    pub eps: f32,
+}
+
+impl TileDst<'_> {
+    /// Panics unless the rows and columns lie inside a quad tile and `out` holds them.
+    pub fn check(&self) {
+        let (lo, hi, cols) = (self.lo, self.hi, self.cols);
+        assert!(lo < hi && hi <= Q4MR && (1..=Q4NR).contains(&cols));
+        assert!(self.ldo >= cols && self.out.len() >= (hi - lo - 1) * self.ldo + cols);
+    }
+}
+
 /// Every ISA-specific int8 routine, for one instruction set. All entries are safe to call
 /// with any arguments: they check the bounds they rely on. Every entry gives the same
 /// bits as the portable one.
@@ -95,6 +142,11 @@ pub struct QuantTable {
     /// quad, Q4MR rows of four consecutive K values), `b` `kq * Q4NR * 4` (per quad, Q4NR
     /// columns of four consecutive K values), `c` Q4MR rows of Q4NR at stride `ldc`.
     pub quad_tile_su: fn(kq: usize, a: &[i8], b: &[u8], c: &mut [i32], ldc: usize),
+    /// `quad_tile_su` requantised instead of stored, into `dst` ([`TileDst`]). Returns
+    /// per row the mask of its near-ties: bit `j` set where column `j`'s value `(acc +
+    /// bias) * mult`, clamped to the output bounds, lies more than `0.5 - eps` from the
+    /// nearest integer (0 for rows not written).
+    pub quad_tile_su_u8: fn(kq: usize, a: &[i8], b: &[u8], dst: TileDst<'_>) -> [u32; Q4MR],
     /// As `quad_tile_su` with u8 A (GEMM activations) and s8 B (GEMM weights).
     pub quad_tile_us: fn(kq: usize, a: &[u8], b: &[i8], c: &mut [i32], ldc: usize),
     /// Scatters rows `p..p + src.len()` of a u8 B operand (`p` a multiple of 4, `p < k`;
@@ -152,6 +204,7 @@ pub static PORTABLE: QuantTable = QuantTable {
     layout: QLayout::Pairs,
     tile: body::tile,
     quad_tile_su: body::quad_tile,
+    quad_tile_su_u8: body::quad_tile_u8,
     quad_tile_us: body::quad_tile,
     scatter_quads: body::scatter_quads,
     requant_scalar: body::requant_scalar,

@@ -717,6 +717,101 @@ fn quad_entries_match_portable() {
     }
 }
 
+/// The requantising quad tile against the stored tile requantised by the definition
+/// (`ref_requant`) and the near-tie rule written out, over spans of rows and columns, K
+/// depths, zero points and clamps; bytes outside the span stay as they were.
+#[test]
+fn quad_tile_su_u8_matches_definition() {
+    use table::{TileDst, TilePost, Q4MR, Q4NR};
+    let p = &table::PORTABLE;
+    let spans = [
+        (0, 8, 32),
+        (2, 5, 17),
+        (7, 8, 1),
+        (0, 1, 16),
+        (3, 8, 31),
+        (0, 8, 15),
+    ];
+    let posts = [
+        (128i32, 0u8, 255u8),
+        (0, 0, 255),
+        (7, 7, 200),
+        (250, 3, 250),
+    ];
+    for t in tables() {
+        for (case, kq) in [0usize, 1, 3, 9].into_iter().enumerate() {
+            let a = rand_i8(kq * Q4MR * 4, 90 + kq as u64);
+            let b = rand_bytes(kq * Q4NR * 4, 95 + kq as u64);
+            let mut acc = vec![0i32; Q4MR * Q4NR];
+            (p.quad_tile_su)(kq, &a, &b, &mut acc, Q4NR);
+            for (pi, &(y_zp, lo, hi)) in posts.iter().enumerate() {
+                let r = rand_bytes(2 * Q4MR, (10 * case + pi) as u64);
+                let mut post = TilePost {
+                    y_zp,
+                    lo,
+                    hi,
+                    ..TilePost::default()
+                };
+                for i in 0..Q4MR {
+                    post.bias[i] = (i32::from(r[i]) - 128) * 13;
+                    // Even rows: multiplier 0.5 (odd sums are exact ties).
+                    post.mult[i] = if i % 2 == 0 {
+                        0.5
+                    } else {
+                        1.0 / (300.0 + f32::from(r[Q4MR + i]))
+                    };
+                }
+                let (minv, maxv) = body::bounds(lo, hi, y_zp);
+                for &(rlo, rhi, cols) in &spans {
+                    let ldo = Q4NR + 5;
+                    let mut got = vec![0xA5u8; Q4MR * ldo];
+                    let dst = TileDst {
+                        post: &post,
+                        lo: rlo,
+                        hi: rhi,
+                        cols,
+                        out: &mut got,
+                        ldo,
+                        eps: conv::TIE_EPS,
+                    };
+                    let masks = (t.quant.quad_tile_su_u8)(kq, &a, &b, dst);
+                    for row in 0..Q4MR {
+                        let mut want_mask = 0u32;
+                        for j in 0..ldo {
+                            let inside = (rlo..rhi).contains(&row) && j < cols;
+                            let at = if row >= rlo {
+                                (row - rlo) * ldo + j
+                            } else {
+                                usize::MAX
+                            };
+                            let Some(&g) = got.get(at) else { continue };
+                            if !inside {
+                                if row >= rlo && row < rhi {
+                                    assert_eq!(g, 0xA5, "table {} wrote outside", t.name);
+                                }
+                                continue;
+                            }
+                            let sum = i64::from(acc[row * Q4NR + j].wrapping_add(post.bias[row]));
+                            let want = ref_requant(sum, post.mult[row], y_zp, lo, hi);
+                            assert_eq!(g, want, "table {} kq {kq} row {row} col {j}", t.name);
+                            let v = (sum as i32 as f32 * post.mult[row]).clamp(minv, maxv);
+                            if (v - v.round_ties_even()).abs() > 0.5 - conv::TIE_EPS {
+                                want_mask |= 1 << j;
+                            }
+                        }
+                        let m = if (rlo..rhi).contains(&row) {
+                            masks[row]
+                        } else {
+                            0
+                        };
+                        assert_eq!(m, want_mask, "table {} kq {kq} row {row} ties", t.name);
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn first_near_tie_matches_portable() {
     // Sums in [-256, 256): with mult 0.5 odd ones are exact ties, with 1/3 none is.
@@ -1027,35 +1122,38 @@ fn qconv_ties_round_like_the_float_reference() {
             })
             .collect();
         let want = ref_float_conv(s, &x, (xs, xz), &w, &ws, &bias, (ys, yz));
-        let pw = QConvWeights::pack(QLayout::Pairs, &w, s.c_out, s.cin_g(), s.kh, s.kw, s.group);
-        let fb = pw.fold_bias(Some(&bias), xz);
-        let mult: Vec<f32> = ws.iter().map(|&v| xs * v / ys).collect();
-        let rq = Requant {
-            mult: &mult,
-            bias: &fb,
-            y_zp: yz as i32,
-            lo: 0,
-            hi: 255,
-        };
-        let ties = FloatTies::new(s, &w, &ws, Some(&bias), xs, ys);
-        for t in tables() {
-            let mut sc = QScratch::new();
-            let (mut plain, mut got) = (vec![0u8; want.len()], vec![0u8; want.len()]);
-            qconv_u8(
-                t.isa,
-                s,
-                &x,
-                xz,
-                &pw,
-                &rq,
-                &mut plain,
-                (0, s.c_out),
-                &mut sc,
-            );
-            let chans = (0, s.c_out);
-            qconv_u8_ties(t.isa, s, &x, xz, &pw, &rq, &ties, &mut got, chans, &mut sc);
-            assert_eq!(got, want, "case {ci} {s:?} table {}", t.name);
-            settled += plain.iter().zip(&got).filter(|(a, b)| a != b).count();
+        // Both packed layouts: K pairs, and K quads (each tile requantised in place).
+        for lay in [QLayout::Pairs, QLayout::Quads] {
+            let pw = QConvWeights::pack(lay, &w, s.c_out, s.cin_g(), s.kh, s.kw, s.group);
+            let fb = pw.fold_bias(Some(&bias), xz);
+            let mult: Vec<f32> = ws.iter().map(|&v| xs * v / ys).collect();
+            let rq = Requant {
+                mult: &mult,
+                bias: &fb,
+                y_zp: yz as i32,
+                lo: 0,
+                hi: 255,
+            };
+            let ties = FloatTies::new(s, &w, &ws, Some(&bias), xs, ys);
+            for t in tables() {
+                let mut sc = QScratch::new();
+                let (mut plain, mut got) = (vec![0u8; want.len()], vec![0u8; want.len()]);
+                qconv_u8(
+                    t.isa,
+                    s,
+                    &x,
+                    xz,
+                    &pw,
+                    &rq,
+                    &mut plain,
+                    (0, s.c_out),
+                    &mut sc,
+                );
+                let chans = (0, s.c_out);
+                qconv_u8_ties(t.isa, s, &x, xz, &pw, &rq, &ties, &mut got, chans, &mut sc);
+                assert_eq!(got, want, "case {ci} {s:?} {lay:?} table {}", t.name);
+                settled += plain.iter().zip(&got).filter(|(a, b)| a != b).count();
+            }
         }
     }
     println!("near-ties settled differently from the plain requantisation: {settled}");

@@ -10,7 +10,7 @@
 //! AVX2.
 
 use super::body::{self, AddParams};
-use super::table::{QLayout, QuantTable, QMR, QNR};
+use super::table::{QLayout, QuantTable, TileDst, Q4MR, QMR, QNR};
 use crate::kernels::body::pool::PoolShape;
 use std::arch::x86_64::*;
 
@@ -20,6 +20,7 @@ pub(crate) static TABLE: QuantTable = QuantTable {
     layout: QLayout::Pairs,
     tile,
     quad_tile_su,
+    quad_tile_su_u8,
     quad_tile_us,
     scatter_quads,
     requant_scalar,
@@ -129,6 +130,7 @@ unsafe fn dw_taps_pairs(offs: &[usize], w: &[i16], src: &[i16], acc: &mut [i32])
     }
 }
 avx2_build!(quad_tile_su, body::quad_tile, (kq: usize, a: &[i8], b: &[u8], c: &mut [i32], ldc: usize));
+avx2_build!(quad_tile_su_u8, body::quad_tile_u8, (kq: usize, a: &[i8], b: &[u8], dst: TileDst<'_>) -> [u32; Q4MR]);
 avx2_build!(quad_tile_us, body::quad_tile, (kq: usize, a: &[u8], b: &[i8], c: &mut [i32], ldc: usize));
 avx2_build!(scatter_quads, body::scatter_quads, (k: usize, p: usize, src: &[&[u8]], out: &mut [u8]));
 avx2_build!(ref_chains, body::ref_chains, (x: &[f32], w: &[f32], chains: &mut [f32; body::REF_LANES]));

@@ -9,7 +9,7 @@
 //! wrapper runs only on a CPU that has them.
 
 use super::body;
-use super::table::{QLayout, QuantTable, Q4MR, Q4NR};
+use super::table::{QLayout, QuantTable, TileDst, Q4MR, Q4NR};
 use super::x86_64_avx2 as avx2;
 use std::arch::x86_64::*;
 
@@ -19,6 +19,7 @@ pub(crate) static TABLE: QuantTable = QuantTable {
     layout: QLayout::Quads,
     tile: avx2::tile,
     quad_tile_su,
+    quad_tile_su_u8,
     quad_tile_us,
     scatter_quads,
     requant_scalar,
@@ -168,6 +169,78 @@ fn quad_tile_us(kq: usize, a: &[u8], b: &[i8], c: &mut [i32], ldc: usize) {
     unsafe { tile_8x32::<true>(kq, a.as_ptr(), b.as_ptr() as *const u8, c.as_mut_ptr(), ldc) }
 }
 
+fn quad_tile_su_u8(kq: usize, a: &[i8], b: &[u8], dst: TileDst<'_>) -> [u32; Q4MR] {
+    assert!(a.len() >= kq * Q4MR * 4 && b.len() >= kq * Q4NR * 4);
+    dst.check();
+    // SAFETY: AVX-512 F/BW/VL/DQ and VNNI were detected (see the module doc); the
+    // checks bound the operands (a: kq*32 bytes, b: kq*128) and the written rows.
+    unsafe { tile_8x32_u8(kq, a.as_ptr() as *const u8, b.as_ptr(), dst) }
+}
+
+/// [`sums_8x32`] (s8 A, u8 B) then [`requant_8x32`], the sums kept in registers.
+///
+/// # Safety
+/// As both.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma")]
+unsafe fn tile_8x32_u8(kq: usize, a: *const u8, b: *const u8, dst: TileDst<'_>) -> [u32; Q4MR] {
+    // SAFETY: the function's contract.
+    unsafe { requant_8x32(&sums_8x32::<false>(kq, a, b), dst) }
+}
+
+/// Rows `dst.lo..dst.hi` of the tile `t` (two vectors a row) requantised into `dst`, as
+/// [`requant16`] with each row's bias and multiplier; returns each row's near-tie mask
+/// (on the value clamped to the output bounds).
+///
+/// # Safety
+/// AVX-512 F/BW/VL/DQ available; `dst` checked ([`TileDst::check`]).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma")]
+unsafe fn requant_8x32(t: &[__m512i; 2 * Q4MR], dst: TileDst<'_>) -> [u32; Q4MR] {
+    let post = dst.post;
+    let (minv, maxv) = body::bounds(post.lo, post.hi, post.y_zp);
+    let (vmin, vmax) = (_mm512_set1_ps(minv), _mm512_set1_ps(maxv));
+    let (magic, near) = (_mm512_set1_ps(ROUND_MAGIC), _mm512_set1_ps(0.5 - dst.eps));
+    let vzp = _mm512_set1_epi32(post.y_zp);
+    let lanes = |from: usize| -> __mmask16 {
+        let n = dst.cols.saturating_sub(from);
+        if n >= 16 {
+            0xffff
+        } else {
+            (1u16 << n) - 1
+        }
+    };
+    let m = [lanes(0), lanes(16)];
+    let mut masks = [0u32; Q4MR];
+    let out = dst.out.as_mut_ptr();
+    for r in dst.lo..dst.hi {
+        let (vb, vm) = (
+            _mm512_set1_epi32(post.bias[r]),
+            _mm512_set1_ps(post.mult[r]),
+        );
+        for h in 0..2 {
+            let v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(t[2 * r + h], vb)), vm);
+            // `maxps` first, as `body::clamp_round`.
+            let c = _mm512_min_ps(_mm512_max_ps(v, vmin), vmax);
+            let x = _mm512_add_ps(c, magic);
+            let d = _mm512_abs_ps(_mm512_sub_ps(c, _mm512_sub_ps(x, magic)));
+            let tie = _mm512_mask_cmp_ps_mask::<_CMP_GT_OQ>(m[h], d, near);
+            masks[r] |= u32::from(tie) << (16 * h);
+            // The low byte of `x`'s bits is `rne(c)`'s; `c + zp` lies in `[lo, hi]`.
+            let q = _mm512_add_epi32(_mm512_castps_si512(x), vzp);
+            // SAFETY: the mask keeps the store inside row r's `cols` bytes (checked).
+            unsafe {
+                let o = out.add((r - dst.lo) * dst.ldo + 16 * h) as *mut i8;
+                _mm_mask_storeu_epi8(o, m[h], _mm512_cvtepi32_epi8(q));
+            }
+        }
+    }
+    masks
+}
+
+/// `(v + ROUND_MAGIC) - ROUND_MAGIC` is `v` rounded half to even for |v| < 2^22, and
+/// the low byte of `v + ROUND_MAGIC`'s bits is that integer's.
+const ROUND_MAGIC: f32 = 12_582_912.0;
+
 /// The 8x32 quad tile: per K quad, the four A bytes of each row broadcast as one i32
 /// against two zmm of B (32 columns of four bytes), one `vpdpbusd` per row and half:
 /// 16 accumulators. `A_U8`: A holds the u8 operand (GEMM), else B does (conv).
@@ -184,6 +257,29 @@ unsafe fn tile_8x32<const A_U8: bool>(
     c: *mut i32,
     ldc: usize,
 ) {
+    // SAFETY: the function's contract.
+    let t = unsafe { sums_8x32::<A_U8>(kq, a, b) };
+    for r in 0..Q4MR {
+        // SAFETY: row r < Q4MR of C, 32 i32, guaranteed by the caller.
+        unsafe {
+            let cp = c.add(r * ldc);
+            _mm512_storeu_si512(cp as *mut _, t[2 * r]);
+            _mm512_storeu_si512(cp.add(16) as *mut _, t[2 * r + 1]);
+        }
+    }
+}
+
+/// The sums of [`tile_8x32`], in registers (row `r`: vectors `2r`, `2r + 1`).
+///
+/// # Safety
+/// As [`tile_8x32`] without `c`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma")]
+unsafe fn sums_8x32<const A_U8: bool>(
+    kq: usize,
+    a: *const u8,
+    b: *const u8,
+) -> [__m512i; 2 * Q4MR] {
     let mut t = [_mm512_setzero_si512(); 2 * Q4MR];
     for q in 0..kq {
         // SAFETY: quad q < kq: 128 bytes of B and 32 of A are readable.
@@ -207,14 +303,7 @@ unsafe fn tile_8x32<const A_U8: bool>(
             }
         }
     }
-    for r in 0..Q4MR {
-        // SAFETY: row r < Q4MR of C, 32 i32, guaranteed by the caller.
-        unsafe {
-            let cp = c.add(r * ldc);
-            _mm512_storeu_si512(cp as *mut _, t[2 * r]);
-            _mm512_storeu_si512(cp.add(16) as *mut _, t[2 * r + 1]);
-        }
-    }
+    t
 }
 
 fn scatter_quads(k: usize, p: usize, src: &[&[u8]], out: &mut [u8]) {
