@@ -700,7 +700,7 @@ fn dense(
             while ip < ip_hi {
                 let ip_end = ip_hi.min(ip + QMC / mr);
                 let a_range = ip * kgs * mr * lay.kg()..ip_end * kgs * mr * lay.kg();
-                if let (DenseW::Quads(wq), ConvOut::U8(..)) = (w, &*dst) {
+                if let (DenseW::Quads(wq), ConvOut::U8(rq, o, ties)) = (w, &mut *dst) {
                     let blk = QuadBlock {
                         pa: &wq[g][a_range],
                         panels: (ip, ip_end),
@@ -709,9 +709,15 @@ fn dense(
                         pb: pb8,
                         b_panels,
                         kq: kgs,
-                        cols: (jc, nc),
+                        cols: nc,
                     };
-                    blk.run_u8(t, s, (xg, x_zp), dst, ob);
+                    let out = BlockOut {
+                        out: o,
+                        base: ob + (g * mg + ip * mr) * ohw + jc,
+                        ldo: ohw,
+                        pos: |j| Some(jc + j),
+                    };
+                    blk.run_u8(t, (s, xg, x_zp), (rq, *ties), out);
                     ip = ip_end;
                     continue;
                 }
@@ -746,8 +752,7 @@ fn dense(
 
 /// One block of a dense conv on quad panels: A panels `panels` of `pa` (from the
 /// block's first), rows `rows` of the group's output channels (from `c_base`), times the
-/// `b_panels` im2col panels `pb` of `kq` quads: output positions `cols.0..cols.0 +
-/// cols.1`.
+/// `b_panels` im2col panels `pb` of `kq` quads: block columns `0..cols`.
 struct QuadBlock<'a> {
     pa: &'a [i8],
     panels: (usize, usize),
@@ -756,29 +761,35 @@ struct QuadBlock<'a> {
     pb: &'a [u8],
     b_panels: usize,
     kq: usize,
-    cols: (usize, usize),
+    cols: usize,
+}
+
+/// Where [`QuadBlock::run_u8`] writes: row `i` of the group's output channels (`i` from
+/// the block's first panel row `i0`) at `out[base + (i - i0) * ldo..]`, one byte per block
+/// column; `pos(j)` is block column `j`'s position in the output plane (`None`: a column
+/// that is no output, whose near-ties need no settling).
+struct BlockOut<'o, P: Fn(usize) -> Option<usize>> {
+    out: &'o mut [u8],
+    base: usize,
+    ldo: usize,
+    pos: P,
 }
 
 impl QuadBlock<'_> {
-    /// The block into a u8 output, each tile requantised as it is computed
-    /// (`quad_tile_su_u8`), its near-ties settled like the float reference when one is
-    /// attached.
-    fn run_u8(
+    /// The block requantised by `rq` into `dst`, each tile as it is computed
+    /// (`quad_tile_su_u8`), its near-ties settled like the float reference `ties` when
+    /// one is attached.
+    fn run_u8<P: Fn(usize) -> Option<usize>>(
         &self,
         t: &super::table::QuantTable,
-        s: &ConvShape,
-        (xg, zp): (&[u8], u8),
-        dst: &mut ConvOut<'_>,
-        ob: usize,
+        (s, xg, zp): (&ConvShape, &[u8], u8),
+        (rq, ties): (&Requant<'_>, Option<&FloatTies>),
+        dst: BlockOut<'_, P>,
     ) {
-        let ConvOut::U8(rq, o, ties) = dst else {
-            unreachable!("run_u8 on an i32 output")
-        };
-        let ohw = s.oh * s.ow;
         let (asz, bsz) = (self.kq * Q4MR * 4, self.kq * Q4NR * 4);
         let (minv, maxv) = super::body::bounds(rq.lo, rq.hi, rq.y_zp);
         let (m_lo, m_hi) = self.rows;
-        let (jc, nc) = self.cols;
+        let i0 = self.panels.0 * Q4MR;
         let mut posts = [TilePost::default(); QMC / Q4MR];
         for (ip, post) in (self.panels.0..self.panels.1).zip(posts.iter_mut()) {
             post.y_zp = rq.y_zp;
@@ -793,32 +804,35 @@ impl QuadBlock<'_> {
         }
         for jp in 0..self.b_panels {
             let bp = &self.pb[jp * bsz..(jp + 1) * bsz];
-            let j0 = jc + jp * Q4NR;
-            let cols = Q4NR.min(jc + nc - j0);
+            let j0 = jp * Q4NR;
+            let cols = Q4NR.min(self.cols - j0);
             for (k, ip) in (self.panels.0..self.panels.1).enumerate() {
                 let lo = m_lo.max(ip * Q4MR) - ip * Q4MR;
                 let hi = m_hi.min((ip + 1) * Q4MR) - ip * Q4MR;
-                let c0 = self.c_base + ip * Q4MR + lo;
-                let dst = TileDst {
+                let row_at = |r: usize| dst.base + (ip * Q4MR + r - i0) * dst.ldo + j0;
+                let tile = TileDst {
                     post: &posts[k],
                     lo,
                     hi,
                     cols,
-                    out: &mut o[ob + c0 * ohw + j0..],
-                    ldo: ohw,
+                    out: &mut dst.out[row_at(lo)..],
+                    ldo: dst.ldo,
                     eps: TIE_EPS,
                 };
                 let a = &self.pa[k * asz..(k + 1) * asz];
-                let masks = (t.quad_tile_su_u8)(self.kq, a, bp, dst);
+                let masks = (t.quad_tile_su_u8)(self.kq, a, bp, tile);
                 let Some(ties) = ties else { continue };
                 for (r, &mask) in masks.iter().enumerate().skip(lo) {
                     let mut m = mask;
                     while m != 0 {
-                        let j = j0 + m.trailing_zeros() as usize;
+                        let j = m.trailing_zeros() as usize;
                         m &= m - 1;
+                        let Some(at) = (dst.pos)(j0 + j) else {
+                            continue;
+                        };
                         let c = self.c_base + ip * Q4MR + r;
-                        let v = ties.value(t, s, xg, zp, c, j);
-                        o[ob + c * ohw + j] = super::body::clamp_round(v, minv, maxv, rq.y_zp);
+                        let v = ties.value(t, s, xg, zp, c, at);
+                        dst.out[row_at(r) + j] = super::body::clamp_round(v, minv, maxv, rq.y_zp);
                     }
                 }
             }
@@ -929,6 +943,38 @@ fn dense_wide(
             while ip < ip_hi {
                 let ip_end = ip_hi.min(ip + QMC / mr);
                 let pa = &wq[g][ip * kq * mr * 4..ip_end * kq * mr * 4];
+                if let ConvOut::U8(rq, o, ties) = dst {
+                    // Requantised tile by tile into a wide byte block, whose output
+                    // columns are then copied row by row.
+                    let stage: &mut [u8] = bytemuck::cast_slice_mut(&mut cblk[..]);
+                    let blk = QuadBlock {
+                        pa,
+                        panels: (ip, ip_end),
+                        rows: (m_lo, m_hi),
+                        c_base: g * mg,
+                        pb,
+                        b_panels,
+                        kq,
+                        cols: nc,
+                    };
+                    let out = BlockOut {
+                        out: &mut *stage,
+                        base: 0,
+                        ldo: ldb,
+                        pos: |j| {
+                            let (oy, ox) = ((jc + j) / wp, (jc + j) % wp);
+                            (ox < s.ow).then_some(oy * s.ow + ox)
+                        },
+                    };
+                    blk.run_u8(t, (s, xg, x_zp), (rq, *ties), out);
+                    for i in m_lo.max(ip * mr)..m_hi.min(ip_end * mr) {
+                        let c = g * mg + i;
+                        let row = &stage[(i - ip * mr) * ldb..][..nc];
+                        copy_wide(s, row, (jc, wp), &mut o[ob + c * ohw..][..ohw]);
+                    }
+                    ip = ip_end;
+                    continue;
+                }
                 gemm_block4(t.quad_tile_su, kq, pa, ip_end - ip, pb, b_panels, cblk, ldb);
                 for i in m_lo.max(ip * mr)..m_hi.min(ip_end * mr) {
                     let c = g * mg + i;
@@ -964,6 +1010,21 @@ fn put_wide(
             let j0 = oy * s.ow + (a - oy * wp);
             let seg = &acc[a - jc..b - jc];
             dst.put_seg(t, s, xg, x_zp, c, seg, j0, at + j0);
+        }
+        oy += 1;
+    }
+}
+
+/// Copies the output columns of one channel's wide row block `row` (wide columns `jc..`)
+/// into its output plane `plane`: of each output row it covers, the `ow` first columns.
+fn copy_wide(s: &ConvShape, row: &[u8], (jc, wp): (usize, usize), plane: &mut [u8]) {
+    let end = jc + row.len();
+    let mut oy = jc / wp;
+    while oy < s.oh && oy * wp < end {
+        let (a, b) = ((oy * wp).max(jc), (oy * wp + s.ow).min(end));
+        if a < b {
+            let j0 = oy * s.ow + (a - oy * wp);
+            plane[j0..j0 + b - a].copy_from_slice(&row[a - jc..b - jc]);
         }
         oy += 1;
     }
