@@ -6,7 +6,7 @@
 //! `[lo - zp, hi - zp]` (a NaN becomes the lower bound, as `maxps` does), rounded half
 //! to even and shifted by the zero point. Integer sums wrap like the SIMD adds.
 
-use super::table::{TileDst, Q4MR, Q4NR, QMR, QNR};
+use super::table::{ConvOps, QuadOffsets, TileDst, Q4MR, Q4NR, QMR, QNR};
 use crate::ir::QParam;
 use crate::kernels::body::pool::{valid_range, PoolShape};
 
@@ -123,18 +123,51 @@ pub fn quad_tile<A: Copy + Into<i32>, B: Copy + Into<i32>>(
     }
 }
 
-/// [`quad_tile`] requantised (see `QuantTable::quad_tile_su_u8`), the tile computed by
+/// The conv quad micro-tile with B quads at offsets (see `QuantTable::quad_tile_su`).
+#[inline(always)]
+pub fn quad_tile_at(
+    kq: usize,
+    a: &[i8],
+    b: &[u8],
+    at: &QuadOffsets<'_>,
+    c: &mut [i32],
+    ldc: usize,
+) {
+    assert!(a.len() >= kq * Q4MR * 4);
+    at.check(kq, b.len());
+    assert!(ldc >= Q4NR && c.len() >= (Q4MR - 1) * ldc + Q4NR);
+    let mut t = [[0i32; Q4NR]; Q4MR];
+    for (q, aq) in a.chunks_exact(Q4MR * 4).take(kq).enumerate() {
+        let bq = &b[at.at(q)..at.at(q) + Q4NR * 4];
+        for (row, ar) in t.iter_mut().zip(aq.chunks_exact(4)) {
+            for (d, bc) in row.iter_mut().zip(bq.chunks_exact(4)) {
+                let s = ar.iter().zip(bc).fold(0i32, |s, (&x, &y)| {
+                    s.wrapping_add(i32::from(x) * i32::from(y))
+                });
+                *d = d.wrapping_add(s);
+            }
+        }
+    }
+    for (r, row) in t.iter().enumerate() {
+        c[r * ldc..r * ldc + Q4NR].copy_from_slice(row);
+    }
+}
+
+/// A table's `quad_tile_su`.
+pub type ConvTile = fn(usize, &[i8], &[u8], &QuadOffsets<'_>, &mut [i32], usize);
+
+/// [`quad_tile_at`] requantised (see `QuantTable::quad_tile_su_u8`), the tile computed by
 /// `tile` (a table's `quad_tile_su`).
 #[inline(always)]
 pub fn quad_tile_u8_with(
-    tile: fn(usize, &[i8], &[u8], &mut [i32], usize),
+    tile: ConvTile,
     kq: usize,
-    (a, b): (&[i8], &[u8]),
+    (a, b, at): ConvOps<'_>,
     dst: TileDst<'_>,
 ) -> [u32; Q4MR] {
     dst.check();
     let mut acc = [0i32; Q4MR * Q4NR];
-    tile(kq, a, b, &mut acc, Q4NR);
+    tile(kq, a, b, at, &mut acc, Q4NR);
     let post = dst.post;
     let (minv, maxv) = bounds(post.lo, post.hi, post.y_zp);
     let mut masks = [0u32; Q4MR];
@@ -155,8 +188,8 @@ pub fn quad_tile_u8_with(
 
 /// The portable `quad_tile_su_u8`.
 #[inline(always)]
-pub fn quad_tile_u8(kq: usize, a: &[i8], b: &[u8], dst: TileDst<'_>) -> [u32; Q4MR] {
-    quad_tile_u8_with(quad_tile, kq, (a, b), dst)
+pub fn quad_tile_u8(kq: usize, ops: ConvOps<'_>, dst: TileDst<'_>) -> [u32; Q4MR] {
+    quad_tile_u8_with(quad_tile_at, kq, ops, dst)
 }
 
 /// Scatters rows `p..p + src.len()` of B (see `QuantTable::scatter_quads`).

@@ -36,9 +36,9 @@
 //! settled after the block.
 
 use super::body::REF_LANES;
-use super::gemm::{fold, gemm_block, gemm_block4, pack_a, pack_a4, packed_a_len};
+use super::gemm::{fold, gemm_block, pack_a, pack_a4, packed_a_len};
 use super::gemm::{scatter_b_pair, scatter_b_row, QMC, QNC};
-use super::table::{QLayout, TileDst, TilePost, Q4MR, Q4NR, QNR};
+use super::table::{QLayout, QuadOffsets, TileDst, TilePost, Q4MR, Q4NR, QNR};
 use super::{QScratch, Requant};
 use crate::kernels::body::conv::ConvShape;
 use crate::kernels::body::pool::valid_range;
@@ -84,13 +84,34 @@ impl QConvWeights {
         let wide: Vec<i16> = w.iter().map(|&v| v as i16).collect();
         let mut q = Self::pack_wide(&wide, cout, cin_per_group, kh, kw, group);
         if layout == QLayout::Quads && matches!(q.panels, ConvPanels::Pairs(_)) {
-            let k = cin_per_group * kh * kw;
+            // K quads in the order of the conv's B quads (`conv_quads`): with channel
+            // quads, per group of four input channels, per tap, the four channels (zero
+            // past the last channel); else K in order.
+            let khw = kh * kw;
+            let k = cin_per_group * khw;
+            let by_channel = channel_quads(cin_per_group, khw);
+            let k4 = if by_channel {
+                cin_per_group.div_ceil(4) * 4 * khw
+            } else {
+                k
+            };
             let mg = cout / group;
             let groups = (0..group)
                 .map(|g| {
                     let wg = &w[g * mg * k..(g + 1) * mg * k];
-                    let mut pa = vec![0i8; QLayout::Quads.a_len(mg, k)];
-                    pack_a4(mg, k, &mut pa, |i, p| wg[i * k + p]);
+                    let mut pa = vec![0i8; QLayout::Quads.a_len(mg, k4)];
+                    pack_a4(mg, k4, &mut pa, |i, p| {
+                        if !by_channel {
+                            return wg[i * k + p];
+                        }
+                        let (ci4, tap, e) = (p / 4 / khw, p / 4 % khw, p % 4);
+                        let ci = ci4 * 4 + e;
+                        if ci < cin_per_group {
+                            wg[i * k + ci * khw + tap]
+                        } else {
+                            0
+                        }
+                    });
                     pa
                 })
                 .collect();
@@ -679,13 +700,20 @@ fn dense(
         let (ip_lo, ip_hi) = (m_lo / mr, m_hi.div_ceil(mr));
         let nc_max = QNC.min(ohw.div_ceil(nr) * nr);
         let mc_max = QMC.min((ip_hi - ip_lo) * mr);
+        let quads = if lay == QLayout::Quads { kgs } else { 0 };
         let bufs = scratch.bufs(
             lay,
             lay.b_len(k, nc_max),
             mc_max * nc_max,
             lay.kg() * nc_max,
+            quads,
         );
         let (pb16, pb8, cblk, rows) = (bufs.p16, bufs.p8, bufs.c, bufs.row);
+        // Packed B panels: quad q at q * 128 of its panel.
+        for (q, o) in bufs.offs.iter_mut().enumerate() {
+            *o = (q * Q4NR * 4) as u32;
+        }
+        let at = QuadOffsets::new(bufs.offs);
         let mut jc = 0;
         while jc < ohw {
             let nc = QNC.min(ohw - jc);
@@ -700,42 +728,35 @@ fn dense(
             while ip < ip_hi {
                 let ip_end = ip_hi.min(ip + QMC / mr);
                 let a_range = ip * kgs * mr * lay.kg()..ip_end * kgs * mr * lay.kg();
-                if let (DenseW::Quads(wq), ConvOut::U8(rq, o, ties)) = (w, &mut *dst) {
+                if let DenseW::Quads(wq) = w {
                     let blk = QuadBlock {
-                        pa: &wq[g][a_range],
+                        pa: &wq[g][a_range.clone()],
                         panels: (ip, ip_end),
                         rows: (m_lo, m_hi),
                         c_base: g * mg,
                         pb: pb8,
+                        b_step: kgs * Q4NR * 4,
+                        at,
                         b_panels,
                         kq: kgs,
                         cols: nc,
                     };
-                    let out = BlockOut {
-                        out: o,
-                        base: ob + (g * mg + ip * mr) * ohw + jc,
-                        ldo: ohw,
-                        pos: |j| Some(jc + j),
-                    };
-                    blk.run_u8(t, (s, xg, x_zp), (rq, *ties), out);
-                    ip = ip_end;
-                    continue;
-                }
-                match w {
-                    DenseW::Pairs(wp) => {
-                        let pa = &wp[g][a_range];
-                        gemm_block(t, kgs, pa, ip_end - ip, pb16, b_panels, cblk, ldb)
+                    if let ConvOut::U8(rq, o, ties) = dst {
+                        let out = BlockOut {
+                            out: o,
+                            base: ob + (g * mg + ip * mr) * ohw + jc,
+                            ldo: ohw,
+                            pos: |j| Some(jc + j),
+                        };
+                        blk.run_u8(t, (s, xg, x_zp), (rq, *ties), out);
+                        ip = ip_end;
+                        continue;
                     }
-                    DenseW::Quads(wq) => gemm_block4(
-                        t.quad_tile_su,
-                        kgs,
-                        &wq[g][a_range],
-                        ip_end - ip,
-                        pb8,
-                        b_panels,
-                        cblk,
-                        ldb,
-                    ),
+                    blk.run_i32(t, cblk, ldb);
+                }
+                if let DenseW::Pairs(wp) = w {
+                    let pa = &wp[g][a_range];
+                    gemm_block(t, kgs, pa, ip_end - ip, pb16, b_panels, cblk, ldb)
                 }
                 for i in m_lo.max(ip * mr)..m_hi.min(ip_end * mr) {
                     let r = i - ip * mr;
@@ -752,13 +773,16 @@ fn dense(
 
 /// One block of a dense conv on quad panels: A panels `panels` of `pa` (from the
 /// block's first), rows `rows` of the group's output channels (from `c_base`), times the
-/// `b_panels` im2col panels `pb` of `kq` quads: block columns `0..cols`.
+/// `b_panels` im2col panels of `kq` quads: block columns `0..cols`.
 struct QuadBlock<'a> {
     pa: &'a [i8],
     panels: (usize, usize),
     rows: (usize, usize),
     c_base: usize,
+    /// B: panel `jp`'s quads at `pb[jp * b_step..]` plus their offsets `at`.
     pb: &'a [u8],
+    b_step: usize,
+    at: QuadOffsets<'a>,
     b_panels: usize,
     kq: usize,
     cols: usize,
@@ -776,6 +800,19 @@ struct BlockOut<'o, P: Fn(usize) -> Option<usize>> {
 }
 
 impl QuadBlock<'_> {
+    /// The block's i32 sums into `c` (rows from the block's first panel, stride `ldc`).
+    fn run_i32(&self, t: &super::table::QuantTable, c: &mut [i32], ldc: usize) {
+        let asz = self.kq * Q4MR * 4;
+        for jp in 0..self.b_panels {
+            let bp = &self.pb[jp * self.b_step..];
+            for k in 0..self.panels.1 - self.panels.0 {
+                let a = &self.pa[k * asz..(k + 1) * asz];
+                let cp = &mut c[k * Q4MR * ldc + jp * Q4NR..];
+                (t.quad_tile_su)(self.kq, a, bp, &self.at, cp, ldc);
+            }
+        }
+    }
+
     /// The block requantised by `rq` into `dst`, each tile as it is computed
     /// (`quad_tile_su_u8`), its near-ties settled like the float reference `ties` when
     /// one is attached.
@@ -786,7 +823,7 @@ impl QuadBlock<'_> {
         (rq, ties): (&Requant<'_>, Option<&FloatTies>),
         dst: BlockOut<'_, P>,
     ) {
-        let (asz, bsz) = (self.kq * Q4MR * 4, self.kq * Q4NR * 4);
+        let asz = self.kq * Q4MR * 4;
         let (minv, maxv) = super::body::bounds(rq.lo, rq.hi, rq.y_zp);
         let (m_lo, m_hi) = self.rows;
         let i0 = self.panels.0 * Q4MR;
@@ -803,7 +840,7 @@ impl QuadBlock<'_> {
             }
         }
         for jp in 0..self.b_panels {
-            let bp = &self.pb[jp * bsz..(jp + 1) * bsz];
+            let bp = &self.pb[jp * self.b_step..];
             let j0 = jp * Q4NR;
             let cols = Q4NR.min(self.cols - j0);
             for (k, ip) in (self.panels.0..self.panels.1).enumerate() {
@@ -820,7 +857,7 @@ impl QuadBlock<'_> {
                     eps: TIE_EPS,
                 };
                 let a = &self.pa[k * asz..(k + 1) * asz];
-                let masks = (t.quad_tile_su_u8)(self.kq, a, bp, tile);
+                let masks = (t.quad_tile_su_u8)(self.kq, (a, bp, &self.at), tile);
                 let Some(ties) = ties else { continue };
                 for (r, &mask) in masks.iter().enumerate().skip(lo) {
                     let mut m = mask;
@@ -882,9 +919,8 @@ fn dense_wide(
     };
     let plen = cplen / (s.sh * s.sw);
     let (hw, ohw, khw) = (s.h * s.w, s.oh * s.ow, s.kh * s.kw);
-    let (mg, k, cig) = (s.cout_g(), s.k(), s.cin_g());
-    let lay = QLayout::Quads;
-    let (mr, nr, kq) = (lay.mr(), lay.nr(), lay.groups(k));
+    let (mg, cig) = (s.cout_g(), s.cin_g());
+    let (mr, nr, kq) = (Q4MR, Q4NR, conv_quads(s));
     let nw = s.oh * wp;
     // Offset of tap `ky * kw + kx` in a plane's phases: phase (ky * dh % sh, kx * dw %
     // sw), row ky * dh / sh, column kx * dw / sw.
@@ -894,17 +930,6 @@ fn dense_wide(
         let (qx, rx) = ((kx * s.dw) % s.sw, (kx * s.dw) / s.sw);
         (qy * s.sw + qx) * plen + ry * wp + rx
     };
-    let mut offs = [0usize; 64];
-    for (i, o) in offs.iter_mut().take(khw).enumerate() {
-        *o = tap_off(i);
-    }
-    let tap_at = |i: usize| {
-        if khw <= offs.len() {
-            offs[i]
-        } else {
-            tap_off(i)
-        }
-    };
     for g in c_lo / mg..c_hi.div_ceil(mg) {
         let m_lo = c_lo.max(g * mg) - g * mg;
         let m_hi = c_hi.min((g + 1) * mg) - g * mg;
@@ -912,51 +937,65 @@ fn dense_wide(
         let (ip_lo, ip_hi) = (m_lo / mr, m_hi.div_ceil(mr));
         let nc_max = QNC.min(nw.div_ceil(nr) * nr);
         let mc_max = QMC.min((ip_hi - ip_lo) * mr);
-        let bufs = scratch.bufs(lay, lay.b_len(k, nc_max), mc_max * nc_max, cig * cplen);
-        let (pb, cblk, pad) = (bufs.p8, bufs.c, bufs.row);
+        let b_len = wide_b_len(s, cplen, nc_max);
+        let bufs = scratch.bufs(QLayout::Quads, b_len, mc_max * nc_max, cig * cplen, kq);
+        let (bbuf, cblk, pad) = (bufs.p8, bufs.c, bufs.row);
         pad_phases(s, xg, x_zp, wp, plen, pad);
+        let by_channel = channel_quads(cig, khw);
+        if by_channel {
+            // Four planes at a time interleaved, so that B quad (channels 4c..4c + 4, tap
+            // t) of wide column j is the four bytes at (c * cplen + tap_off(t) + j) * 4:
+            // every tile reads its B quads in place.
+            let planes = bbuf.chunks_mut(4 * cplen).take(cig.div_ceil(4));
+            for (c4, dst) in planes.enumerate() {
+                let mut src: [&[u8]; 4] = [&[]; 4];
+                let cnt = (cig - 4 * c4).min(4);
+                for (e, r) in src.iter_mut().take(cnt).enumerate() {
+                    *r = &pad[(4 * c4 + e) * cplen..][..cplen];
+                }
+                (t.scatter_quads)(4, 0, &src[..cnt], dst);
+            }
+        }
+        for (q, o) in bufs.offs.iter_mut().enumerate() {
+            let off = if by_channel {
+                (q / khw * cplen + tap_off(q % khw)) * 4
+            } else {
+                q * nr * 4
+            };
+            *o = u32::try_from(off).expect("int8 conv input over 1 GiB");
+        }
+        let at = QuadOffsets::new(bufs.offs);
         let mut jc = 0;
         while jc < nw {
             let nc = QNC.min(nw - jc);
             let b_panels = nc.div_ceil(nr);
             let ldb = b_panels * nr;
-            let pb = &mut pb[..lay.b_len(k, ldb)];
-            if !k.is_multiple_of(4) || !nc.is_multiple_of(nr) {
-                pb.fill(0);
-            }
-            // Im2col row `p` = (ci, tap): tap `ky * kw + kx` of plane `ci`, walked in order.
-            let (mut ci, mut tap) = (0, 0);
-            for p in (0..k).step_by(4) {
-                let mut src: [&[u8]; 4] = [&[]; 4];
-                let cnt = (k - p).min(4);
-                for r in src.iter_mut().take(cnt) {
-                    let at = ci * cplen + tap_at(tap) + jc;
-                    *r = &pad[at..at + nc];
-                    tap += 1;
-                    if tap == khw {
-                        (ci, tap) = (ci + 1, 0);
-                    }
-                }
-                (t.scatter_quads)(k, p, &src[..cnt], pb);
-            }
+            let (pb, b_step) = if by_channel {
+                (&bbuf[jc * 4..], nr * 4)
+            } else {
+                let pb = &mut bbuf[..QLayout::Quads.b_len(s.k(), ldb)];
+                pack_wide_block(t, s, (pad, cplen), tap_off, (jc, nc), pb);
+                (&pb[..], kq * nr * 4)
+            };
             let mut ip = ip_lo;
             while ip < ip_hi {
                 let ip_end = ip_hi.min(ip + QMC / mr);
-                let pa = &wq[g][ip * kq * mr * 4..ip_end * kq * mr * 4];
+                let blk = QuadBlock {
+                    pa: &wq[g][ip * kq * mr * 4..ip_end * kq * mr * 4],
+                    panels: (ip, ip_end),
+                    rows: (m_lo, m_hi),
+                    c_base: g * mg,
+                    pb,
+                    b_step,
+                    at,
+                    b_panels,
+                    kq,
+                    cols: nc,
+                };
                 if let ConvOut::U8(rq, o, ties) = dst {
                     // Requantised tile by tile into a wide byte block, whose output
                     // columns are then copied row by row.
                     let stage: &mut [u8] = bytemuck::cast_slice_mut(&mut cblk[..]);
-                    let blk = QuadBlock {
-                        pa,
-                        panels: (ip, ip_end),
-                        rows: (m_lo, m_hi),
-                        c_base: g * mg,
-                        pb,
-                        b_panels,
-                        kq,
-                        cols: nc,
-                    };
                     let out = BlockOut {
                         out: &mut *stage,
                         base: 0,
@@ -972,20 +1011,80 @@ fn dense_wide(
                         let row = &stage[(i - ip * mr) * ldb..][..nc];
                         copy_wide(s, row, (jc, wp), &mut o[ob + c * ohw..][..ohw]);
                     }
-                    ip = ip_end;
-                    continue;
-                }
-                gemm_block4(t.quad_tile_su, kq, pa, ip_end - ip, pb, b_panels, cblk, ldb);
-                for i in m_lo.max(ip * mr)..m_hi.min(ip_end * mr) {
-                    let c = g * mg + i;
-                    let r = i - ip * mr;
-                    let acc = &cblk[r * ldb..r * ldb + nc];
-                    put_wide(t, s, (xg, x_zp), dst, c, acc, (jc, wp), ob + c * ohw);
+                } else {
+                    blk.run_i32(t, cblk, ldb);
+                    for i in m_lo.max(ip * mr)..m_hi.min(ip_end * mr) {
+                        let c = g * mg + i;
+                        let r = i - ip * mr;
+                        let acc = &cblk[r * ldb..r * ldb + nc];
+                        put_wide(t, s, (xg, x_zp), dst, c, acc, (jc, wp), ob + c * ohw);
+                    }
                 }
                 ip = ip_end;
             }
             jc += nc;
         }
+    }
+}
+
+/// Packs wide columns `jc..jc + nc` of the im2col matrix of one group, K in order, into
+/// B panels `pb`: row `p` = (input channel `p / khw`, tap `p % khw`) is the channel's
+/// padded phase planes (`cplen` bytes each in `pad`) from the tap's offset `tap_off`.
+fn pack_wide_block(
+    t: &super::table::QuantTable,
+    s: &ConvShape,
+    (pad, cplen): (&[u8], usize),
+    tap_off: impl Fn(usize) -> usize,
+    (jc, nc): (usize, usize),
+    pb: &mut [u8],
+) {
+    let (k, khw) = (s.k(), s.kh * s.kw);
+    if !k.is_multiple_of(4) || !nc.is_multiple_of(Q4NR) {
+        pb.fill(0);
+    }
+    for p in (0..k).step_by(4) {
+        let mut src: [&[u8]; 4] = [&[]; 4];
+        let cnt = (k - p).min(4);
+        for (i, r) in src.iter_mut().take(cnt).enumerate() {
+            let (ci, tap) = ((p + i) / khw, (p + i) % khw);
+            let at = ci * cplen + tap_off(tap) + jc;
+            *r = &pad[at..at + nc];
+        }
+        (t.scatter_quads)(k, p, &src[..cnt], pb);
+    }
+}
+
+/// True when an int8 conv with `cin_g` input channels per group and `khw` taps groups
+/// its K quads by channel: per group of four input channels (the last one zero-padded),
+/// one quad per tap, so that a conv on the wide grid reads its B quads in place from
+/// interleaved planes ([`dense_wide`]). Few channels not a multiple of four (an RGB
+/// stem) would pad K by up to a third: those keep K in order (channel-major, taps
+/// inside), packed per block. A 1x1 conv's two orders are the same.
+pub(crate) fn channel_quads(cin_g: usize, khw: usize) -> bool {
+    khw > 1 && (cin_g.is_multiple_of(4) || cin_g >= 32)
+}
+
+/// K quads of an int8 conv on quad panels (`QConvWeights::pack`'s order,
+/// [`channel_quads`]).
+pub(crate) fn conv_quads(s: &ConvShape) -> usize {
+    let khw = s.kh * s.kw;
+    if channel_quads(s.cin_g(), khw) {
+        s.cin_g().div_ceil(4) * khw
+    } else {
+        (s.cin_g() * khw).div_ceil(4)
+    }
+}
+
+/// Bytes of B of a conv on the wide grid ([`dense_wide`]) with column blocks of `nc`
+/// columns at most: with channel quads, the interleaved padded planes (four channels'
+/// phase-split planes of `cplen` bytes side by side per group of four, and one panel's
+/// width more, which the last tiles read past the last plane); else one block's packed
+/// panels.
+pub(crate) fn wide_b_len(s: &ConvShape, cplen: usize, nc: usize) -> usize {
+    if channel_quads(s.cin_g(), s.kh * s.kw) {
+        (s.cin_g().div_ceil(4) * cplen + Q4NR) * 4
+    } else {
+        QLayout::Quads.b_len(s.k(), nc)
     }
 }
 

@@ -377,7 +377,7 @@ fn qgemm(
     let (mr, nr, per_col) = (lay.mr(), lay.nr(), lay.groups(k) * lay.kg());
     let mc_max = QMC.min(m.div_ceil(mr) * mr);
     let nc_max = QNC.min(n.div_ceil(nr) * nr);
-    let bufs = scratch.bufs(lay, lay.a_len(mc_max, k), mc_max * nc_max, 0);
+    let bufs = scratch.bufs(lay, lay.a_len(mc_max, k), mc_max * nc_max, 0, 0);
     let (pa16, pa8, cblk) = (bufs.p16, bufs.p8, bufs.c);
     let mut ic = 0;
     while ic < m {

@@ -76,6 +76,7 @@ pub struct QScratch {
     row: Vec<u8>,
     f: Vec<f32>,
     ties: Vec<u32>,
+    offs: Vec<u32>,
 }
 
 /// The scratch of one GEMM or dense conv call: packed panels (pairs in `p16` or quads
@@ -86,6 +87,8 @@ pub(crate) struct Bufs<'s> {
     pub p8: &'s mut [u8],
     pub c: &'s mut [i32],
     pub row: &'s mut [u8],
+    /// B quad offsets of a conv tile (`table::QuadOffsets`).
+    pub offs: &'s mut [u32],
 }
 
 /// `v[..n]`, growing `v` first when it is shorter.
@@ -116,9 +119,12 @@ impl QScratch {
             let cols = wide.map_or(ohw, |(wp, _)| s.oh * wp);
             let nc = gemm::QNC.min(cols.div_ceil(nr) * nr);
             let mc = gemm::QMC.min(s.cout_g().div_ceil(mr) * mr);
-            let b_len = layout.b_len(s.k(), nc);
-            let rows = wide.map_or(layout.kg() * nc, |(_, plen)| s.cin_g() * plen);
-            self.bufs(layout, b_len, mc * nc, rows);
+            let (b_len, rows) = match wide {
+                Some((_, cplen)) => (conv::wide_b_len(s, cplen, nc), s.cin_g() * cplen),
+                None => (layout.b_len(s.k(), nc), layout.kg() * nc),
+            };
+            let kq = conv::conv_quads(s);
+            self.bufs(layout, b_len, mc * nc, rows, kq);
         }
     }
 
@@ -128,17 +134,18 @@ impl QScratch {
         let (mr, nr) = (layout.mr(), layout.nr());
         let mc = gemm::QMC.min(m.div_ceil(mr) * mr);
         let nc = gemm::QNC.min(n.div_ceil(nr) * nr);
-        self.bufs(layout, layout.a_len(mc, k), mc * nc, 0);
+        self.bufs(layout, layout.a_len(mc, k), mc * nc, 0, 0);
     }
 
-    /// Packed panels of `packed` elements in `layout`, an i32 block of `c_len` and
-    /// `row_len` bytes of rows.
+    /// Packed panels of `packed` elements in `layout`, an i32 block of `c_len`,
+    /// `row_len` bytes of rows and `offs_len` quad offsets.
     pub(crate) fn bufs(
         &mut self,
         layout: QLayout,
         packed: usize,
         c_len: usize,
         row_len: usize,
+        offs_len: usize,
     ) -> Bufs<'_> {
         let (n16, n8) = match layout {
             QLayout::Pairs => (packed, 0),
@@ -149,6 +156,7 @@ impl QScratch {
             p8: grow(&mut self.q, n8),
             c: grow(&mut self.c, c_len),
             row: grow(&mut self.row, row_len),
+            offs: grow(&mut self.offs, offs_len),
         }
     }
 

@@ -122,6 +122,59 @@ impl TileDst<'_> {
     }
 }
 
+/// Where the B quads of a conv tile lie (`QuantTable::quad_tile_su`): quad `q` (four
+/// consecutive K values of each of [`Q4NR`] columns, 128 bytes) at byte `offs[q]` of the
+/// tile's B operand; `end` bounds every quad's last byte.
+#[derive(Debug, Clone, Copy)]
+pub struct QuadOffsets<'a> {
+    offs: &'a [u32],
+    end: usize,
+}
+
+impl<'a> QuadOffsets<'a> {
+    /// The quads at `offs`.
+    pub fn new(offs: &'a [u32]) -> Self {
+        let end = offs
+            .iter()
+            .map(|&o| o as usize + Q4NR * 4)
+            .max()
+            .unwrap_or(0);
+        QuadOffsets { offs, end }
+    }
+
+    /// Quad `q`'s byte offset.
+    #[inline(always)]
+    pub fn at(&self, q: usize) -> usize {
+        self.offs[q] as usize
+    }
+
+    /// Quads listed.
+    pub fn len(&self) -> usize {
+        self.offs.len()
+    }
+
+    /// True when no quad is listed.
+    pub fn is_empty(&self) -> bool {
+        self.offs.is_empty()
+    }
+
+    /// Panics unless `kq` quads are listed and every one lies inside `b_len` bytes.
+    pub fn check(&self, kq: usize, b_len: usize) {
+        assert!(
+            self.offs.len() >= kq && b_len >= self.end,
+            "B quads outside B"
+        );
+    }
+
+    /// The offsets as listed.
+    pub fn offsets(&self) -> &'a [u32] {
+        self.offs
+    }
+}
+
+/// The operands of a conv tile: A panel (s8 weights), B (u8) and where B's quads lie.
+pub type ConvOps<'a> = (&'a [i8], &'a [u8], &'a QuadOffsets<'a>);
+
 /// Every ISA-specific int8 routine, for one instruction set. All entries are safe to call
 /// with any arguments: they check the bounds they rely on. Every entry gives the same
 /// bits as the portable one.
@@ -138,15 +191,17 @@ pub struct QuantTable {
     /// of QNR at stride `ldc`. Products are exact (i16 x i16 pairs summed in i32).
     pub tile: fn(kp: usize, a: &[i16], b: &[i16], c: &mut [i32], ldc: usize),
     /// One [`Q4MR`] x [`Q4NR`] tile of i32 with s8 A (conv weights) and u8 B (im2col):
-    /// `c = A_panel · B_panel` over `kq` K quads. `a` holds `kq * Q4MR * 4` bytes (per
-    /// quad, Q4MR rows of four consecutive K values), `b` `kq * Q4NR * 4` (per quad, Q4NR
-    /// columns of four consecutive K values), `c` Q4MR rows of Q4NR at stride `ldc`.
-    pub quad_tile_su: fn(kq: usize, a: &[i8], b: &[u8], c: &mut [i32], ldc: usize),
+    /// `c = A_panel · B` over `kq` K quads. `a` holds `kq * Q4MR * 4` bytes (per quad,
+    /// Q4MR rows of four consecutive K values); B quad `q` (Q4NR columns of four
+    /// consecutive K values) lies at `b[at.at(q)..]` (a packed panel: `q * 128`); `c`
+    /// Q4MR rows of Q4NR at stride `ldc`.
+    pub quad_tile_su:
+        fn(kq: usize, a: &[i8], b: &[u8], at: &QuadOffsets<'_>, c: &mut [i32], ldc: usize),
     /// `quad_tile_su` requantised instead of stored, into `dst` ([`TileDst`]). Returns
     /// per row the mask of its near-ties: bit `j` set where column `j`'s value `(acc +
     /// bias) * mult`, clamped to the output bounds, lies more than `0.5 - eps` from the
     /// nearest integer (0 for rows not written).
-    pub quad_tile_su_u8: fn(kq: usize, a: &[i8], b: &[u8], dst: TileDst<'_>) -> [u32; Q4MR],
+    pub quad_tile_su_u8: fn(kq: usize, ops: ConvOps<'_>, dst: TileDst<'_>) -> [u32; Q4MR],
     /// As `quad_tile_su` with u8 A (GEMM activations) and s8 B (GEMM weights).
     pub quad_tile_us: fn(kq: usize, a: &[u8], b: &[i8], c: &mut [i32], ldc: usize),
     /// Scatters rows `p..p + src.len()` of a u8 B operand (`p` a multiple of 4, `p < k`;
@@ -203,7 +258,7 @@ pub static PORTABLE: QuantTable = QuantTable {
     name: "portable",
     layout: QLayout::Pairs,
     tile: body::tile,
-    quad_tile_su: body::quad_tile,
+    quad_tile_su: body::quad_tile_at,
     quad_tile_su_u8: body::quad_tile_u8,
     quad_tile_us: body::quad_tile,
     scatter_quads: body::scatter_quads,

@@ -106,6 +106,8 @@ fn conv_cases() -> Vec<ConvShape> {
         conv_shape((6, 6, 6), (12, 12), (5, 5), (1, 2), (2, 2), (2, 1)),
         conv_shape((1, 3, 1), (5, 5), (1, 1), (1, 1), (0, 0), (1, 1)),
         conv_shape((64, 70, 1), (20, 20), (3, 3), (1, 1), (1, 1), (1, 1)),
+        // Channel quads with a zero-padded last quad (35 = 8 * 4 + 3), stride 2.
+        conv_shape((35, 9, 1), (7, 9), (3, 3), (2, 2), (1, 1), (1, 1)),
     ];
     let mut b2 = conv_shape((4, 6, 2), (5, 6), (2, 2), (1, 1), (1, 0), (1, 1));
     b2.n = 2;
@@ -175,7 +177,7 @@ fn run_conv_in(
         hi: 250,
     };
     let len = s.n * s.c_out * s.oh * s.ow;
-    let mut sc = QScratch::new();
+    let mut sc = soiled_scratch(s, lay);
     let (mut y8, mut y32, mut ysub) = (vec![0u8; len], vec![0i32; len], vec![0u8; len]);
     qconv_u8(t.isa, s, &x, x_zp, &pw, &rq, &mut y8, (0, s.c_out), &mut sc);
     qconv_i32(
@@ -192,6 +194,19 @@ fn run_conv_in(
     let (lo, hi) = (s.c_out / 3, s.c_out - s.c_out / 4);
     qconv_u8(t.isa, s, &x, x_zp, &pw, &rq, &mut ysub, (lo, hi), &mut sc);
     (y8, y32, ysub)
+}
+
+/// A scratch grown for `s` and filled with junk, as a worker's is after other calls: a
+/// kernel must not rely on anything it did not write itself.
+fn soiled_scratch(s: &ConvShape, lay: QLayout) -> QScratch {
+    let mut sc = QScratch::new();
+    sc.reserve_conv(s, lay);
+    sc.a.fill(-301);
+    sc.q.fill(0xA7);
+    sc.c.fill(-77);
+    sc.row.fill(0x5C);
+    sc.f.fill(f32::NAN);
+    sc
 }
 
 #[test]
@@ -685,9 +700,23 @@ fn quad_entries_match_portable() {
             let ldc = table::Q4NR + 3;
             let len = table::Q4MR * ldc;
             let (mut want, mut got) = (vec![-5i32; len], vec![-5i32; len]);
-            (p.quad_tile_su)(kq, &ai, &b, &mut want, ldc);
-            (q.quad_tile_su)(kq, &ai, &b, &mut got, ldc);
-            assert_eq!(got, want, "quad_tile_su, table {}, kq {kq}", q.name);
+            // B quads packed, and scattered (reversed, unaligned, overlapping) in a
+            // longer B: both against the packed tile of the definition.
+            let packed: Vec<u32> = (0..kq as u32).map(|q| q * 128).collect();
+            let scattered: Vec<u32> = (0..kq as u32)
+                .map(|q| (kq as u32 - 1 - q) * 120 + q % 5)
+                .collect();
+            let far = rand_bytes(kq * 128 + 64, 70 + kq as u64);
+            for (offs, src) in [(&packed, &b), (&scattered, &far)] {
+                let at = table::QuadOffsets::new(offs);
+                let gathered: Vec<u8> = offs
+                    .iter()
+                    .flat_map(|&o| src[o as usize..o as usize + 128].iter().copied())
+                    .collect();
+                body::quad_tile(kq, &ai, &gathered, &mut want, ldc);
+                (q.quad_tile_su)(kq, &ai, src, &at, &mut got, ldc);
+                assert_eq!(got, want, "quad_tile_su, table {}, kq {kq}", q.name);
+            }
             (p.quad_tile_us)(kq, &a, &bi, &mut want, ldc);
             (q.quad_tile_us)(kq, &a, &bi, &mut got, ldc);
             assert_eq!(got, want, "quad_tile_us, table {}, kq {kq}", q.name);
@@ -723,7 +752,6 @@ fn quad_entries_match_portable() {
 #[test]
 fn quad_tile_su_u8_matches_definition() {
     use table::{TileDst, TilePost, Q4MR, Q4NR};
-    let p = &table::PORTABLE;
     let spans = [
         (0, 8, 32),
         (2, 5, 17),
@@ -743,7 +771,9 @@ fn quad_tile_su_u8_matches_definition() {
             let a = rand_i8(kq * Q4MR * 4, 90 + kq as u64);
             let b = rand_bytes(kq * Q4NR * 4, 95 + kq as u64);
             let mut acc = vec![0i32; Q4MR * Q4NR];
-            (p.quad_tile_su)(kq, &a, &b, &mut acc, Q4NR);
+            body::quad_tile(kq, &a, &b, &mut acc, Q4NR);
+            let packed: Vec<u32> = (0..kq as u32).map(|q| q * 128).collect();
+            let at = table::QuadOffsets::new(&packed);
             for (pi, &(y_zp, lo, hi)) in posts.iter().enumerate() {
                 let r = rand_bytes(2 * Q4MR, (10 * case + pi) as u64);
                 let mut post = TilePost {
@@ -774,7 +804,7 @@ fn quad_tile_su_u8_matches_definition() {
                         ldo,
                         eps: conv::TIE_EPS,
                     };
-                    let masks = (t.quant.quad_tile_su_u8)(kq, &a, &b, dst);
+                    let masks = (t.quant.quad_tile_su_u8)(kq, (&a, &b, &at), dst);
                     for row in 0..Q4MR {
                         let mut want_mask = 0u32;
                         for j in 0..ldo {

@@ -10,7 +10,7 @@
 //! AVX2.
 
 use super::body::{self, AddParams};
-use super::table::{QLayout, QuantTable, TileDst, Q4MR, QMR, QNR};
+use super::table::{ConvOps, QLayout, QuadOffsets, QuantTable, TileDst, Q4MR, QMR, QNR};
 use crate::kernels::body::pool::PoolShape;
 use std::arch::x86_64::*;
 
@@ -129,8 +129,8 @@ unsafe fn dw_taps_pairs(offs: &[usize], w: &[i16], src: &[i16], acc: &mut [i32])
         *d = sum;
     }
 }
-avx2_build!(quad_tile_su, body::quad_tile, (kq: usize, a: &[i8], b: &[u8], c: &mut [i32], ldc: usize));
-avx2_build!(quad_tile_su_u8, body::quad_tile_u8, (kq: usize, a: &[i8], b: &[u8], dst: TileDst<'_>) -> [u32; Q4MR]);
+avx2_build!(quad_tile_su, body::quad_tile_at, (kq: usize, a: &[i8], b: &[u8], at: &QuadOffsets<'_>, c: &mut [i32], ldc: usize));
+avx2_build!(quad_tile_su_u8, body::quad_tile_u8, (kq: usize, ops: ConvOps<'_>, dst: TileDst<'_>) -> [u32; Q4MR]);
 avx2_build!(quad_tile_us, body::quad_tile, (kq: usize, a: &[u8], b: &[i8], c: &mut [i32], ldc: usize));
 avx2_build!(scatter_quads, body::scatter_quads, (k: usize, p: usize, src: &[&[u8]], out: &mut [u8]));
 avx2_build!(ref_chains, body::ref_chains, (x: &[f32], w: &[f32], chains: &mut [f32; body::REF_LANES]));

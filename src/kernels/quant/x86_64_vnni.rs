@@ -9,7 +9,7 @@
 //! wrapper runs only on a CPU that has them.
 
 use super::body;
-use super::table::{QLayout, QuantTable, TileDst, Q4MR, Q4NR};
+use super::table::{ConvOps, QLayout, QuadOffsets, QuantTable, TileDst, Q4MR, Q4NR};
 use super::x86_64_avx2 as avx2;
 use std::arch::x86_64::*;
 
@@ -156,25 +156,31 @@ fn check_quad_tile(kq: usize, a_len: usize, b_len: usize, c_len: usize, ldc: usi
     assert!(ldc >= Q4NR && c_len >= (Q4MR - 1) * ldc + Q4NR);
 }
 
-fn quad_tile_su(kq: usize, a: &[i8], b: &[u8], c: &mut [i32], ldc: usize) {
-    check_quad_tile(kq, a.len(), b.len(), c.len(), ldc);
-    // SAFETY: AVX-512 F and VNNI were detected (see the module doc); the check bounds
-    // every offset the tile touches (a: kq*32 bytes, b: kq*128, c: Q4MR rows of Q4NR).
-    unsafe { tile_8x32::<false>(kq, a.as_ptr() as *const u8, b.as_ptr(), c.as_mut_ptr(), ldc) }
+fn quad_tile_su(kq: usize, a: &[i8], b: &[u8], at: &QuadOffsets<'_>, c: &mut [i32], ldc: usize) {
+    assert!(a.len() >= kq * Q4MR * 4 && ldc >= Q4NR && c.len() >= (Q4MR - 1) * ldc + Q4NR);
+    at.check(kq, b.len());
+    let (a, b, offs) = (a.as_ptr() as *const u8, b.as_ptr(), at.offsets().as_ptr());
+    // SAFETY: AVX-512 F and VNNI were detected (see the module doc); the checks bound
+    // every offset the tile touches (a: kq*32 bytes, each B quad inside b, c: Q4MR rows
+    // of Q4NR).
+    unsafe { tile_8x32::<false, true>(kq, (a, b, offs), c.as_mut_ptr(), ldc) }
 }
 
 fn quad_tile_us(kq: usize, a: &[u8], b: &[i8], c: &mut [i32], ldc: usize) {
     check_quad_tile(kq, a.len(), b.len(), c.len(), ldc);
-    // SAFETY: as in `quad_tile_su`.
-    unsafe { tile_8x32::<true>(kq, a.as_ptr(), b.as_ptr() as *const u8, c.as_mut_ptr(), ldc) }
+    let (a, b) = (a.as_ptr(), b.as_ptr() as *const u8);
+    // SAFETY: as in `quad_tile_su` (B quads packed: kq*128 bytes).
+    unsafe { tile_8x32::<true, false>(kq, (a, b, std::ptr::null()), c.as_mut_ptr(), ldc) }
 }
 
-fn quad_tile_su_u8(kq: usize, a: &[i8], b: &[u8], dst: TileDst<'_>) -> [u32; Q4MR] {
-    assert!(a.len() >= kq * Q4MR * 4 && b.len() >= kq * Q4NR * 4);
+fn quad_tile_su_u8(kq: usize, (a, b, at): ConvOps<'_>, dst: TileDst<'_>) -> [u32; Q4MR] {
+    assert!(a.len() >= kq * Q4MR * 4);
+    at.check(kq, b.len());
     dst.check();
+    let (a, b, offs) = (a.as_ptr() as *const u8, b.as_ptr(), at.offsets().as_ptr());
     // SAFETY: AVX-512 F/BW/VL/DQ and VNNI were detected (see the module doc); the
-    // checks bound the operands (a: kq*32 bytes, b: kq*128) and the written rows.
-    unsafe { tile_8x32_u8(kq, a.as_ptr() as *const u8, b.as_ptr(), dst) }
+    // checks bound the operands (a: kq*32 bytes, each B quad inside b) and the rows.
+    unsafe { tile_8x32_u8(kq, (a, b, offs), dst) }
 }
 
 /// [`sums_8x32`] (s8 A, u8 B) then [`requant_8x32`], the sums kept in registers.
@@ -182,9 +188,9 @@ fn quad_tile_su_u8(kq: usize, a: &[i8], b: &[u8], dst: TileDst<'_>) -> [u32; Q4M
 /// # Safety
 /// As both.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma")]
-unsafe fn tile_8x32_u8(kq: usize, a: *const u8, b: *const u8, dst: TileDst<'_>) -> [u32; Q4MR] {
+unsafe fn tile_8x32_u8(kq: usize, ops: Operands, dst: TileDst<'_>) -> [u32; Q4MR] {
     // SAFETY: the function's contract.
-    unsafe { requant_8x32(&sums_8x32::<false>(kq, a, b), dst) }
+    unsafe { requant_8x32(&sums_8x32::<false, true>(kq, ops), dst) }
 }
 
 /// Rows `dst.lo..dst.hi` of the tile `t` (two vectors a row) requantised into `dst`, as
@@ -241,24 +247,27 @@ unsafe fn requant_8x32(t: &[__m512i; 2 * Q4MR], dst: TileDst<'_>) -> [u32; Q4MR]
 /// the low byte of `v + ROUND_MAGIC`'s bits is that integer's.
 const ROUND_MAGIC: f32 = 12_582_912.0;
 
+/// A tile's operands: A, B, and with B quads at offsets the `kq` offsets (else null).
+type Operands = (*const u8, *const u8, *const u32);
+
 /// The 8x32 quad tile: per K quad, the four A bytes of each row broadcast as one i32
 /// against two zmm of B (32 columns of four bytes), one `vpdpbusd` per row and half:
-/// 16 accumulators. `A_U8`: A holds the u8 operand (GEMM), else B does (conv).
+/// 16 accumulators. `A_U8`: A holds the u8 operand (GEMM), else B does (conv). `AT`:
+/// B quad `q` at byte `offs[q]` of B (else B quads packed, `q * 128`).
 ///
 /// # Safety
-/// AVX-512 F and VNNI must be available; `a` valid for `kq * 32` reads, `b` for
-/// `kq * 128`, `c` for 8 rows of 32 i32 at stride `ldc`.
+/// AVX-512 F and VNNI must be available; `a` valid for `kq * 32` reads, every B quad for
+/// 128 (`offs` for `kq` reads with `AT`), `c` for 8 rows of 32 i32 at stride `ldc`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma")]
-unsafe fn tile_8x32<const A_U8: bool>(
+unsafe fn tile_8x32<const A_U8: bool, const AT: bool>(
     kq: usize,
-    a: *const u8,
-    b: *const u8,
+    ops: Operands,
     c: *mut i32,
     ldc: usize,
 ) {
     // SAFETY: the function's contract.
-    let t = unsafe { sums_8x32::<A_U8>(kq, a, b) };
+    let t = unsafe { sums_8x32::<A_U8, AT>(kq, ops) };
     for r in 0..Q4MR {
         // SAFETY: row r < Q4MR of C, 32 i32, guaranteed by the caller.
         unsafe {
@@ -275,16 +284,19 @@ unsafe fn tile_8x32<const A_U8: bool>(
 /// As [`tile_8x32`] without `c`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma")]
-unsafe fn sums_8x32<const A_U8: bool>(
+unsafe fn sums_8x32<const A_U8: bool, const AT: bool>(
     kq: usize,
-    a: *const u8,
-    b: *const u8,
+    (a, b, offs): Operands,
 ) -> [__m512i; 2 * Q4MR] {
     let mut t = [_mm512_setzero_si512(); 2 * Q4MR];
     for q in 0..kq {
-        // SAFETY: quad q < kq: 128 bytes of B and 32 of A are readable.
+        // SAFETY: quad q < kq: 128 bytes of B (at its offset) and 32 of A are readable.
         let (b0, b1, ap) = unsafe {
-            let bp = b.add(q * Q4NR * 4);
+            let bp = if AT {
+                b.add(*offs.add(q) as usize)
+            } else {
+                b.add(q * Q4NR * 4)
+            };
             (
                 _mm512_loadu_si512(bp as *const _),
                 _mm512_loadu_si512(bp.add(64) as *const _),
