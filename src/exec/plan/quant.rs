@@ -22,7 +22,7 @@ use crate::kernels::body::conv::ConvShape;
 use crate::kernels::body::pool::PoolShape;
 use crate::kernels::quant::body::{dequantize_one, qmul_one, quantize_to};
 use crate::kernels::quant::{
-    maxpool_u8, qadd, qconv_i32, qconv_u8, qconv_u8_ties, qgemm_i32, qgemm_u8, requant_u8,
+    lut_u8, maxpool_u8, qadd, qconv_i32, qconv_u8, qconv_u8_ties, qgemm_i32, qgemm_u8, requant_u8,
     AddParams, FloatTies, QBcast, QConvWeights, QGemmB, QLayout, QScratch, Requant,
 };
 
@@ -767,7 +767,7 @@ impl QKernel {
             QKernel::Requant { x: qx, y, n } => {
                 let (lo, hi) = tile.range(*n, ELEMS_PER_TILE);
                 let o = &mut r.out_bytes(0)[lo..hi];
-                requant_u8(&x[lo..hi], qx.scale, qx.zp, y.scale, y.zp, o);
+                requant_u8(isa, &x[lo..hi], (qx.scale, qx.zp), (y.scale, y.zp), o);
             }
             QKernel::MaxPool(s) => {
                 let (lo, hi) = tile.range(s.planes, 1);
@@ -794,9 +794,7 @@ impl QKernel {
             }
             QKernel::Lut { table, n } => {
                 let (lo, hi) = tile.range(*n, ELEMS_PER_TILE);
-                for (o, &v) in r.out_bytes(0)[lo..hi].iter_mut().zip(&x[lo..hi]) {
-                    *o = table[usize::from(v)];
-                }
+                lut_u8(isa, table, &x[lo..hi], &mut r.out_bytes(0)[lo..hi]);
             }
             QKernel::Mul {
                 table,

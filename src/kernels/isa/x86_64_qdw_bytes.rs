@@ -19,6 +19,7 @@ use crate::kernels::body::conv::ConvShape;
 use crate::kernels::quant::body::bounds;
 use crate::kernels::quant::conv::TIE_EPS;
 use crate::kernels::quant::dw_exact::{BytePlaneGeom, DwTaps, NearTies, LANES as L};
+use crate::kernels::quant::x86_64_vnni::first_bytes;
 use crate::kernels::quant::Requant;
 use std::arch::x86_64::*;
 
@@ -193,11 +194,7 @@ unsafe fn channel(
 unsafe fn copy_row(src: *const u8, dst: *mut u8, n: usize) {
     let mut i = 0;
     while i < n {
-        let m: __mmask64 = if n - i >= 64 {
-            u64::MAX
-        } else {
-            (1u64 << (n - i)) - 1
-        };
+        let m = first_bytes(n - i);
         // SAFETY: the mask keeps both accesses inside the `n` bytes (caller).
         unsafe {
             let v = _mm512_maskz_loadu_epi8(m, src.add(i) as *const i8);

@@ -153,6 +153,15 @@ pub fn quad_tile_at(
     }
 }
 
+/// `y[i] = table[x[i]]` (see `QuantTable::lut`).
+#[inline(always)]
+pub fn lut(table: &[u8; 256], x: &[u8], y: &mut [u8]) {
+    assert_eq!(x.len(), y.len(), "lut: lengths");
+    for (o, &v) in y.iter_mut().zip(x) {
+        *o = table[usize::from(v)];
+    }
+}
+
 /// A table's `quad_tile_su`.
 pub type ConvTile = fn(usize, &[i8], &[u8], &QuadOffsets<'_>, &mut [i32], usize);
 

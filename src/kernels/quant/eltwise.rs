@@ -21,14 +21,24 @@ pub fn dequantize_u8(isa: Isa, x: &[u8], scale: f32, zp: u8, out: &mut [f32]) {
 
 /// `out[i] = Q(DQ(x[i]))`: a u8 tensor moved to another scale / zero point, through a
 /// 256-entry table computed with the float formula.
-pub fn requant_u8(x: &[u8], s_in: f32, zp_in: u8, s_out: f32, zp_out: u8, out: &mut [u8]) {
+pub fn requant_u8(
+    isa: Isa,
+    x: &[u8],
+    (s_in, zp_in): (f32, u8),
+    (s_out, zp_out): (f32, u8),
+    out: &mut [u8],
+) {
     assert_eq!(x.len(), out.len(), "requant_u8: lengths");
     let lut: [u8; 256] = std::array::from_fn(|v| {
         body::quantize_one(body::dequantize_one(v as u8, s_in, zp_in), s_out, zp_out)
     });
-    for (o, &v) in out.iter_mut().zip(x) {
-        *o = lut[v as usize];
-    }
+    lut_u8(isa, &lut, x, out)
+}
+
+/// `out[i] = table[x[i]]` (`x` and `out` of one length).
+pub fn lut_u8(isa: Isa, table: &[u8; 256], x: &[u8], out: &mut [u8]) {
+    assert_eq!(x.len(), out.len(), "lut_u8: lengths");
+    (isa.table().quant.lut)(table, x, out)
 }
 
 /// `out[i] = clamp(Q(DQ(a[i]) + DQ(b[i])), lo, hi)` with `a`, `b`, `out` of one length,

@@ -31,7 +31,7 @@ pub(crate) mod x86_64_vnni;
 
 pub use body::AddParams;
 pub use conv::{qconv_i32, qconv_u8, qconv_u8_ties, FloatTies, QConvWeights};
-pub use eltwise::{dequantize_u8, qadd, qadd_bcast, quantize_f32, requant_u8, QBcast};
+pub use eltwise::{dequantize_u8, lut_u8, qadd, qadd_bcast, quantize_f32, requant_u8, QBcast};
 pub use gemm::{qgemm_i32, qgemm_u8, QGemmB};
 pub use pool::{avgpool_u8, global_avgpool_u8, maxpool_u8, resize_bilinear_u8, resize_nearest_u8};
 pub use table::{QLayout, QuantTable};

@@ -249,6 +249,9 @@ pub struct QuantTable {
     /// Depthwise accumulation: `acc[j] = sum_t w[t] * src[offs[t] + j]` for every
     /// `j < acc.len()` (one tap per offset; see `conv` for the phase-split plane).
     pub dw_taps: fn(offs: &[usize], w: &[i16], src: &[i16], acc: &mut [i32]),
+    /// `y[i] = table[x[i]]` (`x` and `y` of one length): QLut, and requantisation from
+    /// one u8 quantisation to another.
+    pub lut: fn(table: &[u8; 256], x: &[u8], y: &mut [u8]),
     /// Max pool of one u8 plane (padding never wins).
     pub max_pool_plane: fn(s: &PoolShape, x: &[u8], y: &mut [u8]),
 }
@@ -271,5 +274,6 @@ pub static PORTABLE: QuantTable = QuantTable {
     dequantize: body::dequantize,
     qadd: body::qadd,
     dw_taps: body::dw_taps,
+    lut: body::lut,
     max_pool_plane: body::max_pool_plane,
 };

@@ -390,11 +390,35 @@ fn quantize_dequantize_follow_onnxruntime() {
 
 #[test]
 fn requant_is_dequantize_then_quantize() {
-    let x: Vec<u8> = (0..=255).collect();
-    let mut y = vec![0u8; 256];
-    requant_u8(&x, 0.05, 100, 0.08, 20, &mut y);
-    for (&a, &b) in x.iter().zip(&y) {
-        assert_eq!(b, ref_quantize(ref_dequantize(a, 0.05, 100), 0.08, 20));
+    // Every byte value, then each again in a run of 300 (whole and partial vectors).
+    let x: Vec<u8> = (0..=255)
+        .chain((0..300).map(|i| (i * 7 % 256) as u8))
+        .collect();
+    for t in tables() {
+        let mut y = vec![0u8; x.len()];
+        requant_u8(t.isa, &x, (0.05, 100), (0.08, 20), &mut y);
+        for (&a, &b) in x.iter().zip(&y) {
+            let want = ref_quantize(ref_dequantize(a, 0.05, 100), 0.08, 20);
+            assert_eq!(b, want, "table {} byte {a}", t.name);
+        }
+    }
+}
+
+/// The table lookup on every kernel table against the definition, over lengths around
+/// the vector sizes and every byte value (high bit set and clear).
+#[test]
+fn lut_matches_definition() {
+    let table: [u8; 256] = std::array::from_fn(|i| (i as u8).wrapping_mul(37).wrapping_add(11));
+    for t in tables() {
+        for n in [0usize, 1, 63, 64, 65, 127, 128, 200, 256, 1000] {
+            let x = rand_bytes(n, 400 + n as u64);
+            let mut y = vec![0xEEu8; n + 3];
+            lut_u8(t.isa, &table, &x, &mut y[..n]);
+            for (i, &v) in x.iter().enumerate() {
+                assert_eq!(y[i], table[usize::from(v)], "table {} n {n} at {i}", t.name);
+            }
+            assert_eq!(&y[n..], &[0xEE; 3], "table {} wrote past the end", t.name);
+        }
     }
 }
 

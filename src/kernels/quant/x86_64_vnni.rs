@@ -31,8 +31,58 @@ pub(crate) static TABLE: QuantTable = QuantTable {
     dequantize: avx2::dequantize,
     qadd: avx2::qadd,
     dw_taps: avx2::dw_taps,
+    lut,
     max_pool_plane: avx2::max_pool_plane,
 };
+
+fn lut(table: &[u8; 256], x: &[u8], y: &mut [u8]) {
+    assert_eq!(x.len(), y.len(), "lut: lengths");
+    if std::arch::is_x86_feature_detected!("avx512vbmi") {
+        // SAFETY: AVX-512 F/BW were detected with the table (see the module doc), VBMI
+        // just now; `x` and `y` have one length.
+        unsafe { lut_vbmi(table, x, y) }
+    } else {
+        avx2::lut(table, x, y)
+    }
+}
+
+/// `y[i] = table[x[i]]`, 64 bytes at a time: the table in four registers, two
+/// two-register byte permutes (`vpermi2b`, the low seven bits of each index) and a
+/// blend on the high bit.
+///
+/// # Safety
+/// AVX-512 F/BW and VBMI available; `y.len() == x.len()`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
+unsafe fn lut_vbmi(table: &[u8; 256], x: &[u8], y: &mut [u8]) {
+    let n = x.len();
+    // SAFETY: the table is 256 bytes; the masks keep every access inside `x` and `y`
+    // (`n` bytes each, caller).
+    unsafe {
+        let tp = table.as_ptr() as *const __m512i;
+        let (t0, t1) = (_mm512_loadu_si512(tp), _mm512_loadu_si512(tp.add(1)));
+        let (t2, t3) = (_mm512_loadu_si512(tp.add(2)), _mm512_loadu_si512(tp.add(3)));
+        let mut i = 0;
+        while i < n {
+            let m = first_bytes(n - i);
+            let v = _mm512_maskz_loadu_epi8(m, x.as_ptr().add(i) as *const i8);
+            let lo = _mm512_permutex2var_epi8(t0, v, t1);
+            let hi = _mm512_permutex2var_epi8(t2, v, t3);
+            let r = _mm512_mask_blend_epi8(_mm512_movepi8_mask(v), lo, hi);
+            _mm512_mask_storeu_epi8(y.as_mut_ptr().add(i) as *mut i8, m, r);
+            i += 64;
+        }
+    }
+}
+
+/// The mask of the first `n` bytes of a 64-byte vector (all of them from 64 on).
+#[inline(always)]
+pub(crate) fn first_bytes(n: usize) -> __mmask64 {
+    if n >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << n) - 1
+    }
+}
 
 fn first_near_tie(acc: &[i32], bias: i32, mult: f32, bounds: (f32, f32), eps: f32) -> usize {
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma")]
