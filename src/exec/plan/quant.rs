@@ -20,7 +20,7 @@ use crate::error::Result;
 use crate::ir::{ConvGeom, DType, Elems, QParam};
 use crate::kernels::body::conv::ConvShape;
 use crate::kernels::body::pool::PoolShape;
-use crate::kernels::quant::body::{dequantize_one, qmul_one, quantize_to};
+use crate::kernels::quant::body::{dequantize_one, qmul_one, quantize_to, SoftmaxParams};
 use crate::kernels::quant::{
     lut_u8, maxpool_u8, qadd, qconv_i32, qconv_u8, qconv_u8_ties, qgemm_i32, qgemm_u8, requant_u8,
     AddParams, FloatTies, QBcast, QConvWeights, QGemmB, QLayout, QScratch, Requant,
@@ -596,41 +596,6 @@ fn softmax_exps(qx: QParam) -> Box<[f32]> {
         .collect()
 }
 
-/// One softmax lane: `len` u8 values `inner` apart from `x[0]` into `y` likewise; its
-/// terms from `exps` ([`softmax_exps`] of `qx`) when given, else computed.
-fn softmax_lane(
-    x: &[u8],
-    y: &mut [u8],
-    (len, inner): (usize, usize),
-    qx: QParam,
-    exps: Option<&[f32]>,
-    qy: QParam,
-) {
-    // The byte of the largest dequantised value (`v` is monotonic in the byte). A NaN
-    // scale makes every term NaN, as the direct formula does.
-    let (mut lo, mut hi) = (u8::MAX, u8::MIN);
-    for i in 0..len {
-        lo = lo.min(x[i * inner]);
-        hi = hi.max(x[i * inner]);
-    }
-    let m = if qx.scale >= 0.0 { hi } else { lo };
-    let vm = dequantize_one(m, qx.scale, qx.zp);
-    let row = exps.map(|e| &e[usize::from(m) * 256..(usize::from(m) + 1) * 256]);
-    let term = |q: u8| match row {
-        Some(r) => r[usize::from(q)],
-        None => f64::from(dequantize_one(q, qx.scale, qx.zp) - vm).exp() as f32,
-    };
-    let mut sum = 0f32;
-    for i in 0..len {
-        sum += term(x[i * inner]);
-    }
-    let inv = 1.0 / sum;
-    for i in 0..len {
-        let e = term(x[i * inner]);
-        y[i * inner] = quantize_to(e * inv, qy.scale, i32::from(qy.zp), 0.0, 255.0) as u8;
-    }
-}
-
 /// Plans a QMaxPool (u8 NCHW).
 pub(crate) fn plan_qmaxpool(c: &Ctx<'_>, geom: &ConvGeom) -> Result<Planned> {
     let n = c.n;
@@ -784,12 +749,16 @@ impl QKernel {
                 let (lo, hi) = tile.range(*outer, 1);
                 let o = r.out_bytes(0);
                 let block = len * inner;
+                let p = SoftmaxParams {
+                    len: *len,
+                    inner: *inner,
+                    qx: *qx,
+                    qy: *y,
+                    exps: exps.as_deref(),
+                };
                 for b in lo..hi {
-                    let (xb, ob) = (&x[b * block..], &mut o[b * block..]);
-                    for j in 0..*inner {
-                        let (xj, oj) = (&xb[j..], &mut ob[j..]);
-                        softmax_lane(xj, oj, (*len, *inner), *qx, exps.as_deref(), *y);
-                    }
+                    let (xb, ob) = (&x[b * block..][..block], &mut o[b * block..][..block]);
+                    (isa.table().quant.softmax_block)(&p, xb, ob);
                 }
             }
             QKernel::Lut { table, n } => {
@@ -826,6 +795,7 @@ impl QKernel {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::quant::body::softmax_block;
 
     #[test]
     fn vector_quantize_matches_quantize_to() {
@@ -880,9 +850,14 @@ mod tests {
             ] {
                 let mut got = vec![0u8; x.len()];
                 let exps = table.then_some(&exps[..]);
-                for j in 0..inner {
-                    softmax_lane(&x[j..], &mut got[j..], (len, inner), qx, exps, qy);
-                }
+                let p = SoftmaxParams {
+                    len,
+                    inner,
+                    qx,
+                    qy,
+                    exps,
+                };
+                softmax_block(&p, &x, &mut got);
                 let mut want = vec![0u8; x.len()];
                 for j in 0..inner {
                     let v = |i: usize| dequantize_one(x[j + i * inner], scale, zp);

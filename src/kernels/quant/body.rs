@@ -162,6 +162,74 @@ pub fn lut(table: &[u8; 256], x: &[u8], y: &mut [u8]) {
     }
 }
 
+/// A u8 softmax over blocks of `len` rows of `inner` lanes (see
+/// `QuantTable::softmax_block`): input and output quantisations, and the terms table
+/// (`exps[m * 256 + q] = exp(v(q) - v(m))` for the input's dequantisation `v`) when the
+/// plan built one.
+#[derive(Debug, Clone, Copy)]
+pub struct SoftmaxParams<'a> {
+    /// Values per lane (the softmax axis).
+    pub len: usize,
+    /// Lanes, and the distance between a lane's values.
+    pub inner: usize,
+    /// Input quantisation.
+    pub qx: QParam,
+    /// Output quantisation.
+    pub qy: QParam,
+    /// The terms table (65536 entries), or `None`: terms computed.
+    pub exps: Option<&'a [f32]>,
+}
+
+/// One softmax lane: `len` u8 values `inner` apart from `x[0]` into `y` likewise; its
+/// terms from `p.exps` when given, else computed (the dequantised values, the lane's
+/// largest subtracted in f32, `exp` in f64 rounded to f32).
+pub fn softmax_lane(x: &[u8], y: &mut [u8], p: &SoftmaxParams<'_>) {
+    let (len, inner, qx) = (p.len, p.inner, p.qx);
+    // The byte of the largest dequantised value (`v` is monotonic in the byte). A NaN
+    // scale makes every term NaN, as the direct formula does.
+    let (mut lo, mut hi) = (u8::MAX, u8::MIN);
+    for i in 0..len {
+        lo = lo.min(x[i * inner]);
+        hi = hi.max(x[i * inner]);
+    }
+    let m = if qx.scale >= 0.0 { hi } else { lo };
+    let vm = dequantize_one(m, qx.scale, qx.zp);
+    let row = p
+        .exps
+        .map(|e| &e[usize::from(m) * 256..(usize::from(m) + 1) * 256]);
+    let term = |q: u8| match row {
+        Some(r) => r[usize::from(q)],
+        None => f64::from(dequantize_one(q, qx.scale, qx.zp) - vm).exp() as f32,
+    };
+    let mut sum = 0f32;
+    for i in 0..len {
+        sum += term(x[i * inner]);
+    }
+    let inv = 1.0 / sum;
+    let (qy, zp) = (p.qy, i32::from(p.qy.zp));
+    for i in 0..len {
+        let e = term(x[i * inner]);
+        y[i * inner] = quantize_to(e * inv, qy.scale, zp, 0.0, 255.0) as u8;
+    }
+}
+
+/// Every lane of one block (`len * inner` bytes of `x` and `y`), lane by lane.
+pub fn softmax_block(p: &SoftmaxParams<'_>, x: &[u8], y: &mut [u8]) {
+    softmax_lanes(p, x, y, 0)
+}
+
+/// Lanes `j0..inner` of one block, lane by lane.
+pub fn softmax_lanes(p: &SoftmaxParams<'_>, x: &[u8], y: &mut [u8], j0: usize) {
+    let block = p.len * p.inner;
+    assert!(x.len() >= block && y.len() >= block, "softmax: block size");
+    if p.len == 0 {
+        return;
+    }
+    for j in j0..p.inner {
+        softmax_lane(&x[j..], &mut y[j..], p);
+    }
+}
+
 /// A table's `quad_tile_su`.
 pub type ConvTile = fn(usize, &[i8], &[u8], &QuadOffsets<'_>, &mut [i32], usize);
 

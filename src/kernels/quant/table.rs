@@ -252,6 +252,9 @@ pub struct QuantTable {
     /// `y[i] = table[x[i]]` (`x` and `y` of one length): QLut, and requantisation from
     /// one u8 quantisation to another.
     pub lut: fn(table: &[u8; 256], x: &[u8], y: &mut [u8]),
+    /// The u8 softmax of one block (`p.len * p.inner` bytes of `x` and `y`), every lane
+    /// with the bits of `body::softmax_lane`.
+    pub softmax_block: fn(p: &body::SoftmaxParams<'_>, x: &[u8], y: &mut [u8]),
     /// Max pool of one u8 plane (padding never wins).
     pub max_pool_plane: fn(s: &PoolShape, x: &[u8], y: &mut [u8]),
 }
@@ -275,5 +278,6 @@ pub static PORTABLE: QuantTable = QuantTable {
     qadd: body::qadd,
     dw_taps: body::dw_taps,
     lut: body::lut,
+    softmax_block: body::softmax_block,
     max_pool_plane: body::max_pool_plane,
 };

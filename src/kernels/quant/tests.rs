@@ -404,6 +404,59 @@ fn requant_is_dequantize_then_quantize() {
     }
 }
 
+/// The u8 softmax on every kernel table bit for bit against the portable lane (the
+/// terms table in both), over lane counts around the 16-lane groups, lanes longer than the
+/// kept rows, and scales positive, negative, zero and NaN.
+#[test]
+fn softmax_block_matches_portable() {
+    use crate::ir::QParam;
+    let qy = QParam {
+        scale: 1.0 / 256.0,
+        zp: 5,
+    };
+    for (scale, zp) in [
+        (0.11f32, 128u8),
+        (0.02, 0),
+        (-0.05, 17),
+        (0.0, 3),
+        (f32::NAN, 9),
+    ] {
+        let qx = QParam { scale, zp };
+        let v = |q: usize| body::dequantize_one(q as u8, scale, zp);
+        let exps: Vec<f32> = (0..256 * 256)
+            .map(|i| f64::from(v(i % 256) - v(i / 256)).exp() as f32)
+            .collect();
+        for (len, inner) in [
+            (16, 16),
+            (16, 4116 % 100 + 16),
+            (5, 47),
+            (1, 33),
+            (40, 17),
+            (3, 15),
+        ] {
+            let x = rand_bytes(len * inner, (len * 1000 + inner) as u64);
+            let p = body::SoftmaxParams {
+                len,
+                inner,
+                qx,
+                qy,
+                exps: Some(&exps),
+            };
+            let mut want = vec![0u8; x.len()];
+            body::softmax_block(&p, &x, &mut want);
+            for t in tables() {
+                let mut got = vec![0xEEu8; x.len()];
+                (t.quant.softmax_block)(&p, &x, &mut got);
+                assert_eq!(
+                    got, want,
+                    "table {} scale {scale} len {len} inner {inner}",
+                    t.name
+                );
+            }
+        }
+    }
+}
+
 /// The table lookup on every kernel table against the definition, over lengths around
 /// the vector sizes and every byte value (high bit set and clear).
 #[test]

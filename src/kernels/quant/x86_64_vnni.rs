@@ -32,6 +32,7 @@ pub(crate) static TABLE: QuantTable = QuantTable {
     qadd: avx2::qadd,
     dw_taps: avx2::dw_taps,
     lut,
+    softmax_block,
     max_pool_plane: avx2::max_pool_plane,
 };
 
@@ -70,6 +71,84 @@ unsafe fn lut_vbmi(table: &[u8; 256], x: &[u8], y: &mut [u8]) {
             let r = _mm512_mask_blend_epi8(_mm512_movepi8_mask(v), lo, hi);
             _mm512_mask_storeu_epi8(y.as_mut_ptr().add(i) as *mut i8, m, r);
             i += 64;
+        }
+    }
+}
+
+fn softmax_block(p: &body::SoftmaxParams<'_>, x: &[u8], y: &mut [u8]) {
+    let block = p.len * p.inner;
+    assert!(x.len() >= block && y.len() >= block, "softmax: block size");
+    let Some(exps) = p.exps else {
+        return avx2::softmax_block(p, x, y);
+    };
+    assert!(exps.len() >= 256 * 256, "softmax: terms table");
+    let groups = if p.len == 0 { 0 } else { p.inner / 16 };
+    for g in 0..groups {
+        // SAFETY: AVX-512 F/BW/VL/DQ were detected (see the module doc); lanes 16g..16g +
+        // 16 of every row lie inside the block (checked), table indices below 65536.
+        unsafe { softmax16(p, exps, x.as_ptr().add(16 * g), y.as_mut_ptr().add(16 * g)) };
+    }
+    body::softmax_lanes(p, x, y, 16 * groups);
+}
+
+/// Rows a lane group keeps its terms for (longer lanes gather them twice).
+const SOFTMAX_KEEP: usize = 32;
+
+/// Sixteen adjacent softmax lanes from `x` into `y` (rows `p.inner` apart), one per
+/// vector lane, with the bits of `body::softmax_lane` on the terms table: the lanes'
+/// largest bytes, each term gathered from its lane's table row, the sum in row order,
+/// one division, then each output quantised as `body::quantize_to`.
+///
+/// # Safety
+/// AVX-512 F/BW/VL/DQ available; `x` and `y` hold 16 bytes at each of `p.len` rows;
+/// `exps` 65536 floats.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+// Index loops over the kept vectors keep them in registers.
+#[allow(clippy::needless_range_loop)]
+unsafe fn softmax16(p: &body::SoftmaxParams<'_>, exps: &[f32], x: *const u8, y: *mut u8) {
+    let (len, inner) = (p.len, p.inner);
+    // SAFETY: rows `0..len` of 16 bytes at `x` and `y` (caller); gather indices
+    // `m * 256 + q < 65536` inside `exps`.
+    unsafe {
+        let row = |i: usize| _mm512_cvtepu8_epi32(_mm_loadu_si128(x.add(i * inner) as *const _));
+        let mut m = _mm_loadu_si128(x as *const _);
+        for i in 1..len {
+            let v = _mm_loadu_si128(x.add(i * inner) as *const _);
+            m = if p.qx.scale >= 0.0 {
+                _mm_max_epu8(m, v)
+            } else {
+                _mm_min_epu8(m, v)
+            };
+        }
+        let base = _mm512_slli_epi32::<8>(_mm512_cvtepu8_epi32(m));
+        let term =
+            |i: usize| _mm512_i32gather_ps::<4>(_mm512_add_epi32(base, row(i)), exps.as_ptr());
+        let mut kept = [_mm512_setzero_ps(); SOFTMAX_KEEP];
+        let mut sum = _mm512_setzero_ps();
+        for i in 0..len {
+            let e = term(i);
+            if i < SOFTMAX_KEEP {
+                kept[i] = e;
+            }
+            sum = _mm512_add_ps(sum, e);
+        }
+        let inv = _mm512_div_ps(_mm512_set1_ps(1.0), sum);
+        let (scale, zp) = (
+            _mm512_set1_ps(p.qy.scale),
+            _mm512_set1_ps(f32::from(p.qy.zp)),
+        );
+        let (lo, hi) = (_mm512_setzero_ps(), _mm512_set1_ps(255.0));
+        for i in 0..len {
+            let e = if i < SOFTMAX_KEEP { kept[i] } else { term(i) };
+            // `quantize_to`: rne(x / scale) + zp, NaN -> zp, clamped to [0, 255].
+            let q = _mm512_div_ps(_mm512_mul_ps(e, inv), scale);
+            let q = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(q);
+            let q = _mm512_add_ps(q, zp);
+            let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(q, q);
+            let q = _mm512_mask_blend_ps(nan, q, zp);
+            let q = _mm512_min_ps(_mm512_max_ps(q, lo), hi);
+            let b = _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(q));
+            _mm_storeu_si128(y.add(i * inner) as *mut _, b);
         }
     }
 }
