@@ -230,6 +230,18 @@ pub fn softmax_lanes(p: &SoftmaxParams<'_>, x: &[u8], y: &mut [u8], j0: usize) {
     }
 }
 
+/// `dst[i] = src[2 * i]` (see `QuantTable::take_even`).
+#[inline(always)]
+pub fn take_even(src: &[u8], dst: &mut [u8]) {
+    assert!(
+        src.len() + 1 >= 2 * dst.len(),
+        "take_even: source too short"
+    );
+    for (i, d) in dst.iter_mut().enumerate() {
+        *d = src[2 * i];
+    }
+}
+
 /// A table's `quad_tile_su`.
 pub type ConvTile = fn(usize, &[i8], &[u8], &QuadOffsets<'_>, &mut [i32], usize);
 

@@ -940,7 +940,7 @@ fn dense_wide(
         let b_len = wide_b_len(s, cplen, nc_max);
         let bufs = scratch.bufs(QLayout::Quads, b_len, mc_max * nc_max, cig * cplen, kq);
         let (bbuf, cblk, pad) = (bufs.p8, bufs.c, bufs.row);
-        pad_phases(s, xg, x_zp, wp, plen, pad);
+        pad_phases(t, s, (xg, x_zp), (wp, plen), pad);
         let by_channel = channel_quads(cig, khw);
         if by_channel {
             // Four planes at a time interleaved, so that B quad (channels 4c..4c + 4, tap
@@ -1131,7 +1131,13 @@ fn copy_wide(s: &ConvShape, row: &[u8], (jc, wp): (usize, usize), plane: &mut [u
 
 /// The planes of one group (`xg`) padded with `zp` and split into phases in `pad`
 /// (`sh * sw` phases of `plen` bytes per plane, rows of `wps`; see [`dw_phases`]).
-fn pad_phases(s: &ConvShape, xg: &[u8], zp: u8, wps: usize, plen: usize, pad: &mut [u8]) {
+fn pad_phases(
+    t: &super::table::QuantTable,
+    s: &ConvShape,
+    (xg, zp): (&[u8], u8),
+    (wps, plen): (usize, usize),
+    pad: &mut [u8],
+) {
     let hw = s.h * s.w;
     let cplen = s.sh * s.sw * plen;
     for (ci, planes) in pad.chunks_exact_mut(cplen).take(s.cin_g()).enumerate() {
@@ -1155,13 +1161,7 @@ fn pad_phases(s: &ConvShape, xg: &[u8], zp: u8, wps: usize, plen: usize, pad: &m
                 if s.sw == 1 {
                     d.copy_from_slice(&line[ix0..ix0 + d.len()]);
                 } else if s.sw == 2 {
-                    // Pairs, so that the copy vectorises; the last byte may stand alone.
-                    let n = d.len();
-                    let pairs = line[ix0..].chunks_exact(2);
-                    for (o, p) in d[..n - 1].iter_mut().zip(pairs) {
-                        *o = p[0];
-                    }
-                    d[n - 1] = line[ix0 + 2 * (n - 1)];
+                    (t.take_even)(&line[ix0..ix0 + 2 * d.len() - 1], d);
                 } else {
                     for (o, v) in d.iter_mut().zip(line[ix0..].iter().step_by(s.sw)) {
                         *o = *v;

@@ -255,6 +255,9 @@ pub struct QuantTable {
     /// The u8 softmax of one block (`p.len * p.inner` bytes of `x` and `y`), every lane
     /// with the bits of `body::softmax_lane`.
     pub softmax_block: fn(p: &body::SoftmaxParams<'_>, x: &[u8], y: &mut [u8]),
+    /// `dst[i] = src[2 * i]` for every `i < dst.len()` (`src` holds `2 * dst.len() - 1`
+    /// bytes or more): a stride-2 conv's phase rows.
+    pub take_even: fn(src: &[u8], dst: &mut [u8]),
     /// Max pool of one u8 plane (padding never wins).
     pub max_pool_plane: fn(s: &PoolShape, x: &[u8], y: &mut [u8]),
 }
@@ -279,5 +282,6 @@ pub static PORTABLE: QuantTable = QuantTable {
     dw_taps: body::dw_taps,
     lut: body::lut,
     softmax_block: body::softmax_block,
+    take_even: body::take_even,
     max_pool_plane: body::max_pool_plane,
 };

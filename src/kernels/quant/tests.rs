@@ -457,6 +457,30 @@ fn softmax_block_matches_portable() {
     }
 }
 
+/// Every other byte on every kernel table against the definition, over lengths around
+/// the 32-byte vectors, with the shortest source and a longer one.
+#[test]
+fn take_even_matches_definition() {
+    for t in tables() {
+        for n in [0usize, 1, 2, 31, 32, 33, 64, 100] {
+            for extra in [0usize, 1, 40] {
+                let src = rand_bytes((2 * n).saturating_sub(1) + extra, (n * 3 + extra) as u64);
+                let mut dst = vec![0xEEu8; n + 2];
+                (t.quant.take_even)(&src, &mut dst[..n]);
+                for i in 0..n {
+                    assert_eq!(
+                        dst[i],
+                        src[2 * i],
+                        "table {} n {n} extra {extra} at {i}",
+                        t.name
+                    );
+                }
+                assert_eq!(&dst[n..], &[0xEE; 2], "table {} wrote past the end", t.name);
+            }
+        }
+    }
+}
+
 /// The table lookup on every kernel table against the definition, over lengths around
 /// the vector sizes and every byte value (high bit set and clear).
 #[test]

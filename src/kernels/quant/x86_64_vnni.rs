@@ -33,6 +33,7 @@ pub(crate) static TABLE: QuantTable = QuantTable {
     dw_taps: avx2::dw_taps,
     lut,
     softmax_block,
+    take_even,
     max_pool_plane: avx2::max_pool_plane,
 };
 
@@ -150,6 +151,42 @@ unsafe fn softmax16(p: &body::SoftmaxParams<'_>, exps: &[f32], x: *const u8, y: 
             let b = _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(q));
             _mm_storeu_si128(y.add(i * inner) as *mut _, b);
         }
+    }
+}
+
+fn take_even(src: &[u8], dst: &mut [u8]) {
+    let n = dst.len();
+    assert!(src.len() + 1 >= 2 * n, "take_even: source too short");
+    // SAFETY: AVX-512 F/BW were detected (see the module doc); the lengths were checked.
+    unsafe { take_even512(src.as_ptr(), src.len(), dst.as_mut_ptr(), n) }
+}
+
+/// `dst[i] = src[2 * i]` for `i < n`, 32 at a time: per 128-bit lane the even bytes
+/// gathered into its low half (`vpshufb`), then the lanes' low halves into the low 256
+/// bits (`vpermq`).
+///
+/// # Safety
+/// AVX-512 F/BW available; `src` readable for `len >= 2 * n - 1` bytes, `dst` writable
+/// for `n`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+unsafe fn take_even512(src: *const u8, len: usize, dst: *mut u8, n: usize) {
+    let evens = _mm512_broadcast_i32x4(_mm_setr_epi8(
+        0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,
+    ));
+    let lows = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
+    let mut i = 0;
+    while i < n {
+        let (from, count) = (2 * i, (n - i).min(32));
+        let m_in = first_bytes(len - from);
+        let m_out = first_bytes(count) as __mmask32;
+        // SAFETY: the masks keep the load inside `src` and the store inside `dst`.
+        unsafe {
+            let v = _mm512_maskz_loadu_epi8(m_in, src.add(from) as *const i8);
+            let v = _mm512_permutexvar_epi64(lows, _mm512_shuffle_epi8(v, evens));
+            let e = _mm512_castsi512_si256(v);
+            _mm256_mask_storeu_epi8(dst.add(i) as *mut i8, m_out, e);
+        }
+        i += 32;
     }
 }
 
