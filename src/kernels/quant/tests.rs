@@ -1294,8 +1294,9 @@ fn qconv_ties_round_like_the_float_reference() {
     );
 }
 
-/// The separable u8 max pool against the window maximum taken tap by tap, over kernels,
-/// strides, dilations and pads (windows in padding give 0).
+/// The u8 max pool of every table against the window maximum taken tap by tap, over
+/// kernels, strides, dilations, pads and rows of more than one 64-byte vector (windows
+/// in padding give 0).
 #[test]
 fn separable_maxpool_matches_taps() {
     for (h, w, k, st, d, pad) in [
@@ -1305,6 +1306,9 @@ fn separable_maxpool_matches_taps() {
         (6, 5, 2, 2, 1, 0),
         (5, 13, 13, 1, 1, 6),
         (4, 4, 1, 1, 1, 0),
+        (6, 112, 3, 2, 1, 1),
+        (5, 130, 5, 1, 1, 2),
+        (4, 67, 2, 2, 1, 0),
     ] {
         let oh = (h + 2 * pad - d * (k - 1) - 1) / st + 1;
         let ow = (w + 2 * pad - d * (k - 1) - 1) / st + 1;
@@ -1323,26 +1327,24 @@ fn separable_maxpool_matches_taps() {
             pads: [pad; 4],
         };
         let x = rand_bytes(h * w, 5);
-        let mut y = vec![0xAAu8; oh * ow];
-        crate::kernels::quant::body::max_pool_plane(&s, &x, &mut y);
-        for oy in 0..oh {
-            for ox in 0..ow {
-                let mut m = 0u8;
-                for ky in 0..k {
-                    for kx in 0..k {
-                        let iy = (oy * st + ky * d) as isize - pad as isize;
-                        let ix = (ox * st + kx * d) as isize - pad as isize;
-                        if (0..h as isize).contains(&iy) && (0..w as isize).contains(&ix) {
-                            m = m.max(x[iy as usize * w + ix as usize]);
-                        }
+        let mut want = vec![0u8; oh * ow];
+        for (i, m) in want.iter_mut().enumerate() {
+            let (oy, ox) = (i / ow, i % ow);
+            for ky in 0..k {
+                for kx in 0..k {
+                    let iy = (oy * st + ky * d) as isize - pad as isize;
+                    let ix = (ox * st + kx * d) as isize - pad as isize;
+                    if (0..h as isize).contains(&iy) && (0..w as isize).contains(&ix) {
+                        *m = (*m).max(x[iy as usize * w + ix as usize]);
                     }
                 }
-                assert_eq!(
-                    y[oy * ow + ox],
-                    m,
-                    "{h}x{w} k{k} s{st} d{d} p{pad} at {oy},{ox}"
-                );
             }
+        }
+        for t in tables() {
+            let mut y = vec![0xAAu8; oh * ow];
+            (t.quant.max_pool_plane)(&s, &x, &mut y);
+            let what = format!("{h}x{w} k{k} s{st} d{d} p{pad}, table {}", t.name);
+            assert_eq!(y, want, "{what}");
         }
     }
 }

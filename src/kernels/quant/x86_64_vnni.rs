@@ -11,6 +11,7 @@
 use super::body;
 use super::table::{ConvOps, QLayout, QuadOffsets, QuantTable, TileDst, Q4MR, Q4NR};
 use super::x86_64_avx2 as avx2;
+use crate::kernels::body::pool::PoolShape;
 use std::arch::x86_64::*;
 
 /// The AVX-512 VNNI int8 table.
@@ -34,7 +35,7 @@ pub(crate) static TABLE: QuantTable = QuantTable {
     lut,
     softmax_block,
     take_even,
-    max_pool_plane: avx2::max_pool_plane,
+    max_pool_plane,
 };
 
 fn lut(table: &[u8; 256], x: &[u8], y: &mut [u8]) {
@@ -187,6 +188,90 @@ unsafe fn take_even512(src: *const u8, len: usize, dst: *mut u8, n: usize) {
             _mm256_mask_storeu_epi8(dst.add(i) as *mut i8, m_out, e);
         }
         i += 32;
+    }
+}
+
+/// Bytes of the rows the AVX-512 max pool keeps on the stack.
+const POOL_ROW: usize = 4096;
+
+fn max_pool_plane(s: &PoolShape, x: &[u8], y: &mut [u8]) {
+    let pw = s.pads[1];
+    let span = (s.ow.max(1) - 1) * s.sw + s.kw;
+    let taken = (s.dh, s.dw) == (1, 1)
+        && (s.sw == 1 || s.sw == 2)
+        && s.kh > 0
+        && s.kw > 0
+        && (pw + s.w).max(span).max(2 * s.ow) + s.kw + 64 <= POOL_ROW;
+    if !taken {
+        return avx2::max_pool_plane(s, x, y);
+    }
+    assert!(
+        x.len() >= s.h * s.w && y.len() >= s.oh * s.ow,
+        "max pool: plane sizes"
+    );
+    // SAFETY: AVX-512 F/BW were detected (see the module doc); the plane sizes were
+    // checked and `taken` bounds every row access by `POOL_ROW`.
+    unsafe { max_pool512(s, x, y) }
+}
+
+/// The u8 max pool of one plane (dilation 1, stride 1 or 2 across): per output row, the
+/// window's input rows reduced into one zero-bordered row (`vpmaxub`, 64 columns at a
+/// time; padding, 0, never wins over a byte), then each output the maximum of `kw`
+/// shifted loads of it (stride 2: the stride-1 maxima, then every other one,
+/// [`take_even512`]). A window wholly in padding gives 0, as the body.
+///
+/// # Safety
+/// AVX-512 F/BW available; `x` holds `h * w` bytes, `y` `oh * ow`; rows fit `POOL_ROW`
+/// as [`max_pool_plane`] checks.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+unsafe fn max_pool512(s: &PoolShape, x: &[u8], y: &mut [u8]) {
+    let (pt, pw) = (s.pads[0], s.pads[1]);
+    let (mut r, mut m) = ([0u8; POOL_ROW], [0u8; POOL_ROW]);
+    // SAFETY: row loads and stores stay inside the `POOL_ROW` buffers (checked by the
+    // caller) and, masked, inside `x`'s rows and `y`'s rows.
+    unsafe {
+        for oy in 0..s.oh {
+            let iy0 = (oy * s.sh) as isize - pt as isize;
+            let (a, b) = (
+                iy0.max(0) as usize,
+                ((iy0 + s.kh as isize).max(0) as usize).min(s.h),
+            );
+            let mut i = 0;
+            while i < s.w {
+                let mk = first_bytes(s.w - i);
+                let mut v = _mm512_setzero_si512();
+                for iy in a..b {
+                    let p = x.as_ptr().add(iy * s.w + i) as *const i8;
+                    v = _mm512_max_epu8(v, _mm512_maskz_loadu_epi8(mk, p));
+                }
+                _mm512_mask_storeu_epi8(r.as_mut_ptr().add(pw + i) as *mut i8, mk, v);
+                i += 64;
+            }
+            let cols = if s.sw == 1 { s.ow } else { 2 * s.ow };
+            let dst = if s.sw == 1 {
+                y.as_mut_ptr().add(oy * s.ow)
+            } else {
+                m.as_mut_ptr()
+            };
+            let mut j = 0;
+            while j < cols {
+                let mut v = _mm512_loadu_si512(r.as_ptr().add(j) as *const _);
+                for kx in 1..s.kw {
+                    let u = _mm512_loadu_si512(r.as_ptr().add(j + kx) as *const _);
+                    v = _mm512_max_epu8(v, u);
+                }
+                _mm512_mask_storeu_epi8(dst.add(j) as *mut i8, first_bytes(cols - j), v);
+                j += 64;
+            }
+            if s.sw == 2 {
+                take_even512(
+                    m.as_ptr(),
+                    2 * s.ow - 1,
+                    y.as_mut_ptr().add(oy * s.ow),
+                    s.ow,
+                );
+            }
+        }
     }
 }
 
