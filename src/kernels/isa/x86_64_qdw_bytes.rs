@@ -19,7 +19,7 @@ use crate::kernels::body::conv::ConvShape;
 use crate::kernels::quant::body::bounds;
 use crate::kernels::quant::conv::TIE_EPS;
 use crate::kernels::quant::dw_exact::{BytePlaneGeom, DwTaps, NearTies, LANES as L};
-use crate::kernels::quant::x86_64_vnni::first_bytes;
+use crate::kernels::quant::x86_64_vnni::copy512;
 use crate::kernels::quant::Requant;
 use std::arch::x86_64::*;
 
@@ -112,7 +112,7 @@ unsafe fn channel(
         let dst = &mut plane[(s.ph + iy) * g.row_len + s.pw..][..s.w];
         // SAFETY: `dst` and the source row are `w` bytes; masked 64-byte pieces stay
         // inside both.
-        unsafe { copy_row(x.as_ptr().add(iy * s.w), dst.as_mut_ptr(), s.w) };
+        unsafe { copy512(x.as_ptr().add(iy * s.w), dst.as_mut_ptr(), s.w) };
     }
     // Lane `l` (four output columns) reads input dwords from `l * sw`.
     let spread = if s.sw == 1 {
@@ -183,24 +183,6 @@ unsafe fn channel(
             }
         }
         oy += r;
-    }
-}
-
-/// Copies `n` bytes from `src` to `dst` in 64-byte pieces (the last one masked).
-///
-/// # Safety
-/// AVX-512 BW available; `src` readable and `dst` writable for `n` bytes.
-#[inline(always)]
-unsafe fn copy_row(src: *const u8, dst: *mut u8, n: usize) {
-    let mut i = 0;
-    while i < n {
-        let m = first_bytes(n - i);
-        // SAFETY: the mask keeps both accesses inside the `n` bytes (caller).
-        unsafe {
-            let v = _mm512_maskz_loadu_epi8(m, src.add(i) as *const i8);
-            _mm512_mask_storeu_epi8(dst.add(i) as *mut i8, m, v);
-        }
-        i += 64;
     }
 }
 

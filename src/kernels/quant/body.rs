@@ -242,6 +242,36 @@ pub fn take_even(src: &[u8], dst: &mut [u8]) {
     }
 }
 
+/// Copies rows (see `QuantTable::copy_rows`).
+#[inline(always)]
+pub fn copy_rows(src: &[u8], ss: usize, dst: &mut [u8], ds: usize, (rows, len): (usize, usize)) {
+    check_rows(src.len(), ss, dst.len(), ds, (rows, len));
+    for r in 0..rows {
+        dst[r * ds..r * ds + len].copy_from_slice(&src[r * ss..r * ss + len]);
+    }
+}
+
+/// Panics unless `rows` rows of `len` bytes, `ss` and `ds` apart, lie inside `src_len`
+/// and `dst_len` bytes.
+pub fn check_rows(
+    src_len: usize,
+    ss: usize,
+    dst_len: usize,
+    ds: usize,
+    (rows, len): (usize, usize),
+) {
+    if rows > 0 {
+        assert!(
+            src_len >= (rows - 1) * ss + len,
+            "copy_rows: source too short"
+        );
+        assert!(
+            dst_len >= (rows - 1) * ds + len,
+            "copy_rows: destination too short"
+        );
+    }
+}
+
 /// A table's `quad_tile_su`.
 pub type ConvTile = fn(usize, &[i8], &[u8], &QuadOffsets<'_>, &mut [i32], usize);
 

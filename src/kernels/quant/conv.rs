@@ -1009,7 +1009,7 @@ fn dense_wide(
                     for i in m_lo.max(ip * mr)..m_hi.min(ip_end * mr) {
                         let c = g * mg + i;
                         let row = &stage[(i - ip * mr) * ldb..][..nc];
-                        copy_wide(s, row, (jc, wp), &mut o[ob + c * ohw..][..ohw]);
+                        copy_wide(t, s, row, (jc, wp), &mut o[ob + c * ohw..][..ohw]);
                     }
                 } else {
                     blk.run_i32(t, cblk, ldb);
@@ -1116,16 +1116,31 @@ fn put_wide(
 
 /// Copies the output columns of one channel's wide row block `row` (wide columns `jc..`)
 /// into its output plane `plane`: of each output row it covers, the `ow` first columns.
-fn copy_wide(s: &ConvShape, row: &[u8], (jc, wp): (usize, usize), plane: &mut [u8]) {
+fn copy_wide(
+    t: &super::table::QuantTable,
+    s: &ConvShape,
+    row: &[u8],
+    (jc, wp): (usize, usize),
+    plane: &mut [u8],
+) {
     let end = jc + row.len();
     let mut oy = jc / wp;
     while oy < s.oh && oy * wp < end {
         let (a, b) = ((oy * wp).max(jc), (oy * wp + s.ow).min(end));
-        if a < b {
+        // Whole output rows from here on: one call for all of them.
+        let whole = (oy..s.oh)
+            .take_while(|&r| (r * wp).max(jc) == r * wp && r * wp + s.ow <= end)
+            .count();
+        let (rows, len) = if whole > 0 {
+            (whole, s.ow)
+        } else {
+            (1, b.saturating_sub(a))
+        };
+        if len > 0 {
             let j0 = oy * s.ow + (a - oy * wp);
-            plane[j0..j0 + b - a].copy_from_slice(&row[a - jc..b - jc]);
+            (t.copy_rows)(&row[a - jc..], wp, &mut plane[j0..], s.ow, (rows, len));
         }
-        oy += 1;
+        oy += rows;
     }
 }
 

@@ -258,6 +258,9 @@ pub struct QuantTable {
     /// `dst[i] = src[2 * i]` for every `i < dst.len()` (`src` holds `2 * dst.len() - 1`
     /// bytes or more): a stride-2 conv's phase rows.
     pub take_even: fn(src: &[u8], dst: &mut [u8]),
+    /// Copies `rows` rows of `len` bytes from `src` (rows `ss` apart) to `dst` (rows `ds`
+    /// apart).
+    pub copy_rows: fn(src: &[u8], ss: usize, dst: &mut [u8], ds: usize, shape: (usize, usize)),
     /// Max pool of one u8 plane (padding never wins).
     pub max_pool_plane: fn(s: &PoolShape, x: &[u8], y: &mut [u8]),
 }
@@ -283,5 +286,6 @@ pub static PORTABLE: QuantTable = QuantTable {
     lut: body::lut,
     softmax_block: body::softmax_block,
     take_even: body::take_even,
+    copy_rows: body::copy_rows,
     max_pool_plane: body::max_pool_plane,
 };

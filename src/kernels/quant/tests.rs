@@ -108,6 +108,8 @@ fn conv_cases() -> Vec<ConvShape> {
         conv_shape((64, 70, 1), (20, 20), (3, 3), (1, 1), (1, 1), (1, 1)),
         // Channel quads with a zero-padded last quad (35 = 8 * 4 + 3), stride 2.
         conv_shape((35, 9, 1), (7, 9), (3, 3), (2, 2), (1, 1), (1, 1)),
+        // Wide rows of 7 (5 outputs): the 256-column block ends on a row's last output.
+        conv_shape((8, 8, 1), (40, 5), (3, 3), (1, 1), (1, 1), (1, 1)),
     ];
     let mut b2 = conv_shape((4, 6, 2), (5, 6), (2, 2), (1, 1), (1, 0), (1, 1));
     b2.n = 2;
@@ -476,6 +478,34 @@ fn take_even_matches_definition() {
                     );
                 }
                 assert_eq!(&dst[n..], &[0xEE; 2], "table {} wrote past the end", t.name);
+            }
+        }
+    }
+}
+
+/// Row copies on every kernel table: rows shorter and longer than a vector, strides
+/// wider than the rows, nothing written between or after them.
+#[test]
+fn copy_rows_match_definition() {
+    for t in tables() {
+        for (rows, len, ss, ds) in [
+            (0, 5, 9, 7),
+            (1, 0, 1, 1),
+            (3, 7, 9, 7),
+            (5, 56, 58, 56),
+            (2, 130, 131, 140),
+        ] {
+            let src = rand_bytes((rows.max(1) - 1) * ss + len + 3, (rows * len) as u64);
+            let mut dst = vec![0xEEu8; (rows.max(1) - 1) * ds + len + 5];
+            (t.quant.copy_rows)(&src, ss, &mut dst, ds, (rows, len));
+            for (i, &d) in dst.iter().enumerate() {
+                let (r, c) = (i / ds.max(1), i % ds.max(1));
+                let want = if r < rows && c < len {
+                    src[r * ss + c]
+                } else {
+                    0xEE
+                };
+                assert_eq!(d, want, "table {} rows {rows} len {len} at {i}", t.name);
             }
         }
     }

@@ -35,6 +35,7 @@ pub(crate) static TABLE: QuantTable = QuantTable {
     lut,
     softmax_block,
     take_even,
+    copy_rows,
     max_pool_plane,
 };
 
@@ -136,6 +137,7 @@ avx2_build!(quad_tile_su, body::quad_tile_at, (kq: usize, a: &[i8], b: &[u8], at
 avx2_build!(quad_tile_su_u8, body::quad_tile_u8, (kq: usize, ops: ConvOps<'_>, dst: TileDst<'_>) -> [u32; Q4MR]);
 avx2_build!(lut, body::lut, (table: &[u8; 256], x: &[u8], y: &mut [u8]));
 avx2_build!(take_even, body::take_even, (src: &[u8], dst: &mut [u8]));
+avx2_build!(copy_rows, body::copy_rows, (src: &[u8], ss: usize, dst: &mut [u8], ds: usize, shape: (usize, usize)));
 avx2_build!(softmax_block, body::softmax_block, (p: &body::SoftmaxParams<'_>, x: &[u8], y: &mut [u8]));
 avx2_build!(quad_tile_us, body::quad_tile, (kq: usize, a: &[u8], b: &[i8], c: &mut [i32], ldc: usize));
 avx2_build!(scatter_quads, body::scatter_quads, (k: usize, p: usize, src: &[&[u8]], out: &mut [u8]));

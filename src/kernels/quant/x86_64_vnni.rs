@@ -35,6 +35,7 @@ pub(crate) static TABLE: QuantTable = QuantTable {
     lut,
     softmax_block,
     take_even,
+    copy_rows,
     max_pool_plane,
 };
 
@@ -188,6 +189,36 @@ unsafe fn take_even512(src: *const u8, len: usize, dst: *mut u8, n: usize) {
             _mm256_mask_storeu_epi8(dst.add(i) as *mut i8, m_out, e);
         }
         i += 32;
+    }
+}
+
+fn copy_rows(src: &[u8], ss: usize, dst: &mut [u8], ds: usize, (rows, len): (usize, usize)) {
+    body::check_rows(src.len(), ss, dst.len(), ds, (rows, len));
+    let (sp, dp) = (src.as_ptr(), dst.as_mut_ptr());
+    for r in 0..rows {
+        // SAFETY: AVX-512 F/BW were detected (see the module doc); row r's `len` bytes
+        // lie inside both slices (checked).
+        unsafe { copy512(sp.add(r * ss), dp.add(r * ds), len) };
+    }
+}
+
+/// Copies `n` bytes in 64-byte pieces (the last one masked): no call, for the short
+/// rows of output planes.
+///
+/// # Safety
+/// AVX-512 F/BW available; `src` readable and `dst` writable for `n` bytes.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+pub(crate) unsafe fn copy512(src: *const u8, dst: *mut u8, n: usize) {
+    let mut i = 0;
+    while i < n {
+        let m = first_bytes(n - i);
+        // SAFETY: the mask keeps both accesses inside the `n` bytes (caller).
+        unsafe {
+            let v = _mm512_maskz_loadu_epi8(m, src.add(i) as *const i8);
+            _mm512_mask_storeu_epi8(dst.add(i) as *mut i8, m, v);
+        }
+        i += 64;
     }
 }
 
