@@ -390,10 +390,13 @@ impl FloatTies {
                             .saturating_sub((b0 + l) * bk + t0),
                     )
                 };
-                if lanes < REF_LANES || len(lanes - 1) < steps {
-                    // Lanes past the pass's blocks and a short block's tail are 0.
-                    xs[..steps * REF_LANES].fill(0.0);
-                    wv[..steps * REF_LANES].fill(0.0);
+                // A short block's tail steps add 0 to its chain; the chains of lanes past
+                // the pass's blocks are never read, whatever their operands.
+                for l in 0..lanes {
+                    for i in len(l)..steps {
+                        xs[i * REF_LANES + l] = 0.0;
+                        wv[i * REF_LANES + l] = 0.0;
+                    }
                 }
                 for l in (0..lanes).filter(|&l| len(l) > 0) {
                     fill(&mut xs, &mut wv, (b0 + l) * bk + t0, len(l), l);
