@@ -703,18 +703,26 @@ fn dense(
         let (ip_lo, ip_hi) = (m_lo / mr, m_hi.div_ceil(mr));
         let nc_max = QNC.min(ohw.div_ceil(nr) * nr);
         let mc_max = QMC.min((ip_hi - ip_lo) * mr);
-        let quads = if lay == QLayout::Quads { kgs } else { 0 };
-        let bufs = scratch.bufs(
-            lay,
-            lay.b_len(k, nc_max),
-            mc_max * nc_max,
-            lay.kg() * nc_max,
-            quads,
-        );
+        // Quads (here a pointwise conv, whose im2col rows are the input planes): the
+        // planes interleaved four at a time once, each tile reading its B quads in place.
+        let quads = lay == QLayout::Quads;
+        let b_len = if quads {
+            pointwise_b_len(s)
+        } else {
+            lay.b_len(k, nc_max)
+        };
+        let (rows_len, offs_len) = if quads {
+            (0, kgs)
+        } else {
+            (lay.kg() * nc_max, 0)
+        };
+        let bufs = scratch.bufs(lay, b_len, mc_max * nc_max, rows_len, offs_len);
         let (pb16, pb8, cblk, rows) = (bufs.p16, bufs.p8, bufs.c, bufs.row);
-        // Packed B panels: quad q at q * 128 of its panel.
+        if quads {
+            interleave_planes(t, xg, (cig, hw), pb8);
+        }
         for (q, o) in bufs.offs.iter_mut().enumerate() {
-            *o = (q * Q4NR * 4) as u32;
+            *o = u32::try_from(q * hw * 4).expect("int8 conv input over 1 GiB");
         }
         let at = QuadOffsets::new(bufs.offs);
         let mut jc = 0;
@@ -722,10 +730,9 @@ fn dense(
             let nc = QNC.min(ohw - jc);
             let b_panels = nc.div_ceil(nr);
             let ldb = b_panels * nr;
-            let pb_len = lay.b_len(k, ldb);
-            match lay {
-                QLayout::Pairs => pack_im2col(s, xg, x_zp, jc, nc, &mut pb16[..pb_len], rows),
-                QLayout::Quads => pack_im2col4(t, s, xg, x_zp, jc, nc, &mut pb8[..pb_len], rows),
+            if !quads {
+                let pb_len = lay.b_len(k, ldb);
+                pack_im2col(s, xg, x_zp, jc, nc, &mut pb16[..pb_len], rows);
             }
             let mut ip = ip_lo;
             while ip < ip_hi {
@@ -737,8 +744,8 @@ fn dense(
                         panels: (ip, ip_end),
                         rows: (m_lo, m_hi),
                         c_base: g * mg,
-                        pb: pb8,
-                        b_step: kgs * Q4NR * 4,
+                        pb: &pb8[jc * 4..],
+                        b_step: Q4NR * 4,
                         at,
                         b_panels,
                         kq: kgs,
@@ -949,15 +956,7 @@ fn dense_wide(
             // Four planes at a time interleaved, so that B quad (channels 4c..4c + 4, tap
             // t) of wide column j is the four bytes at (c * cplen + tap_off(t) + j) * 4:
             // every tile reads its B quads in place.
-            let planes = bbuf.chunks_mut(4 * cplen).take(cig.div_ceil(4));
-            for (c4, dst) in planes.enumerate() {
-                let mut src: [&[u8]; 4] = [&[]; 4];
-                let cnt = (cig - 4 * c4).min(4);
-                for (e, r) in src.iter_mut().take(cnt).enumerate() {
-                    *r = &pad[(4 * c4 + e) * cplen..][..cplen];
-                }
-                (t.scatter_quads)(4, 0, &src[..cnt], dst);
-            }
+            interleave_planes(t, pad, (cig, cplen), bbuf);
         }
         for (q, o) in bufs.offs.iter_mut().enumerate() {
             let off = if by_channel {
@@ -1054,6 +1053,32 @@ fn pack_wide_block(
             *r = &pad[at..at + nc];
         }
         (t.scatter_quads)(k, p, &src[..cnt], pb);
+    }
+}
+
+/// Bytes of B of a pointwise conv on quad panels ([`dense`]): its input planes of one
+/// group interleaved four at a time ([`interleave_planes`]), and one panel's width more,
+/// which the last tiles read past the last plane.
+pub(crate) fn pointwise_b_len(s: &ConvShape) -> usize {
+    (s.cin_g().div_ceil(4) * s.h * s.w + Q4NR) * 4
+}
+
+/// Interleaves the `cin` planes of `len` bytes in `x` four at a time into `out`: byte
+/// `e` of position `j` of plane group `c` at `(c * len + j) * 4 + e` (the last group's
+/// missing planes left as they are: their weights are 0).
+fn interleave_planes(
+    t: &super::table::QuantTable,
+    x: &[u8],
+    (cin, len): (usize, usize),
+    out: &mut [u8],
+) {
+    for (c4, dst) in out.chunks_mut(4 * len).take(cin.div_ceil(4)).enumerate() {
+        let mut src: [&[u8]; 4] = [&[]; 4];
+        let cnt = (cin - 4 * c4).min(4);
+        for (e, r) in src.iter_mut().take(cnt).enumerate() {
+            *r = &x[(4 * c4 + e) * len..][..len];
+        }
+        (t.scatter_quads)(4, 0, &src[..cnt], dst);
     }
 }
 
@@ -1187,35 +1212,6 @@ fn pad_phases(
                 }
             }
         }
-    }
-}
-
-/// Packs columns `jc..jc + nc` of the im2col matrix of one group into quad B panels
-/// `pb` (`rows`: scratch of `4 * nc` bytes).
-#[allow(clippy::too_many_arguments)]
-fn pack_im2col4(
-    t: &super::table::QuantTable,
-    s: &ConvShape,
-    xg: &[u8],
-    zp: u8,
-    jc: usize,
-    nc: usize,
-    pb: &mut [u8],
-    rows: &mut [u8],
-) {
-    let k = s.k();
-    if !k.is_multiple_of(4) || !nc.is_multiple_of(Q4NR) {
-        pb.fill(0);
-    }
-    let mut p = 0;
-    while p < k {
-        let cnt = (k - p).min(4);
-        let mut src: [&[u8]; 4] = [&[]; 4];
-        for (i, buf) in rows[..4 * nc].chunks_exact_mut(nc).take(cnt).enumerate() {
-            src[i] = im2col_row(s, xg, zp, p + i, jc, buf);
-        }
-        (t.scatter_quads)(k, p, &src[..cnt], pb);
-        p += 4;
     }
 }
 

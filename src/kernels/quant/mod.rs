@@ -121,6 +121,7 @@ impl QScratch {
             let mc = gemm::QMC.min(s.cout_g().div_ceil(mr) * mr);
             let (b_len, rows) = match wide {
                 Some((_, cplen)) => (conv::wide_b_len(s, cplen, nc), s.cin_g() * cplen),
+                None if layout == QLayout::Quads => (conv::pointwise_b_len(s), 0),
                 None => (layout.b_len(s.k(), nc), layout.kg() * nc),
             };
             let kq = conv::conv_quads(s);
