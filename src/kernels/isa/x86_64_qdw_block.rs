@@ -17,7 +17,7 @@
 use super::x86_64_avx512_math::first_lanes;
 use super::x86_64_dw_block::transpose;
 use crate::kernels::body::conv::ConvShape;
-use crate::kernels::quant::body::bounds;
+use crate::kernels::quant::body::{bounds, ROUND_MAGIC};
 use crate::kernels::quant::conv::TIE_EPS;
 use crate::kernels::quant::dw_exact::PLANE_ROWS;
 use crate::kernels::quant::dw_exact::{
@@ -28,11 +28,6 @@ use std::arch::x86_64::*;
 
 /// Output pixels accumulated together (independent FMA chains).
 const PIXELS: usize = 8;
-
-/// `(v + ROUND_MAGIC) - ROUND_MAGIC` is `v` rounded half to even for |v| < 2^22, and
-/// the low byte of `v + ROUND_MAGIC`'s bits is that integer's (the constant's mantissa
-/// ends in a zero byte).
-const ROUND_MAGIC: f32 = 12_582_912.0;
 
 /// The requantisation, one lane per channel.
 #[derive(Clone, Copy)]

@@ -16,7 +16,7 @@
 
 use super::x86_64_avx512_math::first_lanes;
 use crate::kernels::body::conv::ConvShape;
-use crate::kernels::quant::body::bounds;
+use crate::kernels::quant::body::{bounds, ROUND_MAGIC};
 use crate::kernels::quant::conv::TIE_EPS;
 use crate::kernels::quant::dw_exact::{BytePlaneGeom, DwTaps, NearTies, LANES as L};
 use crate::kernels::quant::x86_64_vnni::copy512;
@@ -28,10 +28,6 @@ const ROWS: usize = 4;
 
 /// Kernel rows the taps array holds (the tallest of `dw_exact::BYTE_KH`).
 const KH_CAP: usize = 5;
-
-/// `(v + ROUND_MAGIC) - ROUND_MAGIC` is `v` rounded half to even for |v| < 2^22, and
-/// the low byte of `v + ROUND_MAGIC`'s bits is that integer's.
-const ROUND_MAGIC: f32 = 12_582_912.0;
 
 /// One channel's taps as quads: `[ky][q]` holds taps `4q..4q + 4` of kernel row `ky` as
 /// four s8 bytes (zero past the kernel width).

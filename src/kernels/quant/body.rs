@@ -343,8 +343,10 @@ pub fn scatter_quads(k: usize, p: usize, src: &[&[u8]], out: &mut [u8]) {
     }
 }
 
-/// `(v + ROUND_MAGIC) - ROUND_MAGIC` is `v` rounded to an integer for |v| < 2^22.
-const ROUND_MAGIC: f32 = 12_582_912.0;
+/// `(v + ROUND_MAGIC) - ROUND_MAGIC` is `v` rounded half to even for |v| < 2^22, and the
+/// low byte of `v + ROUND_MAGIC`'s bits is that integer's (the constant's mantissa ends in
+/// a zero byte).
+pub const ROUND_MAGIC: f32 = 12_582_912.0;
 
 /// The first `j` whose requantised value `(acc[j] + bias) * mult` (clamped to the
 /// output range) lies within `eps` of a rounding boundary, or `acc.len()` (see

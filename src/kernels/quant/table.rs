@@ -148,16 +148,6 @@ impl<'a> QuadOffsets<'a> {
         self.offs[q] as usize
     }
 
-    /// Quads listed.
-    pub fn len(&self) -> usize {
-        self.offs.len()
-    }
-
-    /// True when no quad is listed.
-    pub fn is_empty(&self) -> bool {
-        self.offs.is_empty()
-    }
-
     /// Panics unless `kq` quads are listed and every one lies inside `b_len` bytes.
     pub fn check(&self, kq: usize, b_len: usize) {
         assert!(

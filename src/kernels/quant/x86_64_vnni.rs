@@ -8,7 +8,7 @@
 //! handed out only after detecting AVX-512 F/BW/VL/DQ, VNNI, AVX2 and FMA, so each
 //! wrapper runs only on a CPU that has them.
 
-use super::body;
+use super::body::{self, ROUND_MAGIC};
 use super::table::{ConvOps, QLayout, QuadOffsets, QuantTable, TileDst, Q4MR, Q4NR};
 use super::x86_64_avx2 as avx2;
 use crate::kernels::body::pool::PoolShape;
@@ -306,6 +306,16 @@ unsafe fn max_pool512(s: &PoolShape, x: &[u8], y: &mut [u8]) {
     }
 }
 
+/// The mask of the first `n` lanes of a vector of sixteen (all of them from 16 on).
+#[inline(always)]
+fn first_words(n: usize) -> __mmask16 {
+    if n >= 16 {
+        0xffff
+    } else {
+        (1u16 << n) - 1
+    }
+}
+
 /// The mask of the first `n` bytes of a 64-byte vector (all of them from 64 on).
 #[inline(always)]
 pub(crate) fn first_bytes(n: usize) -> __mmask64 {
@@ -402,11 +412,7 @@ unsafe fn requant16<const TIES: bool>(
     let mut first = n;
     let mut i = 0;
     while i < n {
-        let lanes: __mmask16 = if n - i >= 16 {
-            0xffff
-        } else {
-            (1u16 << (n - i)) - 1
-        };
+        let lanes = first_words(n - i);
         // SAFETY: the mask covers `i..min(i + 16, n)`, within `acc` (caller).
         let a = unsafe { _mm512_maskz_loadu_epi32(lanes, acc.add(i)) };
         let v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a, vb)), vm);
@@ -489,15 +495,10 @@ unsafe fn requant_8x32(t: &[__m512i; 2 * Q4MR], dst: TileDst<'_>) -> [u32; Q4MR]
     let (vmin, vmax) = (_mm512_set1_ps(minv), _mm512_set1_ps(maxv));
     let (magic, near) = (_mm512_set1_ps(ROUND_MAGIC), _mm512_set1_ps(0.5 - dst.eps));
     let vzp = _mm512_set1_epi32(post.y_zp);
-    let lanes = |from: usize| -> __mmask16 {
-        let n = dst.cols.saturating_sub(from);
-        if n >= 16 {
-            0xffff
-        } else {
-            (1u16 << n) - 1
-        }
-    };
-    let m = [lanes(0), lanes(16)];
+    let m = [
+        first_words(dst.cols),
+        first_words(dst.cols.saturating_sub(16)),
+    ];
     let mut masks = [0u32; Q4MR];
     let out = dst.out.as_mut_ptr();
     for r in dst.lo..dst.hi {
@@ -524,10 +525,6 @@ unsafe fn requant_8x32(t: &[__m512i; 2 * Q4MR], dst: TileDst<'_>) -> [u32; Q4MR]
     }
     masks
 }
-
-/// `(v + ROUND_MAGIC) - ROUND_MAGIC` is `v` rounded half to even for |v| < 2^22, and
-/// the low byte of `v + ROUND_MAGIC`'s bits is that integer's.
-const ROUND_MAGIC: f32 = 12_582_912.0;
 
 /// A tile's operands: A, B, and with B quads at offsets the `kq` offsets (else null).
 type Operands = (*const u8, *const u8, *const u32);
