@@ -353,7 +353,7 @@ fn bench_networks(rounds: usize, runs: usize) {
             }
         }
         println!(
-            "{name:<12} {tq:>10.2} {tf:>10.2} {to:>10.2} {:>10.2} {:>10.2}",
+            "{name:<12} {tq:>10.2} {tf:>10.2} {to:>10.2} {:>10.3} {:>10.3}",
             tq / to,
             tq / tf
         );

@@ -395,6 +395,19 @@ pub(crate) fn plan_qconv(
     {
         return Err(shape_err(n, "output size does not match the conv geometry"));
     }
+    // The int8 kernels address a group's padded, quad-interleaved input planes with
+    // u32 byte offsets.
+    let group_bytes = [
+        (cin / group).div_ceil(4) as u128 * 4,
+        (h + ge.p[0] + ge.p[2] + s.sh) as u128,
+        (w + ge.p[1] + ge.p[3] + s.sw) as u128,
+    ];
+    if group_bytes.iter().product::<u128>() > u128::from(u32::MAX) {
+        return Err(shape_err(
+            n,
+            format!("input {xs:?} over the int8 conv's 4 GiB per group"),
+        ));
+    }
     let (wt, bias) = int8_weights(c, cout)?;
     if wt.len() != cout * ws[1] * s.kh * s.kw {
         return Err(shape_err(n, "weights size"));

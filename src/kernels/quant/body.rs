@@ -395,14 +395,41 @@ pub fn requant_near_tie(
 /// `QuantTable::ref_chains`).
 pub const REF_LANES: usize = 8;
 
-/// `chains[l] = fma(x[s * REF_LANES + l], w[s * REF_LANES + l], chains[l])` for every
-/// step `s` in order (see `QuantTable::ref_chains`).
+/// `chains[l] = fma(x[l * stride + s], w[l * stride + s], chains[l])` for every
+/// lane `l` and every step `s < steps` in order (see `QuantTable::ref_chains`).
 #[inline(always)]
-pub fn ref_chains(x: &[f32], w: &[f32], chains: &mut [f32; REF_LANES]) {
-    for (xs, ws) in x.chunks_exact(REF_LANES).zip(w.chunks_exact(REF_LANES)) {
-        for l in 0..REF_LANES {
-            chains[l] = xs[l].mul_add(ws[l], chains[l]);
+pub fn ref_chains(
+    x: &[f32],
+    w: &[f32],
+    stride: usize,
+    steps: usize,
+    chains: &mut [f32; REF_LANES],
+) {
+    check_chains(x, w, stride, steps);
+    for s in 0..steps {
+        for (l, c) in chains.iter_mut().enumerate() {
+            *c = x[l * stride + s].mul_add(w[l * stride + s], *c);
         }
+    }
+}
+
+/// Panics unless `x` and `w` hold the operands of [`ref_chains`]: [`REF_LANES`] lanes
+/// of `steps` values, `stride` apart.
+#[inline(always)]
+pub fn check_chains(x: &[f32], w: &[f32], stride: usize, steps: usize) {
+    let need = (REF_LANES - 1) * stride + steps;
+    assert!(
+        steps <= stride && x.len() >= need && w.len() >= need,
+        "ref_chains: {REF_LANES} lanes of {steps} steps, {stride} apart"
+    );
+}
+
+/// `out[i] = (x[taps[i]] - zp) * scale` in f32 (see `QuantTable::ref_gather`).
+#[inline(always)]
+pub fn ref_gather(x: &[u8], taps: &[u32], zp: u8, scale: f32, out: &mut [f32]) {
+    assert_eq!(taps.len(), out.len(), "ref_gather: one tap per output");
+    for (o, &t) in out.iter_mut().zip(taps) {
+        *o = (i32::from(x[t as usize]) - i32::from(zp)) as f32 * scale;
     }
 }
 

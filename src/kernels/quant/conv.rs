@@ -250,7 +250,7 @@ pub struct FloatTies {
     y_scale: f32,
     /// Offset of K value `p` in the group's input planes from the window's first pixel
     /// (`ci * H*W + ky * dh * W + kx * dw`).
-    taps: Vec<usize>,
+    taps: Vec<u32>,
 }
 
 impl FloatTies {
@@ -280,6 +280,7 @@ impl FloatTies {
         let (hw, khw) = (s.h * s.w, s.kh * s.kw);
         let taps = (0..s.k())
             .map(|p| (p / khw) * hw + (p / s.kw % s.kh) * s.dh * s.w + (p % s.kw) * s.dw)
+            .map(|t| u32::try_from(t).expect("FloatTies: input group over 4 GiB"))
             .collect();
         FloatTies {
             w: w.to_vec(),
@@ -315,61 +316,58 @@ impl FloatTies {
         let (oy, ox) = (j / s.ow, j % s.ow);
         let (hw, khw) = (s.h * s.w, s.kh * s.kw);
         let (mut xs, mut wv) = ([0f32; GROUP_K], [0f32; GROUP_K]);
-        // K values `q0..q0 + n` (one block's chain steps) into lane `lane` of the pass
-        // buffers, walking im2col with running indices.
         // The window's first input pixel, and whether the whole window is inside.
         let ix0 = (ox * s.sw) as isize - s.pw as isize;
         let iy0 = (oy * s.sh) as isize - s.ph as isize;
         let cols_inside = ix0 >= 0 && ix0 as usize + (s.kw - 1) * s.dw < s.w;
         let inside = cols_inside && iy0 >= 0 && iy0 as usize + (s.kh - 1) * s.dh < s.h;
-        let fill = |xs: &mut [f32; GROUP_K], wv: &mut [f32; GROUP_K], q0: usize, n, lane| {
-            for (i, &wq) in w[q0..q0 + n].iter().enumerate() {
-                wv[i * REF_LANES + lane] = f32::from(wq) * ws;
+        // K values `q0..q0 + n` (one block's chain steps) into `xs` and `wv` (one lane's
+        // part of the pass buffers), walking im2col with running indices.
+        let fill = |xs: &mut [f32], wv: &mut [f32], q0: usize, n: usize| {
+            for (d, &wq) in wv.iter_mut().zip(&w[q0..q0 + n]) {
+                *d = f32::from(wq) * ws;
             }
-            let deq = |v: u8| (i32::from(v) - i32::from(zp)) as f32 * self.x_scale;
             if inside {
                 // No padding under the window: every value at its tap offset.
                 let x = &xg[iy0 as usize * s.w + ix0 as usize..];
-                for (i, &off) in self.taps[q0..q0 + n].iter().enumerate() {
-                    xs[i * REF_LANES + lane] = deq(x[off]);
-                }
+                (t.ref_gather)(x, &self.taps[q0..q0 + n], zp, self.x_scale, &mut xs[..n]);
                 return;
             }
+            let deq = |v: u8| (i32::from(v) - i32::from(zp)) as f32 * self.x_scale;
             if khw == 1 {
                 // One value per input plane.
                 let iy = (oy * s.sh) as isize - s.ph as isize;
                 let inside = iy >= 0 && (iy as usize) < s.h && cols_inside;
-                for i in 0..n {
+                for (i, d) in xs[..n].iter_mut().enumerate() {
                     let at = (q0 + i) * hw + iy.max(0) as usize * s.w + ix0.max(0) as usize;
-                    xs[i * REF_LANES + lane] = if inside { deq(xg[at]) } else { 0.0 };
+                    *d = if inside { deq(xg[at]) } else { 0.0 };
                 }
                 return;
             }
             // A kernel row (`kw` values) at a time.
-            let (mut p, mut i) = (q0, 0);
+            let mut p = q0;
             while p < q0 + n {
                 let (ci, ky, kx0) = (p / khw, p / s.kw % s.kh, p % s.kw);
                 let cnt = (s.kw - kx0).min(q0 + n - p);
                 let iy = (oy * s.sh + ky * s.dh) as isize - s.ph as isize;
-                let dst = (i..i + cnt).map(|i| i * REF_LANES + lane);
+                let dst = &mut xs[p - q0..p - q0 + cnt];
                 if iy < 0 || iy >= s.h as isize {
-                    dst.for_each(|d| xs[d] = 0.0);
+                    dst.fill(0.0);
                 } else {
                     let row = &xg[(ci * s.h + iy as usize) * s.w..][..s.w];
                     if cols_inside {
                         let at = ix0 as usize + kx0 * s.dw;
                         let src = row[at..].iter().step_by(s.dw);
-                        dst.zip(src).for_each(|(d, &v)| xs[d] = deq(v));
+                        dst.iter_mut().zip(src).for_each(|(d, &v)| *d = deq(v));
                     } else {
-                        for (t, d) in dst.enumerate() {
+                        for (t, d) in dst.iter_mut().enumerate() {
                             let ix = ix0 + ((kx0 + t) * s.dw) as isize;
                             let inside = ix >= 0 && (ix as usize) < s.w;
-                            xs[d] = if inside { deq(row[ix as usize]) } else { 0.0 };
+                            *d = if inside { deq(row[ix as usize]) } else { 0.0 };
                         }
                     }
                 }
                 p += cnt;
-                i += cnt;
             }
         };
         let bk = ref_block_k(s.oh * s.ow, k);
@@ -377,7 +375,8 @@ impl FloatTies {
         let (mut total, mut first) = (0f32, true);
         let mut b0 = 0;
         while b0 < blocks {
-            // A pass: blocks `b0..b0 + lanes` side by side, REF_BLOCK_K steps a call.
+            // A pass: blocks `b0..b0 + lanes` side by side (lane `l` at `l *
+            // REF_BLOCK_K` of the buffers), REF_BLOCK_K steps a call.
             let lanes = REF_LANES.min(blocks - b0);
             let mut chains = [0f32; REF_LANES];
             let mut t0 = 0;
@@ -393,16 +392,15 @@ impl FloatTies {
                 // A short block's tail steps add 0 to its chain; the chains of lanes past
                 // the pass's blocks are never read, whatever their operands.
                 for l in 0..lanes {
-                    for i in len(l)..steps {
-                        xs[i * REF_LANES + l] = 0.0;
-                        wv[i * REF_LANES + l] = 0.0;
+                    let (lo, hi) = (l * REF_BLOCK_K + len(l), l * REF_BLOCK_K + steps);
+                    xs[lo..hi].fill(0.0);
+                    wv[lo..hi].fill(0.0);
+                    if len(l) > 0 {
+                        let at = l * REF_BLOCK_K;
+                        fill(&mut xs[at..], &mut wv[at..], (b0 + l) * bk + t0, len(l));
                     }
                 }
-                for l in (0..lanes).filter(|&l| len(l) > 0) {
-                    fill(&mut xs, &mut wv, (b0 + l) * bk + t0, len(l), l);
-                }
-                let n = steps * REF_LANES;
-                (t.ref_chains)(&xs[..n], &wv[..n], &mut chains);
+                (t.ref_chains)(&xs, &wv, REF_BLOCK_K, steps, &mut chains);
                 t0 += REF_BLOCK_K;
             }
             for &chain in &chains[..lanes] {
@@ -588,7 +586,10 @@ pub fn qconv_u8_ties(
         ties.w_scale.len() == s.c_out
             && ties.w.len() == s.c_out * s.k()
             && ties.taps.len() == s.k()
-            && ties.taps.last().is_none_or(|&t| t < s.cin_g() * s.h * s.w),
+            && ties
+                .taps
+                .last()
+                .is_none_or(|&t| (t as usize) < s.cin_g() * s.h * s.w),
         "qconv_u8_ties: reference of another conv shape"
     );
     qconv(
@@ -722,7 +723,8 @@ fn dense(
             interleave_planes(t, xg, (cig, hw), pb8);
         }
         for (q, o) in bufs.offs.iter_mut().enumerate() {
-            *o = u32::try_from(q * hw * 4).expect("int8 conv input over 1 GiB");
+            *o = u32::try_from(q * hw * 4)
+                .expect("int8 conv input group over 4 GiB (refused by the plan)");
         }
         let at = QuadOffsets::new(bufs.offs);
         let mut jc = 0;
@@ -964,7 +966,8 @@ fn dense_wide(
             } else {
                 q * nr * 4
             };
-            *o = u32::try_from(off).expect("int8 conv input over 1 GiB");
+            *o =
+                u32::try_from(off).expect("int8 conv input group over 4 GiB (refused by the plan)");
         }
         let at = QuadOffsets::new(bufs.offs);
         let mut jc = 0;

@@ -221,10 +221,16 @@ pub struct QuantTable {
         out: &mut [u8],
     ) -> usize,
     /// [`body::REF_LANES`] fused multiply-add chains side by side, the float reference's
-    /// dot products of a near-tie (`conv::FloatTies`): for each step `s` in order,
-    /// `chains[l] = fma(x[s * REF_LANES + l], w[s * REF_LANES + l], chains[l])`, one
-    /// rounding per step as `f32::mul_add` (lanes beyond `x.len()` are left alone).
-    pub ref_chains: fn(x: &[f32], w: &[f32], chains: &mut [f32; body::REF_LANES]),
+    /// dot products of a near-tie (`conv::FloatTies`): lane `l`'s operands are
+    /// `x[l * stride..][..steps]` and `w[l * stride..][..steps]`, and for each step `s`
+    /// in order `chains[l] = fma(x[l * stride + s], w[l * stride + s], chains[l])`, one
+    /// rounding per step as `f32::mul_add`. Panics unless `steps <= stride` and both
+    /// hold `(REF_LANES - 1) * stride + steps` values.
+    pub ref_chains:
+        fn(x: &[f32], w: &[f32], stride: usize, steps: usize, chains: &mut [f32; body::REF_LANES]),
+    /// `out[i] = (x[taps[i]] - zp) as f32 * scale`: the dequantised input values under
+    /// a near-tie's window, in the float reference's order. Panics on a tap past `x`.
+    pub ref_gather: fn(x: &[u8], taps: &[u32], zp: u8, scale: f32, out: &mut [f32]),
     /// `out[j] = clamp(rne((acc[j] + bias[j]) * mult[j]) + zp, lo, hi)`: one channel per
     /// element (a GEMM row).
     pub requant_cols:
@@ -269,6 +275,7 @@ pub static PORTABLE: QuantTable = QuantTable {
     first_near_tie: body::first_near_tie,
     requant_near_tie: body::requant_near_tie,
     ref_chains: body::ref_chains,
+    ref_gather: body::ref_gather,
     quantize: body::quantize,
     dequantize: body::dequantize,
     qadd: body::qadd,

@@ -1055,26 +1055,29 @@ fn requant_near_tie_matches_portable() {
 
 #[test]
 fn ref_chains_match_mul_add() {
-    let x: Vec<f32> = rand_i8(8 * 200, 91)
+    let stride = 203;
+    let len = body::REF_LANES * stride;
+    let x: Vec<f32> = rand_i8(len, 91)
         .iter()
         .map(|&v| v as f32 * 0.0173)
         .collect();
-    let w: Vec<f32> = rand_i8(8 * 200, 92)
+    let w: Vec<f32> = rand_i8(len, 92)
         .iter()
         .map(|&v| v as f32 * 0.0031)
         .collect();
     for t in tables() {
-        for steps in [0usize, 1, 5, 128, 200] {
+        for steps in [0usize, 1, 5, 8, 13, 128, 200, 203] {
             let mut want = [0.25f32; body::REF_LANES];
             for s in 0..steps {
                 for (l, c) in want.iter_mut().enumerate() {
-                    let i = s * body::REF_LANES + l;
+                    let i = l * stride + s;
                     *c = x[i].mul_add(w[i], *c);
                 }
             }
             let mut got = [0.25f32; body::REF_LANES];
-            let n = steps * body::REF_LANES;
-            (t.quant.ref_chains)(&x[..n], &w[..n], &mut got);
+            // The last lane's operands end at its last step.
+            let n = (body::REF_LANES - 1) * stride + steps;
+            (t.quant.ref_chains)(&x[..n], &w[..n], stride, steps, &mut got);
             assert_eq!(
                 got.map(f32::to_bits),
                 want.map(f32::to_bits),
@@ -1082,6 +1085,38 @@ fn ref_chains_match_mul_add() {
                 t.name
             );
         }
+    }
+}
+
+#[test]
+fn ref_gather_matches_definition() {
+    let x: Vec<u8> = rand_i8(300, 93).iter().map(|&v| v as u8).collect();
+    // Taps in any order, up to the last byte (whose dword would pass the end).
+    let taps: Vec<u32> = (0..77u32)
+        .map(|i| (i * 37) % 300)
+        .chain([299, 298, 297, 296, 0, 1])
+        .collect();
+    for t in tables() {
+        for n in [0usize, 1, 15, 16, 17, 40, taps.len()] {
+            // The first n taps, and the last n (the end of the input among them).
+            for lo in [0, taps.len() - n] {
+                let taps = &taps[lo..lo + n];
+                let want: Vec<u32> = taps
+                    .iter()
+                    .map(|&p| ((i32::from(x[p as usize]) - 131) as f32 * 0.0371).to_bits())
+                    .collect();
+                let mut got = vec![f32::NAN; taps.len()];
+                (t.quant.ref_gather)(&x, taps, 131, 0.0371, &mut got);
+                let got: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
+                assert_eq!(got, want, "table {} taps {}", t.name, taps.len());
+            }
+        }
+        // A tap past the input is refused, not read.
+        let r = std::panic::catch_unwind(|| {
+            let mut out = [0f32; 16];
+            (t.quant.ref_gather)(&x[..100], &[100; 16], 0, 1.0, &mut out);
+        });
+        assert!(r.is_err(), "table {}: tap past the input", t.name);
     }
 }
 

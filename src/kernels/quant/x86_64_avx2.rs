@@ -28,6 +28,7 @@ pub(crate) static TABLE: QuantTable = QuantTable {
     first_near_tie,
     requant_near_tie,
     ref_chains,
+    ref_gather,
     quantize,
     dequantize,
     qadd,
@@ -141,7 +142,102 @@ avx2_build!(copy_rows, body::copy_rows, (src: &[u8], ss: usize, dst: &mut [u8], 
 avx2_build!(softmax_block, body::softmax_block, (p: &body::SoftmaxParams<'_>, x: &[u8], y: &mut [u8]));
 avx2_build!(quad_tile_us, body::quad_tile, (kq: usize, a: &[u8], b: &[i8], c: &mut [i32], ldc: usize));
 avx2_build!(scatter_quads, body::scatter_quads, (k: usize, p: usize, src: &[&[u8]], out: &mut [u8]));
-avx2_build!(ref_chains, body::ref_chains, (x: &[f32], w: &[f32], chains: &mut [f32; body::REF_LANES]));
+avx2_build!(ref_gather, body::ref_gather, (x: &[u8], taps: &[u32], zp: u8, scale: f32, out: &mut [f32]));
+
+pub(super) fn ref_chains(
+    x: &[f32],
+    w: &[f32],
+    stride: usize,
+    steps: usize,
+    chains: &mut [f32; body::REF_LANES],
+) {
+    body::check_chains(x, w, stride, steps);
+    // SAFETY: reachable only on CPUs with AVX2 and FMA (see the module doc); the
+    // operands were just checked.
+    unsafe { ref_chains_fma(x, w, stride, steps, chains) }
+}
+
+/// [`body::ref_chains`] with the eight lanes in one register: eight steps at a time,
+/// each lane's eight operands loaded and the 8x8 block transposed, so that one FMA
+/// advances every chain by a step.
+///
+/// # Safety
+/// AVX2 and FMA available; `x` and `w` checked by [`body::check_chains`].
+#[target_feature(enable = "avx2,fma")]
+unsafe fn ref_chains_fma(
+    x: &[f32],
+    w: &[f32],
+    stride: usize,
+    steps: usize,
+    chains: &mut [f32; body::REF_LANES],
+) {
+    const _: () = assert!(body::REF_LANES == 8, "one register of chains");
+    // SAFETY: eight chains.
+    let mut acc = unsafe { _mm256_loadu_ps(chains.as_ptr()) };
+    let mut s = 0;
+    while s + 8 <= steps {
+        // SAFETY: lane l reads [l * stride + s, + 8) with s + 8 <= steps, within the
+        // checked operands.
+        let (xt, wt) = unsafe {
+            (
+                transposed8(x.as_ptr().add(s), stride),
+                transposed8(w.as_ptr().add(s), stride),
+            )
+        };
+        for j in 0..8 {
+            acc = _mm256_fmadd_ps(xt[j], wt[j], acc);
+        }
+        s += 8;
+    }
+    while s < steps {
+        let lane = |v: &[f32]| std::array::from_fn::<f32, 8, _>(|l| v[l * stride + s]);
+        let (xl, wl) = (lane(x), lane(w));
+        // SAFETY: eight-value arrays.
+        let (xv, wv) = unsafe { (_mm256_loadu_ps(xl.as_ptr()), _mm256_loadu_ps(wl.as_ptr())) };
+        acc = _mm256_fmadd_ps(xv, wv, acc);
+        s += 1;
+    }
+    // SAFETY: eight chains.
+    unsafe { _mm256_storeu_ps(chains.as_mut_ptr(), acc) };
+}
+
+/// Rows `p[l * stride..][..8]` (`l < 8`) transposed: register `j` holds value `j` of
+/// every row.
+///
+/// # Safety
+/// AVX available; the eight rows readable.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn transposed8(p: *const f32, stride: usize) -> [__m256; 8] {
+    // SAFETY: the caller's rows.
+    let r: [__m256; 8] = std::array::from_fn(|l| unsafe { _mm256_loadu_ps(p.add(l * stride)) });
+    // Pairs of rows interleaved, then quads, then the 128-bit halves exchanged.
+    let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+    let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+    let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+    let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+    let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+    let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+    let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+    let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+    let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+    let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+    let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+    let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+    [
+        _mm256_permute2f128_ps::<0x20>(u0, u4),
+        _mm256_permute2f128_ps::<0x20>(u1, u5),
+        _mm256_permute2f128_ps::<0x20>(u2, u6),
+        _mm256_permute2f128_ps::<0x20>(u3, u7),
+        _mm256_permute2f128_ps::<0x31>(u0, u4),
+        _mm256_permute2f128_ps::<0x31>(u1, u5),
+        _mm256_permute2f128_ps::<0x31>(u2, u6),
+        _mm256_permute2f128_ps::<0x31>(u3, u7),
+    ]
+}
 
 #[allow(clippy::too_many_arguments)]
 pub(super) fn requant_near_tie(

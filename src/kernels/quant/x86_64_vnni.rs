@@ -28,6 +28,7 @@ pub(crate) static TABLE: QuantTable = QuantTable {
     first_near_tie,
     requant_near_tie,
     ref_chains: avx2::ref_chains,
+    ref_gather,
     quantize: avx2::quantize,
     dequantize: avx2::dequantize,
     qadd: avx2::qadd,
@@ -38,6 +39,48 @@ pub(crate) static TABLE: QuantTable = QuantTable {
     copy_rows,
     max_pool_plane,
 };
+
+fn ref_gather(x: &[u8], taps: &[u32], zp: u8, scale: f32, out: &mut [f32]) {
+    assert_eq!(taps.len(), out.len(), "ref_gather: one tap per output");
+    // SAFETY: AVX-512 F was detected with the table (see the module doc); the lengths
+    // were just checked.
+    unsafe { ref_gather512(x, taps, zp, scale, out) }
+}
+
+/// [`body::ref_gather`] sixteen taps at a time: one dword gather of the four bytes at
+/// each tap (the low byte is the value), for the taps at least four bytes before the
+/// end of `x`; a group with a later tap goes through the body, which checks them.
+///
+/// # Safety
+/// AVX-512 F available; `out.len() == taps.len()`.
+#[target_feature(enable = "avx512f")]
+unsafe fn ref_gather512(x: &[u8], taps: &[u32], zp: u8, scale: f32, out: &mut [f32]) {
+    // Taps below `lim` read four bytes inside `x`, and are positive as i32 indices.
+    let lim = x.len().saturating_sub(3).min(i32::MAX as usize) as u32;
+    let (limv, zpv, sv) = (
+        _mm512_set1_epi32(lim as i32),
+        _mm512_set1_epi32(i32::from(zp)),
+        _mm512_set1_ps(scale),
+    );
+    let n = taps.len();
+    let mut i = 0;
+    while i + 16 <= n {
+        // SAFETY: i + 16 <= n = taps.len() = out.len().
+        let t = unsafe { _mm512_loadu_si512(taps.as_ptr().add(i).cast()) };
+        if _mm512_cmpge_epu32_mask(t, limv) != 0 {
+            body::ref_gather(x, &taps[i..i + 16], zp, scale, &mut out[i..i + 16]);
+        } else {
+            // SAFETY: every tap is below `lim`: its four bytes lie inside `x`.
+            let v = unsafe { _mm512_i32gather_epi32::<1>(t, x.as_ptr().cast()) };
+            let v = _mm512_sub_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0xff)), zpv);
+            let f = _mm512_mul_ps(_mm512_cvtepi32_ps(v), sv);
+            // SAFETY: as the load.
+            unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(i), f) };
+        }
+        i += 16;
+    }
+    body::ref_gather(x, &taps[i..], zp, scale, &mut out[i..]);
+}
 
 fn lut(table: &[u8; 256], x: &[u8], y: &mut [u8]) {
     assert_eq!(x.len(), y.len(), "lut: lengths");
