@@ -864,6 +864,16 @@ fn quad_entries_match_portable() {
                     (q.scatter_quads)(k, p0, &src, &mut got);
                 }
                 assert_eq!(got, want, "scatter_quads, table {}, n {n}, k {k}", q.name);
+                if k == 4 {
+                    // Four rows into exactly their n quads (interleaved planes).
+                    // (The bytes past them, outside the slice passed, stay as they were.)
+                    let mut exact = vec![0xA5u8; 4 * n + 256];
+                    (q.scatter_quads)(4, 0, &src_rows(&rows), &mut exact[..4 * n]);
+                    let want: Vec<u8> = (0..4 * n + 256)
+                        .map(|i| if i < 4 * n { rows[i % 4][i / 4] } else { 0xA5 })
+                        .collect();
+                    assert_eq!(exact, want, "scatter_quads exact, table {}, n {n}", q.name);
+                }
                 // Every element of B at its place (padding left as it was).
                 let panel = k.div_ceil(4) * table::Q4NR * 4;
                 for (p0, row) in rows.iter().enumerate() {
@@ -1051,6 +1061,11 @@ fn requant_near_tie_matches_portable() {
             even.len()
         );
     }
+}
+
+/// Rows as the slices `scatter_quads` takes.
+fn src_rows(rows: &[Vec<u8>]) -> Vec<&[u8]> {
+    rows.iter().map(|r| &r[..]).collect()
 }
 
 #[test]

@@ -648,47 +648,51 @@ fn scatter_quads(k: usize, p: usize, src: &[&[u8]], out: &mut [u8]) {
     assert!(p.is_multiple_of(4) && p < k && [r1, r2, r3].iter().all(|r| r.len() == n));
     let panel = k.div_ceil(4) * Q4NR * 4;
     let off = (p / 4) * Q4NR * 4;
-    let chunks = n / 64;
-    // Chunk c writes 128 bytes at `off` of panels 2c and 2c + 1.
-    assert!(chunks == 0 || out.len() >= (2 * chunks - 1) * panel + off + 4 * Q4NR);
+    // Chunk c writes the quads of its columns at `off` of panels 2c and 2c + 1: the last
+    // one ends at the last column's quad.
+    let end = match n % 64 {
+        0 => n / 64 * 2 * panel - panel + off + 4 * Q4NR,
+        m if m > Q4NR => (n / 64 * 2 + 1) * panel + off + 4 * (m - Q4NR),
+        m => n / 64 * 2 * panel + off + 4 * m,
+    };
+    assert!(n == 0 || out.len() >= end, "scatter_quads: out too short");
     let rows = [r0.as_ptr(), r1.as_ptr(), r2.as_ptr(), r3.as_ptr()];
-    for c in 0..chunks {
-        // SAFETY: AVX-512 F/BW was detected (see the module doc); columns 64c..64c+64 of
-        // every row are readable (64 (c + 1) <= n) and the assert bounds both panels.
+    for c in 0..n.div_ceil(64) {
+        let m = (n - c * 64).min(64);
+        // SAFETY: AVX-512 F/BW was detected (see the module doc); columns 64c..64c+m of
+        // every row are readable (64c + m <= n) and the assert bounds both panels'
+        // quads of those columns.
         unsafe {
             interleave64(
                 rows,
-                c * 64,
+                (c * 64, m),
                 out.as_mut_ptr().add(2 * c * panel + off),
                 panel,
             )
         };
     }
-    let done = chunks * 64;
-    if done < n {
-        let tail = [&r0[done..], &r1[done..], &r2[done..], &r3[done..]];
-        body::scatter_quads(k, p, &tail, &mut out[chunks * 2 * panel..]);
-    }
 }
 
-/// Columns `j..j + 64` of four rows interleaved into quads: columns 0-31 to the 128
-/// bytes at `dst`, columns 32-63 to those at `dst + panel`. Byte and word unpacks
-/// interleave inside each 128-bit lane (output `o_i` holds columns `16L + 4i..16L + 4i +
-/// 4` in lane `L`); two rounds of lane shuffles put the columns in order.
+/// Columns `j..j + m` (`m <= 64`) of four rows interleaved into quads: columns 0-31 to
+/// the 128 bytes at `dst`, columns 32-63 to those at `dst + panel`, nothing past column
+/// `m` read or written. Byte and word unpacks interleave inside each 128-bit lane
+/// (output `o_i` holds columns `16L + 4i..16L + 4i + 4` in lane `L`); two rounds of
+/// lane shuffles put the columns in order.
 ///
 /// # Safety
-/// AVX-512 F/BW must be available; `rows[r]` readable at `j..j + 64`, `dst` writable for
-/// 128 bytes and `dst + panel` for 128 bytes.
+/// AVX-512 F/BW must be available; `rows[r]` readable at `j..j + m`, `dst` writable for
+/// the quads of columns `0..min(m, 32)` and `dst + panel` for those of `32..m`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma")]
-unsafe fn interleave64(rows: [*const u8; 4], j: usize, dst: *mut u8, panel: usize) {
-    // SAFETY: 64 bytes of each row from j are readable (caller).
+unsafe fn interleave64(rows: [*const u8; 4], (j, m): (usize, usize), dst: *mut u8, panel: usize) {
+    let cols: u64 = if m >= 64 { !0 } else { (1u64 << m) - 1 };
+    // SAFETY: m bytes of each row from j are readable (caller); the mask reads no more.
     let (x0, x1, x2, x3) = unsafe {
         (
-            _mm512_loadu_si512(rows[0].add(j) as *const _),
-            _mm512_loadu_si512(rows[1].add(j) as *const _),
-            _mm512_loadu_si512(rows[2].add(j) as *const _),
-            _mm512_loadu_si512(rows[3].add(j) as *const _),
+            _mm512_maskz_loadu_epi8(cols, rows[0].add(j) as *const _),
+            _mm512_maskz_loadu_epi8(cols, rows[1].add(j) as *const _),
+            _mm512_maskz_loadu_epi8(cols, rows[2].add(j) as *const _),
+            _mm512_maskz_loadu_epi8(cols, rows[3].add(j) as *const _),
         )
     };
     let (lo01, hi01) = (_mm512_unpacklo_epi8(x0, x1), _mm512_unpackhi_epi8(x0, x1));
@@ -707,11 +711,14 @@ unsafe fn interleave64(rows: [*const u8; 4], j: usize, dst: *mut u8, panel: usiz
     let c1 = _mm512_shuffle_i32x4::<0xDD>(t0, t1);
     let c2 = _mm512_shuffle_i32x4::<0x88>(t2, t3);
     let c3 = _mm512_shuffle_i32x4::<0xDD>(t2, t3);
-    // SAFETY: 128 bytes at dst and at dst + panel are writable (caller).
+    // One dword (quad) per column: register i holds columns 16i..16i + 16.
+    let q = |i: u32| (cols >> (16 * i)) as u16;
+    // SAFETY: the quads of columns below m at dst and dst + panel are writable (caller);
+    // the masks store no others.
     unsafe {
-        _mm512_storeu_si512(dst as *mut _, c0);
-        _mm512_storeu_si512(dst.add(64) as *mut _, c1);
-        _mm512_storeu_si512(dst.add(panel) as *mut _, c2);
-        _mm512_storeu_si512(dst.add(panel + 64) as *mut _, c3);
+        _mm512_mask_storeu_epi32(dst as *mut _, q(0), c0);
+        _mm512_mask_storeu_epi32(dst.add(64) as *mut _, q(1), c1);
+        _mm512_mask_storeu_epi32(dst.add(panel) as *mut _, q(2), c2);
+        _mm512_mask_storeu_epi32(dst.add(panel + 64) as *mut _, q(3), c3);
     }
 }
