@@ -293,11 +293,8 @@ impl FloatTies {
     }
 
     /// The reference's pre-quantisation value `v / y_scale` of output position `j` of
-    /// channel `c` (`xg`: the channel's group of input planes). The K values are walked
-    /// in im2col order into blocks of [`ref_block_k`] (the GEMM's columns are the output
-    /// plane), up to [`REF_LANES`] blocks side by side, whose FMA chains run together
-    /// (`QuantTable::ref_chains`, [`REF_BLOCK_K`] steps a call); the block sums are added
-    /// in order, as the reference does.
+    /// channel `c` (`xg`: the channel's group of input planes): [`FloatTies::settle`]
+    /// of one near-tie.
     fn value(
         &self,
         t: &super::table::QuantTable,
@@ -307,109 +304,147 @@ impl FloatTies {
         c: usize,
         j: usize,
     ) -> f32 {
+        let mut v = 0.0;
+        self.settle(t, s, (xg, zp), &[(c, j)], |_, r| v = r);
+        v
+    }
+
+    /// The reference's pre-quantisation values `v / y_scale` of the near-ties `ties`
+    /// (output channel, output position; `xg`: their group of input planes), handed to
+    /// `put` with their index in `ties`. The K values of each are walked in im2col
+    /// order into blocks of [`ref_block_k`] (the GEMM's columns are the output plane)
+    /// whose FMA chains run [`REF_LANES`] side by side, blocks of any of the near-ties
+    /// together (`QuantTable::ref_chains`, up to [`REF_BLOCK_K`] steps a call); each
+    /// one's block sums are added in order, as the reference does.
+    fn settle(
+        &self,
+        t: &super::table::QuantTable,
+        s: &ConvShape,
+        (xg, zp): (&[u8], u8),
+        ties: &[(usize, usize)],
+        mut put: impl FnMut(usize, f32),
+    ) {
         if s.cout_g() == 1 {
-            return self.value_m1(s, xg, zp, c, j);
+            for (i, &(c, j)) in ties.iter().enumerate() {
+                put(i, self.value_m1(s, xg, zp, c, j));
+            }
+            return;
         }
         let k = s.k();
-        let w = &self.w[c * k..(c + 1) * k];
+        let bk = ref_block_k(s.oh * s.ow, k);
+        let blocks = k.div_ceil(bk);
+        // Lane l of a pass at l * stride of the operand buffers.
+        let stride = REF_BLOCK_K.min(bk).min(k);
+        let (mut xs, mut wv) = (
+            vec![0f32; REF_LANES * stride],
+            vec![0f32; REF_LANES * stride],
+        );
+        // Item `i`: block `i % blocks` of near-tie `i / blocks`.
+        let items = ties.len() * blocks;
+        let mut sums = vec![0f32; items];
+        let mut i0 = 0;
+        while i0 < items {
+            let lanes = REF_LANES.min(items - i0);
+            let mut chains = [0f32; REF_LANES];
+            let mut t0 = 0;
+            while t0 < bk {
+                // K values of lane l in this call: from `q0(l)`, `len(l)` of them.
+                let q0 = |l: usize| (i0 + l) % blocks * bk + t0;
+                let len = |l: usize| REF_BLOCK_K.min(bk - t0).min(k.saturating_sub(q0(l)));
+                let steps = (0..lanes).map(len).max().unwrap_or(0);
+                if steps == 0 {
+                    break;
+                }
+                for l in 0..lanes {
+                    let lane = l * stride..l * stride + steps;
+                    let (x, w) = (&mut xs[lane.clone()], &mut wv[lane]);
+                    let n = len(l);
+                    // A short block's tail steps add 0 to its chain; the chains of lanes
+                    // past the pass's items are never read, whatever their operands.
+                    x[n..].fill(0.0);
+                    w[n..].fill(0.0);
+                    if n > 0 {
+                        let tie = ties[(i0 + l) / blocks];
+                        self.operands(t, s, (xg, zp), tie, q0(l), (&mut x[..n], &mut w[..n]));
+                    }
+                }
+                (t.ref_chains)(&xs, &wv, stride, steps, &mut chains);
+                t0 += REF_BLOCK_K;
+            }
+            sums[i0..i0 + lanes].copy_from_slice(&chains[..lanes]);
+            i0 += lanes;
+        }
+        for (i, (&(c, _), b)) in ties.iter().zip(sums.chunks_exact(blocks)).enumerate() {
+            let total = b[1..].iter().fold(b[0], |acc, &v| acc + v);
+            put(i, (total + self.bias[c]) / self.y_scale);
+        }
+    }
+
+    /// The float reference's operands of K values `q0..q0 + x.len()` of the near-tie
+    /// `(c, j)` (output channel, output position): dequantised inputs into `x`, weights
+    /// into `w`, walking im2col with running indices.
+    fn operands(
+        &self,
+        t: &super::table::QuantTable,
+        s: &ConvShape,
+        (xg, zp): (&[u8], u8),
+        (c, j): (usize, usize),
+        q0: usize,
+        (xs, wv): (&mut [f32], &mut [f32]),
+    ) {
+        let (k, n) = (s.k(), xs.len());
         let ws = self.w_scale[c];
+        for (d, &wq) in wv.iter_mut().zip(&self.w[c * k + q0..c * k + q0 + n]) {
+            *d = f32::from(wq) * ws;
+        }
         let (oy, ox) = (j / s.ow, j % s.ow);
         let (hw, khw) = (s.h * s.w, s.kh * s.kw);
-        let (mut xs, mut wv) = ([0f32; GROUP_K], [0f32; GROUP_K]);
         // The window's first input pixel, and whether the whole window is inside.
         let ix0 = (ox * s.sw) as isize - s.pw as isize;
         let iy0 = (oy * s.sh) as isize - s.ph as isize;
         let cols_inside = ix0 >= 0 && ix0 as usize + (s.kw - 1) * s.dw < s.w;
         let inside = cols_inside && iy0 >= 0 && iy0 as usize + (s.kh - 1) * s.dh < s.h;
-        // K values `q0..q0 + n` (one block's chain steps) into `xs` and `wv` (one lane's
-        // part of the pass buffers), walking im2col with running indices.
-        let fill = |xs: &mut [f32], wv: &mut [f32], q0: usize, n: usize| {
-            for (d, &wq) in wv.iter_mut().zip(&w[q0..q0 + n]) {
-                *d = f32::from(wq) * ws;
-            }
-            if inside {
-                // No padding under the window: every value at its tap offset.
-                let x = &xg[iy0 as usize * s.w + ix0 as usize..];
-                (t.ref_gather)(x, &self.taps[q0..q0 + n], zp, self.x_scale, &mut xs[..n]);
-                return;
-            }
-            let deq = |v: u8| (i32::from(v) - i32::from(zp)) as f32 * self.x_scale;
-            if khw == 1 {
-                // One value per input plane.
-                let iy = (oy * s.sh) as isize - s.ph as isize;
-                let inside = iy >= 0 && (iy as usize) < s.h && cols_inside;
-                for (i, d) in xs[..n].iter_mut().enumerate() {
-                    let at = (q0 + i) * hw + iy.max(0) as usize * s.w + ix0.max(0) as usize;
-                    *d = if inside { deq(xg[at]) } else { 0.0 };
-                }
-                return;
-            }
-            // A kernel row (`kw` values) at a time.
-            let mut p = q0;
-            while p < q0 + n {
-                let (ci, ky, kx0) = (p / khw, p / s.kw % s.kh, p % s.kw);
-                let cnt = (s.kw - kx0).min(q0 + n - p);
-                let iy = (oy * s.sh + ky * s.dh) as isize - s.ph as isize;
-                let dst = &mut xs[p - q0..p - q0 + cnt];
-                if iy < 0 || iy >= s.h as isize {
-                    dst.fill(0.0);
-                } else {
-                    let row = &xg[(ci * s.h + iy as usize) * s.w..][..s.w];
-                    if cols_inside {
-                        let at = ix0 as usize + kx0 * s.dw;
-                        let src = row[at..].iter().step_by(s.dw);
-                        dst.iter_mut().zip(src).for_each(|(d, &v)| *d = deq(v));
-                    } else {
-                        for (t, d) in dst.iter_mut().enumerate() {
-                            let ix = ix0 + ((kx0 + t) * s.dw) as isize;
-                            let inside = ix >= 0 && (ix as usize) < s.w;
-                            *d = if inside { deq(row[ix as usize]) } else { 0.0 };
-                        }
-                    }
-                }
-                p += cnt;
-            }
-        };
-        let bk = ref_block_k(s.oh * s.ow, k);
-        let blocks = k.div_ceil(bk);
-        let (mut total, mut first) = (0f32, true);
-        let mut b0 = 0;
-        while b0 < blocks {
-            // A pass: blocks `b0..b0 + lanes` side by side (lane `l` at `l *
-            // REF_BLOCK_K` of the buffers), REF_BLOCK_K steps a call.
-            let lanes = REF_LANES.min(blocks - b0);
-            let mut chains = [0f32; REF_LANES];
-            let mut t0 = 0;
-            while t0 < bk && b0 * bk + t0 < k {
-                let steps = REF_BLOCK_K.min(bk - t0).min(k - b0 * bk - t0);
-                let len = |l: usize| {
-                    steps.min(
-                        ((b0 + l + 1) * bk)
-                            .min(k)
-                            .saturating_sub((b0 + l) * bk + t0),
-                    )
-                };
-                // A short block's tail steps add 0 to its chain; the chains of lanes past
-                // the pass's blocks are never read, whatever their operands.
-                for l in 0..lanes {
-                    let (lo, hi) = (l * REF_BLOCK_K + len(l), l * REF_BLOCK_K + steps);
-                    xs[lo..hi].fill(0.0);
-                    wv[lo..hi].fill(0.0);
-                    if len(l) > 0 {
-                        let at = l * REF_BLOCK_K;
-                        fill(&mut xs[at..], &mut wv[at..], (b0 + l) * bk + t0, len(l));
-                    }
-                }
-                (t.ref_chains)(&xs, &wv, REF_BLOCK_K, steps, &mut chains);
-                t0 += REF_BLOCK_K;
-            }
-            for &chain in &chains[..lanes] {
-                total = if first { chain } else { total + chain };
-                first = false;
-            }
-            b0 += lanes;
+        if inside {
+            // No padding under the window: every value at its tap offset.
+            let x = &xg[iy0 as usize * s.w + ix0 as usize..];
+            (t.ref_gather)(x, &self.taps[q0..q0 + n], zp, self.x_scale, xs);
+            return;
         }
-        (total + self.bias[c]) / self.y_scale
+        let deq = |v: u8| (i32::from(v) - i32::from(zp)) as f32 * self.x_scale;
+        if khw == 1 {
+            // One value per input plane.
+            let inside = iy0 >= 0 && (iy0 as usize) < s.h && cols_inside;
+            for (i, d) in xs.iter_mut().enumerate() {
+                let at = (q0 + i) * hw + iy0.max(0) as usize * s.w + ix0.max(0) as usize;
+                *d = if inside { deq(xg[at]) } else { 0.0 };
+            }
+            return;
+        }
+        // A kernel row (`kw` values) at a time.
+        let mut p = q0;
+        while p < q0 + n {
+            let (ci, ky, kx0) = (p / khw, p / s.kw % s.kh, p % s.kw);
+            let cnt = (s.kw - kx0).min(q0 + n - p);
+            let iy = (oy * s.sh + ky * s.dh) as isize - s.ph as isize;
+            let dst = &mut xs[p - q0..p - q0 + cnt];
+            if iy < 0 || iy >= s.h as isize {
+                dst.fill(0.0);
+            } else {
+                let row = &xg[(ci * s.h + iy as usize) * s.w..][..s.w];
+                if cols_inside {
+                    let at = ix0 as usize + kx0 * s.dw;
+                    let src = row[at..].iter().step_by(s.dw);
+                    dst.iter_mut().zip(src).for_each(|(d, &v)| *d = deq(v));
+                } else {
+                    for (t, d) in dst.iter_mut().enumerate() {
+                        let ix = ix0 + ((kx0 + t) * s.dw) as isize;
+                        let inside = ix >= 0 && (ix as usize) < s.w;
+                        *d = if inside { deq(row[ix as usize]) } else { 0.0 };
+                    }
+                }
+            }
+            p += cnt;
+        }
     }
 }
 
@@ -463,9 +498,6 @@ impl FloatTies {
         (total + self.bias[c]) / self.y_scale
     }
 }
-
-/// K values of one pass of [`FloatTies::value`]: [`REF_LANES`] blocks.
-const GROUP_K: usize = REF_LANES * REF_BLOCK_K;
 
 /// Where a conv's finished i32 rows go.
 enum ConvOut<'o> {
@@ -528,11 +560,16 @@ impl ConvOut<'_> {
         let out = &mut o[at..at + acc.len()];
         let (zp_out, lo, hi) = (rq.y_zp, rq.lo, rq.hi);
         let mut i = (t.requant_near_tie)(acc, bias, mult, zp_out, lo, hi, TIE_EPS, out);
+        let mut near = Vec::new();
         while i < acc.len() {
-            let r = ties.value(t, s, xg, zp, c, j0 + i);
-            out[i] = super::body::clamp_round(r, minv, maxv, zp_out);
+            near.push((c, j0 + i));
             i += 1;
             i += (t.first_near_tie)(&acc[i..], bias, mult, (minv, maxv), TIE_EPS);
+        }
+        if !near.is_empty() {
+            ties.settle(t, s, (xg, zp), &near, |i, r| {
+                out[near[i].1 - j0] = super::body::clamp_round(r, minv, maxv, zp_out);
+            });
         }
     }
 }
@@ -840,6 +877,9 @@ impl QuadBlock<'_> {
         let (m_lo, m_hi) = self.rows;
         let i0 = self.panels.0 * Q4MR;
         let mut posts = [TilePost::default(); QMC / Q4MR];
+        // The block's near-ties (channel, output position) and their bytes in `dst`,
+        // settled together at the end.
+        let (mut near, mut near_at) = (Vec::new(), Vec::new());
         for (ip, post) in (self.panels.0..self.panels.1).zip(posts.iter_mut()) {
             post.y_zp = rq.y_zp;
             (post.lo, post.hi) = (rq.lo, rq.hi);
@@ -870,21 +910,26 @@ impl QuadBlock<'_> {
                 };
                 let a = &self.pa[k * asz..(k + 1) * asz];
                 let masks = (t.quad_tile_su_u8)(self.kq, (a, bp, &self.at), tile);
-                let Some(ties) = ties else { continue };
+                if ties.is_none() {
+                    continue;
+                }
                 for (r, &mask) in masks.iter().enumerate().skip(lo) {
                     let mut m = mask;
                     while m != 0 {
                         let j = m.trailing_zeros() as usize;
                         m &= m - 1;
-                        let Some(at) = (dst.pos)(j0 + j) else {
-                            continue;
-                        };
-                        let c = self.c_base + ip * Q4MR + r;
-                        let v = ties.value(t, s, xg, zp, c, at);
-                        dst.out[row_at(r) + j] = super::body::clamp_round(v, minv, maxv, rq.y_zp);
+                        if let Some(at) = (dst.pos)(j0 + j) {
+                            near.push((self.c_base + ip * Q4MR + r, at));
+                            near_at.push(row_at(r) + j);
+                        }
                     }
                 }
             }
+        }
+        if let Some(ties) = ties.filter(|_| !near.is_empty()) {
+            ties.settle(t, s, (xg, zp), &near, |i, v| {
+                dst.out[near_at[i]] = super::body::clamp_round(v, minv, maxv, rq.y_zp);
+            });
         }
     }
 }
