@@ -648,14 +648,12 @@ fn scatter_quads(k: usize, p: usize, src: &[&[u8]], out: &mut [u8]) {
     assert!(p.is_multiple_of(4) && p < k && [r1, r2, r3].iter().all(|r| r.len() == n));
     let panel = k.div_ceil(4) * Q4NR * 4;
     let off = (p / 4) * Q4NR * 4;
-    // Chunk c writes the quads of its columns at `off` of panels 2c and 2c + 1: the last
-    // one ends at the last column's quad.
-    let end = match n % 64 {
-        0 => n / 64 * 2 * panel - panel + off + 4 * Q4NR,
-        m if m > Q4NR => (n / 64 * 2 + 1) * panel + off + 4 * (m - Q4NR),
-        m => n / 64 * 2 * panel + off + 4 * m,
-    };
-    assert!(n == 0 || out.len() >= end, "scatter_quads: out too short");
+    // Column j's quad lies at `off + 4 * (j % 32)` of panel `j / 32`.
+    let end = |j: usize| (j / Q4NR) * panel + off + 4 * (j % Q4NR) + 4;
+    assert!(
+        n == 0 || out.len() >= end(n - 1),
+        "scatter_quads: out too short"
+    );
     let rows = [r0.as_ptr(), r1.as_ptr(), r2.as_ptr(), r3.as_ptr()];
     for c in 0..n.div_ceil(64) {
         let m = (n - c * 64).min(64);
