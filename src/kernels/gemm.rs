@@ -206,7 +206,13 @@ fn row_slot(nc: usize) -> usize {
     nc + NR
 }
 
+/// Rows of B that [`pack_block`] copies panel by panel when they are read in place.
+const PACK_ROWS: usize = 16;
+
 /// Packs rows `k0..k0+kc`, columns `jc..jc+nc` of B into NR-column panels in `buf`.
+/// Rows read in place go [`PACK_ROWS`] at a time, panel by panel, so that the stores of
+/// each panel are consecutive lines (row by row, each row's stores would touch every
+/// panel of the block).
 fn pack_block<'b>(
     fill: &RowFill<'b>,
     k0: usize,
@@ -216,22 +222,47 @@ fn pack_block<'b>(
     buf: &mut [f32],
     row: &mut [f32],
 ) {
-    let full = nc / NR * NR;
     let row = &mut row[..nc];
-    for p in 0..kc {
-        let src: &[f32] = match fill(k0 + p, jc, nc, row) {
-            Some(s) => s,
-            None => row,
-        };
-        for j0 in (0..full).step_by(NR) {
-            let dst = j0 * kc + p * NR;
-            buf[dst..dst + NR].copy_from_slice(&src[j0..j0 + NR]);
+    let mut p = 0;
+    while p < kc {
+        let mut srcs: [&[f32]; PACK_ROWS] = [&[]; PACK_ROWS];
+        let mut cnt = 0;
+        let mut generated = false;
+        while cnt < PACK_ROWS && p + cnt < kc {
+            match fill(k0 + p + cnt, jc, nc, row) {
+                Some(s) => srcs[cnt] = s,
+                None => {
+                    // Row p + cnt was generated into `row`.
+                    generated = true;
+                    break;
+                }
+            }
+            cnt += 1;
         }
-        if full < nc {
-            let dst = full * kc + p * NR;
-            let d = &mut buf[dst..dst + NR];
-            d[..nc - full].copy_from_slice(&src[full..nc]);
-            d[nc - full..].fill(0.0);
+        rows_to_panels(&srcs[..cnt], (p, kc), nc, buf);
+        p += cnt;
+        if generated {
+            rows_to_panels(&[row], (p, kc), nc, buf);
+            p += 1;
+        }
+    }
+}
+
+/// Rows `p..p + srcs.len()` of a `kc`-row block of B (`nc` columns each) into their
+/// places in the block's NR-column panels `buf`, panel by panel (the last panel's
+/// columns past `nc` zeroed).
+fn rows_to_panels(srcs: &[&[f32]], (p, kc): (usize, usize), nc: usize, buf: &mut [f32]) {
+    for j0 in (0..nc).step_by(NR) {
+        let w = NR.min(nc - j0);
+        for (i, src) in srcs.iter().enumerate() {
+            let dst = &mut buf[j0 * kc + (p + i) * NR..][..NR];
+            if w == NR {
+                // (A fixed-size copy: inline vector moves.)
+                dst.copy_from_slice(&src[j0..j0 + NR]);
+            } else {
+                dst[..w].copy_from_slice(&src[j0..j0 + w]);
+                dst[w..].fill(0.0);
+            }
         }
     }
 }
