@@ -23,6 +23,7 @@ use crate::kernels::quant::dw_exact::PLANE_ROWS;
 use crate::kernels::quant::dw_exact::{
     self, BytePlaneGeom, DwGeom, DwTaps, NearTies, PlaneGeom, KH_MAX, LANES as L,
 };
+use crate::kernels::quant::x86_64_vnni::near_tie_lanes;
 use crate::kernels::quant::Requant;
 use std::arch::x86_64::*;
 
@@ -41,19 +42,15 @@ struct Post {
     y_zp: __m512i,
 }
 
-/// Lanes of `v` (requantised, clamped, before rounding) and `t = v + ROUND_MAGIC`
-/// whose distance from the nearest integer exceeds `0.5 - TIE_EPS`: the near-ties.
+/// The near-ties among the lanes of `v` (requantised, clamped, before rounding; `t = v
+/// + ROUND_MAGIC`): within `TIE_EPS` of a rounding boundary.
 ///
 /// # Safety
 /// AVX-512F available.
 #[inline(always)]
 unsafe fn near_ties(v: __m512, t: __m512) -> u16 {
-    // SAFETY: register arithmetic only; the function's contract.
-    unsafe {
-        let r = _mm512_sub_ps(t, _mm512_set1_ps(ROUND_MAGIC));
-        let d = _mm512_abs_ps(_mm512_sub_ps(v, r));
-        _mm512_cmp_ps_mask::<_CMP_GT_OQ>(d, _mm512_set1_ps(0.5 - TIE_EPS))
-    }
+    // SAFETY: the function's contract.
+    unsafe { near_tie_lanes(!0, v, t, _mm512_set1_ps(0.5 - TIE_EPS)) }
 }
 
 /// Table entry `qdepthwise_block`: the int8 depthwise conv of channels `c0..c0 + nc` of

@@ -19,7 +19,7 @@ use crate::kernels::body::conv::ConvShape;
 use crate::kernels::quant::body::{bounds, ROUND_MAGIC};
 use crate::kernels::quant::conv::TIE_EPS;
 use crate::kernels::quant::dw_exact::{BytePlaneGeom, DwTaps, NearTies, LANES as L};
-use crate::kernels::quant::x86_64_vnni::copy512;
+use crate::kernels::quant::x86_64_vnni::{copy512, near_tie_lanes};
 use crate::kernels::quant::Requant;
 use std::arch::x86_64::*;
 
@@ -247,8 +247,7 @@ impl Pass {
                     let f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[j]), self.mult);
                     let f = _mm512_min_ps(_mm512_max_ps(f, self.minv), self.maxv);
                     let t = _mm512_add_ps(f, magic);
-                    let d = _mm512_abs_ps(_mm512_sub_ps(f, _mm512_sub_ps(t, magic)));
-                    let near = _mm512_mask_cmp_ps_mask::<_CMP_GT_OQ>(m, d, near_lim);
+                    let near = near_tie_lanes(m, f, t, near_lim);
                     let q = _mm512_add_epi32(_mm512_castps_si512(t), self.y_zp);
                     let b = _mm512_cvtepi32_epi8(q);
                     let o = out.as_mut_ptr().add(j * self.ow + col);

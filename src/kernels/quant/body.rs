@@ -297,7 +297,7 @@ pub fn quad_tile_u8_with(
             let v = a.wrapping_add(post.bias[r]) as f32 * post.mult[r];
             *d = clamp_round(v, minv, maxv, post.y_zp);
             let c = v.clamp(minv, maxv);
-            if (c - ((c + ROUND_MAGIC) - ROUND_MAGIC)).abs() > 0.5 - dst.eps {
+            if off_round(c) > 0.5 - dst.eps {
                 masks[r] |= 1 << j;
             }
         }
@@ -348,25 +348,30 @@ pub fn scatter_quads(k: usize, p: usize, src: &[&[u8]], out: &mut [u8]) {
 /// a zero byte).
 pub const ROUND_MAGIC: f32 = 12_582_912.0;
 
+/// Distance of `v` (|v| < 2^22) from the nearest integer, without a libm call: `v`
+/// rounded half to even by the [`ROUND_MAGIC`] trick. A requantised value farther than
+/// `0.5 - eps` is a near-tie.
+#[inline(always)]
+pub fn off_round(v: f32) -> f32 {
+    (v - ((v + ROUND_MAGIC) - ROUND_MAGIC)).abs()
+}
+
 /// The first `j` whose requantised value `(acc[j] + bias) * mult` (clamped to the
 /// output range) lies within `eps` of a rounding boundary, or `acc.len()` (see
 /// `QuantTable::first_near_tie`).
 #[inline(always)]
 pub fn first_near_tie(acc: &[i32], bias: i32, mult: f32, bounds: (f32, f32), eps: f32) -> usize {
     let (minv, maxv) = bounds;
-    // Distance from the nearest integer without a libm call: `v` clamped to the output
-    // range (so |v| < 2^22), rounded by the 1.5 * 2^23 trick. The scan vectorises; the
-    // chunk with a near-tie is walked again element by element.
-    let off_round = |a: i32| {
-        let v = (a.wrapping_add(bias) as f32 * mult).clamp(minv - 1.0, maxv + 1.0);
-        (v - ((v + ROUND_MAGIC) - ROUND_MAGIC)).abs()
-    };
+    // `v` clamped to the output range widened by one (so |v| < 2^22). The scan
+    // vectorises; the chunk with a near-tie is walked again element by element.
+    let off =
+        |a: i32| off_round((a.wrapping_add(bias) as f32 * mult).clamp(minv - 1.0, maxv + 1.0));
     let near = 0.5 - eps;
     for (k, chunk) in acc.chunks(64).enumerate() {
-        if !chunk.iter().fold(false, |h, &a| h | (off_round(a) > near)) {
+        if !chunk.iter().fold(false, |h, &a| h | (off(a) > near)) {
             continue;
         }
-        if let Some(i) = chunk.iter().position(|&a| off_round(a) > near) {
+        if let Some(i) = chunk.iter().position(|&a| off(a) > near) {
             return k * 64 + i;
         }
     }

@@ -349,6 +349,25 @@ unsafe fn max_pool512(s: &PoolShape, x: &[u8], y: &mut [u8]) {
     }
 }
 
+/// Lanes `m` of `c` (requantised values clamped to the output range, before rounding;
+/// `x = c + ROUND_MAGIC`, which rounds them) that lie more than `near` (`0.5 - eps` in
+/// every lane) from the nearest integer: the near-ties. The one near-tie test of the
+/// AVX-512 requantisations (tiles, depthwise kernels).
+///
+/// # Safety
+/// AVX-512 F available.
+#[inline(always)]
+pub(crate) unsafe fn near_tie_lanes(m: __mmask16, c: __m512, x: __m512, near: __m512) -> __mmask16 {
+    // SAFETY: register arithmetic only; the function's contract.
+    unsafe {
+        let d = _mm512_abs_ps(_mm512_sub_ps(
+            c,
+            _mm512_sub_ps(x, _mm512_set1_ps(ROUND_MAGIC)),
+        ));
+        _mm512_mask_cmp_ps_mask::<_CMP_GT_OQ>(m, d, near)
+    }
+}
+
 /// The mask of the first `n` lanes of a vector of sixteen (all of them from 16 on).
 #[inline(always)]
 fn first_words(n: usize) -> __mmask16 {
@@ -554,8 +573,8 @@ unsafe fn requant_8x32(t: &[__m512i; 2 * Q4MR], dst: TileDst<'_>) -> [u32; Q4MR]
             // `maxps` first, as `body::clamp_round`.
             let c = _mm512_min_ps(_mm512_max_ps(v, vmin), vmax);
             let x = _mm512_add_ps(c, magic);
-            let d = _mm512_abs_ps(_mm512_sub_ps(c, _mm512_sub_ps(x, magic)));
-            let tie = _mm512_mask_cmp_ps_mask::<_CMP_GT_OQ>(m[h], d, near);
+            // SAFETY: register arithmetic (AVX-512 F available).
+            let tie = unsafe { near_tie_lanes(m[h], c, x, near) };
             masks[r] |= u32::from(tie) << (16 * h);
             // The low byte of `x`'s bits is `rne(c)`'s; `c + zp` lies in `[lo, hi]`.
             let q = _mm512_add_epi32(_mm512_castps_si512(x), vzp);
