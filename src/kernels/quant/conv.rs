@@ -316,7 +316,7 @@ impl FloatTies {
     /// whose FMA chains run [`REF_LANES`] side by side, blocks of any of the near-ties
     /// together (`QuantTable::ref_chains`, up to [`REF_BLOCK_K`] steps a call); each
     /// one's block sums are added in order, as the reference does.
-    fn settle(
+    pub(super) fn settle(
         &self,
         t: &super::table::QuantTable,
         s: &ConvShape,

@@ -1224,6 +1224,21 @@ fn ref_float_conv(
     bias: &[i32],
     (ys, yz): (f32, u8),
 ) -> Vec<u8> {
+    ref_float_values(s, x, (xs, xz), w, ws, bias)
+        .iter()
+        .map(|&v| ref_quantize(v, ys, yz))
+        .collect()
+}
+
+/// The float reference's values before QuantizeLinear (see [`ref_float_conv`]).
+fn ref_float_values(
+    s: &ConvShape,
+    x: &[u8],
+    (xs, xz): (f32, u8),
+    w: &[i8],
+    ws: &[f32],
+    bias: &[i32],
+) -> Vec<f32> {
     let (cig, mg) = (s.cin_g(), s.cout_g());
     let (n, k) = (s.oh * s.ow, s.k());
     let block = match n {
@@ -1233,7 +1248,7 @@ fn ref_float_conv(
         33..=64 => 256,
         _ => 128,
     };
-    let mut y = vec![0u8; s.c_out * s.oh * s.ow];
+    let mut y = vec![0f32; s.c_out * s.oh * s.ow];
     for co in 0..s.c_out {
         let g = co / mg;
         for oy in 0..s.oh {
@@ -1281,12 +1296,62 @@ fn ref_float_conv(
                         total += a;
                     }
                 }
-                let v = total + bias[co] as f32 * (xs * ws[co]);
-                y[(co * s.oh + oy) * s.ow + ox] = ref_quantize(v, ys, yz);
+                y[(co * s.oh + oy) * s.ow + ox] = total + bias[co] as f32 * (xs * ws[co]);
             }
         }
     }
     y
+}
+
+// The near-tie reference values of every output (settled all together, so that the
+// FMA chains of many near-ties' K blocks share passes) against the float reference's,
+// bit for bit: one K block, several (with a short last one), several passes of REF_BLOCK_K
+// steps per block, padding, stride, groups, depthwise.
+#[test]
+fn float_ties_values_match_the_reference_bit_for_bit() {
+    let cases = [
+        conv_shape((16, 24, 1), (9, 11), (3, 3), (1, 1), (1, 1), (1, 1)),
+        conv_shape((300, 16, 1), (12, 12), (1, 1), (1, 1), (0, 0), (1, 1)),
+        conv_shape((130, 16, 1), (5, 4), (3, 3), (2, 2), (1, 1), (1, 1)),
+        conv_shape((100, 16, 1), (4, 4), (3, 3), (1, 1), (1, 1), (1, 1)),
+        conv_shape((64, 32, 1), (9, 9), (5, 5), (1, 1), (2, 2), (1, 1)),
+        conv_shape((40, 12, 2), (6, 7), (3, 3), (1, 1), (1, 1), (1, 1)),
+        conv_shape((24, 24, 24), (9, 10), (5, 5), (1, 1), (2, 2), (1, 1)),
+    ];
+    let (xs, xz, ys) = (0.0213f32, 117u8, 0.37f32);
+    for (ci, s) in cases.iter().enumerate() {
+        let seed = 700 + ci as u64;
+        let x = rand_bytes(s.c_in * s.h * s.w, seed);
+        let w = rand_i8(s.c_out * s.k(), seed + 1);
+        let bias: Vec<i32> = rand_i8(s.c_out, seed + 2)
+            .iter()
+            .map(|&b| b as i32 * 97)
+            .collect();
+        let ws: Vec<f32> = (0..s.c_out).map(|c| 0.0011 + c as f32 * 1.7e-5).collect();
+        let want = ref_float_values(s, &x, (xs, xz), &w, &ws, &bias);
+        let ties = FloatTies::new(s, &w, &ws, Some(&bias), xs, ys);
+        let (ohw, cig, mg) = (s.oh * s.ow, s.cin_g(), s.cout_g());
+        for t in tables() {
+            let mut got = vec![f32::NAN; want.len()];
+            for g in 0..s.group {
+                let xg = &x[g * cig * s.h * s.w..(g + 1) * cig * s.h * s.w];
+                let all: Vec<(usize, usize)> = (g * mg..(g + 1) * mg)
+                    .flat_map(|c| (0..ohw).map(move |j| (c, j)))
+                    .collect();
+                ties.settle(t.quant, s, (xg, xz), &all, |i, v| {
+                    got[all[i].0 * ohw + all[i].1] = v;
+                });
+            }
+            for (i, (&g, &v)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(
+                    g.to_bits(),
+                    (v / ys).to_bits(),
+                    "case {ci} {s:?} table {} output {i}",
+                    t.name
+                );
+            }
+        }
+    }
 }
 
 #[test]
