@@ -1303,21 +1303,38 @@ fn ref_float_values(
     y
 }
 
+/// Conv shapes of the near-tie tests: one K block and several (with a short last one),
+/// several passes of REF_BLOCK_K steps per block, padding, stride, dilation, groups,
+/// depthwise.
+fn tie_cases() -> Vec<ConvShape> {
+    vec![
+        conv_shape((16, 24, 1), (9, 11), (3, 3), (1, 1), (1, 1), (1, 1)),
+        conv_shape((64, 8, 1), (7, 7), (3, 3), (2, 2), (1, 1), (1, 1)),
+        conv_shape((40, 12, 2), (6, 7), (3, 3), (1, 1), (1, 1), (1, 1)),
+        conv_shape((300, 8, 1), (5, 5), (1, 1), (1, 1), (0, 0), (1, 1)),
+        conv_shape((300, 8, 1), (6, 9), (1, 1), (1, 1), (0, 0), (1, 1)),
+        // Three blocks of 128, 128 and 44 K values.
+        conv_shape((300, 16, 1), (12, 12), (1, 1), (1, 1), (0, 0), (1, 1)),
+        conv_shape((100, 16, 1), (4, 4), (3, 3), (1, 1), (1, 1), (1, 1)),
+        conv_shape((130, 16, 1), (5, 4), (3, 3), (2, 2), (1, 1), (1, 1)),
+        conv_shape((48, 48, 48), (19, 23), (3, 3), (1, 1), (1, 1), (1, 1)),
+        conv_shape((40, 40, 40), (60, 37), (3, 3), (2, 2), (1, 1), (1, 1)),
+        conv_shape((24, 24, 24), (9, 10), (5, 5), (1, 1), (2, 2), (1, 1)),
+        conv_shape((24, 8, 8), (9, 10), (3, 3), (1, 1), (1, 1), (1, 1)),
+        conv_shape((64, 16, 1), (9, 9), (1, 1), (2, 2), (0, 0), (1, 1)),
+        conv_shape((32, 8, 1), (6, 6), (1, 1), (1, 1), (1, 1), (1, 1)),
+        conv_shape((16, 8, 1), (11, 11), (3, 3), (1, 1), (2, 2), (2, 2)),
+        conv_shape((64, 32, 1), (9, 9), (5, 5), (1, 1), (2, 2), (1, 1)),
+    ]
+}
+
 // The near-tie reference values of every output (settled all together, so that the
 // FMA chains of many near-ties' K blocks share passes) against the float reference's,
 // bit for bit: one K block, several (with a short last one), several passes of REF_BLOCK_K
 // steps per block, padding, stride, groups, depthwise.
 #[test]
 fn float_ties_values_match_the_reference_bit_for_bit() {
-    let cases = [
-        conv_shape((16, 24, 1), (9, 11), (3, 3), (1, 1), (1, 1), (1, 1)),
-        conv_shape((300, 16, 1), (12, 12), (1, 1), (1, 1), (0, 0), (1, 1)),
-        conv_shape((130, 16, 1), (5, 4), (3, 3), (2, 2), (1, 1), (1, 1)),
-        conv_shape((100, 16, 1), (4, 4), (3, 3), (1, 1), (1, 1), (1, 1)),
-        conv_shape((64, 32, 1), (9, 9), (5, 5), (1, 1), (2, 2), (1, 1)),
-        conv_shape((40, 12, 2), (6, 7), (3, 3), (1, 1), (1, 1), (1, 1)),
-        conv_shape((24, 24, 24), (9, 10), (5, 5), (1, 1), (2, 2), (1, 1)),
-    ];
+    let cases = tie_cases();
     let (xs, xz, ys) = (0.0213f32, 117u8, 0.37f32);
     for (ci, s) in cases.iter().enumerate() {
         let seed = 700 + ci as u64;
@@ -1356,24 +1373,7 @@ fn float_ties_values_match_the_reference_bit_for_bit() {
 
 #[test]
 fn qconv_ties_round_like_the_float_reference() {
-    let cases = [
-        conv_shape((16, 24, 1), (9, 11), (3, 3), (1, 1), (1, 1), (1, 1)),
-        conv_shape((64, 8, 1), (7, 7), (3, 3), (2, 2), (1, 1), (1, 1)),
-        conv_shape((40, 12, 2), (6, 7), (3, 3), (1, 1), (1, 1), (1, 1)),
-        conv_shape((300, 8, 1), (5, 5), (1, 1), (1, 1), (0, 0), (1, 1)),
-        conv_shape((300, 8, 1), (6, 9), (1, 1), (1, 1), (0, 0), (1, 1)),
-        // Three blocks of 128, 128 and 44 K values.
-        conv_shape((300, 16, 1), (12, 12), (1, 1), (1, 1), (0, 0), (1, 1)),
-        conv_shape((100, 16, 1), (4, 4), (3, 3), (1, 1), (1, 1), (1, 1)),
-        conv_shape((130, 16, 1), (5, 4), (3, 3), (2, 2), (1, 1), (1, 1)),
-        conv_shape((48, 48, 48), (19, 23), (3, 3), (1, 1), (1, 1), (1, 1)),
-        conv_shape((40, 40, 40), (60, 37), (3, 3), (2, 2), (1, 1), (1, 1)),
-        conv_shape((24, 24, 24), (9, 10), (5, 5), (1, 1), (2, 2), (1, 1)),
-        conv_shape((24, 8, 8), (9, 10), (3, 3), (1, 1), (1, 1), (1, 1)),
-        conv_shape((64, 16, 1), (9, 9), (1, 1), (2, 2), (0, 0), (1, 1)),
-        conv_shape((32, 8, 1), (6, 6), (1, 1), (1, 1), (1, 1), (1, 1)),
-        conv_shape((16, 8, 1), (11, 11), (3, 3), (1, 1), (2, 2), (2, 2)),
-    ];
+    let cases = tie_cases();
     let (xs, xz, ys, yz) = (0.0213f32, 117u8, 0.37f32, 121u8);
     let mut settled = 0;
     for (ci, s) in cases.iter().enumerate() {
