@@ -216,6 +216,14 @@ impl QConvWeights {
 /// About 2 * TIE_EPS of the outputs are recomputed (K FMAs each).
 pub const TIE_EPS: f32 = 1.0 / 8192.0;
 
+/// Near-ties [`FloatTies::settle`] runs together at most (a block collects that many in
+/// a [`TieBatch`] before settling them).
+const TIE_BATCH: usize = 32;
+
+/// Operand floats of one pass of [`FloatTies::settle`]: [`REF_LANES`] chains of up to
+/// [`REF_BLOCK_K`] steps.
+const GROUP_K: usize = REF_LANES * REF_BLOCK_K;
+
 /// K values summed per FMA chain by the float reference (MLAS SGEMM's K stride) where
 /// the GEMM has at least as many columns as K values ([`ref_block_k`]).
 pub const REF_BLOCK_K: usize = 128;
@@ -330,53 +338,63 @@ impl FloatTies {
             }
             return;
         }
+        if ties.is_empty() {
+            return;
+        }
         let k = s.k();
         let bk = ref_block_k(s.oh * s.ow, k);
         let blocks = k.div_ceil(bk);
-        // Lane l of a pass at l * stride of the operand buffers.
+        // Lane l of a pass at l * stride of the operand buffers (on the stack: nothing
+        // is allocated while a model runs).
         let stride = REF_BLOCK_K.min(bk).min(k);
-        let (mut xs, mut wv) = (
-            vec![0f32; REF_LANES * stride],
-            vec![0f32; REF_LANES * stride],
-        );
-        // Item `i`: block `i % blocks` of near-tie `i / blocks`.
-        let items = ties.len() * blocks;
-        let mut sums = vec![0f32; items];
-        let mut i0 = 0;
-        while i0 < items {
-            let lanes = REF_LANES.min(items - i0);
-            let mut chains = [0f32; REF_LANES];
-            let mut t0 = 0;
-            while t0 < bk {
-                // K values of lane l in this call: from `q0(l)`, `len(l)` of them.
-                let q0 = |l: usize| (i0 + l) % blocks * bk + t0;
-                let len = |l: usize| REF_BLOCK_K.min(bk - t0).min(k.saturating_sub(q0(l)));
-                let steps = (0..lanes).map(len).max().unwrap_or(0);
-                if steps == 0 {
-                    break;
-                }
-                for l in 0..lanes {
-                    let lane = l * stride..l * stride + steps;
-                    let (x, w) = (&mut xs[lane.clone()], &mut wv[lane]);
-                    let n = len(l);
-                    // A short block's tail steps add 0 to its chain; the chains of lanes
-                    // past the pass's items are never read, whatever their operands.
-                    x[n..].fill(0.0);
-                    w[n..].fill(0.0);
-                    if n > 0 {
-                        let tie = ties[(i0 + l) / blocks];
-                        self.operands(t, s, (xg, zp), tie, q0(l), (&mut x[..n], &mut w[..n]));
+        let (mut xs, mut wv) = ([0f32; GROUP_K], [0f32; GROUP_K]);
+        for (n0, batch) in ties.chunks(TIE_BATCH).enumerate() {
+            // Each near-tie's block sums, added in block order as the passes end.
+            let mut totals = [0f32; TIE_BATCH];
+            // Item `i`: block `i % blocks` of near-tie `i / blocks`.
+            let items = batch.len() * blocks;
+            let mut i0 = 0;
+            while i0 < items {
+                let lanes = REF_LANES.min(items - i0);
+                let mut chains = [0f32; REF_LANES];
+                let mut t0 = 0;
+                while t0 < bk {
+                    // K values of lane l in this call: from `q0(l)`, `len(l)` of them.
+                    let q0 = |l: usize| (i0 + l) % blocks * bk + t0;
+                    let len = |l: usize| REF_BLOCK_K.min(bk - t0).min(k.saturating_sub(q0(l)));
+                    let steps = (0..lanes).map(len).max().unwrap_or(0);
+                    if steps == 0 {
+                        break;
                     }
+                    for l in 0..lanes {
+                        let lane = l * stride..l * stride + steps;
+                        let (x, w) = (&mut xs[lane.clone()], &mut wv[lane]);
+                        let n = len(l);
+                        // A short block's tail steps add 0 to its chain; the chains of
+                        // lanes past the pass's items are never read, whatever their
+                        // operands.
+                        x[n..].fill(0.0);
+                        w[n..].fill(0.0);
+                        if n > 0 {
+                            let tie = batch[(i0 + l) / blocks];
+                            self.operands(t, s, (xg, zp), tie, q0(l), (&mut x[..n], &mut w[..n]));
+                        }
+                    }
+                    (t.ref_chains)(&xs, &wv, stride, steps, &mut chains);
+                    t0 += REF_BLOCK_K;
                 }
-                (t.ref_chains)(&xs, &wv, stride, steps, &mut chains);
-                t0 += REF_BLOCK_K;
+                for (l, &chain) in chains[..lanes].iter().enumerate() {
+                    let (tie, b) = ((i0 + l) / blocks, (i0 + l) % blocks);
+                    totals[tie] = if b == 0 { chain } else { totals[tie] + chain };
+                }
+                i0 += lanes;
             }
-            sums[i0..i0 + lanes].copy_from_slice(&chains[..lanes]);
-            i0 += lanes;
-        }
-        for (i, (&(c, _), b)) in ties.iter().zip(sums.chunks_exact(blocks)).enumerate() {
-            let total = b[1..].iter().fold(b[0], |acc, &v| acc + v);
-            put(i, (total + self.bias[c]) / self.y_scale);
+            for (i, &(c, _)) in batch.iter().enumerate() {
+                put(
+                    n0 * TIE_BATCH + i,
+                    (totals[i] + self.bias[c]) / self.y_scale,
+                );
+            }
         }
     }
 
@@ -499,6 +517,63 @@ impl FloatTies {
     }
 }
 
+/// Near-ties waiting to be settled together ([`FloatTies::settle`]), at most
+/// [`TIE_BATCH`]: output channel and position, and the byte of the output each goes to.
+pub(super) struct TieBatch {
+    ties: [(usize, usize); TIE_BATCH],
+    at: [usize; TIE_BATCH],
+    n: usize,
+}
+
+impl TieBatch {
+    /// An empty batch.
+    pub(super) fn new() -> Self {
+        TieBatch {
+            ties: [(0, 0); TIE_BATCH],
+            at: [0; TIE_BATCH],
+            n: 0,
+        }
+    }
+
+    /// Adds near-tie `tie` (channel, output position) whose byte is `out[at]`, settling
+    /// the batch into `out` first when it is full.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn push(
+        &mut self,
+        ref_: (&FloatTies, &super::table::QuantTable, &ConvShape),
+        x: (&[u8], u8),
+        rq: &Requant<'_>,
+        (tie, at): ((usize, usize), usize),
+        out: &mut [u8],
+    ) {
+        if self.n == TIE_BATCH {
+            self.settle(ref_, x, rq, out);
+        }
+        (self.ties[self.n], self.at[self.n]) = (tie, at);
+        self.n += 1;
+    }
+
+    /// Settles the near-ties held (inputs `x`: the group's planes and zero point) into
+    /// `out`, requantised like `rq`, and empties the batch.
+    pub(super) fn settle(
+        &mut self,
+        (ties, t, s): (&FloatTies, &super::table::QuantTable, &ConvShape),
+        x: (&[u8], u8),
+        rq: &Requant<'_>,
+        out: &mut [u8],
+    ) {
+        if self.n == 0 {
+            return;
+        }
+        let (minv, maxv) = super::body::bounds(rq.lo, rq.hi, rq.y_zp);
+        let at = &self.at;
+        ties.settle(t, s, x, &self.ties[..self.n], |i, v| {
+            out[at[i]] = super::body::clamp_round(v, minv, maxv, rq.y_zp);
+        });
+        self.n = 0;
+    }
+}
+
 /// Where a conv's finished i32 rows go.
 enum ConvOut<'o> {
     U8(&'o Requant<'o>, &'o mut [u8], Option<&'o FloatTies>),
@@ -560,17 +635,16 @@ impl ConvOut<'_> {
         let out = &mut o[at..at + acc.len()];
         let (zp_out, lo, hi) = (rq.y_zp, rq.lo, rq.hi);
         let mut i = (t.requant_near_tie)(acc, bias, mult, zp_out, lo, hi, TIE_EPS, out);
-        let mut near = Vec::new();
+        if i == acc.len() {
+            return;
+        }
+        let mut near = TieBatch::new();
         while i < acc.len() {
-            near.push((c, j0 + i));
+            near.push((ties, t, s), (xg, zp), rq, ((c, j0 + i), i), out);
             i += 1;
             i += (t.first_near_tie)(&acc[i..], bias, mult, (minv, maxv), TIE_EPS);
         }
-        if !near.is_empty() {
-            ties.settle(t, s, (xg, zp), &near, |i, r| {
-                out[near[i].1 - j0] = super::body::clamp_round(r, minv, maxv, zp_out);
-            });
-        }
+        near.settle((ties, t, s), (xg, zp), rq, out);
     }
 }
 
@@ -873,13 +947,12 @@ impl QuadBlock<'_> {
         dst: BlockOut<'_, P>,
     ) {
         let asz = self.kq * Q4MR * 4;
-        let (minv, maxv) = super::body::bounds(rq.lo, rq.hi, rq.y_zp);
         let (m_lo, m_hi) = self.rows;
         let i0 = self.panels.0 * Q4MR;
         let mut posts = [TilePost::default(); QMC / Q4MR];
         // The block's near-ties (channel, output position) and their bytes in `dst`,
         // settled together at the end.
-        let (mut near, mut near_at) = (Vec::new(), Vec::new());
+        let mut near = TieBatch::new();
         for (ip, post) in (self.panels.0..self.panels.1).zip(posts.iter_mut()) {
             post.y_zp = rq.y_zp;
             (post.lo, post.hi) = (rq.lo, rq.hi);
@@ -910,26 +983,22 @@ impl QuadBlock<'_> {
                 };
                 let a = &self.pa[k * asz..(k + 1) * asz];
                 let masks = (t.quad_tile_su_u8)(self.kq, (a, bp, &self.at), tile);
-                if ties.is_none() {
-                    continue;
-                }
+                let Some(ties) = ties else { continue };
                 for (r, &mask) in masks.iter().enumerate().skip(lo) {
                     let mut m = mask;
                     while m != 0 {
                         let j = m.trailing_zeros() as usize;
                         m &= m - 1;
                         if let Some(at) = (dst.pos)(j0 + j) {
-                            near.push((self.c_base + ip * Q4MR + r, at));
-                            near_at.push(row_at(r) + j);
+                            let tie = ((self.c_base + ip * Q4MR + r, at), row_at(r) + j);
+                            near.push((ties, t, s), (xg, zp), rq, tie, dst.out);
                         }
                     }
                 }
             }
         }
-        if let Some(ties) = ties.filter(|_| !near.is_empty()) {
-            ties.settle(t, s, (xg, zp), &near, |i, v| {
-                dst.out[near_at[i]] = super::body::clamp_round(v, minv, maxv, rq.y_zp);
-            });
+        if let Some(ties) = ties {
+            near.settle((ties, t, s), (xg, zp), rq, dst.out);
         }
     }
 }

@@ -1371,6 +1371,38 @@ fn float_ties_values_match_the_reference_bit_for_bit() {
     }
 }
 
+// A batch of near-ties fed more than it holds settles as it goes: every output of a conv
+// pushed through one `TieBatch` lands requantised from its own reference value.
+#[test]
+fn tie_batch_settles_every_push() {
+    let s = &tie_cases()[5];
+    let (xs, xz, ys, yz) = (0.0213f32, 117u8, 0.37f32, 121u8);
+    let x = rand_bytes(s.c_in * s.h * s.w, 900);
+    let w = rand_i8(s.c_out * s.k(), 901);
+    let ws: Vec<f32> = (0..s.c_out).map(|c| 0.0011 + c as f32 * 1.7e-5).collect();
+    let ties = FloatTies::new(s, &w, &ws, None, xs, ys);
+    let ohw = s.oh * s.ow;
+    let (mult, bias) = (vec![1.0f32; s.c_out], vec![0i32; s.c_out]);
+    let rq = Requant {
+        mult: &mult,
+        bias: &bias,
+        y_zp: yz as i32,
+        lo: 0,
+        hi: 255,
+    };
+    let want = ref_float_conv(s, &x, (xs, xz), &w, &ws, &vec![0; s.c_out], (ys, yz));
+    for t in tables() {
+        let mut got = vec![0u8; want.len()];
+        let mut batch = conv::TieBatch::new();
+        for i in 0..s.c_out * ohw {
+            let tie = ((i / ohw, i % ohw), i);
+            batch.push((&ties, t.quant, s), (&x, xz), &rq, tie, &mut got);
+        }
+        batch.settle((&ties, t.quant, s), (&x, xz), &rq, &mut got);
+        assert_eq!(got, want, "table {}", t.name);
+    }
+}
+
 #[test]
 fn qconv_ties_round_like_the_float_reference() {
     let cases = tie_cases();
