@@ -30,7 +30,7 @@ pub use config::{CompileOptions, InputParams, InputType};
 pub use partition::{Fc, OverLimit, Step};
 
 use crate::error::{Error, Result};
-use crate::exec::{ModelPlan, PlanOptions, Tile};
+use crate::exec::{ModelPlan, PlanOptions};
 use crate::ir::{DType, Graph, ImageFormat, Node, Op, Placement, Value, ValueId};
 
 /// What the caller hands over for one model input or output.
@@ -224,8 +224,8 @@ pub fn compile_graph_within(
     let mut cost_cache = cost_cache::CostCache::open();
     let mut cost = cost::CostModel::new(&graph, &plan, 3).with_cache(&mut cost_cache);
     let node_est_us = cost.measure_all();
-    // In-place whole-node times of the nodes that get tiled (see the tile estimates).
-    let mut in_place = std::collections::HashMap::new();
+    // Tile times of the nodes that get tiled, per (node, tile count): timed in order.
+    let mut tile_us = std::collections::HashMap::new();
     let mut over_limit = Vec::new();
     let mut segments = Vec::new();
     for (kind, range) in place::segment_ranges(&graph) {
@@ -244,17 +244,15 @@ pub fn compile_graph_within(
                     if k == 1 {
                         return node_est_us[n];
                     }
-                    // Tiles are timed in place (each repeated, its data hot); scale them by
-                    // how much slower the whole node ran in the in-order passes.
-                    let warm = *in_place
-                        .entry(n)
-                        .or_insert_with(|| cost.measure_in_place(n, Tile::WHOLE));
-                    let scale = (node_est_us[n] / warm).clamp(1.0, 2.0);
-                    let tile = Tile {
-                        index: t as usize,
-                        count: k as usize,
-                    };
-                    cost.measure(n, tile) * scale
+                    // The node's tiles timed in order, one after the other as an FC runs
+                    // them; scaled by how much slower the whole node ran in the passes over
+                    // the model (where the nodes before it leave the caches to it).
+                    let tiles = tile_us
+                        .entry((n, k))
+                        .or_insert_with(|| cost.measure_tiles(n, k as usize));
+                    let sum: f64 = tiles.iter().sum();
+                    let scale = (node_est_us[n] / sum).clamp(1.0, 2.0);
+                    tiles[t as usize] * scale
                 },
                 |n| plan.tiles_for(n),
                 &mut over_limit,
