@@ -379,16 +379,26 @@ impl PaddedRows {
         let (mg, k, wp) = (s.cout_g(), s.k(), self.wp);
         let (xpad, rest) = scratch.split_at_mut(self.input_len(s));
         let (cbuf, gscratch) = rest.split_at_mut(mg * self.rows * wp);
-        xpad.fill(0.0);
-        for ci in 0..s.cin_g() {
-            for iy in 0..s.h {
-                let d = ci * hpwp + (iy + s.ph) * wp + s.pw;
-                xpad[d..d + s.w].copy_from_slice(&xg[ci * hw + iy * s.w..][..s.w]);
-            }
-        }
         let khw = s.kh * s.kw;
         let first_row = cols.0 / s.ow;
         let end_row = cols.1.div_ceil(s.ow);
+        // Only the padded rows the windows of these output rows cover are copied (a
+        // call for part of the columns, an FC tile, pads its own rows, not the whole
+        // input); the rows after them are read only for the thrown-away columns.
+        let pr_lo = first_row;
+        let pr_hi = (end_row + (s.kh - 1) * s.dh).min(self.hp);
+        for ci in 0..s.cin_g() {
+            let plane = &mut xpad[ci * hpwp..(ci + 1) * hpwp];
+            plane[pr_lo * wp..pr_hi * wp].fill(0.0);
+            for pr in pr_lo..pr_hi {
+                let Some(iy) = pr.checked_sub(s.ph).filter(|&iy| iy < s.h) else {
+                    continue;
+                };
+                let d = pr * wp + s.pw;
+                plane[d..d + s.w].copy_from_slice(&xg[ci * hw + iy * s.w..][..s.w]);
+            }
+        }
+        xpad[s.cin_g() * hpwp..].fill(0.0);
         let mut oy0 = first_row;
         while oy0 < end_row {
             let oy1 = (oy0 + self.rows).min(end_row);

@@ -97,7 +97,9 @@ fn conv_matches_naive() {
             let bias = rand_vec(s.c_out, 3);
             let wts = ConvWeights::pack(s, &w);
             let mut y = vec![f32::NAN; s.n * s.c_out * s.oh * s.ow];
-            let mut scratch = vec![0.0; s.scratch_len()];
+            // Scratch left dirty (NaN before every call) must not matter: e.g. the
+            // padded-rows path pads only the rows a column tile reads for its kept columns.
+            let mut scratch = vec![f32::NAN; s.scratch_len()];
             let epi = Epilogue {
                 bias: Some(&bias),
                 ..Epilogue::NONE
@@ -108,6 +110,7 @@ fn conv_matches_naive() {
             let ohw = s.oh * s.ow;
             let mut run =
                 |y: &mut [f32], c: (usize, usize), cols: (usize, usize), full: Option<&[f32]>| {
+                    scratch.fill(f32::NAN);
                     conv2d(
                         isa,
                         s,
