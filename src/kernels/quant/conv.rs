@@ -300,23 +300,6 @@ impl FloatTies {
         }
     }
 
-    /// The reference's pre-quantisation value `v / y_scale` of output position `j` of
-    /// channel `c` (`xg`: the channel's group of input planes): [`FloatTies::settle`]
-    /// of one near-tie.
-    fn value(
-        &self,
-        t: &super::table::QuantTable,
-        s: &ConvShape,
-        xg: &[u8],
-        zp: u8,
-        c: usize,
-        j: usize,
-    ) -> f32 {
-        let mut v = 0.0;
-        self.settle(t, s, (xg, zp), &[(c, j)], |_, r| v = r);
-        v
-    }
-
     /// The reference's pre-quantisation values `v / y_scale` of the near-ties `ties`
     /// (output channel, output position; `xg`: their group of input planes), handed to
     /// `put` with their index in `ties`. The K values of each are walked in im2col
@@ -486,7 +469,8 @@ impl FloatTies {
         (i32::from(v) - i32::from(zp)) as f32 * self.x_scale
     }
 
-    /// [`FloatTies::value`] of a conv with one output channel per group (depthwise):
+    /// The reference's value `v / y_scale` (as [`FloatTies::settle`]) of output position
+    /// `j` of channel `c` of a conv with one output channel per group (depthwise):
     /// the reference's SGEMM has one row, which MLAS runs without FMAs: each product
     /// rounded, summed four K values at a time (`((p0 + p1) + p2) + p3`) and each such
     /// sum added to the running total, then a last pair and a last single value, then
@@ -1487,7 +1471,7 @@ fn depthwise(
                         for &i in list {
                             let (c, j) = (i as usize / ohw, i as usize % ohw);
                             let plane = &xb[c * hw..(c + 1) * hw];
-                            let r = ties.value(t, s, plane, zp, c, j);
+                            let r = ties.value_m1(s, plane, zp, c, j);
                             yb[i as usize] = super::body::clamp_round(r, minv, maxv, rq.y_zp);
                         }
                         true

@@ -1303,6 +1303,18 @@ fn ref_float_values(
     y
 }
 
+/// Random u8 input, s8 weights and i32 bias (`seed`, `seed + 1`, `seed + 2`) of a
+/// near-tie test conv of shape `s`.
+fn tie_case_inputs(s: &ConvShape, seed: u64) -> (Vec<u8>, Vec<i8>, Vec<i32>) {
+    let x = rand_bytes(s.c_in * s.h * s.w, seed);
+    let w = rand_i8(s.c_out * s.k(), seed + 1);
+    let bias = rand_i8(s.c_out, seed + 2)
+        .iter()
+        .map(|&b| b as i32 * 97)
+        .collect();
+    (x, w, bias)
+}
+
 /// Conv shapes of the near-tie tests: one K block and several (with a short last one),
 /// several passes of REF_BLOCK_K steps per block, padding, stride, dilation, groups,
 /// depthwise.
@@ -1338,12 +1350,7 @@ fn float_ties_values_match_the_reference_bit_for_bit() {
     let (xs, xz, ys) = (0.0213f32, 117u8, 0.37f32);
     for (ci, s) in cases.iter().enumerate() {
         let seed = 700 + ci as u64;
-        let x = rand_bytes(s.c_in * s.h * s.w, seed);
-        let w = rand_i8(s.c_out * s.k(), seed + 1);
-        let bias: Vec<i32> = rand_i8(s.c_out, seed + 2)
-            .iter()
-            .map(|&b| b as i32 * 97)
-            .collect();
+        let (x, w, bias) = tie_case_inputs(s, seed);
         let ws: Vec<f32> = (0..s.c_out).map(|c| 0.0011 + c as f32 * 1.7e-5).collect();
         let want = ref_float_values(s, &x, (xs, xz), &w, &ws, &bias);
         let ties = FloatTies::new(s, &w, &ws, Some(&bias), xs, ys);
@@ -1410,12 +1417,7 @@ fn qconv_ties_round_like_the_float_reference() {
     let mut settled = 0;
     for (ci, s) in cases.iter().enumerate() {
         let seed = 500 + ci as u64;
-        let x = rand_bytes(s.c_in * s.h * s.w, seed);
-        let w = rand_i8(s.c_out * s.k(), seed + 1);
-        let bias: Vec<i32> = rand_i8(s.c_out, seed + 2)
-            .iter()
-            .map(|&b| b as i32 * 97)
-            .collect();
+        let (x, w, bias) = tie_case_inputs(s, seed);
         // Each channel's scale puts one of its outputs on a rounding boundary in exact
         // arithmetic, so that the f32 noise of each side decides it.
         let acc = ref_conv_acc(s, &x, xz, &w, &bias);
