@@ -124,9 +124,10 @@ pub const KEYS: &[Key] = &[
     Key {
         name: "VNPU_PIN_CORES",
         kind: Kind::Flag,
-        default: "0",
+        default: "",
         applies: Applies::RuntimeStart,
-        doc: "pin core k's thread to host CPU k",
+        doc: "pin core k's threads to the k-th CPU the process may use (default: on when \
+              VNPU_CORES >= those CPUs, so each core keeps a CPU of its own)",
     },
     Key {
         name: "VNPU_RT_PRIORITY",
@@ -150,6 +151,17 @@ pub const KEYS: &[Key] = &[
         doc: "OS priority of FCs below the highest live task priority: `idle` runs them on a \
               SCHED_IDLE thread of their core, `nice` on a nice-19 thread, `off` on the one \
               core thread",
+    },
+    Key {
+        name: "VNPU_PRIORITY_HOLD_MS",
+        kind: Kind::Int {
+            min: 0,
+            max: 3_600_000,
+        },
+        default: "1000",
+        applies: Applies::RuntimeStart,
+        doc: "ms a task priority still counts as live for VNPU_HOST_PRIORITY after its last \
+              task ended (0 = only while one is live)",
     },
     Key {
         name: "VNPU_TRACE",
@@ -325,6 +337,10 @@ pub fn get(name: &str) -> Result<String> {
     }
     Ok(match k.name {
         "VNPU_CPU_THREADS" => SchedConfig::default().cpu_threads.to_string(),
+        "VNPU_PIN_CORES" => {
+            let cores = lookup("VNPU_CORES").and_then(|v| v.trim().parse().ok());
+            u8::from(crate::sched::pin_by_default(cores.unwrap_or(2))).to_string()
+        }
         _ => k.default.to_owned(),
     })
 }
@@ -404,9 +420,10 @@ pub fn sched_from(lookup: impl Fn(&str) -> Option<String>) -> Result<SchedConfig
     if let Some(v) = int("HB_MAX_TASK_NUM")? {
         cfg.max_tasks = size(v);
     }
-    if let Some(v) = flag("VNPU_PIN_CORES")? {
-        cfg.pin_cores = v;
-    }
+    cfg.pin_cores = match flag("VNPU_PIN_CORES")? {
+        Some(v) => v,
+        None => crate::sched::pin_by_default(cfg.cores),
+    };
     if let Some(v) = flag("VNPU_RT_PRIORITY")? {
         cfg.rt_priority = v;
     }
@@ -419,6 +436,9 @@ pub fn sched_from(lookup: impl Fn(&str) -> Option<String>) -> Result<SchedConfig
             "off" => HostPriority::Off,
             _ => HostPriority::Idle,
         };
+    }
+    if let Some(v) = int("VNPU_PRIORITY_HOLD_MS")? {
+        cfg.priority_hold_ms = num(v);
     }
     if let Some(Value::Path(p)) = read("VNPU_TRACE")? {
         cfg.trace_path = p;
@@ -462,7 +482,18 @@ mod tests {
         assert_eq!(cfg.insert_fc_max_time_ms, 1000);
         assert_eq!(cfg.wait_dispatch_time_ms, 20);
         assert_eq!(cfg.max_tasks, 32);
-        assert!(!cfg.pin_cores && !cfg.rt_priority);
+        assert!(!cfg.rt_priority);
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(
+            cfg.pin_cores,
+            cpus <= 2,
+            "two cores pinned where they cover the CPUs"
+        );
+        let many = sched_from(lookup(&[("VNPU_CORES", "32")])).unwrap();
+        assert_eq!(many.pin_cores, cpus <= 32);
+        let off = sched_from(lookup(&[("VNPU_CORES", "32"), ("VNPU_PIN_CORES", "0")])).unwrap();
+        assert!(!off.pin_cores);
+        assert_eq!(cfg.priority_hold_ms, 1000);
         assert!(cfg.trace_path.is_none());
     }
 

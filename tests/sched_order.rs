@@ -555,7 +555,10 @@ fn fcs_below_the_highest_live_priority_run_in_the_low_host_class() {
     use vnpu::sched::HostPriority;
     for mode in [HostPriority::Idle, HostPriority::Nice, HostPriority::Off] {
         let g = Gates::new();
-        let s = sched_with(2, 1, |c| c.host_priority = mode);
+        let s = sched_with(2, 1, |c| {
+            c.host_priority = mode;
+            c.priority_hold_ms = 0;
+        });
         g.gate("L", 0, 0);
         g.gate("L", 0, 1);
         g.gate("H", 0, 0);
@@ -615,5 +618,32 @@ fn fcs_below_the_highest_live_priority_run_in_the_low_host_class() {
             .map(|e| e.3)
             .collect();
         assert_eq!(l_fcs, vec![0, 1, 2, 3]);
+    }
+}
+
+#[test]
+fn a_priority_keeps_the_top_class_for_the_hold_after_its_last_task_ended() {
+    // hold (ms) -> the class of a priority-0 task's FCs after a priority-200 task ended.
+    // 600 s cannot run out during the test; 0 = only while the higher task is live.
+    for (hold, want_low) in [(600_000u64, 1), (0, 0)] {
+        let g = Gates::new();
+        let s = sched_with(2, 1, |c| c.priority_hold_ms = hold);
+        let h = submit(&s, &body("H", &g, &[S::B(&[10, 10])]), ctrl(200, 0, 1));
+        h.wait(None).unwrap();
+        let l = submit(&s, &body("L", &g, &[S::B(&[10, 10, 10])]), ctrl(0, 0, 2));
+        l.wait(None).unwrap();
+        // A task of the held priority (or higher) is top whatever the hold.
+        let h2 = submit(&s, &body("H2", &g, &[S::B(&[10])]), ctrl(200, 0, 3));
+        h2.wait(None).unwrap();
+        let ev = s.trace_events();
+        let classes = |task: u64| -> Vec<i32> {
+            ev.iter()
+                .filter(|e| e.kind == TraceKind::FcStart && e.task == task)
+                .map(|e| e.status)
+                .collect()
+        };
+        assert_eq!(classes(h.id()), vec![0, 0], "hold {hold}");
+        assert_eq!(classes(l.id()), vec![want_low; 3], "hold {hold}");
+        assert_eq!(classes(h2.id()), vec![0], "hold {hold}");
     }
 }

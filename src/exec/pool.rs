@@ -7,7 +7,8 @@
 //! only when the calling thread runs top-class work (a core's top thread, the CPU pool, or
 //! any thread outside the scheduler) and fewer top-class threads are busy than there are
 //! CPUs, i.e. some CPU is running only low-class (`SCHED_IDLE` / nice 19) work or is idle.
-//! A low-class FC runs all of its chunks itself, so it never takes a CPU at top priority.
+//! A low-class FC runs all of its chunks itself, so it never takes a CPU at top priority,
+//! and it steps aside at node boundaries on a CPU that a helper claims (`claim.rs`).
 //!
 //! Protocol of one [`Pool::run`] with `n` chunks:
 //! 1. The caller offers the job to up to `min(n - 1, free CPUs, idle helpers)` helpers: for
@@ -452,13 +453,23 @@ pub(crate) fn chunk_parts<'a>(
 fn helper_main(sh: &Shared, i: usize) {
     let slot = &sh.slots[i];
     slot.steer.register_current();
+    // The CPU this helper holds against low-class work (claim.rs), from its attaching to
+    // a job until it sleeps.
+    let mut held = None;
     loop {
         let start = Instant::now();
         loop {
             match slot.state.load(Ordering::Acquire) {
                 OFFERED => break,
-                EXIT => return,
-                _ => poll_wait(start),
+                EXIT => {
+                    claim::release(held.take());
+                    return;
+                }
+                _ if start.elapsed() < SPIN => std::hint::spin_loop(),
+                _ => {
+                    claim::release(held.take());
+                    std::thread::park();
+                }
             }
         }
         if slot
@@ -467,6 +478,9 @@ fn helper_main(sh: &Shared, i: usize) {
             .is_err()
         {
             continue; // revoked
+        }
+        if held.is_none() {
+            held = claim::claim();
         }
         // SAFETY: the slot was ATTACHED from OFFERED, so the job pointer stored before
         // OFFERED was published is live until this helper decrements `live` (step 3).
@@ -487,6 +501,7 @@ fn helper_main(sh: &Shared, i: usize) {
         job.live.fetch_sub(1, Ordering::AcqRel);
         caller.unpark();
         if exit {
+            claim::release(held.take());
             return;
         }
     }
@@ -514,7 +529,16 @@ impl Drop for Pool {
     }
 }
 
+mod claim;
 mod steer;
+
+/// A node boundary of the calling thread's FC: a low-class FC sleeps here while a helper
+/// holds its CPU for top-class chunks (see `claim.rs`); anything else returns at once.
+pub fn node_boundary() {
+    if CTX.with(|c| c.get().low) {
+        claim::step_aside();
+    }
+}
 
 #[cfg(test)]
 mod tests;

@@ -261,6 +261,7 @@ impl InferBody {
         }
         let st = guard.as_mut().expect("state set above");
         for step in &segment.fcs[fc].steps {
+            crate::exec::pool::node_boundary();
             m.plan.run_node(st, step.node, step.exec_tile())?;
         }
         let last = si + 1 == m.compiled.segments.len() && fc + 1 == segment.fcs.len();

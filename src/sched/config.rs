@@ -31,7 +31,8 @@ pub struct SchedConfig {
     pub wait_dispatch_time_ms: u64,
     /// `HB_MAX_TASK_NUM`: most live (unreleased) tasks (default 32).
     pub max_tasks: usize,
-    /// `VNPU_PIN_CORES`: pin core k's thread to host CPU k (modulo the host count).
+    /// `VNPU_PIN_CORES`: pin core k's threads to the k-th CPU the process may use (modulo
+    /// their count); default [`pin_by_default`].
     pub pin_cores: bool,
     /// `VNPU_RT_PRIORITY`: run core threads under `SCHED_FIFO`.
     pub rt_priority: bool,
@@ -43,6 +44,11 @@ pub struct SchedConfig {
     /// `VNPU_HOST_PRIORITY`: the OS priority of FCs of tasks below the highest live
     /// priority (default [`HostPriority::Idle`]).
     pub host_priority: HostPriority,
+    /// `VNPU_PRIORITY_HOLD_MS`: how long a task priority counts as live after its last task
+    /// of that priority ended, for the host classes (ms, default 1000; 0 = only while one
+    /// is live). Keeps FCs of lower priorities in the low class between the runs of a
+    /// periodic high-priority task, so its submitting thread is not kept waiting by them.
+    pub priority_hold_ms: u64,
     /// `VNPU_TRACE`: start tracing at creation and dump to this file on `dump_trace`/drop.
     pub trace_path: Option<PathBuf>,
     /// `VNPU_TRACE_CAPACITY`: events kept by the trace ring buffer (default 65536).
@@ -56,7 +62,8 @@ pub struct SchedConfig {
 ///
 /// Each core then has two threads of fixed OS priority: the *top* thread (nice
 /// `core_nice`) runs FCs of tasks whose priority equals the highest priority among live
-/// tasks, the *low* thread runs every other FC. Both take FCs from the one FC queue of the
+/// tasks (and tasks that ended within `priority_hold_ms`), the *low* thread runs every
+/// other FC. Both take FCs from the one FC queue of the
 /// core in its order, one at a time, so FC order is exactly as with one thread; only the
 /// OS's choice between CPUs' runnable threads changes: the application's threads and
 /// top-class FCs take a CPU from low-class FCs at once. (A thread cannot lower its nice
@@ -83,15 +90,24 @@ impl Default for SchedConfig {
             insert_fc_max_time_ms: 1000,
             wait_dispatch_time_ms: 20,
             max_tasks: 32,
-            pin_cores: false,
+            pin_cores: pin_by_default(2),
             rt_priority: false,
             core_nice: 0,
             host_priority: HostPriority::Idle,
+            priority_hold_ms: 1000,
             trace_path: None,
             trace_capacity: 1 << 16,
             spin_us: 50,
         }
     }
+}
+
+/// Whether `cores` virtual cores are pinned when `VNPU_PIN_CORES` is unset: when they
+/// are at least as many as the CPUs the process may use, so each CPU serves one core and
+/// a core's threads never queue behind another core's on a CPU while a CPU idles (the
+/// OS balances threads between CPUs only every few ms).
+pub fn pin_by_default(cores: usize) -> bool {
+    cores >= std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 impl SchedConfig {

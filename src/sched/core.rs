@@ -4,8 +4,8 @@
 //!
 //! Host priority classes ([`HostPriority`]): unless it is `Off`, a core has two threads
 //! of fixed OS priority, *top* and *low*. The FC at the front is run by the thread of its
-//! class: top when its task's priority equals the highest priority of the live tasks,
-//! else low (decided when it starts, under the lock; `FcStart` records the class in its
+//! class: top when its task's priority equals the highest priority of the live tasks
+//! and of the tasks that ended within `priority_hold_ms`, else low (decided when it starts, under the lock; `FcStart` records the class in its
 //! `status`). Whichever thread finds the front belongs to the other class wakes that one
 //! and sleeps, so both threads share the one FC queue and its order, and at most one FC
 //! of a core runs at a time.
@@ -156,16 +156,30 @@ impl SchedInner {
         if self.cfg.host_priority == HostPriority::Off {
             return TOP;
         }
-        let top = st
-            .tasks
-            .values()
-            .map(|e| e.shared.ctrl.priority)
-            .max()
-            .unwrap_or(0);
+        let live = st.tasks.values().map(|e| e.shared.ctrl.priority).max();
+        let held = st
+            .held
+            .filter(|&(_, until)| Instant::now() < until)
+            .map(|(p, _)| p);
+        let top = live.max(held).unwrap_or(0);
         if it.task.ctrl.priority >= top {
             TOP
         } else {
             LOW
+        }
+    }
+
+    /// A task of priority `p` ended: `p` counts as live for `priority_hold_ms` more,
+    /// unless a higher priority's hold is still running.
+    pub(super) fn hold_priority(&self, st: &mut State, p: u8) {
+        let hold = Duration::from_millis(self.cfg.priority_hold_ms);
+        if hold.is_zero() || self.cfg.host_priority == HostPriority::Off {
+            return;
+        }
+        let now = Instant::now();
+        let keep = st.held.is_some_and(|(q, until)| q > p && now < until);
+        if !keep {
+            st.held = Some((p, now + hold));
         }
     }
 

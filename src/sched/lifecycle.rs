@@ -235,6 +235,7 @@ impl SchedInner {
         let Some(e) = st.tasks.remove(&id) else {
             return;
         };
+        self.hold_priority(st, e.shared.ctrl.priority);
         st.queue.remove(&e.shared);
         self.leave_core(st, id);
         if result.is_err() {

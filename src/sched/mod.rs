@@ -107,7 +107,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-pub use self::config::{HostPriority, SchedConfig, MAX_CORES};
+pub use self::config::{pin_by_default, HostPriority, SchedConfig, MAX_CORES};
 pub use self::dispatch::{insert_reason, InsertReason};
 pub use self::lifecycle::TaskSlot;
 pub use self::task::{
@@ -153,6 +153,9 @@ struct State {
     cores: Vec<CoreSlot>,
     /// Live tasks and reserved slots (counted against `max_tasks`).
     live: usize,
+    /// The highest priority of the tasks that ended within `priority_hold_ms`, and when
+    /// that hold ends (see [`HostPriority`]).
+    held: Option<(u8, Instant)>,
     est: Estimator,
     shutdown: bool,
 }
@@ -212,6 +215,7 @@ impl Scheduler {
                     })
                     .collect(),
                 live: 0,
+                held: None,
                 est: Estimator::default(),
                 shutdown: false,
             }),

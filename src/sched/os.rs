@@ -4,7 +4,7 @@
 //! Invariant: placement is best effort; a refusal by the OS (no permission, no such CPU,
 //! not Linux) leaves the thread as it was and logs one warning on stderr, never fails.
 
-/// Pins the calling thread to host CPU `core % host_cpus`, gives it `SCHED_FIFO` and/or
+/// Pins the calling thread to the `core % n`-th of the `n` CPUs it may run on, gives it `SCHED_FIFO` and/or
 /// sets its nice value (`nice` 0 = leave it).
 pub(crate) fn place_core_thread(core: usize, pin: bool, rt: bool, nice: i32) {
     if nice != 0 {
@@ -68,21 +68,36 @@ fn idle_current() -> std::result::Result<(), String> {
 
 #[cfg(target_os = "linux")]
 fn pin_current(core: usize) -> std::result::Result<(), String> {
-    let host = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
-    let cpu = core % host;
+    let size = std::mem::size_of::<libc::cpu_set_t>();
     // SAFETY: cpu_set_t is a plain bit array for which all-zero is the empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `cpu` < host CPU count <= CPU_SETSIZE and `set` is a valid, owned cpu_set_t.
-    unsafe { libc::CPU_SET(cpu, &mut set) };
     // SAFETY: pid 0 = the calling thread; the pointer and size describe `set`, alive here.
-    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    if unsafe { libc::sched_getaffinity(0, size, &mut set) } != 0 {
+        return Err(std::io::Error::last_os_error().to_string());
+    }
+    let cpu = pin_target(&set, core).ok_or("no CPU in the thread's affinity mask")?;
+    // SAFETY: cpu_set_t is a plain bit array for which all-zero is the empty set.
+    let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `one` is a valid, owned cpu_set_t; CPU_SET bound-checks `cpu`.
+    unsafe { libc::CPU_SET(cpu, &mut one) };
+    // SAFETY: pid 0 = the calling thread; the pointer and size describe `one`, alive here.
+    let rc = unsafe { libc::sched_setaffinity(0, size, &one) };
     if rc == 0 {
         Ok(())
     } else {
         Err(std::io::Error::last_os_error().to_string())
     }
+}
+
+/// The CPU core `core` is pinned to: the `core % n`-th of the `n` CPUs in `allowed` (the
+/// process may be limited to some CPUs, e.g. by `taskset`).
+#[cfg(target_os = "linux")]
+fn pin_target(allowed: &libc::cpu_set_t, core: usize) -> Option<usize> {
+    // SAFETY: `allowed` is a valid cpu_set_t; CPU_ISSET bound-checks its index.
+    let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, allowed) })
+        .collect();
+    (!cpus.is_empty()).then(|| cpus[core % cpus.len()])
 }
 
 #[cfg(target_os = "linux")]
@@ -134,6 +149,20 @@ fn nice_current(_nice: i32) -> std::result::Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn cores_are_pinned_to_the_cpus_the_process_may_use_in_turn() {
+        // SAFETY: all-zero is the empty set.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        assert_eq!(pin_target(&set, 0), None);
+        for c in [2usize, 3, 7] {
+            // SAFETY: `set` is valid; CPU_SET bound-checks its index.
+            unsafe { libc::CPU_SET(c, &mut set) };
+        }
+        let got: Vec<Option<usize>> = (0..5).map(|k| pin_target(&set, k)).collect();
+        assert_eq!(got, [Some(2), Some(3), Some(7), Some(2), Some(3)]);
+    }
 
     #[test]
     fn placement_never_fails_the_thread() {

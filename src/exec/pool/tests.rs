@@ -84,6 +84,27 @@ fn a_top_class_caller_hands_chunks_to_a_free_helper() {
 }
 
 #[test]
+fn a_helper_running_top_class_chunks_holds_a_cpu_claim() {
+    let pool = Pool::new(1, usize::MAX);
+    let me = std::thread::current().id();
+    let claims_on_helper = AtomicUsize::new(usize::MAX);
+    let started = AtomicU32::new(0);
+    let scope = enter(HostClass::Top);
+    let mut parts = vec![(); 2];
+    let mask = pool.run(&mut parts, &|_, _| {
+        // The two chunks meet, so one of them runs on the helper.
+        started.fetch_add(1, Ordering::AcqRel);
+        await_count(&started, 2);
+        if std::thread::current().id() != me {
+            claims_on_helper.store(claim::total(), Ordering::Release);
+        }
+    });
+    scope.finish();
+    assert_eq!(mask.count_ones(), 1);
+    assert!(claims_on_helper.load(Ordering::Acquire) >= 1);
+}
+
+#[test]
 fn a_low_class_caller_runs_every_chunk_itself() {
     let pool = Pool::new(2, usize::MAX);
     let scope = enter(HostClass::Low);
