@@ -481,6 +481,35 @@ fn host_stalls(secs: f64) -> (usize, f64) {
         .fold((0, 0.0), |a, b| (a.0 + b.0, a.1.max(b.1)))
 }
 
+/// The speed of every CPU busy at once relative to one CPU alone, for an L1-resident
+/// multiply-add loop (about 1 s in all). Near 1.0 when each CPU has a physical core of its
+/// own; near 0.5 when the host runs this VM's CPUs on two threads of one core (or gives
+/// them less time) — then two busy threads each run at half speed, whatever the scheduler.
+fn cpu_pair_speed() -> f64 {
+    fn spin() -> f64 {
+        let x = vec![0.5f32; 2048];
+        let mut y = vec![1.0f32; 2048];
+        let t = Instant::now();
+        for _ in 0..60_000 {
+            for (y, x) in y.iter_mut().zip(&x) {
+                *y = y.mul_add(0.999, *x);
+            }
+            std::hint::black_box(&mut y);
+        }
+        t.elapsed().as_secs_f64()
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let alone = spin();
+    let together: Vec<f64> = (0..cpus)
+        .map(|_| std::thread::spawn(spin))
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|h| h.join().unwrap_or(f64::INFINITY))
+        .collect();
+    let worst = together.iter().copied().fold(0.0, f64::max);
+    alone / worst
+}
+
 /// Per priority-255 task: the wait before its first FC (and of it, the hand-over: from
 /// the end of the FC its core ran before, when that ended after the submission, to the
 /// task's first FC), the sum of its FCs' typical durations in this run, and the stretch
@@ -657,6 +686,10 @@ fn bench_priority(dir: &Path, secs: f64, env: Option<&PyEnv>) {
     println!(
         "host noise: {stalls} stalls > 3 ms in {:.0} s of busy chunks on every CPU, longest chunk {worst:.1} ms",
         secs.min(5.0)
+    );
+    println!(
+        "host CPUs: all {cpus} busy at once run at {:.2} of one CPU's speed (1.0 = a physical core each)",
+        cpu_pair_speed()
     );
     println!(
         "{:<34} {:>9} {:>9} {:>9} {:>12}",
