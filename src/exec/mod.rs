@@ -684,4 +684,6 @@ pub fn eval_node(
 }
 
 #[cfg(test)]
+mod bf16_tests;
+#[cfg(test)]
 pub(crate) mod tests;
