@@ -201,6 +201,15 @@ pub const KEYS: &[Key] = &[
         doc: "threads one large node may use",
     },
     Key {
+        name: "VNPU_PRECISION",
+        kind: Kind::Choice(&["f32", "bf16"]),
+        default: "f32",
+        applies: Applies::ModelLoad,
+        doc: "compute precision of dense convs and Gemm / MatMul with constant weights: \
+              `bf16` multiplies bf16-rounded operands with f32 accumulation (AVX512_BF16; \
+              a model load on a CPU without it fails with a config error)",
+    },
+    Key {
         name: "VNPU_CACHE_DIR",
         kind: Kind::Path,
         default: "",

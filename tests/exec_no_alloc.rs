@@ -9,7 +9,7 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use vnpu::compile::{self, CompileOptions};
-use vnpu::exec::{ModelPlan, PlanOptions, Tile};
+use vnpu::exec::{ModelPlan, PlanOptions, Precision, Tile};
 use vnpu::ir::{
     BinaryOp, ConvGeom, CoordMode, DType, Graph, NearestMode, Node, Op, Placement, PostOp,
     ReduceOp, ResizeMode, RnnDirection, Tensor, UnaryOp, Value,
@@ -238,12 +238,24 @@ fn network() -> Graph {
 #[test]
 fn run_node_does_not_allocate() {
     let g = Arc::new(network());
-    for profile in [false, true] {
+    // bf16 compute too, where this CPU has it (its convs and Gemms pack their own
+    // operands into K pairs in the scratch).
+    let bf16 = vnpu::kernels::bf16::native().is_some();
+    let runs_of = [
+        (false, Precision::F32),
+        (true, Precision::F32),
+        (false, Precision::Bf16),
+    ];
+    for (profile, precision) in runs_of
+        .into_iter()
+        .filter(|r| bf16 || r.1 == Precision::F32)
+    {
         let plan = ModelPlan::new(
             g.clone(),
             &PlanOptions {
                 intra_op_threads: 1,
                 profile,
+                precision,
                 ..Default::default()
             },
         )
@@ -275,7 +287,7 @@ fn run_node_does_not_allocate() {
         assert_eq!(
             ALLOCS.load(Ordering::Relaxed),
             0,
-            "run_node allocated (profile = {profile})"
+            "run_node allocated (profile = {profile}, {precision:?})"
         );
         let mut out = vec![0u8; plan.output_len(1)];
         plan.read_output(&st, 1, &mut out).expect("output");

@@ -58,6 +58,42 @@ pub struct PlanOptions {
     /// and the Concat copies only the rest (see [`ModelPlan::inputs_in_place`]). False
     /// copies every input, for comparing both ways; results are bit-identical.
     pub concat_zero_copy: bool,
+    /// Compute precision of dense convs and of Gemm / MatMul with a constant B
+    /// (`VNPU_PRECISION`); everything else, and every tensor between nodes, stays f32.
+    pub precision: Precision,
+}
+
+/// Compute precision of the GEMM-based nodes of a plan ([`PlanOptions::precision`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Precision {
+    /// f32 products (the default).
+    #[default]
+    F32,
+    /// bf16 × bf16 products accumulated in f32 (`vdpbf16ps`): weights rounded to bf16
+    /// when the plan is built, activations when they are packed; bias, post-ops and
+    /// residuals in f32. Needs a CPU with AVX512_BF16 (else the plan is refused).
+    Bf16,
+}
+
+impl Precision {
+    /// The bf16 kernels a plan of this precision uses: `None` for f32; for bf16 the
+    /// AVX512_BF16 table, or [`Error::Config`] on a CPU without it.
+    pub fn bf16_table(self) -> Result<Option<&'static crate::kernels::bf16::Bf16Table>> {
+        match self {
+            Precision::F32 => Ok(None),
+            Precision::Bf16 => {
+                crate::kernels::bf16::native()
+                    .map(Some)
+                    .ok_or_else(|| Error::Config {
+                        name: "VNPU_PRECISION".into(),
+                        value: "bf16".into(),
+                        reason: "bf16 compute needs a CPU with AVX512_BF16 (and AVX-512 F/BW/VL); \
+                             this one lacks it: leave VNPU_PRECISION unset or f32"
+                            .into(),
+                    })
+            }
+        }
+    }
 }
 
 impl Default for PlanOptions {
@@ -66,6 +102,7 @@ impl Default for PlanOptions {
             intra_op_threads: 1,
             profile: false,
             concat_zero_copy: true,
+            precision: Precision::F32,
         }
     }
 }
@@ -74,13 +111,15 @@ impl Default for PlanOptions {
 pub const MAX_INTRA_OP_THREADS: usize = 64;
 
 impl PlanOptions {
-    /// The defaults, with `intra_op_threads` from `VNPU_INTRA_OP_THREADS` when set.
+    /// The defaults, with `intra_op_threads` from `VNPU_INTRA_OP_THREADS` and `precision`
+    /// from `VNPU_PRECISION` when set.
     pub fn from_env() -> Result<PlanOptions> {
         Self::from_lookup(crate::config::lookup)
     }
 
     /// Like [`from_env`](Self::from_env), reading variables through `lookup`. A value
-    /// outside `1..=64` is an [`Error::Config`] naming the variable.
+    /// outside `1..=64`, or a precision other than `f32` / `bf16` (empty = f32), is an
+    /// [`Error::Config`] naming the variable.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<PlanOptions> {
         let mut o = PlanOptions::default();
         if let Some(v) = lookup("VNPU_INTRA_OP_THREADS") {
@@ -94,6 +133,19 @@ impl PlanOptions {
                     value: v.clone(),
                     reason: format!("expected an integer in 1..={MAX_INTRA_OP_THREADS}"),
                 })?;
+        }
+        if let Some(v) = lookup("VNPU_PRECISION") {
+            o.precision = match v.trim() {
+                "" | "f32" => Precision::F32,
+                "bf16" => Precision::Bf16,
+                _ => {
+                    return Err(Error::Config {
+                        name: "VNPU_PRECISION".into(),
+                        value: v.clone(),
+                        reason: "expected one of: f32, bf16".into(),
+                    })
+                }
+            };
         }
         Ok(o)
     }
@@ -199,14 +251,17 @@ impl ModelPlan {
             });
         }
         let isa = simd::best_isa();
+        let bf16 = opts.precision.bf16_table()?;
         let layout = plan::plan_memory(&graph, opts.concat_zero_copy)?;
-        let usable = !packed.is_empty() && packed.geometry == PackGeometry::of(isa);
+        // Packed weights are f32 panels: a bf16 plan packs its own from the constants.
+        let usable =
+            !packed.is_empty() && packed.geometry == PackGeometry::of(isa) && bf16.is_none();
         let mut nodes = Vec::with_capacity(graph.nodes.len());
         let (mut scratch, mut iscratch) = (0, 0);
         let mut helper_scratch = 0;
         for (i, n) in graph.nodes.iter().enumerate() {
             let pre = usable.then(|| packed.get(i)).flatten();
-            let np = plan::plan_node(&graph, i, n, &layout, opts.intra_op_threads, pre)?;
+            let np = plan::plan_node(&graph, i, n, &layout, (opts.intra_op_threads, bf16), pre)?;
             helper_scratch = helper_scratch.max(np.helper_scratch);
             scratch = scratch.max(np.scratch);
             iscratch = iscratch.max(np.iscratch);
@@ -628,5 +683,7 @@ pub fn eval_node(
         .collect()
 }
 
+#[cfg(test)]
+mod bf16_tests;
 #[cfg(test)]
 pub(crate) mod tests;

@@ -6,6 +6,7 @@
 //! tables live in [`body`], below both. Kernels know nothing about graphs: the executor
 //! (`crate::exec`) resolves shapes, attributes and memory, then calls them.
 
+pub mod bf16;
 pub mod body;
 pub mod conv;
 pub mod eltwise;

@@ -19,6 +19,7 @@ use super::{out_f32, FamilyKernel, Planned, Run};
 use crate::error::Result;
 use crate::exec::pool;
 use crate::ir::{self, Elems, PostOp, TensorData};
+use crate::kernels::bf16::{self, Bf16ConvWeights, Bf16Table};
 use crate::kernels::conv::{self, ConvShape, ConvWeights, DeconvPlan, WinogradPlan};
 use crate::kernels::gemm::{self, Epilogue, NR};
 use crate::kernels::packed::WeightBuf;
@@ -75,6 +76,18 @@ pub(crate) enum ConvKernel {
         /// Output-channel chunks `[c0, c1)` run on intra-op threads over one shared
         /// transformed input when the node runs whole; empty = one thread.
         par: Vec<(usize, usize)>,
+    },
+    /// A dense or grouped conv computed in bf16 (`PlanOptions::precision`): weights in K
+    /// pairs, im2col converted per block, f32 epilogue. Tiles as [`ConvKernel::Conv`];
+    /// one thread.
+    Bf16 {
+        s: ConvShape,
+        w: Bf16ConvWeights,
+        tab: &'static Bf16Table,
+        bias: Option<Vec<f32>>,
+        post: Vec<PostOpRt>,
+        res: Vec<usize>,
+        by_cols: bool,
     },
 }
 
@@ -242,6 +255,21 @@ pub(crate) fn plan_conv(
         ));
     }
     let (post, res) = post_ops(c, post, s.c_out)?;
+    if let Some(tab) = c.bf16.filter(|_| bf16_conv_wins(s)) {
+        let ConvParts { s, wt, bias, .. } = parts;
+        let by_cols = s.group == 1 && s.oh * s.ow > s.c_out;
+        let scratch = bf16::conv_scratch_len(&s);
+        let k = ConvKernel::Bf16 {
+            w: Bf16ConvWeights::pack(&s, wt),
+            s,
+            tab,
+            bias,
+            post,
+            res,
+            by_cols,
+        };
+        return Ok(Planned::new(k).scratch(scratch));
+    }
     if crate::compile::cost::winograd_wins(s) {
         let ConvParts { s, wt, bias, .. } = parts;
         return Ok(plan_winograd(&s, wt, pre, bias, post, res, c.threads));
@@ -267,6 +295,20 @@ pub(crate) fn plan_conv(
         par,
     };
     Ok(Planned::new(k).scratch(scratch).helper_scratch(helper))
+}
+
+/// Output channels per group from which a 1x1 stride-1 unpadded conv runs in bf16:
+/// with fewer, converting its input (which the f32 path reads in place) costs more than
+/// the faster products save.
+const BF16_POINTWISE_MIN_COUT: usize = 96;
+
+/// True when a bf16 plan computes conv `s` in bf16: every dense or grouped conv but
+/// those the f32 Winograd path computes faster and narrow pointwise ones.
+fn bf16_conv_wins(s: &ConvShape) -> bool {
+    let pointwise = s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.ph == 0 && s.pw == 0;
+    !s.is_depthwise()
+        && !crate::compile::cost::winograd_wins(s)
+        && (!pointwise || s.cout_g() >= BF16_POINTWISE_MIN_COUT)
 }
 
 /// Plans a conv the Winograd path computes (one thread): channel tiles of one image share
@@ -513,7 +555,7 @@ fn conv_shares_b(s: &ConvShape, by_cols: bool) -> bool {
 impl FamilyKernel for ConvKernel {
     fn tiles(&self) -> usize {
         match self {
-            ConvKernel::Conv { s, by_cols, .. } => {
+            ConvKernel::Conv { s, by_cols, .. } | ConvKernel::Bf16 { s, by_cols, .. } => {
                 if *by_cols {
                     (s.oh * s.ow).div_ceil(NR)
                 } else {
@@ -529,7 +571,7 @@ impl FamilyKernel for ConvKernel {
 
     fn macs(&self) -> usize {
         match self {
-            ConvKernel::Conv { s, .. } => s.macs(),
+            ConvKernel::Conv { s, .. } | ConvKernel::Bf16 { s, .. } => s.macs(),
             ConvKernel::Winograd { p, .. } => p.shape().macs(),
             ConvKernel::Deconv { p, .. } => {
                 p.s.n * p.s.c_in * p.s.h * p.s.w * p.s.cout_g() * p.s.kh * p.s.kw
@@ -578,6 +620,31 @@ impl FamilyKernel for ConvKernel {
                 } else {
                     conv::conv2d(r.isa, s, w, x, y, lo, hi, cols, None, &epi, r.scratch);
                 }
+            }
+            ConvKernel::Bf16 {
+                s,
+                w,
+                tab,
+                bias,
+                post,
+                res,
+                by_cols,
+            } => {
+                let ohw = s.oh * s.ow;
+                let (chans, cols) = if *by_cols {
+                    ((0, s.c_out), tile.range(ohw, NR))
+                } else {
+                    (tile.range(s.c_out, conv::channel_align(s)), (0, ohw))
+                };
+                let resid = residual_inputs(io, res);
+                let epi = Epilogue {
+                    bias: bias.as_deref(),
+                    post,
+                    residuals: &resid[..res.len()],
+                    ..Epilogue::NONE
+                };
+                let (x, y) = (io.f32(0), out_f32(r.out, r.outs, 0));
+                bf16::conv2d_bf16(tab, r.isa, s, w, x, y, chans, cols, &epi, r.scratch);
             }
             ConvKernel::Deconv { p, bias, post, res } => {
                 // Cuts at multiples of the stride, so that no input row is computed twice

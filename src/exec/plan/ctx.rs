@@ -12,6 +12,8 @@ pub(crate) struct Ctx<'a> {
     pub n: &'a Node,
     /// Intra-op threads of the plan.
     pub threads: usize,
+    /// The bf16 kernels when the plan computes in bf16 (`PlanOptions::precision`).
+    pub bf16: Option<&'static crate::kernels::bf16::Bf16Table>,
 }
 
 impl<'a> Ctx<'a> {

@@ -16,6 +16,7 @@ use super::{FamilyKernel, Inputs, Planned, Run};
 use crate::error::Result;
 use crate::exec::pool;
 use crate::ir::{DType, Elems, PostOp};
+use crate::kernels::bf16::{self, Bf16Table};
 use crate::kernels::eltwise::{self, Bcast};
 use crate::kernels::gemm::{self, Epilogue, NR};
 use crate::kernels::packed::WeightBuf;
@@ -43,6 +44,9 @@ pub(crate) struct GemmPlan {
     res: Vec<usize>,
     /// Intra-op chunks when the node runs whole; empty = one thread.
     par: Vec<GemmChunk>,
+    /// The bf16 kernels and the constant B in K pairs (scale included) when the product
+    /// runs in bf16 (`PlanOptions::precision`; then `b_packed` is `None`, one thread).
+    bf16: Option<(&'static Bf16Table, Vec<u32>)>,
 }
 
 /// Rows `[lo, hi)` of C (`b: None`, the plan's packed B), or columns `[lo, hi)` of a
@@ -68,6 +72,10 @@ impl GemmPlan {
     }
 
     fn scratch(&self) -> usize {
+        if self.bf16.is_some() {
+            // Dwords of A's rows in K pairs, held in the f32 scratch.
+            return bf16::gemm_a_rows_scratch_len(self.m, self.k);
+        }
         gemm::packed_a_len(self.m, self.k)
             + if self.b_packed.is_some() {
                 0
@@ -76,8 +84,20 @@ impl GemmPlan {
             }
     }
 
-    /// The plan with its intra-op chunks for `threads` threads (`b`: the constant B).
-    fn planned(mut self, threads: usize, b: Option<RawB<'_>>) -> Planned {
+    /// The plan with its intra-op chunks for `c.threads` threads (`b`: the constant B),
+    /// or in bf16 when `c` asks for it, B is constant and C has at least a row panel
+    /// (a one-row product would fill one lane of six).
+    fn planned(mut self, c: &Ctx<'_>, b: Option<RawB<'_>>) -> Planned {
+        if let (Some(tab), Some((bv, rs, cs, scale))) = (c.bf16, b) {
+            if self.batches.len() == 1 && self.m >= gemm::MR {
+                self.bf16 = Some((tab, bf16::pack_b(bv, rs, cs, self.k, self.n, scale)));
+                self.b_packed = None;
+                self.alpha = 1.0;
+                let s = self.scratch();
+                return Planned::new(Box::new(self)).scratch(s);
+            }
+        }
+        let threads = c.threads;
         self.par = self.chunks(threads, b);
         let s = self.scratch();
         let helper = self
@@ -151,6 +171,42 @@ impl GemmPlan {
         let mn = g.m * g.n;
         let sub = r0 * g.n..r1 * g.n;
         let a_rows = &a[ao + r0 * g.a_rs..];
+        let mut resid: [&[f32]; MAX_RESIDUALS] = [&[]; MAX_RESIDUALS];
+        for (d, &i) in resid.iter_mut().zip(&g.res) {
+            *d = &io.f32(i)[bi * mn..(bi + 1) * mn][sub.clone()];
+        }
+        let addend = match (&g.addend, g.addend_input) {
+            (Some(v), _) => Some(&v[sub.clone()]),
+            (None, Some(i)) => Some(&io.f32(i)[sub.clone()]),
+            _ => None,
+        };
+        let epi = Epilogue {
+            bias: g.bias.as_deref(),
+            channel_is_row: false,
+            channel_offset: 0,
+            addend,
+            post: &g.post,
+            residuals: &resid[..g.res.len()],
+        };
+        if let Some((tab, pb)) = &g.bf16 {
+            let ascratch: &mut [u32] = bytemuck::cast_slice_mut(scratch);
+            let (k, n) = (g.k, g.n);
+            let asrc = (a_rows, g.a_rs, g.a_cs);
+            bf16::gemm_a_rows(
+                tab,
+                isa,
+                (k, n),
+                asrc,
+                pb,
+                ascratch,
+                cb,
+                n,
+                (0, rows),
+                (lo, hi),
+                &epi,
+            );
+            return;
+        }
         let asrc = if g.a_in_place() {
             gemm::ASource::InPlace {
                 a: a_rows,
@@ -174,23 +230,6 @@ impl GemmPlan {
         let bsrc = match &g.b_packed {
             Some(p) => gemm::BSource::Packed(p),
             None => gemm::BSource::Rows(&fill),
-        };
-        let mut resid: [&[f32]; MAX_RESIDUALS] = [&[]; MAX_RESIDUALS];
-        for (d, &i) in resid.iter_mut().zip(&g.res) {
-            *d = &io.f32(i)[bi * mn..(bi + 1) * mn][sub.clone()];
-        }
-        let addend = match (&g.addend, g.addend_input) {
-            (Some(v), _) => Some(&v[sub.clone()]),
-            (None, Some(i)) => Some(&io.f32(i)[sub.clone()]),
-            _ => None,
-        };
-        let epi = Epilogue {
-            bias: g.bias.as_deref(),
-            channel_is_row: false,
-            channel_offset: 0,
-            addend,
-            post: &g.post,
-            residuals: &resid[..g.res.len()],
         };
         gemm::gemm_with(
             isa,
@@ -431,8 +470,9 @@ pub(crate) fn plan_gemm(
         post,
         res,
         par: Vec::new(),
+        bf16: None,
     }
-    .planned(c.threads, raw_b))
+    .planned(c, raw_b))
 }
 
 /// Plans a MatMul (numpy semantics: batch dims broadcast, 1-D operands promoted) with
@@ -498,8 +538,9 @@ pub(crate) fn plan_matmul(
             post,
             res,
             par: Vec::new(),
+            bf16: None,
         }
-        .planned(c.threads, Some((bv, nn, 1, 1.0))));
+        .planned(c, Some((bv, nn, 1, 1.0))));
     }
     let sa = broadcast_batch_strides(ab, &batch, m * k);
     let sb = broadcast_batch_strides(bb, &batch, k * nn);
@@ -537,8 +578,9 @@ pub(crate) fn plan_matmul(
         post,
         res,
         par: Vec::new(),
+        bf16: None,
     }
-    .planned(c.threads, None))
+    .planned(c, None))
 }
 
 /// Element strides of each broadcast batch dim of an operand (0 where broadcast).

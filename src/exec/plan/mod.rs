@@ -49,6 +49,7 @@ pub use packed::{PackGeometry, PackedWeights};
 use super::{Inputs, Loc, Tile};
 use crate::error::Result;
 use crate::ir::{Graph, Node, Op};
+use crate::kernels::bf16::Bf16Table;
 use crate::kernels::packed::WeightBuf;
 use crate::kernels::simd::Isa;
 use ctx::Ctx;
@@ -259,10 +260,15 @@ pub(crate) fn plan_node(
     i: usize,
     n: &Node,
     layout: &Layout,
-    threads: usize,
+    (threads, bf16): (usize, Option<&'static Bf16Table>),
     pre: Option<&WeightBuf>,
 ) -> Result<NodePlan> {
-    let c = Ctx { g, n, threads };
+    let c = Ctx {
+        g,
+        n,
+        threads,
+        bf16,
+    };
     let mut inputs = Vec::with_capacity(n.inputs.len());
     for v in &n.inputs {
         inputs.push(match v {

@@ -1,0 +1,157 @@
+//! bf16 vs f32 conv kernels on ResNet-18's conv shapes, one thread: the best of many
+//! runs of each (`cargo run --release --example bf16_convs`). Needs AVX512_BF16.
+
+use std::time::Instant;
+use vnpu::kernels::bf16::{self, Bf16ConvWeights};
+use vnpu::kernels::conv::{self, ConvShape, ConvWeights, WinogradPlan};
+use vnpu::kernels::gemm::Epilogue;
+use vnpu::kernels::simd;
+
+fn best(mut f: impl FnMut()) -> f64 {
+    f();
+    (0..15)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64() * 1e6
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+fn main() {
+    let Some(tab) = bf16::native() else {
+        eprintln!("this CPU lacks AVX512_BF16");
+        return;
+    };
+    let isa = simd::best_isa();
+    let shapes = [
+        (
+            "stem 7x7/2 3->64 @224",
+            ConvShape::square(3, 224, 64, 7, 2, 1),
+        ),
+        ("l1 3x3 64 @56", ConvShape::square(64, 56, 64, 3, 1, 1)),
+        (
+            "l2 3x3/2 64->128 @56",
+            ConvShape::square(64, 56, 128, 3, 2, 1),
+        ),
+        ("l2 3x3 128 @28", ConvShape::square(128, 28, 128, 3, 1, 1)),
+        ("l2 1x1/2 64->128", ConvShape::square(64, 56, 128, 1, 2, 1)),
+        ("l3 3x3 256 @14", ConvShape::square(256, 14, 256, 3, 1, 1)),
+        (
+            "l4 3x3/2 256->512 @14",
+            ConvShape::square(256, 14, 512, 3, 2, 1),
+        ),
+        ("l4 3x3 512 @7", ConvShape::square(512, 7, 512, 3, 1, 1)),
+        (
+            "mv2 1x1 16->96 @112",
+            ConvShape::square(16, 112, 96, 1, 1, 1),
+        ),
+        (
+            "mv2 1x1 144->24 @56",
+            ConvShape::square(144, 56, 24, 1, 1, 1),
+        ),
+        (
+            "mv2 1x1 24->144 @56",
+            ConvShape::square(24, 56, 144, 1, 1, 1),
+        ),
+        (
+            "mv2 1x1 192->32 @28",
+            ConvShape::square(192, 28, 32, 1, 1, 1),
+        ),
+        (
+            "mv2 1x1 384->64 @14",
+            ConvShape::square(384, 14, 64, 1, 1, 1),
+        ),
+        (
+            "mv2 1x1 960->160 @7",
+            ConvShape::square(960, 7, 160, 1, 1, 1),
+        ),
+        (
+            "mv2 1x1 320->1280 @7",
+            ConvShape::square(320, 7, 1280, 1, 1, 1),
+        ),
+        (
+            "mv2 3x3/2 3->32 @224",
+            ConvShape::square(3, 224, 32, 3, 2, 1),
+        ),
+    ];
+    println!(
+        "{:28} {:>9} {:>9} {:>9} {:>6}",
+        "conv", "f32 us", "wino us", "bf16 us", "ratio"
+    );
+    for (name, mut s) in shapes {
+        if s.kh == 1 {
+            (s.ph, s.pw) = (0, 0);
+            s.oh = (s.h - 1) / s.sh + 1;
+            s.ow = s.oh;
+        }
+        let w: Vec<f32> = (0..s.c_out * s.k())
+            .map(|i| ((i * 7919) % 200) as f32 / 1000.0 - 0.1)
+            .collect();
+        let x: Vec<f32> = (0..s.c_in * s.h * s.w)
+            .map(|i| ((i * 104729) % 300) as f32 / 300.0)
+            .collect();
+        let mut y = vec![0.0; s.c_out * s.oh * s.ow];
+        let ohw = s.oh * s.ow;
+        let fw = ConvWeights::pack(&s, &w);
+        let mut scratch = vec![0.0; s.scratch_len()];
+        let f32_us = best(|| {
+            conv::conv2d(
+                isa,
+                &s,
+                &fw,
+                &x,
+                &mut y,
+                0,
+                s.c_out,
+                (0, ohw),
+                None,
+                &Epilogue::NONE,
+                &mut scratch,
+            )
+        });
+        let wino_us = if WinogradPlan::applies(&s) {
+            let p = WinogradPlan::new(&s, &w);
+            let mut sc = vec![0.0; p.scratch_len()];
+            best(|| {
+                p.run(
+                    isa,
+                    &x,
+                    &mut y,
+                    (0, s.c_out),
+                    (0, p.tile_rows()),
+                    None,
+                    &Epilogue::NONE,
+                    &mut sc,
+                )
+            })
+        } else {
+            f64::NAN
+        };
+        let bw = Bf16ConvWeights::pack(&s, &w);
+        let mut bs = vec![0.0; bf16::conv_scratch_len(&s)];
+        let bf_us = best(|| {
+            bf16::conv2d_bf16(
+                tab,
+                isa,
+                &s,
+                &bw,
+                &x,
+                &mut y,
+                (0, s.c_out),
+                (0, ohw),
+                &Epilogue::NONE,
+                &mut bs,
+            )
+        });
+        let f = if wino_us.is_nan() {
+            f32_us
+        } else {
+            f32_us.min(wino_us)
+        };
+        println!(
+            "{name:28} {f32_us:9.0} {wino_us:9.0} {bf_us:9.0} {:6.2}",
+            bf_us / f
+        );
+    }
+}

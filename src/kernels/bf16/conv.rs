@@ -1,0 +1,91 @@
+//! Dense and grouped convs in bf16: per group `Y_g = W_g · im2col(X_g)` with the weights
+//! packed in K pairs once ([`Bf16ConvWeights::pack`]) and the im2col matrix written
+//! block by block into f32 panels by the kernel table's `im2col_panels`, converted to K
+//! pairs, and multiplied by [`super::gemm::gemm_panels`]. The epilogue stays f32.
+
+use super::gemm::{gemm_panels, panels_scratch_len};
+use super::{pack_a, Bf16Table};
+use crate::kernels::body::conv::ConvShape;
+use crate::kernels::gemm::Epilogue;
+use crate::kernels::isa::Isa;
+
+/// Conv weights in K pairs: one packed A per group.
+#[derive(Debug, Clone)]
+pub struct Bf16ConvWeights {
+    /// Packed A (`Cout_g` rows, depth `Cin_g * KH * KW`) of each group.
+    pub groups: Vec<Vec<u32>>,
+}
+
+impl Bf16ConvWeights {
+    /// Packs `w` (`[Cout, Cin_g, KH, KW]`) for `s` (a dense or grouped conv).
+    pub fn pack(s: &ConvShape, w: &[f32]) -> Bf16ConvWeights {
+        let (mg, k) = (s.cout_g(), s.k());
+        let groups = (0..s.group)
+            .map(|g| pack_a(&w[g * mg * k..(g + 1) * mg * k], k, mg, k))
+            .collect();
+        Bf16ConvWeights { groups }
+    }
+}
+
+/// Scratch floats a [`conv2d_bf16`] call needs.
+pub fn conv_scratch_len(s: &ConvShape) -> usize {
+    panels_scratch_len(s.k(), s.oh * s.ow)
+}
+
+/// Forward conv of output channels `[c_lo, c_hi)` and output positions `cols` (start a
+/// multiple of the GEMM column panel) in bf16, as `conv::conv2d` lays out its operands:
+/// `x` `[N, Cin, H, W]`, `y` `[N, Cout, OH, OW]`, residuals laid out like `y`.
+/// `scratch`: [`conv_scratch_len`] floats.
+#[allow(clippy::too_many_arguments)]
+pub fn conv2d_bf16(
+    tab: &Bf16Table,
+    isa: Isa,
+    s: &ConvShape,
+    wts: &Bf16ConvWeights,
+    x: &[f32],
+    y: &mut [f32],
+    (c_lo, c_hi): (usize, usize),
+    cols: (usize, usize),
+    epi: &Epilogue<'_>,
+    scratch: &mut [f32],
+) {
+    let (ohw, hw) = (s.oh * s.ow, s.h * s.w);
+    let (mg, k) = (s.cout_g(), s.k());
+    let t = isa.table();
+    for b in 0..s.n {
+        let xb = &x[b * s.c_in * hw..(b + 1) * s.c_in * hw];
+        let yb = &mut y[b * s.c_out * ohw..(b + 1) * s.c_out * ohw];
+        for g in c_lo / mg..c_hi.div_ceil(mg) {
+            let m_lo = c_lo.max(g * mg) - g * mg;
+            let m_hi = c_hi.min((g + 1) * mg) - g * mg;
+            let xg = &xb[g * s.cin_g() * hw..(g + 1) * s.cin_g() * hw];
+            let yg = &mut yb[g * mg * ohw..(g + 1) * mg * ohw];
+            let mut res: [&[f32]; 4] = [&[]; 4];
+            for (d, r) in res.iter_mut().zip(epi.residuals) {
+                let img = &r[b * s.c_out * ohw..(b + 1) * s.c_out * ohw];
+                *d = &img[g * mg * ohw..(g + 1) * mg * ohw];
+            }
+            let epi_g = Epilogue {
+                channel_offset: epi.channel_offset + g * mg,
+                residuals: &res[..epi.residuals.len()],
+                ..*epi
+            };
+            let fill = |k0: usize, kc: usize, jc: usize, nc: usize, buf: &mut [f32]| {
+                (t.im2col_panels)(s, xg, k0, kc, jc, nc, buf)
+            };
+            gemm_panels(
+                tab,
+                isa,
+                (mg, k),
+                &wts.groups[g],
+                &fill,
+                scratch,
+                yg,
+                ohw,
+                (m_lo, m_hi),
+                cols,
+                &epi_g,
+            );
+        }
+    }
+}
