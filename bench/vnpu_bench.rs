@@ -656,6 +656,16 @@ fn bench_priority(dir: &Path, secs: f64, env: Option<&PyEnv>) {
     };
     let (s, s_par) = (load_with(1, &cs), load_with(cpus, &cs));
     let b = load_with(1, &cb);
+    // The background in bf16 where the CPU has AVX512_BF16 (what OpenVINO's default does).
+    let b_bf16 = {
+        vnpu::config::set("VNPU_PRECISION", Some("bf16")).expect("precision");
+        let m =
+            PackedModel::from_compiled(vec![cb.clone()], vec![vnpu::runtime::LoadSource::Compiled])
+                .ok()
+                .map(|p| p.models[0].clone());
+        vnpu::config::set("VNPU_PRECISION", None).expect("precision");
+        m
+    };
     let fg = Load {
         model: s.clone(),
         priority: 255,
@@ -692,17 +702,20 @@ fn bench_priority(dir: &Path, secs: f64, env: Option<&PyEnv>) {
         cpu_pair_speed()
     );
     println!(
-        "{:<34} {:>9} {:>9} {:>9} {:>12}",
+        "{:<44} {:>9} {:>9} {:>9} {:>12}",
         "setting", "fg p50", "fg p99", "fg max", "bg runs/s"
     );
     let mut waits = Vec::new();
     let mut ours = Vec::new();
-    let settings = [
-        (0usize, &s, String::new()),
-        (1, &s, String::new()),
-        (1, &s_par, format!(", intra-op {cpus}")),
+    let mut settings = vec![
+        (0usize, &s, &b, String::new()),
+        (1, &s, &b, String::new()),
+        (1, &s_par, &b, format!(", intra-op {cpus}")),
     ];
-    for (limit, fg_model, extra) in settings {
+    if let Some(b16) = &b_bf16 {
+        settings.push((1, &s_par, b16, format!(", intra-op {cpus}, bg bf16")));
+    }
+    for (limit, fg_model, bg_model, extra) in settings {
         let mut cfg = base.clone();
         cfg.core_limit = limit;
         cfg.trace_capacity = 1 << 20;
@@ -712,16 +725,15 @@ fn bench_priority(dir: &Path, secs: f64, env: Option<&PyEnv>) {
             model: fg_model.clone(),
             ..fg.clone()
         };
-        let r = perf::run_loads(
-            &rt,
-            &[fg, bg.clone()],
-            Duration::from_secs_f64(secs),
-            |_| {},
-        );
+        let bg = Load {
+            model: bg_model.clone(),
+            ..bg.clone()
+        };
+        let r = perf::run_loads(&rt, &[fg, bg], Duration::from_secs_f64(secs), |_| {});
         let label = format!("vnpu BPLAT_CORELIMIT={limit}{extra}");
         let p99 = percentile(&r[0].latency_us, 99.0) / 1e3;
         println!(
-            "{label:<34} {:>9.2} {p99:>9.2} {:>9.2} {:>12.1}",
+            "{label:<44} {:>9.2} {p99:>9.2} {:>9.2} {:>12.1}",
             percentile(&r[0].latency_us, 50.0) / 1e3,
             percentile(&r[0].latency_us, 100.0) / 1e3,
             r[1].fps()
@@ -756,7 +768,7 @@ fn bench_priority(dir: &Path, secs: f64, env: Option<&PyEnv>) {
                     Ok(Some(j)) => {
                         let num = |k: &str| j[k].as_f64().unwrap_or(f64::NAN);
                         println!(
-                            "{label:<34} {:>9.2} {:>9.2} {:>9.2} {:>12.1}",
+                            "{label:<44} {:>9.2} {:>9.2} {:>9.2} {:>12.1}",
                             num("small_p50_ms"),
                             num("small_p99_ms"),
                             num("small_max_ms"),
@@ -768,8 +780,8 @@ fn bench_priority(dir: &Path, secs: f64, env: Option<&PyEnv>) {
                             bg: num("big_per_s"),
                         });
                     }
-                    Ok(None) => println!("{label:<34} no result"),
-                    Err(e) => println!("{label:<34} {e}"),
+                    Ok(None) => println!("{label:<44} no result"),
+                    Err(e) => println!("{label:<44} {e}"),
                 }
             }
         }
@@ -778,7 +790,7 @@ fn bench_priority(dir: &Path, secs: f64, env: Option<&PyEnv>) {
         println!("\npeers' Pareto front (fg p99 lower, bg throughput higher):");
         for p in pareto_front(&theirs) {
             println!(
-                "  {:<34} fg p99 {:>7.2} ms, bg {:>6.1}/s",
+                "  {:<44} fg p99 {:>7.2} ms, bg {:>6.1}/s",
                 p.label, p.p99, p.bg
             );
         }
@@ -807,7 +819,7 @@ fn bench_priority(dir: &Path, secs: f64, env: Option<&PyEnv>) {
          stretch = end-to-end minus wait minus own"
     );
     println!(
-        "{:<30} {:>8} {:>8} {:>8} {:>9} {:>9} {:>8} {:>11} {:>10} {:>10}",
+        "{:<40} {:>8} {:>8} {:>8} {:>9} {:>9} {:>8} {:>11} {:>10} {:>10}",
         "setting",
         "wait p50",
         "wait p99",
@@ -821,7 +833,7 @@ fn bench_priority(dir: &Path, secs: f64, env: Option<&PyEnv>) {
     );
     for (label, w) in &waits {
         println!(
-            "{:<30} {:>8.2} {:>8.2} {:>8.2} {:>9.3} {:>9.3} {:>8.2} {:>11.2} {:>10.2} {:>10.2}",
+            "{:<40} {:>8.2} {:>8.2} {:>8.2} {:>9.3} {:>9.3} {:>8.2} {:>11.2} {:>10.2} {:>10.2}",
             label,
             percentile(&w.wait_ms, 50.0),
             percentile(&w.wait_ms, 99.0),
