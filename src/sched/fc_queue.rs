@@ -17,6 +17,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::Instant;
 
 use super::task::TaskShared;
 
@@ -56,7 +57,8 @@ pub(crate) struct FcQueue {
     committed: VecDeque<FcItem>,
     high: VecDeque<FcItem>,
     normal: VecDeque<FcItem>,
-    running: bool,
+    /// When the running FC started (None = none runs).
+    running: Option<Instant>,
 }
 
 impl FcQueue {
@@ -71,7 +73,7 @@ impl FcQueue {
             committed: VecDeque::new(),
             high: VecDeque::new(),
             normal: VecDeque::new(),
-            running: false,
+            running: None,
         }
     }
 
@@ -101,7 +103,7 @@ impl FcQueue {
 
     /// The FC that [`take_next`](Self::take_next) would return, without marking it.
     pub(crate) fn peek_next(&self) -> Option<&FcItem> {
-        if self.running {
+        if self.running.is_some() {
             return None;
         }
         self.committed.front()
@@ -109,25 +111,28 @@ impl FcQueue {
 
     /// Whether an FC is running.
     pub(crate) fn is_running(&self) -> bool {
-        self.running
+        self.running.is_some()
     }
 
     /// The FC to run next, marking it running; None when empty or one is already running.
     pub(crate) fn take_next(&mut self) -> Option<&FcItem> {
-        if self.running {
+        self.take_next_at(Instant::now())
+    }
+
+    /// [`take_next`](Self::take_next) with the FC's start time given.
+    fn take_next_at(&mut self, now: Instant) -> Option<&FcItem> {
+        if self.running.is_some() {
             return None;
         }
         let front = self.committed.front()?;
-        self.running = true;
+        self.running = Some(now);
         Some(front)
     }
 
     /// Ends the running FC (step 3) and returns it.
     pub(crate) fn finish(&mut self) -> Option<FcItem> {
-        if !self.running {
-            return None;
-        }
-        self.running = false;
+        self.running?;
+        self.running = None;
         let done = self.committed.pop_front();
         self.refill();
         done
@@ -135,7 +140,7 @@ impl FcQueue {
 
     /// Drops every queued (not running) FC of task `id`.
     pub(crate) fn remove_task(&mut self, id: u64) {
-        let running = self.running;
+        let running = self.running.is_some();
         let mut i = 0usize;
         self.committed.retain(|it| {
             let keep = (running && i == 0) || it.task.id != id;
@@ -149,16 +154,35 @@ impl FcQueue {
 
     /// Whether nothing is queued or running.
     pub(crate) fn is_idle(&self) -> bool {
-        !self.running && self.committed.is_empty()
+        self.running.is_none() && self.committed.is_empty()
     }
 
-    /// Estimated µs before a high FC pushed now would start: the committed FCs and the
-    /// high FCs already waiting.
+    /// Estimated µs before a high FC pushed now would start: the committed FCs (of the
+    /// running one, what its estimate leaves after the time it has run, at least 1) and
+    /// the high FCs already waiting.
     pub(crate) fn high_start_estimate_us(&self) -> u64 {
+        self.high_start_estimate_us_at(Instant::now())
+    }
+
+    /// [`high_start_estimate_us`](Self::high_start_estimate_us) at time `now`.
+    fn high_start_estimate_us_at(&self, now: Instant) -> u64 {
+        let ran = self.running.map_or(0, |t| {
+            u64::try_from(now.saturating_duration_since(t).as_micros()).unwrap_or(u64::MAX)
+        });
         self.committed
             .iter()
             .chain(self.high.iter())
-            .fold(0u64, |a, it| a.saturating_add(it.est_us))
+            .enumerate()
+            .fold(0u64, |a, (i, it)| {
+                // A running FC past its estimate still counts 1 µs: a busy core never
+                // looks as free as an idle one.
+                let left = if i == 0 && self.running.is_some() {
+                    it.est_us.saturating_sub(ran).max(1)
+                } else {
+                    it.est_us
+                };
+                a.saturating_add(left)
+            })
     }
 }
 
@@ -166,6 +190,7 @@ impl FcQueue {
 mod tests {
     use super::*;
     use crate::sched::task::{SegmentInfo, SegmentKind, TaskBody, TaskCtrl};
+    use std::time::Duration;
 
     struct Nop(Vec<SegmentInfo>);
     impl TaskBody for Nop {
@@ -264,6 +289,29 @@ mod tests {
             q.finish();
         }
         assert_eq!(out, vec![(1, 1), (2, 0), (3, 0)]);
+    }
+
+    #[test]
+    fn a_running_fc_counts_only_what_its_estimate_leaves() {
+        let (a, h) = (task(1), task(2));
+        let mut q = FcQueue::new(1);
+        let mut items = seg(&a, 2, false);
+        items[0].est_us = 1000;
+        q.push_segment(items);
+        let t0 = Instant::now();
+        assert_eq!(q.high_start_estimate_us_at(t0), 1000, "not started");
+        q.take_next_at(t0);
+        let at = |us| t0 + Duration::from_micros(us);
+        assert_eq!(q.high_start_estimate_us_at(at(0)), 1000);
+        assert_eq!(q.high_start_estimate_us_at(at(300)), 700);
+        assert_eq!(
+            q.high_start_estimate_us_at(at(5000)),
+            1,
+            "overran, but busy"
+        );
+        // A high FC already waiting counts whole.
+        q.push_segment(seg(&h, 1, true));
+        assert_eq!(q.high_start_estimate_us_at(at(300)), 710);
     }
 
     #[test]
