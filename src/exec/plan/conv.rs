@@ -272,7 +272,9 @@ pub(crate) fn plan_conv(
     }
     if crate::compile::cost::winograd_wins(s) {
         let ConvParts { s, wt, bias, .. } = parts;
-        return Ok(plan_winograd(&s, wt, pre, bias, post, res, c.threads));
+        let bf16 = c.bf16;
+        let ws = WinoSource { wt, pre, bf16 };
+        return Ok(plan_winograd(&s, ws, bias, post, res, c.threads));
     }
     let wts = conv_weights(c, s, &parts, pre)?;
     let ConvParts { s, wt, bias, .. } = parts;
@@ -311,12 +313,31 @@ fn bf16_conv_wins(s: &ConvShape) -> bool {
         && (!pointwise || s.cout_g() >= BF16_POINTWISE_MIN_COUT)
 }
 
+/// Where a Winograd plan's weights come from.
+struct WinoSource<'a> {
+    /// The conv's weights (`[Cout, Cin, 3, 3]`).
+    wt: &'a [f32],
+    /// Transformed weights a compiled file stored, when it did.
+    pre: Option<&'a WeightBuf>,
+    /// The bf16 table when the plan computes its point GEMMs in bf16.
+    bf16: Option<&'static Bf16Table>,
+}
+
+/// True when a bf16 plan computes the point GEMMs of Winograd plan `p` in bf16: with
+/// F(2x2, 3x3) tiles (small planes) only. In bf16, F(4x4, 3x3)'s transforms (points ±2,
+/// output weights up to 8) amplify the operands' rounding about 20x (ResNet-18's logits:
+/// 3.3e-2 of their range off f32 against 4.3e-3 with those convs in f32), and F(2x2) on
+/// the larger planes is slower than f32 F(4x4) (more points per output); on 7x7 planes
+/// F(2x2) in bf16 takes 0.67x the f32 time at the same accuracy as the rest of the plan.
+fn wino_bf16_wins(p: &WinogradPlan) -> bool {
+    p.tile() == 2
+}
+
 /// Plans a conv the Winograd path computes (one thread): channel tiles of one image share
 /// its transformed input, packed by tile 0 and kept in the state like an im2col matrix.
 fn plan_winograd(
     s: &ConvShape,
-    wt: &[f32],
-    pre: Option<&WeightBuf>,
+    WinoSource { wt, pre, bf16 }: WinoSource<'_>,
     bias: Option<Vec<f32>>,
     post: Vec<PostOpRt>,
     res: Vec<usize>,
@@ -327,6 +348,10 @@ fn plan_winograd(
     let p = pre
         .and_then(|u| WinogradPlan::with_weights(s, u.clone()))
         .unwrap_or_else(|| WinogradPlan::new(s, wt));
+    let p = match bf16 {
+        Some(tab) if wino_bf16_wins(&p) => p.into_bf16(tab),
+        _ => p,
+    };
     // Output-channel chunks for intra-op threads, as the im2col path cuts them.
     let par: Vec<(usize, usize)> = conv_chunk_ranges(s, threads);
     // A shared transformed input for channel tiles (only where the plane has fewer tile
