@@ -76,8 +76,8 @@ fn main() {
         ),
     ];
     println!(
-        "{:28} {:>9} {:>9} {:>9} {:>6}",
-        "conv", "f32 us", "wino us", "bf16 us", "ratio"
+        "{:28} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9}",
+        "conv", "f32 us", "wino us", "bf16 us", "ratio", "wb16 F4", "wb16 F2"
     );
     for (name, mut s) in shapes {
         if s.kh == 1 {
@@ -110,14 +110,15 @@ fn main() {
                 &mut scratch,
             )
         });
-        let wino_us = if WinogradPlan::applies(&s) {
-            let p = WinogradPlan::new(&s, &w);
+        // f32 Winograd with the tile the planner picks, then bf16 point GEMMs with
+        // F(4x4) and F(2x2).
+        let wino = |p: WinogradPlan, y: &mut [f32]| {
             let mut sc = vec![0.0; p.scratch_len()];
             best(|| {
                 p.run(
                     isa,
                     &x,
-                    &mut y,
+                    y,
                     (0, s.c_out),
                     (0, p.tile_rows()),
                     None,
@@ -125,8 +126,15 @@ fn main() {
                     &mut sc,
                 )
             })
+        };
+        let (wino_us, wb4, wb2) = if WinogradPlan::applies(&s) {
+            (
+                wino(WinogradPlan::new(&s, &w), &mut y),
+                wino(WinogradPlan::with_tile(&s, &w, 4).into_bf16(tab), &mut y),
+                wino(WinogradPlan::with_tile(&s, &w, 2).into_bf16(tab), &mut y),
+            )
         } else {
-            f64::NAN
+            (f64::NAN, f64::NAN, f64::NAN)
         };
         let bw = Bf16ConvWeights::pack(&s, &w);
         let mut bs = vec![0.0; bf16::conv_scratch_len(&s)];
@@ -150,7 +158,7 @@ fn main() {
             f32_us.min(wino_us)
         };
         println!(
-            "{name:28} {f32_us:9.0} {wino_us:9.0} {bf_us:9.0} {:6.2}",
+            "{name:28} {f32_us:9.0} {wino_us:9.0} {bf_us:9.0} {:6.2} {wb4:9.0} {wb2:9.0}",
             bf_us / f
         );
     }

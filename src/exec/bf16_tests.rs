@@ -1,6 +1,7 @@
-//! bf16 compute at plan level: a ResNet-like stack (7x7/2 stem, 3x3/2, 3x3/1, 1x1,
-//! grouped 3x3, MatMul with constant weights) in bf16 stays within a bound of its f32
-//! result, runs by tiles bit-identically to whole, and the default precision is f32.
+//! bf16 compute at plan level: a ResNet-like stack (7x7/2 stem, 3x3/2, 3x3/1 by f32
+//! Winograd F(4x4), 1x1, grouped 3x3, 3x3/2, 3x3/1 by bf16 Winograd F(2x2), MatMul with
+//! constant weights) in bf16 stays within a bound of its f32 result, runs by tiles
+//! bit-identically to whole, and the default precision is f32.
 
 use super::tests::{geom, B};
 use super::*;
@@ -50,12 +51,15 @@ fn stack() -> (Graph, Vec<f32>) {
     let y = conv(&mut b, y, 64, 64, 3, 1, 1, 16, 3);
     let y = conv(&mut b, y, 64, 128, 1, 1, 1, 16, 4);
     let y = conv(&mut b, y, 128, 128, 3, 1, 4, 16, 5);
-    let w = b.kf(&[16, 40], he(16 * 40, 16, 6));
+    let y = conv(&mut b, y, 128, 128, 3, 2, 1, 8, 8);
+    // 3x3 stride 1 on an 8x8 plane: Winograd F(2x2, 3x3), point GEMMs in bf16.
+    let y = conv(&mut b, y, 128, 128, 3, 1, 1, 8, 9);
+    let w = b.kf(&[8, 40], he(8 * 40, 8, 6));
     let y = b.n1(
         Op::MatMul { post: vec![] },
         &[y, w],
         DType::F32,
-        &[1, 128, 16, 40],
+        &[1, 128, 8, 40],
     );
     b.out(y);
     (b.g, rand_vec(3 * 64 * 64, 7))
@@ -97,15 +101,24 @@ fn rel_err(a: &[f32], b: &[f32]) -> f32 {
 /// bf16 keeps 8 significant bits: each operand is rounded with a relative error of at most
 /// 2^-9, so each product is off by at most ~2^-8 of its size, and a layer's output by at
 /// most ~2^-8 of the sum of its terms' sizes; errors of independent roundings mostly
-/// cancel in long sums. Six layers (five in bf16, their errors carried through the
-/// next) stay well inside 2^-5 of the output's range; one f32 layer in between adds
-/// nothing measurable.
+/// cancel in long sums. Eight layers (seven in bf16, one of them by Winograd F(2x2),
+/// whose transforms add at most 3 terms each way, a few times a direct layer's error;
+/// each layer's error carried through the next) stay well inside 2^-5 of the output's
+/// range; the f32 layer in between adds nothing measurable.
 #[test]
 fn bf16_stack_stays_close_to_f32() {
     if crate::kernels::bf16::native().is_none() {
         eprintln!("skipped: this CPU lacks AVX512_BF16");
         return;
     }
+    // The 8x8 3x3/1 conv takes Winograd F(2x2), whose point GEMMs a bf16 plan runs in
+    // bf16 (the 16x16 one F(4x4), which stays f32).
+    let wino = |c, hw| {
+        let s = crate::kernels::conv::ConvShape::square(c, hw, c, 3, 1, 1);
+        let p = crate::kernels::conv::WinogradPlan::tile_for(&s);
+        crate::compile::cost::winograd_wins(&s).then_some(p)
+    };
+    assert_eq!((wino(128, 8), wino(64, 16)), (Some(2), Some(4)));
     let (g, x) = stack();
     let g = Arc::new(g);
     let f = run(&g, &x, Precision::F32, false);

@@ -41,6 +41,16 @@ pub(crate) struct ConvChunk {
     w: ConvWeights,
 }
 
+/// One intra-op chunk of a bf16 conv: output channels `[c0, c1)` as a conv of their own
+/// (shape and weights in K pairs).
+#[derive(Debug)]
+pub(crate) struct Bf16ConvChunk {
+    c0: usize,
+    c1: usize,
+    s: ConvShape,
+    w: Bf16ConvWeights,
+}
+
 /// A planned Conv or ConvTranspose.
 #[derive(Debug)]
 pub(crate) enum ConvKernel {
@@ -78,8 +88,7 @@ pub(crate) enum ConvKernel {
         par: Vec<(usize, usize)>,
     },
     /// A dense or grouped conv computed in bf16 (`PlanOptions::precision`): weights in K
-    /// pairs, im2col converted per block, f32 epilogue. Tiles as [`ConvKernel::Conv`];
-    /// one thread.
+    /// pairs, im2col converted per block, f32 epilogue. Tiles as [`ConvKernel::Conv`].
     Bf16 {
         s: ConvShape,
         w: Bf16ConvWeights,
@@ -88,6 +97,9 @@ pub(crate) enum ConvKernel {
         post: Vec<PostOpRt>,
         res: Vec<usize>,
         by_cols: bool,
+        /// Output-channel chunks for intra-op threads when the node runs whole (as
+        /// [`ConvKernel::Conv`]'s, each with its own weights); empty = one thread.
+        par: Vec<Bf16ConvChunk>,
     },
 }
 
@@ -259,6 +271,8 @@ pub(crate) fn plan_conv(
         let ConvParts { s, wt, bias, .. } = parts;
         let by_cols = s.group == 1 && s.oh * s.ow > s.c_out;
         let scratch = bf16::conv_scratch_len(&s);
+        let par = bf16_conv_chunks(&s, wt, c.threads);
+        let helper = if par.is_empty() { 0 } else { scratch };
         let k = ConvKernel::Bf16 {
             w: Bf16ConvWeights::pack(&s, wt),
             s,
@@ -267,12 +281,15 @@ pub(crate) fn plan_conv(
             post,
             res,
             by_cols,
+            par,
         };
-        return Ok(Planned::new(k).scratch(scratch));
+        return Ok(Planned::new(k).scratch(scratch).helper_scratch(helper));
     }
     if crate::compile::cost::winograd_wins(s) {
         let ConvParts { s, wt, bias, .. } = parts;
-        return Ok(plan_winograd(&s, wt, pre, bias, post, res, c.threads));
+        let bf16 = c.bf16;
+        let ws = WinoSource { wt, pre, bf16 };
+        return Ok(plan_winograd(&s, ws, bias, post, res, c.threads));
     }
     let wts = conv_weights(c, s, &parts, pre)?;
     let ConvParts { s, wt, bias, .. } = parts;
@@ -311,12 +328,102 @@ fn bf16_conv_wins(s: &ConvShape) -> bool {
         && (!pointwise || s.cout_g() >= BF16_POINTWISE_MIN_COUT)
 }
 
+/// The intra-op chunks of a bf16 conv (dense, one image: the ranges
+/// [`conv_chunk_ranges`] cuts), each with its weights packed on their own; `wt` the flat
+/// weights. Every output is computed by the same tile arithmetic as in the whole conv
+/// (its weight row, the same im2col blocks), so the chunks equal one thread bit for bit.
+fn bf16_conv_chunks(s: &ConvShape, wt: &[f32], threads: usize) -> Vec<Bf16ConvChunk> {
+    let k = s.k();
+    conv_chunk_ranges(s, threads)
+        .into_iter()
+        .map(|(c0, c1)| {
+            let sc = ConvShape {
+                c_out: c1 - c0,
+                ..s.clone()
+            };
+            let w = Bf16ConvWeights::pack(&sc, &wt[c0 * k..c1 * k]);
+            Bf16ConvChunk { c0, c1, s: sc, w }
+        })
+        .collect()
+}
+
+/// Runs a bf16 conv's chunks on this thread and the intra-op helper pool (`exec::pool`),
+/// each writing its own block of output channels with its own scratch.
+#[allow(clippy::too_many_arguments)]
+fn run_bf16_chunks(
+    tab: &Bf16Table,
+    isa: Isa,
+    par: &[Bf16ConvChunk],
+    x: &[f32],
+    y: &mut [f32],
+    epi: &Epilogue<'_>,
+    scratch: &mut [f32],
+    helpers: &mut [Vec<f32>],
+) {
+    let ohw = par.first().map_or(0, |ch| ch.s.oh * ch.s.ow);
+    let run = |ch: &Bf16ConvChunk, part: &mut [f32], scratch: &mut [f32]| {
+        // Residuals are laid out like the output: take this chunk's channels.
+        let mut rc: [&[f32]; MAX_RESIDUALS] = [&[]; MAX_RESIDUALS];
+        for (d, r) in rc.iter_mut().zip(epi.residuals) {
+            *d = &r[ch.c0 * ohw..ch.c1 * ohw];
+        }
+        let e = Epilogue {
+            channel_offset: ch.c0,
+            residuals: &rc[..epi.residuals.len()],
+            ..*epi
+        };
+        let chans = (0, ch.c1 - ch.c0);
+        bf16::conv2d_bf16(
+            tab,
+            isa,
+            &ch.s,
+            &ch.w,
+            x,
+            part,
+            chans,
+            (0, ohw),
+            &e,
+            scratch,
+        );
+    };
+    let mut parts = crate::exec::pool::chunk_parts(
+        par.iter().map(|ch| (ch.c1 - ch.c0) * ohw),
+        y,
+        scratch,
+        helpers,
+    );
+    crate::exec::pool::global().run(&mut parts[..par.len()], &|i, slot| {
+        if let Some((part, s)) = slot.take() {
+            run(&par[i], part, s);
+        }
+    });
+}
+
+/// Where a Winograd plan's weights come from.
+struct WinoSource<'a> {
+    /// The conv's weights (`[Cout, Cin, 3, 3]`).
+    wt: &'a [f32],
+    /// Transformed weights a compiled file stored, when it did.
+    pre: Option<&'a WeightBuf>,
+    /// The bf16 table when the plan computes its point GEMMs in bf16.
+    bf16: Option<&'static Bf16Table>,
+}
+
+/// True when a bf16 plan computes the point GEMMs of Winograd plan `p` in bf16: with
+/// F(2x2, 3x3) tiles (small planes) only. In bf16, F(4x4, 3x3)'s transforms (points ±2,
+/// output weights up to 8) amplify the operands' rounding about 20x (ResNet-18's logits:
+/// 3.3e-2 of their range off f32 against 4.3e-3 with those convs in f32), and F(2x2) on
+/// the larger planes is slower than f32 F(4x4) (more points per output); on 7x7 planes
+/// F(2x2) in bf16 takes 0.67x the f32 time at the same accuracy as the rest of the plan.
+fn wino_bf16_wins(p: &WinogradPlan) -> bool {
+    p.tile() == 2
+}
+
 /// Plans a conv the Winograd path computes (one thread): channel tiles of one image share
 /// its transformed input, packed by tile 0 and kept in the state like an im2col matrix.
 fn plan_winograd(
     s: &ConvShape,
-    wt: &[f32],
-    pre: Option<&WeightBuf>,
+    WinoSource { wt, pre, bf16 }: WinoSource<'_>,
     bias: Option<Vec<f32>>,
     post: Vec<PostOpRt>,
     res: Vec<usize>,
@@ -327,6 +434,10 @@ fn plan_winograd(
     let p = pre
         .and_then(|u| WinogradPlan::with_weights(s, u.clone()))
         .unwrap_or_else(|| WinogradPlan::new(s, wt));
+    let p = match bf16 {
+        Some(tab) if wino_bf16_wins(&p) => p.into_bf16(tab),
+        _ => p,
+    };
     // Output-channel chunks for intra-op threads, as the im2col path cuts them.
     let par: Vec<(usize, usize)> = conv_chunk_ranges(s, threads);
     // A shared transformed input for channel tiles (only where the plane has fewer tile
@@ -629,6 +740,7 @@ impl FamilyKernel for ConvKernel {
                 post,
                 res,
                 by_cols,
+                par,
             } => {
                 let ohw = s.oh * s.ow;
                 let (chans, cols) = if *by_cols {
@@ -644,7 +756,11 @@ impl FamilyKernel for ConvKernel {
                     ..Epilogue::NONE
                 };
                 let (x, y) = (io.f32(0), out_f32(r.out, r.outs, 0));
-                bf16::conv2d_bf16(tab, r.isa, s, w, x, y, chans, cols, &epi, r.scratch);
+                if tile.count == 1 && !par.is_empty() && r.helpers.len() + 1 >= par.len() {
+                    run_bf16_chunks(tab, r.isa, par, x, y, &epi, r.scratch, r.helpers);
+                } else {
+                    bf16::conv2d_bf16(tab, r.isa, s, w, x, y, chans, cols, &epi, r.scratch);
+                }
             }
             ConvKernel::Deconv { p, bias, post, res } => {
                 // Cuts at multiples of the stride, so that no input row is computed twice

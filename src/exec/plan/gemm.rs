@@ -6,8 +6,8 @@
 //! Intra-op chunks (a node run whole on several threads, `exec::pool`), for one batch and
 //! a constant B: row ranges of C aligned to the A panel (sharing the packed B), or for a
 //! one-row C (a classifier's Gemm) column ranges aligned to the B panel, each with its own
-//! packed columns of B. Each chunk is the same kernel on disjoint outputs: bit-identical
-//! to one thread.
+//! packed columns of B; a product in bf16 (constant B in K pairs) takes row ranges only.
+//! Each chunk is the same kernel on disjoint outputs: bit-identical to one thread.
 
 use super::ctx::Ctx;
 use super::errors::{shape_err, unsup};
@@ -45,7 +45,8 @@ pub(crate) struct GemmPlan {
     /// Intra-op chunks when the node runs whole; empty = one thread.
     par: Vec<GemmChunk>,
     /// The bf16 kernels and the constant B in K pairs (scale included) when the product
-    /// runs in bf16 (`PlanOptions::precision`; then `b_packed` is `None`, one thread).
+    /// runs in bf16 (`PlanOptions::precision`; then `b_packed` is `None`; intra-op chunks
+    /// by rows only).
     bf16: Option<(&'static Bf16Table, Vec<u32>)>,
 }
 
@@ -93,8 +94,17 @@ impl GemmPlan {
                 self.bf16 = Some((tab, bf16::pack_b(bv, rs, cs, self.k, self.n, scale)));
                 self.b_packed = None;
                 self.alpha = 1.0;
+                self.par = self.chunks(c.threads, b);
                 let s = self.scratch();
-                return Planned::new(Box::new(self)).scratch(s);
+                let helper = self
+                    .par
+                    .iter()
+                    .map(|ch| bf16::gemm_a_rows_scratch_len(ch.hi - ch.lo, self.k))
+                    .max()
+                    .unwrap_or(0);
+                return Planned::new(Box::new(self))
+                    .scratch(s)
+                    .helper_scratch(helper);
             }
         }
         let threads = c.threads;
@@ -116,7 +126,8 @@ impl GemmPlan {
 
     /// Cuts the product into intra-op chunks (see the module doc); empty = one thread.
     fn chunks(&self, threads: usize, b: Option<RawB<'_>>) -> Vec<GemmChunk> {
-        if threads < 2 || self.batches.len() != 1 || self.b_packed.is_none() {
+        let constant_b = self.b_packed.is_some() || self.bf16.is_some();
+        if threads < 2 || self.batches.len() != 1 || !constant_b {
             return Vec::new();
         }
         let compute = self.m * self.n * self.k / pool::DENSE_MACS_PER_US;
@@ -126,7 +137,7 @@ impl GemmPlan {
                 .map(|(lo, hi)| GemmChunk { lo, hi, b: None })
                 .collect();
         }
-        let Some((bv, rs, cs, scale)) = b.filter(|_| self.m == 1) else {
+        let Some((bv, rs, cs, scale)) = b.filter(|_| self.m == 1 && self.bf16.is_none()) else {
             return Vec::new();
         };
         let stream = self.k * self.n * 4 / STREAM_BYTES_PER_US;
@@ -167,7 +178,6 @@ impl GemmPlan {
         let rows = r1 - r0;
         let (ao, bo) = g.batches[bi];
         let (a, b) = (io.f32(0), io.f32(1));
-        let (pa, rest) = scratch.split_at_mut(gemm::packed_a_len(rows, g.k));
         let mn = g.m * g.n;
         let sub = r0 * g.n..r1 * g.n;
         let a_rows = &a[ao + r0 * g.a_rs..];
@@ -207,6 +217,7 @@ impl GemmPlan {
             );
             return;
         }
+        let (pa, rest) = scratch.split_at_mut(gemm::packed_a_len(rows, g.k));
         let asrc = if g.a_in_place() {
             gemm::ASource::InPlace {
                 a: a_rows,

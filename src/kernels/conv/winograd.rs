@@ -23,16 +23,22 @@
 //! Every output element is computed by the same operations whatever the split, so
 //! channel and row tiles equal the whole bit for bit.
 //!
+//! bf16 ([`WinogradPlan::into_bf16`], module `bf16`): the point GEMMs on bf16 operands
+//! with f32 accumulation; transforms, output and epilogue unchanged.
+//!
 //! Accuracy: the transforms use the points 0, ±1, ±2, ∞ (F(4x4)) or 0, ±1, ∞ (F(2x2));
 //! the error is a small multiple of the direct conv's, relative to `Σ|x||w|` (see the
 //! tests).
 
+mod bf16;
 pub(crate) mod body;
 
 use super::ConvShape;
+use crate::kernels::bf16::Bf16Table;
 use crate::kernels::gemm::{self, Epilogue, KC, MR, NR};
 use crate::kernels::isa::Isa;
 use crate::kernels::packed::WeightBuf;
+pub use bf16::Bf16Points;
 pub use body::{OutBlock, PointRows, WinoGeom};
 
 /// Floats of one block's transformed input and GEMM output together (about 384 KiB,
@@ -54,6 +60,9 @@ pub struct WinogradPlan {
     g: Box<WinoGeom>,
     /// Tiles per block (a multiple of `NR`).
     nt: usize,
+    /// The point GEMMs' operands in bf16, when the plan computes them in bf16
+    /// ([`Self::into_bf16`]; boxed, as `g`).
+    bf: Option<Box<Bf16Points>>,
 }
 
 impl WinogradPlan {
@@ -178,6 +187,7 @@ impl WinogradPlan {
             u,
             g: Box::new(g),
             nt: NR,
+            bf: None,
         };
         let fit = BLOCK_FLOATS / (points * (ci + co)) / NR * NR;
         p.set_block_tiles(fit.clamp(NR, MAX_BLOCK_TILES));
@@ -190,6 +200,21 @@ impl WinogradPlan {
     pub fn set_block_tiles(&mut self, nt: usize) {
         let all = (self.g.tw * self.g.th).div_ceil(NR) * NR;
         self.nt = (nt.div_ceil(NR) * NR).clamp(NR, all);
+    }
+
+    /// This plan with its point GEMMs in bf16 through `tab` (the transformed weights
+    /// converted to K pairs now, each block's transformed input when it is multiplied);
+    /// transforms and epilogue stay f32.
+    pub fn into_bf16(mut self, tab: &'static Bf16Table) -> WinogradPlan {
+        let (co, ci) = (self.s.c_out, self.s.c_in);
+        let b = Bf16Points::from_packed(tab, &self.u, self.g.points(), co, ci);
+        self.bf = Some(Box::new(b));
+        self
+    }
+
+    /// True when the point GEMMs run in bf16 ([`Self::into_bf16`]).
+    pub fn is_bf16(&self) -> bool {
+        self.bf.is_some()
     }
 
     /// The output tile side (2 or 4).
@@ -228,9 +253,17 @@ impl WinogradPlan {
         (t / self.nt) * self.v_len(self.nt) + self.v_len(t % self.nt)
     }
 
+    /// Floats (as dwords) of one block's transformed input in bf16 (none in f32).
+    fn vb_len(&self) -> usize {
+        match self.bf {
+            Some(_) => self.g.points() * Bf16Points::v_stride(self.s.c_in, self.nt),
+            None => 0,
+        }
+    }
+
     /// Scratch floats a [`Self::run`] call needs (without a shared transformed input).
     pub fn scratch_len(&self) -> usize {
-        self.v_len(self.nt) + self.m_len()
+        self.v_len(self.nt) + self.m_len() + self.vb_len()
     }
 
     /// Transforms the whole input plane set of one image `x` (`[Cin, H, W]`) into `v`
@@ -299,7 +332,7 @@ impl WinogradPlan {
 
     /// Scratch floats a [`Self::run_chunk`] call needs.
     pub fn chunk_scratch_len(&self) -> usize {
-        self.m_len()
+        self.m_len() + self.vb_len()
     }
 
     /// Output channels `[c_lo, c_hi)` (`c_lo` a multiple of [`MR`]) of a one-image conv
@@ -369,7 +402,8 @@ impl WinogradPlan {
         // GEMM rows: whole MR panels from c_lo (the packed U has them, zero-padded).
         let c_end = c_hi.div_ceil(MR) * MR;
         let pstride = body::point_stride((c_end - c_lo) * self.nt);
-        let mbuf = &mut mbuf[..points * pstride];
+        let (mbuf, vbbuf) = mbuf.split_at_mut(points * pstride);
+        let vbbuf: &mut [u32] = bytemuck::cast_slice_mut(&mut vbbuf[..self.vb_len()]);
         let alen = gemm::packed_a_len(co, ci);
         let per = y.len() / s.n;
         for b in 0..s.n {
@@ -414,16 +448,36 @@ impl WinogradPlan {
                 };
                 let plen = v.len() / points;
                 let panels = (j0, j0 + nb.div_ceil(NR) * NR);
-                for p in 0..points {
-                    self.gemm_point(
-                        isa,
-                        &self.u[p * alen..(p + 1) * alen],
-                        &v[p * plen..(p + 1) * plen],
-                        &mut mbuf[p * pstride..(p + 1) * pstride],
-                        vnbp,
-                        panels,
-                        (c_lo, c_end),
+                if let Some(bf) = &self.bf {
+                    bf.convert_input(v, plen, points, ci, vnbp, panels, vbbuf);
+                    let (blen, pbs) = (
+                        crate::kernels::bf16::packed_a_len(co, ci),
+                        Bf16Points::v_stride(ci, vnbp),
                     );
+                    let dims = (ci, co.div_ceil(MR) * MR, vnbp);
+                    for p in 0..points {
+                        bf.gemm_point(
+                            &bf.u[p * blen..(p + 1) * blen],
+                            &vbbuf[p * pbs..(p + 1) * pbs],
+                            &mut mbuf[p * pstride..(p + 1) * pstride],
+                            self.nt,
+                            dims,
+                            panels,
+                            (c_lo, c_end),
+                        );
+                    }
+                } else {
+                    for p in 0..points {
+                        self.gemm_point(
+                            isa,
+                            &self.u[p * alen..(p + 1) * alen],
+                            &v[p * plen..(p + 1) * plen],
+                            &mut mbuf[p * pstride..(p + 1) * pstride],
+                            vnbp,
+                            panels,
+                            (c_lo, c_end),
+                        );
+                    }
                 }
                 let keep = (t0.max(tb), t1.min(tb + nb));
                 let m = PointRows {
@@ -529,5 +583,7 @@ impl WinogradPlan {
     }
 }
 
+#[cfg(test)]
+mod bf16_tests;
 #[cfg(test)]
 mod tests;

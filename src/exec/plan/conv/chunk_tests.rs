@@ -1,11 +1,12 @@
 //! Intra-op chunks are bit-identical to one thread, for every family that cuts them:
 //! depthwise convs (channel ranges), Gemm / MatMul by rows and, for a one-row product, by
-//! columns. Each graph runs with 1, 2 and 3 intra-op threads (twice, reusing the helper
+//! columns; in bf16, dense convs (im2col and Winograd F(2x2)) by channels and Gemm /
+//! MatMul by rows. Each graph runs with 1, 2 and 3 intra-op threads (twice, reusing the helper
 //! scratch); the plan must have cut chunks for 2 and 3 threads (helper scratch), and every
 //! output must equal the 1-thread output exactly.
 
 use crate::exec::tests::{geom, B};
-use crate::exec::{ModelPlan, PlanOptions};
+use crate::exec::{ModelPlan, PlanOptions, Precision};
 use crate::ir::{DType, Graph, Op, PostOp, UnaryOp};
 use crate::kernels::testutil::rand_vec;
 use std::sync::Arc;
@@ -13,12 +14,18 @@ use std::sync::Arc;
 /// Runs `g` with 1, 2, 3 threads on `inputs`; asserts 2 and 3 threads cut chunks and give
 /// the 1-thread output bit for bit.
 fn assert_chunked_identical(g: Graph, inputs: &[Vec<f32>], what: &str) {
+    assert_chunked_identical_in(Precision::F32, g, inputs, what)
+}
+
+/// [`assert_chunked_identical`] with the plan computing in `precision`.
+fn assert_chunked_identical_in(precision: Precision, g: Graph, inputs: &[Vec<f32>], what: &str) {
     let g = Arc::new(g);
     let mut outs = Vec::new();
     for threads in [1, 2, 3] {
         let opts = PlanOptions {
             intra_op_threads: threads,
             profile: false,
+            precision,
             ..Default::default()
         };
         let plan = ModelPlan::new(g.clone(), &opts).expect("plan");
@@ -160,4 +167,59 @@ fn matmul_chunks_are_bit_identical() {
         let what = format!("matmul {batch}x{m}x{k} . {k}x{n}");
         assert_chunked_identical(b.g, &[rand_vec(batch * m * k, 42)], &what);
     }
+}
+
+/// bf16 plans: dense convs (3x3/2 and 1x1 by im2col, 3x3/1 on an 8x8 plane by Winograd
+/// F(2x2) with bf16 point GEMMs) cut by output channels with a bias, a residual and a
+/// ReLU fused, and a MatMul with a constant B cut by rows.
+#[test]
+fn bf16_chunks_are_bit_identical() {
+    if crate::kernels::bf16::native().is_none() {
+        eprintln!("skipped: this CPU lacks AVX512_BF16");
+        return;
+    }
+    // (cin, hw, cout, k, stride, pad)
+    for (ci, hw, co, k, st, p) in [
+        (64, 28, 130, 3, 2, 1),
+        (96, 14, 192, 1, 1, 0),
+        (128, 8, 128, 3, 1, 1),
+    ] {
+        let oh = (hw + 2 * p - k) / st + 1;
+        let mut b = B::default();
+        let xi = b.input(DType::F32, &[1, ci, hw, hw]);
+        let ri = b.input(DType::F32, &[1, co, oh, oh]);
+        let wi = b.kf(&[co, ci, k, k], rand_vec(co * ci * k * k, 51));
+        let bi = b.kf(&[co], rand_vec(co, 52));
+        let post = vec![PostOp::AddInput { input: 3 }, PostOp::Unary(UnaryOp::Relu)];
+        let y = b.n1(
+            Op::Conv {
+                geom: geom(&[k, k], &[st, st], &[p, p, p, p]),
+                group: 1,
+                post,
+            },
+            &[xi, wi, bi, ri],
+            DType::F32,
+            &[1, co, oh, oh],
+        );
+        b.out(y);
+        let x = rand_vec(ci * hw * hw, 53);
+        let r = rand_vec(co * oh * oh, 54);
+        let what = format!("bf16 conv {ci}->{co} {k}x{k}/{st} @{hw}");
+        assert_chunked_identical_in(Precision::Bf16, b.g, &[x, r], &what);
+    }
+    let (m, k, n) = (611, 130, 70);
+    let mut b = B::default();
+    let ai = b.input(DType::F32, &[m, k]);
+    let wi = b.kf(&[k, n], rand_vec(k * n, 55));
+    let y = b.n1(
+        Op::MatMul {
+            post: vec![PostOp::Unary(UnaryOp::Sigmoid)],
+        },
+        &[ai, wi],
+        DType::F32,
+        &[m, n],
+    );
+    b.out(y);
+    let what = "bf16 matmul rows";
+    assert_chunked_identical_in(Precision::Bf16, b.g, &[rand_vec(m * k, 56)], what);
 }

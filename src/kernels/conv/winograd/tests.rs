@@ -8,7 +8,13 @@ use crate::kernels::conv::{conv2d, ConvWeights};
 use crate::kernels::testutil::rand_vec;
 use crate::kernels::unary::PostOpRt;
 
-fn shape(n: usize, c_in: usize, (h, w): (usize, usize), c_out: usize, p: [usize; 4]) -> ConvShape {
+pub(super) fn shape(
+    n: usize,
+    c_in: usize,
+    (h, w): (usize, usize),
+    c_out: usize,
+    p: [usize; 4],
+) -> ConvShape {
     ConvShape {
         n,
         c_in,
@@ -30,7 +36,7 @@ fn shape(n: usize, c_in: usize, (h, w): (usize, usize), c_out: usize, p: [usize;
 }
 
 /// Direct conv in f64: the exact result and `Σ|x||w| + |bias|` per output.
-fn direct(s: &ConvShape, x: &[f32], w: &[f32], bias: &[f32]) -> (Vec<f64>, Vec<f64>) {
+pub(super) fn direct(s: &ConvShape, x: &[f32], w: &[f32], bias: &[f32]) -> (Vec<f64>, Vec<f64>) {
     let len = s.n * s.c_out * s.oh * s.ow;
     let (mut y, mut mag) = (vec![0.0; len], vec![0.0; len]);
     for b in 0..s.n {
@@ -81,7 +87,7 @@ fn assert_within(got: &[f32], want: &[f64], mag: &[f64], tol: f64, what: &str) {
 /// few tens).
 const TOL: f64 = 3e-5;
 
-fn cases() -> Vec<ConvShape> {
+pub(super) fn cases() -> Vec<ConvShape> {
     vec![
         // Edge tiles on both sides, asymmetric and no padding, a batch, Cin over one K
         // block, ragged channel panels, blocks of several panels.
