@@ -17,8 +17,9 @@
 //! 2. Caller and helpers claim chunk indices from one counter (`fetch_add`), each index
 //!    exactly once, and run them. A helper *attaches* (`OFFERED -> ATTACHED`) before it
 //!    touches the job; the caller never waits for a helper that has not attached.
-//! 3. When no index is left, the caller revokes every offer not yet taken
-//!    (`OFFERED -> IDLE`) and waits only for attached helpers, which are running a chunk
+//! 3. When no index is left, the caller revokes every offer of its own not yet taken
+//!    (`OFFERED -> IDLE`, on the state word it published, so never another caller's
+//!    later offer of the same slot) and waits only for attached helpers, which are running a chunk
 //!    or about to find none. A helper frees its slot (`ATTACHED -> IDLE`), then detaches by
 //!    decrementing `live`, its last use of the job; the job lives on the caller's stack
 //!    until `live == 0`, so the caller's next run finds the helper idle.
@@ -32,7 +33,7 @@
 use std::any::Any;
 use std::cell::Cell;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::{JoinHandle, Thread};
 use std::time::{Duration, Instant};
@@ -107,6 +108,25 @@ const SETUP: u8 = 1;
 const OFFERED: u8 = 2;
 const ATTACHED: u8 = 3;
 const EXIT: u8 = 4;
+
+/// A slot's state word: the state in the low byte, above it the number of the offer the
+/// state belongs to. A caller revokes only its own offer (the word it published): with the
+/// state alone, a caller whose helper had just finished could take back the next caller's
+/// offer of the same slot (that caller then waited forever and the helper's late
+/// decrement hit a job already gone).
+fn word(state: u8, offer: u64) -> u64 {
+    (offer << 8) | u64::from(state)
+}
+
+/// The state of a slot's state word.
+fn state_of(w: u64) -> u8 {
+    (w & 0xff) as u8
+}
+
+/// The offer number of a slot's state word.
+fn offer_of(w: u64) -> u64 {
+    w >> 8
+}
 
 /// Threads doing top-class work now: scheduler threads inside a counted [`enter`] scope
 /// and attached helpers.
@@ -229,7 +249,8 @@ impl Job<'_> {
 }
 
 struct Slot {
-    state: AtomicU8,
+    /// See [`word`].
+    state: AtomicU64,
     job: AtomicPtr<()>,
     thread: OnceLock<Thread>,
     steer: steer::Steer,
@@ -273,7 +294,7 @@ impl Pool {
             slots: (0..helpers.min(MAX_CHUNKS))
                 .map(|_| Slot {
                     // Not offered to anyone until its thread runs (then IDLE).
-                    state: AtomicU8::new(SETUP),
+                    state: AtomicU64::new(word(SETUP, 0)),
                     job: AtomicPtr::new(std::ptr::null_mut()),
                     thread: OnceLock::new(),
                     steer: steer::Steer::new(),
@@ -291,13 +312,15 @@ impl Pool {
                 Ok(h) => {
                     let _ = shared.slots[i].thread.set(h.thread().clone());
                     // Usable only once its thread handle is known.
-                    shared.slots[i].state.store(IDLE, Ordering::Release);
+                    shared.slots[i]
+                        .state
+                        .store(word(IDLE, 0), Ordering::Release);
                     threads.push(h);
                 }
                 Err(e) => {
                     eprintln!("vnpu: warning: cannot start intra-op helper {i}: {e}");
                     for slot in shared.slots[i..].iter() {
-                        slot.state.store(EXIT, Ordering::Release);
+                        slot.state.store(word(EXIT, 0), Ordering::Release);
                     }
                     break;
                 }
@@ -380,21 +403,27 @@ impl Pool {
         };
         let ptr = &job as *const Job<'_> as *mut ();
         let mut offered = 0u64;
+        // The state word each offer published (bit s of `offered` set).
+        let mut words = [0u64; MAX_CHUNKS];
         for (s, slot) in self.shared.slots.iter().enumerate() {
             if offered.count_ones() as usize == offer {
                 break;
             }
-            if slot
-                .state
-                .compare_exchange(IDLE, SETUP, Ordering::AcqRel, Ordering::Relaxed)
-                .is_err()
+            let w = slot.state.load(Ordering::Acquire);
+            let next = offer_of(w) + 1;
+            if state_of(w) != IDLE
+                || slot
+                    .state
+                    .compare_exchange(w, word(SETUP, next), Ordering::AcqRel, Ordering::Relaxed)
+                    .is_err()
             {
                 continue;
             }
             slot.steer.away_from_caller();
             job.live.fetch_add(1, Ordering::AcqRel);
             slot.job.store(ptr, Ordering::Relaxed);
-            slot.state.store(OFFERED, Ordering::Release);
+            words[s] = word(OFFERED, next);
+            slot.state.store(words[s], Ordering::Release);
             if let Some(t) = slot.thread.get() {
                 t.unpark();
             }
@@ -403,10 +432,11 @@ impl Pool {
         job.work();
         // Revoke the offers no helper took (step 3).
         for (s, slot) in self.shared.slots.iter().enumerate() {
+            let idle = word(IDLE, offer_of(words[s]));
             if offered & (1 << s) != 0
                 && slot
                     .state
-                    .compare_exchange(OFFERED, IDLE, Ordering::AcqRel, Ordering::Relaxed)
+                    .compare_exchange(words[s], idle, Ordering::AcqRel, Ordering::Relaxed)
                     .is_ok()
             {
                 job.live.fetch_sub(1, Ordering::AcqRel);
@@ -458,9 +488,10 @@ fn helper_main(sh: &Shared, i: usize) {
     let mut held = None;
     loop {
         let start = Instant::now();
-        loop {
-            match slot.state.load(Ordering::Acquire) {
-                OFFERED => break,
+        let offered = loop {
+            let w = slot.state.load(Ordering::Acquire);
+            match state_of(w) {
+                OFFERED => break w,
                 EXIT => {
                     claim::release(held.take());
                     return;
@@ -471,10 +502,16 @@ fn helper_main(sh: &Shared, i: usize) {
                     std::thread::park();
                 }
             }
-        }
+        };
+        let n = offer_of(offered);
         if slot
             .state
-            .compare_exchange(OFFERED, ATTACHED, Ordering::AcqRel, Ordering::Relaxed)
+            .compare_exchange(
+                offered,
+                word(ATTACHED, n),
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            )
             .is_err()
         {
             continue; // revoked
@@ -495,7 +532,12 @@ fn helper_main(sh: &Shared, i: usize) {
         // the decrement below.
         let exit = slot
             .state
-            .compare_exchange(ATTACHED, IDLE, Ordering::AcqRel, Ordering::Relaxed)
+            .compare_exchange(
+                word(ATTACHED, n),
+                word(IDLE, n),
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            )
             .is_err();
         // The last touch of the job: the caller may return (and free it) right after.
         job.live.fetch_sub(1, Ordering::AcqRel);
@@ -511,12 +553,18 @@ impl Drop for Pool {
     fn drop(&mut self) {
         for slot in self.shared.slots.iter() {
             // Waits out a running job: a helper leaves ATTACHED by itself.
-            while slot
-                .state
-                .compare_exchange(IDLE, EXIT, Ordering::AcqRel, Ordering::Relaxed)
-                .is_err()
-                && slot.state.load(Ordering::Acquire) != EXIT
-            {
+            loop {
+                let w = slot.state.load(Ordering::Acquire);
+                let exit = word(EXIT, offer_of(w));
+                if state_of(w) == EXIT
+                    || (state_of(w) == IDLE
+                        && slot
+                            .state
+                            .compare_exchange(w, exit, Ordering::AcqRel, Ordering::Relaxed)
+                            .is_ok())
+                {
+                    break;
+                }
                 std::thread::yield_now();
             }
             if let Some(t) = slot.thread.get() {

@@ -105,6 +105,37 @@ fn a_helper_running_top_class_chunks_holds_a_cpu_claim() {
 }
 
 #[test]
+fn callers_sharing_one_helper_never_take_back_each_others_offers() {
+    // Two callers race for one helper thousands of times: a caller that revoked the
+    // other's offer (instead of its own) left that caller waiting forever.
+    let pool = Pool::new(1, usize::MAX);
+    let ran = AtomicUsize::new(0);
+    std::thread::scope(|sc| {
+        for _ in 0..2 {
+            sc.spawn(|| {
+                let scope = enter(HostClass::Top);
+                for _ in 0..3000 {
+                    let mut parts = vec![0u8; 2];
+                    pool.run(&mut parts, &|i, p| {
+                        // A little work, so that the helper often attaches and ends
+                        // about when the caller ends its own chunk.
+                        let mut x = i as u64;
+                        for k in 0..2000u64 {
+                            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(k));
+                        }
+                        *p += 1 + (x == u64::MAX) as u8;
+                        ran.fetch_add(1, Ordering::Relaxed);
+                    });
+                    assert_eq!(parts, [1, 1], "each chunk exactly once");
+                }
+                scope.finish();
+            });
+        }
+    });
+    assert_eq!(ran.load(Ordering::Relaxed), 2 * 3000 * 2);
+}
+
+#[test]
 fn a_low_class_caller_runs_every_chunk_itself() {
     let pool = Pool::new(2, usize::MAX);
     let scope = enter(HostClass::Low);
