@@ -656,16 +656,22 @@ fn bench_priority(dir: &Path, secs: f64, env: Option<&PyEnv>) {
     };
     let (s, s_par) = (load_with(1, &cs), load_with(cpus, &cs));
     let b = load_with(1, &cb);
-    // The background in bf16 where the CPU has AVX512_BF16 (what OpenVINO's default does).
-    let b_bf16 = {
+    // The background, and then both models, in bf16 where the CPU has AVX512_BF16 (what
+    // OpenVINO's default does).
+    let in_bf16 = |threads: usize, c: &CompiledModel| {
         vnpu::config::set("VNPU_PRECISION", Some("bf16")).expect("precision");
+        vnpu::config::set("VNPU_INTRA_OP_THREADS", Some(&threads.to_string()))
+            .expect("intra-op threads");
         let m =
-            PackedModel::from_compiled(vec![cb.clone()], vec![vnpu::runtime::LoadSource::Compiled])
+            PackedModel::from_compiled(vec![c.clone()], vec![vnpu::runtime::LoadSource::Compiled])
                 .ok()
                 .map(|p| p.models[0].clone());
         vnpu::config::set("VNPU_PRECISION", None).expect("precision");
+        vnpu::config::set("VNPU_INTRA_OP_THREADS", None).expect("intra-op threads");
         m
     };
+    let b_bf16 = in_bf16(1, &cb);
+    let s_par_bf16 = in_bf16(cpus, &cs);
     let fg = Load {
         model: s.clone(),
         priority: 255,
@@ -688,6 +694,10 @@ fn bench_priority(dir: &Path, secs: f64, env: Option<&PyEnv>) {
     };
     let iso = percentile(&run_direct(&s, 50), 50.0);
     let iso_par = percentile(&run_direct(&s_par, 50), 50.0);
+    // The bf16 foreground's own isolated p50, for its row's bound.
+    let iso_par_bf16 = s_par_bf16
+        .as_ref()
+        .map(|m| percentile(&run_direct(m, 50), 50.0));
     println!(
         "MobileNetV2 isolated p50: {iso:.2} ms (1 thread), {iso_par:.2} ms ({cpus} intra-op threads); cores: {}",
         base.cores
@@ -714,6 +724,9 @@ fn bench_priority(dir: &Path, secs: f64, env: Option<&PyEnv>) {
     ];
     if let Some(b16) = &b_bf16 {
         settings.push((1, &s_par, b16, format!(", intra-op {cpus}, bg bf16")));
+        if let Some(s16) = &s_par_bf16 {
+            settings.push((1, s16, b16, format!(", intra-op {cpus}, both bf16")));
+        }
     }
     for (limit, fg_model, bg_model, extra) in settings {
         let mut cfg = base.clone();
@@ -799,7 +812,9 @@ fn bench_priority(dir: &Path, secs: f64, env: Option<&PyEnv>) {
         }
     }
     for v in ours.iter().filter(|p| p.label.contains("=1")) {
-        let i = if v.label.contains("intra-op") {
+        let i = if v.label.contains("both bf16") {
+            iso_par_bf16.unwrap_or(iso_par)
+        } else if v.label.contains("intra-op") {
             iso_par
         } else {
             iso
