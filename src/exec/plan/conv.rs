@@ -702,12 +702,7 @@ impl FamilyKernel for ConvKernel {
                 by_cols,
                 par,
             } => {
-                let ohw = s.oh * s.ow;
-                let ((lo, hi), cols) = if *by_cols {
-                    ((0, s.c_out), tile.range(ohw, NR))
-                } else {
-                    (tile.range(s.c_out, conv::channel_align(s)), (0, ohw))
-                };
+                let ((lo, hi), cols) = tile_span(s, *by_cols, tile);
                 let resid = residual_inputs(io, res);
                 let epi = Epilogue {
                     bias: bias.as_deref(),
@@ -742,12 +737,7 @@ impl FamilyKernel for ConvKernel {
                 by_cols,
                 par,
             } => {
-                let ohw = s.oh * s.ow;
-                let (chans, cols) = if *by_cols {
-                    ((0, s.c_out), tile.range(ohw, NR))
-                } else {
-                    (tile.range(s.c_out, conv::channel_align(s)), (0, ohw))
-                };
+                let (chans, cols) = tile_span(s, *by_cols, tile);
                 let resid = residual_inputs(io, res);
                 let epi = Epilogue {
                     bias: bias.as_deref(),
@@ -817,6 +807,22 @@ impl FamilyKernel for ConvKernel {
             }
         }
         Ok(())
+    }
+}
+
+/// The output channels and columns (output positions) FC tile `tile` of a dense conv
+/// computes: a column range of every channel when `by_cols`, else a channel range (in
+/// blocks of the conv's channel alignment) of every column.
+fn tile_span(
+    s: &ConvShape,
+    by_cols: bool,
+    tile: crate::exec::Tile,
+) -> ((usize, usize), (usize, usize)) {
+    let ohw = s.oh * s.ow;
+    if by_cols {
+        ((0, s.c_out), tile.range(ohw, NR))
+    } else {
+        (tile.range(s.c_out, conv::channel_align(s)), (0, ohw))
     }
 }
 
