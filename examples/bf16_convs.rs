@@ -76,8 +76,8 @@ fn main() {
         ),
     ];
     println!(
-        "{:28} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9}",
-        "conv", "f32 us", "wino us", "bf16 us", "ratio", "wb16 F4", "wb16 F2"
+        "{:28} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9} {:>9} {:>8}",
+        "conv", "f32 us", "wino us", "bf16 us", "ratio", "wb16 F4", "wb16 F2", "direct", "d diff"
     );
     for (name, mut s) in shapes {
         if s.kh == 1 {
@@ -136,29 +136,40 @@ fn main() {
         } else {
             (f64::NAN, f64::NAN, f64::NAN)
         };
-        let bw = Bf16ConvWeights::pack(&s, &w);
         let mut bs = vec![0.0; bf16::conv_scratch_len(&s)];
-        let bf_us = best(|| {
-            bf16::conv2d_bf16(
-                tab,
-                isa,
-                &s,
-                &bw,
-                &x,
-                &mut y,
-                (0, s.c_out),
-                (0, ohw),
-                &Epilogue::NONE,
-                &mut bs,
-            )
-        });
+        let mut bf16_run = |direct: bool, y: &mut [f32]| {
+            let bw = Bf16ConvWeights::with_layout(&s, &w, direct);
+            best(|| {
+                bf16::conv2d_bf16(
+                    tab,
+                    isa,
+                    &s,
+                    &bw,
+                    &x,
+                    y,
+                    (0, s.c_out),
+                    (0, ohw),
+                    &Epilogue::NONE,
+                    &mut bs,
+                )
+            })
+        };
+        let bf_us = bf16_run(false, &mut y);
+        let mut yd = vec![0.0; y.len()];
+        let direct_us = bf16_run(true, &mut yd);
+        let scale = y.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-30);
+        let diff = y
+            .iter()
+            .zip(&yd)
+            .fold(0f32, |m, (a, b)| m.max((a - b).abs()))
+            / scale;
         let f = if wino_us.is_nan() {
             f32_us
         } else {
             f32_us.min(wino_us)
         };
         println!(
-            "{name:28} {f32_us:9.0} {wino_us:9.0} {bf_us:9.0} {:6.2} {wb4:9.0} {wb2:9.0}",
+            "{name:28} {f32_us:9.0} {wino_us:9.0} {bf_us:9.0} {:6.2} {wb4:9.0} {wb2:9.0} {direct_us:9.0} {diff:8.1e}",
             bf_us / f
         );
     }

@@ -314,18 +314,21 @@ pub(crate) fn plan_conv(
     Ok(Planned::new(k).scratch(scratch).helper_scratch(helper))
 }
 
-/// Output channels per group from which a 1x1 stride-1 unpadded conv runs in bf16:
-/// with fewer, converting its input (which the f32 path reads in place) costs more than
-/// the faster products save.
+/// Output channels per group from which a 1x1 stride-1 unpadded conv runs in bf16
+/// through im2col: with fewer, converting its input (which the f32 path reads in place)
+/// costs more than the faster products save. Pointwise convs the direct bf16 conv takes
+/// (64+ input channels) run in bf16 whatever their width (MobileNetV2's 144->24 at 56x56:
+/// 171 us against 234 in f32).
 const BF16_POINTWISE_MIN_COUT: usize = 96;
 
 /// True when a bf16 plan computes conv `s` in bf16: every dense or grouped conv but
-/// those the f32 Winograd path computes faster and narrow pointwise ones.
+/// those the f32 Winograd path computes faster (in ResNet-18, its 3x3 stride-1 convs run
+/// 0.3-1.8 ms slower per inference as direct bf16 convs) and narrow pointwise ones.
 fn bf16_conv_wins(s: &ConvShape) -> bool {
     let pointwise = s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.ph == 0 && s.pw == 0;
     !s.is_depthwise()
         && !crate::compile::cost::winograd_wins(s)
-        && (!pointwise || s.cout_g() >= BF16_POINTWISE_MIN_COUT)
+        && (!pointwise || s.cout_g() >= BF16_POINTWISE_MIN_COUT || bf16::direct_applies(s))
 }
 
 /// The intra-op chunks of a bf16 conv (dense, one image: the ranges

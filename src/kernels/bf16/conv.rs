@@ -1,35 +1,62 @@
-//! Dense and grouped convs in bf16: per group `Y_g = W_g · im2col(X_g)` with the weights
-//! packed in K pairs once ([`Bf16ConvWeights::pack`]) and the im2col matrix written
-//! block by block into f32 panels by the kernel table's `im2col_panels`, converted to K
-//! pairs, and multiplied by [`super::gemm::gemm_panels`]. The epilogue stays f32.
+//! Dense and grouped convs in bf16. Dense convs of up to 7x7 taps run direct
+//! ([`super::direct`]: K-pair phase planes, no im2col matrix). The others compute per
+//! group `Y_g = W_g · im2col(X_g)` with the weights packed in K pairs once
+//! ([`Bf16ConvWeights::pack`]) and the im2col matrix written block by block into f32
+//! panels by the kernel table's `im2col_panels`, converted to K pairs, and multiplied by
+//! [`super::gemm::gemm_panels`]. The epilogue stays f32.
 
+use super::direct;
 use super::gemm::{gemm_panels, panels_scratch_len};
 use super::{pack_a, Bf16Table};
 use crate::kernels::body::conv::ConvShape;
 use crate::kernels::gemm::Epilogue;
 use crate::kernels::isa::Isa;
 
-/// Conv weights in K pairs: one packed A per group.
+/// Conv weights in K pairs: one packed A per group (im2col), or the direct conv's
+/// tap-major panels.
 #[derive(Debug, Clone)]
 pub struct Bf16ConvWeights {
-    /// Packed A (`Cout_g` rows, depth `Cin_g * KH * KW`) of each group.
+    /// Packed A (`Cout_g` rows, depth `Cin_g * KH * KW`) of each group, or (direct) one
+    /// entry with the direct layout.
     pub groups: Vec<Vec<u32>>,
+    /// True when the conv runs direct.
+    pub direct: bool,
 }
 
 impl Bf16ConvWeights {
-    /// Packs `w` (`[Cout, Cin_g, KH, KW]`) for `s` (a dense or grouped conv).
+    /// Packs `w` (`[Cout, Cin_g, KH, KW]`) for `s` (a dense or grouped conv), direct
+    /// when the direct conv takes `s`.
     pub fn pack(s: &ConvShape, w: &[f32]) -> Bf16ConvWeights {
+        Self::with_layout(s, w, direct::applies(s))
+    }
+
+    /// Packs `w` for the direct conv when `direct` (and it takes `s`), else for im2col.
+    pub fn with_layout(s: &ConvShape, w: &[f32], direct: bool) -> Bf16ConvWeights {
+        if direct && direct::applies(s) {
+            return Bf16ConvWeights {
+                groups: vec![direct::pack_weights(s, w)],
+                direct: true,
+            };
+        }
         let (mg, k) = (s.cout_g(), s.k());
         let groups = (0..s.group)
             .map(|g| pack_a(&w[g * mg * k..(g + 1) * mg * k], k, mg, k))
             .collect();
-        Bf16ConvWeights { groups }
+        Bf16ConvWeights {
+            groups,
+            direct: false,
+        }
     }
 }
 
-/// Scratch floats a [`conv2d_bf16`] call needs.
+/// Scratch floats a [`conv2d_bf16`] call needs, for either layout.
 pub fn conv_scratch_len(s: &ConvShape) -> usize {
-    panels_scratch_len(s.k(), s.oh * s.ow)
+    let im2col = panels_scratch_len(s.k(), s.oh * s.ow);
+    if direct::applies(s) {
+        im2col.max(direct::scratch_len(s))
+    } else {
+        im2col
+    }
 }
 
 /// Forward conv of output channels `[c_lo, c_hi)` and output positions `cols` (start a
@@ -49,6 +76,12 @@ pub fn conv2d_bf16(
     epi: &Epilogue<'_>,
     scratch: &mut [f32],
 ) {
+    if wts.direct {
+        let scratch: &mut [u32] = bytemuck::cast_slice_mut(scratch);
+        let w = &wts.groups[0];
+        let chans = (c_lo, c_hi);
+        return direct::conv_direct(tab, isa, s, w, x, y, chans, cols, epi, scratch);
+    }
     let (ohw, hw) = (s.oh * s.ow, s.h * s.w);
     let (mg, k) = (s.cout_g(), s.k());
     let t = isa.table();

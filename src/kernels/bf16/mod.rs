@@ -16,16 +16,20 @@
 //! bias, post-ops and residuals stay f32; so do the tensors between nodes.
 
 mod conv;
+mod direct;
 mod gemm;
 mod portable;
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
 
 #[cfg(test)]
+mod direct_tests;
+#[cfg(test)]
 mod tests;
 
 pub use super::isa::{KC, MR, NR};
 pub use conv::{conv2d_bf16, conv_scratch_len, Bf16ConvWeights};
+pub use direct::applies as direct_applies;
 pub use gemm::{
     gemm_a_rows, gemm_a_rows_scratch_len, gemm_panels, pack_b, packed_b_len, panels_scratch_len,
     PanelFill,
@@ -48,6 +52,15 @@ pub struct Bf16Table {
     /// A packed f32 B panel (`kc` rows of NR floats, as `gemm::pack_b` and the im2col
     /// kernels write them) into its K-pair form (`kc.div_ceil(2) * NR` dwords).
     pub pack_panel: fn(src: &[f32], kc: usize, dst: &mut [u32]),
+    /// One MR x 2NR tile of a direct conv, a sum over taps and channel pairs:
+    /// `C[r][j] = Σ_t Σ_p A[(t * cp + p) * MR + r] · B[offs[t] + p * cps + j]` in that
+    /// order (pair by pair, as `tile2` over a K of `offs.len() * cp` pairs), written to
+    /// MR rows of `2 * NR` floats at stride `ldc` of `c`.
+    pub conv_tile:
+        fn(a: &[u32], b: &[u32], offs: &[usize], cp: usize, cps: usize, c: &mut [f32], ldc: usize),
+    /// K pairs from two f32 rows read at `stride`: `dst[j] = pair(lo[j * stride],
+    /// hi[j * stride])` for `j < dst.len()`, a zero high half when `hi` is `None`.
+    pub pack_pairs: fn(lo: &[f32], hi: Option<&[f32]>, stride: usize, dst: &mut [u32]),
 }
 
 impl std::fmt::Debug for Bf16Table {

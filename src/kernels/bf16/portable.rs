@@ -9,6 +9,8 @@ pub(super) static TABLE: Bf16Table = Bf16Table {
     tile2,
     tile1,
     pack_panel,
+    conv_tile,
+    pack_pairs,
 };
 
 /// `x` with a denormal read as a zero of its sign (DAZ).
@@ -71,5 +73,34 @@ fn pack_panel(src: &[f32], kc: usize, dst: &mut [u32]) {
             };
             *x = pair(src[2 * q * NR + j], hi);
         }
+    }
+}
+
+fn conv_tile(
+    a: &[u32],
+    b: &[u32],
+    offs: &[usize],
+    cp: usize,
+    cps: usize,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    let a = &a[..offs.len() * cp * MR];
+    for r in 0..MR {
+        for j in 0..2 * NR {
+            let mut s = 0.0;
+            for (t, &o) in offs.iter().enumerate() {
+                for p in 0..cp {
+                    s = dp_pair(s, a[(t * cp + p) * MR + r], b[o + p * cps + j]);
+                }
+            }
+            c[r * ldc + j] = s;
+        }
+    }
+}
+
+fn pack_pairs(lo: &[f32], hi: Option<&[f32]>, stride: usize, dst: &mut [u32]) {
+    for (j, d) in dst.iter_mut().enumerate() {
+        *d = pair(lo[j * stride], hi.map_or(0.0, |h| h[j * stride]));
     }
 }

@@ -7,7 +7,7 @@
 //! detecting AVX-512 F/BW/VL and AVX512_BF16, so each body runs only on a CPU that has
 //! them.
 
-use super::{Bf16Table, MR, NR};
+use super::{pair, Bf16Table, MR, NR};
 use std::arch::x86_64::*;
 
 static TABLE: Bf16Table = Bf16Table {
@@ -15,6 +15,8 @@ static TABLE: Bf16Table = Bf16Table {
     tile2,
     tile1,
     pack_panel,
+    conv_tile,
+    pack_pairs,
 };
 
 /// The table, when this CPU has what its bodies use.
@@ -193,5 +195,192 @@ unsafe fn pack_panel_512(src: *const f32, kc: usize, dst: *mut u32) {
             let h = std::mem::transmute::<__m512bh, __m512i>(_mm512_cvtne2ps_pbh(hi, lo));
             _mm512_storeu_si512(dst.add(q * NR).cast(), _mm512_permutexvar_epi16(idx, h));
         }
+    }
+}
+
+fn conv_tile(
+    a: &[u32],
+    b: &[u32],
+    offs: &[usize],
+    cp: usize,
+    cps: usize,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    assert!(
+        a.len() >= offs.len() * cp * MR,
+        "bf16 conv tile: short A panel"
+    );
+    if cp > 0 {
+        let far = offs
+            .iter()
+            .max()
+            .map_or(0, |&o| o + (cp - 1) * cps + 2 * NR);
+        assert!(b.len() >= far, "bf16 conv tile: short B planes");
+    }
+    assert!(
+        ldc >= 2 * NR && c.len() >= (MR - 1) * ldc + 2 * NR,
+        "bf16 conv tile: short C"
+    );
+    // SAFETY: the features were detected with the table (module doc); the asserts bound
+    // every read (`offs.len() * cp * MR` dwords of A; for each tap, `cp` rows of 2 * NR
+    // dwords of B from `offs[t]` at stride `cps`) and write (MR rows of 2 * NR at ldc).
+    unsafe { conv_tile_512(a.as_ptr(), b.as_ptr(), offs, cp, cps, c.as_mut_ptr(), ldc) }
+}
+
+/// # Safety
+/// AVX-512 F and AVX512_BF16 available; the reads and writes [`conv_tile`] checks are in
+/// bounds.
+#[target_feature(enable = "avx512f,avx512bf16")]
+unsafe fn conv_tile_512(
+    a: *const u32,
+    b: *const u32,
+    offs: &[usize],
+    cp: usize,
+    cps: usize,
+    c: *mut f32,
+    ldc: usize,
+) {
+    let mut s0 = [_mm512_setzero_ps(); MR];
+    let mut s1 = [_mm512_setzero_ps(); MR];
+    let mut ap = a;
+    for &o in offs {
+        // SAFETY: tap rows start within B (caller's bounds).
+        let mut bp = unsafe { b.add(o) };
+        for _ in 0..cp {
+            // SAFETY: this pair row of B (2 * NR dwords) and of A (MR dwords) are within
+            // the caller's bounds; the pointers advance by one row each.
+            unsafe {
+                let v0 = std::mem::transmute::<__m512i, __m512bh>(_mm512_loadu_si512(bp.cast()));
+                let v1 =
+                    std::mem::transmute::<__m512i, __m512bh>(_mm512_loadu_si512(bp.add(NR).cast()));
+                for r in 0..MR {
+                    let va = bcast(*ap.add(r));
+                    s0[r] = _mm512_dpbf16_ps(s0[r], va, v0);
+                    s1[r] = _mm512_dpbf16_ps(s1[r], va, v1);
+                }
+                ap = ap.add(MR);
+                bp = bp.add(cps);
+            }
+        }
+    }
+    for r in 0..MR {
+        // SAFETY: row r of C is within the caller's bounds.
+        unsafe {
+            _mm512_storeu_ps(c.add(r * ldc), s0[r]);
+            _mm512_storeu_ps(c.add(r * ldc + NR), s1[r]);
+        }
+    }
+}
+
+fn pack_pairs(lo: &[f32], hi: Option<&[f32]>, stride: usize, dst: &mut [u32]) {
+    let n = dst.len();
+    if n == 0 {
+        return;
+    }
+    let need = (n - 1) * stride + 1;
+    assert!(
+        lo.len() >= need && hi.is_none_or(|h| h.len() >= need),
+        "bf16 pack_pairs: short source"
+    );
+    let len = hi.map_or(lo.len(), |h| h.len().min(lo.len()));
+    let hp = hi.map_or(std::ptr::null(), |h| h.as_ptr());
+    // SAFETY: the features were detected with the table (module doc); `len` floats of
+    // each source are readable (null `hp`: no high row) and `n` dwords of `dst` writable.
+    unsafe { pack_pairs_512(lo.as_ptr(), hp, len, stride, dst.as_mut_ptr(), n) }
+}
+
+/// Even elements of two vectors of 16: 0, 2, .., 30 of their concatenation.
+static EVEN: [u32; 16] = {
+    let mut t = [0u32; 16];
+    let mut j = 0;
+    while j < 16 {
+        t[j] = 2 * j as u32;
+        j += 1;
+    }
+    t
+};
+
+/// 16 floats of a row (stride 1 or 2) from float `start`, reading only its first `nread`
+/// floats (the others count as zero); zeros for a null row.
+///
+/// # Safety
+/// AVX-512 F available; `p` null or readable for `start + nread` floats.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn load16(
+    p: *const f32,
+    start: usize,
+    nread: usize,
+    stride: usize,
+    even: __m512i,
+) -> __m512 {
+    let m = |n: usize| -> __mmask16 { ((1u32 << n.min(16)) - 1) as __mmask16 };
+    // SAFETY: the masked loads touch only floats `start..start + nread`, within the
+    // caller's bounds.
+    unsafe {
+        if p.is_null() {
+            _mm512_setzero_ps()
+        } else if stride == 1 {
+            _mm512_maskz_loadu_ps(m(nread), p.add(start))
+        } else {
+            let a = _mm512_maskz_loadu_ps(m(nread), p.add(start));
+            let b = _mm512_maskz_loadu_ps(m(nread.saturating_sub(16)), p.add(start + 16));
+            _mm512_permutex2var_ps(a, even, b)
+        }
+    }
+}
+
+/// # Safety
+/// AVX-512 F/BW and AVX512_BF16 available; `lo` (and `hi` unless null) readable for
+/// `len >= (n - 1) * stride + 1` floats, `dst` writable for `n` dwords.
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+unsafe fn pack_pairs_512(
+    lo: *const f32,
+    hi: *const f32,
+    len: usize,
+    stride: usize,
+    dst: *mut u32,
+    n: usize,
+) {
+    if stride > 2 {
+        for j in 0..n {
+            // SAFETY: j * stride < len by the caller's bound on n.
+            unsafe {
+                let h = if hi.is_null() {
+                    0.0
+                } else {
+                    *hi.add(j * stride)
+                };
+                *dst.add(j) = pair(*lo.add(j * stride), h);
+            }
+        }
+        return;
+    }
+    // SAFETY: INTERLEAVE and EVEN hold 64 bytes each.
+    let (idx, even) = unsafe {
+        (
+            _mm512_loadu_si512(INTERLEAVE.as_ptr().cast()),
+            _mm512_loadu_si512(EVEN.as_ptr().cast()),
+        )
+    };
+    let mut j = 0;
+    while j < n {
+        let r = (n - j).min(16);
+        // Floats of this group inside the rows (at stride 2 the last group's odd
+        // neighbour may lie past them).
+        let (start, nread) = (j * stride, (r * stride).min(len - j * stride));
+        // SAFETY: `load16` reads floats `start..start + nread`, within `len`; dwords
+        // j..j + r of `dst` are within `n`.
+        unsafe {
+            let (l, h) = (
+                load16(lo, start, nread, stride, even),
+                load16(hi, start, nread, stride, even),
+            );
+            let w = std::mem::transmute::<__m512bh, __m512i>(_mm512_cvtne2ps_pbh(h, l));
+            let w = _mm512_permutexvar_epi16(idx, w);
+            _mm512_mask_storeu_epi32(dst.add(j).cast(), ((1u32 << r) - 1) as __mmask16, w);
+        }
+        j += r;
     }
 }

@@ -452,4 +452,4 @@ impl PaddedRows {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -4,7 +4,7 @@ use super::*;
 use crate::kernels::testutil::{assert_close, rand_vec};
 
 /// Naive conv straight from the definition.
-fn conv_naive(s: &ConvShape, x: &[f32], w: &[f32], bias: &[f32]) -> Vec<f32> {
+pub(crate) fn conv_naive(s: &ConvShape, x: &[f32], w: &[f32], bias: &[f32]) -> Vec<f32> {
     let mut y = vec![0.0; s.n * s.c_out * s.oh * s.ow];
     let (cig, cog) = (s.cin_g(), s.cout_g());
     for b in 0..s.n {
@@ -37,7 +37,7 @@ fn conv_naive(s: &ConvShape, x: &[f32], w: &[f32], bias: &[f32]) -> Vec<f32> {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn shape(
+pub(crate) fn shape(
     n: usize,
     c_in: usize,
     hw: (usize, usize),

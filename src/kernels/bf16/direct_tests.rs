@@ -1,0 +1,263 @@
+//! The direct bf16 conv: its two table entries against the portable emulation bit for
+//! bit, whole convs against an f64 conv of the bf16-rounded operands (strides, pads,
+//! dilation, odd channels, batches, the epilogue), and channel / position ranges
+//! against the whole call.
+
+use super::{conv2d_bf16, conv_scratch_len, from_bf16, native, portable, to_bf16};
+use super::{Bf16ConvWeights, Bf16Table, NR};
+use crate::ir::UnaryOp;
+use crate::kernels::body::conv::ConvShape;
+use crate::kernels::body::unary::PostOpRt;
+use crate::kernels::conv::tests::{conv_naive, shape};
+use crate::kernels::gemm::Epilogue;
+use crate::kernels::isa::Isa;
+use crate::kernels::testutil::rand_vec;
+
+fn tables() -> Vec<&'static Bf16Table> {
+    let mut v = vec![portable()];
+    v.extend(native());
+    v
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+#[test]
+fn conv_tile_matches_the_emulation_bit_for_bit() {
+    use super::MR;
+    let offs = [0usize, 5, 37, 100, 3];
+    for scale in [0, -62] {
+        for cp in [0usize, 1, 3, 8] {
+            for taps in [1, 2, 5] {
+                let (o, cps) = (&offs[..taps], 41);
+                let blen = 100 + cp.saturating_sub(1) * cps + 2 * NR;
+                let pairs = |n: usize, seed: u64| -> Vec<u32> {
+                    rand_vec(2 * n, seed)
+                        .chunks(2)
+                        .map(|p| super::pair(p[0] * 2f32.powi(scale), p[1] * 2f32.powi(scale)))
+                        .collect()
+                };
+                let a = pairs(taps * cp * MR, cp as u64 + 3);
+                let b = pairs(blen, taps as u64 + 11);
+                let run = |t: &Bf16Table| {
+                    let ldc = 2 * NR + 5;
+                    let mut c = vec![f32::NAN; MR * ldc];
+                    (t.conv_tile)(&a, &b, o, cp, cps, &mut c, ldc);
+                    (0..MR)
+                        .flat_map(|r| c[r * ldc..r * ldc + 2 * NR].to_vec())
+                        .collect::<Vec<f32>>()
+                };
+                let want = run(portable());
+                // The emulation itself: one lane against the sum written out.
+                let mut s = 0.0;
+                for (t, &off) in o.iter().enumerate() {
+                    for p in 0..cp {
+                        s = super::portable::dp_pair(
+                            s,
+                            a[(t * cp + p) * MR + 1],
+                            b[off + p * cps + 7],
+                        );
+                    }
+                }
+                assert_eq!(want[2 * NR + 7].to_bits(), s.to_bits());
+                for t in tables() {
+                    assert_eq!(
+                        bits(&run(t)),
+                        bits(&want),
+                        "table {} cp {cp} taps {taps}",
+                        t.name
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn pack_pairs_matches_the_emulation_bit_for_bit() {
+    // Awkward values too: ties, denormals, NaNs, infinities.
+    let mut src: Vec<f32> = rand_vec(200, 3);
+    for (i, u) in [
+        0x3f80_8000u32,
+        0x0000_0001,
+        0x7fc0_0000,
+        0xff80_0000,
+        0x7f7f_ffff,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        src[7 * i + 1] = f32::from_bits(u);
+    }
+    let hi_src: Vec<f32> = src.iter().rev().copied().collect();
+    for stride in 1..=3 {
+        for n in 0..=40 {
+            // Sources exactly as long as the reads need: no over-read is allowed.
+            let len = if n == 0 { 0 } else { (n - 1) * stride + 1 };
+            for with_hi in [false, true] {
+                let hi = with_hi.then(|| &hi_src[..len]);
+                let run = |t: &Bf16Table| {
+                    let mut d = vec![0xdead_beefu32; n + 3];
+                    (t.pack_pairs)(&src[..len], hi, stride, &mut d[..n]);
+                    d
+                };
+                let want = run(portable());
+                for j in 0..n {
+                    let h = hi.map_or(0.0, |h| h[j * stride]);
+                    assert_eq!(want[j] & 0xffff, u32::from(to_bf16(src[j * stride])));
+                    assert_eq!(want[j] >> 16, u32::from(to_bf16(h)));
+                }
+                assert_eq!(&want[n..], &[0xdead_beef; 3]);
+                for t in tables() {
+                    assert_eq!(run(t), want, "table {} stride {stride} n {n}", t.name);
+                }
+            }
+        }
+    }
+}
+
+/// Direct shapes: 3x3 stride 1 and 2, a 7x7 stride-2 stem on 3 channels, 1x1 stride 2,
+/// dilation 2, asymmetric pads and strides, odd channel counts, a batch of 2.
+fn shapes() -> Vec<ConvShape> {
+    vec![
+        shape(1, 12, (9, 11), 13, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),
+        shape(1, 16, (10, 10), 8, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1),
+        shape(1, 3, (23, 21), 7, (7, 7), (2, 2), (1, 1), (3, 3, 3, 3), 1),
+        shape(1, 70, (9, 9), 6, (1, 1), (2, 2), (1, 1), (0, 0, 0, 0), 1),
+        shape(1, 9, (12, 13), 5, (3, 3), (1, 1), (2, 2), (2, 2, 2, 1), 1),
+        shape(1, 11, (8, 15), 19, (3, 5), (1, 2), (1, 1), (0, 2, 1, 1), 1),
+        shape(2, 24, (7, 7), 12, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),
+        shape(1, 65, (5, 5), 20, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 1),
+    ]
+}
+
+/// The conv (in f64, rounded once) of the bf16-rounded operands, and the same conv of
+/// their magnitudes (what bounds the rounding of an f32 sum).
+fn reference(s: &ConvShape, x: &[f32], w: &[f32]) -> (Vec<f32>, Vec<f32>) {
+    let r = |v: &[f32]| -> Vec<f32> { v.iter().map(|&a| from_bf16(to_bf16(a))).collect() };
+    let abs = |v: &[f32]| -> Vec<f32> { v.iter().map(|a| a.abs()).collect() };
+    let (xr, wr, bias) = (r(x), r(w), vec![0.0; s.c_out]);
+    let y = conv_naive(s, &xr, &wr, &bias);
+    let mag = conv_naive(s, &abs(&xr), &abs(&wr), &bias);
+    (y, mag)
+}
+
+fn run(
+    t: &Bf16Table,
+    s: &ConvShape,
+    wts: &Bf16ConvWeights,
+    x: &[f32],
+    epi: &Epilogue<'_>,
+) -> Vec<f32> {
+    let mut y = vec![f32::NAN; s.n * s.c_out * s.oh * s.ow];
+    let mut scratch = vec![f32::NAN; conv_scratch_len(s)];
+    let (chans, cols) = ((0, s.c_out), (0, s.oh * s.ow));
+    conv2d_bf16(
+        t,
+        Isa::Portable,
+        s,
+        wts,
+        x,
+        &mut y,
+        chans,
+        cols,
+        epi,
+        &mut scratch,
+    );
+    y
+}
+
+#[test]
+fn direct_conv_matches_the_rounded_conv() {
+    for s in shapes() {
+        assert!(super::direct::applies(&s), "{s:?}");
+        let x = rand_vec(s.n * s.c_in * s.h * s.w, 5);
+        let w = rand_vec(s.c_out * s.k(), 6);
+        let wts = Bf16ConvWeights::pack(&s, &w);
+        assert!(wts.direct);
+        let (want, mag) = reference(&s, &x, &w);
+        let base = run(portable(), &s, &wts, &x, &Epilogue::NONE);
+        for (i, (&g, (&e, &m))) in base.iter().zip(want.iter().zip(&mag)).enumerate() {
+            let tol = 1e-5 * m + 1e-30;
+            assert!((g - e).abs() <= tol, "{s:?} output {i}: {g} vs {e}");
+        }
+        // The same conv through im2col agrees to rounding; every table gives the same bits.
+        let im2col = run(
+            portable(),
+            &s,
+            &Bf16ConvWeights::with_layout(&s, &w, false),
+            &x,
+            &Epilogue::NONE,
+        );
+        for (i, (&g, &e)) in im2col.iter().zip(&base).enumerate() {
+            assert!((g - e).abs() <= 1e-5 * mag[i] + 1e-30, "{s:?} im2col {i}");
+        }
+        for t in tables() {
+            assert_eq!(
+                bits(&run(t, &s, &wts, &x, &Epilogue::NONE)),
+                bits(&base),
+                "{}",
+                t.name
+            );
+        }
+    }
+}
+
+#[test]
+fn direct_conv_ranges_equal_the_whole_call_with_the_epilogue() {
+    let t = native().unwrap_or(portable());
+    for s in shapes() {
+        let ohw = s.oh * s.ow;
+        let x = rand_vec(s.n * s.c_in * s.h * s.w, 8);
+        let w = rand_vec(s.c_out * s.k(), 9);
+        let bias = rand_vec(s.c_out, 10);
+        let resid = rand_vec(s.n * s.c_out * ohw, 11);
+        let rs = [&resid[..]];
+        let post = [
+            PostOpRt::AddInput { slot: 0 },
+            PostOpRt::Unary(UnaryOp::Relu),
+        ];
+        let epi = Epilogue {
+            bias: Some(&bias),
+            post: &post,
+            residuals: &rs,
+            ..Epilogue::NONE
+        };
+        let wts = Bf16ConvWeights::pack(&s, &w);
+        let whole = run(t, &s, &wts, &x, &epi);
+        let plain = run(t, &s, &wts, &x, &Epilogue::NONE);
+        for (i, (&g, &p)) in whole.iter().zip(&plain).enumerate() {
+            let c = i / ohw % s.c_out;
+            assert_eq!(g, (p + bias[c] + resid[i]).max(0.0), "{s:?} epilogue {i}");
+        }
+        // Channel cuts off the MR grid, position cuts inside and across output rows.
+        let c_cuts = [0, 5.min(s.c_out), s.c_out];
+        let p_cuts = [
+            0,
+            (ohw / 3).max(1).min(ohw),
+            (ohw / 3 + s.ow + 2).min(ohw),
+            ohw,
+        ];
+        let mut parts = vec![f32::NAN; whole.len()];
+        let mut scratch = vec![f32::NAN; conv_scratch_len(&s)];
+        for c in c_cuts.windows(2) {
+            for p in p_cuts.windows(2) {
+                let (chans, cols) = ((c[0], c[1]), (p[0], p[1]));
+                conv2d_bf16(
+                    t,
+                    Isa::Portable,
+                    &s,
+                    &wts,
+                    &x,
+                    &mut parts,
+                    chans,
+                    cols,
+                    &epi,
+                    &mut scratch,
+                );
+            }
+        }
+        assert_eq!(bits(&parts), bits(&whole), "{s:?}");
+    }
+}
