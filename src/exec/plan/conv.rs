@@ -422,6 +422,19 @@ fn wino_bf16_wins(p: &WinogradPlan) -> bool {
     p.tile() == 2
 }
 
+/// F(4x4)'s f32 transformed weights from which a bf16 plan runs the conv as F(2x2) in
+/// bf16 instead: past this they stream from memory on every inference (ResNet-18's
+/// 256-channel 14x14 convs, 9.4 MB each: 1.10 ms in f32 F(4x4) against 0.84-0.91 ms in
+/// bf16 F(2x2), caches flushed between runs; the 128-channel 28x28 ones, 2.4 MB, stay
+/// faster in F(4x4)).
+const BF16_F2_MIN_F4_BYTES: usize = 4 << 20;
+
+/// True when a bf16 plan runs Winograd conv `s` as F(2x2) in bf16 rather than the
+/// F(4x4) in f32 the f32 planner picks ([`BF16_F2_MIN_F4_BYTES`]).
+fn bf16_f2_beats_f4(s: &ConvShape) -> bool {
+    WinogradPlan::tile_for(s) == 4 && 36 * s.c_in * s.c_out * 4 >= BF16_F2_MIN_F4_BYTES
+}
+
 /// Plans a conv the Winograd path computes (one thread): channel tiles of one image share
 /// its transformed input, packed by tile 0 and kept in the state like an im2col matrix.
 fn plan_winograd(
@@ -439,6 +452,7 @@ fn plan_winograd(
         .unwrap_or_else(|| WinogradPlan::new(s, wt));
     let p = match bf16 {
         Some(tab) if wino_bf16_wins(&p) => p.into_bf16(tab),
+        Some(tab) if bf16_f2_beats_f4(s) => WinogradPlan::with_tile(s, wt, 2).into_bf16(tab),
         _ => p,
     };
     // Output-channel chunks for intra-op threads, as the im2col path cuts them.

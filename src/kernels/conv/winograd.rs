@@ -44,6 +44,10 @@ pub use body::{OutBlock, PointRows, WinoGeom};
 /// Floats of one block's transformed input and GEMM output together (about 384 KiB,
 /// inside a per-core L2).
 const BLOCK_FLOATS: usize = 96 * 1024;
+/// Floats of GEMM results a channel chunk of a block holds (256 KiB).
+const CHUNK_M_FLOATS: usize = 64 * 1024;
+/// Tiles per block of a bf16 plan (at least).
+const BF16_BLOCK_TILES: usize = 4 * NR;
 /// Most tiles per block.
 const MAX_BLOCK_TILES: usize = 8 * NR;
 /// Rows of U swept over a block's B panels at a time (a multiple of [`MR`]).
@@ -209,6 +213,10 @@ impl WinogradPlan {
         let (co, ci) = (self.s.c_out, self.s.c_in);
         let b = Bf16Points::from_packed(tab, &self.u, self.g.points(), co, ci);
         self.bf = Some(Box::new(b));
+        // Blocks of up to four panels: each bf16 weight pair then serves two two-panel
+        // tiles (one-panel blocks ran the one-panel tile and streamed the weights once
+        // per panel: 256 channels at 14x14, 1043 -> 912 us).
+        self.set_block_tiles(self.nt.max(BF16_BLOCK_TILES));
         self
     }
 
@@ -237,14 +245,22 @@ impl WinogradPlan {
         self.g.th
     }
 
+    /// Output channels per chunk of a block (a multiple of [`MR`]): the chunk's GEMM
+    /// results over every point fill about [`CHUNK_M_FLOATS`].
+    fn chunk_channels(&self) -> usize {
+        let per_row = self.g.points() * self.nt;
+        (CHUNK_M_FLOATS / per_row / MR * MR).max(MR)
+    }
+
     /// Floats of one block's transformed input, for `nb` tiles.
     fn v_len(&self, nb: usize) -> usize {
         self.g.points() * body::point_stride(gemm::packed_b_len(self.s.c_in, nb))
     }
 
-    /// Floats of one block's GEMM output (rows padded to whole [`MR`] panels).
+    /// Floats of one channel chunk's GEMM output (rows padded to whole [`MR`] panels).
     fn m_len(&self) -> usize {
-        self.g.points() * body::point_stride(self.s.c_out.div_ceil(MR) * MR * self.nt)
+        let rows = (self.s.c_out.div_ceil(MR) * MR).min(self.chunk_channels());
+        self.g.points() * body::point_stride(rows * self.nt)
     }
 
     /// Floats of the whole transformed input of one image ([`Self::transform_input`]).
@@ -401,7 +417,10 @@ impl WinogradPlan {
         let points = self.g.points();
         // GEMM rows: whole MR panels from c_lo (the packed U has them, zero-padded).
         let c_end = c_hi.div_ceil(MR) * MR;
-        let pstride = body::point_stride((c_end - c_lo) * self.nt);
+        // Channel chunks: each chunk's GEMM results (every point) stay in cache until its
+        // output transform reads them; every chunk reuses the same rows.
+        let chunk = self.chunk_channels();
+        let pstride = body::point_stride((c_end - c_lo).min(chunk) * self.nt);
         let (mbuf, vbbuf) = mbuf.split_at_mut(points * pstride);
         let vbbuf: &mut [u32] = bytemuck::cast_slice_mut(&mut vbbuf[..self.vb_len()]);
         let alen = gemm::packed_a_len(co, ci);
@@ -450,50 +469,41 @@ impl WinogradPlan {
                 let panels = (j0, j0 + nb.div_ceil(NR) * NR);
                 if let Some(bf) = &self.bf {
                     bf.convert_input(v, plen, points, ci, vnbp, panels, vbbuf);
-                    let (blen, pbs) = (
-                        crate::kernels::bf16::packed_a_len(co, ci),
-                        Bf16Points::v_stride(ci, vnbp),
-                    );
-                    let dims = (ci, co.div_ceil(MR) * MR, vnbp);
-                    for p in 0..points {
-                        bf.gemm_point(
-                            &bf.u[p * blen..(p + 1) * blen],
-                            &vbbuf[p * pbs..(p + 1) * pbs],
-                            &mut mbuf[p * pstride..(p + 1) * pstride],
-                            self.nt,
-                            dims,
-                            panels,
-                            (c_lo, c_end),
-                        );
-                    }
-                } else {
-                    for p in 0..points {
-                        self.gemm_point(
-                            isa,
-                            &self.u[p * alen..(p + 1) * alen],
-                            &v[p * plen..(p + 1) * plen],
-                            &mut mbuf[p * pstride..(p + 1) * pstride],
-                            vnbp,
-                            panels,
-                            (c_lo, c_end),
-                        );
-                    }
                 }
                 let keep = (t0.max(tb), t1.min(tb + nb));
-                let m = PointRows {
-                    m: &mbuf[j0..],
-                    pstride,
-                    ldm: self.nt,
-                };
-                let chans = (c_lo, c_hi);
-                let b = body::OutBlock {
-                    tb,
-                    nb,
-                    keep,
-                    chans,
-                    y_c0,
-                };
-                (isa.table().wino_output)(&self.g, &m, &b, &mut yb[..]);
+                let mut ca = c_lo;
+                while ca < c_hi {
+                    let cb = (ca + chunk).min(c_hi);
+                    let rows = (ca, cb.div_ceil(MR) * MR);
+                    // GEMM row `i - ca` holds channel `i`.
+                    for p in 0..points {
+                        let mp = &mut mbuf[p * pstride..(p + 1) * pstride];
+                        if let Some(bf) = &self.bf {
+                            let blen = crate::kernels::bf16::packed_a_len(co, ci);
+                            let pbs = Bf16Points::v_stride(ci, vnbp);
+                            let dims = (ci, co.div_ceil(MR) * MR, vnbp);
+                            let (u, vb) = (&bf.u[p * blen..][..blen], &vbbuf[p * pbs..][..pbs]);
+                            bf.gemm_point(u, vb, mp, self.nt, dims, panels, rows);
+                        } else {
+                            let (u, vp) = (&self.u[p * alen..][..alen], &v[p * plen..][..plen]);
+                            self.gemm_point(isa, u, vp, mp, vnbp, panels, rows);
+                        }
+                    }
+                    let m = PointRows {
+                        m: &mbuf[j0..],
+                        pstride,
+                        ldm: self.nt,
+                    };
+                    let b = body::OutBlock {
+                        tb,
+                        nb,
+                        keep,
+                        chans: (ca, cb),
+                        y_c0,
+                    };
+                    (isa.table().wino_output)(&self.g, &m, &b, &mut yb[..]);
+                    ca = cb;
+                }
                 tb += nb;
                 let now = tb.min(t1);
                 if now > done && !epi.is_empty() {

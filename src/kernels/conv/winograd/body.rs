@@ -320,6 +320,20 @@ fn output_block_t<const T: usize, const P: usize, const Q: usize, const TT: usiz
                 *w = at;
             }
         }
+        // Runs of whole tiles side by side in one tile row: (first lane, lanes).
+        let mut runs = [(0usize, 0usize); NR];
+        let mut nruns = 0;
+        for l in (0..lanes).filter(|&l| whole[l] != EDGE) {
+            if nruns > 0 && {
+                let (l0, n) = runs[nruns - 1];
+                l0 + n == l && whole[l - 1] + T == whole[l]
+            } {
+                runs[nruns - 1].1 += 1;
+            } else {
+                runs[nruns] = (l, 1);
+                nruns += 1;
+            }
+        }
         for c in c_lo..c_hi {
             let plane = &mut y[(c - y_c0) * ohw..(c - y_c0 + 1) * ohw];
             let row = (c - c_lo) * m.ldm;
@@ -328,26 +342,32 @@ fn output_block_t<const T: usize, const P: usize, const Q: usize, const TT: usiz
                 mp.copy_from_slice(&m.m[at..at + NR]);
             }
             output_transform::<T, P, Q, TT>(&mm, &mut o);
-            let scattered = scatter(&o, &whole, plane);
-            for (l, &(at, rows, cols)) in dst.iter().enumerate().take(lanes) {
-                if scattered && whole[l] != EDGE {
-                    continue;
-                }
-                if rows == T && cols == T {
-                    for r in 0..T {
-                        let dst: &mut [f32; T] = (&mut plane[at + r * g.ow..][..T])
-                            .try_into()
-                            .expect("tile row");
-                        for (cc, d) in dst.iter_mut().enumerate() {
-                            *d = o[r * T + cc][l];
+            // Whole tiles: the vector scatter, or each output row of the panel
+            // interleaved once (lane after lane) and copied run by run.
+            if !scatter(&o, &whole, plane) {
+                for r in 0..T {
+                    let mut line = [[0.0f32; T]; NR];
+                    for (l, v) in line.iter_mut().enumerate() {
+                        for (cc, x) in v.iter_mut().enumerate() {
+                            *x = o[r * T + cc][l];
                         }
                     }
-                } else {
-                    for r in 0..rows {
-                        let dst = &mut plane[at + r * g.ow..][..cols];
-                        for (cc, d) in dst.iter_mut().enumerate() {
-                            *d = o[r * T + cc][l];
-                        }
+                    let line = line.as_flattened();
+                    for &(l0, n) in &runs[..nruns] {
+                        plane[whole[l0] + r * g.ow..][..n * T]
+                            .copy_from_slice(&line[l0 * T..(l0 + n) * T]);
+                    }
+                }
+            }
+            for (l, &(at, rows, cols)) in dst.iter().enumerate().take(lanes) {
+                // Tiles cut by the plane's border (whole ones were written above).
+                if whole[l] != EDGE {
+                    continue;
+                }
+                for r in 0..rows {
+                    let dst = &mut plane[at + r * g.ow..][..cols];
+                    for (cc, d) in dst.iter_mut().enumerate() {
+                        *d = o[r * T + cc][l];
                     }
                 }
             }
@@ -355,12 +375,15 @@ fn output_block_t<const T: usize, const P: usize, const Q: usize, const TT: usiz
     }
 }
 
-/// `Bᵀ x` for `P` lane vectors (the 1-D input transform), into `o`.
+/// `Bᵀ x` for `P` lane vectors (the 1-D input transform; row `k` is `x(k)`), into `o`.
+/// The rows come one by one: taken as an array of references (or copies) they compiled
+/// to gathers of pointer vectors.
 #[inline(always)]
-fn input_1d<const P: usize>(x: [&Lanes; P], o: &mut [Lanes]) {
+fn input_1d<'a, const P: usize>(x: impl Fn(usize) -> &'a Lanes, o: &mut [Lanes]) {
     if P == 6 {
+        let (x0, x1, x2, x3, x4, x5) = (x(0), x(1), x(2), x(3), x(4), x(5));
         for l in 0..NR {
-            let (d0, d1, d2, d3, d4, d5) = (x[0][l], x[1][l], x[2][l], x[3][l], x[4][l], x[5][l]);
+            let (d0, d1, d2, d3, d4, d5) = (x0[l], x1[l], x2[l], x3[l], x4[l], x5[l]);
             o[0][l] = 4.0 * d0 - 5.0 * d2 + d4;
             o[1][l] = d3 + d4 - 4.0 * (d1 + d2);
             o[2][l] = d4 - d3 + 4.0 * (d1 - d2);
@@ -369,8 +392,9 @@ fn input_1d<const P: usize>(x: [&Lanes; P], o: &mut [Lanes]) {
             o[5][l] = 4.0 * d1 - 5.0 * d3 + d5;
         }
     } else {
+        let (x0, x1, x2, x3) = (x(0), x(1), x(2), x(3));
         for l in 0..NR {
-            let (d0, d1, d2, d3) = (x[0][l], x[1][l], x[2][l], x[3][l]);
+            let (d0, d1, d2, d3) = (x0[l], x1[l], x2[l], x3[l]);
             o[0][l] = d0 - d2;
             o[1][l] = d1 + d2;
             o[2][l] = d2 - d1;
@@ -385,20 +409,22 @@ fn input_transform<const P: usize, const Q: usize>(d: &[Lanes; Q], v: &mut [Lane
     // t = Bᵀ d, stored transposed (`t[c * P + r]`) so both passes read whole rows.
     let mut t = [[0.0f32; NR]; Q];
     for (c, tc) in t.chunks_exact_mut(P).enumerate() {
-        input_1d::<P>(std::array::from_fn(|r| &d[r * P + c]), tc);
+        input_1d::<P>(|r| &d[r * P + c], tc);
     }
     // v = t B: row r of t is column r of the stored transpose.
     for (r, vr) in v.chunks_exact_mut(P).enumerate() {
-        input_1d::<P>(std::array::from_fn(|c| &t[c * P + r]), vr);
+        input_1d::<P>(|c| &t[c * P + r], vr);
     }
 }
 
-/// `Aᵀ x` for `P` lane vectors (the 1-D output transform), into `o` (`P - 2` rows).
+/// `Aᵀ x` for `P` lane vectors (the 1-D output transform; row `k` is `x(k)`), into `o`
+/// (`P - 2` rows); rows one by one, as in [`input_1d`].
 #[inline(always)]
-fn output_1d<const P: usize>(x: [&Lanes; P], o: &mut [Lanes]) {
+fn output_1d<'a, const P: usize>(x: impl Fn(usize) -> &'a Lanes, o: &mut [Lanes]) {
     if P == 6 {
+        let (x0, x1, x2, x3, x4, x5) = (x(0), x(1), x(2), x(3), x(4), x(5));
         for l in 0..NR {
-            let (m0, m1, m2, m3, m4, m5) = (x[0][l], x[1][l], x[2][l], x[3][l], x[4][l], x[5][l]);
+            let (m0, m1, m2, m3, m4, m5) = (x0[l], x1[l], x2[l], x3[l], x4[l], x5[l]);
             let (s12, d12, s34, d34) = (m1 + m2, m1 - m2, m3 + m4, m3 - m4);
             o[0][l] = m0 + s12 + s34;
             o[1][l] = d12 + 2.0 * d34;
@@ -406,12 +432,25 @@ fn output_1d<const P: usize>(x: [&Lanes; P], o: &mut [Lanes]) {
             o[3][l] = d12 + 8.0 * d34 + m5;
         }
     } else {
+        let (x0, x1, x2, x3) = (x(0), x(1), x(2), x(3));
         for l in 0..NR {
-            let (m0, m1, m2, m3) = (x[0][l], x[1][l], x[2][l], x[3][l]);
+            let (m0, m1, m2, m3) = (x0[l], x1[l], x2[l], x3[l]);
             o[0][l] = m0 + m1 + m2;
             o[1][l] = m1 - m2 - m3;
         }
     }
+}
+
+/// F(2x2, 3x3)'s `Aᵀ x` of one column `(a, b, c, d)`: the two output rows, as
+/// [`output_1d`] computes them.
+#[inline(always)]
+fn out_col4(a: &Lanes, b: &Lanes, c: &Lanes, d: &Lanes) -> (Lanes, Lanes) {
+    let (mut o0, mut o1) = ([0.0; NR], [0.0; NR]);
+    for l in 0..NR {
+        o0[l] = a[l] + b[l] + c[l];
+        o1[l] = b[l] - c[l] - d[l];
+    }
+    (o0, o1)
 }
 
 /// `Aᵀ m A` of `NR` tiles at once: `Q` points in, `T x T` outputs (`o[r * T + c][lane]`).
@@ -420,14 +459,26 @@ fn output_transform<const T: usize, const P: usize, const Q: usize, const TT: us
     m: &[Lanes; Q],
     o: &mut [Lanes; TT],
 ) {
+    if P == 4 {
+        // F(2x2): written out column by column; in the loop below LLVM vectorised
+        // across the columns, with gathers of row pointers.
+        let col = |c: usize| out_col4(&m[c], &m[4 + c], &m[8 + c], &m[12 + c]);
+        let ((t00, t01), (t10, t11), (t20, t21), (t30, t31)) = (col(0), col(1), col(2), col(3));
+        let ((o00, o01), (o10, o11)) = (
+            out_col4(&t00, &t10, &t20, &t30),
+            out_col4(&t01, &t11, &t21, &t31),
+        );
+        o[..4].copy_from_slice(&[o00, o01, o10, o11]);
+        return;
+    }
     // t = Aᵀ m (T x P), stored transposed (`t[c * T + r]`).
     let mut t = [[0.0f32; NR]; Q];
     for (c, tc) in t[..T * P].chunks_exact_mut(T).enumerate() {
-        output_1d::<P>(std::array::from_fn(|r| &m[r * P + c]), tc);
+        output_1d::<P>(|r| &m[r * P + c], tc);
     }
     // o = t A.
     for (r, orow) in o.chunks_exact_mut(T).enumerate() {
-        output_1d::<P>(std::array::from_fn(|c| &t[c * T + r]), orow);
+        output_1d::<P>(|c| &t[c * T + r], orow);
     }
 }
 

@@ -101,6 +101,8 @@ pub(super) fn cases() -> Vec<ConvShape> {
         shape(1, 3, (10, 150), 5, [1, 1, 1, 1]),
         shape(1, 2, (9, 66), 3, [0, 0, 0, 0]),
         shape(1, 1, (3, 3), 1, [0, 0, 0, 0]),
+        // Channels past one chunk of GEMM results (3 chunks in F(4x4), 2 in F(2x2)).
+        shape(1, 8, (6, 7), 300, [1, 1, 1, 1]),
     ]
 }
 
