@@ -20,7 +20,7 @@ use crate::error::Result;
 use crate::exec::pool;
 use crate::ir::{self, Elems, PostOp, TensorData};
 use crate::kernels::bf16::{self, Bf16ConvWeights, Bf16Table};
-use crate::kernels::conv::{self, ConvShape, ConvWeights, DeconvPlan, WinogradPlan};
+use crate::kernels::conv::{self, direct, ConvShape, ConvWeights, DeconvPlan, WinogradPlan};
 use crate::kernels::gemm::{self, Epilogue, NR};
 use crate::kernels::packed::WeightBuf;
 use crate::kernels::simd::Isa;
@@ -100,6 +100,17 @@ pub(crate) enum ConvKernel {
         /// Output-channel chunks for intra-op threads when the node runs whole (as
         /// [`ConvKernel::Conv`]'s, each with its own weights); empty = one thread.
         par: Vec<Bf16ConvChunk>,
+    },
+    /// A dense conv computed direct in f32 (`kernels::conv::direct`: phase planes, no
+    /// im2col matrix), one thread. Tiles as [`ConvKernel::Conv`].
+    Direct {
+        s: ConvShape,
+        /// Weights in the direct tile's panels.
+        w: Vec<f32>,
+        bias: Option<Vec<f32>>,
+        post: Vec<PostOpRt>,
+        res: Vec<usize>,
+        by_cols: bool,
     },
 }
 
@@ -290,6 +301,23 @@ pub(crate) fn plan_conv(
         let bf16 = c.bf16;
         let ws = WinoSource { wt, pre, bf16 };
         return Ok(plan_winograd(&s, ws, bias, post, res, c.threads));
+    }
+    // One thread: the direct f32 conv where the table has its tile (intra-op threads
+    // keep the im2col path, whose channel chunks they share; so does a compiled file
+    // that stored im2col-packed weights for the node).
+    if c.threads <= 1 && pre.is_none() && direct::f32_wins(s) {
+        let ConvParts { s, wt, bias, .. } = parts;
+        let by_cols = s.oh * s.ow > s.c_out;
+        let scratch = direct::scratch_len(&s, 1);
+        let k = ConvKernel::Direct {
+            w: direct::pack_weights(&s, wt, 1, |lo, _| lo),
+            s,
+            bias,
+            post,
+            res,
+            by_cols,
+        };
+        return Ok(Planned::new(k).scratch(scratch));
     }
     let wts = conv_weights(c, s, &parts, pre)?;
     let ConvParts { s, wt, bias, .. } = parts;
@@ -683,7 +711,9 @@ fn conv_shares_b(s: &ConvShape, by_cols: bool) -> bool {
 impl FamilyKernel for ConvKernel {
     fn tiles(&self) -> usize {
         match self {
-            ConvKernel::Conv { s, by_cols, .. } | ConvKernel::Bf16 { s, by_cols, .. } => {
+            ConvKernel::Conv { s, by_cols, .. }
+            | ConvKernel::Bf16 { s, by_cols, .. }
+            | ConvKernel::Direct { s, by_cols, .. } => {
                 if *by_cols {
                     (s.oh * s.ow).div_ceil(NR)
                 } else {
@@ -699,7 +729,9 @@ impl FamilyKernel for ConvKernel {
 
     fn macs(&self) -> usize {
         match self {
-            ConvKernel::Conv { s, .. } | ConvKernel::Bf16 { s, .. } => s.macs(),
+            ConvKernel::Conv { s, .. }
+            | ConvKernel::Bf16 { s, .. }
+            | ConvKernel::Direct { s, .. } => s.macs(),
             ConvKernel::Winograd { p, .. } => p.shape().macs(),
             ConvKernel::Deconv { p, .. } => {
                 p.s.n * p.s.c_in * p.s.h * p.s.w * p.s.cout_g() * p.s.kh * p.s.kw
@@ -768,6 +800,25 @@ impl FamilyKernel for ConvKernel {
                 } else {
                     bf16::conv2d_bf16(tab, r.isa, s, w, x, y, chans, cols, &epi, r.scratch);
                 }
+            }
+            ConvKernel::Direct {
+                s,
+                w,
+                bias,
+                post,
+                res,
+                by_cols,
+            } => {
+                let (chans, cols) = tile_span(s, *by_cols, tile);
+                let resid = residual_inputs(io, res);
+                let epi = Epilogue {
+                    bias: bias.as_deref(),
+                    post,
+                    residuals: &resid[..res.len()],
+                    ..Epilogue::NONE
+                };
+                let (x, y) = (io.f32(0), out_f32(r.out, r.outs, 0));
+                direct::conv2d_f32(r.isa, s, w, x, y, chans, cols, &epi, r.scratch);
             }
             ConvKernel::Deconv { p, bias, post, res } => {
                 // Cuts at multiples of the stride, so that no input row is computed twice

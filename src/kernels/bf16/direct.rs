@@ -1,202 +1,32 @@
-//! Direct dense convs in bf16, without an im2col matrix. Each call converts the input
-//! rows it needs into K-pair *phase planes*, on which every tap of the kernel is one
-//! constant offset; the output, taken row-major over planes of width `wq`, is then a sum
-//! over taps of shifted plane rows, computed by one batch-reduce tile
-//! ([`Bf16Table::conv_tile`]) per MR output channels x 2NR positions.
-//!
-//! Phase planes: for stride phase `(a, b)` (`a < sh`, `b < sw`) and channel pair `p`,
-//! plane element `(i, j)` holds, as one K-pair dword, input channels `2p` and `2p + 1` at
-//! row `(oh_lo + i) * sh + a - ph` and column `j * sw + b - pw` (zeros outside the image
-//! and for a missing odd channel). Tap `(u, v)` reads phase
-//! `(u * dh % sh, v * dw % sw)` at offset `(u * dh / sh, v * dw / sw)`, so output
-//! `(oh, ow)` reads plane position `f + dy * wq + dx` with `f = (oh - oh_lo) * wq + ow`:
-//! linear in `f`. Positions with `ow >= OW` are computed and dropped.
-//!
-//! Weights: MR-row panels of `taps * cp` pairs, tap-major (`t = u * KW + v`), then
-//! channel pair, as the tile reads them.
-//!
-//! Invariant: every output is the same sum in the same order (taps, then channel pairs)
-//! whatever channel or position range a call asks for, so disjoint ranges together equal
-//! one whole call bit for bit.
+//! Direct dense convs in bf16: the generic direct conv ([`crate::kernels::conv::direct`])
+//! on K-pair phase planes (two input channels per dword) with the bf16 table's
+//! `pack_pairs` and `conv_tile`.
 
-use super::{pair, Bf16Table, MR, NR};
+use super::{pair, Bf16Table};
 use crate::kernels::body::conv::ConvShape;
+use crate::kernels::conv::direct::{self, Kernels};
 use crate::kernels::gemm::Epilogue;
 use crate::kernels::isa::Isa;
 
-/// Most taps (`KH * KW`) a direct conv takes (7x7); larger kernels use im2col.
-const MAX_TAPS: usize = 49;
-/// Largest stride a direct conv takes (each stride phase is a plane set).
-const MAX_STRIDE: usize = 4;
-/// Dwords of weights one block of panels holds, so that the block stays in L2 while
-/// the position tiles sweep it.
-const BLOCK_A_DWORDS: usize = 64 * 1024;
-/// Position tiles per epilogue pass (the outputs are still in cache when it runs).
-const CHUNK_TILES: usize = 8;
-/// Positions per tile.
-const TW: usize = 2 * NR;
-/// Fewest K pairs (taps x channel pairs) of a direct conv: below, storing and copying
-/// each tile costs more than the products (a pointwise conv of 16 input channels takes
-/// 1.25x its im2col time).
-const MIN_PAIRS: usize = 32;
+/// Input channels per plane element: a K pair.
+const PER: usize = 2;
 
-/// True when conv `s` runs as a direct conv: dense, at most [`MAX_TAPS`] taps, strides
-/// up to [`MAX_STRIDE`] and a depth of at least [`MIN_PAIRS`] pairs.
+/// True when conv `s` runs as a direct bf16 conv (see [`direct::applies`]).
 pub fn applies(s: &ConvShape) -> bool {
-    s.group == 1
-        && s.kh * s.kw * s.c_in.div_ceil(2) >= MIN_PAIRS
-        && s.kh * s.kw <= MAX_TAPS
-        && (1..=MAX_STRIDE).contains(&s.sh)
-        && (1..=MAX_STRIDE).contains(&s.sw)
+    direct::applies(s, PER)
 }
 
-/// The plane geometry of a direct conv.
-struct Geom {
-    /// Input channel pairs.
-    cp: usize,
-    /// Taps (`KH * KW`).
-    taps: usize,
-    /// Plane row width: output width plus the largest tap column offset.
-    wq: usize,
-    /// Largest tap row offset (plane rows past the last output row).
-    dy_max: usize,
-    /// Largest tap column offset.
-    dx_max: usize,
-    /// Stride phases (`sh * sw`).
-    phases: usize,
-    /// Bit `a * sw + b` set when some tap reads phase `(a, b)` (the others stay unset).
-    used: u32,
-}
-
-impl Geom {
-    fn new(s: &ConvShape) -> Geom {
-        let dy_max = (s.kh - 1) * s.dh / s.sh;
-        let dx_max = (s.kw - 1) * s.dw / s.sw;
-        let mut used = 0;
-        for u in 0..s.kh {
-            for v in 0..s.kw {
-                used |= 1 << ((u * s.dh % s.sh) * s.sw + v * s.dw % s.sw);
-            }
-        }
-        Geom {
-            used,
-            cp: s.c_in.div_ceil(2),
-            taps: s.kh * s.kw,
-            wq: s.ow + dx_max,
-            dy_max,
-            dx_max,
-            phases: s.sh * s.sw,
-        }
-    }
-
-    /// Dwords between two planes for `out_rows` output rows: the rows the taps read,
-    /// the over-read of the last tile, rounded to an odd number of 64-byte lines (planes
-    /// a multiple of 4 KiB apart would share cache sets).
-    fn plane_stride(&self, out_rows: usize) -> usize {
-        let x = ((out_rows + self.dy_max) * self.wq + self.dx_max + TW).div_ceil(16) * 16;
-        if (x / 16).is_multiple_of(2) {
-            x + 16
-        } else {
-            x
-        }
-    }
-
-    /// Offset of each tap's first read from a tile's position, planes `ps` apart.
-    fn offsets(&self, s: &ConvShape, ps: usize) -> [usize; MAX_TAPS] {
-        let mut offs = [0; MAX_TAPS];
-        for u in 0..s.kh {
-            for v in 0..s.kw {
-                let (ey, ex) = (u * s.dh, v * s.dw);
-                let phase = (ey % s.sh) * s.sw + ex % s.sw;
-                offs[u * s.kw + v] = phase * self.cp * ps + ey / s.sh * self.wq + ex / s.sw;
-            }
-        }
-        offs
-    }
-}
-
-/// Dwords of scratch a direct conv of `s` needs: the phase planes of a whole image.
+/// Dwords of scratch a direct bf16 conv of `s` needs.
 pub(super) fn scratch_len(s: &ConvShape) -> usize {
-    let g = Geom::new(s);
-    g.phases * g.cp * g.plane_stride(s.oh)
+    direct::scratch_len(s, PER)
 }
 
-/// Weights `w` (`[Cout, Cin, KH, KW]`) as the tile reads them (module doc).
+/// Weights `w` (`[Cout, Cin, KH, KW]`) in K pairs, as the direct tile reads them.
 pub(super) fn pack_weights(s: &ConvShape, w: &[f32]) -> Vec<u32> {
-    let g = Geom::new(s);
-    let kp = g.taps * g.cp;
-    let mut out = vec![0u32; s.c_out.div_ceil(MR) * kp * MR];
-    let at = |oc: usize, ci: usize, t: usize| {
-        if ci < s.c_in {
-            w[(oc * s.c_in + ci) * g.taps + t]
-        } else {
-            0.0
-        }
-    };
-    for oc in 0..s.c_out {
-        let panel = &mut out[oc / MR * kp * MR..][..kp * MR];
-        for t in 0..g.taps {
-            for p in 0..g.cp {
-                panel[(t * g.cp + p) * MR + oc % MR] = pair(at(oc, 2 * p, t), at(oc, 2 * p + 1, t));
-            }
-        }
-    }
-    out
+    direct::pack_weights(s, w, PER, pair)
 }
 
-/// Converts the input rows that output rows `oh_lo..oh_lo + out_rows` read from image
-/// `x` (`[Cin, H, W]`) into phase planes `ps` dwords apart.
-#[allow(clippy::too_many_arguments)]
-fn pack_planes(
-    tab: &Bf16Table,
-    s: &ConvShape,
-    g: &Geom,
-    x: &[f32],
-    oh_lo: usize,
-    out_rows: usize,
-    ps: usize,
-    planes: &mut [u32],
-) {
-    let (hw, rows, wq) = (s.h * s.w, out_rows + g.dy_max, g.wq);
-    for a in 0..s.sh {
-        for b in 0..s.sw {
-            let phase = a * s.sw + b;
-            if g.used & (1 << phase) == 0 {
-                continue;
-            }
-            // Plane columns whose input column `j * sw + b - pw` is inside the image.
-            let j_lo = s.pw.saturating_sub(b).div_ceil(s.sw).min(wq);
-            let j_hi = if s.w + s.pw > b {
-                ((s.w + s.pw - b - 1) / s.sw + 1).clamp(j_lo, wq)
-            } else {
-                j_lo
-            };
-            for p in 0..g.cp {
-                let plane = &mut planes[(phase * g.cp + p) * ps..][..ps];
-                let (body, tail) = plane.split_at_mut(rows * wq);
-                tail.fill(0);
-                for (i, row) in body.chunks_exact_mut(wq).enumerate() {
-                    let ir = (oh_lo + i) * s.sh + a;
-                    if ir < s.ph || ir - s.ph >= s.h || j_lo == j_hi {
-                        row.fill(0);
-                        continue;
-                    }
-                    row[..j_lo].fill(0);
-                    row[j_hi..].fill(0);
-                    let start = (ir - s.ph) * s.w + j_lo * s.sw + b - s.pw;
-                    let src = |c: usize| &x[c * hw + start..c * hw + (ir - s.ph + 1) * s.w];
-                    let hi = (2 * p + 1 < s.c_in).then(|| src(2 * p + 1));
-                    (tab.pack_pairs)(src(2 * p), hi, s.sw, &mut row[j_lo..j_hi]);
-                }
-            }
-        }
-    }
-}
-
-/// Forward conv of output channels `[c_lo, c_hi)` and output positions `[p_lo, p_hi)`
-/// of `s` (a conv [`applies`] to) with weights from [`pack_weights`]: `x`
-/// `[N, Cin, H, W]`, `y` `[N, Cout, OH, OW]`, residuals laid out like `y`, then `epi`.
-/// `scratch`: [`scratch_len`] dwords.
+/// [`direct::conv_direct`] in bf16 through `tab`.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn conv_direct(
     tab: &Bf16Table,
@@ -205,89 +35,15 @@ pub(super) fn conv_direct(
     w: &[u32],
     x: &[f32],
     y: &mut [f32],
-    (c_lo, c_hi): (usize, usize),
-    (p_lo, p_hi): (usize, usize),
+    chans: (usize, usize),
+    cols: (usize, usize),
     epi: &Epilogue<'_>,
     scratch: &mut [u32],
 ) {
-    if c_lo >= c_hi || p_lo >= p_hi {
-        return;
-    }
-    let g = Geom::new(s);
-    let (ohw, chw, wq, ow) = (s.oh * s.ow, s.c_in * s.h * s.w, g.wq, s.ow);
-    let (oh_lo, oh_hi) = (p_lo / ow, (p_hi - 1) / ow + 1);
-    let out_rows = oh_hi - oh_lo;
-    let ps = g.plane_stride(out_rows);
-    let planes = &mut scratch[..g.phases * g.cp * ps];
-    let offs_all = g.offsets(s, ps);
-    let offs = &offs_all[..g.taps];
-    let panel_len = g.taps * g.cp * MR;
-    let per_block = (BLOCK_A_DWORDS / panel_len.max(1)).max(1);
-    let (pan_lo, pan_hi) = (c_lo / MR, c_hi.div_ceil(MR));
-    let flat = out_rows * wq;
-    let tiles = flat.div_ceil(TW);
-    // The first output position at or after flattened position f.
-    let pos = |f: usize| oh_lo * ow + f / wq * ow + (f % wq).min(ow);
-    let mut tile = [0.0f32; MR * TW];
-    for bi in 0..s.n {
-        pack_planes(
-            tab,
-            s,
-            &g,
-            &x[bi * chw..][..chw],
-            oh_lo,
-            out_rows,
-            ps,
-            planes,
-        );
-        let planes = &*planes;
-        let yb = &mut y[bi * s.c_out * ohw..][..s.c_out * ohw];
-        let mut res: [&[f32]; 4] = [&[]; 4];
-        for (d, r) in res.iter_mut().zip(epi.residuals) {
-            *d = &r[bi * s.c_out * ohw..][..s.c_out * ohw];
-        }
-        let epi_b = Epilogue {
-            residuals: &res[..epi.residuals.len()],
-            ..*epi
-        };
-        let mut blk = pan_lo;
-        while blk < pan_hi {
-            let blk_hi = (blk + per_block).min(pan_hi);
-            let mut t0 = 0;
-            while t0 < tiles {
-                let t1 = (t0 + CHUNK_TILES).min(tiles);
-                for pi in blk..blk_hi {
-                    let a = &w[pi * panel_len..][..panel_len];
-                    let (r_lo, r_hi) = (c_lo.max(pi * MR), c_hi.min(pi * MR + MR));
-                    for t in t0..t1 {
-                        let f0 = t * TW;
-                        (tab.conv_tile)(a, &planes[f0..], offs, g.cp, ps, &mut tile, TW);
-                        // The tile's positions inside the image, one output row at a time.
-                        let f_end = (f0 + TW).min(flat);
-                        let mut f = f0;
-                        while f < f_end {
-                            let row_end = (f / wq * wq + ow).min(f_end);
-                            if f < row_end {
-                                let q0 = pos(f);
-                                let (q_lo, q_hi) = (q0.max(p_lo), (q0 + row_end - f).min(p_hi));
-                                for r in (r_lo..r_hi).filter(|_| q_lo < q_hi) {
-                                    let src = &tile[(r - pi * MR) * TW + f - f0 + q_lo - q0..];
-                                    yb[r * ohw + q_lo..r * ohw + q_hi]
-                                        .copy_from_slice(&src[..q_hi - q_lo]);
-                                }
-                            }
-                            f = (f / wq + 1) * wq;
-                        }
-                    }
-                }
-                let (q_lo, q_hi) = (pos(t0 * TW).max(p_lo), pos((t1 * TW).min(flat)).min(p_hi));
-                let (r_lo, r_hi) = (c_lo.max(blk * MR), c_hi.min(blk_hi * MR));
-                if !epi.is_empty() && q_lo < q_hi {
-                    epi_b.apply(isa, yb, ohw, r_lo, r_hi - r_lo, q_lo, q_hi - q_lo);
-                }
-                t0 = t1;
-            }
-            blk = blk_hi;
-        }
-    }
+    let k = Kernels {
+        per: PER,
+        pack: tab.pack_pairs,
+        tile: tab.conv_tile,
+    };
+    direct::conv_direct(&k, isa, s, w, x, y, chans, cols, epi, scratch);
 }

@@ -5,10 +5,9 @@
 
 use super::{conv2d_bf16, conv_scratch_len, from_bf16, native, portable, to_bf16};
 use super::{Bf16ConvWeights, Bf16Table, NR};
-use crate::ir::UnaryOp;
 use crate::kernels::body::conv::ConvShape;
-use crate::kernels::body::unary::PostOpRt;
-use crate::kernels::conv::tests::{conv_naive, shape};
+use crate::kernels::conv::direct_tests::{check_ranges, shapes};
+use crate::kernels::conv::tests::conv_naive;
 use crate::kernels::gemm::Epilogue;
 use crate::kernels::isa::Isa;
 use crate::kernels::testutil::rand_vec;
@@ -117,21 +116,6 @@ fn pack_pairs_matches_the_emulation_bit_for_bit() {
     }
 }
 
-/// Direct shapes: 3x3 stride 1 and 2, a 7x7 stride-2 stem on 3 channels, 1x1 stride 2,
-/// dilation 2, asymmetric pads and strides, odd channel counts, a batch of 2.
-fn shapes() -> Vec<ConvShape> {
-    vec![
-        shape(1, 12, (9, 11), 13, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),
-        shape(1, 16, (10, 10), 8, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1),
-        shape(1, 3, (23, 21), 7, (7, 7), (2, 2), (1, 1), (3, 3, 3, 3), 1),
-        shape(1, 70, (9, 9), 6, (1, 1), (2, 2), (1, 1), (0, 0, 0, 0), 1),
-        shape(1, 9, (12, 13), 5, (3, 3), (1, 1), (2, 2), (2, 2, 2, 1), 1),
-        shape(1, 11, (8, 15), 19, (3, 5), (1, 2), (1, 1), (0, 2, 1, 1), 1),
-        shape(2, 24, (7, 7), 12, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),
-        shape(1, 65, (5, 5), 20, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 1),
-    ]
-}
-
 /// The conv (in f64, rounded once) of the bf16-rounded operands, and the same conv of
 /// their magnitudes (what bounds the rounding of an f32 sum).
 fn reference(s: &ConvShape, x: &[f32], w: &[f32]) -> (Vec<f32>, Vec<f32>) {
@@ -208,56 +192,23 @@ fn direct_conv_matches_the_rounded_conv() {
 fn direct_conv_ranges_equal_the_whole_call_with_the_epilogue() {
     let t = native().unwrap_or(portable());
     for s in shapes() {
-        let ohw = s.oh * s.ow;
         let x = rand_vec(s.n * s.c_in * s.h * s.w, 8);
-        let w = rand_vec(s.c_out * s.k(), 9);
-        let bias = rand_vec(s.c_out, 10);
-        let resid = rand_vec(s.n * s.c_out * ohw, 11);
-        let rs = [&resid[..]];
-        let post = [
-            PostOpRt::AddInput { slot: 0 },
-            PostOpRt::Unary(UnaryOp::Relu),
-        ];
-        let epi = Epilogue {
-            bias: Some(&bias),
-            post: &post,
-            residuals: &rs,
-            ..Epilogue::NONE
+        let wts = Bf16ConvWeights::pack(&s, &rand_vec(s.c_out * s.k(), 9));
+        let conv = |chans, cols, epi: &Epilogue<'_>, y: &mut [f32]| {
+            let mut scratch = vec![f32::NAN; conv_scratch_len(&s)];
+            conv2d_bf16(
+                t,
+                Isa::Portable,
+                &s,
+                &wts,
+                &x,
+                y,
+                chans,
+                cols,
+                epi,
+                &mut scratch,
+            );
         };
-        let wts = Bf16ConvWeights::pack(&s, &w);
-        let whole = run(t, &s, &wts, &x, &epi);
-        let plain = run(t, &s, &wts, &x, &Epilogue::NONE);
-        for (i, (&g, &p)) in whole.iter().zip(&plain).enumerate() {
-            let c = i / ohw % s.c_out;
-            assert_eq!(g, (p + bias[c] + resid[i]).max(0.0), "{s:?} epilogue {i}");
-        }
-        // Channel cuts off the MR grid, position cuts inside and across output rows.
-        let c_cuts = [0, 5.min(s.c_out), s.c_out];
-        let p_cuts = [
-            0,
-            (ohw / 3).max(1).min(ohw),
-            (ohw / 3 + s.ow + 2).min(ohw),
-            ohw,
-        ];
-        let mut parts = vec![f32::NAN; whole.len()];
-        let mut scratch = vec![f32::NAN; conv_scratch_len(&s)];
-        for c in c_cuts.windows(2) {
-            for p in p_cuts.windows(2) {
-                let (chans, cols) = ((c[0], c[1]), (p[0], p[1]));
-                conv2d_bf16(
-                    t,
-                    Isa::Portable,
-                    &s,
-                    &wts,
-                    &x,
-                    &mut parts,
-                    chans,
-                    cols,
-                    &epi,
-                    &mut scratch,
-                );
-            }
-        }
-        assert_eq!(bits(&parts), bits(&whole), "{s:?}");
+        check_ranges(&s, &conv, t.name);
     }
 }

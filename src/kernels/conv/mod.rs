@@ -15,6 +15,7 @@
 
 mod deconv;
 mod depthwise;
+pub mod direct;
 mod winograd;
 
 pub use super::body::conv::ConvShape;
@@ -451,5 +452,7 @@ impl PaddedRows {
     }
 }
 
+#[cfg(test)]
+pub(crate) mod direct_tests;
 #[cfg(test)]
 pub(crate) mod tests;

@@ -53,6 +53,7 @@ static TABLE: KernelTable = KernelTable {
     im2col_panels,
     add_pairs,
     bilinear_up2x,
+    conv_tile: None,
 };
 
 fn epilogue_body(

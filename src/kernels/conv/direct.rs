@@ -1,0 +1,389 @@
+//! Direct dense convs without an im2col matrix, for f32 and (in K pairs) bf16. Each call
+//! converts the input rows it needs into *phase planes*, on which every tap of the kernel
+//! is one constant offset; the output, taken row-major over planes of width `wq`, is
+//! then a sum over taps of shifted plane rows, computed by one batch-reduce tile per MR
+//! output channels x [`TW`] positions (the f32 table's `conv_tile`, the bf16 table's).
+//!
+//! Phase planes: for stride phase `(a, b)` (`a < sh`, `b < sw`) and channel group `p`
+//! (`per` input channels: one in f32, a K pair in bf16), plane element `(i, j)` holds
+//! input channels `p * per..` at row `(oh_lo + i) * sh + a - ph` and column
+//! `j * sw + b - pw` (zeros outside the image and for a missing odd channel). Tap `(u, v)` reads phase
+//! `(u * dh % sh, v * dw % sw)` at offset `(u * dh / sh, v * dw / sw)`, so output
+//! `(oh, ow)` reads plane position `f + dy * wq + dx` with `f = (oh - oh_lo) * wq + ow`:
+//! linear in `f`. Positions with `ow >= OW` are computed and dropped.
+//!
+//! Weights: MR-row panels of `taps * cp` elements, tap-major (`t = u * KW + v`), then
+//! channel group, as the tile reads them.
+//!
+//! Invariant: every output is the same sum in the same order (taps, then channel groups)
+//! whatever channel or position range a call asks for, so disjoint ranges together equal
+//! one whole call bit for bit.
+
+use crate::kernels::body::conv::ConvShape;
+use crate::kernels::gemm::Epilogue;
+use crate::kernels::isa::{Isa, MR, NR};
+
+/// Most taps (`KH * KW`) a direct conv takes (7x7); larger kernels use im2col.
+const MAX_TAPS: usize = 49;
+/// Largest stride a direct conv takes (each stride phase is a plane set).
+const MAX_STRIDE: usize = 4;
+/// Dwords of weights one block of panels holds, so that the block stays in L2 while
+/// the position tiles sweep it.
+const BLOCK_A_DWORDS: usize = 64 * 1024;
+/// Position tiles per epilogue pass (the outputs are still in cache when it runs).
+const CHUNK_TILES: usize = 8;
+/// Positions per tile.
+pub const TW: usize = 2 * NR;
+/// Fewest depth elements (taps x channel groups) of a direct conv: below, storing and
+/// copying each tile costs more than the products (a bf16 pointwise conv of 16 input
+/// channels took 1.25x its im2col time).
+const MIN_DEPTH: usize = 32;
+
+/// One tile: `C[r][j] = Σ_t Σ_p A[(t * cp + p) * MR + r] · B[offs[t] + p * cps + j]`
+/// (`j < TW`), written to MR rows of `c` at stride `ldc`.
+pub type ConvTile<T> =
+    fn(a: &[T], b: &[T], offs: &[usize], cp: usize, cps: usize, c: &mut [f32], ldc: usize);
+
+/// Plane elements from `per` input rows read at `stride`: `(lo, hi, stride, dst)`, `hi`
+/// the second channel of a bf16 pair (`None` past the last channel; f32 ignores it).
+pub type PackRow<T> = fn(lo: &[f32], hi: Option<&[f32]>, stride: usize, dst: &mut [T]);
+
+/// True when conv `s` can run as a direct conv with `per` input channels per plane
+/// element: dense, at most [`MAX_TAPS`] taps, strides up to [`MAX_STRIDE`] and a depth
+/// of at least [`MIN_DEPTH`] elements.
+pub fn applies(s: &ConvShape, per: usize) -> bool {
+    s.group == 1
+        && s.kh * s.kw * s.c_in.div_ceil(per) >= MIN_DEPTH
+        && s.kh * s.kw <= MAX_TAPS
+        && (1..=MAX_STRIDE).contains(&s.sh)
+        && (1..=MAX_STRIDE).contains(&s.sw)
+}
+
+/// The plane geometry of a direct conv.
+struct Geom {
+    /// Input channel groups (plane elements per position).
+    cp: usize,
+    /// Taps (`KH * KW`).
+    taps: usize,
+    /// Plane row width: output width plus the largest tap column offset.
+    wq: usize,
+    /// Largest tap row offset (plane rows past the last output row).
+    dy_max: usize,
+    /// Largest tap column offset.
+    dx_max: usize,
+    /// Stride phases (`sh * sw`).
+    phases: usize,
+    /// Bit `a * sw + b` set when some tap reads phase `(a, b)` (the others stay unset).
+    used: u32,
+}
+
+impl Geom {
+    fn new(s: &ConvShape, per: usize) -> Geom {
+        let dy_max = (s.kh - 1) * s.dh / s.sh;
+        let dx_max = (s.kw - 1) * s.dw / s.sw;
+        let mut used = 0;
+        for u in 0..s.kh {
+            for v in 0..s.kw {
+                used |= 1 << ((u * s.dh % s.sh) * s.sw + v * s.dw % s.sw);
+            }
+        }
+        Geom {
+            used,
+            cp: s.c_in.div_ceil(per),
+            taps: s.kh * s.kw,
+            wq: s.ow + dx_max,
+            dy_max,
+            dx_max,
+            phases: s.sh * s.sw,
+        }
+    }
+
+    /// Dwords between two planes for `out_rows` output rows: the rows the taps read,
+    /// the over-read of the last tile, rounded to an odd number of 64-byte lines (planes
+    /// a multiple of 4 KiB apart would share cache sets).
+    fn plane_stride(&self, out_rows: usize) -> usize {
+        let x = ((out_rows + self.dy_max) * self.wq + self.dx_max + TW).div_ceil(16) * 16;
+        if (x / 16).is_multiple_of(2) {
+            x + 16
+        } else {
+            x
+        }
+    }
+
+    /// Offset of each tap's first read from a tile's position, planes `ps` apart.
+    fn offsets(&self, s: &ConvShape, ps: usize) -> [usize; MAX_TAPS] {
+        let mut offs = [0; MAX_TAPS];
+        for u in 0..s.kh {
+            for v in 0..s.kw {
+                let (ey, ex) = (u * s.dh, v * s.dw);
+                let phase = (ey % s.sh) * s.sw + ex % s.sw;
+                offs[u * s.kw + v] = phase * self.cp * ps + ey / s.sh * self.wq + ex / s.sw;
+            }
+        }
+        offs
+    }
+}
+
+/// Plane elements of scratch a direct conv of `s` needs: the phase planes of a whole
+/// image.
+pub fn scratch_len(s: &ConvShape, per: usize) -> usize {
+    let g = Geom::new(s, per);
+    g.phases * g.cp * g.plane_stride(s.oh)
+}
+
+/// Weights `w` (`[Cout, Cin, KH, KW]`) as the tile reads them (module doc): `elem`
+/// makes one element from `per` weights (the missing ones zero).
+pub fn pack_weights<T: Copy + Default>(
+    s: &ConvShape,
+    w: &[f32],
+    per: usize,
+    elem: impl Fn(f32, f32) -> T,
+) -> Vec<T> {
+    let g = Geom::new(s, per);
+    let kp = g.taps * g.cp;
+    let mut out = vec![T::default(); s.c_out.div_ceil(MR) * kp * MR];
+    let at = |oc: usize, ci: usize, t: usize| {
+        if ci < s.c_in {
+            w[(oc * s.c_in + ci) * g.taps + t]
+        } else {
+            0.0
+        }
+    };
+    for oc in 0..s.c_out {
+        let panel = &mut out[oc / MR * kp * MR..][..kp * MR];
+        for t in 0..g.taps {
+            for p in 0..g.cp {
+                let (lo, hi) = (at(oc, per * p, t), at(oc, per * p + per - 1, t));
+                panel[(t * g.cp + p) * MR + oc % MR] = elem(lo, if per == 2 { hi } else { 0.0 });
+            }
+        }
+    }
+    out
+}
+
+/// Converts the input rows that output rows `oh_lo..oh_lo + out_rows` read from image
+/// `x` (`[Cin, H, W]`) into phase planes `ps` dwords apart.
+#[allow(clippy::too_many_arguments)]
+fn pack_planes<T: Copy + Default>(
+    pack: PackRow<T>,
+    s: &ConvShape,
+    (g, per): (&Geom, usize),
+    x: &[f32],
+    oh_lo: usize,
+    out_rows: usize,
+    ps: usize,
+    planes: &mut [T],
+) {
+    let (hw, rows, wq) = (s.h * s.w, out_rows + g.dy_max, g.wq);
+    for a in 0..s.sh {
+        for b in 0..s.sw {
+            let phase = a * s.sw + b;
+            if g.used & (1 << phase) == 0 {
+                continue;
+            }
+            // Plane columns whose input column `j * sw + b - pw` is inside the image.
+            let j_lo = s.pw.saturating_sub(b).div_ceil(s.sw).min(wq);
+            let j_hi = if s.w + s.pw > b {
+                ((s.w + s.pw - b - 1) / s.sw + 1).clamp(j_lo, wq)
+            } else {
+                j_lo
+            };
+            for p in 0..g.cp {
+                let plane = &mut planes[(phase * g.cp + p) * ps..][..ps];
+                let (body, tail) = plane.split_at_mut(rows * wq);
+                tail.fill(T::default());
+                for (i, row) in body.chunks_exact_mut(wq).enumerate() {
+                    let ir = (oh_lo + i) * s.sh + a;
+                    if ir < s.ph || ir - s.ph >= s.h || j_lo == j_hi {
+                        row.fill(T::default());
+                        continue;
+                    }
+                    row[..j_lo].fill(T::default());
+                    row[j_hi..].fill(T::default());
+                    let start = (ir - s.ph) * s.w + j_lo * s.sw + b - s.pw;
+                    let src = |c: usize| &x[c * hw + start..c * hw + (ir - s.ph + 1) * s.w];
+                    let hi = (per == 2 && 2 * p + 1 < s.c_in).then(|| src(2 * p + 1));
+                    pack(src(per * p), hi, s.sw, &mut row[j_lo..j_hi]);
+                }
+            }
+        }
+    }
+}
+
+/// The element kernels of one direct conv: channels per plane element, the row packer
+/// and the tile.
+pub struct Kernels<T> {
+    /// Input channels per plane element (1 for f32, 2 for bf16 pairs).
+    pub per: usize,
+    /// Converts input rows into plane elements.
+    pub pack: PackRow<T>,
+    /// The batch-reduce tile.
+    pub tile: ConvTile<T>,
+}
+
+/// Forward conv of output channels `[c_lo, c_hi)` and output positions `[p_lo, p_hi)`
+/// of `s` (a conv [`applies`] to) with weights from [`pack_weights`]: `x`
+/// `[N, Cin, H, W]`, `y` `[N, Cout, OH, OW]`, residuals laid out like `y`, then `epi`
+/// (through `isa`'s table). `scratch`: [`scratch_len`] elements.
+#[allow(clippy::too_many_arguments)]
+pub fn conv_direct<T: Copy + Default>(
+    k: &Kernels<T>,
+    isa: Isa,
+    s: &ConvShape,
+    w: &[T],
+    x: &[f32],
+    y: &mut [f32],
+    (c_lo, c_hi): (usize, usize),
+    (p_lo, p_hi): (usize, usize),
+    epi: &Epilogue<'_>,
+    scratch: &mut [T],
+) {
+    if c_lo >= c_hi || p_lo >= p_hi {
+        return;
+    }
+    let g = Geom::new(s, k.per);
+    let (ohw, chw, wq, ow) = (s.oh * s.ow, s.c_in * s.h * s.w, g.wq, s.ow);
+    let (oh_lo, oh_hi) = (p_lo / ow, (p_hi - 1) / ow + 1);
+    let out_rows = oh_hi - oh_lo;
+    let ps = g.plane_stride(out_rows);
+    let planes = &mut scratch[..g.phases * g.cp * ps];
+    let offs_all = g.offsets(s, ps);
+    let offs = &offs_all[..g.taps];
+    let panel_len = g.taps * g.cp * MR;
+    let per_block = (BLOCK_A_DWORDS / panel_len.max(1)).max(1);
+    let (pan_lo, pan_hi) = (c_lo / MR, c_hi.div_ceil(MR));
+    let flat = out_rows * wq;
+    let tiles = flat.div_ceil(TW);
+    // The first output position at or after flattened position f.
+    let pos = |f: usize| oh_lo * ow + f / wq * ow + (f % wq).min(ow);
+    let mut tile = [0.0f32; MR * TW];
+    for bi in 0..s.n {
+        let xb = &x[bi * chw..][..chw];
+        pack_planes(k.pack, s, (&g, k.per), xb, oh_lo, out_rows, ps, planes);
+        let planes = &*planes;
+        let yb = &mut y[bi * s.c_out * ohw..][..s.c_out * ohw];
+        let mut res: [&[f32]; 4] = [&[]; 4];
+        for (d, r) in res.iter_mut().zip(epi.residuals) {
+            *d = &r[bi * s.c_out * ohw..][..s.c_out * ohw];
+        }
+        let epi_b = Epilogue {
+            residuals: &res[..epi.residuals.len()],
+            ..*epi
+        };
+        let mut blk = pan_lo;
+        while blk < pan_hi {
+            let blk_hi = (blk + per_block).min(pan_hi);
+            let mut t0 = 0;
+            while t0 < tiles {
+                let t1 = (t0 + CHUNK_TILES).min(tiles);
+                for pi in blk..blk_hi {
+                    let a = &w[pi * panel_len..][..panel_len];
+                    let (r_lo, r_hi) = (c_lo.max(pi * MR), c_hi.min(pi * MR + MR));
+                    for t in t0..t1 {
+                        let f0 = t * TW;
+                        (k.tile)(a, &planes[f0..], offs, g.cp, ps, &mut tile, TW);
+                        // The tile's positions inside the image, one output row at a time.
+                        let f_end = (f0 + TW).min(flat);
+                        let mut f = f0;
+                        while f < f_end {
+                            let row_end = (f / wq * wq + ow).min(f_end);
+                            if f < row_end {
+                                let q0 = pos(f);
+                                let (q_lo, q_hi) = (q0.max(p_lo), (q0 + row_end - f).min(p_hi));
+                                for r in (r_lo..r_hi).filter(|_| q_lo < q_hi) {
+                                    let src = &tile[(r - pi * MR) * TW + f - f0 + q_lo - q0..];
+                                    yb[r * ohw + q_lo..r * ohw + q_hi]
+                                        .copy_from_slice(&src[..q_hi - q_lo]);
+                                }
+                            }
+                            f = (f / wq + 1) * wq;
+                        }
+                    }
+                }
+                let (q_lo, q_hi) = (pos(t0 * TW).max(p_lo), pos((t1 * TW).min(flat)).min(p_hi));
+                let (r_lo, r_hi) = (c_lo.max(blk * MR), c_hi.min(blk_hi * MR));
+                if !epi.is_empty() && q_lo < q_hi {
+                    epi_b.apply(isa, yb, ohw, r_lo, r_hi - r_lo, q_lo, q_hi - q_lo);
+                }
+                t0 = t1;
+            }
+            blk = blk_hi;
+        }
+    }
+}
+
+/// The portable f32 tile ([`ConvTile`]): each output a chain of fused multiply-adds
+/// from zero, taps then channels (the AVX-512 tile's order, bit for bit).
+pub fn conv_tile_f32(
+    a: &[f32],
+    b: &[f32],
+    offs: &[usize],
+    cp: usize,
+    cps: usize,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    let a = &a[..offs.len() * cp * MR];
+    for r in 0..MR {
+        for j in 0..TW {
+            let mut s = 0.0f32;
+            for (t, &o) in offs.iter().enumerate() {
+                for p in 0..cp {
+                    s = a[(t * cp + p) * MR + r].mul_add(b[o + p * cps + j], s);
+                }
+            }
+            c[r * ldc + j] = s;
+        }
+    }
+}
+
+/// f32 plane elements: `dst[j] = lo[j * stride]` (one channel per element).
+pub fn pack_f32(lo: &[f32], _hi: Option<&[f32]>, stride: usize, dst: &mut [f32]) {
+    if stride == 1 {
+        dst.copy_from_slice(&lo[..dst.len()]);
+    } else {
+        crate::kernels::body::conv::strided_copy(lo, stride, dst);
+    }
+}
+
+/// True when the process's kernel table computes conv `s` direct in f32: the table has
+/// an f32 tile (not the portable one, which serves as the reference), the conv takes it
+/// ([`applies`]) and is not a 1x1 stride-1 unpadded conv (a GEMM reading its input in
+/// place). One thread, on ResNet-like and YOLO shapes: 0.88-0.98x the im2col time
+/// (e.g. 96->192 3x3/2 at 52x52 2115 against 2306 us).
+///
+/// Also, at most a tenth more positions computed than kept (the columns past the
+/// output width and the last tile's tail): a 13x13 output computes 224 positions for
+/// 169, where im2col's panels compute 176 (192 channels: 1296 us direct, 1281 im2col).
+pub fn f32_wins(s: &ConvShape) -> bool {
+    let t = crate::kernels::isa::table();
+    let pointwise = s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.ph == 0 && s.pw == 0;
+    let computed = (s.oh * Geom::new(s, 1).wq).div_ceil(TW) * TW;
+    t.conv_tile.is_some()
+        && t.isa != Isa::Portable
+        && !pointwise
+        && applies(s, 1)
+        && computed * 10 <= s.oh * s.ow * 11
+}
+
+/// [`conv_direct`] in f32 through `isa`'s tile (the portable one where `isa`'s table
+/// has none); `w` from [`pack_weights`] with one channel per element.
+#[allow(clippy::too_many_arguments)]
+pub fn conv2d_f32(
+    isa: Isa,
+    s: &ConvShape,
+    w: &[f32],
+    x: &[f32],
+    y: &mut [f32],
+    chans: (usize, usize),
+    cols: (usize, usize),
+    epi: &Epilogue<'_>,
+    scratch: &mut [f32],
+) {
+    let k = Kernels {
+        per: 1,
+        pack: pack_f32,
+        tile: isa.table().conv_tile.unwrap_or(conv_tile_f32),
+    };
+    conv_direct(&k, isa, s, w, x, y, chans, cols, epi, scratch);
+}

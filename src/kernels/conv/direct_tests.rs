@@ -1,0 +1,172 @@
+//! The f32 direct conv: the AVX-512 tile against the portable one bit for bit, whole
+//! convs against the naive conv (strides, pads, dilation, odd channels, batches), and
+//! channel / position ranges with the epilogue against the whole call.
+
+use super::direct::{self, conv2d_f32, conv_tile_f32, ConvTile, TW};
+use super::tests::{conv_naive, shape};
+use crate::ir::UnaryOp;
+use crate::kernels::body::conv::ConvShape;
+use crate::kernels::body::unary::PostOpRt;
+use crate::kernels::gemm::Epilogue;
+use crate::kernels::isa::{available_isas, Isa, MR};
+use crate::kernels::testutil::rand_vec;
+
+/// Direct shapes: 3x3 stride 1 and 2, a 7x7 stride-2 stem on 3 channels, 1x1 stride 2,
+/// dilation 2, asymmetric pads and strides, odd channel counts, a batch of 2.
+pub(crate) fn shapes() -> Vec<ConvShape> {
+    vec![
+        shape(1, 12, (9, 11), 13, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),
+        shape(1, 16, (10, 10), 8, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1),
+        shape(1, 3, (23, 21), 7, (7, 7), (2, 2), (1, 1), (3, 3, 3, 3), 1),
+        shape(1, 70, (9, 9), 6, (1, 1), (2, 2), (1, 1), (0, 0, 0, 0), 1),
+        shape(1, 9, (12, 13), 5, (3, 3), (1, 1), (2, 2), (2, 2, 2, 1), 1),
+        shape(1, 11, (8, 15), 19, (3, 5), (1, 2), (1, 1), (0, 2, 1, 1), 1),
+        shape(2, 24, (7, 7), 12, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),
+        shape(1, 65, (5, 5), 20, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 1),
+    ]
+}
+
+/// Every ISA whose table has an f32 tile, with the tile.
+fn tiles() -> Vec<(Isa, ConvTile<f32>)> {
+    available_isas()
+        .into_iter()
+        .filter_map(|i| i.table().conv_tile.map(|t| (i, t)))
+        .collect()
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+#[test]
+fn f32_tiles_match_the_portable_tile_bit_for_bit() {
+    let offs = [0usize, 5, 37, 100, 3];
+    for cp in [0usize, 1, 3, 8] {
+        for taps in [1, 2, 5] {
+            let (o, cps) = (&offs[..taps], 41);
+            let a = rand_vec(taps * cp * MR, cp as u64 + 3);
+            let b = rand_vec(100 + cp.saturating_sub(1) * cps + TW, taps as u64 + 11);
+            let run = |t: ConvTile<f32>| {
+                let ldc = TW + 5;
+                let mut c = vec![f32::NAN; MR * ldc];
+                t(&a, &b, o, cp, cps, &mut c, ldc);
+                (0..MR)
+                    .flat_map(|r| c[r * ldc..r * ldc + TW].to_vec())
+                    .collect::<Vec<_>>()
+            };
+            let want = run(conv_tile_f32);
+            // One lane of the reference against the chain written out.
+            let mut s = 0.0f32;
+            for (t, &off) in o.iter().enumerate() {
+                for p in 0..cp {
+                    s = a[(t * cp + p) * MR + 2].mul_add(b[off + p * cps + 9], s);
+                }
+            }
+            assert_eq!(want[2 * TW + 9].to_bits(), s.to_bits());
+            for (isa, t) in tiles() {
+                assert_eq!(bits(&run(t)), bits(&want), "{isa:?} cp {cp} taps {taps}");
+            }
+        }
+    }
+}
+
+fn run(isa: Isa, s: &ConvShape, w: &[f32], x: &[f32], epi: &Epilogue<'_>) -> Vec<f32> {
+    let mut y = vec![f32::NAN; s.n * s.c_out * s.oh * s.ow];
+    let mut scratch = vec![f32::NAN; direct::scratch_len(s, 1)];
+    let (chans, cols) = ((0, s.c_out), (0, s.oh * s.ow));
+    conv2d_f32(isa, s, w, x, &mut y, chans, cols, epi, &mut scratch);
+    y
+}
+
+#[test]
+fn f32_direct_conv_matches_the_naive_conv() {
+    for s in shapes().into_iter().filter(|s| direct::applies(s, 1)) {
+        let x = rand_vec(s.n * s.c_in * s.h * s.w, 5);
+        let w = rand_vec(s.c_out * s.k(), 6);
+        let bias = vec![0.0; s.c_out];
+        let want = conv_naive(&s, &x, &w, &bias);
+        let abs = |v: &[f32]| -> Vec<f32> { v.iter().map(|a| a.abs()).collect() };
+        let mag = conv_naive(&s, &abs(&x), &abs(&w), &bias);
+        let dw = direct::pack_weights(&s, &w, 1, |lo, _| lo);
+        let base = run(Isa::Portable, &s, &dw, &x, &Epilogue::NONE);
+        for (i, (&g, (&e, &m))) in base.iter().zip(want.iter().zip(&mag)).enumerate() {
+            assert!(
+                (g - e).abs() <= 1e-5 * m + 1e-30,
+                "{s:?} output {i}: {g} vs {e}"
+            );
+        }
+        for (isa, _) in tiles() {
+            assert_eq!(
+                bits(&run(isa, &s, &dw, &x, &Epilogue::NONE)),
+                bits(&base),
+                "{isa:?}"
+            );
+        }
+    }
+}
+
+/// A conv run: `(chans, cols, epi, y)` computes those channels and positions into `y`.
+pub(crate) type RangeRun<'a> =
+    dyn Fn((usize, usize), (usize, usize), &Epilogue<'_>, &mut [f32]) + 'a;
+
+/// Runs `conv` whole with a bias + residual + ReLU epilogue and without, checks the
+/// epilogue's f32 arithmetic, then checks that channel cuts off the MR grid and position
+/// cuts inside and across output rows together equal the whole call bit for bit.
+pub(crate) fn check_ranges(s: &ConvShape, conv: &RangeRun<'_>, what: &str) {
+    let ohw = s.oh * s.ow;
+    let bias = rand_vec(s.c_out, 10);
+    let resid = rand_vec(s.n * s.c_out * ohw, 11);
+    let rs = [&resid[..]];
+    let post = [
+        PostOpRt::AddInput { slot: 0 },
+        PostOpRt::Unary(UnaryOp::Relu),
+    ];
+    let epi = Epilogue {
+        bias: Some(&bias),
+        post: &post,
+        residuals: &rs,
+        ..Epilogue::NONE
+    };
+    let all = ((0, s.c_out), (0, ohw));
+    let mut whole = vec![f32::NAN; s.n * s.c_out * ohw];
+    conv(all.0, all.1, &epi, &mut whole);
+    let mut plain = vec![f32::NAN; whole.len()];
+    conv(all.0, all.1, &Epilogue::NONE, &mut plain);
+    for (i, (&g, &p)) in whole.iter().zip(&plain).enumerate() {
+        let c = i / ohw % s.c_out;
+        assert_eq!(
+            g,
+            (p + bias[c] + resid[i]).max(0.0),
+            "{what} {s:?} epilogue {i}"
+        );
+    }
+    let c_cuts = [0, 5.min(s.c_out), s.c_out];
+    let p_cuts = [
+        0,
+        (ohw / 3).clamp(1, ohw),
+        (ohw / 3 + s.ow + 2).min(ohw),
+        ohw,
+    ];
+    let mut parts = vec![f32::NAN; whole.len()];
+    for c in c_cuts.windows(2) {
+        for p in p_cuts.windows(2) {
+            conv((c[0], c[1]), (p[0], p[1]), &epi, &mut parts);
+        }
+    }
+    assert_eq!(bits(&parts), bits(&whole), "{what} {s:?} ranges");
+}
+
+#[test]
+fn f32_direct_ranges_equal_the_whole_call_with_the_epilogue() {
+    for s in shapes().into_iter().filter(|s| direct::applies(s, 1)) {
+        let x = rand_vec(s.n * s.c_in * s.h * s.w, 8);
+        let w = direct::pack_weights(&s, &rand_vec(s.c_out * s.k(), 9), 1, |lo, _| lo);
+        for (isa, _) in tiles() {
+            let conv = |chans, cols, epi: &Epilogue<'_>, y: &mut [f32]| {
+                let mut scratch = vec![f32::NAN; direct::scratch_len(&s, 1)];
+                conv2d_f32(isa, &s, &w, &x, y, chans, cols, epi, &mut scratch);
+            };
+            check_ranges(&s, &conv, &format!("{isa:?}"));
+        }
+    }
+}
