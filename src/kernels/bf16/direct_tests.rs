@@ -50,11 +50,11 @@ fn conv_tile_matches_the_emulation_bit_for_bit() {
                 let want = run(portable());
                 // The emulation itself: one lane against the sum written out.
                 let mut s = 0.0;
-                for (t, &off) in o.iter().enumerate() {
-                    for p in 0..cp {
+                for p in 0..cp {
+                    for (t, &off) in o.iter().enumerate() {
                         s = super::portable::dp_pair(
                             s,
-                            a[(t * cp + p) * MR + 1],
+                            a[(p * taps + t) * MR + 1],
                             b[off + p * cps + 7],
                         );
                     }

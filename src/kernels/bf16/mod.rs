@@ -52,8 +52,8 @@ pub struct Bf16Table {
     /// A packed f32 B panel (`kc` rows of NR floats, as `gemm::pack_b` and the im2col
     /// kernels write them) into its K-pair form (`kc.div_ceil(2) * NR` dwords).
     pub pack_panel: fn(src: &[f32], kc: usize, dst: &mut [u32]),
-    /// One MR x 2NR tile of a direct conv, a sum over taps and channel pairs:
-    /// `C[r][j] = Σ_t Σ_p A[(t * cp + p) * MR + r] · B[offs[t] + p * cps + j]` in that
+    /// One MR x 2NR tile of a direct conv, a sum over channel pairs and taps:
+    /// `C[r][j] = Σ_p Σ_t A[(p * taps + t) * MR + r] · B[offs[t] + p * cps + j]` in that
     /// order (pair by pair, as `tile2` over a K of `offs.len() * cp` pairs), written to
     /// MR rows of `2 * NR` floats at stride `ldc` of `c`.
     pub conv_tile:

@@ -85,13 +85,13 @@ fn conv_tile(
     c: &mut [f32],
     ldc: usize,
 ) {
-    let a = &a[..offs.len() * cp * MR];
+    let (a, taps) = (&a[..offs.len() * cp * MR], offs.len());
     for r in 0..MR {
         for j in 0..2 * NR {
             let mut s = 0.0;
-            for (t, &o) in offs.iter().enumerate() {
-                for p in 0..cp {
-                    s = dp_pair(s, a[(t * cp + p) * MR + r], b[o + p * cps + j]);
+            for p in 0..cp {
+                for (t, &o) in offs.iter().enumerate() {
+                    s = dp_pair(s, a[(p * taps + t) * MR + r], b[o + p * cps + j]);
                 }
             }
             c[r * ldc + j] = s;

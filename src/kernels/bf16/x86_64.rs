@@ -244,13 +244,13 @@ unsafe fn conv_tile_512(
     let mut s0 = [_mm512_setzero_ps(); MR];
     let mut s1 = [_mm512_setzero_ps(); MR];
     let mut ap = a;
-    for &o in offs {
-        // SAFETY: tap rows start within B (caller's bounds).
-        let mut bp = unsafe { b.add(o) };
-        for _ in 0..cp {
-            // SAFETY: this pair row of B (2 * NR dwords) and of A (MR dwords) are within
-            // the caller's bounds; the pointers advance by one row each.
+    for p in 0..cp {
+        for &o in offs {
+            // SAFETY: this tap's pair row of channel pair p in B (2 * NR dwords from
+            // `o + p * cps`) and this row of A (MR dwords) are within the caller's
+            // bounds; A advances by one row per step.
             unsafe {
+                let bp = b.add(o + p * cps);
                 let v0 = std::mem::transmute::<__m512i, __m512bh>(_mm512_loadu_si512(bp.cast()));
                 let v1 =
                     std::mem::transmute::<__m512i, __m512bh>(_mm512_loadu_si512(bp.add(NR).cast()));
@@ -260,7 +260,6 @@ unsafe fn conv_tile_512(
                     s1[r] = _mm512_dpbf16_ps(s1[r], va, v1);
                 }
                 ap = ap.add(MR);
-                bp = bp.add(cps);
             }
         }
     }

@@ -12,10 +12,12 @@
 //! `(oh, ow)` reads plane position `f + dy * wq + dx` with `f = (oh - oh_lo) * wq + ow`:
 //! linear in `f`. Positions with `ow >= OW` are computed and dropped.
 //!
-//! Weights: MR-row panels of `taps * cp` elements, tap-major (`t = u * KW + v`), then
-//! channel group, as the tile reads them.
+//! Weights: MR-row panels of `cp * taps` elements, channel-group-major, then tap
+//! (`t = u * KW + v`), as the tile reads them: im2col's K order, so that in f32 (one
+//! channel per element) on AVX-512, whose GEMM tile also runs one fused chain per output
+//! in K order, the direct conv gives exactly the im2col path's bits.
 //!
-//! Invariant: every output is the same sum in the same order (taps, then channel groups)
+//! Invariant: every output is the same sum in the same order (channel groups, then taps)
 //! whatever channel or position range a call asks for, so disjoint ranges together equal
 //! one whole call bit for bit.
 
@@ -39,7 +41,7 @@ pub const TW: usize = 2 * NR;
 /// channels took 1.25x its im2col time).
 const MIN_DEPTH: usize = 32;
 
-/// One tile: `C[r][j] = Σ_t Σ_p A[(t * cp + p) * MR + r] · B[offs[t] + p * cps + j]`
+/// One tile: `C[r][j] = Σ_p Σ_t A[(p * taps + t) * MR + r] · B[offs[t] + p * cps + j]`
 /// (`j < TW`), written to MR rows of `c` at stride `ldc`.
 pub type ConvTile<T> =
     fn(a: &[T], b: &[T], offs: &[usize], cp: usize, cps: usize, c: &mut [f32], ldc: usize);
@@ -154,7 +156,7 @@ pub fn pack_weights<T: Copy + Default>(
         for t in 0..g.taps {
             for p in 0..g.cp {
                 let (lo, hi) = (at(oc, per * p, t), at(oc, per * p + per - 1, t));
-                panel[(t * g.cp + p) * MR + oc % MR] = elem(lo, if per == 2 { hi } else { 0.0 });
+                panel[(p * g.taps + t) * MR + oc % MR] = elem(lo, if per == 2 { hi } else { 0.0 });
             }
         }
     }
@@ -313,7 +315,8 @@ pub fn conv_direct<T: Copy + Default>(
 }
 
 /// The portable f32 tile ([`ConvTile`]): each output a chain of fused multiply-adds
-/// from zero, taps then channels (the AVX-512 tile's order, bit for bit).
+/// from zero, channel by channel and within a channel tap by tap (the AVX-512 tile's
+/// order, and im2col's K order `(ci, kh, kw)`).
 pub fn conv_tile_f32(
     a: &[f32],
     b: &[f32],
@@ -323,13 +326,13 @@ pub fn conv_tile_f32(
     c: &mut [f32],
     ldc: usize,
 ) {
-    let a = &a[..offs.len() * cp * MR];
+    let (a, taps) = (&a[..offs.len() * cp * MR], offs.len());
     for r in 0..MR {
         for j in 0..TW {
             let mut s = 0.0f32;
-            for (t, &o) in offs.iter().enumerate() {
-                for p in 0..cp {
-                    s = a[(t * cp + p) * MR + r].mul_add(b[o + p * cps + j], s);
+            for p in 0..cp {
+                for (t, &o) in offs.iter().enumerate() {
+                    s = a[(p * taps + t) * MR + r].mul_add(b[o + p * cps + j], s);
                 }
             }
             c[r * ldc + j] = s;

@@ -57,9 +57,9 @@ fn f32_tiles_match_the_portable_tile_bit_for_bit() {
             let want = run(conv_tile_f32);
             // One lane of the reference against the chain written out.
             let mut s = 0.0f32;
-            for (t, &off) in o.iter().enumerate() {
-                for p in 0..cp {
-                    s = a[(t * cp + p) * MR + 2].mul_add(b[off + p * cps + 9], s);
+            for p in 0..cp {
+                for (t, &off) in o.iter().enumerate() {
+                    s = a[(p * taps + t) * MR + 2].mul_add(b[off + p * cps + 9], s);
                 }
             }
             assert_eq!(want[2 * TW + 9].to_bits(), s.to_bits());
@@ -168,5 +168,41 @@ fn f32_direct_ranges_equal_the_whole_call_with_the_epilogue() {
             };
             check_ranges(&s, &conv, &format!("{isa:?}"));
         }
+    }
+}
+
+#[test]
+fn f32_direct_conv_gives_the_avx512_im2col_bits() {
+    // The AVX-512 GEMM tile runs one fused chain per output in K order, and the direct
+    // tile sums in the same order (channel, then tap): the two paths are interchangeable.
+    let mut checked = 0;
+    for s in shapes().into_iter().filter(|s| direct::applies(s, 1)) {
+        let x = rand_vec(s.n * s.c_in * s.h * s.w, 12);
+        let w = rand_vec(s.c_out * s.k(), 13);
+        let dw = direct::pack_weights(&s, &w, 1, |lo, _| lo);
+        let packed = super::ConvWeights::pack(&s, &w);
+        for (isa, _) in tiles().into_iter().filter(|(i, _)| *i == Isa::Avx512) {
+            let mut y = vec![f32::NAN; s.n * s.c_out * s.oh * s.ow];
+            let mut scratch = vec![f32::NAN; s.scratch_len()];
+            let (cols, none) = ((0, s.oh * s.ow), &Epilogue::NONE);
+            super::conv2d(
+                isa,
+                &s,
+                &packed,
+                &x,
+                &mut y,
+                0,
+                s.c_out,
+                cols,
+                None,
+                none,
+                &mut scratch,
+            );
+            assert_eq!(bits(&run(isa, &s, &dw, &x, none)), bits(&y), "{s:?}");
+            checked += 1;
+        }
+    }
+    if crate::kernels::isa::available_isas().contains(&Isa::Avx512) {
+        assert!(checked > 0, "no shape checked");
     }
 }

@@ -1,5 +1,5 @@
 //! The AVX-512 tile of the f32 direct conv (`kernels::conv::direct`): 6 rows x 32
-//! positions (two vectors), a sum over taps and input channels with one broadcast weight
+//! positions (two vectors), a sum over input channels and taps with one broadcast weight
 //! and two plane loads per step. Same bits as `conv::direct::conv_tile_f32`.
 
 use super::{MR, NR};
@@ -49,13 +49,13 @@ unsafe fn tile_512(
     let mut s0 = [_mm512_setzero_ps(); MR];
     let mut s1 = [_mm512_setzero_ps(); MR];
     let mut ap = a;
-    for &o in offs {
-        // SAFETY: tap rows start within B (caller's bounds).
-        let mut bp = unsafe { b.add(o) };
-        for _ in 0..cp {
-            // SAFETY: this row of B (2 * NR floats) and of A (MR floats) are within the
-            // caller's bounds; the pointers advance by one row each.
+    for p in 0..cp {
+        for &o in offs {
+            // SAFETY: this tap's row of channel p in B (2 * NR floats from
+            // `o + p * cps`) and this row of A (MR floats) are within the caller's
+            // bounds; A advances by one row per step.
             unsafe {
+                let bp = b.add(o + p * cps);
                 let v0 = _mm512_loadu_ps(bp);
                 let v1 = _mm512_loadu_ps(bp.add(NR));
                 for r in 0..MR {
@@ -64,7 +64,6 @@ unsafe fn tile_512(
                     s1[r] = _mm512_fmadd_ps(va, v1, s1[r]);
                 }
                 ap = ap.add(MR);
-                bp = bp.add(cps);
             }
         }
     }
