@@ -41,6 +41,11 @@ pub const TW: usize = 2 * NR;
 /// channels took 1.25x its im2col time).
 const MIN_DEPTH: usize = 32;
 
+/// Fewest depth elements of an f32 direct conv of stride 1, where im2col would copy the
+/// input once per tap (U-Net's 3->16 3x3 conv at 224x224, depth 27: 895 -> 711 us; at
+/// stride 2 such convs stay on im2col: 3->32 3x3/2 294 us there against 315 direct).
+const MIN_DEPTH_S1: usize = 16;
+
 /// One tile: `C[r][j] = Σ_p Σ_t A[(p * taps + t) * MR + r] · B[offs[t] + p * cps + j]`
 /// (`j < TW`), written to MR rows of `c` at stride `ldc`.
 pub type ConvTile<T> =
@@ -50,15 +55,24 @@ pub type ConvTile<T> =
 /// the second channel of a bf16 pair (`None` past the last channel; f32 ignores it).
 pub type PackRow<T> = fn(lo: &[f32], hi: Option<&[f32]>, stride: usize, dst: &mut [T]);
 
-/// True when conv `s` can run as a direct conv with `per` input channels per plane
-/// element: dense, at most [`MAX_TAPS`] taps, strides up to [`MAX_STRIDE`] and a depth
-/// of at least [`MIN_DEPTH`] elements.
-pub fn applies(s: &ConvShape, per: usize) -> bool {
+/// True when the direct conv can compute `s` at all: dense, at most [`MAX_TAPS`] taps
+/// and strides up to [`MAX_STRIDE`].
+pub fn fits(s: &ConvShape) -> bool {
     s.group == 1
-        && s.kh * s.kw * s.c_in.div_ceil(per) >= MIN_DEPTH
         && s.kh * s.kw <= MAX_TAPS
         && (1..=MAX_STRIDE).contains(&s.sh)
         && (1..=MAX_STRIDE).contains(&s.sw)
+}
+
+/// Depth of the direct conv of `s`: taps x channel groups of `per` channels.
+fn depth(s: &ConvShape, per: usize) -> usize {
+    s.kh * s.kw * s.c_in.div_ceil(per)
+}
+
+/// True when conv `s` runs as a direct conv with `per` input channels per plane
+/// element: it [`fits`] and has a depth of at least [`MIN_DEPTH`] elements.
+pub fn applies(s: &ConvShape, per: usize) -> bool {
+    fits(s) && depth(s, per) >= MIN_DEPTH
 }
 
 /// The plane geometry of a direct conv.
@@ -351,7 +365,8 @@ pub fn pack_f32(lo: &[f32], _hi: Option<&[f32]>, stride: usize, dst: &mut [f32])
 
 /// True when the process's kernel table computes conv `s` direct in f32: the table has
 /// an f32 tile (not the portable one, which serves as the reference), the conv takes it
-/// ([`applies`]) and is not a 1x1 stride-1 unpadded conv (a GEMM reading its input in
+/// ([`applies`], or [`fits`] with a depth of [`MIN_DEPTH_S1`] at stride 1) and is not a
+/// 1x1 stride-1 unpadded conv (a GEMM reading its input in
 /// place). One thread, on ResNet-like and YOLO shapes: 0.88-0.98x the im2col time
 /// (e.g. 96->192 3x3/2 at 52x52 2115 against 2306 us).
 ///
@@ -365,7 +380,8 @@ pub fn f32_wins(s: &ConvShape) -> bool {
     t.conv_tile.is_some()
         && t.isa != Isa::Portable
         && !pointwise
-        && applies(s, 1)
+        && fits(s)
+        && (depth(s, 1) >= MIN_DEPTH || (s.sh == 1 && s.sw == 1 && depth(s, 1) >= MIN_DEPTH_S1))
         && computed * 10 <= s.oh * s.ow * 11
 }
 

@@ -23,6 +23,8 @@ pub(crate) fn shapes() -> Vec<ConvShape> {
         shape(1, 11, (8, 15), 19, (3, 5), (1, 2), (1, 1), (0, 2, 1, 1), 1),
         shape(2, 24, (7, 7), 12, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),
         shape(1, 65, (5, 5), 20, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 1),
+        // Shallow: 3 channels, 3x3 (f32 depth 27, under the bf16 direct conv's minimum).
+        shape(1, 3, (10, 12), 7, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),
     ]
 }
 
@@ -80,7 +82,7 @@ fn run(isa: Isa, s: &ConvShape, w: &[f32], x: &[f32], epi: &Epilogue<'_>) -> Vec
 
 #[test]
 fn f32_direct_conv_matches_the_naive_conv() {
-    for s in shapes().into_iter().filter(|s| direct::applies(s, 1)) {
+    for s in shapes().into_iter().filter(direct::fits) {
         let x = rand_vec(s.n * s.c_in * s.h * s.w, 5);
         let w = rand_vec(s.c_out * s.k(), 6);
         let bias = vec![0.0; s.c_out];
@@ -158,7 +160,7 @@ pub(crate) fn check_ranges(s: &ConvShape, conv: &RangeRun<'_>, what: &str) {
 
 #[test]
 fn f32_direct_ranges_equal_the_whole_call_with_the_epilogue() {
-    for s in shapes().into_iter().filter(|s| direct::applies(s, 1)) {
+    for s in shapes().into_iter().filter(direct::fits) {
         let x = rand_vec(s.n * s.c_in * s.h * s.w, 8);
         let w = direct::pack_weights(&s, &rand_vec(s.c_out * s.k(), 9), 1, |lo, _| lo);
         for (isa, _) in tiles() {
@@ -176,7 +178,7 @@ fn f32_direct_conv_gives_the_avx512_im2col_bits() {
     // The AVX-512 GEMM tile runs one fused chain per output in K order, and the direct
     // tile sums in the same order (channel, then tap): the two paths are interchangeable.
     let mut checked = 0;
-    for s in shapes().into_iter().filter(|s| direct::applies(s, 1)) {
+    for s in shapes().into_iter().filter(direct::fits) {
         let x = rand_vec(s.n * s.c_in * s.h * s.w, 12);
         let w = rand_vec(s.c_out * s.k(), 13);
         let dw = direct::pack_weights(&s, &w, 1, |lo, _| lo);
