@@ -14,7 +14,7 @@
 
 use super::ctx::{expand_channel, geom2, nchw, Ctx};
 use super::errors::{bad_attr, shape_err, unsup};
-use super::post::{post_ops, residual_inputs, MAX_RESIDUALS};
+use super::post::{conv_epilogue, post_ops, residual_inputs, MAX_RESIDUALS};
 use super::{out_f32, FamilyKernel, Planned, Run};
 use crate::error::Result;
 use crate::exec::pool;
@@ -30,25 +30,45 @@ use crate::kernels::unary::PostOpRt;
 /// the across-channels kernel (`kernels::body::dw_block`).
 const DW_CHUNK_ALIGN: usize = crate::kernels::body::dw_block::BLOCK_LANES;
 
-/// Output channels `[c0, c1)` of a conv as a conv of their own, for one intra-op thread:
-/// dense, the same input and the rows `c0..c1` of the weights packed separately;
-/// depthwise, input channels `c0..c1` and their taps (borrowed from the whole).
+/// Output channels `[c0, c1)` of a conv as a conv of their own, for one intra-op thread,
+/// with weights `W`: dense, the same input and the rows `c0..c1` of the weights packed
+/// separately; depthwise, input channels `c0..c1` and their taps (borrowed from the
+/// whole).
 #[derive(Debug)]
-pub(crate) struct ConvChunk {
+pub(crate) struct Chunk<W> {
     c0: usize,
     c1: usize,
     s: ConvShape,
-    w: ConvWeights,
+    w: W,
 }
 
-/// One intra-op chunk of a bf16 conv: output channels `[c0, c1)` as a conv of their own
-/// (shape and weights in K pairs).
-#[derive(Debug)]
-pub(crate) struct Bf16ConvChunk {
-    c0: usize,
-    c1: usize,
-    s: ConvShape,
-    w: Bf16ConvWeights,
+/// An f32 conv's intra-op chunk.
+pub(crate) type ConvChunk = Chunk<ConvWeights>;
+
+/// A bf16 conv's intra-op chunk (weights in K pairs).
+pub(crate) type Bf16ConvChunk = Chunk<Bf16ConvWeights>;
+
+/// The intra-op chunks of a dense conv (one image: the ranges [`conv_chunk_ranges`]
+/// cuts), each with rows `c0..c1` of the flat weights `wt` packed on their own by
+/// `pack`.
+fn dense_chunks<W>(
+    s: &ConvShape,
+    wt: &[f32],
+    threads: usize,
+    pack: impl Fn(&ConvShape, &[f32]) -> W,
+) -> Vec<Chunk<W>> {
+    let k = s.k();
+    conv_chunk_ranges(s, threads)
+        .into_iter()
+        .map(|(c0, c1)| {
+            let sc = ConvShape {
+                c_out: c1 - c0,
+                ..s.clone()
+            };
+            let w = pack(&sc, &wt[c0 * k..c1 * k]);
+            Chunk { c0, c1, s: sc, w }
+        })
+        .collect()
 }
 
 /// A planned Conv or ConvTranspose.
@@ -364,22 +384,10 @@ fn bf16_conv_wins(s: &ConvShape) -> bool {
 /// weights. Every output is computed by the same tile arithmetic as in the whole conv
 /// (its weight row, the same im2col blocks), so the chunks equal one thread bit for bit.
 fn bf16_conv_chunks(s: &ConvShape, wt: &[f32], threads: usize) -> Vec<Bf16ConvChunk> {
-    let k = s.k();
-    conv_chunk_ranges(s, threads)
-        .into_iter()
-        .map(|(c0, c1)| {
-            let sc = ConvShape {
-                c_out: c1 - c0,
-                ..s.clone()
-            };
-            let w = Bf16ConvWeights::pack(&sc, &wt[c0 * k..c1 * k]);
-            Bf16ConvChunk { c0, c1, s: sc, w }
-        })
-        .collect()
+    dense_chunks(s, wt, threads, Bf16ConvWeights::pack)
 }
 
-/// Runs a bf16 conv's chunks on this thread and the intra-op helper pool (`exec::pool`),
-/// each writing its own block of output channels with its own scratch.
+/// Runs a bf16 conv's chunks on this thread and the intra-op helper pool.
 #[allow(clippy::too_many_arguments)]
 fn run_bf16_chunks(
     tab: &Bf16Table,
@@ -391,8 +399,29 @@ fn run_bf16_chunks(
     scratch: &mut [f32],
     helpers: &mut [Vec<f32>],
 ) {
+    run_chunks(par, y, epi, scratch, helpers, &|ch, e, part, scratch| {
+        let (chans, cols) = ((0, ch.c1 - ch.c0), (0, ch.s.oh * ch.s.ow));
+        bf16::conv2d_bf16(tab, isa, &ch.s, &ch.w, x, part, chans, cols, e, scratch);
+    });
+}
+
+/// One chunk's conv for [`run_chunks`]: `(chunk, epilogue, output part, scratch)`.
+type ChunkConv<'a, W> = dyn Fn(&Chunk<W>, &Epilogue<'_>, &mut [f32], &mut [f32]) + Sync + 'a;
+
+/// Runs the chunks of a conv on this thread and the intra-op helper pool
+/// (`exec::pool`), each writing its own disjoint block of output channels with its own
+/// scratch: `conv(ch, e, part, scratch)` computes chunk `ch` into `part` with `e`, the
+/// epilogue of its channels (its slice of each residual, its channel offset).
+fn run_chunks<W: Sync>(
+    par: &[Chunk<W>],
+    y: &mut [f32],
+    epi: &Epilogue<'_>,
+    scratch: &mut [f32],
+    helpers: &mut [Vec<f32>],
+    conv: &ChunkConv<'_, W>,
+) {
     let ohw = par.first().map_or(0, |ch| ch.s.oh * ch.s.ow);
-    let run = |ch: &Bf16ConvChunk, part: &mut [f32], scratch: &mut [f32]| {
+    let run = |ch: &Chunk<W>, part: &mut [f32], scratch: &mut [f32]| {
         // Residuals are laid out like the output: take this chunk's channels.
         let mut rc: [&[f32]; MAX_RESIDUALS] = [&[]; MAX_RESIDUALS];
         for (d, r) in rc.iter_mut().zip(epi.residuals) {
@@ -403,19 +432,7 @@ fn run_bf16_chunks(
             residuals: &rc[..epi.residuals.len()],
             ..*epi
         };
-        let chans = (0, ch.c1 - ch.c0);
-        bf16::conv2d_bf16(
-            tab,
-            isa,
-            &ch.s,
-            &ch.w,
-            x,
-            part,
-            chans,
-            (0, ohw),
-            &e,
-            scratch,
-        );
+        conv(ch, &e, part, scratch);
     };
     let mut parts = crate::exec::pool::chunk_parts(
         par.iter().map(|ch| (ch.c1 - ch.c0) * ohw),
@@ -595,39 +612,25 @@ pub(crate) fn plan_deconv(
     Ok(Planned::new(ConvKernel::Deconv { p, bias, post, res }).scratch(scratch))
 }
 
-/// Runs the chunks of a conv on this thread and the intra-op helper pool (`exec::pool`),
-/// each writing its own disjoint block of output channels with its own scratch.
-#[allow(clippy::too_many_arguments)]
+/// Runs an f32 conv's chunks on this thread and the intra-op helper pool (a depthwise
+/// chunk reads only its own input channels).
 fn run_conv_chunks(
     isa: Isa,
     par: &[ConvChunk],
     x: &[f32],
     y: &mut [f32],
     epi: &Epilogue<'_>,
-    resid: &[&[f32]],
     scratch: &mut [f32],
     helpers: &mut [Vec<f32>],
 ) {
     let hw = par.first().map_or(0, |ch| ch.s.h * ch.s.w);
-    let run = |ch: &ConvChunk, part: &mut [f32], scratch: &mut [f32]| {
-        let ohw = ch.s.oh * ch.s.ow;
-        // A depthwise chunk reads only its own input channels.
+    run_chunks(par, y, epi, scratch, helpers, &|ch, e, part, scratch| {
         let x = if ch.s.is_depthwise() {
             &x[ch.c0 * hw..ch.c1 * hw]
         } else {
             x
         };
-        // Residuals are laid out like the output: take this chunk's channels.
-        let mut rc: [&[f32]; MAX_RESIDUALS] = [&[]; MAX_RESIDUALS];
-        for (d, r) in rc.iter_mut().zip(resid) {
-            *d = &r[ch.c0 * ohw..ch.c1 * ohw];
-        }
-        let e = Epilogue {
-            channel_offset: ch.c0,
-            residuals: &rc[..resid.len()],
-            ..*epi
-        };
-        let c_out = ch.c1 - ch.c0;
+        let (c_out, ohw) = (ch.c1 - ch.c0, ch.s.oh * ch.s.ow);
         conv::conv2d(
             isa,
             &ch.s,
@@ -638,21 +641,9 @@ fn run_conv_chunks(
             c_out,
             (0, ohw),
             None,
-            &e,
+            e,
             scratch,
         );
-    };
-    let ohw = par.first().map_or(0, |ch| ch.s.oh * ch.s.ow);
-    let mut parts = crate::exec::pool::chunk_parts(
-        par.iter().map(|ch| (ch.c1 - ch.c0) * ohw),
-        y,
-        scratch,
-        helpers,
-    );
-    crate::exec::pool::global().run(&mut parts[..par.len()], &|i, slot| {
-        if let Some((part, s)) = slot.take() {
-            run(&par[i], part, s);
-        }
     });
 }
 
@@ -683,23 +674,7 @@ fn conv_chunks(s: &ConvShape, w: &[f32], wts: &ConvWeights, threads: usize) -> V
             .collect::<Option<Vec<_>>>()
             .unwrap_or_default();
     }
-    let k = s.k();
-    conv_chunk_ranges(s, threads)
-        .into_iter()
-        .map(|(c0, c1)| {
-            let sc = ConvShape {
-                c_out: c1 - c0,
-                ..s.clone()
-            };
-            let wc = ConvWeights::pack(&sc, &w[c0 * k..c1 * k]);
-            ConvChunk {
-                c0,
-                c1,
-                s: sc,
-                w: wc,
-            }
-        })
-        .collect()
+    dense_chunks(s, w, threads, ConvWeights::pack)
 }
 
 /// True when channel tiles of this conv share one packed im2col matrix (dense conv,
@@ -753,17 +728,11 @@ impl FamilyKernel for ConvKernel {
             } => {
                 let ((lo, hi), cols) = tile_span(s, *by_cols, tile);
                 let resid = residual_inputs(io, res);
-                let epi = Epilogue {
-                    bias: bias.as_deref(),
-                    post,
-                    residuals: &resid[..res.len()],
-                    ..Epilogue::NONE
-                };
+                let epi = conv_epilogue(bias.as_deref(), post, &resid[..res.len()]);
                 let x = io.f32(0);
                 let y = out_f32(r.out, r.outs, 0);
                 if tile.count == 1 && !par.is_empty() && r.helpers.len() + 1 >= par.len() {
-                    let resid = &resid[..res.len()];
-                    run_conv_chunks(r.isa, par, x, y, &epi, resid, r.scratch, r.helpers);
+                    run_conv_chunks(r.isa, par, x, y, &epi, r.scratch, r.helpers);
                 } else if tile.count > 1 && conv_shares_b(s, *by_cols) {
                     // Channel tiles of one image share its im2col matrix: tile 0 packs it.
                     let (full, rest) = r.scratch.split_at_mut(conv::full_b_len(s));
@@ -788,12 +757,7 @@ impl FamilyKernel for ConvKernel {
             } => {
                 let (chans, cols) = tile_span(s, *by_cols, tile);
                 let resid = residual_inputs(io, res);
-                let epi = Epilogue {
-                    bias: bias.as_deref(),
-                    post,
-                    residuals: &resid[..res.len()],
-                    ..Epilogue::NONE
-                };
+                let epi = conv_epilogue(bias.as_deref(), post, &resid[..res.len()]);
                 let (x, y) = (io.f32(0), out_f32(r.out, r.outs, 0));
                 if tile.count == 1 && !par.is_empty() && r.helpers.len() + 1 >= par.len() {
                     run_bf16_chunks(tab, r.isa, par, x, y, &epi, r.scratch, r.helpers);
@@ -811,12 +775,7 @@ impl FamilyKernel for ConvKernel {
             } => {
                 let (chans, cols) = tile_span(s, *by_cols, tile);
                 let resid = residual_inputs(io, res);
-                let epi = Epilogue {
-                    bias: bias.as_deref(),
-                    post,
-                    residuals: &resid[..res.len()],
-                    ..Epilogue::NONE
-                };
+                let epi = conv_epilogue(bias.as_deref(), post, &resid[..res.len()]);
                 let (x, y) = (io.f32(0), out_f32(r.out, r.outs, 0));
                 direct::conv2d_f32(r.isa, s, w, x, y, chans, cols, &epi, r.scratch);
             }
@@ -825,12 +784,7 @@ impl FamilyKernel for ConvKernel {
                 // when the kernel does not overlap (kernel = stride, the upsampling case).
                 let rows = tile.range(p.s.oh, p.s.sh);
                 let resid = residual_inputs(io, res);
-                let epi = Epilogue {
-                    bias: bias.as_deref(),
-                    post,
-                    residuals: &resid[..res.len()],
-                    ..Epilogue::NONE
-                };
+                let epi = conv_epilogue(bias.as_deref(), post, &resid[..res.len()]);
                 let y = out_f32(r.out, r.outs, 0);
                 p.run(r.isa, io.f32(0), y, (0, p.s.c_out), rows, &epi, r.scratch);
             }
@@ -849,12 +803,7 @@ impl FamilyKernel for ConvKernel {
                     (tile.range(s.c_out, gemm::MR), (0, p.plane_tiles()))
                 };
                 let resid = residual_inputs(io, res);
-                let epi = Epilogue {
-                    bias: bias.as_deref(),
-                    post,
-                    residuals: &resid[..res.len()],
-                    ..Epilogue::NONE
-                };
+                let epi = conv_epilogue(bias.as_deref(), post, &resid[..res.len()]);
                 let (x, y) = (io.f32(0), out_f32(r.out, r.outs, 0));
                 if tile.count == 1 && !par.is_empty() && r.helpers.len() + 1 >= par.len() {
                     let (v, rest) = r.scratch.split_at_mut(p.input_len());

@@ -24,6 +24,21 @@ pub(crate) fn residual_inputs<'a>(
     resid
 }
 
+/// A conv's fused epilogue: per-channel `bias`, then `post` reading `resid` (the first
+/// entries of [`residual_inputs`], one per residual input).
+pub(crate) fn conv_epilogue<'a>(
+    bias: Option<&'a [f32]>,
+    post: &'a [PostOpRt],
+    resid: &'a [&'a [f32]],
+) -> crate::kernels::gemm::Epilogue<'a> {
+    crate::kernels::gemm::Epilogue {
+        bias,
+        post,
+        residuals: resid,
+        ..crate::kernels::gemm::Epilogue::NONE
+    }
+}
+
 /// Converts fused post-ops; returns the runtime list and the node inputs of residuals.
 pub(crate) fn post_ops(
     c: &Ctx<'_>,
