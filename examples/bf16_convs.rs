@@ -1,8 +1,10 @@
-//! bf16 vs f32 conv kernels on ResNet-18's conv shapes, one thread: the best of many
+//! bf16 vs f32 conv kernels (im2col, Winograd, direct in both tilings) on ResNet-18's
+//! and MobileNetV2's conv shapes, one thread: the best of many
 //! runs of each (`cargo run --release --example bf16_convs`). Needs AVX512_BF16.
 
 use std::time::Instant;
 use vnpu::kernels::bf16::{self, Bf16ConvWeights};
+use vnpu::kernels::conv::direct::{self, Tiling};
 use vnpu::kernels::conv::{self, ConvShape, ConvWeights, WinogradPlan};
 use vnpu::kernels::gemm::Epilogue;
 use vnpu::kernels::simd;
@@ -71,13 +73,32 @@ fn main() {
             ConvShape::square(320, 7, 1280, 1, 1, 1),
         ),
         (
+            "yolox 3x3/2 192->384 @26",
+            ConvShape::square(192, 26, 384, 3, 2, 1),
+        ),
+        (
+            "yolox 3x3 192 @13",
+            ConvShape::square(192, 13, 192, 3, 1, 1),
+        ),
+        (
             "mv2 3x3/2 3->32 @224",
             ConvShape::square(3, 224, 32, 3, 2, 1),
         ),
     ];
     println!(
-        "{:28} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9} {:>9} {:>8}",
-        "conv", "f32 us", "wino us", "bf16 us", "ratio", "wb16 F4", "wb16 F2", "direct", "d diff"
+        "{:28} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8}",
+        "conv",
+        "f32 us",
+        "wino us",
+        "bf16 us",
+        "ratio",
+        "wb16 F4",
+        "wb16 F2",
+        "direct",
+        "d chans",
+        "f32 dir",
+        "f32 dch",
+        "d diff"
     );
     for (name, mut s) in shapes {
         if s.kh == 1 {
@@ -137,7 +158,7 @@ fn main() {
             (f64::NAN, f64::NAN, f64::NAN)
         };
         let mut bs = vec![0.0; bf16::conv_scratch_len(&s)];
-        let mut bf16_run = |direct: bool, y: &mut [f32]| {
+        let mut bf16_run = |direct: Option<Tiling>, y: &mut [f32]| {
             let bw = Bf16ConvWeights::with_layout(&s, &w, direct);
             best(|| {
                 bf16::conv2d_bf16(
@@ -154,9 +175,27 @@ fn main() {
                 )
             })
         };
-        let bf_us = bf16_run(false, &mut y);
+        let bf_us = bf16_run(None, &mut y);
         let mut yd = vec![0.0; y.len()];
-        let direct_us = bf16_run(true, &mut yd);
+        let direct_us = bf16_run(Some(Tiling::Rows), &mut yd);
+        let chans_us = bf16_run(Some(Tiling::Chans), &mut yd);
+        // f32 direct in both tilings.
+        let mut ds = vec![0.0; direct::scratch_len(&s, 1)];
+        let mut f32_direct = |t: Tiling, y: &mut [f32]| {
+            let dw = direct::pack_weights(&s, &w, 1, |lo, _| lo, t);
+            let none = &Epilogue::NONE;
+            let all = ((0, s.c_out), (0, ohw));
+            best(|| direct::conv2d_f32(isa, t, &s, &dw, &x, y, all.0, all.1, none, &mut ds))
+        };
+        let mut yf = vec![0.0; y.len()];
+        let (fdr_us, fdc_us) = if direct::fits(&s) {
+            (
+                f32_direct(Tiling::Rows, &mut yf),
+                f32_direct(Tiling::Chans, &mut yf),
+            )
+        } else {
+            (f64::NAN, f64::NAN)
+        };
         let scale = y.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-30);
         let diff = y
             .iter()
@@ -169,7 +208,7 @@ fn main() {
             f32_us.min(wino_us)
         };
         println!(
-            "{name:28} {f32_us:9.0} {wino_us:9.0} {bf_us:9.0} {:6.2} {wb4:9.0} {wb2:9.0} {direct_us:9.0} {diff:8.1e}",
+            "{name:28} {f32_us:9.0} {wino_us:9.0} {bf_us:9.0} {:6.2} {wb4:9.0} {wb2:9.0} {direct_us:9.0} {chans_us:9.0} {fdr_us:9.0} {fdc_us:9.0} {diff:8.1e}",
             bf_us / f
         );
     }

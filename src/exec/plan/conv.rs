@@ -125,8 +125,9 @@ pub(crate) enum ConvKernel {
     /// im2col matrix), one thread. Tiles as [`ConvKernel::Conv`].
     Direct {
         s: ConvShape,
-        /// Weights in the direct tile's panels.
+        /// Weights in the panels of `tiling`'s tile.
         w: Vec<f32>,
+        tiling: direct::Tiling,
         bias: Option<Vec<f32>>,
         post: Vec<PostOpRt>,
         res: Vec<usize>,
@@ -329,8 +330,10 @@ pub(crate) fn plan_conv(
         let ConvParts { s, wt, bias, .. } = parts;
         let by_cols = s.oh * s.ow > s.c_out;
         let scratch = direct::scratch_len(&s, 1);
+        let tiling = direct::tiling(&s, 1);
         let k = ConvKernel::Direct {
-            w: direct::pack_weights(&s, wt, 1, |lo, _| lo),
+            w: direct::pack_weights(&s, wt, 1, |lo, _| lo, tiling),
+            tiling,
             s,
             bias,
             post,
@@ -768,6 +771,7 @@ impl FamilyKernel for ConvKernel {
             ConvKernel::Direct {
                 s,
                 w,
+                tiling,
                 bias,
                 post,
                 res,
@@ -777,7 +781,7 @@ impl FamilyKernel for ConvKernel {
                 let resid = residual_inputs(io, res);
                 let epi = conv_epilogue(bias.as_deref(), post, &resid[..res.len()]);
                 let (x, y) = (io.f32(0), out_f32(r.out, r.outs, 0));
-                direct::conv2d_f32(r.isa, s, w, x, y, chans, cols, &epi, r.scratch);
+                direct::conv2d_f32(r.isa, *tiling, s, w, x, y, chans, cols, &epi, r.scratch);
             }
             ConvKernel::Deconv { p, bias, post, res } => {
                 // Cuts at multiples of the stride, so that no input row is computed twice

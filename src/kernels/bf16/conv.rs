@@ -9,6 +9,7 @@ use super::direct;
 use super::gemm::{gemm_panels, panels_scratch_len};
 use super::{pack_a, Bf16Table};
 use crate::kernels::body::conv::ConvShape;
+use crate::kernels::conv::direct::Tiling;
 use crate::kernels::gemm::Epilogue;
 use crate::kernels::isa::Isa;
 
@@ -19,23 +20,25 @@ pub struct Bf16ConvWeights {
     /// Packed A (`Cout_g` rows, depth `Cin_g * KH * KW`) of each group, or (direct) one
     /// entry with the direct layout.
     pub groups: Vec<Vec<u32>>,
-    /// True when the conv runs direct.
-    pub direct: bool,
+    /// The direct conv's tiling when the conv runs direct.
+    pub direct: Option<Tiling>,
 }
 
 impl Bf16ConvWeights {
     /// Packs `w` (`[Cout, Cin_g, KH, KW]`) for `s` (a dense or grouped conv), direct
-    /// when the direct conv takes `s`.
+    /// (in the tiling it picks) when the direct conv takes `s`.
     pub fn pack(s: &ConvShape, w: &[f32]) -> Bf16ConvWeights {
-        Self::with_layout(s, w, direct::applies(s))
+        let t = direct::applies(s).then(|| direct::tiling(s));
+        Self::with_layout(s, w, t)
     }
 
-    /// Packs `w` for the direct conv when `direct` (and it takes `s`), else for im2col.
-    pub fn with_layout(s: &ConvShape, w: &[f32], direct: bool) -> Bf16ConvWeights {
-        if direct && direct::applies(s) {
+    /// Packs `w` for the direct conv in `tiling` when given (and the direct conv takes
+    /// `s`), else for im2col.
+    pub fn with_layout(s: &ConvShape, w: &[f32], tiling: Option<Tiling>) -> Bf16ConvWeights {
+        if let Some(t) = tiling.filter(|_| direct::applies(s)) {
             return Bf16ConvWeights {
-                groups: vec![direct::pack_weights(s, w)],
-                direct: true,
+                groups: vec![direct::pack_weights(s, w, t)],
+                direct: Some(t),
             };
         }
         let (mg, k) = (s.cout_g(), s.k());
@@ -44,7 +47,7 @@ impl Bf16ConvWeights {
             .collect();
         Bf16ConvWeights {
             groups,
-            direct: false,
+            direct: None,
         }
     }
 }
@@ -76,11 +79,10 @@ pub fn conv2d_bf16(
     epi: &Epilogue<'_>,
     scratch: &mut [f32],
 ) {
-    if wts.direct {
+    if let Some(tiling) = wts.direct {
         let scratch: &mut [u32] = bytemuck::cast_slice_mut(scratch);
-        let w = &wts.groups[0];
-        let chans = (c_lo, c_hi);
-        return direct::conv_direct(tab, isa, s, w, x, y, chans, cols, epi, scratch);
+        let (w, chans) = (&wts.groups[0], (c_lo, c_hi));
+        return direct::conv_direct(tab, tiling, isa, s, w, x, y, chans, cols, epi, scratch);
     }
     let (ohw, hw) = (s.oh * s.ow, s.h * s.w);
     let (mg, k) = (s.cout_g(), s.k());

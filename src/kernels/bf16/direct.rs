@@ -1,10 +1,10 @@
 //! Direct dense convs in bf16: the generic direct conv ([`crate::kernels::conv::direct`])
 //! on K-pair phase planes (two input channels per dword) with the bf16 table's
-//! `pack_pairs` and `conv_tile`.
+//! `pack_pairs` and `conv_tiles`.
 
 use super::{pair, Bf16Table};
 use crate::kernels::body::conv::ConvShape;
-use crate::kernels::conv::direct::{self, Kernels};
+use crate::kernels::conv::direct::{self, Kernels, Tiling};
 use crate::kernels::gemm::Epilogue;
 use crate::kernels::isa::Isa;
 
@@ -21,15 +21,21 @@ pub(super) fn scratch_len(s: &ConvShape) -> usize {
     direct::scratch_len(s, PER)
 }
 
-/// Weights `w` (`[Cout, Cin, KH, KW]`) in K pairs, as the direct tile reads them.
-pub(super) fn pack_weights(s: &ConvShape, w: &[f32]) -> Vec<u32> {
-    direct::pack_weights(s, w, PER, pair)
+/// The tiling of a direct bf16 conv of `s` (see [`direct::tiling`]).
+pub(super) fn tiling(s: &ConvShape) -> Tiling {
+    direct::tiling(s, PER)
 }
 
-/// [`direct::conv_direct`] in bf16 through `tab`.
+/// Weights `w` (`[Cout, Cin, KH, KW]`) in K pairs, as `tiling`'s tile reads them.
+pub(super) fn pack_weights(s: &ConvShape, w: &[f32], tiling: Tiling) -> Vec<u32> {
+    direct::pack_weights(s, w, PER, pair, tiling)
+}
+
+/// [`direct::conv_direct`] in bf16 through `tab`, weights packed for `tiling`.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn conv_direct(
     tab: &Bf16Table,
+    tiling: Tiling,
     isa: Isa,
     s: &ConvShape,
     w: &[u32],
@@ -43,7 +49,7 @@ pub(super) fn conv_direct(
     let k = Kernels {
         per: PER,
         pack: tab.pack_pairs,
-        tile: tab.conv_tile,
+        tiles: tab.conv_tiles,
     };
-    direct::conv_direct(&k, isa, s, w, x, y, chans, cols, epi, scratch);
+    direct::conv_direct(&k, tiling, isa, s, w, x, y, chans, cols, epi, scratch);
 }

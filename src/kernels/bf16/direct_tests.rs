@@ -6,7 +6,8 @@
 use super::{conv2d_bf16, conv_scratch_len, from_bf16, native, portable, to_bf16};
 use super::{Bf16ConvWeights, Bf16Table, NR};
 use crate::kernels::body::conv::ConvShape;
-use crate::kernels::conv::direct_tests::{check_ranges, shapes};
+use crate::kernels::conv::direct::Tiling;
+use crate::kernels::conv::direct_tests::{check_ranges, shapes, TILINGS};
 use crate::kernels::conv::tests::conv_naive;
 use crate::kernels::gemm::Epilogue;
 use crate::kernels::isa::Isa;
@@ -42,7 +43,7 @@ fn conv_tile_matches_the_emulation_bit_for_bit() {
                 let run = |t: &Bf16Table| {
                     let ldc = 2 * NR + 5;
                     let mut c = vec![f32::NAN; MR * ldc];
-                    (t.conv_tile)(&a, &b, o, cp, cps, &mut c, ldc);
+                    (t.conv_tiles.rows)(&a, &b, o, cp, cps, &mut c, ldc);
                     (0..MR)
                         .flat_map(|r| c[r * ldc..r * ldc + 2 * NR].to_vec())
                         .collect::<Vec<f32>>()
@@ -67,6 +68,57 @@ fn conv_tile_matches_the_emulation_bit_for_bit() {
                         "table {} cp {cp} taps {taps}",
                         t.name
                     );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn channel_tile_matches_the_emulation_bit_for_bit() {
+    use crate::kernels::conv::direct::{CN, CW};
+    let offs = [0usize, 5, 37, 100, 3];
+    let pos_all = [3usize, 0, 17, 18, 40, 9, 1, 64];
+    for scale in [0, -62] {
+        for cp in [0usize, 1, 3, 8] {
+            for taps in [1, 2, 5] {
+                for n in 0..=CN {
+                    let (o, cps, pos) = (&offs[..taps], 41, &pos_all[..n]);
+                    let pairs = |n: usize, seed: u64| -> Vec<u32> {
+                        rand_vec(2 * n, seed)
+                            .chunks(2)
+                            .map(|p| super::pair(p[0] * 2f32.powi(scale), p[1] * 2f32.powi(scale)))
+                            .collect()
+                    };
+                    let a = pairs(taps * cp * CW, cp as u64 + 3);
+                    // Exactly as long as the farthest read.
+                    let b = pairs(165 + cp.saturating_sub(1) * cps, taps as u64 + 11);
+                    let run = |t: &Bf16Table| {
+                        let mut c = vec![f32::NAN; n * CW + 3];
+                        (t.conv_tiles.chans)(&a, &b, pos, o, cp, cps, &mut c);
+                        c
+                    };
+                    let want = run(portable());
+                    assert!(want[n * CW..].iter().all(|v| v.is_nan()), "wrote past C");
+                    if n > 2 {
+                        let mut s = 0.0;
+                        for p in 0..cp {
+                            for (t, &off) in o.iter().enumerate() {
+                                let (wa, xb) =
+                                    (a[(p * taps + t) * CW + 19], b[pos[2] + off + p * cps]);
+                                s = super::portable::dp_pair(s, wa, xb);
+                            }
+                        }
+                        assert_eq!(want[2 * CW + 19].to_bits(), s.to_bits());
+                    }
+                    for t in tables() {
+                        assert_eq!(
+                            bits(&run(t)),
+                            bits(&want),
+                            "table {} cp {cp} taps {taps} n {n}",
+                            t.name
+                        );
+                    }
                 }
             }
         }
@@ -160,8 +212,8 @@ fn direct_conv_matches_the_rounded_conv() {
         }
         let x = rand_vec(s.n * s.c_in * s.h * s.w, 5);
         let w = rand_vec(s.c_out * s.k(), 6);
-        let wts = Bf16ConvWeights::pack(&s, &w);
-        assert!(wts.direct);
+        let wts = Bf16ConvWeights::with_layout(&s, &w, Some(Tiling::Rows));
+        assert_eq!(wts.direct, Some(Tiling::Rows));
         let (want, mag) = reference(&s, &x, &w);
         let base = run(portable(), &s, &wts, &x, &Epilogue::NONE);
         for (i, (&g, (&e, &m))) in base.iter().zip(want.iter().zip(&mag)).enumerate() {
@@ -172,20 +224,24 @@ fn direct_conv_matches_the_rounded_conv() {
         let im2col = run(
             portable(),
             &s,
-            &Bf16ConvWeights::with_layout(&s, &w, false),
+            &Bf16ConvWeights::with_layout(&s, &w, None),
             &x,
             &Epilogue::NONE,
         );
         for (i, (&g, &e)) in im2col.iter().zip(&base).enumerate() {
             assert!((g - e).abs() <= 1e-5 * mag[i] + 1e-30, "{s:?} im2col {i}");
         }
-        for t in tables() {
-            assert_eq!(
-                bits(&run(t, &s, &wts, &x, &Epilogue::NONE)),
-                bits(&base),
-                "{}",
-                t.name
-            );
+        // Every table and tiling gives the same bits.
+        for tiling in TILINGS {
+            let wts = Bf16ConvWeights::with_layout(&s, &w, Some(tiling));
+            for t in tables() {
+                assert_eq!(
+                    bits(&run(t, &s, &wts, &x, &Epilogue::NONE)),
+                    bits(&base),
+                    "{} {tiling:?}",
+                    t.name
+                );
+            }
         }
     }
 }
@@ -196,22 +252,25 @@ fn direct_conv_ranges_equal_the_whole_call_with_the_epilogue() {
     // Direct shapes only: im2col needs channel cuts on the MR grid.
     for s in shapes().into_iter().filter(super::direct::applies) {
         let x = rand_vec(s.n * s.c_in * s.h * s.w, 8);
-        let wts = Bf16ConvWeights::pack(&s, &rand_vec(s.c_out * s.k(), 9));
-        let conv = |chans, cols, epi: &Epilogue<'_>, y: &mut [f32]| {
-            let mut scratch = vec![f32::NAN; conv_scratch_len(&s)];
-            conv2d_bf16(
-                t,
-                Isa::Portable,
-                &s,
-                &wts,
-                &x,
-                y,
-                chans,
-                cols,
-                epi,
-                &mut scratch,
-            );
-        };
-        check_ranges(&s, &conv, t.name);
+        let w = rand_vec(s.c_out * s.k(), 9);
+        for tiling in TILINGS {
+            let wts = Bf16ConvWeights::with_layout(&s, &w, Some(tiling));
+            let conv = |chans, cols, epi: &Epilogue<'_>, y: &mut [f32]| {
+                let mut scratch = vec![f32::NAN; conv_scratch_len(&s)];
+                conv2d_bf16(
+                    t,
+                    Isa::Portable,
+                    &s,
+                    &wts,
+                    &x,
+                    y,
+                    chans,
+                    cols,
+                    epi,
+                    &mut scratch,
+                );
+            };
+            check_ranges(&s, &conv, &format!("{} {tiling:?}", t.name));
+        }
     }
 }

@@ -52,12 +52,12 @@ pub struct Bf16Table {
     /// A packed f32 B panel (`kc` rows of NR floats, as `gemm::pack_b` and the im2col
     /// kernels write them) into its K-pair form (`kc.div_ceil(2) * NR` dwords).
     pub pack_panel: fn(src: &[f32], kc: usize, dst: &mut [u32]),
-    /// One MR x 2NR tile of a direct conv, a sum over channel pairs and taps:
-    /// `C[r][j] = Σ_p Σ_t A[(p * taps + t) * MR + r] · B[offs[t] + p * cps + j]` in that
-    /// order (pair by pair, as `tile2` over a K of `offs.len() * cp` pairs), written to
-    /// MR rows of `2 * NR` floats at stride `ldc` of `c`.
-    pub conv_tile:
-        fn(a: &[u32], b: &[u32], offs: &[usize], cp: usize, cps: usize, c: &mut [f32], ldc: usize),
+    /// The tiles of a direct conv, sums over channel pairs and taps in that order (pair
+    /// by pair, as `tile2` over a K of `offs.len() * cp` pairs): the row tile, MR rows x
+    /// `2 * NR` positions (`C[r][j] = Σ_p Σ_t A[(p * taps + t) * MR + r] · B[offs[t] +
+    /// p * cps + j]`, rows at stride `ldc`), and the channel tile, up to 8 positions x
+    /// `2 * NR` channels (`kernels::conv::direct::ChanTile`).
+    pub conv_tiles: crate::kernels::conv::direct::Tiles<u32>,
     /// K pairs from two f32 rows read at `stride`: `dst[j] = pair(lo[j * stride],
     /// hi[j * stride])` for `j < dst.len()`, a zero high half when `hi` is `None`.
     pub pack_pairs: fn(lo: &[f32], hi: Option<&[f32]>, stride: usize, dst: &mut [u32]),

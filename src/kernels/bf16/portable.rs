@@ -2,6 +2,7 @@
 //! bit for bit (the reference the AVX512_BF16 table is tested against).
 
 use super::{from_bf16, pair, Bf16Table, MR, NR};
+use crate::kernels::conv::direct::{Tiles, CW};
 
 /// The portable table.
 pub(super) static TABLE: Bf16Table = Bf16Table {
@@ -9,7 +10,10 @@ pub(super) static TABLE: Bf16Table = Bf16Table {
     tile2,
     tile1,
     pack_panel,
-    conv_tile,
+    conv_tiles: Tiles {
+        rows: conv_tile,
+        chans: conv_ctile,
+    },
     pack_pairs,
 };
 
@@ -95,6 +99,29 @@ fn conv_tile(
                 }
             }
             c[r * ldc + j] = s;
+        }
+    }
+}
+
+fn conv_ctile(
+    a: &[u32],
+    b: &[u32],
+    pos: &[usize],
+    offs: &[usize],
+    cp: usize,
+    cps: usize,
+    c: &mut [f32],
+) {
+    let (a, taps) = (&a[..offs.len() * cp * CW], offs.len());
+    for (j, &q) in pos.iter().enumerate() {
+        for r in 0..CW {
+            let mut s = 0.0;
+            for p in 0..cp {
+                for (t, &o) in offs.iter().enumerate() {
+                    s = dp_pair(s, a[(p * taps + t) * CW + r], b[q + o + p * cps]);
+                }
+            }
+            c[j * CW + r] = s;
         }
     }
 }

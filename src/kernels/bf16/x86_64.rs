@@ -8,6 +8,7 @@
 //! them.
 
 use super::{pair, Bf16Table, MR, NR};
+use crate::kernels::conv::direct::{Tiles, CN, CW};
 use std::arch::x86_64::*;
 
 static TABLE: Bf16Table = Bf16Table {
@@ -15,7 +16,10 @@ static TABLE: Bf16Table = Bf16Table {
     tile2,
     tile1,
     pack_panel,
-    conv_tile,
+    conv_tiles: Tiles {
+        rows: conv_tile,
+        chans: conv_ctile,
+    },
     pack_pairs,
 };
 
@@ -268,6 +272,95 @@ unsafe fn conv_tile_512(
         unsafe {
             _mm512_storeu_ps(c.add(r * ldc), s0[r]);
             _mm512_storeu_ps(c.add(r * ldc + NR), s1[r]);
+        }
+    }
+}
+
+fn conv_ctile(
+    a: &[u32],
+    b: &[u32],
+    pos: &[usize],
+    offs: &[usize],
+    cp: usize,
+    cps: usize,
+    c: &mut [f32],
+) {
+    let n = pos.len();
+    assert!(n <= CN, "bf16 conv channel tile: more than {CN} positions");
+    assert!(
+        a.len() >= offs.len() * cp * CW,
+        "bf16 conv channel tile: short A panel"
+    );
+    if cp > 0 && n > 0 && !offs.is_empty() {
+        let far = pos.iter().max().unwrap_or(&0) + offs.iter().max().unwrap_or(&0);
+        assert!(
+            b.len() > far + (cp - 1) * cps,
+            "bf16 conv channel tile: short B planes"
+        );
+    }
+    assert!(c.len() >= n * CW, "bf16 conv channel tile: short C");
+    let (a, b, c) = (a.as_ptr(), b.as_ptr(), c.as_mut_ptr());
+    // SAFETY: the features were detected with the table (module doc); the asserts bound
+    // every read (`offs.len() * cp * CW` dwords of A; per position, tap and pair, one
+    // dword of B at `pos[j] + offs[t] + p * cps`) and write (`n` rows of CW floats).
+    unsafe {
+        match n {
+            1 => conv_ctile_512::<1>(a, b, pos, offs, cp, cps, c),
+            2 => conv_ctile_512::<2>(a, b, pos, offs, cp, cps, c),
+            3 => conv_ctile_512::<3>(a, b, pos, offs, cp, cps, c),
+            4 => conv_ctile_512::<4>(a, b, pos, offs, cp, cps, c),
+            5 => conv_ctile_512::<5>(a, b, pos, offs, cp, cps, c),
+            6 => conv_ctile_512::<6>(a, b, pos, offs, cp, cps, c),
+            7 => conv_ctile_512::<7>(a, b, pos, offs, cp, cps, c),
+            8 => conv_ctile_512::<8>(a, b, pos, offs, cp, cps, c),
+            _ => {}
+        }
+    }
+}
+
+/// # Safety
+/// AVX-512 F and AVX512_BF16 available; `pos.len() == N`; the reads and writes
+/// [`conv_ctile`] checks are in bounds.
+#[target_feature(enable = "avx512f,avx512bf16")]
+unsafe fn conv_ctile_512<const N: usize>(
+    a: *const u32,
+    b: *const u32,
+    pos: &[usize],
+    offs: &[usize],
+    cp: usize,
+    cps: usize,
+    c: *mut f32,
+) {
+    let mut s0 = [_mm512_setzero_ps(); N];
+    let mut s1 = [_mm512_setzero_ps(); N];
+    let pos: [usize; N] = std::array::from_fn(|j| pos[j]);
+    let mut ap = a;
+    for p in 0..cp {
+        // SAFETY: pair p's plane start is within the caller's bounds (cp > 0 here).
+        let bp = unsafe { b.add(p * cps) };
+        for &o in offs {
+            // SAFETY: this step's A row (CW dwords) and each position's pair at
+            // `pos[j] + o` of pair p are within the caller's bounds; A advances by one
+            // row per step.
+            unsafe {
+                let a0 = std::mem::transmute::<__m512i, __m512bh>(_mm512_loadu_si512(ap.cast()));
+                let a1 =
+                    std::mem::transmute::<__m512i, __m512bh>(_mm512_loadu_si512(ap.add(NR).cast()));
+                let bo = bp.add(o);
+                for j in 0..N {
+                    let vb = bcast(*bo.add(pos[j]));
+                    s0[j] = _mm512_dpbf16_ps(s0[j], vb, a0);
+                    s1[j] = _mm512_dpbf16_ps(s1[j], vb, a1);
+                }
+                ap = ap.add(CW);
+            }
+        }
+    }
+    for j in 0..N {
+        // SAFETY: row j of C (CW floats) is within the caller's bounds.
+        unsafe {
+            _mm512_storeu_ps(c.add(j * CW), s0[j]);
+            _mm512_storeu_ps(c.add(j * CW + NR), s1[j]);
         }
     }
 }

@@ -6,6 +6,9 @@
 //! where the per-plane kernels waste most vector lanes on row ends.
 
 use super::conv::ConvShape;
+use super::epilogue::Epilogue;
+use super::unary::PostOpRt;
+use crate::ir::UnaryOp;
 
 /// Channels of one block (lanes of the block layout; two AVX2 vectors, one AVX-512).
 pub const BLOCK_LANES: usize = 16;
@@ -25,6 +28,18 @@ pub fn applies(s: &ConvShape) -> bool {
     s.w <= BLOCK_MAX_W || (s.kw == 5 && s.w <= 80) || (s.sw == 2 && s.w <= 56)
 }
 
+/// Widest input row the AVX2 entry takes: on two 8-lane vectors per pixel it beats the
+/// per-plane kernels on 7-column planes and 14-column ones at stride 2 (MobileNetV2's
+/// 960-channel 3x3 at 7x7: 157 -> 78 us; 576 channels, stride 2 from 14x14: 146 -> 79),
+/// ties on 14 columns at stride 1, and loses from 28 (192 channels at 28x28: 139 -> 215).
+pub const AVX2_MAX_W: usize = 14;
+
+/// True when `isa`'s table computes a depthwise conv of shape `s` across channels:
+/// [`applies`], and on AVX2 rows of at most [`AVX2_MAX_W`] columns.
+pub fn applies_on(isa: crate::kernels::isa::Isa, s: &ConvShape) -> bool {
+    applies(s) && (isa != crate::kernels::isa::Isa::Avx2Fma || s.w <= AVX2_MAX_W)
+}
+
 /// Padded plane size of the block layout: `(HP, WP)`, input rows/columns including the
 /// leading pads and whatever the last output's taps reach.
 pub fn padded(s: &ConvShape) -> (usize, usize) {
@@ -38,4 +53,38 @@ pub fn padded(s: &ConvShape) -> (usize, usize) {
 pub fn block_scratch_len(s: &ConvShape) -> usize {
     let (hp, wp) = padded(s);
     (hp * wp + s.kh * s.kw + s.oh * s.ow) * BLOCK_LANES
+}
+
+/// The activation a `depthwise_block` entry applies to its accumulators (after the
+/// bias), one lane per channel.
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub enum Act {
+    /// Bias only (or nothing).
+    None,
+    /// `max(v, lo)` then `min(v, hi)` (ReLU, Clip), as `Epilogue::apply_body` computes it.
+    Clamp(f32, f32),
+    /// `v * clamp(v / 6 + 0.5, 0, 1)`.
+    HardSwish,
+}
+
+/// The register-fused part of `epi` for channels `c0..c0 + nc` (`nc <= BLOCK_LANES`):
+/// the activation and the block's bias lanes (zero past `nc`), or `None` when the
+/// epilogue must run on the finished planes.
+pub fn fused(epi: &Epilogue<'_>, c0: usize, nc: usize) -> Option<(Act, [f32; BLOCK_LANES])> {
+    if epi.addend.is_some() || !epi.channel_is_row {
+        return None;
+    }
+    let act = match epi.post {
+        [] => Act::None,
+        [PostOpRt::Unary(UnaryOp::Relu)] => Act::Clamp(0.0, f32::INFINITY),
+        [PostOpRt::Unary(UnaryOp::Clip { min, max })] => Act::Clamp(*min, *max),
+        [PostOpRt::Unary(UnaryOp::HardSwish)] => Act::HardSwish,
+        _ => return None,
+    };
+    let mut bias = [0.0f32; BLOCK_LANES];
+    if let Some(b) = epi.bias {
+        let at = epi.channel_offset + c0;
+        bias[..nc].copy_from_slice(&b[at..at + nc]);
+    }
+    Some((act, bias))
 }

@@ -25,7 +25,7 @@ pub(super) fn depthwise(
 ) {
     let (hw, khw) = (s.h * s.w, s.kh * s.kw);
     let t = isa.table();
-    if let (Some(block), true) = (t.depthwise_block, dw_block::applies(s)) {
+    if let (Some(block), true) = (t.depthwise_block, dw_block::applies_on(isa, s)) {
         // Small planes: across channels, a block at a time.
         let mut c0 = c_lo;
         while c0 < c_hi {

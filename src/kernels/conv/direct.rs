@@ -46,6 +46,59 @@ const MIN_DEPTH: usize = 32;
 /// stride 2 such convs stay on im2col: 3->32 3x3/2 294 us there against 315 direct).
 const MIN_DEPTH_S1: usize = 16;
 
+/// Output channels per panel of the channel tile (two vectors).
+pub const CW: usize = 2 * NR;
+/// Most output positions one channel tile computes.
+pub const CN: usize = 8;
+
+/// How a direct conv tiles its outputs. Both tilings sum each output in the same order
+/// (channel groups, then taps), so they give the same bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tiling {
+    /// The row tile ([`ConvTile`]): MR channels x [`TW`] consecutive plane positions,
+    /// the columns past the output width and the last tile's tail computed and dropped.
+    Rows,
+    /// The channel tile ([`ChanTile`]): [`CW`] channels x up to [`CN`] output positions
+    /// anywhere in the planes, so nothing is computed past the output; for small
+    /// outputs (ResNet's 7x7 stage computes 49 positions where the row tile computes 64).
+    Chans,
+}
+
+/// Outputs a direct conv of `s` computes with `tiling` (`per` channels per element):
+/// the channels rounded up to the panel, times the positions its tiles cover.
+fn work(s: &ConvShape, per: usize, tiling: Tiling) -> usize {
+    match tiling {
+        Tiling::Rows => {
+            let flat = s.oh * Geom::new(s, per).wq;
+            s.c_out.div_ceil(MR) * MR * flat.div_ceil(TW) * TW
+        }
+        Tiling::Chans => s.c_out.div_ceil(CW) * CW * s.oh * s.ow,
+    }
+}
+
+/// The tiling of a direct conv of `s`: the channel tile where it computes at least 5 %
+/// fewer outputs than the row tile (small outputs with 32k channels), else the row tile.
+pub fn tiling(s: &ConvShape, per: usize) -> Tiling {
+    if work(s, per, Tiling::Chans) * 20 <= work(s, per, Tiling::Rows) * 19 {
+        Tiling::Chans
+    } else {
+        Tiling::Rows
+    }
+}
+
+/// Rows of one weight panel under `tiling`.
+fn panel_rows(tiling: Tiling) -> usize {
+    match tiling {
+        Tiling::Rows => MR,
+        Tiling::Chans => CW,
+    }
+}
+
+/// One channel tile: `C[j * CW + r] = Σ_p Σ_t A[(p * taps + t) * CW + r] ·
+/// B[pos[j] + offs[t] + p * cps]` for `j < pos.len()` (at most [`CN`]) and `r < CW`.
+pub type ChanTile<T> =
+    fn(a: &[T], b: &[T], pos: &[usize], offs: &[usize], cp: usize, cps: usize, c: &mut [f32]);
+
 /// One tile: `C[r][j] = Σ_p Σ_t A[(p * taps + t) * MR + r] · B[offs[t] + p * cps + j]`
 /// (`j < TW`), written to MR rows of `c` at stride `ldc`.
 pub type ConvTile<T> =
@@ -147,17 +200,19 @@ pub fn scratch_len(s: &ConvShape, per: usize) -> usize {
     g.phases * g.cp * g.plane_stride(s.oh)
 }
 
-/// Weights `w` (`[Cout, Cin, KH, KW]`) as the tile reads them (module doc): `elem`
-/// makes one element from `per` weights (the missing ones zero).
+/// Weights `w` (`[Cout, Cin, KH, KW]`) as `tiling`'s tile reads them (module doc, in
+/// panels of MR or [`CW`] rows): `elem` makes one element from `per` weights (the
+/// missing ones zero).
 pub fn pack_weights<T: Copy + Default>(
     s: &ConvShape,
     w: &[f32],
     per: usize,
     elem: impl Fn(f32, f32) -> T,
+    tiling: Tiling,
 ) -> Vec<T> {
     let g = Geom::new(s, per);
-    let kp = g.taps * g.cp;
-    let mut out = vec![T::default(); s.c_out.div_ceil(MR) * kp * MR];
+    let (kp, mr) = (g.taps * g.cp, panel_rows(tiling));
+    let mut out = vec![T::default(); s.c_out.div_ceil(mr) * kp * mr];
     let at = |oc: usize, ci: usize, t: usize| {
         if ci < s.c_in {
             w[(oc * s.c_in + ci) * g.taps + t]
@@ -166,11 +221,11 @@ pub fn pack_weights<T: Copy + Default>(
         }
     };
     for oc in 0..s.c_out {
-        let panel = &mut out[oc / MR * kp * MR..][..kp * MR];
+        let panel = &mut out[oc / mr * kp * mr..][..kp * mr];
         for t in 0..g.taps {
             for p in 0..g.cp {
                 let (lo, hi) = (at(oc, per * p, t), at(oc, per * p + per - 1, t));
-                panel[(p * g.taps + t) * MR + oc % MR] = elem(lo, if per == 2 { hi } else { 0.0 });
+                panel[(p * g.taps + t) * mr + oc % mr] = elem(lo, if per == 2 { hi } else { 0.0 });
             }
         }
     }
@@ -226,24 +281,49 @@ fn pack_planes<T: Copy + Default>(
     }
 }
 
+/// The two tiles of a direct conv, one per [`Tiling`].
+#[derive(Clone, Copy)]
+pub struct Tiles<T> {
+    /// The row tile ([`Tiling::Rows`]).
+    pub rows: ConvTile<T>,
+    /// The channel tile ([`Tiling::Chans`]).
+    pub chans: ChanTile<T>,
+}
+
 /// The element kernels of one direct conv: channels per plane element, the row packer
-/// and the tile.
+/// and the tiles.
 pub struct Kernels<T> {
     /// Input channels per plane element (1 for f32, 2 for bf16 pairs).
     pub per: usize,
     /// Converts input rows into plane elements.
     pub pack: PackRow<T>,
-    /// The batch-reduce tile.
-    pub tile: ConvTile<T>,
+    /// The tiles.
+    pub tiles: Tiles<T>,
+}
+
+/// What the tile loops of one image share: the planes, the tap offsets and the output
+/// window.
+struct Sweep<'a, T> {
+    k: &'a Kernels<T>,
+    g: &'a Geom,
+    planes: &'a [T],
+    ps: usize,
+    offs: &'a [usize],
+    /// First output row the planes hold.
+    oh_lo: usize,
+    /// Output channels and positions to write.
+    chans: (usize, usize),
+    cols: (usize, usize),
 }
 
 /// Forward conv of output channels `[c_lo, c_hi)` and output positions `[p_lo, p_hi)`
-/// of `s` (a conv [`applies`] to) with weights from [`pack_weights`]: `x`
-/// `[N, Cin, H, W]`, `y` `[N, Cout, OH, OW]`, residuals laid out like `y`, then `epi`
-/// (through `isa`'s table). `scratch`: [`scratch_len`] elements.
+/// of `s` (a conv [`applies`] to) in `tiling` with weights from [`pack_weights`] for
+/// the same tiling: `x` `[N, Cin, H, W]`, `y` `[N, Cout, OH, OW]`, residuals laid out
+/// like `y`, then `epi` (through `isa`'s table). `scratch`: [`scratch_len`] elements.
 #[allow(clippy::too_many_arguments)]
 pub fn conv_direct<T: Copy + Default>(
     k: &Kernels<T>,
+    tiling: Tiling,
     isa: Isa,
     s: &ConvShape,
     w: &[T],
@@ -258,25 +338,15 @@ pub fn conv_direct<T: Copy + Default>(
         return;
     }
     let g = Geom::new(s, k.per);
-    let (ohw, chw, wq, ow) = (s.oh * s.ow, s.c_in * s.h * s.w, g.wq, s.ow);
-    let (oh_lo, oh_hi) = (p_lo / ow, (p_hi - 1) / ow + 1);
+    let (ohw, chw) = (s.oh * s.ow, s.c_in * s.h * s.w);
+    let (oh_lo, oh_hi) = (p_lo / s.ow, (p_hi - 1) / s.ow + 1);
     let out_rows = oh_hi - oh_lo;
     let ps = g.plane_stride(out_rows);
     let planes = &mut scratch[..g.phases * g.cp * ps];
     let offs_all = g.offsets(s, ps);
-    let offs = &offs_all[..g.taps];
-    let panel_len = g.taps * g.cp * MR;
-    let per_block = (BLOCK_A_DWORDS / panel_len.max(1)).max(1);
-    let (pan_lo, pan_hi) = (c_lo / MR, c_hi.div_ceil(MR));
-    let flat = out_rows * wq;
-    let tiles = flat.div_ceil(TW);
-    // The first output position at or after flattened position f.
-    let pos = |f: usize| oh_lo * ow + f / wq * ow + (f % wq).min(ow);
-    let mut tile = [0.0f32; MR * TW];
     for bi in 0..s.n {
         let xb = &x[bi * chw..][..chw];
         pack_planes(k.pack, s, (&g, k.per), xb, oh_lo, out_rows, ps, planes);
-        let planes = &*planes;
         let yb = &mut y[bi * s.c_out * ohw..][..s.c_out * ohw];
         let mut res: [&[f32]; 4] = [&[]; 4];
         for (d, r) in res.iter_mut().zip(epi.residuals) {
@@ -286,45 +356,146 @@ pub fn conv_direct<T: Copy + Default>(
             residuals: &res[..epi.residuals.len()],
             ..*epi
         };
-        let mut blk = pan_lo;
-        while blk < pan_hi {
-            let blk_hi = (blk + per_block).min(pan_hi);
-            let mut t0 = 0;
-            while t0 < tiles {
-                let t1 = (t0 + CHUNK_TILES).min(tiles);
-                for pi in blk..blk_hi {
-                    let a = &w[pi * panel_len..][..panel_len];
-                    let (r_lo, r_hi) = (c_lo.max(pi * MR), c_hi.min(pi * MR + MR));
-                    for t in t0..t1 {
-                        let f0 = t * TW;
-                        (k.tile)(a, &planes[f0..], offs, g.cp, ps, &mut tile, TW);
-                        // The tile's positions inside the image, one output row at a time.
-                        let f_end = (f0 + TW).min(flat);
-                        let mut f = f0;
-                        while f < f_end {
-                            let row_end = (f / wq * wq + ow).min(f_end);
-                            if f < row_end {
-                                let q0 = pos(f);
-                                let (q_lo, q_hi) = (q0.max(p_lo), (q0 + row_end - f).min(p_hi));
-                                for r in (r_lo..r_hi).filter(|_| q_lo < q_hi) {
-                                    let src = &tile[(r - pi * MR) * TW + f - f0 + q_lo - q0..];
-                                    yb[r * ohw + q_lo..r * ohw + q_hi]
-                                        .copy_from_slice(&src[..q_hi - q_lo]);
-                                }
+        let sw = Sweep {
+            k,
+            g: &g,
+            planes,
+            ps,
+            offs: &offs_all[..g.taps],
+            oh_lo,
+            chans: (c_lo, c_hi),
+            cols: (p_lo, p_hi),
+        };
+        match tiling {
+            Tiling::Rows => sweep_rows(&sw, isa, s, w, yb, &epi_b),
+            Tiling::Chans => sweep_chans(&sw, isa, s, w, yb, &epi_b),
+        }
+    }
+}
+
+/// Panels of `rows` rows (each `panel_len` elements) per block that stays in L2.
+fn panels_per_block(panel_len: usize) -> usize {
+    (BLOCK_A_DWORDS / panel_len.max(1)).max(1)
+}
+
+/// The row tiles of one image: per block of MR-row panels, position tiles of [`TW`]
+/// flattened plane positions in chunks, each chunk's outputs then through the epilogue.
+fn sweep_rows<T: Copy + Default>(
+    sw: &Sweep<'_, T>,
+    isa: Isa,
+    s: &ConvShape,
+    w: &[T],
+    yb: &mut [f32],
+    epi: &Epilogue<'_>,
+) {
+    let (g, ohw, wq, ow) = (sw.g, s.oh * s.ow, sw.g.wq, s.ow);
+    let ((c_lo, c_hi), (p_lo, p_hi)) = (sw.chans, sw.cols);
+    let out_rows = (p_hi - 1) / ow + 1 - sw.oh_lo;
+    let panel_len = g.taps * g.cp * MR;
+    let per_block = panels_per_block(panel_len);
+    let (pan_lo, pan_hi) = (c_lo / MR, c_hi.div_ceil(MR));
+    let flat = out_rows * wq;
+    let tiles = flat.div_ceil(TW);
+    // The first output position at or after flattened position f.
+    let pos = |f: usize| sw.oh_lo * ow + f / wq * ow + (f % wq).min(ow);
+    let mut tile = [0.0f32; MR * TW];
+    let mut blk = pan_lo;
+    while blk < pan_hi {
+        let blk_hi = (blk + per_block).min(pan_hi);
+        let mut t0 = 0;
+        while t0 < tiles {
+            let t1 = (t0 + CHUNK_TILES).min(tiles);
+            for pi in blk..blk_hi {
+                let a = &w[pi * panel_len..][..panel_len];
+                let (r_lo, r_hi) = (c_lo.max(pi * MR), c_hi.min(pi * MR + MR));
+                for t in t0..t1 {
+                    let f0 = t * TW;
+                    (sw.k.tiles.rows)(a, &sw.planes[f0..], sw.offs, g.cp, sw.ps, &mut tile, TW);
+                    // The tile's positions inside the image, one output row at a time.
+                    let f_end = (f0 + TW).min(flat);
+                    let mut f = f0;
+                    while f < f_end {
+                        let row_end = (f / wq * wq + ow).min(f_end);
+                        if f < row_end {
+                            let q0 = pos(f);
+                            let (q_lo, q_hi) = (q0.max(p_lo), (q0 + row_end - f).min(p_hi));
+                            for r in (r_lo..r_hi).filter(|_| q_lo < q_hi) {
+                                let src = &tile[(r - pi * MR) * TW + f - f0 + q_lo - q0..];
+                                yb[r * ohw + q_lo..r * ohw + q_hi]
+                                    .copy_from_slice(&src[..q_hi - q_lo]);
                             }
-                            f = (f / wq + 1) * wq;
+                        }
+                        f = (f / wq + 1) * wq;
+                    }
+                }
+            }
+            let (q_lo, q_hi) = (pos(t0 * TW).max(p_lo), pos((t1 * TW).min(flat)).min(p_hi));
+            let (r_lo, r_hi) = (c_lo.max(blk * MR), c_hi.min(blk_hi * MR));
+            if !epi.is_empty() && q_lo < q_hi {
+                epi.apply(isa, yb, ohw, r_lo, r_hi - r_lo, q_lo, q_hi - q_lo);
+            }
+            t0 = t1;
+        }
+        blk = blk_hi;
+    }
+}
+
+/// The channel tiles of one image: per block of [`CW`]-row panels, the positions in
+/// tiles of at most [`CN`] (as even as the count allows), [`CHUNK_TILES`] tiles per
+/// epilogue pass.
+fn sweep_chans<T: Copy + Default>(
+    sw: &Sweep<'_, T>,
+    isa: Isa,
+    s: &ConvShape,
+    w: &[T],
+    yb: &mut [f32],
+    epi: &Epilogue<'_>,
+) {
+    let (g, ohw, wq, ow) = (sw.g, s.oh * s.ow, sw.g.wq, s.ow);
+    let ((c_lo, c_hi), (p_lo, p_hi)) = (sw.chans, sw.cols);
+    let panel_len = g.taps * g.cp * CW;
+    let per_block = panels_per_block(panel_len);
+    let (pan_lo, pan_hi) = (c_lo / CW, c_hi.div_ceil(CW));
+    let n = p_hi - p_lo;
+    let tiles = n.div_ceil(CN);
+    // Tile t covers positions p_lo + start(t)..p_lo + start(t + 1).
+    let start = |t: usize| t * n / tiles;
+    // Plane position of output position q.
+    let plane_pos = |q: usize| (q / ow - sw.oh_lo) * wq + q % ow;
+    let mut tile = [0.0f32; CN * CW];
+    let mut pos = [0usize; CN];
+    let mut blk = pan_lo;
+    while blk < pan_hi {
+        let blk_hi = (blk + per_block).min(pan_hi);
+        let mut t0 = 0;
+        while t0 < tiles {
+            let t1 = (t0 + CHUNK_TILES).min(tiles);
+            for pi in blk..blk_hi {
+                let a = &w[pi * panel_len..][..panel_len];
+                let (r_lo, r_hi) = (c_lo.max(pi * CW), c_hi.min(pi * CW + CW));
+                for t in t0..t1 {
+                    let (q_lo, q_hi) = (p_lo + start(t), p_lo + start(t + 1));
+                    let m = q_hi - q_lo;
+                    for (j, d) in pos[..m].iter_mut().enumerate() {
+                        *d = plane_pos(q_lo + j);
+                    }
+                    (sw.k.tiles.chans)(a, sw.planes, &pos[..m], sw.offs, g.cp, sw.ps, &mut tile);
+                    for r in r_lo..r_hi {
+                        let dst = &mut yb[r * ohw + q_lo..r * ohw + q_hi];
+                        for (j, d) in dst.iter_mut().enumerate() {
+                            *d = tile[j * CW + r - pi * CW];
                         }
                     }
                 }
-                let (q_lo, q_hi) = (pos(t0 * TW).max(p_lo), pos((t1 * TW).min(flat)).min(p_hi));
-                let (r_lo, r_hi) = (c_lo.max(blk * MR), c_hi.min(blk_hi * MR));
-                if !epi.is_empty() && q_lo < q_hi {
-                    epi_b.apply(isa, yb, ohw, r_lo, r_hi - r_lo, q_lo, q_hi - q_lo);
-                }
-                t0 = t1;
             }
-            blk = blk_hi;
+            let (q_lo, q_hi) = (p_lo + start(t0), p_lo + start(t1));
+            let (r_lo, r_hi) = (c_lo.max(blk * CW), c_hi.min(blk_hi * CW));
+            if !epi.is_empty() {
+                epi.apply(isa, yb, ohw, r_lo, r_hi - r_lo, q_lo, q_hi - q_lo);
+            }
+            t0 = t1;
         }
+        blk = blk_hi;
     }
 }
 
@@ -354,6 +525,31 @@ pub fn conv_tile_f32(
     }
 }
 
+/// The portable f32 channel tile ([`ChanTile`]): each output the chain of fused
+/// multiply-adds of [`conv_tile_f32`], so both tilings give the same bits.
+pub fn conv_ctile_f32(
+    a: &[f32],
+    b: &[f32],
+    pos: &[usize],
+    offs: &[usize],
+    cp: usize,
+    cps: usize,
+    c: &mut [f32],
+) {
+    let (a, taps) = (&a[..offs.len() * cp * CW], offs.len());
+    for (j, &q) in pos.iter().enumerate() {
+        for r in 0..CW {
+            let mut s = 0.0f32;
+            for p in 0..cp {
+                for (t, &o) in offs.iter().enumerate() {
+                    s = a[(p * taps + t) * CW + r].mul_add(b[q + o + p * cps], s);
+                }
+            }
+            c[j * CW + r] = s;
+        }
+    }
+}
+
 /// f32 plane elements: `dst[j] = lo[j * stride]` (one channel per element).
 pub fn pack_f32(lo: &[f32], _hi: Option<&[f32]>, stride: usize, dst: &mut [f32]) {
     if stride == 1 {
@@ -370,26 +566,35 @@ pub fn pack_f32(lo: &[f32], _hi: Option<&[f32]>, stride: usize, dst: &mut [f32])
 /// place). One thread, on ResNet-like and YOLO shapes: 0.88-0.98x the im2col time
 /// (e.g. 96->192 3x3/2 at 52x52 2115 against 2306 us).
 ///
-/// Also, at most a tenth more positions computed than kept (the columns past the
-/// output width and the last tile's tail): a 13x13 output computes 224 positions for
-/// 169, where im2col's panels compute 176 (192 channels: 1296 us direct, 1281 im2col).
+/// Also, at most a tenth more outputs computed than kept under its [`tiling`] (the
+/// row tile computes the columns past the output width and the last tile's tail, the
+/// channel tile rounds the channels up to [`CW`]): a 13x13 output of 192 channels
+/// computes 224 positions for 169 in row tiles, where im2col's panels compute 176
+/// (1296 us direct, 1281 im2col); in channel tiles it computes 169.
 pub fn f32_wins(s: &ConvShape) -> bool {
     let t = crate::kernels::isa::table();
     let pointwise = s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.ph == 0 && s.pw == 0;
-    let computed = (s.oh * Geom::new(s, 1).wq).div_ceil(TW) * TW;
-    t.conv_tile.is_some()
+    let kept = s.c_out.div_ceil(MR) * MR * s.oh * s.ow;
+    t.conv_tiles.is_some()
         && t.isa != Isa::Portable
         && !pointwise
         && fits(s)
         && (depth(s, 1) >= MIN_DEPTH || (s.sh == 1 && s.sw == 1 && depth(s, 1) >= MIN_DEPTH_S1))
-        && computed * 10 <= s.oh * s.ow * 11
+        && work(s, 1, tiling(s, 1)) * 10 <= kept * 11
 }
 
-/// [`conv_direct`] in f32 through `isa`'s tile (the portable one where `isa`'s table
-/// has none); `w` from [`pack_weights`] with one channel per element.
+/// The portable f32 tiles (the reference the SIMD ones are tested against).
+pub const PORTABLE_F32: Tiles<f32> = Tiles {
+    rows: conv_tile_f32,
+    chans: conv_ctile_f32,
+};
+
+/// [`conv_direct`] in f32 through `isa`'s tiles (the portable ones where `isa`'s table
+/// has none); `w` from [`pack_weights`] for `tiling` with one channel per element.
 #[allow(clippy::too_many_arguments)]
 pub fn conv2d_f32(
     isa: Isa,
+    tiling: Tiling,
     s: &ConvShape,
     w: &[f32],
     x: &[f32],
@@ -402,7 +607,7 @@ pub fn conv2d_f32(
     let k = Kernels {
         per: 1,
         pack: pack_f32,
-        tile: isa.table().conv_tile.unwrap_or(conv_tile_f32),
+        tiles: isa.table().conv_tiles.unwrap_or(PORTABLE_F32),
     };
-    conv_direct(&k, isa, s, w, x, y, chans, cols, epi, scratch);
+    conv_direct(&k, tiling, isa, s, w, x, y, chans, cols, epi, scratch);
 }

@@ -65,6 +65,8 @@ mod x86_64_dw;
 #[cfg(target_arch = "x86_64")]
 mod x86_64_dw_block;
 #[cfg(target_arch = "x86_64")]
+mod x86_64_dw_block_avx2;
+#[cfg(target_arch = "x86_64")]
 mod x86_64_dw_flat;
 #[cfg(target_arch = "x86_64")]
 mod x86_64_fma;
@@ -312,10 +314,10 @@ pub struct KernelTable {
         planes: (usize, usize),
         scratch: &mut [f32],
     ),
-    /// One MR x 2NR tile of a direct conv (`kernels::conv::direct`, f32 planes of one
-    /// channel per element), or `None` where im2col is faster (AVX2: its 16 registers
-    /// cannot hold the tile's accumulators).
-    pub conv_tile: Option<crate::kernels::conv::direct::ConvTile<f32>>,
+    /// The tiles of a direct conv (`kernels::conv::direct`, f32 planes of one channel
+    /// per element), or `None` where im2col is faster (AVX2: its 16 registers cannot
+    /// hold the tiles' accumulators).
+    pub conv_tiles: Option<crate::kernels::conv::direct::Tiles<f32>>,
 }
 
 /// The table the process uses (chosen once): the best this CPU supports, or the one

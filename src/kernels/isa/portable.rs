@@ -40,7 +40,7 @@ pub(crate) static TABLE: KernelTable = KernelTable {
     im2col_panels,
     add_pairs: body::conv::add_pairs,
     bilinear_up2x: body::resize::bilinear_up2x,
-    conv_tile: Some(crate::kernels::conv::direct::conv_tile_f32),
+    conv_tiles: Some(crate::kernels::conv::direct::PORTABLE_F32),
 };
 
 // -- pooling and conv packing (issue 12, im2col helper) --

@@ -63,7 +63,7 @@ static TABLE: KernelTable = KernelTable {
     im2col_panels,
     add_pairs,
     bilinear_up2x,
-    conv_tile: Some(super::x86_64_direct::conv_tile),
+    conv_tiles: Some(super::x86_64_direct::TILES),
 };
 
 fn epilogue_body(

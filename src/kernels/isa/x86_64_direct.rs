@@ -1,13 +1,22 @@
-//! The AVX-512 tile of the f32 direct conv (`kernels::conv::direct`): 6 rows x 32
-//! positions (two vectors), a sum over input channels and taps with one broadcast weight
-//! and two plane loads per step. Same bits as `conv::direct::conv_tile_f32`.
+//! The AVX-512 tiles of the f32 direct conv (`kernels::conv::direct`), sums over input
+//! channels and taps: the row tile, 6 rows x 32 positions (two vectors) with one
+//! broadcast weight and two plane loads per step, and the channel tile, up to 8
+//! positions x 32 channels with two weight loads and one broadcast plane element per
+//! position and step. Same bits as `conv::direct::conv_tile_f32` / `conv_ctile_f32`.
 
 use super::{MR, NR};
+use crate::kernels::conv::direct::{Tiles, CN, CW};
 use std::arch::x86_64::*;
+
+/// The AVX-512 tiles.
+pub(super) const TILES: Tiles<f32> = Tiles {
+    rows: conv_tile,
+    chans: conv_ctile,
+};
 
 /// [`crate::kernels::conv::direct::ConvTile`] on AVX-512 (the table is handed out only
 /// after detecting AVX-512 F).
-pub(super) fn conv_tile(
+fn conv_tile(
     a: &[f32],
     b: &[f32],
     offs: &[usize],
@@ -72,6 +81,96 @@ unsafe fn tile_512(
         unsafe {
             _mm512_storeu_ps(c.add(r * ldc), s0[r]);
             _mm512_storeu_ps(c.add(r * ldc + NR), s1[r]);
+        }
+    }
+}
+
+/// [`crate::kernels::conv::direct::ChanTile`] on AVX-512 (the table is handed out only
+/// after detecting AVX-512 F).
+fn conv_ctile(
+    a: &[f32],
+    b: &[f32],
+    pos: &[usize],
+    offs: &[usize],
+    cp: usize,
+    cps: usize,
+    c: &mut [f32],
+) {
+    let n = pos.len();
+    assert!(n <= CN, "conv channel tile: more than {CN} positions");
+    assert!(
+        a.len() >= offs.len() * cp * CW,
+        "conv channel tile: short A panel"
+    );
+    if cp > 0 && n > 0 && !offs.is_empty() {
+        let far = pos.iter().max().unwrap_or(&0) + offs.iter().max().unwrap_or(&0);
+        assert!(
+            b.len() > far + (cp - 1) * cps,
+            "conv channel tile: short planes"
+        );
+    }
+    assert!(c.len() >= n * CW, "conv channel tile: short C");
+    let (a, b, c) = (a.as_ptr(), b.as_ptr(), c.as_mut_ptr());
+    // SAFETY: AVX-512 F was detected with the table; the asserts bound every read
+    // (`offs.len() * cp * CW` floats of A; per position, tap and channel, one float of B
+    // at `pos[j] + offs[t] + p * cps`) and write (`n` rows of CW floats of C).
+    unsafe {
+        match n {
+            1 => ctile_512::<1>(a, b, pos, offs, cp, cps, c),
+            2 => ctile_512::<2>(a, b, pos, offs, cp, cps, c),
+            3 => ctile_512::<3>(a, b, pos, offs, cp, cps, c),
+            4 => ctile_512::<4>(a, b, pos, offs, cp, cps, c),
+            5 => ctile_512::<5>(a, b, pos, offs, cp, cps, c),
+            6 => ctile_512::<6>(a, b, pos, offs, cp, cps, c),
+            7 => ctile_512::<7>(a, b, pos, offs, cp, cps, c),
+            8 => ctile_512::<8>(a, b, pos, offs, cp, cps, c),
+            _ => {}
+        }
+    }
+}
+
+/// # Safety
+/// AVX-512 F available; `pos.len() == N`; the reads and writes [`conv_ctile`] checks
+/// are in bounds.
+#[target_feature(enable = "avx512f,fma")]
+unsafe fn ctile_512<const N: usize>(
+    a: *const f32,
+    b: *const f32,
+    pos: &[usize],
+    offs: &[usize],
+    cp: usize,
+    cps: usize,
+    c: *mut f32,
+) {
+    let mut s0 = [_mm512_setzero_ps(); N];
+    let mut s1 = [_mm512_setzero_ps(); N];
+    let pos: [usize; N] = std::array::from_fn(|j| pos[j]);
+    let mut ap = a;
+    for p in 0..cp {
+        // SAFETY: channel p's plane start is within the caller's bounds (cp > 0 here).
+        let bp = unsafe { b.add(p * cps) };
+        for &o in offs {
+            // SAFETY: this step's A row (CW floats) and each position's element at
+            // `pos[j] + o` of channel p are within the caller's bounds; A advances by
+            // one row per step.
+            unsafe {
+                let a0 = _mm512_loadu_ps(ap);
+                let a1 = _mm512_loadu_ps(ap.add(NR));
+                let bo = bp.add(o);
+                for j in 0..N {
+                    let vb = _mm512_set1_ps(*bo.add(pos[j]));
+                    s0[j] = _mm512_fmadd_ps(vb, a0, s0[j]);
+                    s1[j] = _mm512_fmadd_ps(vb, a1, s1[j]);
+                }
+                ap = ap.add(CW);
+            }
+        }
+    }
+    for j in 0..N {
+        // SAFETY: row j of C (CW floats) is within the caller's bounds.
+        unsafe {
+            _mm512_storeu_ps(c.add(j * CW), s0[j]);
+            _mm512_storeu_ps(c.add(j * CW + NR), s1[j]);
         }
     }
 }

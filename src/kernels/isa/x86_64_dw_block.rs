@@ -9,34 +9,22 @@
 
 use super::x86_64_avx512_math::{self as math, first_lanes};
 use super::x86_64_dw_flat::{self as flat, FlatGeom};
-use crate::ir::UnaryOp;
 use crate::kernels::body::conv::ConvShape;
-use crate::kernels::body::dw_block::{block_scratch_len, padded, BLOCK_LANES};
-use crate::kernels::body::{epilogue::Epilogue, unary::PostOpRt};
+use crate::kernels::body::dw_block::{block_scratch_len, fused, padded, Act, BLOCK_LANES};
+use crate::kernels::body::epilogue::Epilogue;
 use std::arch::x86_64::*;
 
 const L: usize = BLOCK_LANES;
 /// Output pixels accumulated together (independent FMA chains).
 const PIXELS: usize = 8;
 
-/// The activation applied to the accumulators (after the bias).
-#[derive(Clone, Copy, PartialEq)]
-pub(super) enum Act {
-    /// Bias only (or nothing).
-    None,
-    /// `max(v, lo)` then `min(v, hi)` (ReLU, Clip), as `Epilogue::apply_body` computes it.
-    Clamp(f32, f32),
-    /// `v * clamp(v / 6 + 0.5, 0, 1)`.
-    HardSwish,
-}
-
 impl Act {
-    /// Applies the activation to every accumulator.
+    /// Applies the activation to every (16-lane) accumulator.
     ///
     /// # Safety
     /// AVX-512F available (inlined into the `#[target_feature]` kernels).
     #[inline(always)]
-    pub(super) unsafe fn apply(self, acc: &mut [__m512]) {
+    pub(super) unsafe fn apply16(self, acc: &mut [__m512]) {
         // SAFETY: register-only intrinsics; AVX-512F per the contract.
         unsafe {
             match self {
@@ -60,20 +48,6 @@ impl Act {
     }
 }
 
-/// The register-fused part of `epi`, or `None` when it must run on the planes.
-fn fused(epi: &Epilogue<'_>) -> Option<Act> {
-    if epi.addend.is_some() || !epi.channel_is_row {
-        return None;
-    }
-    Some(match epi.post {
-        [] => Act::None,
-        [PostOpRt::Unary(UnaryOp::Relu)] => Act::Clamp(0.0, f32::INFINITY),
-        [PostOpRt::Unary(UnaryOp::Clip { min, max })] => Act::Clamp(*min, *max),
-        [PostOpRt::Unary(UnaryOp::HardSwish)] => Act::HardSwish,
-        _ => return None,
-    })
-}
-
 /// Depthwise conv of channels `c0..c0 + nc` of one image with the epilogue `epi` (see
 /// `KernelTable::depthwise_block`).
 #[allow(clippy::too_many_arguments)]
@@ -91,13 +65,9 @@ pub(super) fn depthwise_block(
     assert!((1..=L).contains(&nc), "depthwise block of {nc} channels");
     assert!(xb.len() >= (c0 + nc) * hw && yb.len() >= (c0 + nc) * ohw);
     assert!(w.len() >= (c0 + nc) * khw && scratch.len() >= block_scratch_len(s));
-    let act = fused(epi);
-    let mut bias = [0.0f32; L];
-    if let (Some(_), Some(b)) = (act, epi.bias) {
-        let at = epi.channel_offset + c0;
-        bias[..nc].copy_from_slice(&b[at..at + nc]);
-    }
-    let post = (&bias, act.unwrap_or(Act::None));
+    let fuse = fused(epi, c0, nc);
+    let (act, bias) = fuse.unwrap_or((Act::None, [0.0; L]));
+    let post = (&bias, act);
     match FlatGeom::new(s).filter(|g| scratch.len() >= g.scratch_len()) {
         // 3x3 / 5x5 at stride 1 or 2 with well-filled rows: the aligned plane.
         // SAFETY: reachable only through the AVX-512 table (features detected); the
@@ -107,7 +77,7 @@ pub(super) fn depthwise_block(
         // were checked above.
         None => unsafe { run(s, w, xb, yb, c0, nc, post, scratch) },
     }
-    if act.is_none() {
+    if fuse.is_none() {
         math::epilogue(epi, yb, ohw, c0, nc, 0, ohw);
     }
 }
@@ -269,7 +239,7 @@ unsafe fn pixels<const N: usize>(
                 }
             }
         }
-        act.apply(&mut acc);
+        act.apply16(&mut acc);
         let dst = out.add((oy * s.ow + ox) * L);
         for (q, a) in acc.iter().enumerate() {
             _mm512_storeu_ps(dst.add(q * L), *a);

@@ -14,8 +14,8 @@
 //! `x86_64_dw_block`), no loads split across cache lines.
 
 use super::x86_64_avx512_math::{alternate_lanes, first_lanes};
-use super::x86_64_dw_block::Act;
 use crate::kernels::body::conv::ConvShape;
+use crate::kernels::body::dw_block::Act;
 use std::arch::x86_64::*;
 
 /// Output vectors computed together (independent FMA chains).
@@ -323,7 +323,7 @@ unsafe fn vectors<const K: usize, const T: usize, const V: usize, const S: usize
                 }
             }
         }
-        act.apply(&mut acc);
+        act.apply16(&mut acc);
         acc
     }
 }

@@ -40,7 +40,7 @@ static TABLE: KernelTable = KernelTable {
     exp_row,
     layer_norm_row,
     depthwise_fused: super::x86_64_dw::depthwise_direct,
-    depthwise_block: None,
+    depthwise_block: Some(super::x86_64_dw_block_avx2::depthwise_block),
     qdepthwise_block: None,
     mm_tile_strided,
     mm_tile_epi: None,
@@ -53,7 +53,7 @@ static TABLE: KernelTable = KernelTable {
     im2col_panels,
     add_pairs,
     bilinear_up2x,
-    conv_tile: None,
+    conv_tiles: None,
 };
 
 fn epilogue_body(
