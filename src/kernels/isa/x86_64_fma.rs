@@ -149,7 +149,7 @@ fn mm_tile(kc: usize, a: &[f32], b: &[f32], c: &mut [f32], ldc: usize, acc: bool
     let (a, b, c) = (a.as_ptr(), b.as_ptr(), c.as_mut_ptr());
     // SAFETY: AVX2+FMA were detected (see `table`); the asserts above bound every offset
     // the tile touches (a: kc*MR, b row p: p*NR..p*NR+NR, c: MR rows of NR at ldc).
-    unsafe { tile_6x16(kc, a, |p| b.add(p * NR), c, ldc, acc) }
+    unsafe { tile_6x16(kc, a, |p| b.add(p * NR), c, ldc, acc, 0) }
 }
 
 fn mm_tile_rows(a: &[f32], b: &RowBlock<'_, '_>, off: usize, c: &mut [f32], ldc: usize, acc: bool) {
@@ -160,8 +160,23 @@ fn mm_tile_rows(a: &[f32], b: &RowBlock<'_, '_>, off: usize, c: &mut [f32], ldc:
     let (a, c) = (a.as_ptr(), c.as_mut_ptr());
     // SAFETY: AVX2+FMA were detected (see `table`); every row holds `b.len >= off + NR`
     // floats (checked by `RowBlock::new` and above), a holds kc*MR, c MR rows of NR.
-    unsafe { tile_6x16(kc, a, |p| rows[p].as_ptr().add(off), c, ldc, acc) }
+    unsafe {
+        tile_6x16(
+            kc,
+            a,
+            |p| rows[p].as_ptr().add(off),
+            c,
+            ldc,
+            acc,
+            ROWS_PREFETCH,
+        )
+    }
 }
+
+/// Floats ahead of each B row read in place that the tile prefetches (0: none). Rows
+/// read in place come from up to KC different planes, too many streams for the
+/// hardware prefetchers.
+const ROWS_PREFETCH: usize = 64;
 
 /// The 6x16 FMA tile: `b_row(p)` points at the 16 floats of B for step `p`.
 ///
@@ -177,10 +192,15 @@ unsafe fn tile_6x16(
     c: *mut f32,
     ldc: usize,
     acc: bool,
+    prefetch: usize,
 ) {
     let mut t = [_mm256_setzero_ps(); 2 * MR];
     for p in 0..kc {
         let bp = b_row(p);
+        if prefetch > 0 {
+            // A hint only: prefetching an address past the row's end is harmless.
+            _mm_prefetch::<_MM_HINT_T0>(bp.wrapping_add(prefetch).cast());
+        }
         // SAFETY: 16 floats at bp and the A column p (kc*6 floats) are readable.
         let (b0, b1, ap) = unsafe {
             (
