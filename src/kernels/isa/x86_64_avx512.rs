@@ -358,6 +358,7 @@ fn tile_packed(
             ldc,
             acc,
             e,
+            0,
         )
     }
 }
@@ -416,9 +417,15 @@ fn tile_rows(
             ldc,
             acc,
             e,
+            ROWS_PREFETCH,
         )
     }
 }
+
+/// Floats ahead of each B row read in place that the tile prefetches. Rows read in
+/// place come from up to KC different input planes, too many streams for the hardware
+/// prefetchers.
+const ROWS_PREFETCH: usize = 64;
 
 fn mm_tile_strided(
     kc: usize,
@@ -443,6 +450,7 @@ fn mm_tile_strided(
             ldc,
             acc,
             None,
+            0,
         )
     }
 }
@@ -451,7 +459,8 @@ fn mm_tile_strided(
 /// step `p`, `b_row(p)` at the 16 floats of B for step `p`. The broadcast of A folds
 /// into the FMA's memory operand.
 ///
-/// With `e`, its epilogue runs on the registers before the store ([`TileEpi`]).
+/// With `e`, its epilogue runs on the registers before the store ([`TileEpi`]); with
+/// `prefetch > 0`, each step prefetches its B row that many floats ahead.
 ///
 /// # Safety
 /// AVX-512F must be available; `a_at(p, r)` valid for one read and `b_row(p)` for 16
@@ -459,6 +468,7 @@ fn mm_tile_strided(
 /// floats at stride `ldc`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+#[allow(clippy::too_many_arguments)]
 unsafe fn tile_6x16(
     kc: usize,
     a_at: impl Fn(usize, usize) -> *const f32,
@@ -467,9 +477,14 @@ unsafe fn tile_6x16(
     ldc: usize,
     acc: bool,
     e: Option<&TileEpi<'_>>,
+    prefetch: usize,
 ) {
     let mut t = [_mm512_setzero_ps(); MR];
     for p in 0..kc {
+        if prefetch > 0 {
+            // A hint only: prefetching an address past the row's end is harmless.
+            _mm_prefetch::<_MM_HINT_T0>(b_row(p).wrapping_add(prefetch).cast());
+        }
         // SAFETY: 16 floats at b_row(p) and A row r, step p are readable (caller).
         unsafe {
             let b = _mm512_loadu_ps(b_row(p));

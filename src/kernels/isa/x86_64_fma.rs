@@ -178,7 +178,8 @@ fn mm_tile_rows(a: &[f32], b: &RowBlock<'_, '_>, off: usize, c: &mut [f32], ldc:
 /// hardware prefetchers.
 const ROWS_PREFETCH: usize = 64;
 
-/// The 6x16 FMA tile: `b_row(p)` points at the 16 floats of B for step `p`.
+/// The 6x16 FMA tile: `b_row(p)` points at the 16 floats of B for step `p`; with
+/// `prefetch > 0`, each step prefetches its B row that many floats ahead.
 ///
 /// # Safety
 /// AVX2 and FMA must be available; `a` valid for `kc * 6` reads, `b_row(p)` for 16
