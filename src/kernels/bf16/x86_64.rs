@@ -8,7 +8,7 @@
 //! them.
 
 use super::{pair, Bf16Table, MR, NR};
-use crate::kernels::conv::direct::{Tiles, CN, CW};
+use crate::kernels::conv::direct::{check_chan_tile, check_row_tile, Tiles, CW};
 use std::arch::x86_64::*;
 
 static TABLE: Bf16Table = Bf16Table {
@@ -211,21 +211,7 @@ fn conv_tile(
     c: &mut [f32],
     ldc: usize,
 ) {
-    assert!(
-        a.len() >= offs.len() * cp * MR,
-        "bf16 conv tile: short A panel"
-    );
-    if cp > 0 {
-        let far = offs
-            .iter()
-            .max()
-            .map_or(0, |&o| o + (cp - 1) * cps + 2 * NR);
-        assert!(b.len() >= far, "bf16 conv tile: short B planes");
-    }
-    assert!(
-        ldc >= 2 * NR && c.len() >= (MR - 1) * ldc + 2 * NR,
-        "bf16 conv tile: short C"
-    );
+    check_row_tile((a.len(), b.len(), c.len()), offs, cp, cps, ldc);
     // SAFETY: the features were detected with the table (module doc); the asserts bound
     // every read (`offs.len() * cp * MR` dwords of A; for each tap, `cp` rows of 2 * NR
     // dwords of B from `offs[t]` at stride `cps`) and write (MR rows of 2 * NR at ldc).
@@ -286,19 +272,7 @@ fn conv_ctile(
     c: &mut [f32],
 ) {
     let n = pos.len();
-    assert!(n <= CN, "bf16 conv channel tile: more than {CN} positions");
-    assert!(
-        a.len() >= offs.len() * cp * CW,
-        "bf16 conv channel tile: short A panel"
-    );
-    if cp > 0 && n > 0 && !offs.is_empty() {
-        let far = pos.iter().max().unwrap_or(&0) + offs.iter().max().unwrap_or(&0);
-        assert!(
-            b.len() > far + (cp - 1) * cps,
-            "bf16 conv channel tile: short B planes"
-        );
-    }
-    assert!(c.len() >= n * CW, "bf16 conv channel tile: short C");
+    check_chan_tile((a.len(), b.len(), c.len()), pos, offs, cp, cps);
     let (a, b, c) = (a.as_ptr(), b.as_ptr(), c.as_mut_ptr());
     // SAFETY: the features were detected with the table (module doc); the asserts bound
     // every read (`offs.len() * cp * CW` dwords of A; per position, tap and pair, one

@@ -99,6 +99,52 @@ fn panel_rows(tiling: Tiling) -> usize {
 pub type ChanTile<T> =
     fn(a: &[T], b: &[T], pos: &[usize], offs: &[usize], cp: usize, cps: usize, c: &mut [f32]);
 
+/// Panics unless a row-tile call ([`ConvTile`]) stays inside its operands: `a_len`
+/// elements of A, `b_len` of B, `c_len` floats of C at stride `ldc`. The SIMD tiles
+/// check this before their unchecked loops.
+pub fn check_row_tile(
+    (a_len, b_len, c_len): (usize, usize, usize),
+    offs: &[usize],
+    cp: usize,
+    cps: usize,
+    ldc: usize,
+) {
+    assert!(a_len >= offs.len() * cp * MR, "conv tile: short A panel");
+    if cp > 0 {
+        let far = offs.iter().max().map_or(0, |&o| o + (cp - 1) * cps + TW);
+        assert!(b_len >= far, "conv tile: short planes");
+    }
+    assert!(
+        ldc >= TW && c_len >= (MR - 1) * ldc + TW,
+        "conv tile: short C"
+    );
+}
+
+/// Panics unless a channel-tile call ([`ChanTile`]) stays inside its operands (as
+/// [`check_row_tile`]; C holds `pos.len()` rows of [`CW`]).
+pub fn check_chan_tile(
+    (a_len, b_len, c_len): (usize, usize, usize),
+    pos: &[usize],
+    offs: &[usize],
+    cp: usize,
+    cps: usize,
+) {
+    let n = pos.len();
+    assert!(n <= CN, "conv channel tile: more than {CN} positions");
+    assert!(
+        a_len >= offs.len() * cp * CW,
+        "conv channel tile: short A panel"
+    );
+    if cp > 0 && n > 0 && !offs.is_empty() {
+        let far = pos.iter().max().unwrap_or(&0) + offs.iter().max().unwrap_or(&0);
+        assert!(
+            b_len > far + (cp - 1) * cps,
+            "conv channel tile: short planes"
+        );
+    }
+    assert!(c_len >= n * CW, "conv channel tile: short C");
+}
+
 /// One tile: `C[r][j] = Σ_p Σ_t A[(p * taps + t) * MR + r] · B[offs[t] + p * cps + j]`
 /// (`j < TW`), written to MR rows of `c` at stride `ldc`.
 pub type ConvTile<T> =

@@ -277,3 +277,24 @@ fn f32_direct_conv_gives_the_avx512_im2col_bits() {
         assert!(checked > 0, "no shape checked");
     }
 }
+
+#[test]
+fn tile_bounds_checks_accept_exact_operands_and_refuse_short_ones() {
+    use super::direct::{check_chan_tile, check_row_tile};
+    use std::panic::catch_unwind;
+    let (offs, cp, cps, ldc) = ([0usize, 5, 37], 3, 41, TW + 2);
+    // Exactly what the tiles read and write.
+    let (a, b, c) = (3 * cp * MR, 37 + (cp - 1) * cps + TW, (MR - 1) * ldc + TW);
+    check_row_tile((a, b, c), &offs, cp, cps, ldc);
+    for short in [(a - 1, b, c), (a, b - 1, c), (a, b, c - 1)] {
+        assert!(catch_unwind(|| check_row_tile(short, &offs, cp, cps, ldc)).is_err());
+    }
+    let pos = [3usize, 0, 17];
+    let (a, b, c) = (3 * cp * CW, 17 + 37 + (cp - 1) * cps + 1, pos.len() * CW);
+    check_chan_tile((a, b, c), &pos, &offs, cp, cps);
+    for short in [(a - 1, b, c), (a, b - 1, c), (a, b, c - 1)] {
+        assert!(catch_unwind(|| check_chan_tile(short, &pos, &offs, cp, cps)).is_err());
+    }
+    let nine = [0usize; CN + 1];
+    assert!(catch_unwind(|| check_chan_tile((a, b, 9 * CW), &nine, &offs, cp, cps)).is_err());
+}

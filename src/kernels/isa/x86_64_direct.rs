@@ -5,7 +5,7 @@
 //! position and step. Same bits as `conv::direct::conv_tile_f32` / `conv_ctile_f32`.
 
 use super::{MR, NR};
-use crate::kernels::conv::direct::{Tiles, CN, CW};
+use crate::kernels::conv::direct::{check_chan_tile, check_row_tile, Tiles, CW};
 use std::arch::x86_64::*;
 
 /// The AVX-512 tiles.
@@ -25,18 +25,7 @@ fn conv_tile(
     c: &mut [f32],
     ldc: usize,
 ) {
-    assert!(a.len() >= offs.len() * cp * MR, "conv tile: short A panel");
-    if cp > 0 {
-        let far = offs
-            .iter()
-            .max()
-            .map_or(0, |&o| o + (cp - 1) * cps + 2 * NR);
-        assert!(b.len() >= far, "conv tile: short planes");
-    }
-    assert!(
-        ldc >= 2 * NR && c.len() >= (MR - 1) * ldc + 2 * NR,
-        "conv tile: short C"
-    );
+    check_row_tile((a.len(), b.len(), c.len()), offs, cp, cps, ldc);
     // SAFETY: AVX-512 F was detected with the table; the asserts bound every read
     // (`offs.len() * cp * MR` floats of A; per tap, `cp` rows of 2 * NR floats of B
     // from `offs[t]` at stride `cps`) and write (MR rows of 2 * NR at `ldc`).
@@ -97,19 +86,7 @@ fn conv_ctile(
     c: &mut [f32],
 ) {
     let n = pos.len();
-    assert!(n <= CN, "conv channel tile: more than {CN} positions");
-    assert!(
-        a.len() >= offs.len() * cp * CW,
-        "conv channel tile: short A panel"
-    );
-    if cp > 0 && n > 0 && !offs.is_empty() {
-        let far = pos.iter().max().unwrap_or(&0) + offs.iter().max().unwrap_or(&0);
-        assert!(
-            b.len() > far + (cp - 1) * cps,
-            "conv channel tile: short planes"
-        );
-    }
-    assert!(c.len() >= n * CW, "conv channel tile: short C");
+    check_chan_tile((a.len(), b.len(), c.len()), pos, offs, cp, cps);
     let (a, b, c) = (a.as_ptr(), b.as_ptr(), c.as_mut_ptr());
     // SAFETY: AVX-512 F was detected with the table; the asserts bound every read
     // (`offs.len() * cp * CW` floats of A; per position, tap and channel, one float of B
