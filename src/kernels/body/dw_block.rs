@@ -29,9 +29,10 @@ pub fn applies(s: &ConvShape) -> bool {
 }
 
 /// Widest input row the AVX2 entry takes: on two 8-lane vectors per pixel it beats the
-/// per-plane kernels on 7-column planes and 14-column ones at stride 2 (MobileNetV2's
-/// 960-channel 3x3 at 7x7: 157 -> 78 us; 576 channels, stride 2 from 14x14: 146 -> 79),
-/// ties on 14 columns at stride 1, and loses from 28 (192 channels at 28x28: 139 -> 215).
+/// per-plane kernels on 7- and 14-column planes (Zen 3, MobileNetV2 in network, min of
+/// 10 runs: 384 channels 3x3 at 14x14 ~140 -> ~80 us, 960 channels at 7x7 ~95 -> ~60
+/// us), ties on 28 columns at stride 1 (192 channels: 0.260 vs 0.257 ms as a one-conv
+/// model) and loses on 56 columns at stride 2 (144 channels: 0.330 vs 0.252 ms).
 pub const AVX2_MAX_W: usize = 14;
 
 /// True when `isa`'s table computes a depthwise conv of shape `s` across channels:
