@@ -267,6 +267,11 @@ fn rows_to_panels(srcs: &[&[f32]], (p, kc): (usize, usize), nc: usize, buf: &mut
     }
 }
 
+/// Depth up to which a GEMM walks each MC x NC block panel by panel (every panel's C
+/// rows as runs of NC columns): below it, storing C costs more than the products, and
+/// the block's strips-outer order writes one 64-byte line per C row and strip.
+const C_ROWS_MAX_K: usize = 128;
+
 /// Rows of C up to which a [`BSource::Rows`] operand is read in place by the row-table
 /// micro-kernel; above, each block is packed into panels first (the packing pays off
 /// when many A panels reuse it).
@@ -410,10 +415,10 @@ pub fn gemm_with(
             let mut ic = m_lo;
             while ic < m_hi {
                 let ic_end = (ic + MC).min(m_hi);
-                let mut j = jc;
-                while j < jc_end {
+                // The B panel of the strip at column j.
+                let panel_at = |j: usize| -> Panel<'_> {
                     let nr = NR.min(jc_end - j);
-                    let panel = match b {
+                    match b {
                         BSource::Packed(pb) => {
                             Panel::Packed(&pb[b_panel(n_pad, k, k0, j)..][..kc * NR])
                         }
@@ -425,79 +430,95 @@ pub fn gemm_with(
                         }
                         BSource::Rows(_) if nr == NR => Panel::Rows(j - jc),
                         BSource::Rows(_) => Panel::Packed(edge_panel),
+                    }
+                };
+                // The tile of C at row i, column j; returns its rows.
+                let mut tile_at = |i: usize, j: usize, ic_end: usize| -> usize {
+                    let (mr, nr) = (MR.min(ic_end - i), NR.min(jc_end - j));
+                    let panel = panel_at(j);
+                    let ap: &[f32] = match a {
+                        ASource::Packed(pa) => &pa[a_panel(m_pad, k, k0, i)..][..kc * MR],
+                        ASource::InPlace { a, lda } => {
+                            if let (true, Panel::Packed(bp)) = (mr == MR && nr == NR, panel) {
+                                let cs = &mut c[i * ldc + j..];
+                                let ar = &a[i * lda + k0..];
+                                (t.mm_tile_strided)(kc, ar, lda, bp, cs, ldc, !first);
+                                return mr;
+                            }
+                            let rows = &a[i * lda..];
+                            let (panel_a, _) = edge_a.split_at_mut(kc * MR);
+                            pack_a(&rows[k0..], lda, 1, mr, kc, 1.0, panel_a);
+                            panel_a
+                        }
                     };
+                    let fuse = fused.as_ref().filter(|_| last);
+                    if let (Some(f), true) = (fuse, mr == MR && nr == NR) {
+                        let e = f.tile(i, j, ldc);
+                        let cs = &mut c[i * ldc + j..];
+                        match (panel, t.mm_tile_epi, t.mm_tile_rows_epi) {
+                            (Panel::Packed(bp), Some(k), _) => k(kc, ap, bp, cs, ldc, !first, &e),
+                            (Panel::Rows(off), _, Some(k)) => {
+                                k(ap, &block, off, cs, ldc, !first, &e)
+                            }
+                            _ => unreachable!("fused tiles checked above"),
+                        }
+                        return mr;
+                    }
+                    if mr == MR && nr == NR {
+                        let cs = &mut c[i * ldc + j..];
+                        match panel {
+                            Panel::Packed(bp) => (t.mm_tile)(kc, ap, bp, cs, ldc, !first),
+                            Panel::Rows(off) => (t.mm_tile_rows)(ap, &block, off, cs, ldc, !first),
+                        }
+                    } else {
+                        match panel {
+                            Panel::Packed(bp) if mr == 1 => (t.mm_row)(kc, ap, bp, &mut tile),
+                            Panel::Packed(bp) if nr <= HALF => (t.mm_half)(kc, ap, bp, &mut tile),
+                            Panel::Packed(bp) => (t.mm_tile)(kc, ap, bp, &mut tile, NR, false),
+                            Panel::Rows(off) => {
+                                (t.mm_tile_rows)(ap, &block, off, &mut tile, NR, false)
+                            }
+                        }
+                        for r in 0..mr {
+                            let dst = &mut c[(i + r) * ldc + j..(i + r) * ldc + j + nr];
+                            let src = &tile[r * NR..r * NR + nr];
+                            if first {
+                                dst.copy_from_slice(src);
+                            } else {
+                                for (d, s) in dst.iter_mut().zip(src) {
+                                    *d += *s;
+                                }
+                            }
+                        }
+                    }
+                    if fuse.is_some() {
+                        epi.apply(isa, c, ldc, i, mr, j, nr);
+                    }
+                    mr
+                };
+                if k <= C_ROWS_MAX_K {
+                    // Shallow products: C's stores dominate, so each panel's rows are
+                    // written as a few long runs (panels outer) rather than one line per
+                    // row and strip across the whole block (strips outer).
                     let mut i = ic;
                     while i < ic_end {
-                        let mr = MR.min(ic_end - i);
-                        let ap: &[f32] = match a {
-                            ASource::Packed(pa) => &pa[a_panel(m_pad, k, k0, i)..][..kc * MR],
-                            ASource::InPlace { a, lda } => {
-                                if let (true, Panel::Packed(bp)) = (mr == MR && nr == NR, panel) {
-                                    let cs = &mut c[i * ldc + j..];
-                                    let ar = &a[i * lda + k0..];
-                                    (t.mm_tile_strided)(kc, ar, lda, bp, cs, ldc, !first);
-                                    i += mr;
-                                    continue;
-                                }
-                                let rows = &a[i * lda..];
-                                let (panel_a, _) = edge_a.split_at_mut(kc * MR);
-                                pack_a(&rows[k0..], lda, 1, mr, kc, 1.0, panel_a);
-                                panel_a
-                            }
-                        };
-                        let fuse = fused.as_ref().filter(|_| last);
-                        if let (Some(f), true) = (fuse, mr == MR && nr == NR) {
-                            let e = f.tile(i, j, ldc);
-                            let cs = &mut c[i * ldc + j..];
-                            match (panel, t.mm_tile_epi, t.mm_tile_rows_epi) {
-                                (Panel::Packed(bp), Some(k), _) => {
-                                    k(kc, ap, bp, cs, ldc, !first, &e)
-                                }
-                                (Panel::Rows(off), _, Some(k)) => {
-                                    k(ap, &block, off, cs, ldc, !first, &e)
-                                }
-                                _ => unreachable!("fused tiles checked above"),
-                            }
-                            i += mr;
-                            continue;
-                        }
-                        if mr == MR && nr == NR {
-                            let cs = &mut c[i * ldc + j..];
-                            match panel {
-                                Panel::Packed(bp) => (t.mm_tile)(kc, ap, bp, cs, ldc, !first),
-                                Panel::Rows(off) => {
-                                    (t.mm_tile_rows)(ap, &block, off, cs, ldc, !first)
-                                }
-                            }
-                        } else {
-                            match panel {
-                                Panel::Packed(bp) if mr == 1 => (t.mm_row)(kc, ap, bp, &mut tile),
-                                Panel::Packed(bp) if nr <= HALF => {
-                                    (t.mm_half)(kc, ap, bp, &mut tile)
-                                }
-                                Panel::Packed(bp) => (t.mm_tile)(kc, ap, bp, &mut tile, NR, false),
-                                Panel::Rows(off) => {
-                                    (t.mm_tile_rows)(ap, &block, off, &mut tile, NR, false)
-                                }
-                            }
-                            for r in 0..mr {
-                                let dst = &mut c[(i + r) * ldc + j..(i + r) * ldc + j + nr];
-                                let src = &tile[r * NR..r * NR + nr];
-                                if first {
-                                    dst.copy_from_slice(src);
-                                } else {
-                                    for (d, s) in dst.iter_mut().zip(src) {
-                                        *d += *s;
-                                    }
-                                }
-                            }
-                        }
-                        if fuse.is_some() {
-                            epi.apply(isa, c, ldc, i, mr, j, nr);
+                        let mut mr = MR;
+                        let mut j = jc;
+                        while j < jc_end {
+                            mr = tile_at(i, j, ic_end);
+                            j += NR;
                         }
                         i += mr;
                     }
-                    j += nr;
+                } else {
+                    let mut j = jc;
+                    while j < jc_end {
+                        let mut i = ic;
+                        while i < ic_end {
+                            i += tile_at(i, j, ic_end);
+                        }
+                        j += NR;
+                    }
                 }
                 // The epilogue runs once per finished MC x NC block, row segments of up
                 // to NC contiguous elements, while the block is still in cache.
@@ -1014,6 +1035,10 @@ mod tests {
                 // Either side of the row-table / packed-block threshold.
                 (ROWS_IN_PLACE_MAX_M, 40, 70),
                 (ROWS_IN_PLACE_MAX_M + 1, 20, 9),
+                // Past one MC x NC block with edges, either side of the depth at which
+                // blocks are walked panel by panel.
+                (MC + 8, NC + 18, C_ROWS_MAX_K),
+                (MC + 8, NC + 18, C_ROWS_MAX_K + 1),
             ] {
                 run(m, n, k, isa);
             }
