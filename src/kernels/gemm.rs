@@ -267,10 +267,15 @@ fn rows_to_panels(srcs: &[&[f32]], (p, kc): (usize, usize), nc: usize, buf: &mut
     }
 }
 
-/// Depth up to which a GEMM walks each MC x NC block panel by panel (every panel's C
-/// rows as runs of NC columns): below it, storing C costs more than the products, and
-/// the block's strips-outer order writes one 64-byte line per C row and strip.
-const C_ROWS_MAX_K: usize = 128;
+/// Shortest C row stride at which a GEMM of one K block walks each MC x NC block panel
+/// by panel (every panel's C rows as runs of up to NC columns) rather than strip by
+/// strip (one 64-byte line per C row and strip across the block's rows). Long rows
+/// (conv planes from 28x28 up) have strides with large power-of-two factors, whose
+/// strip-order lines fall into a few cache sets; Zen 3, min of 3x150 reps: 96x12544x16
+/// 1424 -> 665 us, 64x12544x144 4650 -> 4069, 256x3136x144 3471 -> 3002, 128x784x256
+/// 679 -> 668, 192x784x32 even; with short rows the strip order keeps B's strip in L1 and wins
+/// (576x196x160 436 against 501).
+const C_ROWS_MIN_LDC: usize = 512;
 
 /// Rows of C up to which a [`BSource::Rows`] operand is read in place by the row-table
 /// micro-kernel; above, each block is packed into panels first (the packing pays off
@@ -496,10 +501,8 @@ pub fn gemm_with(
                     }
                     mr
                 };
-                if k <= C_ROWS_MAX_K {
-                    // Shallow products: C's stores dominate, so each panel's rows are
-                    // written as a few long runs (panels outer) rather than one line per
-                    // row and strip across the whole block (strips outer).
+                if k <= KC && ldc >= C_ROWS_MIN_LDC {
+                    // Long C rows: each panel's rows written as runs (panels outer).
                     let mut i = ic;
                     while i < ic_end {
                         let mut mr = MR;
@@ -1035,10 +1038,11 @@ mod tests {
                 // Either side of the row-table / packed-block threshold.
                 (ROWS_IN_PLACE_MAX_M, 40, 70),
                 (ROWS_IN_PLACE_MAX_M + 1, 20, 9),
-                // Past one MC x NC block with edges, either side of the depth at which
-                // blocks are walked panel by panel.
-                (MC + 8, NC + 18, C_ROWS_MAX_K),
-                (MC + 8, NC + 18, C_ROWS_MAX_K + 1),
+                // Past one MC x NC block with edges, walked panel by panel (one K
+                // block, long rows) or strip by strip.
+                (MC + 8, C_ROWS_MIN_LDC + 18, KC),
+                (MC + 8, C_ROWS_MIN_LDC + 18, KC + 1),
+                (MC + 8, NC + 18, 24),
             ] {
                 run(m, n, k, isa);
             }
