@@ -69,6 +69,22 @@ pub struct WinogradPlan {
     bf: Option<Box<Bf16Points>>,
 }
 
+/// Fewest input channels of a Winograd conv, where the process's kernel table has a
+/// direct f32 conv tile for the shallow convs. Without one (AVX2) the alternative is an
+/// im2col GEMM of depth `9 * c_in`, bound by its stores, and Winograd wins from 8
+/// input channels (Zen 3, one-conv models, min of 6 alternating runs: YOLOX's 12->24
+/// 3x3 stem at 208x208 5.84 -> 4.59 ms, 8->16 at 224x224 3.97 -> 3.25 ms).
+const MIN_C_IN: usize = 16;
+
+/// [`MIN_C_IN`], or 8 where the kernel table has no direct f32 conv tile.
+fn min_c_in() -> usize {
+    if crate::kernels::isa::table().conv_tiles.is_some() {
+        MIN_C_IN
+    } else {
+        8
+    }
+}
+
 impl WinogradPlan {
     /// True when `s` is a conv this path computes: dense, 3x3, stride 1, dilation 1.
     pub fn applies(s: &ConvShape) -> bool {
@@ -106,8 +122,8 @@ impl WinogradPlan {
     }
 
     /// True when this path should beat the im2col GEMM on `s`: enough channels for the
-    /// GEMMs to dominate the transforms, and enough tiles that the GEMM panels (and the
-    /// ragged edge tiles) are not mostly padding.
+    /// GEMMs to dominate the transforms (see [`MIN_C_IN`]), and enough tiles that the
+    /// GEMM panels (and the ragged edge tiles) are not mostly padding.
     pub fn wins(s: &ConvShape) -> bool {
         if !Self::applies(s) {
             return false;
@@ -116,7 +132,7 @@ impl WinogradPlan {
         let tiles = Self::tiles(s, t);
         // Useful fraction of the computed outputs (edge tiles overhang the plane).
         let covered = tiles * t * t;
-        s.c_in >= 16
+        s.c_in >= min_c_in()
             && s.c_out >= 16
             && s.oh >= 6
             && s.ow >= 6

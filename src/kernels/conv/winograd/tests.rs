@@ -273,13 +273,14 @@ fn winograd_selection() {
     let small = shape(1, 512, (7, 7), 512, [1, 1, 1, 1]);
     assert_eq!(WinogradPlan::tile_for(&small), 2);
     assert!(WinogradPlan::wins(&small));
-    assert!(!WinogradPlan::wins(&shape(
-        1,
-        8,
-        (56, 56),
-        64,
-        [1, 1, 1, 1]
-    )));
+    // Too few input channels: below 8 always, below 16 where the table has a direct
+    // conv tile.
+    let shallow = |c_in| shape(1, c_in, (56, 56), 64, [1, 1, 1, 1]);
+    assert!(!WinogradPlan::wins(&shallow(4)));
+    assert!(!WinogradPlan::wins(&shallow(7)));
+    let direct = crate::kernels::isa::table().conv_tiles.is_some();
+    assert_eq!(WinogradPlan::wins(&shallow(8)), !direct);
+    assert!(WinogradPlan::wins(&shallow(16)));
     assert!(!WinogradPlan::wins(&shape(1, 64, (4, 4), 64, [1, 1, 1, 1])));
     let strided = ConvShape {
         sh: 2,
