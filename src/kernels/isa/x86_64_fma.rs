@@ -108,30 +108,37 @@ fn im2col_panels(
     unsafe { build(s, x, k0, kc, j0, n, out) }
 }
 
-/// `d[i] = src[i * stride]` for a piece of a panel row: a whole row (16 lanes) at stride
-/// 2 (the strided convs) deinterleaves four loads; other pieces copy.
+/// `d[i] = src[i * stride]` for a piece of a panel row: at stride 2 (the strided convs)
+/// every 8 floats whose 16-float source window lies inside `src` deinterleave two loads
+/// (a whole row, 16 lanes, four); the rest, and other strides, copy one by one.
 ///
 /// # Safety
 /// AVX2 must be available.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
 unsafe fn gather16(src: &[f32], stride: usize, d: &mut [f32]) {
-    if stride == 2 && d.len() == NR && src.len() >= 4 * 8 {
-        let p = src.as_ptr();
-        // SAFETY: 32 floats readable at p (checked above), 16 writable at d.
-        unsafe {
-            let even = |a: __m256, b: __m256| {
-                // [a0 a2 b0 b2 | a4 a6 b4 b6] -> [a0 a2 a4 a6 b0 b2 b4 b6]
-                let e = _mm256_shuffle_ps::<0b10_00_10_00>(a, b);
-                _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(e)))
-            };
-            let lo = even(_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)));
-            let hi = even(_mm256_loadu_ps(p.add(16)), _mm256_loadu_ps(p.add(24)));
-            _mm256_storeu_ps(d.as_mut_ptr(), lo);
-            _mm256_storeu_ps(d.as_mut_ptr().add(8), hi);
-        }
-    } else {
+    if stride != 2 {
         body::im2col::gather_scalar(src, stride, d);
+        return;
+    }
+    let even = |a: __m256, b: __m256| {
+        // [a0 a2 b0 b2 | a4 a6 b4 b6] -> [a0 a2 a4 a6 b0 b2 b4 b6]
+        let e = _mm256_shuffle_ps::<0b10_00_10_00>(a, b);
+        _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(e)))
+    };
+    let mut i = 0;
+    while i + 8 <= d.len() && 2 * i + 16 <= src.len() {
+        // SAFETY: 16 floats readable from 2 * i in src and 8 writable from i in d
+        // (the loop condition).
+        unsafe {
+            let p = src.as_ptr().add(2 * i);
+            let v = even(_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)));
+            _mm256_storeu_ps(d.as_mut_ptr().add(i), v);
+        }
+        i += 8;
+    }
+    if i < d.len() {
+        body::im2col::gather_scalar(&src[2 * i..], 2, &mut d[i..]);
     }
 }
 // -- end of the im2col helper's block --
