@@ -273,8 +273,8 @@ fn rows_to_panels(srcs: &[&[f32]], (p, kc): (usize, usize), nc: usize, buf: &mut
 /// (conv planes from 28x28 up) have strides with large power-of-two factors, whose
 /// strip-order lines fall into a few cache sets; Zen 3, min of 3x150 reps: 96x12544x16
 /// 1424 -> 665 us, 64x12544x144 4650 -> 4069, 256x3136x144 3471 -> 3002, 128x784x256
-/// 679 -> 668, 192x784x32 even; with short rows the strip order keeps B's strip in L1 and wins
-/// (576x196x160 436 against 501).
+/// 679 -> 668, 192x784x32 even; with short rows the strip order keeps B's strip in L1
+/// and wins (576x196x160 436 against 501).
 const C_ROWS_MIN_LDC: usize = 512;
 
 /// Rows of C up to which a [`BSource::Rows`] operand is read in place by the row-table
@@ -437,8 +437,8 @@ pub fn gemm_with(
                         BSource::Rows(_) => Panel::Packed(edge_panel),
                     }
                 };
-                // The tile of C at row i, column j; returns its rows.
-                let mut tile_at = |i: usize, j: usize, ic_end: usize| -> usize {
+                // The tile of C at row i, column j.
+                let mut tile_at = |i: usize, j: usize| {
                     let (mr, nr) = (MR.min(ic_end - i), NR.min(jc_end - j));
                     let panel = panel_at(j);
                     let ap: &[f32] = match a {
@@ -448,7 +448,7 @@ pub fn gemm_with(
                                 let cs = &mut c[i * ldc + j..];
                                 let ar = &a[i * lda + k0..];
                                 (t.mm_tile_strided)(kc, ar, lda, bp, cs, ldc, !first);
-                                return mr;
+                                return;
                             }
                             let rows = &a[i * lda..];
                             let (panel_a, _) = edge_a.split_at_mut(kc * MR);
@@ -467,7 +467,7 @@ pub fn gemm_with(
                             }
                             _ => unreachable!("fused tiles checked above"),
                         }
-                        return mr;
+                        return;
                     }
                     if mr == MR && nr == NR {
                         let cs = &mut c[i * ldc + j..];
@@ -499,28 +499,16 @@ pub fn gemm_with(
                     if fuse.is_some() {
                         epi.apply(isa, c, ldc, i, mr, j, nr);
                     }
-                    mr
                 };
+                let (panels, strips) = ((ic..ic_end).step_by(MR), (jc..jc_end).step_by(NR));
                 if k <= KC && ldc >= C_ROWS_MIN_LDC {
                     // Long C rows: each panel's rows written as runs (panels outer).
-                    let mut i = ic;
-                    while i < ic_end {
-                        let mut mr = MR;
-                        let mut j = jc;
-                        while j < jc_end {
-                            mr = tile_at(i, j, ic_end);
-                            j += NR;
-                        }
-                        i += mr;
+                    for i in panels {
+                        strips.clone().for_each(|j| tile_at(i, j));
                     }
                 } else {
-                    let mut j = jc;
-                    while j < jc_end {
-                        let mut i = ic;
-                        while i < ic_end {
-                            i += tile_at(i, j, ic_end);
-                        }
-                        j += NR;
+                    for j in strips {
+                        panels.clone().for_each(|i| tile_at(i, j));
                     }
                 }
                 // The epilogue runs once per finished MC x NC block, row segments of up

@@ -69,19 +69,22 @@ pub struct WinogradPlan {
     bf: Option<Box<Bf16Points>>,
 }
 
-/// Fewest input channels of a Winograd conv, where the process's kernel table has a
-/// direct f32 conv tile for the shallow convs. Without one (AVX2) the alternative is an
-/// im2col GEMM of depth `9 * c_in`, bound by its stores, and Winograd wins from 8
-/// input channels (Zen 3, one-conv models, min of 6 alternating runs: YOLOX's 12->24
-/// 3x3 stem at 208x208 5.84 -> 4.59 ms, 8->16 at 224x224 3.97 -> 3.25 ms).
+/// Fewest input channels of a Winograd conv where the process's kernel table has a
+/// direct f32 conv tile for the shallow convs.
 const MIN_C_IN: usize = 16;
 
-/// [`MIN_C_IN`], or 8 where the kernel table has no direct f32 conv tile.
+/// Fewest input channels of a Winograd conv where the table has no direct f32 tile
+/// (AVX2): the alternative is an im2col GEMM of depth `9 * c_in`, bound by its stores
+/// (Zen 3, one-conv models, min of 6 alternating runs: YOLOX's 12->24 3x3 stem at
+/// 208x208 5.84 -> 4.59 ms, 8->16 at 224x224 3.97 -> 3.25 ms).
+const MIN_C_IN_NO_DIRECT: usize = 8;
+
+/// The fewest input channels of a Winograd conv on this process's kernel table.
 fn min_c_in() -> usize {
     if crate::kernels::isa::table().conv_tiles.is_some() {
         MIN_C_IN
     } else {
-        8
+        MIN_C_IN_NO_DIRECT
     }
 }
 
@@ -122,7 +125,7 @@ impl WinogradPlan {
     }
 
     /// True when this path should beat the im2col GEMM on `s`: enough channels for the
-    /// GEMMs to dominate the transforms (see [`MIN_C_IN`]), and enough tiles that the
+    /// GEMMs to dominate the transforms (see [`min_c_in`]), and enough tiles that the
     /// GEMM panels (and the ragged edge tiles) are not mostly padding.
     pub fn wins(s: &ConvShape) -> bool {
         if !Self::applies(s) {
