@@ -54,6 +54,42 @@ macro_rules! feature_build {
 }
 
 pub(crate) mod portable;
+
+/// True when the SIMD tables' math (`x86_64_avx512_math`, `x86_64_fma_math`) computes
+/// `op` in registers; the other ops go through the generic bodies.
+#[cfg(target_arch = "x86_64")]
+fn has_lane_form(op: UnaryOp) -> bool {
+    matches!(
+        op,
+        UnaryOp::Relu
+            | UnaryOp::Clip { .. }
+            | UnaryOp::Identity
+            | UnaryOp::Sigmoid
+            | UnaryOp::Silu
+            | UnaryOp::HardSwish
+            | UnaryOp::HardSigmoid { .. }
+            | UnaryOp::LeakyRelu { .. }
+            | UnaryOp::Exp
+            | UnaryOp::Gelu { tanh_approx: false }
+    )
+}
+
+/// True when every post-op of an epilogue has a lane form (unary ops per
+/// [`has_lane_form`]; affine, PReLU and residual adds always).
+#[cfg(target_arch = "x86_64")]
+fn post_has_lane_form(post: &[super::body::unary::PostOpRt]) -> bool {
+    use super::body::unary::PostOpRt;
+    post.iter().all(|p| match p {
+        PostOpRt::Unary(u) => has_lane_form(*u),
+        PostOpRt::Affine { .. } | PostOpRt::PRelu { .. } | PostOpRt::AddInput { .. } => true,
+    })
+}
+
+/// Softmax's optional row to add: `None` when `add` is empty, else its first `n` floats.
+#[cfg(target_arch = "x86_64")]
+fn softmax_add_row(add: &[f32], n: usize) -> Option<&[f32]> {
+    (!add.is_empty()).then(|| &add[..n])
+}
 #[cfg(target_arch = "x86_64")]
 mod x86_64_avx512;
 #[cfg(target_arch = "x86_64")]
@@ -70,6 +106,8 @@ mod x86_64_dw_block_avx2;
 mod x86_64_dw_flat;
 #[cfg(target_arch = "x86_64")]
 mod x86_64_fma;
+#[cfg(target_arch = "x86_64")]
+mod x86_64_fma_math;
 #[cfg(target_arch = "x86_64")]
 mod x86_64_maxpool;
 #[cfg(target_arch = "x86_64")]

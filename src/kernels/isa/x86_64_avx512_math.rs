@@ -102,24 +102,7 @@ fn sigmoid16(x: __m512) -> __m512 {
     _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x), s, x)
 }
 
-/// True when [`unary16`] computes `op`.
-fn unary16_has(op: UnaryOp) -> bool {
-    matches!(
-        op,
-        UnaryOp::Relu
-            | UnaryOp::Clip { .. }
-            | UnaryOp::Identity
-            | UnaryOp::Sigmoid
-            | UnaryOp::Silu
-            | UnaryOp::HardSwish
-            | UnaryOp::HardSigmoid { .. }
-            | UnaryOp::LeakyRelu { .. }
-            | UnaryOp::Exp
-            | UnaryOp::Gelu { tanh_approx: false }
-    )
-}
-
-/// `op` on 16 lanes, for the ops [`unary16_has`] names (others pass through; callers
+/// `op` on 16 lanes, for the ops [`super::has_lane_form`] names (others pass through; callers
 /// check first). Same NaN handling as the scalar bodies.
 #[inline]
 #[target_feature(enable = "avx512f,avx512dq")]
@@ -233,7 +216,7 @@ unsafe fn unary_slice(op: UnaryOp, x: &mut [f32]) {
 /// The table's `unary` entry: the ops [`unary16`] computes on 16 lanes, the rest
 /// through the generic body compiled for AVX-512.
 pub(super) fn unary(op: UnaryOp, x: &mut [f32]) {
-    if unary16_has(op) {
+    if super::has_lane_form(op) {
         // SAFETY: reachable only through the AVX-512 table (features detected).
         unsafe { unary_slice(op, x) }
     } else {
@@ -250,22 +233,13 @@ pub(super) fn sigmoid(x: &mut [f32]) {
 /// True when [`epilogue_rows`] handles `e`: channels along rows, no addend, post-ops
 /// that run on 16 lanes.
 fn epilogue_fits(e: &Epilogue<'_>) -> bool {
-    e.channel_is_row
-        && e.addend.is_none()
-        && e.post.iter().all(|p| match p {
-            PostOpRt::Unary(u) => unary16_has(*u),
-            PostOpRt::Affine { .. } | PostOpRt::PRelu { .. } | PostOpRt::AddInput { .. } => true,
-        })
+    e.channel_is_row && e.addend.is_none() && super::post_has_lane_form(e.post)
 }
 
 /// True when `e` has its channels along the columns (Gemm, MatMul) and only post-ops
 /// with a lane form: [`epilogue_row_columns`] runs it.
 fn epilogue_fits_columns(e: &Epilogue<'_>) -> bool {
-    !e.channel_is_row
-        && e.post.iter().all(|p| match p {
-            PostOpRt::Unary(u) => unary16_has(*u),
-            PostOpRt::AddInput { .. } | PostOpRt::Affine { .. } | PostOpRt::PRelu { .. } => true,
-        })
+    !e.channel_is_row && super::post_has_lane_form(e.post)
 }
 
 /// One row of C with channels along the columns: `+ addend`, `+ bias[j]` (a vector
@@ -526,16 +500,11 @@ unsafe fn chan_param(p: &[f32], ch: Chan, m: __mmask16) -> __m512 {
     }
 }
 
-/// `add` as softmax's optional row: `None` when empty, else its first `n` floats.
-fn add_row(add: &[f32], n: usize) -> Option<&[f32]> {
-    (!add.is_empty()).then(|| &add[..n])
-}
-
 /// The table's `softmax_row` entry: max, `e^(x - max)` with the sum in registers, then
 /// the scaling (or the log shift), each pass 16 lanes at a time.
 pub(super) fn softmax_row(x: &[f32], add: &[f32], y: &mut [f32], log: bool) {
     let y = &mut y[..x.len()];
-    let add = add_row(add, x.len());
+    let add = super::softmax_add_row(add, x.len());
     // SAFETY: reachable only through the AVX-512 table (features detected); y and add
     // are as long as x.
     unsafe { softmax_row512(x, add, y, log) }
@@ -544,7 +513,7 @@ pub(super) fn softmax_row(x: &[f32], add: &[f32], y: &mut [f32], log: bool) {
 /// The table's `exp_row` entry: softmax's max and exponential passes.
 pub(super) fn exp_row(x: &[f32], add: &[f32], y: &mut [f32]) -> f32 {
     let y = &mut y[..x.len()];
-    let add = add_row(add, x.len());
+    let add = super::softmax_add_row(add, x.len());
     // SAFETY: reachable only through the AVX-512 table (features detected); y and add
     // are as long as x.
     unsafe { exp_pass512(x, add, y).1 }

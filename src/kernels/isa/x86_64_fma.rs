@@ -5,6 +5,7 @@
 //! function; [`table`] hands the table out only after detecting both features, so each
 //! wrapper runs only on a CPU that has them.
 
+use super::x86_64_fma_math as math;
 use super::{portable, KernelTable, RowBlock, MR, NR};
 use crate::ir::{BinaryOp, UnaryOp};
 use crate::kernels::body::pool::PoolShape;
@@ -27,17 +28,17 @@ static TABLE: KernelTable = KernelTable {
     mm_tile_rows,
     mm_row,
     mm_half,
-    epilogue,
-    unary,
+    epilogue: math::epilogue,
+    unary: math::unary,
     binary_f32,
     depthwise_plane,
     max_pool_plane,
     gemv_acc,
-    sigmoid,
+    sigmoid: math::sigmoid,
     tanh,
     quant: &crate::kernels::quant::x86_64_avx2::TABLE,
-    softmax_row,
-    exp_row,
+    softmax_row: math::softmax_row,
+    exp_row: math::exp_row,
     layer_norm_row,
     depthwise_fused: super::x86_64_dw::depthwise_direct,
     depthwise_block: Some(super::x86_64_dw_block_avx2::depthwise_block),
@@ -68,8 +69,8 @@ fn epilogue_body(
     e.apply_body(c, ldc, i0, mr, j0, nr)
 }
 
-feature_build!("avx2,fma", epilogue, epilogue_body, (e: &Epilogue<'_>, c: &mut [f32], ldc: usize, i0: usize, mr: usize, j0: usize, nr: usize));
-feature_build!("avx2,fma", unary, body::unary::apply_unary, (op: UnaryOp, x: &mut [f32]));
+feature_build!("avx2,fma", pub(super) epilogue_generic, epilogue_body, (e: &Epilogue<'_>, c: &mut [f32], ldc: usize, i0: usize, mr: usize, j0: usize, nr: usize));
+feature_build!("avx2,fma", pub(super) unary_body, body::unary::apply_unary, (op: UnaryOp, x: &mut [f32]));
 feature_build!("avx2,fma", binary_f32, body::eltwise::binary_f32, (op: BinaryOp, bc: &Bcast, a: &[f32], b: &[f32], out: &mut [f32], lo: usize, hi: usize));
 feature_build!("avx2,fma", depthwise_plane, body::depthwise::depthwise_plane, (s: &ConvShape, w: &[f32], plane: &[f32], out: &mut [f32], scratch: &mut [f32]));
 feature_build!("avx2,fma", max_pool_plane, body::pool::max_pool_plane, (s: &PoolShape, x: &[f32], y: &mut [f32]));
@@ -144,10 +145,7 @@ unsafe fn gather16(src: &[f32], stride: usize, d: &mut [f32]) {
 // -- end of the im2col helper's block --
 feature_build!("avx2,fma", mm_half, portable::mm_half, (kc: usize, a: &[f32], b: &[f32], c: &mut [f32]));
 feature_build!("avx2,fma", mm_row, portable::mm_row, (kc: usize, a: &[f32], b: &[f32], c: &mut [f32]));
-feature_build!("avx2,fma", sigmoid, body::rnn::sigmoid, (x: &mut [f32]));
 feature_build!("avx2,fma", tanh, body::rnn::tanh, (x: &mut [f32]));
-feature_build!("avx2,fma", softmax_row, body::norm::softmax_row, (x: &[f32], add: &[f32], y: &mut [f32], log: bool));
-feature_build!("avx2,fma", exp_row, body::norm::exp_row, (x: &[f32], add: &[f32], y: &mut [f32]) -> f32);
 feature_build!("avx2,fma", layer_norm_row, body::norm::layer_norm_row, (x: &[f32], y: &mut [f32], scale: &[f32], bias: &[f32], eps: f32));
 
 fn mm_tile(kc: usize, a: &[f32], b: &[f32], c: &mut [f32], ldc: usize, acc: bool) {
