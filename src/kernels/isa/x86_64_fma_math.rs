@@ -404,55 +404,48 @@ pub(super) fn sigmoid(x: &mut [f32]) {
     unsafe { unary_slice(UnaryOp::Sigmoid, x) }
 }
 
-/// Where a vector's per-channel parameters (bias, Affine, PRelu) come from.
-#[derive(Clone, Copy)]
-enum Chan {
-    /// One channel for every lane (channels along the rows of C): its index.
-    Row(usize),
-    /// A channel per lane (channels along the columns): the first lane's index.
-    Cols(usize),
-}
-
-impl Chan {
-    /// The channels of the vector `j` lanes further along the row.
-    #[inline(always)]
-    fn ahead(self, j: usize) -> Chan {
-        match self {
-            Chan::Row(c) => Chan::Row(c),
-            Chan::Cols(c) => Chan::Cols(c + j),
-        }
-    }
-}
-
-/// The lanes of per-channel parameter `p` for channels `ch` (`n` lanes for `Cols`).
+/// The lanes of per-channel parameter `p` for a vector whose first lane is channel `c`:
+/// with `COLS` (channels along the columns) the `min(n, L)` channels from `c`, else
+/// channel `c` in every lane.
 ///
 /// # Safety
-/// AVX available; `p` holds the channels of `ch` (for `Cols`, `min(n, L)` from it).
+/// AVX available; `p` holds those channels.
 #[inline(always)]
-unsafe fn chan_param(p: &[f32], ch: Chan, n: usize) -> __m256 {
+unsafe fn chan_param<const COLS: bool>(p: &[f32], c: usize, n: usize) -> __m256 {
     // SAFETY: as the caller guarantees.
     unsafe {
-        match ch {
-            Chan::Row(c) => _mm256_set1_ps(*p.get_unchecked(c)),
-            Chan::Cols(c) => load_n(p.as_ptr().add(c), n, 0.0),
+        if COLS {
+            load_n(p.as_ptr().add(c), n, 0.0)
+        } else {
+            _mm256_set1_ps(*p.get_unchecked(c))
         }
     }
 }
 
-/// One post-op on `N` consecutive vectors of a row whose first vector's channels are
-/// `ch` and whose residual elements start at `at`; `live` lanes of the row from there
-/// (only the last vector may be partial).
+/// The first channel of the vector `j` lanes after one whose first channel is `c`.
+#[inline(always)]
+fn ahead<const COLS: bool>(c: usize, j: usize) -> usize {
+    if COLS {
+        c + j
+    } else {
+        c
+    }
+}
+
+/// One post-op on `N` consecutive vectors of a row: the first vector's channel is `c`
+/// (see [`chan_param`]), its residual elements start at `at`, and `live` lanes of the
+/// row lie from there (only the last vector may be partial; the row loops pass a
+/// constant for whole vectors, which folds the length checks away).
 ///
 /// # Safety
 /// AVX2 and FMA available; `min(live, N L)` floats at `at` lie inside every residual of
-/// `e`, every per-channel parameter holds the channels of `ch` (for `Cols`, `min(live,
-/// N L)` from it).
+/// `e`, every per-channel parameter holds the vectors' channels.
 #[inline(always)]
-unsafe fn post8<const N: usize>(
+unsafe fn post8<const N: usize, const COLS: bool>(
     e: &Epilogue<'_>,
     po: &PostOpRt,
     v: [__m256; N],
-    ch: Chan,
+    c: usize,
     at: usize,
     live: usize,
 ) -> [__m256; N] {
@@ -461,12 +454,24 @@ unsafe fn post8<const N: usize>(
         match po {
             PostOpRt::Unary(u) => unary8(*u, v),
             PostOpRt::Affine { scale, shift } => {
-                let s = each!(N, |q| chan_param(scale, ch.ahead(q * L), live - q * L));
-                let t = each!(N, |q| chan_param(shift, ch.ahead(q * L), live - q * L));
+                let s = each!(N, |q| chan_param::<COLS>(
+                    scale,
+                    ahead::<COLS>(c, q * L),
+                    live - q * L
+                ));
+                let t = each!(N, |q| chan_param::<COLS>(
+                    shift,
+                    ahead::<COLS>(c, q * L),
+                    live - q * L
+                ));
                 each!(N, |q| _mm256_fmadd_ps(v[q], s[q], t[q]))
             }
             PostOpRt::PRelu { slope } => {
-                let s = each!(N, |q| chan_param(slope, ch.ahead(q * L), live - q * L));
+                let s = each!(N, |q| chan_param::<COLS>(
+                    slope,
+                    ahead::<COLS>(c, q * L),
+                    live - q * L
+                ));
                 let zero = _mm256_setzero_ps();
                 each!(N, |q| _mm256_blendv_ps(
                     v[q],
@@ -485,28 +490,63 @@ unsafe fn post8<const N: usize>(
     }
 }
 
+/// The `N` vectors at `j` of a row at `p` (`live` lanes from there, offset `off` in C,
+/// first channel `c`) plus their addend and bias: the epilogue's first step.
+///
+/// # Safety
+/// AVX2 available; `min(live, N L)` floats at `j` of the row and at `off + j` of the
+/// addend, and the vectors' channels in the bias.
+#[inline(always)]
+unsafe fn epilogue_first<const N: usize, const COLS: bool>(
+    e: &Epilogue<'_>,
+    p: *const f32,
+    j: usize,
+    live: usize,
+    c: usize,
+    off: usize,
+) -> [__m256; N] {
+    // SAFETY: in bounds (caller).
+    unsafe {
+        let mut v = each!(N, |q| load_n(p.add(j + q * L), live - q * L, 0.0));
+        if let Some(a) = e.addend {
+            let a = a.as_ptr().add(off + j);
+            v = each!(N, |q| _mm256_add_ps(
+                v[q],
+                load_n(a.add(q * L), live - q * L, 0.0)
+            ));
+        }
+        if let Some(b) = e.bias {
+            v = each!(N, |q| _mm256_add_ps(
+                v[q],
+                chan_param::<COLS>(b, ahead::<COLS>(c, q * L), live - q * L)
+            ));
+        }
+        v
+    }
+}
+
 /// One row of C through the whole epilogue, in registers: `+ addend`, `+ bias`, then the
 /// post-ops; four vectors at a time (one dispatch on each post-op for 32 floats, their
 /// math interleaved), then one vector at a time for the rest. `ch` is the row's channel
-/// (`Row`) or its first column's (`Cols`), `off` the row's offset in C.
+/// (its first column's with `COLS`), `off` the row's offset in C.
 ///
 /// # Safety
 /// AVX2 and FMA available; the addend and every residual of `e` hold `off + row.len()`
-/// floats; every per-channel parameter holds the row's channel (`Row`) or `ch +
-/// row.len()` channels (`Cols`).
+/// floats; every per-channel parameter holds the row's channel (`ch + row.len()`
+/// channels with `COLS`).
 #[target_feature(enable = "avx2,fma")]
-unsafe fn epilogue_row(e: &Epilogue<'_>, row: &mut [f32], ch: Chan, off: usize) {
+unsafe fn epilogue_row<const COLS: bool>(e: &Epilogue<'_>, row: &mut [f32], ch: usize, off: usize) {
     let n = row.len();
     let p = row.as_mut_ptr();
+    let at = |j: usize| ahead::<COLS>(ch, j);
     // SAFETY: every vector below reads and writes min(n - j, L) floats at j of the row
-    // and at off + j of the addend and the residuals, and the channels of ch.ahead(j)
-    // (caller).
+    // and at off + j of the addend and the residuals, and its channels (caller).
     unsafe {
         let mut j = 0;
         while j + 4 * L <= n {
-            let mut v = each!(4, |q| epilogue_first(e, p, n, j + q * L, ch, off));
+            let mut v = epilogue_first::<4, COLS>(e, p, j, 4 * L, at(j), off);
             for po in e.post {
-                v = post8(e, po, v, ch.ahead(j), off + j, n - j);
+                v = post8::<4, COLS>(e, po, v, at(j), off + j, 4 * L);
             }
             for (q, vq) in v.iter().enumerate() {
                 _mm256_storeu_ps(p.add(j + q * L), *vq);
@@ -514,9 +554,9 @@ unsafe fn epilogue_row(e: &Epilogue<'_>, row: &mut [f32], ch: Chan, off: usize) 
             j += 4 * L;
         }
         while j < n {
-            let mut v = [epilogue_first(e, p, n, j, ch, off)];
+            let mut v = epilogue_first::<1, COLS>(e, p, j, n - j, at(j), off);
             for po in e.post {
-                v = post8(e, po, v, ch.ahead(j), off + j, n - j);
+                v = post8::<1, COLS>(e, po, v, at(j), off + j, n - j);
             }
             store_n(p.add(j), n - j, v[0]);
             j += L;
@@ -524,37 +564,62 @@ unsafe fn epilogue_row(e: &Epilogue<'_>, row: &mut [f32], ch: Chan, off: usize) 
     }
 }
 
-/// The vector at `j` of a row of `n` floats at `p` (offset `off` in C, channels from
-/// `ch`) plus its addend and bias: the epilogue's first step.
+/// The commonest conv epilogues without a dispatch per vector (channels along the rows,
+/// [`Epilogue::simple_form`]): `+ bias`, then (with `RES`) the residual row `res`, then
+/// `min(max(v, lo), hi)` for `clamp` (ReLU / Clip: [`unary8`]'s lanes exactly).
 ///
 /// # Safety
-/// AVX2 available; `min(n - j, L)` floats at `j` of the row and at `off + j` of the
-/// addend, and the channels of `ch.ahead(j)` in the bias.
-#[inline(always)]
-unsafe fn epilogue_first(
-    e: &Epilogue<'_>,
-    p: *const f32,
-    n: usize,
-    j: usize,
-    ch: Chan,
-    off: usize,
-) -> __m256 {
-    let k = n - j;
-    // SAFETY: in bounds (caller).
+/// AVX2 and FMA available; with `RES`, `res` is `Some` and holds `row.len()` floats.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn epilogue_row_simple<const RES: bool>(
+    row: &mut [f32],
+    bias: f32,
+    res: Option<&[f32]>,
+    clamp: Option<(f32, f32)>,
+) {
+    let n = row.len();
+    let p = row.as_mut_ptr();
+    let rp = res.map_or(p as *const f32, |r| r.as_ptr());
+    let b = _mm256_set1_ps(bias);
+    let (lo, hi) = clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
+    let (vlo, vhi) = (_mm256_set1_ps(lo), _mm256_set1_ps(hi));
+    // One vector: as `unary8`, `vmaxps` returns its second operand for a NaN lane.
+    let step = |v: __m256, r: __m256| {
+        let v = _mm256_add_ps(v, b);
+        let v = if RES { _mm256_add_ps(v, r) } else { v };
+        _mm256_min_ps(_mm256_max_ps(v, vlo), vhi)
+    };
+    let mut j = 0;
+    // SAFETY: every access is min(n - j, L) floats at j of the row and, with RES, of
+    // `res` (caller).
     unsafe {
-        let mut v = load_n(p.add(j), k, 0.0);
-        if let Some(a) = e.addend {
-            v = _mm256_add_ps(v, load_n(a.as_ptr().add(off + j), k, 0.0));
+        while j + 2 * L <= n {
+            let (r0, r1) = if RES {
+                (_mm256_loadu_ps(rp.add(j)), _mm256_loadu_ps(rp.add(j + L)))
+            } else {
+                (b, b)
+            };
+            let v0 = step(_mm256_loadu_ps(p.add(j)), r0);
+            let v1 = step(_mm256_loadu_ps(p.add(j + L)), r1);
+            _mm256_storeu_ps(p.add(j), v0);
+            _mm256_storeu_ps(p.add(j + L), v1);
+            j += 2 * L;
         }
-        if let Some(b) = e.bias {
-            v = _mm256_add_ps(v, chan_param(b, ch.ahead(j), k));
+        while j < n {
+            let r = if RES {
+                load_n(rp.add(j), n - j, 0.0)
+            } else {
+                b
+            };
+            store_n(p.add(j), n - j, step(load_n(p.add(j), n - j, 0.0), r));
+            j += L;
         }
-        v
     }
 }
 
-/// The table's `epilogue` entry: [`epilogue_row`] on each row when every post-op has a
-/// lane form, else the generic body compiled for AVX2.
+/// The table's `epilogue` entry: [`epilogue_row_simple`] for the simple conv forms,
+/// [`epilogue_row`] on each row when every post-op has a lane form, else the generic
+/// body compiled for AVX2.
 pub(super) fn epilogue(
     e: &Epilogue<'_>,
     c: &mut [f32],
@@ -585,6 +650,7 @@ pub(super) fn epilogue(
             PostOpRt::AddInput { .. } | PostOpRt::Unary(_) => {}
         }
     }
+    let simple = e.simple_form();
     for i in i0..i0 + mr {
         let off = i * ldc + j0;
         for p in e.post {
@@ -593,15 +659,30 @@ pub(super) fn epilogue(
             }
         }
         assert!(e.addend.is_none_or(|a| a.len() >= off + nr));
-        let ch = if e.channel_is_row {
-            Chan::Row(e.channel_offset + i)
-        } else {
-            Chan::Cols(e.channel_offset + j0)
-        };
-        // SAFETY: reachable only through the AVX2+FMA table (features detected); the row
-        // holds nr floats, the addend and every residual off + nr, every per-channel
-        // parameter the row's channels (checked above).
-        unsafe { epilogue_row(e, &mut c[off..off + nr], ch, off) };
+        let row = &mut c[off..off + nr];
+        // SAFETY (all three): reachable only through the AVX2+FMA table (features
+        // detected); the row holds nr floats, the addend and every residual off + nr,
+        // every per-channel parameter the row's channels (checked above).
+        match simple {
+            Some((slot, clamp)) => {
+                let bias = e.bias.map_or(0.0, |b| b[e.channel_offset + i]);
+                match slot {
+                    // SAFETY: see above.
+                    None => unsafe { epilogue_row_simple::<false>(row, bias, None, clamp) },
+                    Some(k) => {
+                        let res = Some(&e.residuals[k][off..]);
+                        // SAFETY: see above.
+                        unsafe { epilogue_row_simple::<true>(row, bias, res, clamp) }
+                    }
+                }
+            }
+            // SAFETY: see above.
+            None if e.channel_is_row => unsafe {
+                epilogue_row::<false>(e, row, e.channel_offset + i, off)
+            },
+            // SAFETY: see above.
+            None => unsafe { epilogue_row::<true>(e, row, e.channel_offset + j0, off) },
+        }
     }
 }
 
