@@ -1,6 +1,6 @@
 //! Element-wise math of the AVX2+FMA table on 8 lanes: `e^x` (the range reduction and
 //! polynomial of `body::unary::exp` in FMA form, `2^n` built in the exponent bits),
-//! sigmoid and SiLU (the reciprocal by `vrcpps` plus one Newton step), GELU, and the
+//! sigmoid and SiLU (`1 / (1 + e^-|x|)` correctly rounded, as the scalar body), GELU, and the
 //! entries built on them: the fused GEMM epilogue (bias, activations, affine, PReLU and
 //! residual adds applied in registers, one load and one store per element), the in-place
 //! unary functions, the sigmoid slice and the softmax rows.
@@ -163,13 +163,10 @@ unsafe fn sigmoid_core<const N: usize>(x: [__m256; N]) -> [__m256; N] {
         let e = exp_core(each!(N, |i| _mm256_max_ps(_mm256_or_ps(x[i], sign), lo)));
         let one = _mm256_set1_ps(1.0);
         let d = each!(N, |i| _mm256_add_ps(one, e[i]));
-        // 1/d for d in [1, 2]: 12-bit estimate, one Newton step (about 2^-22 relative).
-        let r0 = each!(N, |i| _mm256_rcp_ps(d[i]));
-        let s = each!(N, |i| _mm256_fmadd_ps(
-            r0[i],
-            _mm256_fnmadd_ps(d[i], r0[i], one),
-            r0[i]
-        ));
+        // 1/d for d in [1, 2], correctly rounded as in the scalar body: a recurrent
+        // layer's `1 - z` cancels to the last bit of z near 1 (vrcpps plus one Newton
+        // step, ~2^-22, moved GRU outputs that should be 0 to -1.2e-7).
+        let s = each!(N, |i| _mm256_div_ps(one, d[i]));
         let zero = _mm256_setzero_ps();
         each!(N, |i| _mm256_blendv_ps(
             s[i],
