@@ -28,6 +28,8 @@ const EXP_HI: f32 = 88.72;
 const EXP_LO: f32 = -87.33;
 /// Lanes of a vector.
 const L: usize = 8;
+/// Vectors the row loops run interleaved.
+const V: usize = 4;
 
 /// `N` vectors, each computed by `$e` from its index `$i`. The math below is written
 /// step by step over `N` independent vectors so that their steps interleave: the
@@ -48,13 +50,14 @@ macro_rules! each {
 // them, intrinsics included. Each requires AVX2 and FMA: that is their safety contract.
 
 /// `e^x` for `x` already inside `[EXP_LO, EXP_HI]`: `x = n·ln2 + r` (`n` clamped to
-/// `[-126, 127]` so that `2^n` stays normal, as the scalar body), `e^r` by the degree-7
-/// Taylor polynomial of `body::unary::exp`, times `2^n` built in the exponent bits.
+/// `[-126, 127]` so that `2^n` stays normal, as the scalar body; `POS` says `x` may
+/// exceed 0, else `n` lies inside already), `e^r` by the degree-7 Taylor polynomial of
+/// `body::unary::exp`, times `2^n` built in the exponent bits.
 ///
 /// # Safety
 /// AVX2 and FMA available.
 #[inline(always)]
-unsafe fn exp_core<const N: usize>(x: [__m256; N]) -> [__m256; N] {
+unsafe fn exp_core<const N: usize, const POS: bool>(x: [__m256; N]) -> [__m256; N] {
     // SAFETY: register-only intrinsics; AVX2 and FMA per the contract.
     unsafe {
         let (log2e, lo, hi) = (
@@ -66,7 +69,11 @@ unsafe fn exp_core<const N: usize>(x: [__m256; N]) -> [__m256; N] {
         let n = each!(N, |i| _mm256_round_ps::<NEAREST>(_mm256_mul_ps(
             x[i], log2e
         )));
-        let n = each!(N, |i| _mm256_min_ps(_mm256_max_ps(n[i], lo), hi));
+        let n = if POS {
+            each!(N, |i| _mm256_min_ps(_mm256_max_ps(n[i], lo), hi))
+        } else {
+            n
+        };
         let (ln2_hi, ln2_lo) = (_mm256_set1_ps(LN2_HI), _mm256_set1_ps(LN2_LO));
         let r = each!(N, |i| _mm256_fnmadd_ps(n[i], ln2_hi, x[i]));
         let r = each!(N, |i| _mm256_fnmadd_ps(n[i], ln2_lo, r[i]));
@@ -114,7 +121,7 @@ unsafe fn exp8<const N: usize>(x: [__m256; N]) -> [__m256; N] {
     // SAFETY: register-only intrinsics; AVX2 and FMA per the contract.
     unsafe {
         let (lo, hi) = (_mm256_set1_ps(EXP_LO), _mm256_set1_ps(EXP_HI));
-        let y = exp_core(each!(N, |i| _mm256_min_ps(_mm256_max_ps(x[i], lo), hi)));
+        let y = exp_core::<N, true>(each!(N, |i| _mm256_min_ps(_mm256_max_ps(x[i], lo), hi)));
         let inf = _mm256_set1_ps(f32::INFINITY);
         let y = each!(N, |i| _mm256_blendv_ps(
             y[i],
@@ -141,7 +148,7 @@ unsafe fn exp8_nonpos<const N: usize>(x: [__m256; N]) -> [__m256; N] {
         let lo = _mm256_set1_ps(EXP_LO);
         // `vmaxps` gives its second operand for a NaN: NaN lanes stay NaN through
         // exp_core.
-        let y = exp_core(each!(N, |i| _mm256_max_ps(lo, x[i])));
+        let y = exp_core::<N, false>(each!(N, |i| _mm256_max_ps(lo, x[i])));
         each!(N, |i| _mm256_andnot_ps(
             _mm256_cmp_ps::<_CMP_LT_OQ>(x[i], lo),
             y[i]
@@ -160,7 +167,7 @@ unsafe fn sigmoid_core<const N: usize>(x: [__m256; N]) -> [__m256; N] {
     unsafe {
         // -|x| (the sign bit set), clamped where e^-|x| is below the normal range.
         let (sign, lo) = (_mm256_set1_ps(-0.0), _mm256_set1_ps(EXP_LO));
-        let e = exp_core(each!(N, |i| _mm256_max_ps(_mm256_or_ps(x[i], sign), lo)));
+        let e = exp_core::<N, false>(each!(N, |i| _mm256_max_ps(_mm256_or_ps(x[i], sign), lo)));
         let one = _mm256_set1_ps(1.0);
         let d = each!(N, |i| _mm256_add_ps(one, e[i]));
         // 1/d for d in [1, 2], correctly rounded as in the scalar body: a recurrent
@@ -364,15 +371,15 @@ unsafe fn unary_slice(op: UnaryOp, x: &mut [f32]) {
     let n = x.len();
     let p = x.as_mut_ptr();
     let mut i = 0;
-    while i + 4 * L <= n {
+    while i + V * L <= n {
         // SAFETY: 4 L floats at i lie inside x.
         unsafe {
-            let v = unary8(op, each!(4, |q| _mm256_loadu_ps(p.add(i + q * L))));
+            let v = unary8(op, each!(V, |q| _mm256_loadu_ps(p.add(i + q * L))));
             for (q, vq) in v.iter().enumerate() {
                 _mm256_storeu_ps(p.add(i + q * L), *vq);
             }
         }
-        i += 4 * L;
+        i += V * L;
     }
     while i < n {
         // SAFETY: min(n - i, L) floats at i lie inside x.
@@ -540,15 +547,15 @@ unsafe fn epilogue_row<const COLS: bool>(e: &Epilogue<'_>, row: &mut [f32], ch: 
     // and at off + j of the addend and the residuals, and its channels (caller).
     unsafe {
         let mut j = 0;
-        while j + 4 * L <= n {
-            let mut v = epilogue_first::<4, COLS>(e, p, j, 4 * L, at(j), off);
+        while j + V * L <= n {
+            let mut v = epilogue_first::<V, COLS>(e, p, j, V * L, at(j), off);
             for po in e.post {
-                v = post8::<4, COLS>(e, po, v, at(j), off + j, 4 * L);
+                v = post8::<V, COLS>(e, po, v, at(j), off + j, V * L);
             }
             for (q, vq) in v.iter().enumerate() {
                 _mm256_storeu_ps(p.add(j + q * L), *vq);
             }
-            j += 4 * L;
+            j += V * L;
         }
         while j < n {
             let mut v = epilogue_first::<1, COLS>(e, p, j, n - j, at(j), off);
@@ -762,21 +769,21 @@ unsafe fn exp_pass8(x: &[f32], add: Option<&[f32]>, y: &mut [f32]) -> (f32, f32)
     }
     let mx = reduce(_mm256_max_ps(m0, m1), true);
     let mb = _mm256_set1_ps(mx);
-    let mut sums = [_mm256_setzero_ps(); 4];
+    let mut sums = [_mm256_setzero_ps(); V];
     let mut j = 0;
-    while j + 4 * L <= n {
+    while j + V * L <= n {
         // SAFETY: 4 L floats at j inside x, add and y.
         unsafe {
-            let v = exp8_nonpos(each!(4, |q| _mm256_sub_ps(
+            let v = exp8_nonpos(each!(V, |q| _mm256_sub_ps(
                 load_sum(xp, ap, j + q * L, L),
                 mb
             )));
-            for q in 0..4 {
+            for q in 0..V {
                 _mm256_storeu_ps(yp.add(j + q * L), v[q]);
                 sums[q] = _mm256_add_ps(sums[q], v[q]);
             }
         }
-        j += 4 * L;
+        j += V * L;
     }
     while j < n {
         // SAFETY: min(n - j, L) floats at j inside x, add and y.
@@ -791,10 +798,9 @@ unsafe fn exp_pass8(x: &[f32], add: Option<&[f32]>, y: &mut [f32]) -> (f32, f32)
         }
         j += L;
     }
-    let s = _mm256_add_ps(
-        _mm256_add_ps(sums[0], sums[1]),
-        _mm256_add_ps(sums[2], sums[3]),
-    );
+    let s = sums[1..]
+        .iter()
+        .fold(sums[0], |acc, &v| _mm256_add_ps(acc, v));
     (mx, reduce(s, false))
 }
 
