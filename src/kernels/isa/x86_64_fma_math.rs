@@ -8,9 +8,9 @@
 //! The same design as the AVX-512 table's math, on 8 lanes and without mask registers:
 //! a row's last partial vector goes through an 8-float copy on the stack, so every
 //! element gets the same lane arithmetic wherever it sits in its row. (The
-//! autovectorised generic bodies these replace spent most of their time on `vdivps` and
-//! on the blends of each scalar edge case: a YOLO model's SiLU epilogues were 16 % of its
-//! samples, SVTR's softmax exponentials 17 %.)
+//! autovectorised generic bodies these replace ran one vector at a time through the
+//! exponential's dependency chain and the blends of each scalar edge case: a YOLO
+//! model's SiLU epilogues were 16 % of its samples, SVTR's softmax exponentials 17 %.)
 //!
 //! Every function here requires AVX2 and FMA; the public entries are safe wrappers
 //! reachable only through the AVX2+FMA table, which `x86_64_fma::table` hands out after
