@@ -41,6 +41,38 @@ impl Epilogue<'_> {
         self.bias.is_none() && self.addend.is_none() && self.post.is_empty()
     }
 
+    /// Panics unless every slice the epilogue reads for rows `i0..i0+mr`, columns
+    /// `j0..j0+nr` of C (row stride `ldc`) is long enough: the bias and every per-channel
+    /// parameter hold those rows' (or columns') channels, the addend and every residual
+    /// the block's elements. Kernels that index without bounds checks call it first.
+    pub fn assert_fits(&self, ldc: usize, i0: usize, mr: usize, j0: usize, nr: usize) {
+        if mr == 0 || nr == 0 {
+            return;
+        }
+        let channels = if self.channel_is_row {
+            self.channel_offset + i0 + mr
+        } else {
+            self.channel_offset + j0 + nr
+        };
+        let params = self.post.iter().flat_map(|p| match p {
+            PostOpRt::Affine { scale, shift } => [Some(&scale[..]), Some(&shift[..])],
+            PostOpRt::PRelu { slope } => [Some(&slope[..]), None],
+            PostOpRt::AddInput { .. } | PostOpRt::Unary(_) => [None, None],
+        });
+        for p in params.flatten().chain(self.bias) {
+            assert!(p.len() >= channels, "{} channels for {channels}", p.len());
+        }
+        // The block's last element, in C's layout.
+        let end = (i0 + mr - 1) * ldc + j0 + nr;
+        let slots = self.post.iter().filter_map(|p| match p {
+            PostOpRt::AddInput { slot } => Some(self.residuals[*slot]),
+            _ => None,
+        });
+        for m in slots.chain(self.addend) {
+            assert!(m.len() >= end, "{} elements for {end}", m.len());
+        }
+    }
+
     /// The commonest conv epilogues as `(residual slot, clamp)`: per-row bias, then
     /// optionally the residual `AddInput`, then optionally ReLU (`(0, inf)`) or Clip
     /// (`(min, max)`, applied as `min(max(v, lo), hi)`, which is ReLU's `max(v, 0)` too);

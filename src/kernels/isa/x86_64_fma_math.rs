@@ -636,37 +636,14 @@ pub(super) fn epilogue(
     if !super::post_has_lane_form(e.post) {
         return super::x86_64_fma::epilogue_generic(e, c, ldc, i0, mr, j0, nr);
     }
-    // The channels the rows need from every per-channel parameter (bias included).
-    let need = if e.channel_is_row {
-        e.channel_offset + i0 + mr
-    } else {
-        e.channel_offset + j0 + nr
-    };
-    let fits = |p: &[f32]| assert!(p.len() >= need, "{} channels for {need}", p.len());
-    e.bias.map(fits);
-    for p in e.post {
-        match p {
-            PostOpRt::Affine { scale, shift } => {
-                fits(scale);
-                fits(shift);
-            }
-            PostOpRt::PRelu { slope } => fits(slope),
-            PostOpRt::AddInput { .. } | PostOpRt::Unary(_) => {}
-        }
-    }
+    e.assert_fits(ldc, i0, mr, j0, nr);
     let simple = e.simple_form();
     for i in i0..i0 + mr {
         let off = i * ldc + j0;
-        for p in e.post {
-            if let PostOpRt::AddInput { slot } = p {
-                assert!(e.residuals[*slot].len() >= off + nr);
-            }
-        }
-        assert!(e.addend.is_none_or(|a| a.len() >= off + nr));
         let row = &mut c[off..off + nr];
         // SAFETY (all three): reachable only through the AVX2+FMA table (features
         // detected); the row holds nr floats, the addend and every residual off + nr,
-        // every per-channel parameter the row's channels (checked above).
+        // every per-channel parameter the row's channels (`assert_fits` above).
         match simple {
             Some((slot, clamp)) => {
                 let bias = e.bias.map_or(0.0, |b| b[e.channel_offset + i]);
@@ -725,19 +702,14 @@ unsafe fn load_sum(x: *const f32, add: Option<*const f32>, j: usize, n: usize) -
     }
 }
 
-/// Horizontal max (NaN lanes ignored, like the running max) and sum of 8 lanes.
+/// The 8 lanes of `v`.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-fn reduce(v: __m256, max: bool) -> f32 {
+fn lanes(v: __m256) -> [f32; L] {
     let mut a = [0.0f32; L];
     // SAFETY: an 8-float array.
     unsafe { _mm256_storeu_ps(a.as_mut_ptr(), v) };
-    if max {
-        a.iter()
-            .fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m })
-    } else {
-        a.iter().sum()
-    }
+    a
 }
 
 /// Softmax's first two passes: the max of `x + add` (NaN ignored), then `y = e^(x + add
@@ -767,7 +739,10 @@ unsafe fn exp_pass8(x: &[f32], add: Option<&[f32]>, y: &mut [f32]) -> (f32, f32)
         }
         j += L;
     }
-    let mx = reduce(_mm256_max_ps(m0, m1), true);
+    // Horizontal max, NaN lanes ignored like the running max.
+    let mx = lanes(_mm256_max_ps(m0, m1))
+        .iter()
+        .fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
     let mb = _mm256_set1_ps(mx);
     let mut sums = [_mm256_setzero_ps(); V];
     let mut j = 0;
@@ -801,7 +776,7 @@ unsafe fn exp_pass8(x: &[f32], add: Option<&[f32]>, y: &mut [f32]) -> (f32, f32)
     let s = sums[1..]
         .iter()
         .fold(sums[0], |acc, &v| _mm256_add_ps(acc, v));
-    (mx, reduce(s, false))
+    (mx, lanes(s).iter().sum())
 }
 
 /// # Safety
