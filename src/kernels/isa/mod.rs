@@ -114,6 +114,8 @@ mod x86_64_maxpool;
 mod x86_64_qdw_block;
 #[cfg(target_arch = "x86_64")]
 mod x86_64_qdw_bytes;
+#[cfg(target_arch = "x86_64")]
+mod x86_64_wino_avx2;
 
 /// Rows of one GEMM micro-tile (and of one packed A panel).
 pub const MR: usize = 6;

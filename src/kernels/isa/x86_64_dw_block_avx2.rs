@@ -268,7 +268,7 @@ unsafe fn pixels<const N: usize>(
 /// # Safety
 /// AVX available (inlined into the `#[target_feature]` kernels).
 #[inline(always)]
-unsafe fn transpose8(r: [__m256; V]) -> [__m256; V] {
+pub(super) unsafe fn transpose8(r: [__m256; V]) -> [__m256; V] {
     // SAFETY: register-only intrinsics; AVX per the contract.
     unsafe {
         let mut t = [_mm256_setzero_ps(); V];

@@ -47,8 +47,8 @@ static TABLE: KernelTable = KernelTable {
     mm_tile_epi: None,
     mm_tile_rows_epi: None,
     // Winograd conv transforms.
-    wino_input,
-    wino_output,
+    wino_input: super::x86_64_wino_avx2::wino_input,
+    wino_output: super::x86_64_wino_avx2::wino_output,
     // -- pooling and conv packing (issue 12, im2col helper) --
     avg_pool_plane,
     im2col_panels,
@@ -364,9 +364,5 @@ unsafe fn tile_6x16_strided(
     }
 }
 
-// Winograd conv transforms.
-use crate::kernels::conv::{winograd_body, OutBlock, PointRows, WinoGeom};
-feature_build!("avx2,fma", wino_input, winograd_body::input_block, (g: &WinoGeom, x: &[f32], tb: usize, nb: usize, v: &mut [f32]));
-feature_build!("avx2,fma", wino_output, winograd_body::output_block, (g: &WinoGeom, m: &PointRows<'_>, b: &OutBlock, y: &mut [f32]));
 feature_build!("avx2,fma", add_pairs, body::conv::add_pairs, (o: &mut [f32], a: &[f32], b: &[f32]));
 feature_build!("avx2,fma", bilinear_up2x, body::resize::bilinear_up2x, (ty: &[LinearTap], tx: &[LinearTap], h: usize, w: usize, x: &[f32], y: &mut [f32], planes: (usize, usize), scratch: &mut [f32]));
