@@ -496,9 +496,6 @@ pub fn gemm_with(
                             }
                         }
                     }
-                    if fuse.is_some() {
-                        epi.apply(isa, c, ldc, i, mr, j, nr);
-                    }
                 };
                 let (panels, strips) = ((ic..ic_end).step_by(MR), (jc..jc_end).step_by(NR));
                 if k <= KC && ldc >= C_ROWS_MIN_LDC {
@@ -512,9 +509,21 @@ pub fn gemm_with(
                     }
                 }
                 // The epilogue runs once per finished MC x NC block, row segments of up
-                // to NC contiguous elements, while the block is still in cache.
-                if last && !epi.is_empty() && fused.is_none() {
-                    epi.apply(isa, c, ldc, ic, ic_end - ic, jc, jc_end - jc);
+                // to NC contiguous elements, while the block is still in cache; with the
+                // fused tiles, only over the block's edge tiles (a ragged last panel, a
+                // ragged last strip), two calls rather than one per edge tile.
+                if last && !epi.is_empty() {
+                    if fused.is_none() {
+                        epi.apply(isa, c, ldc, ic, ic_end - ic, jc, jc_end - jc);
+                    } else {
+                        let (rows, cols) = ((ic_end - ic) / MR * MR, full);
+                        if rows < ic_end - ic {
+                            epi.apply(isa, c, ldc, ic + rows, ic_end - ic - rows, jc, len);
+                        }
+                        if cols < len && rows > 0 {
+                            epi.apply(isa, c, ldc, ic, rows, jc + cols, len - cols);
+                        }
+                    }
                 }
                 ic = ic_end;
             }

@@ -169,6 +169,19 @@ pub struct TileEpi<'a> {
     pub clamp: Option<(f32, f32)>,
 }
 
+impl TileEpi<'_> {
+    /// Panics unless the residual (if any) holds [`MR`] rows of [`NR`] at stride `ldc`:
+    /// the fused tiles check it once before their unchecked stores.
+    pub fn assert_residual_fits(&self, ldc: usize) {
+        if let Some(r) = self.residual {
+            assert!(
+                r.len() >= (MR - 1) * ldc + NR,
+                "tile epilogue: residual too short"
+            );
+        }
+    }
+}
+
 /// Up to [`KC`] rows of an unpacked B block, each a slice of at least `len` floats
 /// starting at the block's first column: B row `p`, column `jc + j` is `rows[p][j]`.
 /// Lets the micro-kernel read B straight from its source (conv input planes, im2col

@@ -344,7 +344,7 @@ fn tile_packed(
 ) {
     assert!(a.len() >= kc * MR && b.len() >= kc * NR);
     assert!(ldc >= NR && c.len() >= (MR - 1) * ldc + NR);
-    check_residual(e, ldc);
+    e.inspect(|e| e.assert_residual_fits(ldc));
     let (a, b, c) = (a.as_ptr(), b.as_ptr(), c.as_mut_ptr());
     // SAFETY: the features were detected (see `table`); the asserts above bound every
     // offset the tile touches (a: kc*MR, b row p: p*NR..p*NR+NR, c and the residual: MR
@@ -360,16 +360,6 @@ fn tile_packed(
             e,
             0,
         )
-    }
-}
-
-/// Panics unless the residual of `e` holds MR rows of NR at stride `ldc`.
-fn check_residual(e: Option<&TileEpi<'_>>, ldc: usize) {
-    if let Some(r) = e.and_then(|e| e.residual) {
-        assert!(
-            r.len() >= (MR - 1) * ldc + NR,
-            "tile epilogue: residual too short"
-        );
     }
 }
 
@@ -403,7 +393,7 @@ fn tile_rows(
     let kc = rows.len();
     assert!(a.len() >= kc * MR && off + NR <= b.len);
     assert!(ldc >= NR && c.len() >= (MR - 1) * ldc + NR);
-    check_residual(e, ldc);
+    e.inspect(|e| e.assert_residual_fits(ldc));
     let (a, c) = (a.as_ptr(), c.as_mut_ptr());
     // SAFETY: the features were detected (see `table`); every row holds `b.len >= off +
     // NR` floats (checked by `RowBlock::new` and above), a holds kc*MR, c and the

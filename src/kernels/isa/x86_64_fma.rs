@@ -6,7 +6,7 @@
 //! wrapper runs only on a CPU that has them.
 
 use super::x86_64_fma_math as math;
-use super::{portable, KernelTable, RowBlock, MR, NR};
+use super::{portable, KernelTable, RowBlock, TileEpi, MR, NR};
 use crate::ir::{BinaryOp, UnaryOp};
 use crate::kernels::body::pool::PoolShape;
 use crate::kernels::body::resize::LinearTap;
@@ -44,8 +44,8 @@ static TABLE: KernelTable = KernelTable {
     depthwise_block: Some(super::x86_64_dw_block_avx2::depthwise_block),
     qdepthwise_block: None,
     mm_tile_strided,
-    mm_tile_epi: None,
-    mm_tile_rows_epi: None,
+    mm_tile_epi: Some(mm_tile_epi),
+    mm_tile_rows_epi: Some(mm_tile_rows_epi),
     // Winograd conv transforms.
     wino_input: super::x86_64_wino_avx2::wino_input,
     wino_output: super::x86_64_wino_avx2::wino_output,
@@ -149,22 +149,76 @@ feature_build!("avx2,fma", tanh, body::rnn::tanh, (x: &mut [f32]));
 feature_build!("avx2,fma", layer_norm_row, body::norm::layer_norm_row, (x: &[f32], y: &mut [f32], scale: &[f32], bias: &[f32], eps: f32));
 
 fn mm_tile(kc: usize, a: &[f32], b: &[f32], c: &mut [f32], ldc: usize, acc: bool) {
+    tile_packed(kc, a, b, c, ldc, acc, None)
+}
+
+fn mm_tile_epi(
+    kc: usize,
+    a: &[f32],
+    b: &[f32],
+    c: &mut [f32],
+    ldc: usize,
+    acc: bool,
+    e: &TileEpi<'_>,
+) {
+    tile_packed(kc, a, b, c, ldc, acc, Some(e))
+}
+
+#[inline]
+fn tile_packed(
+    kc: usize,
+    a: &[f32],
+    b: &[f32],
+    c: &mut [f32],
+    ldc: usize,
+    acc: bool,
+    e: Option<&TileEpi<'_>>,
+) {
     assert!(a.len() >= kc * MR && b.len() >= kc * NR);
     assert!(ldc >= NR && c.len() >= (MR - 1) * ldc + NR);
+    e.inspect(|e| e.assert_residual_fits(ldc));
     let (a, b, c) = (a.as_ptr(), b.as_ptr(), c.as_mut_ptr());
     // SAFETY: AVX2+FMA were detected (see `table`); the asserts above bound every offset
-    // the tile touches (a: kc*MR, b row p: p*NR..p*NR+NR, c: MR rows of NR at ldc).
-    unsafe { tile_6x16(kc, a, |p| b.add(p * NR), c, ldc, acc, 0) }
+    // the tile touches (a: kc*MR, b row p: p*NR..p*NR+NR, c and the residual: MR rows of
+    // NR at ldc).
+    unsafe { tile_6x16(kc, a, |p| b.add(p * NR), c, ldc, acc, 0, e) }
 }
 
 fn mm_tile_rows(a: &[f32], b: &RowBlock<'_, '_>, off: usize, c: &mut [f32], ldc: usize, acc: bool) {
+    tile_rows(a, b, off, c, ldc, acc, None)
+}
+
+fn mm_tile_rows_epi(
+    a: &[f32],
+    b: &RowBlock<'_, '_>,
+    off: usize,
+    c: &mut [f32],
+    ldc: usize,
+    acc: bool,
+    e: &TileEpi<'_>,
+) {
+    tile_rows(a, b, off, c, ldc, acc, Some(e))
+}
+
+#[inline]
+fn tile_rows(
+    a: &[f32],
+    b: &RowBlock<'_, '_>,
+    off: usize,
+    c: &mut [f32],
+    ldc: usize,
+    acc: bool,
+    e: Option<&TileEpi<'_>>,
+) {
     let rows = b.rows;
     let kc = rows.len();
     assert!(a.len() >= kc * MR && off + NR <= b.len);
     assert!(ldc >= NR && c.len() >= (MR - 1) * ldc + NR);
+    e.inspect(|e| e.assert_residual_fits(ldc));
     let (a, c) = (a.as_ptr(), c.as_mut_ptr());
     // SAFETY: AVX2+FMA were detected (see `table`); every row holds `b.len >= off + NR`
-    // floats (checked by `RowBlock::new` and above), a holds kc*MR, c MR rows of NR.
+    // floats (checked by `RowBlock::new` and above), a holds kc*MR, c and the residual
+    // MR rows of NR.
     unsafe {
         tile_6x16(
             kc,
@@ -174,6 +228,7 @@ fn mm_tile_rows(a: &[f32], b: &RowBlock<'_, '_>, off: usize, c: &mut [f32], ldc:
             ldc,
             acc,
             ROWS_PREFETCH,
+            e,
         )
     }
 }
@@ -184,7 +239,9 @@ fn mm_tile_rows(a: &[f32], b: &RowBlock<'_, '_>, off: usize, c: &mut [f32], ldc:
 const ROWS_PREFETCH: usize = 64;
 
 /// The 6x16 FMA tile: `b_row(p)` points at the 16 floats of B for step `p`; with
-/// `prefetch > 0`, each step prefetches its B row that many floats ahead.
+/// `prefetch > 0`, each step prefetches its B row that many floats ahead. With `e`, its
+/// epilogue runs on the registers before the store ([`TileEpi`]), as the `epilogue`
+/// entry would after it.
 ///
 /// # Safety
 /// AVX2 and FMA must be available; `a` valid for `kc * 6` reads, `b_row(p)` for 16
@@ -199,6 +256,7 @@ unsafe fn tile_6x16(
     ldc: usize,
     acc: bool,
     prefetch: usize,
+    e: Option<&TileEpi<'_>>,
 ) {
     let mut t = [_mm256_setzero_ps(); 2 * MR];
     for p in 0..kc {
@@ -230,6 +288,21 @@ unsafe fn tile_6x16(
             if acc {
                 v0 = _mm256_add_ps(v0, _mm256_loadu_ps(cp));
                 v1 = _mm256_add_ps(v1, _mm256_loadu_ps(cp.add(8)));
+            }
+            if let Some(e) = e {
+                let b = _mm256_set1_ps(e.bias[r]);
+                (v0, v1) = (_mm256_add_ps(v0, b), _mm256_add_ps(v1, b));
+                if let Some(res) = e.residual {
+                    let rp = res.as_ptr().add(r * ldc);
+                    v0 = _mm256_add_ps(v0, _mm256_loadu_ps(rp));
+                    v1 = _mm256_add_ps(v1, _mm256_loadu_ps(rp.add(8)));
+                }
+                if let Some((lo, hi)) = e.clamp {
+                    // As the epilogue's ReLU / Clip: `vmaxps` gives `lo` for a NaN.
+                    let (lo, hi) = (_mm256_set1_ps(lo), _mm256_set1_ps(hi));
+                    v0 = _mm256_min_ps(_mm256_max_ps(v0, lo), hi);
+                    v1 = _mm256_min_ps(_mm256_max_ps(v1, lo), hi);
+                }
             }
             _mm256_storeu_ps(cp, v0);
             _mm256_storeu_ps(cp.add(8), v1);

@@ -570,12 +570,33 @@ unsafe fn epilogue_row<const COLS: bool>(e: &Epilogue<'_>, row: &mut [f32], ch: 
 
 /// The commonest conv epilogues without a dispatch per vector (channels along the rows,
 /// [`Epilogue::simple_form`]): `+ bias`, then (with `RES`) the residual row `res`, then
-/// `min(max(v, lo), hi)` for `clamp` (ReLU / Clip: [`unary8`]'s lanes exactly).
+/// `min(max(v, lo), hi)` for `clamp` (ReLU / Clip: [`unary8`]'s lanes exactly; without
+/// a clamp a NaN stays NaN).
 ///
 /// # Safety
 /// AVX2 and FMA available; with `RES`, `res` is `Some` and holds `row.len()` floats.
-#[target_feature(enable = "avx2,fma")]
+#[inline(always)]
 unsafe fn epilogue_row_simple<const RES: bool>(
+    row: &mut [f32],
+    bias: f32,
+    res: Option<&[f32]>,
+    clamp: Option<(f32, f32)>,
+) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        match clamp {
+            Some(_) => epilogue_row_simple_as::<RES, true>(row, bias, res, clamp),
+            None => epilogue_row_simple_as::<RES, false>(row, bias, res, clamp),
+        }
+    }
+}
+
+/// [`epilogue_row_simple`] with the clamp's presence (`CLAMP`) fixed at compile time.
+///
+/// # Safety
+/// As [`epilogue_row_simple`].
+#[target_feature(enable = "avx2,fma")]
+unsafe fn epilogue_row_simple_as<const RES: bool, const CLAMP: bool>(
     row: &mut [f32],
     bias: f32,
     res: Option<&[f32]>,
@@ -591,7 +612,11 @@ unsafe fn epilogue_row_simple<const RES: bool>(
     let step = |v: __m256, r: __m256| {
         let v = _mm256_add_ps(v, b);
         let v = if RES { _mm256_add_ps(v, r) } else { v };
-        _mm256_min_ps(_mm256_max_ps(v, vlo), vhi)
+        if CLAMP {
+            _mm256_min_ps(_mm256_max_ps(v, vlo), vhi)
+        } else {
+            v
+        }
     };
     let mut j = 0;
     // SAFETY: every access is min(n - j, L) floats at j of the row and, with RES, of
