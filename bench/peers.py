@@ -18,7 +18,7 @@ reply per stdout line. The first reply, unasked, lists the runtimes that importe
     {"ok": true, "runtimes": {"onnxruntime": "1.31.1", "openvino": "2026.4.1", "mnn": "3.6.1"},
      "missing": {}}
     > {"op": "time", "runtime": "mnn", "model": "/abs/resnet18.onnx", "runs": 50, "warmup": 3}
-    {"ok": true, "median_ms": 38.1, "min_ms": 37.5, "p90_ms": 39.0, "runs": 50}
+    {"ok": true, "median_ms": 38.1, "min_ms": 37.5, "p90_ms": 39.0, "runs": 50, "times_ms": [...]}
     > {"op": "time", "runtime": "mnn", "model": "/abs/odd.onnx", "runs": 50}
     {"ok": false, "error": "convert: ..."}
 
@@ -202,7 +202,8 @@ def make_runner(runtime: str, path: str, feeds: dict, cache_dir: str, threads: i
 
 
 def time_runner(r: Runner, runs: int, warmup: int) -> dict:
-    """Median/min/p90 of ``runs`` back-to-back inferences after ``warmup`` ones."""
+    """Median/min/p90 (and every time) of ``runs`` back-to-back inferences after
+    ``warmup`` ones."""
     for _ in range(warmup):
         r.run()
     times = []
@@ -211,7 +212,8 @@ def time_runner(r: Runner, runs: int, warmup: int) -> dict:
         r.run()
         times.append((time.perf_counter_ns() - t0) / 1e6)
     return {"median_ms": round(percentile(times, 50), 4), "min_ms": round(min(times), 4),
-            "p90_ms": round(percentile(times, 90), 4), "runs": runs}
+            "p90_ms": round(percentile(times, 90), 4), "runs": runs,
+            "times_ms": [round(t, 4) for t in times]}
 
 
 def serve(cache_dir: str) -> int:

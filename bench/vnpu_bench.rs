@@ -113,10 +113,15 @@ fn model_of(c: CompiledModel) -> Arc<Model> {
 /// Runs the whole model on this thread (one virtual core's work), `runs` times; returns
 /// per-run milliseconds.
 fn run_direct(m: &Model, runs: usize) -> Vec<f64> {
+    run_direct_after(m, runs, 3)
+}
+
+/// [`run_direct`] after `warmup` untimed runs.
+fn run_direct_after(m: &Model, runs: usize, warmup: usize) -> Vec<f64> {
     let inputs = perf::pattern_inputs(m);
     let mut st = m.take_state();
     let mut times = Vec::with_capacity(runs);
-    for r in 0..runs + 3 {
+    for r in 0..runs + warmup {
         let t0 = Instant::now();
         for (i, b) in inputs.iter().enumerate() {
             m.plan.set_input(&mut st, i, b).expect("input");
@@ -130,12 +135,20 @@ fn run_direct(m: &Model, runs: usize) -> Vec<f64> {
                 }
             }
         }
-        if r >= 3 {
+        if r >= warmup {
             times.push(t0.elapsed().as_secs_f64() * 1e3);
         }
     }
     times
 }
+
+/// Timed runs per turn of one runtime in the latency table: each cell's runs are taken
+/// in slices this long, vnpu's and every peer's alternating, so that all of them see the
+/// same moments of a host whose speed drifts over seconds.
+const SLICE_RUNS: usize = 5;
+
+/// Untimed runs before each slice (every runtime's caches were just used by another).
+const SLICE_WARMUP: usize = 1;
 
 /// The latency table's models: the standard set, then the issue-12 classes (DBNet,
 /// SVTR, YOLOv8n and YOLOX-style detectors at full size, CNN + BiLSTM OCR).
@@ -196,41 +209,89 @@ fn bench_latency(
         })
         .collect();
     let nr = RUNTIMES.len();
-    let mut ours = vec![f64::INFINITY; paths.len()];
-    // theirs[model][runtime]: best median, or the error of that cell.
-    let mut theirs: Vec<Vec<Result<f64, String>>> = vec![vec![Ok(f64::INFINITY); nr]; paths.len()];
+    // Every timed run of each cell: vnpu's, and theirs[model][runtime] (or the error
+    // of that cell).
+    let mut ours: Vec<Vec<f64>> = vec![Vec::new(); paths.len()];
+    let mut theirs: Vec<Vec<Result<Vec<f64>, String>>> =
+        vec![vec![Ok(Vec::new()); nr]; paths.len()];
     for round in 0..rounds.max(1) {
         for (i, p) in paths.iter().enumerate() {
-            if let Ok(m) = &models[i] {
-                ours[i] = ours[i].min(percentile(&run_direct(m, runs), 50.0));
-            }
-            let Some(server) = peers.as_deref_mut() else {
-                continue;
-            };
-            for k in 0..nr {
-                let r = (k + round + i) % nr;
-                if let Ok(best) = theirs[i][r] {
-                    theirs[i][r] = server.time(RUNTIMES[r], p, runs).map(|t| best.min(t));
+            // Slices of SLICE_RUNS runs, vnpu and the peers taking turns in an order
+            // that rotates with each slice.
+            let mut done = 0;
+            let mut slice = 0;
+            while done < runs {
+                let n = SLICE_RUNS.min(runs - done);
+                for k in 0..=nr {
+                    let r = (k + slice + round + i) % (nr + 1);
+                    if r == nr {
+                        if let Ok(m) = &models[i] {
+                            ours[i].extend(run_direct_after(m, n, SLICE_WARMUP));
+                        }
+                        continue;
+                    }
+                    let Some(server) = peers.as_deref_mut() else {
+                        continue;
+                    };
+                    if let Ok(all) = &mut theirs[i][r] {
+                        match server.times(RUNTIMES[r], p, n, SLICE_WARMUP) {
+                            Ok(t) => all.extend(t),
+                            Err(e) => theirs[i][r] = Err(e),
+                        }
+                    }
                 }
+                done += n;
+                slice += 1;
             }
             // Progress on stderr, so that a run cut short still leaves its figures.
             let cells: Vec<String> = theirs[i]
                 .iter()
                 .map(|c| match c {
-                    Ok(t) => format!("{t:.2}"),
+                    Ok(t) if !t.is_empty() => format!("{:.2}", percentile(t, 50.0)),
+                    Ok(_) => "-".into(),
                     Err(_) => "fail".into(),
                 })
                 .collect();
+            let own = if ours[i].is_empty() {
+                f64::NAN
+            } else {
+                percentile(&ours[i], 50.0)
+            };
             eprintln!(
-                "round {round} {}: vnpu {:.2} peers {}",
+                "round {round} {}: vnpu {own:.2} peers {} (medians so far)",
                 names[i],
-                ours[i],
                 cells.join(" ")
             );
         }
     }
+    let ours: Vec<f64> = ours
+        .iter()
+        .map(|t| {
+            if t.is_empty() {
+                f64::NAN
+            } else {
+                percentile(t, 50.0)
+            }
+        })
+        .collect();
+    let theirs: Vec<Vec<Result<f64, String>>> = theirs
+        .into_iter()
+        .map(|row| {
+            row.into_iter()
+                .map(|c| {
+                    c.map(|t| {
+                        if t.is_empty() {
+                            f64::INFINITY
+                        } else {
+                            percentile(&t, 50.0)
+                        }
+                    })
+                })
+                .collect()
+        })
+        .collect();
     println!(
-        "\n## 1. single-model latency, 1 thread (median of {runs} runs, best of {rounds} interleaved rounds)"
+        "\n## 1. single-model latency, 1 thread (median of {rounds} x {runs} runs, in slices of {SLICE_RUNS} taking turns between the runtimes)"
     );
     if let Some(s) = peers.as_deref() {
         let v: Vec<String> = s.versions.iter().map(|(r, v)| format!("{r} {v}")).collect();

@@ -149,10 +149,32 @@ impl PeerServer {
         }
     }
 
-    /// Median milliseconds of `runs` inferences of `model` on `runtime` (loaded on first
-    /// use and kept). A peer that crashes the server fails this cell for good; the server
-    /// is restarted for the others.
-    pub fn time(&mut self, runtime: &str, model: &Path, runs: usize) -> Result<f64, String> {
+    /// Every time (ms) of `runs` inferences of `model` on `runtime` after `warmup` ones
+    /// (the model is loaded on first use and kept). A peer that crashes the server fails
+    /// this cell for good; the server is restarted for the others.
+    pub fn times(
+        &mut self,
+        runtime: &str,
+        model: &Path,
+        runs: usize,
+        warmup: usize,
+    ) -> Result<Vec<f64>, String> {
+        self.request(runtime, model, runs, warmup).and_then(|v| {
+            v["times_ms"]
+                .as_array()
+                .map(|a| a.iter().filter_map(|t| t.as_f64()).collect())
+                .ok_or_else(|| "reply without times_ms".to_string())
+        })
+    }
+
+    /// One `time` request; the reply's JSON when it is `ok`.
+    fn request(
+        &mut self,
+        runtime: &str,
+        model: &Path,
+        runs: usize,
+        warmup: usize,
+    ) -> Result<serde_json::Value, String> {
         let key = (runtime.to_string(), model.to_path_buf());
         if self.crashed.contains(&key) {
             return Err("crashed the peer process".into());
@@ -162,7 +184,7 @@ impl PeerServer {
         }
         let req = serde_json::json!({
             "op": "time", "runtime": runtime, "model": model.display().to_string(),
-            "runs": runs, "warmup": 2,
+            "runs": runs, "warmup": warmup,
         });
         let sent = self
             .proc
@@ -175,9 +197,7 @@ impl PeerServer {
             Err("peer process died".into())
         };
         match reply {
-            Ok(v) if v["ok"] == true => v["median_ms"]
-                .as_f64()
-                .ok_or_else(|| "reply without median_ms".to_string()),
+            Ok(v) if v["ok"] == true => Ok(v),
             Ok(v) => Err(v["error"].as_str().unwrap_or("unknown error").to_string()),
             Err(e) => {
                 self.stop();

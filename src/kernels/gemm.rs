@@ -497,15 +497,20 @@ pub fn gemm_with(
                         }
                     }
                 };
-                let (panels, strips) = ((ic..ic_end).step_by(MR), (jc..jc_end).step_by(NR));
-                if k <= KC && ldc >= C_ROWS_MIN_LDC {
-                    // Long C rows: each panel's rows written as runs (panels outer).
-                    for i in panels {
-                        strips.clone().for_each(|j| tile_at(i, j));
-                    }
+                // Long C rows: each panel's rows written as runs (panels outer); else
+                // strips outer. One call site, so that the tile's body is inlined into
+                // the loop rather than called per tile.
+                let (panels, strips) = ((ic_end - ic).div_ceil(MR), len.div_ceil(NR));
+                let panels_outer = k <= KC && ldc >= C_ROWS_MIN_LDC;
+                let (outer, inner) = if panels_outer {
+                    (panels, strips)
                 } else {
-                    for j in strips {
-                        panels.clone().for_each(|i| tile_at(i, j));
+                    (strips, panels)
+                };
+                for o in 0..outer {
+                    for q in 0..inner {
+                        let (p, s) = if panels_outer { (o, q) } else { (q, o) };
+                        tile_at(ic + p * MR, jc + s * NR);
                     }
                 }
                 // The epilogue runs once per finished MC x NC block, row segments of up

@@ -248,6 +248,7 @@ const ROWS_PREFETCH: usize = 64;
 /// reads for every `p < kc`, `c` for 6 rows of 16 floats at stride `ldc`.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
 unsafe fn tile_6x16(
     kc: usize,
     a: *const f32,

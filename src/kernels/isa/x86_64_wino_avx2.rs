@@ -13,7 +13,7 @@ use std::arch::x86_64::*;
 
 /// Lanes of one AVX vector.
 const L: usize = 8;
-const _: () = assert!(NR % L == 0, "a panel is whole vectors");
+const _: () = assert!(NR.is_multiple_of(L), "a panel is whole vectors");
 
 /// The input transform of tiles `[tb, tb + nb)` (see `winograd_body::input_block`).
 pub(super) fn wino_input(g: &WinoGeom, x: &[f32], tb: usize, nb: usize, v: &mut [f32]) {
@@ -154,7 +154,10 @@ unsafe fn scatter_tiles4(o: &[Lanes; 16], dst: &TileDsts, ow: usize, plane: &mut
                     }
                     if dst[hi] != EDGE {
                         let at = dst[hi] + r * ow;
-                        _mm_storeu_ps(plane[at..][..4].as_mut_ptr(), _mm256_extractf128_ps::<1>(row));
+                        _mm_storeu_ps(
+                            plane[at..][..4].as_mut_ptr(),
+                            _mm256_extractf128_ps::<1>(row),
+                        );
                     }
                 }
             }
