@@ -111,6 +111,8 @@ mod x86_64_fma_math;
 #[cfg(target_arch = "x86_64")]
 mod x86_64_maxpool;
 #[cfg(target_arch = "x86_64")]
+mod x86_64_maxpool_avx2;
+#[cfg(target_arch = "x86_64")]
 mod x86_64_qdw_block;
 #[cfg(target_arch = "x86_64")]
 mod x86_64_qdw_bytes;

@@ -32,7 +32,7 @@ static TABLE: KernelTable = KernelTable {
     unary: math::unary,
     binary_f32,
     depthwise_plane,
-    max_pool_plane,
+    max_pool_plane: super::x86_64_maxpool_avx2::max_pool_plane,
     gemv_acc,
     sigmoid: math::sigmoid,
     tanh,
@@ -73,7 +73,6 @@ feature_build!("avx2,fma", pub(super) epilogue_generic, epilogue_body, (e: &Epil
 feature_build!("avx2,fma", pub(super) unary_body, body::unary::apply_unary, (op: UnaryOp, x: &mut [f32]));
 feature_build!("avx2,fma", binary_f32, body::eltwise::binary_f32, (op: BinaryOp, bc: &Bcast, a: &[f32], b: &[f32], out: &mut [f32], lo: usize, hi: usize));
 feature_build!("avx2,fma", depthwise_plane, body::depthwise::depthwise_plane, (s: &ConvShape, w: &[f32], plane: &[f32], out: &mut [f32], scratch: &mut [f32]));
-feature_build!("avx2,fma", max_pool_plane, body::pool::max_pool_plane, (s: &PoolShape, x: &[f32], y: &mut [f32]));
 // -- pooling and conv packing (issue 12, im2col helper) --
 feature_build!("avx2,fma", avg_pool_plane, body::pool::avg_pool_plane, (s: &PoolShape, count_include_pad: bool, x: &[f32], y: &mut [f32]));
 

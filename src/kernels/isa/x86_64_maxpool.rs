@@ -17,24 +17,30 @@ use std::mem::MaybeUninit;
 /// f32 lanes of one vector.
 const L: usize = 16;
 /// Floats of the reduced row buffer (the row with its pads, and the lanes the last
-/// vectors' taps read past it).
-const ROW: usize = 1024;
+/// vectors' taps read past it), here and in the AVX2 module.
+pub(super) const ROW: usize = 1024;
 
-/// Table entry `max_pool_plane` of the AVX-512 table.
-pub(super) fn max_pool_plane(s: &PoolShape, x: &[f32], y: &mut [f32]) {
-    let taken = s.dh == 1
+/// True when the separable kernels (this one, the AVX2 one) take `s`: dilation 1, one
+/// stride of 1 or 2, and a reduced row that fits [`ROW`] with `slack` floats (three
+/// vectors) past it. Panics unless `x` and `y` hold the planes.
+pub(super) fn takes(s: &PoolShape, x: &[f32], y: &[f32], slack: usize) -> bool {
+    assert!(
+        x.len() >= s.h * s.w && y.len() >= s.oh * s.ow,
+        "max pool plane"
+    );
+    s.dh == 1
         && s.dw == 1
         && s.sh == s.sw
         && (s.sw == 1 || s.sw == 2)
         && s.kh > 0
         && s.kw > 0
         && s.ow > 0
-        && row_len(s) + 3 * L <= ROW;
-    assert!(
-        x.len() >= s.h * s.w && y.len() >= s.oh * s.ow,
-        "max pool plane"
-    );
-    if !taken {
+        && row_len(s) + slack <= ROW
+}
+
+/// Table entry `max_pool_plane` of the AVX-512 table.
+pub(super) fn max_pool_plane(s: &PoolShape, x: &[f32], y: &mut [f32]) {
+    if !takes(s, x, y, 3 * L) {
         return generic(s, x, y);
     }
     // SAFETY: as above; `run` reads `x` and writes `y` inside the lengths just checked and
@@ -52,7 +58,7 @@ feature_build!(
 
 /// Floats of the reduced row the output columns' windows span: the left pad, and up to
 /// the last output's last tap (at least the input row).
-fn row_len(s: &PoolShape) -> usize {
+pub(super) fn row_len(s: &PoolShape) -> usize {
     let span = (s.ow.max(1) - 1) * s.sw + s.kw;
     span.max(s.pads[1] + s.w)
 }
