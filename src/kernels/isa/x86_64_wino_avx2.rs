@@ -1,6 +1,7 @@
 //! The AVX2 table's Winograd F(4x4, 3x3) transforms: the generic bodies of
 //! `kernels::conv::winograd` with the patch gather and the tile scatter done by 8x8 and
-//! 4x4 transpositions in registers instead of one float at a time.
+//! 4x4 transpositions in registers instead of one float at a time, and the input
+//! transform written straight into the packed panels (no staging copy).
 //!
 //! The gathered and stored values are the ones the generic loops move, so the bits are
 //! the same (`input_transform_tables_match_portable_bits`,
@@ -20,13 +21,19 @@ pub(super) fn wino_input(g: &WinoGeom, x: &[f32], tb: usize, nb: usize, v: &mut 
     #[target_feature(enable = "avx2,fma")]
     unsafe fn build(g: &WinoGeom, x: &[f32], tb: usize, nb: usize, v: &mut [f32]) {
         let (w, hw) = (g.w, g.h * g.w);
-        body::input_block_with(g, x, tb, nb, v, |plane, inner, d| {
+        let gather = |plane: &[f32], inner: &Origins, d: &mut [Lanes; 36]| {
             prefetch_next_planes(plane, w, hw, inner);
             // SAFETY: AVX2 is enabled here (and detected, see the table); every inner
             // lane's 6x6 patch lies inside `plane` (the body sets an offset only then).
             unsafe { gather_patches6(plane, w, inner, d) };
             true
-        })
+        };
+        let transform = |d: &[Lanes; 36], v: &mut [f32], at: usize, plen: usize| {
+            // SAFETY: AVX2 is enabled here (and detected, see the table).
+            unsafe { transform_store6(d, v, at, plen) };
+            true
+        };
+        body::input_block_hooks(g, x, tb, nb, v, gather, transform)
     }
     // SAFETY: reachable only through the AVX2 table, handed out after detecting AVX2
     // and FMA.
@@ -93,6 +100,74 @@ unsafe fn gather_patches6(plane: &[f32], w: usize, inner: &Origins, d: &mut [Lan
                 let t = super::x86_64_dw_block_avx2::transpose8(rows);
                 for (c, tc) in t.iter().take(6).enumerate() {
                     _mm256_storeu_ps(d[r * 6 + c].as_mut_ptr().add(gl * L), *tc);
+                }
+            }
+        }
+    }
+}
+
+/// `Bᵀ x` of F(4x4, 3x3) on six vectors (`x[k]` row `k`), as `winograd_body`'s
+/// `input_1d` computes it: the same multiplications, additions and subtractions in the
+/// same order (no fused multiply-add), so the same bits.
+///
+/// # Safety
+/// AVX available.
+#[inline(always)]
+unsafe fn input_1d(x: [__m256; 6]) -> [__m256; 6] {
+    // SAFETY: register-only intrinsics; AVX per the contract.
+    unsafe {
+        let [d0, d1, d2, d3, d4, d5] = x;
+        let (two, four, five) = (
+            _mm256_set1_ps(2.0),
+            _mm256_set1_ps(4.0),
+            _mm256_set1_ps(5.0),
+        );
+        let (mul, add, sub) = (_mm256_mul_ps, _mm256_add_ps, _mm256_sub_ps);
+        [
+            add(sub(mul(four, d0), mul(five, d2)), d4),
+            sub(add(d3, d4), mul(four, add(d1, d2))),
+            add(sub(d4, d3), mul(four, sub(d1, d2))),
+            add(sub(d4, d2), mul(two, sub(d3, d1))),
+            add(sub(d4, d2), mul(two, sub(d1, d3))),
+            add(sub(mul(four, d1), mul(five, d3)), d5),
+        ]
+    }
+}
+
+/// `Bᵀ d B` of one channel's panel (`d[r * 6 + c][lane]`, NR lanes) into the packed
+/// panels: point `p = r * 6 + k`'s lanes at `v[p * plen + at..][..NR]`. First `t = Bᵀ d`
+/// column by column (kept on the stack), then each row of `t B` goes straight to `v`,
+/// in `winograd_body::input_transform`'s order.
+///
+/// # Safety
+/// AVX available.
+#[inline(always)]
+unsafe fn transform_store6(d: &[Lanes; 36], v: &mut [f32], at: usize, plen: usize) {
+    assert!(v.len() >= 35 * plen + at + NR, "short transformed block");
+    let vp = v.as_mut_ptr();
+    // SAFETY: loads of `d`'s rows (NR floats each, lane offsets 0 and 8 < NR), stores
+    // into the stack `t` and into `v` at `p * plen + at + gl * L`, p < 36, inside the
+    // length asserted above.
+    unsafe {
+        for gl in 0..NR / L {
+            let ld = |i: usize| _mm256_loadu_ps(d[i].as_ptr().add(gl * L));
+            // t[c][k]: column c of the patches combined over their rows.
+            let mut t = [[_mm256_setzero_ps(); 6]; 6];
+            for (c, tc) in t.iter_mut().enumerate() {
+                *tc = input_1d([
+                    ld(c),
+                    ld(6 + c),
+                    ld(12 + c),
+                    ld(18 + c),
+                    ld(24 + c),
+                    ld(30 + c),
+                ]);
+            }
+            // Row r of t B: the six columns' row r combined.
+            for r in 0..6 {
+                let o = input_1d(t.map(|tc| tc[r]));
+                for (k, ok) in o.into_iter().enumerate() {
+                    _mm256_storeu_ps(vp.add((r * 6 + k) * plen + at + gl * L), ok);
                 }
             }
         }

@@ -115,13 +115,47 @@ pub fn input_block_with(
     v: &mut [f32],
     gather: impl PatchGather,
 ) {
+    input_block_hooks(g, x, tb, nb, v, gather, |_, _, _, _| false)
+}
+
+/// An ISA's F(4x4, 3x3) input transform of one channel's panel, stored in place: given
+/// the gathered patches `d` (`d[r * 6 + c][lane]`), writes point `p`'s lanes of `Bᵀ d B`
+/// at `v[p * plen + at..][..NR]` for every `p < 36` and returns true, computing each
+/// value as [`input_block`] does (same operations in the same order, so the same bits);
+/// false leaves it to the generic transform.
+pub trait PanelTransform: Fn(&[Lanes; 36], &mut [f32], usize, usize) -> bool {}
+impl<F: Fn(&[Lanes; 36], &mut [f32], usize, usize) -> bool> PanelTransform for F {}
+
+/// [`input_block_with`] with an ISA's transform of each gathered panel straight into
+/// the packed panels (`transform`, F(4x4, 3x3) only).
+#[inline(always)]
+pub fn input_block_hooks(
+    g: &WinoGeom,
+    x: &[f32],
+    tb: usize,
+    nb: usize,
+    v: &mut [f32],
+    gather: impl PatchGather,
+    transform: impl PanelTransform,
+) {
     if g.tile == 4 {
-        input_block_t::<4, 6, 36>(g, x, tb, nb, v, |plane, inner, d| {
-            let d: &mut [Lanes; 36] = d.try_into().expect("36 points");
-            gather(plane, inner, d)
-        })
+        input_block_t::<4, 6, 36>(
+            g,
+            x,
+            tb,
+            nb,
+            v,
+            |plane, inner, d| {
+                let d: &mut [Lanes; 36] = d.try_into().expect("36 points");
+                gather(plane, inner, d)
+            },
+            |d, v, at, plen| {
+                let d: &[Lanes; 36] = d.try_into().expect("36 points");
+                transform(d, v, at, plen)
+            },
+        )
     } else {
-        input_block_t::<2, 4, 16>(g, x, tb, nb, v, |_, _, _| false)
+        input_block_t::<2, 4, 16>(g, x, tb, nb, v, |_, _, _| false, |_, _, _, _| false)
     }
 }
 
@@ -191,6 +225,7 @@ fn input_block_t<const T: usize, const P: usize, const Q: usize>(
     nb: usize,
     v: &mut [f32],
     gather: impl Fn(&[f32], &Origins, &mut [Lanes]) -> bool,
+    transform: impl Fn(&[Lanes], &mut [f32], usize, usize) -> bool,
 ) {
     let (ci, hw) = (g.c_in, g.h * g.w);
     let nbp = nb.div_ceil(NR) * NR;
@@ -236,10 +271,13 @@ fn input_block_t<const T: usize, const P: usize, const Q: usize>(
                     }
                 }
             }
-            input_transform::<P, Q>(&d, &mut out);
             let k0 = c / KC * KC;
             let kc = KC.min(ci - k0);
             let at = k0 * nbp + gi * NR * kc + (c - k0) * NR;
+            if transform(&d, v, at, plen) {
+                continue;
+            }
+            input_transform::<P, Q>(&d, &mut out);
             for (p, o) in out.iter().enumerate() {
                 v[p * plen + at..p * plen + at + NR].copy_from_slice(o);
             }
