@@ -142,6 +142,8 @@ unsafe fn input_1d(x: [__m256; 6]) -> [__m256; 6] {
 /// # Safety
 /// AVX available.
 #[inline(always)]
+// Row r of `t B` reads row r of every column of `t` (`t[c][r]`).
+#[allow(clippy::needless_range_loop)]
 unsafe fn transform_store6(d: &[Lanes; 36], v: &mut [f32], at: usize, plen: usize) {
     assert!(v.len() >= 35 * plen + at + NR, "short transformed block");
     let vp = v.as_mut_ptr();
@@ -165,7 +167,7 @@ unsafe fn transform_store6(d: &[Lanes; 36], v: &mut [f32], at: usize, plen: usiz
             }
             // Row r of t B: the six columns' row r combined.
             for r in 0..6 {
-                let o = input_1d(t.map(|tc| tc[r]));
+                let o = input_1d(std::array::from_fn(|c| t[c][r]));
                 for (k, ok) in o.into_iter().enumerate() {
                     _mm256_storeu_ps(vp.add((r * 6 + k) * plen + at + gl * L), ok);
                 }
