@@ -184,6 +184,16 @@ impl TileEpi<'_> {
     }
 }
 
+/// Panics unless a 6x16 tile's C (and the residual of `e`) hold [`MR`] rows of [`NR`]
+/// at stride `ldc` and its A panel `kc` columns of [`MR`]: the SIMD tables' tiles check
+/// this once before their unchecked loads and stores.
+#[cfg(target_arch = "x86_64")]
+fn assert_tile_fits(kc: usize, a: &[f32], c: &[f32], ldc: usize, e: Option<&TileEpi<'_>>) {
+    assert!(a.len() >= kc * MR, "tile: short A panel");
+    assert!(ldc >= NR && c.len() >= (MR - 1) * ldc + NR, "tile: short C");
+    e.inspect(|e| e.assert_residual_fits(ldc));
+}
+
 /// Up to [`KC`] rows of an unpacked B block, each a slice of at least `len` floats
 /// starting at the block's first column: B row `p`, column `jc + j` is `rows[p][j]`.
 /// Lets the micro-kernel read B straight from its source (conv input planes, im2col

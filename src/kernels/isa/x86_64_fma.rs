@@ -173,9 +173,8 @@ fn tile_packed(
     acc: bool,
     e: Option<&TileEpi<'_>>,
 ) {
-    assert!(a.len() >= kc * MR && b.len() >= kc * NR);
-    assert!(ldc >= NR && c.len() >= (MR - 1) * ldc + NR);
-    e.inspect(|e| e.assert_residual_fits(ldc));
+    assert!(b.len() >= kc * NR, "tile: short B panel");
+    super::assert_tile_fits(kc, a, c, ldc, e);
     let (a, b, c) = (a.as_ptr(), b.as_ptr(), c.as_mut_ptr());
     // SAFETY: AVX2+FMA were detected (see `table`); the asserts above bound every offset
     // the tile touches (a: kc*MR, b row p: p*NR..p*NR+NR, c and the residual: MR rows of
@@ -211,9 +210,8 @@ fn tile_rows(
 ) {
     let rows = b.rows;
     let kc = rows.len();
-    assert!(a.len() >= kc * MR && off + NR <= b.len);
-    assert!(ldc >= NR && c.len() >= (MR - 1) * ldc + NR);
-    e.inspect(|e| e.assert_residual_fits(ldc));
+    assert!(off + NR <= b.len, "tile: B rows too short");
+    super::assert_tile_fits(kc, a, c, ldc, e);
     let (a, c) = (a.as_ptr(), c.as_mut_ptr());
     // SAFETY: AVX2+FMA were detected (see `table`); every row holds `b.len >= off + NR`
     // floats (checked by `RowBlock::new` and above), a holds kc*MR, c and the residual
