@@ -46,7 +46,7 @@ pub struct OverLimit {
 }
 
 /// Times a node's tiling is refined when its dearest tile is still over the limit.
-const REFINE_ROUNDS: usize = 3;
+const REFINE_ROUNDS: usize = 6;
 
 /// The fewest tiles whose largest holds as few of a node's `most` blocks as `k` tiles'
 /// largest does (`1 <= k <= most`): 69 tiles of 100 blocks hold 1 or 2 blocks each, and

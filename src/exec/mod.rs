@@ -434,6 +434,10 @@ impl ModelPlan {
                 ),
             });
         }
+        // Another node may have used the scratch since the tagged one ran.
+        if st.bcache.is_some_and(|b| plan::bcache_node(b) != node) {
+            st.bcache = None;
+        }
         let start = self.opts.profile.then(Instant::now);
         let arena: &mut [u8] = bytemuck::cast_slice_mut(&mut st.arena);
         let (left, rest) = arena.split_at_mut(np.out_off);

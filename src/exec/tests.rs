@@ -1804,3 +1804,68 @@ fn malformed_graphs_are_errors_not_panics() {
     let e = ModelPlan::new(Arc::new(b.g), &PlanOptions::default()).expect_err("dangling input");
     assert!(e.to_string().contains("not produced"), "{e}");
 }
+
+#[test]
+fn recurrent_tiles_resume_from_the_scratch_or_rebuild_it() {
+    // Two bidirectional LSTMs over one input: the second one's tiles run between the
+    // first one's, which must then rebuild its state rather than read the second's.
+    let (seq, inp, hs) = (5, 3, 4);
+    let x = rand_vec(seq * inp, 90);
+    let mut b = B::default();
+    let xi = b.input(DType::F32, &[seq, 1, inp]);
+    let mut outs = Vec::new();
+    for k in 0..2u64 {
+        let wi = b.kf(&[2, 4 * hs, inp], rand_vec(2 * 4 * hs * inp, 91 + k));
+        let ri = b.kf(&[2, 4 * hs, hs], rand_vec(2 * 4 * hs * hs, 93 + k));
+        let o = b.node(
+            Op::Lstm {
+                hidden_size: hs,
+                direction: RnnDirection::Bidirectional,
+                layout: 0,
+            },
+            &[Some(xi), Some(wi), Some(ri)],
+            &[(DType::F32, &[seq, 2, 1, hs]), (DType::F32, &[2, 1, hs])],
+        );
+        b.out(o[0]);
+        b.out(o[1]);
+        outs.push(o);
+    }
+    let g = Arc::new(b.g);
+    let plan = ModelPlan::new(g.clone(), &PlanOptions::default()).expect("plan");
+    assert_eq!(plan.tiles_for(0), 2 + seq, "two projections and the steps");
+    let read = |st: &ExecState| -> Vec<Vec<u8>> {
+        (0..4)
+            .map(|k| {
+                let mut o = vec![0u8; plan.output_len(k)];
+                plan.read_output(st, k, &mut o).expect("read");
+                o
+            })
+            .collect()
+    };
+    let input = Tensor::from_f32(vec![seq, 1, inp], x);
+    let fresh = || {
+        let mut st = plan.new_state();
+        plan.set_input(&mut st, 0, const_bytes(&input))
+            .expect("set");
+        st
+    };
+    let mut st = fresh();
+    plan.run_all(&mut st).expect("whole");
+    let want = read(&st);
+    // Interleaved: 0 of node 0, all of node 1, then the rest of node 0.
+    let mut st = fresh();
+    let t = |index| Tile { index, count: 3 };
+    plan.run_node(&mut st, 0, t(0)).expect("tile");
+    for i in 0..3 {
+        plan.run_node(&mut st, 1, t(i)).expect("tile");
+    }
+    plan.run_node(&mut st, 0, t(1)).expect("tile");
+    plan.run_node(&mut st, 0, t(2)).expect("tile");
+    assert_eq!(read(&st), want, "interleaved tiles");
+    // Out of order: the last tile alone, first of all.
+    let mut st = fresh();
+    plan.run_node(&mut st, 1, Tile { index: 0, count: 1 })
+        .expect("whole");
+    plan.run_node(&mut st, 0, t(2)).expect("last tile alone");
+    assert_eq!(read(&st), want, "last tile alone");
+}

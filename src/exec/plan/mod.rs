@@ -131,10 +131,17 @@ pub(crate) struct Run<'a> {
     pub outs: &'a [(usize, usize)],
     pub scratch: &'a mut [f32],
     pub iscratch: &'a mut [usize],
-    /// Node whose packed B operand (shared by its tiles) is held in `scratch`.
+    /// What `scratch` holds across a node's tiles (a conv's packed B or transformed
+    /// input, a recurrent layer's states): a tag whose low half ([`bcache_node`]) is the
+    /// node's index; `run_node` clears it when another node runs.
     pub bcache: &'a mut Option<usize>,
     /// Scratch of the intra-op helper threads.
     pub helpers: &'a mut [Vec<f32>],
+}
+
+/// The node a `bcache` tag belongs to (its low half of the bits).
+pub(crate) fn bcache_node(tag: usize) -> usize {
+    tag & ((1 << (usize::BITS / 2)) - 1)
 }
 
 impl Run<'_> {

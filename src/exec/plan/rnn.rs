@@ -1,5 +1,9 @@
-//! Recurrent family (LSTM, GRU): one planned shape, run whole over the sequence (one
-//! tile) with the optional outputs Y, Y_h, Y_c written when present.
+//! Recurrent family (LSTM, GRU): one planned shape, run over the sequence with the
+//! optional outputs Y, Y_h, Y_c written when present. Tiles are ranges of the layer's
+//! units (each direction's input projection, then the time steps: see
+//! `rnn::run_units_with`), run in order; the projections and the states stay in the
+//! scratch from one tile to the next, which the state's `bcache` tag vouches for (a tile
+//! that does not find its predecessor's tag reruns the units before it first).
 
 use super::ctx::Ctx;
 use super::errors::{shape_err, unsup};
@@ -131,9 +135,16 @@ pub(crate) fn plan_rnn(
     Ok(Planned::new(RnnKernel { s, cell, wts }).scratch(scratch))
 }
 
+/// The `bcache` tag of node `index` having run its units `[0, done)` into the scratch
+/// (`done >= 1`, so never a plain node index, which other families store, below
+/// 2^(bits / 2) nodes).
+fn units_tag(index: usize, done: usize) -> usize {
+    (done << (usize::BITS / 2)) | index
+}
+
 impl FamilyKernel for RnnKernel {
     fn tiles(&self) -> usize {
-        1
+        self.s.units()
     }
 
     fn run(&self, r: Run<'_>) -> Result<()> {
@@ -170,7 +181,28 @@ impl FamilyKernel for RnnKernel {
         }
         let [y, yh, yc] = parts;
         let mut o = RnnOutputs { y, yh, yc };
-        rnn::run(s, *cell, wts.as_ref(), io.f32(0), &prm, &mut o, r.scratch);
+        let (u0, u1) = r.tile.range(s.units(), 1);
+        let t = r.isa.table();
+        let run = |units, o: &mut RnnOutputs<'_>, scratch: &mut [f32]| {
+            rnn::run_units_with(
+                t,
+                s,
+                *cell,
+                wts.as_ref(),
+                io.f32(0),
+                &prm,
+                o,
+                scratch,
+                units,
+            )
+        };
+        if u0 > 0 && *r.bcache != Some(units_tag(r.index, u0)) {
+            // Not right after this node's previous tile: rebuild its projections and
+            // states (the outputs it writes are written again, the same).
+            run((0, u0), &mut o, r.scratch);
+        }
+        run((u0, u1), &mut o, r.scratch);
+        *r.bcache = Some(units_tag(r.index, u1));
         Ok(())
     }
 }

@@ -538,3 +538,63 @@ crate::kernels::isa::twin_test!(rnn_tables_match_portable, 1e-5, |t| {
     }
     out
 });
+
+#[test]
+fn units_run_in_pieces_equal_the_whole_run_bit_for_bit() {
+    let t = crate::kernels::table();
+    // Beyond the edge shapes, layers whose projection comes in several pieces.
+    let mut shapes = edge_shapes();
+    for (seq, batch, batch_major) in [(13, 2, false), (30, 1, true), (9, 6, true)] {
+        shapes.push(RnnShape {
+            seq,
+            batch,
+            input: 5,
+            hidden: 7,
+            dirs: 2,
+            reverse: false,
+            batch_major,
+        });
+    }
+    for (k, s) in shapes.into_iter().enumerate() {
+        for cell in CELLS {
+            for optional in [false, true] {
+                let l = Layer::new(s, cell, optional, k as u64 * 7);
+                let whole = l.run(t, true);
+                if s.seq * s.batch > PROJ_ROWS {
+                    assert_close(&whole, &l.reference(), 2e-5);
+                    // W packed per call gives the same bits.
+                    assert_eq!(
+                        l.run(t, false)
+                            .iter()
+                            .map(|v| v.to_bits())
+                            .collect::<Vec<_>>(),
+                        whole.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+                    );
+                }
+                let wts = RnnWeights::pack(&s, cell, &l.w);
+                let units = s.units();
+                // Cuts into 1, 2, 3, 5 and `units` pieces, as `Tile::range` shares them.
+                for pieces in [1, 2, 3, 5, units] {
+                    let pieces = pieces.min(units);
+                    let mut scratch = vec![f32::NAN; s.packed_scratch_len(cell.gates())];
+                    let got = l.outputs(|o| {
+                        for p in 0..pieces {
+                            let tile = crate::exec::Tile {
+                                index: p,
+                                count: pieces,
+                            };
+                            let u = tile.range(units, 1);
+                            let prm = l.params();
+                            run_units_with(t, &s, cell, Some(&wts), &l.x, &prm, o, &mut scratch, u);
+                        }
+                    });
+                    assert_eq!(
+                        got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                        whole.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                        "{s:?} {cell:?} in {pieces} pieces"
+                    );
+                }
+            }
+        }
+    }
+}
