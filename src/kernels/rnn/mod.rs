@@ -238,12 +238,12 @@ pub fn run_with(
 /// direction, unit `d * P + j` projects piece `j` of direction `d`'s input (piece 0 also
 /// sets the direction's initial state); unit `dirs * P + i` runs step `i` of every
 /// direction (a backward one from the end). A piece's GEMM rows get the bits they get
-/// in the whole projection (each row is computed alone by the same kernels). The projections and the states live in
-/// `scratch` between calls, so consecutive calls over `[0, a)`, `[a, b)`, ... `[c,
-/// units)` (nothing else touching `scratch` in between) give the whole run's outputs bit
-/// for bit: each direction's operations are the same and in the same order, only the
-/// directions' steps interleave (they share nothing). `Y_h` / `Y_c` are written by the
-/// call that runs the last unit.
+/// in the whole projection (each row is computed alone by the same kernels). The
+/// projections and the states live in `scratch` between calls, so consecutive calls over
+/// `[0, a)`, `[a, b)`, ... `[c, units)` (nothing else touching `scratch` in between)
+/// give the whole run's outputs bit for bit: each direction's operations are the same
+/// and in the same order, only the directions' steps interleave (they share nothing).
+/// `Y_h` / `Y_c` are written by the call that runs the last unit.
 #[allow(clippy::too_many_arguments)]
 pub fn run_units_with(
     t: &KernelTable,
