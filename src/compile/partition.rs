@@ -201,7 +201,7 @@ mod tests {
     #[test]
     fn uneven_tiles_are_cut_finer_until_the_dearest_fits() {
         // A 3000 us node whose first tile costs three times its share (cold caches):
-        // 4 even cuts leave a 1636 us tile; refining gives every tile <= the limit.
+        // 4 even cuts leave a 1500 us first tile; refining gives every tile <= the limit.
         let cost = |_: usize, t: u32, k: u32| {
             let share = 3000.0 / (k as f64 + 2.0);
             if t == 0 {
