@@ -1869,3 +1869,105 @@ fn recurrent_tiles_resume_from_the_scratch_or_rebuild_it() {
     plan.run_node(&mut st, 0, t(2)).expect("last tile alone");
     assert_eq!(read(&st), want, "last tile alone");
 }
+
+#[test]
+fn winograd_channel_tiles_share_the_input_transform_as_units() {
+    // A 3x3 conv on a small plane with many output channels: cut finer than its tile
+    // panels, its units are the transformed input's blocks, then the channel panels.
+    // Every cut, interleaved with another node, and a last tile run alone must give the
+    // whole node's bits.
+    let (ci, co, hw) = (64, 64, 16);
+    let mut b = B::default();
+    let xi = b.input(DType::F32, &[1, ci, hw, hw]);
+    // The other conv reads another input, so its transform differs.
+    let x2 = b.input(DType::F32, &[1, ci, hw, hw]);
+    let conv = |b: &mut B, xi, seed: u64| {
+        let wi = b.kf(&[co, ci, 3, 3], rand_vec(co * ci * 9, seed));
+        let bi = b.kf(&[co], rand_vec(co, seed + 1));
+        let y = b.n1(
+            Op::Conv {
+                geom: geom(&[3, 3], &[], &[1, 1, 1, 1]),
+                group: 1,
+                post: vec![PostOp::Unary(UnaryOp::Relu)],
+            },
+            &[xi, wi, bi],
+            DType::F32,
+            &[1, co, hw, hw],
+        );
+        b.out(y);
+    };
+    conv(&mut b, xi, 100);
+    conv(&mut b, x2, 200);
+    let g = Arc::new(b.g);
+    let plan = ModelPlan::new(g.clone(), &PlanOptions::default()).expect("plan");
+    let tiles = plan.tiles_for(0);
+    assert!(
+        tiles > co.div_ceil(crate::kernels::gemm::MR),
+        "a Winograd conv with input-transform units: {tiles} tiles"
+    );
+    let input = Tensor::from_f32(vec![1, ci, hw, hw], rand_vec(ci * hw * hw, 101));
+    let other = Tensor::from_f32(vec![1, ci, hw, hw], rand_vec(ci * hw * hw, 102));
+    let fresh = || {
+        let mut st = plan.new_state();
+        plan.set_input(&mut st, 0, const_bytes(&input))
+            .expect("set");
+        plan.set_input(&mut st, 1, const_bytes(&other))
+            .expect("set");
+        st
+    };
+    let read = |st: &ExecState| -> Vec<Vec<u8>> {
+        (0..2)
+            .map(|k| {
+                let mut o = vec![0u8; plan.output_len(k)];
+                plan.read_output(st, k, &mut o).expect("read");
+                o
+            })
+            .collect()
+    };
+    let mut st = fresh();
+    plan.run_all(&mut st).expect("whole");
+    let want = read(&st);
+    for count in [2, 3, tiles] {
+        let mut st = fresh();
+        for index in 0..count {
+            plan.run_node(&mut st, 0, Tile { index, count })
+                .expect("tile");
+            // The other conv in between after the first tile.
+            if index == 0 {
+                plan.run_node(&mut st, 1, Tile::WHOLE).expect("other");
+            }
+        }
+        assert_eq!(read(&st), want, "{count} tiles, interleaved");
+        let mut st = fresh();
+        plan.run_node(&mut st, 1, Tile::WHOLE).expect("other");
+        for index in 0..count {
+            plan.run_node(&mut st, 0, Tile { index, count })
+                .expect("tile");
+        }
+        assert_eq!(read(&st), want, "{count} tiles in order");
+    }
+    // The last tile alone first, then the rest in order (rewriting the same values).
+    let mut st = fresh();
+    plan.run_node(&mut st, 1, Tile::WHOLE).expect("other");
+    plan.run_node(
+        &mut st,
+        0,
+        Tile {
+            index: tiles - 1,
+            count: tiles,
+        },
+    )
+    .expect("last");
+    for index in 0..tiles - 1 {
+        plan.run_node(
+            &mut st,
+            0,
+            Tile {
+                index,
+                count: tiles,
+            },
+        )
+        .expect("tile");
+    }
+    assert_eq!(read(&st), want, "last tile first");
+}

@@ -15,7 +15,7 @@
 use super::ctx::{expand_channel, geom2, nchw, Ctx};
 use super::errors::{bad_attr, shape_err, unsup};
 use super::post::{conv_epilogue, post_ops, residual_inputs, MAX_RESIDUALS};
-use super::{out_f32, FamilyKernel, Planned, Run};
+use super::{out_f32, units_tag, FamilyKernel, Planned, Run};
 use crate::error::Result;
 use crate::exec::pool;
 use crate::ir::{self, Elems, PostOp, TensorData};
@@ -507,7 +507,7 @@ fn plan_winograd(
     let par: Vec<(usize, usize)> = conv_chunk_ranges(s, threads);
     // A shared transformed input for channel tiles (only where the plane has fewer tile
     // panels than the conv has channel panels) and for intra-op chunks.
-    let channel_tiles = s.c_out.div_ceil(gemm::MR) > wino_tile_panels(&p);
+    let channel_tiles = wino_units(&p) > wino_tile_panels(&p);
     let shared = if (channel_tiles || !par.is_empty()) && s.n == 1 {
         p.input_len()
     } else {
@@ -536,6 +536,18 @@ fn plan_winograd(
 /// and they reach any FC size on a large plane; channel tiles serve small planes.
 fn wino_tile_panels(p: &WinogradPlan) -> usize {
     p.plane_tiles().div_ceil(gemm::NR)
+}
+
+/// Units of work of a Winograd conv cut finer than its tile panels: for one image, the
+/// blocks of its shared transformed input, then its output channels' MR panels (the
+/// transform no longer all in the first tile); for a batch, the channel panels only.
+fn wino_units(p: &WinogradPlan) -> usize {
+    let cblocks = p.shape().c_out.div_ceil(gemm::MR);
+    if p.shape().n == 1 {
+        p.input_blocks() + cblocks
+    } else {
+        cblocks
+    }
 }
 
 /// The output-channel ranges [`conv_chunks`] cuts from a dense one-image conv, aligned to
@@ -699,9 +711,7 @@ impl FamilyKernel for ConvKernel {
                 }
             }
             ConvKernel::Deconv { p, .. } => p.s.oh.div_ceil(p.s.sh),
-            ConvKernel::Winograd { p, .. } => {
-                wino_tile_panels(p).max(p.shape().c_out.div_ceil(gemm::MR))
-            }
+            ConvKernel::Winograd { p, .. } => wino_tile_panels(p).max(wino_units(p)),
         }
     }
 
@@ -815,13 +825,20 @@ impl FamilyKernel for ConvKernel {
                     *r.bcache = Some(r.index);
                     run_winograd_chunks(r.isa, p, par, v, y, &epi, rest, r.helpers);
                 } else if !by_tiles && s.n == 1 {
-                    // Channel tiles share the transformed input: tile 0 computes it.
+                    // Channel tiles share the transformed input: its blocks are the first
+                    // units (`wino_units`), kept in the scratch for the tiles after.
+                    let blocks = p.input_blocks();
+                    let (u0, u1) = tile.range(wino_units(p), 1);
                     let (v, rest) = r.scratch.split_at_mut(p.input_len());
-                    if tile.index == 0 || *r.bcache != Some(r.index) {
-                        p.transform_input(x, v);
-                        *r.bcache = Some(r.index);
+                    if u0 > 0 && *r.bcache != Some(units_tag(r.index, u0)) {
+                        // Not right after this node's previous tile: its blocks again.
+                        p.transform_input_blocks(x, v, (0, u0.min(blocks)));
                     }
+                    p.transform_input_blocks(x, v, (u0.min(blocks), u1.min(blocks)));
+                    let (c0, c1) = (u0.max(blocks) - blocks, u1.max(blocks) - blocks);
+                    let chans = (c0 * gemm::MR, (c1 * gemm::MR).min(s.c_out));
                     p.run_tiles(r.isa, x, y, chans, tiles, Some(v), &epi, rest);
+                    *r.bcache = Some(units_tag(r.index, u1));
                 } else {
                     p.run_tiles(r.isa, x, y, chans, tiles, None, &epi, r.scratch);
                 }

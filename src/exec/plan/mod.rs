@@ -144,6 +144,13 @@ pub(crate) fn bcache_node(tag: usize) -> usize {
     tag & ((1 << (usize::BITS / 2)) - 1)
 }
 
+/// The `bcache` tag of node `index` having run its units of work `[0, done)` into the
+/// scratch (`done >= 1`, so never a plain node index, which the im2col conv stores;
+/// below 2^(bits / 2) nodes and units).
+pub(crate) fn units_tag(index: usize, done: usize) -> usize {
+    (done << (usize::BITS / 2)) | index
+}
+
 impl Run<'_> {
     /// The bytes of output `k`.
     fn out_bytes(&mut self, k: usize) -> &mut [u8] {

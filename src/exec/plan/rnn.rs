@@ -7,7 +7,7 @@
 
 use super::ctx::Ctx;
 use super::errors::{shape_err, unsup};
-use super::{FamilyKernel, Planned, Run};
+use super::{units_tag, FamilyKernel, Planned, Run};
 use crate::error::Result;
 use crate::ir::{DType, Op, RnnDirection};
 use crate::kernels::rnn::{self, Cell, RnnOutputs, RnnParams, RnnShape, RnnWeights};
@@ -133,13 +133,6 @@ pub(crate) fn plan_rnn(
         s.scratch_len(gates)
     };
     Ok(Planned::new(RnnKernel { s, cell, wts }).scratch(scratch))
-}
-
-/// The `bcache` tag of node `index` having run its units `[0, done)` into the scratch
-/// (`done >= 1`, so never a plain node index, which other families store, below
-/// 2^(bits / 2) nodes).
-fn units_tag(index: usize, done: usize) -> usize {
-    (done << (usize::BITS / 2)) | index
 }
 
 impl FamilyKernel for RnnKernel {

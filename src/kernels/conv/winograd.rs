@@ -308,16 +308,27 @@ impl WinogradPlan {
     ///
     /// [`isa::table`]: crate::kernels::isa::table
     pub fn transform_input(&self, x: &[f32], v: &mut [f32]) {
+        self.transform_input_blocks(x, v, (0, self.input_blocks()));
+    }
+
+    /// Blocks of tiles one image's transformed input is made of ([`Self::transform_input`]
+    /// writes them one after the other).
+    pub fn input_blocks(&self) -> usize {
+        self.plane_tiles().div_ceil(self.nt)
+    }
+
+    /// Blocks `[b0, b1)` of [`Self::transform_input`] into their places in `v` (the same
+    /// bits, whichever calls write the blocks).
+    pub fn transform_input_blocks(&self, x: &[f32], v: &mut [f32], (b0, b1): (usize, usize)) {
         let isa = crate::kernels::isa::best_isa();
-        let t = self.g.tw * self.g.th;
-        let mut off = 0;
-        let mut tb = 0;
-        while tb < t {
+        let t = self.plane_tiles();
+        for b in b0..b1.min(self.input_blocks()) {
+            let tb = b * self.nt;
             let nb = self.nt.min(t - tb);
+            // Every block before the last is full.
+            let off = b * self.v_len(self.nt);
             let len = self.v_len(nb);
             self.transform_block(isa, x, tb, nb, &mut v[off..off + len]);
-            off += len;
-            tb += nb;
         }
     }
 
