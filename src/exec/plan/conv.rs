@@ -15,7 +15,7 @@
 use super::ctx::{expand_channel, geom2, nchw, Ctx};
 use super::errors::{bad_attr, shape_err, unsup};
 use super::post::{conv_epilogue, post_ops, residual_inputs, MAX_RESIDUALS};
-use super::{out_f32, units_tag, FamilyKernel, Planned, Run};
+use super::{out_f32, units_done, units_stale, FamilyKernel, Planned, Run};
 use crate::error::Result;
 use crate::exec::pool;
 use crate::ir::{self, Elems, PostOp, TensorData};
@@ -830,7 +830,7 @@ impl FamilyKernel for ConvKernel {
                     let blocks = p.input_blocks();
                     let (u0, u1) = tile.range(wino_units(p), 1);
                     let (v, rest) = r.scratch.split_at_mut(p.input_len());
-                    if u0 > 0 && *r.bcache != Some(units_tag(r.index, u0)) {
+                    if units_stale(r.bcache, r.index, u0) {
                         // Not right after this node's previous tile: its blocks again.
                         p.transform_input_blocks(x, v, (0, u0.min(blocks)));
                     }
@@ -838,7 +838,7 @@ impl FamilyKernel for ConvKernel {
                     let (c0, c1) = (u0.max(blocks) - blocks, u1.max(blocks) - blocks);
                     let chans = (c0 * gemm::MR, (c1 * gemm::MR).min(s.c_out));
                     p.run_tiles(r.isa, x, y, chans, tiles, Some(v), &epi, rest);
-                    *r.bcache = Some(units_tag(r.index, u1));
+                    units_done(r.bcache, r.index, u1);
                 } else {
                     p.run_tiles(r.isa, x, y, chans, tiles, None, &epi, r.scratch);
                 }

@@ -147,8 +147,21 @@ pub(crate) fn bcache_node(tag: usize) -> usize {
 /// The `bcache` tag of node `index` having run its units of work `[0, done)` into the
 /// scratch (`done >= 1`, so never a plain node index, which the im2col conv stores;
 /// below 2^(bits / 2) nodes and units).
-pub(crate) fn units_tag(index: usize, done: usize) -> usize {
+fn units_tag(index: usize, done: usize) -> usize {
     (done << (usize::BITS / 2)) | index
+}
+
+/// For a tile of node `index` that runs its units `[u0, ..)` on what the units before
+/// it left in the scratch (a recurrent layer's states, a Winograd conv's transformed
+/// input): true when the scratch does not hold units `[0, u0)` of this node, so the
+/// caller rebuilds them first.
+pub(crate) fn units_stale(bcache: &Option<usize>, index: usize, u0: usize) -> bool {
+    u0 > 0 && *bcache != Some(units_tag(index, u0))
+}
+
+/// Records that the scratch holds units `[0, u1)` of node `index` (see [`units_stale`]).
+pub(crate) fn units_done(bcache: &mut Option<usize>, index: usize, u1: usize) {
+    *bcache = Some(units_tag(index, u1));
 }
 
 impl Run<'_> {

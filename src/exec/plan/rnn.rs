@@ -7,7 +7,7 @@
 
 use super::ctx::Ctx;
 use super::errors::{shape_err, unsup};
-use super::{units_tag, FamilyKernel, Planned, Run};
+use super::{units_done, units_stale, FamilyKernel, Planned, Run};
 use crate::error::Result;
 use crate::ir::{DType, Op, RnnDirection};
 use crate::kernels::rnn::{self, Cell, RnnOutputs, RnnParams, RnnShape, RnnWeights};
@@ -189,13 +189,13 @@ impl FamilyKernel for RnnKernel {
                 units,
             )
         };
-        if u0 > 0 && *r.bcache != Some(units_tag(r.index, u0)) {
+        if units_stale(r.bcache, r.index, u0) {
             // Not right after this node's previous tile: rebuild its projections and
             // states (the outputs it writes are written again, the same).
             run((0, u0), &mut o, r.scratch);
         }
         run((u0, u1), &mut o, r.scratch);
-        *r.bcache = Some(units_tag(r.index, u1));
+        units_done(r.bcache, r.index, u1);
         Ok(())
     }
 }
