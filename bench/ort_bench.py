@@ -27,7 +27,8 @@ second over the same window. Both sessions use ``intra_op_num_threads=1``.
 ``--big-nice 19`` lowers the big thread's scheduling priority and
 ``--no-spin`` disables onnxruntime's thread spinning: together they are the
 best tuning onnxruntime offers for this scenario. ``--threads 0`` gives both
-sessions the runtime's default thread pool. ``--runtime openvino`` runs the
+sessions the runtime's default thread pool (onnxruntime: one thread per CPU the process
+may run on, see ``default_threads``). ``--runtime openvino`` runs the
 scenario on OpenVINO (``--threads 0``: the plugin's defaults, nothing set;
 ``--threads N``: LATENCY hint, N threads, f32; see ``bench/peers.py``). Each
 session is created inside its own thread after that thread's nice value is set,
@@ -62,7 +63,7 @@ def make_session(path: str, threads: int = 1, graph_opt: str = "all", spin: bool
 
     ort.set_default_logger_severity(3)
     opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
+    opts.intra_op_num_threads = threads if threads > 0 else default_threads()
     opts.inter_op_num_threads = 1
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     opts.graph_optimization_level = {
@@ -74,6 +75,18 @@ def make_session(path: str, threads: int = 1, graph_opt: str = "all", spin: bool
     if not spin:
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(path, sess_options=opts, providers=["CPUExecutionProvider"])
+
+
+def default_threads() -> int:
+    """onnxruntime's default pool size for this process: 0 (the runtime's choice) unless
+    the process may run on fewer CPUs than the machine has (``taskset``, a cpuset), then
+    that many. onnxruntime's default counts the machine's cores and pins one thread to
+    each, which would escape the CPUs the bench was given."""
+    try:
+        allowed = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return 0
+    return allowed if allowed < (os.cpu_count() or allowed) else 0
 
 
 def make_feeds(sess, seed: int = 0) -> dict[str, np.ndarray]:

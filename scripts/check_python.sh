@@ -52,7 +52,12 @@ bench_smoke() {
         py bench/ort_bench.py --priority-scenario models/tiny_classifier.onnx models/tiny_detector.onnx \
             --fps 50 --seconds 1 >"$tmp/prio.json" &&
         py -c 'import json,sys; d=json.loads(open(sys.argv[1]).read()); assert d["small_runs"]==50 and d["big_runs"]>0, d' \
-            "$tmp/prio.json"
+            "$tmp/prio.json" &&
+        py -c 'import sys; sys.path.insert(0, "bench"); import ort_bench; assert ort_bench.default_threads() == 0' &&
+        # Pinned to fewer CPUs than the machine has, the "default threads" pool is sized
+        # to them (onnxruntime's own default would pin threads to every core).
+        { ! command -v taskset >/dev/null || [[ "$(nproc --all)" -lt 2 ]] ||
+            taskset -c 0 scripts/venv.sh python3 -c 'import sys; sys.path.insert(0, "bench"); import ort_bench; n = ort_bench.default_threads(); assert n == 1, n'; }
 }
 full_models() { py scripts/gen_models.py "$tmp/models"; }
 full_cases() {
