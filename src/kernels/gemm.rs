@@ -437,10 +437,35 @@ pub fn gemm_with(
                         BSource::Rows(_) => Panel::Packed(edge_panel),
                     }
                 };
-                // The tile of C at row i, column j.
-                let mut tile_at = |i: usize, j: usize| {
+                // The tile of C at row i, column j; with `pair`, also the one at j + NR
+                // where the table pairs tiles and both are full packed ones. Returns the
+                // strips done (1 or 2).
+                let mut tile_at = |i: usize, j: usize, pair: bool| -> usize {
                     let (mr, nr) = (MR.min(ic_end - i), NR.min(jc_end - j));
                     let panel = panel_at(j);
+                    if let (true, Some(k2), ASource::Packed(pa), Panel::Packed(b0)) = (
+                        pair && mr == MR && j + 2 * NR <= jc_end,
+                        t.mm_tile_pair,
+                        a,
+                        panel,
+                    ) {
+                        if let Panel::Packed(b1) = panel_at(j + NR) {
+                            let ap = &pa[a_panel(m_pad, k, k0, i)..][..kc * MR];
+                            let fuse = fused.as_ref().filter(|_| last);
+                            let e = fuse.map(|f| (f.tile(i, j, ldc), f.tile(i, j + NR, ldc)));
+                            let cs = &mut c[i * ldc + j..];
+                            k2(
+                                kc,
+                                ap,
+                                [b0, b1],
+                                cs,
+                                ldc,
+                                !first,
+                                e.as_ref().map(|(e0, e1)| [e0, e1]),
+                            );
+                            return 2;
+                        }
+                    }
                     let ap: &[f32] = match a {
                         ASource::Packed(pa) => &pa[a_panel(m_pad, k, k0, i)..][..kc * MR],
                         ASource::InPlace { a, lda } => {
@@ -448,7 +473,7 @@ pub fn gemm_with(
                                 let cs = &mut c[i * ldc + j..];
                                 let ar = &a[i * lda + k0..];
                                 (t.mm_tile_strided)(kc, ar, lda, bp, cs, ldc, !first);
-                                return;
+                                return 1;
                             }
                             let rows = &a[i * lda..];
                             let (panel_a, _) = edge_a.split_at_mut(kc * MR);
@@ -467,7 +492,7 @@ pub fn gemm_with(
                             }
                             _ => unreachable!("fused tiles checked above"),
                         }
-                        return;
+                        return 1;
                     }
                     if mr == MR && nr == NR {
                         let cs = &mut c[i * ldc + j..];
@@ -496,21 +521,44 @@ pub fn gemm_with(
                             }
                         }
                     }
+                    1
                 };
                 // Long C rows: each panel's rows written as runs (panels outer); else
                 // strips outer. One call site, so that the tile's body is inlined into
                 // the loop rather than called per tile.
                 let (panels, strips) = ((ic_end - ic).div_ceil(MR), len.div_ceil(NR));
                 let panels_outer = k <= KC && ldc >= C_ROWS_MIN_LDC;
+                // Where the table pairs tiles, two strips go together: along a panel's
+                // row (panels outer), or as groups of two strips (strips outer).
+                let pairs = t.mm_tile_pair.is_some();
+                let group = if pairs && !panels_outer { 2 } else { 1 };
                 let (outer, inner) = if panels_outer {
                     (panels, strips)
                 } else {
-                    (strips, panels)
+                    (strips.div_ceil(group), panels)
                 };
                 for o in 0..outer {
-                    for q in 0..inner {
-                        let (p, s) = if panels_outer { (o, q) } else { (q, o) };
-                        tile_at(ic + p * MR, jc + s * NR);
+                    let (mut q, mut sub) = (0, 0);
+                    while q < inner {
+                        let (p, s) = if panels_outer {
+                            (o, q)
+                        } else {
+                            (q, o * group + sub)
+                        };
+                        let more = if panels_outer {
+                            q + 1 < inner
+                        } else {
+                            sub + 1 < group && s + 1 < strips
+                        };
+                        let done = tile_at(ic + p * MR, jc + s * NR, pairs && more);
+                        if panels_outer {
+                            q += done;
+                        } else {
+                            sub += done;
+                            if sub >= group || o * group + sub >= strips {
+                                (q, sub) = (q + 1, 0);
+                            }
+                        }
                     }
                 }
                 // The epilogue runs once per finished MC x NC block, row segments of up
@@ -912,6 +960,49 @@ mod tests {
                         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                         assert_eq!(bits(&got), bits(&want), "{isa:?} {post:?} acc {acc}");
                         assert_eq!(bits(&got_rows), bits(&want), "rows {isa:?} {post:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Every table that pairs tiles (AVX-512 on CPUs that have it) gives the bits of two
+    /// single tiles, with and without accumulation and a fused epilogue.
+    #[test]
+    fn paired_tiles_give_the_single_tiles_bits() {
+        use crate::kernels::isa::TileEpi;
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for isa in crate::kernels::isa::available_isas() {
+            let t = isa.table();
+            let (Some(pair), Some(fused)) = (t.mm_tile_pair, t.mm_tile_epi) else {
+                continue;
+            };
+            let ldc = 2 * NR + 5;
+            let res = rand_vec(MR * ldc, 4);
+            let bias: [f32; MR] = std::array::from_fn(|r| r as f32 * 0.25 - 0.5);
+            for kc in [0usize, 1, 2, 7, 37, 257] {
+                let a = rand_vec(kc * MR, 1);
+                let (b0, b1) = (rand_vec(kc * NR, 2), rand_vec(kc * NR, 3));
+                for acc in [false, true] {
+                    for with_epi in [false, true] {
+                        let e = |q: usize| TileEpi {
+                            bias,
+                            residual: Some(&res[q * NR..]),
+                            clamp: Some((-0.5, 0.75)),
+                        };
+                        let (e0, e1) = (e(0), e(1));
+                        let mut want = rand_vec(MR * ldc, 5);
+                        let mut got = want.clone();
+                        if with_epi {
+                            fused(kc, &a, &b0, &mut want, ldc, acc, &e0);
+                            fused(kc, &a, &b1, &mut want[NR..], ldc, acc, &e1);
+                        } else {
+                            (t.mm_tile)(kc, &a, &b0, &mut want, ldc, acc);
+                            (t.mm_tile)(kc, &a, &b1, &mut want[NR..], ldc, acc);
+                        }
+                        let es = with_epi.then_some([&e0, &e1]);
+                        pair(kc, &a, [&b0, &b1], &mut got, ldc, acc, es);
+                        assert_eq!(bits(&got), bits(&want), "{isa:?} kc {kc} acc {acc}");
                     }
                 }
             }

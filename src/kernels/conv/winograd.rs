@@ -609,12 +609,25 @@ impl WinogradPlan {
             let mut ic = c0;
             while ic < c1 {
                 let ic_end = (ic + MC).min(c1);
-                for j in (j0..j1).step_by(NR) {
+                let mut j = j0;
+                while j < j1 {
                     let bp = &v[k0 * nbp + j * kc..][..kc * NR];
+                    // Two strips at a time where the table pairs tiles (same bits).
+                    if let (Some(pair), true) = (t.mm_tile_pair, j + 2 * NR <= j1) {
+                        let bq = &v[k0 * nbp + (j + NR) * kc..][..kc * NR];
+                        for i in (ic..ic_end).step_by(MR) {
+                            let ap = &u[k0 * co_pad + i * kc..][..kc * MR];
+                            let cs = &mut m[(i - c0) * nt + j..];
+                            pair(kc, ap, [bp, bq], cs, nt, k0 > 0, None);
+                        }
+                        j += 2 * NR;
+                        continue;
+                    }
                     for i in (ic..ic_end).step_by(MR) {
                         let ap = &u[k0 * co_pad + i * kc..][..kc * MR];
                         (t.mm_tile)(kc, ap, bp, &mut m[(i - c0) * nt + j..], nt, k0 > 0);
                     }
+                    j += NR;
                 }
                 ic = ic_end;
             }

@@ -310,6 +310,23 @@ pub struct KernelTable {
     pub mm_tile_epi: Option<
         fn(kc: usize, a: &[f32], b: &[f32], c: &mut [f32], ldc: usize, acc: bool, e: &TileEpi<'_>),
     >,
+    /// Where the table has one: two horizontally adjacent full tiles sharing one A
+    /// panel, C of the second at `c[NR..]`: `mm_tile` (or `mm_tile_epi` with `e[q]`) on
+    /// `b[0]` then `b[1]`, each element's sum in the same order, so bit for bit the two
+    /// calls (twice the independent accumulators: for cores whose FMA latency times
+    /// ports exceeds one tile's rows).
+    #[allow(clippy::type_complexity)]
+    pub mm_tile_pair: Option<
+        fn(
+            kc: usize,
+            a: &[f32],
+            b: [&[f32]; 2],
+            c: &mut [f32],
+            ldc: usize,
+            acc: bool,
+            e: Option<[&TileEpi<'_>; 2]>,
+        ),
+    >,
     /// Where the table has one: `mm_tile_rows` with the epilogue `e` fused into the store.
     #[allow(clippy::type_complexity)]
     pub mm_tile_rows_epi: Option<

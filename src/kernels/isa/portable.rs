@@ -30,6 +30,7 @@ pub(crate) static TABLE: KernelTable = KernelTable {
     depthwise_block: None,
     qdepthwise_block: None,
     mm_tile_strided,
+    mm_tile_pair: None,
     mm_tile_epi: None,
     mm_tile_rows_epi: None,
     // Winograd conv transforms.

@@ -55,6 +55,7 @@ static TABLE: KernelTable = KernelTable {
     depthwise_block: Some(super::x86_64_dw_block::depthwise_block),
     qdepthwise_block: Some(super::x86_64_qdw_block::qdepthwise_block),
     mm_tile_strided,
+    mm_tile_pair: Some(mm_tile_pair),
     mm_tile_epi: Some(mm_tile_epi),
     mm_tile_rows_epi: Some(mm_tile_rows_epi),
     wino_input,
@@ -482,25 +483,109 @@ unsafe fn tile_6x16(
         }
     }
     for (r, tr) in t.iter().enumerate() {
-        // SAFETY: row r < MR of C, 16 floats, guaranteed by the caller.
-        unsafe {
-            let cp = c.add(r * ldc);
-            let mut v = if acc {
-                _mm512_add_ps(*tr, _mm512_loadu_ps(cp))
-            } else {
-                *tr
-            };
-            if let Some(e) = e {
-                v = _mm512_add_ps(v, _mm512_set1_ps(e.bias[r]));
-                if let Some(res) = e.residual {
-                    v = _mm512_add_ps(v, _mm512_loadu_ps(res.as_ptr().add(r * ldc)));
-                }
-                if let Some((lo, hi)) = e.clamp {
-                    // As the epilogue's ReLU / Clip: `vmaxps` gives `lo` for a NaN.
-                    v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(lo)), _mm512_set1_ps(hi));
-                }
+        // SAFETY: row r < MR of C (and of the residual), 16 floats, guaranteed by the
+        // caller.
+        unsafe { store_row(*tr, c, ldc, r, acc, e) }
+    }
+}
+
+/// Stores row `r` of a tile at `c` (stride `ldc`): `v` (plus the row's old value when
+/// `acc`), then `e`'s bias, residual and clamp.
+///
+/// # Safety
+/// AVX-512F must be available; row `r` of `c` and of `e`'s residual valid for 16 floats.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+unsafe fn store_row(
+    v: __m512,
+    c: *mut f32,
+    ldc: usize,
+    r: usize,
+    acc: bool,
+    e: Option<&TileEpi<'_>>,
+) {
+    // SAFETY: row r of c and of the residual hold 16 floats (caller).
+    unsafe {
+        let cp = c.add(r * ldc);
+        let mut v = if acc {
+            _mm512_add_ps(v, _mm512_loadu_ps(cp))
+        } else {
+            v
+        };
+        if let Some(e) = e {
+            v = _mm512_add_ps(v, _mm512_set1_ps(e.bias[r]));
+            if let Some(res) = e.residual {
+                v = _mm512_add_ps(v, _mm512_loadu_ps(res.as_ptr().add(r * ldc)));
             }
-            _mm512_storeu_ps(cp, v);
+            if let Some((lo, hi)) = e.clamp {
+                // As the epilogue's ReLU / Clip: `vmaxps` gives `lo` for a NaN.
+                v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(lo)), _mm512_set1_ps(hi));
+            }
+        }
+        _mm512_storeu_ps(cp, v);
+    }
+}
+
+fn mm_tile_pair(
+    kc: usize,
+    a: &[f32],
+    b: [&[f32]; 2],
+    c: &mut [f32],
+    ldc: usize,
+    acc: bool,
+    e: Option<[&TileEpi<'_>; 2]>,
+) {
+    assert!(
+        b[0].len() >= kc * NR && b[1].len() >= kc * NR,
+        "tile: short B panel"
+    );
+    assert!(c.len() >= NR, "tile: short C");
+    super::assert_tile_fits(kc, a, c, ldc, e.map(|e| e[0]));
+    super::assert_tile_fits(kc, a, &c[NR..], ldc, e.map(|e| e[1]));
+    let (a, b0, b1, c) = (a.as_ptr(), b[0].as_ptr(), b[1].as_ptr(), c.as_mut_ptr());
+    // SAFETY: the features were detected (see `table`); the asserts above bound every
+    // offset the pair touches (a: kc*MR, each B panel kc*NR, C and each residual: MR rows
+    // of NR at ldc from the tile's origin, the second tile at c + NR).
+    unsafe { tile_6x16_pair(kc, a, [b0, b1], c, ldc, acc, e) }
+}
+
+/// Two 6x16 tiles side by side on one A panel: twelve accumulators, each updated in the
+/// order of [`tile_6x16`] (so the same bits), which keeps two FMA ports with 4-cycle
+/// latency busy where one tile's six chains cannot.
+///
+/// # Safety
+/// AVX-512F must be available; `a` valid for `kc * MR` floats, each `b[q]` for
+/// `kc * NR`; `c` (and each residual of `e`) for 6 rows of 16 floats at stride `ldc`
+/// from `c + q * NR` for q = 0, 1.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+unsafe fn tile_6x16_pair(
+    kc: usize,
+    a: *const f32,
+    b: [*const f32; 2],
+    c: *mut f32,
+    ldc: usize,
+    acc: bool,
+    e: Option<[&TileEpi<'_>; 2]>,
+) {
+    let mut t = [[_mm512_setzero_ps(); MR]; 2];
+    for p in 0..kc {
+        // SAFETY: step p < kc of each B panel and of the A panel is readable (caller).
+        unsafe {
+            let x0 = _mm512_loadu_ps(b[0].add(p * NR));
+            let x1 = _mm512_loadu_ps(b[1].add(p * NR));
+            let [t0, t1] = &mut t;
+            for (r, (s0, s1)) in t0.iter_mut().zip(t1.iter_mut()).enumerate() {
+                let av = _mm512_set1_ps(*a.add(p * MR + r));
+                *s0 = _mm512_fmadd_ps(av, x0, *s0);
+                *s1 = _mm512_fmadd_ps(av, x1, *s1);
+            }
+        }
+    }
+    for (q, tq) in t.iter().enumerate() {
+        for (r, tr) in tq.iter().enumerate() {
+            // SAFETY: row r of tile q (at c + q*NR) and of its residual hold 16 floats.
+            unsafe { store_row(*tr, c.add(q * NR), ldc, r, acc, e.map(|e| e[q])) }
         }
     }
 }

@@ -44,6 +44,7 @@ static TABLE: KernelTable = KernelTable {
     depthwise_block: Some(super::x86_64_dw_block_avx2::depthwise_block),
     qdepthwise_block: None,
     mm_tile_strided,
+    mm_tile_pair: None,
     mm_tile_epi: Some(mm_tile_epi),
     mm_tile_rows_epi: Some(mm_tile_rows_epi),
     // Winograd conv transforms.
