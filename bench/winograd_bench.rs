@@ -154,6 +154,10 @@ fn main() {
         (32, 64, 40),
         (24, 24, 160),
         (32, 32, 160),
+        // YOLOX-tiny at 416: the small-plane stages and head.
+        (192, 192, 13),
+        (96, 96, 13),
+        (96, 96, 26),
     ];
     for &(ci, co, hw) in if smoke { &shapes[..2] } else { shapes } {
         let s = ConvShape {

@@ -124,23 +124,19 @@ impl WinogradPlan {
         s.oh.div_ceil(t) * s.ow.div_ceil(t)
     }
 
-    /// True when this path should beat the im2col GEMM on `s`: enough channels for the
-    /// GEMMs to dominate the transforms (see [`min_c_in`]), and enough tiles that the
-    /// GEMM panels (and the ragged edge tiles) are not mostly padding.
+    /// True when this path may beat the im2col GEMM on `s` (the cost estimate,
+    /// `compile::cost::winograd_wins`, then decides): enough channels for the GEMMs to
+    /// dominate the transforms (see [`min_c_in`]), and enough tiles for one GEMM panel.
+    /// Edge tiles that overhang the plane are left to the estimate, which counts them: a
+    /// rule that also wanted 3/4 of the computed outputs inside the plane sent YOLOX's
+    /// 13x13 stages to im2col, 2.75x the time of F(4x4) there (192->192: 1.575 against
+    /// 0.572 ms, `winograd_bench`, Zen 3).
     pub fn wins(s: &ConvShape) -> bool {
         if !Self::applies(s) {
             return false;
         }
-        let t = Self::tile_for(s);
-        let tiles = Self::tiles(s, t);
-        // Useful fraction of the computed outputs (edge tiles overhang the plane).
-        let covered = tiles * t * t;
-        s.c_in >= min_c_in()
-            && s.c_out >= 16
-            && s.oh >= 6
-            && s.ow >= 6
-            && tiles >= NR
-            && 4 * s.oh * s.ow >= 3 * covered
+        let tiles = Self::tiles(s, Self::tile_for(s));
+        s.c_in >= min_c_in() && s.c_out >= 16 && s.oh >= 6 && s.ow >= 6 && tiles >= NR
     }
 
     /// Plans `s` (which must satisfy [`Self::applies`]) with weights `w`

@@ -282,6 +282,11 @@ fn winograd_selection() {
     assert_eq!(WinogradPlan::wins(&shallow(8)), !direct);
     assert!(WinogradPlan::wins(&shallow(16)));
     assert!(!WinogradPlan::wins(&shape(1, 64, (4, 4), 64, [1, 1, 1, 1])));
+    // A 13x13 plane: 16 tiles of 4x4 compute 256 outputs for 169, and still win.
+    let odd = shape(1, 192, (13, 13), 192, [1, 1, 1, 1]);
+    assert_eq!(WinogradPlan::tile_for(&odd), 4);
+    assert!(WinogradPlan::wins(&odd));
+    assert!(crate::compile::cost::winograd_wins(&odd));
     let strided = ConvShape {
         sh: 2,
         sw: 2,
