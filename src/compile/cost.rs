@@ -191,11 +191,19 @@ const WINO_GEMM_MAC: f64 = 0.8;
 /// The Winograd path is chosen when its estimate is below this fraction of the direct
 /// conv's (a margin for the estimate's error).
 const WINO_MARGIN: f64 = 0.85;
+/// What each element of the im2col matrix (`9 * c_in` rows by the output positions) adds
+/// to the im2col GEMM, in its multiply-accumulates: its gather and packing, which weigh
+/// most when few output channels share each element. Fitted on `winograd_bench` (Zen 3,
+/// AVX2 table, thread CPU: time ~ MACs + 8.5 x elements over 16 to 512 channels, e.g.
+/// 16->16 at 160x160 1.88 ms against 3.35 ms for 64->64 at 56x56 with twice the MACs).
+/// Counted only where the table has no direct f32 conv tile, which is the shallow convs'
+/// alternative there.
+const IM2COL_PER_ELEM: f64 = 8.5;
 
 /// True when the Winograd path should beat the im2col GEMM on conv `s`: the estimate
 /// counts the point GEMMs over `NR`-padded tile panels (with the tile side the path
 /// picks) plus the two transforms (per tile, channel and point), against the direct
-/// conv's multiply-accumulates.
+/// conv's multiply-accumulates (plus the im2col matrix's gather, [`IM2COL_PER_ELEM`]).
 pub fn winograd_wins(s: &crate::kernels::conv::ConvShape) -> bool {
     use crate::kernels::conv::WinogradPlan;
     use crate::kernels::gemm::{MR, NR};
@@ -210,7 +218,10 @@ pub fn winograd_wins(s: &crate::kernels::conv::ConvShape) -> bool {
     let gemm = points * ci * co * padded * WINO_GEMM_MAC;
     let transforms =
         tiles as f64 * points * (ci * WINO_IN_PER_POINT + s.c_out as f64 * WINO_OUT_PER_POINT);
-    let direct = (s.macs() / s.n.max(1)) as f64;
+    let mut direct = (s.macs() / s.n.max(1)) as f64;
+    if crate::kernels::isa::table().conv_tiles.is_none() {
+        direct += IM2COL_PER_ELEM * (s.k() * s.oh * s.ow) as f64;
+    }
     gemm + transforms < WINO_MARGIN * direct
 }
 

@@ -158,6 +158,7 @@ fn encode_packed(packed: &PackedWeights, weights: &mut Vec<u8>) -> Option<Packed
         mr: g.mr as u64,
         nr: g.nr as u64,
         kc: g.kc as u64,
+        revision: g.revision,
         blobs: packed
             .nodes
             .iter()
@@ -190,6 +191,7 @@ fn decode_packed(
         mr: index(r.mr, "packed mr")?,
         nr: index(r.nr, "packed nr")?,
         kc: index(r.kc, "packed kc")?,
+        revision: r.revision,
     };
     let wlen = (w.range.end - w.range.start) as u64;
     let mut out = Vec::with_capacity(r.blobs.len());

@@ -98,6 +98,14 @@ fn packed_weights_are_stored_borrowed_and_give_the_same_outputs() {
     let mut other = p.clone();
     other.geometry.table = "another-table".into();
     assert_eq!(run(&back[0], &other).unwrap(), want);
+    // Packed by an earlier planner revision (which may have chosen another path for a
+    // node, with buffers of other lengths): ignored too.
+    let mut older = p.clone();
+    older.geometry.revision = 0;
+    for (_, b) in &mut older.nodes {
+        *b = b.slice(0..b.len() / 2).unwrap();
+    }
+    assert_eq!(run(&back[0], &older).unwrap(), want);
     // Through the runtime (what loading a file does).
     let pm = crate::runtime::PackedModel::from_compiled(back, vec![]).unwrap();
     assert_eq!(pm.models.len(), 1);
@@ -168,4 +176,17 @@ fn inconsistent_packed_weights_are_refused() {
     assert!(e.contains("packed weights hold"), "{e}");
     let e = crate::runtime::PackedModel::from_compiled(back, vec![]).unwrap_err();
     assert!(e.to_string().contains("packed weights hold"), "{e}");
+    // The same buffer in a file of an earlier planner revision: ignored, packed at load.
+    let older = edit_manifest(&bytes, |r| {
+        let p = r.models[0].packed.as_mut().unwrap();
+        p.blobs[0].len -= 4;
+        p.revision = 0;
+    });
+    let back = read_models(&older, "older").unwrap();
+    let want = run(
+        &read_models(&bytes, "mem").unwrap()[0],
+        &PackedWeights::default(),
+    );
+    assert_eq!(run(&back[0], &back[0].packed).unwrap(), want.unwrap());
+    crate::runtime::PackedModel::from_compiled(back, vec![]).unwrap();
 }

@@ -83,6 +83,10 @@ pub struct PackedWeightsRecord {
     /// One buffer per node that has packed weights, by increasing node index.
     #[prost(message, repeated, tag = "5")]
     pub blobs: Vec<PackedBlobRecord>,
+    /// Revision of the planner's packing choices the buffers follow
+    /// (`exec::plan::packed::PACK_REVISION`; 0 in files written before the field).
+    #[prost(uint64, tag = "6")]
+    pub revision: u64,
 }
 
 /// One node's packed weights (f32, little-endian) in the weights section.

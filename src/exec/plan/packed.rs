@@ -3,8 +3,9 @@
 //! loads, so that loading does not repack them.
 //!
 //! Invariant: packed weights are used only when their [`PackGeometry`] equals that of
-//! the kernel table the plan runs with, and only when their length is the one the plan
-//! would pack (else the plan fails: the file is inconsistent). They are produced by the
+//! the kernel table the plan runs with (its revision of packing choices included), and
+//! only when their length is the one the plan would pack (else the plan fails: the file
+//! is inconsistent). They are produced by the
 //! plans themselves ([`super::packed_of`]), so a stored blob is exactly what planning
 //! would pack for that table.
 
@@ -12,8 +13,16 @@ use crate::kernels::gemm::KC;
 use crate::kernels::packed::WeightBuf;
 use crate::kernels::Isa;
 
+/// Revision of the planner's choices of what it packs for a node (for a 3x3 conv:
+/// Winograd point weights or an im2col GEMM's A, which have different lengths). Bumped
+/// whenever a release can choose differently for the same node and table, so that a
+/// file written before is repacked at load rather than refused. 1: Winograd on planes
+/// its edge tiles overhang by more than a quarter, and on shallow convs where the im2col
+/// gather dominates (files written before carry 0).
+pub const PACK_REVISION: u64 = 1;
+
 /// The layout packed weights were made for: the kernel table's name and its GEMM
-/// geometry (panel rows and columns, K block depth).
+/// geometry (panel rows and columns, K block depth), and the planner's revision.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct PackGeometry {
     /// Kernel table name (`avx2+fma`, `portable`).
@@ -24,6 +33,8 @@ pub struct PackGeometry {
     pub nr: usize,
     /// Depth of a K block.
     pub kc: usize,
+    /// [`PACK_REVISION`] of the planner that packed them.
+    pub revision: u64,
 }
 
 impl PackGeometry {
@@ -35,6 +46,7 @@ impl PackGeometry {
             mr: t.mr,
             nr: t.nr,
             kc: KC,
+            revision: PACK_REVISION,
         }
     }
 }
