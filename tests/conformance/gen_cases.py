@@ -113,9 +113,14 @@ class Manifest:
         })
 
     def add_ort(self, name: str, kind: str, model: onnx.ModelProto, feeds: dict[str, np.ndarray],
-                rtol: float, atol: float) -> None:
-        """Run ``model`` in onnxruntime (reference settings) and write the case."""
+                rtol: float, atol: float, atol_by_scale: bool = False) -> None:
+        """Run ``model`` in onnxruntime (reference settings) and write the case. With
+        ``atol_by_scale``, ``atol`` is relative to the largest float output magnitude (at
+        least 1)."""
         outs = run_ort(model, feeds)
+        if atol_by_scale:
+            mags = [float(np.max(np.abs(v))) for v in outs if v.dtype == np.float32 and v.size]
+            atol *= max([1.0, *mags])
         names = [o.name for o in model.graph.output]
         for n, v in zip(names, outs, strict=True):
             if dtype_tag(v) is None:
@@ -767,10 +772,16 @@ def main(argv: list[str] | None = None) -> int:
             model, feeds = case.build()
             m.add_ort(case.name, "op", model, feeds, *case.tol)
             n_op += 1
+    # The graph-pass cases chain convs, some of which a kernel table runs as Winograd
+    # F(4x4): its f32 error is relative to the tensor's magnitude, not each element's, so
+    # an output near zero in a tensor of magnitude 13 can miss an absolute 1e-5 (2.8e-5
+    # seen on pass_residual_add). Their atol scales with the reference's largest value;
+    # a wrong fusion still misses by far more.
     for name, make in PASS_CASES.items():
         if wanted(name):
             model = make()
-            m.add_ort(name, "op", model, network_feeds(model, zlib.crc32(name.encode())), *OP_TOL)
+            feeds = network_feeds(model, zlib.crc32(name.encode()))
+            m.add_ort(name, "op", model, feeds, *OP_TOL, atol_by_scale=True)
             n_op += 1
     print(f"op cases:       {n_op:5d}  ({time.perf_counter() - t0:.1f} s)", flush=True)
 
