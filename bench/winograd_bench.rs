@@ -158,6 +158,8 @@ fn main() {
         (192, 192, 13),
         (96, 96, 13),
         (96, 96, 26),
+        (16, 16, 16),
+        (16, 16, 56),
     ];
     for &(ci, co, hw) in if smoke { &shapes[..2] } else { shapes } {
         let s = ConvShape {
