@@ -5,9 +5,8 @@
 //! Invariant: packed weights are used only when their [`PackGeometry`] equals that of
 //! the kernel table the plan runs with (its revision of packing choices included), and
 //! only when their length is the one the plan would pack (else the plan fails: the file
-//! is inconsistent). They are produced by the
-//! plans themselves ([`super::packed_of`]), so a stored blob is exactly what planning
-//! would pack for that table.
+//! is inconsistent). They are produced by the plans themselves ([`super::packed_of`]),
+//! so a stored blob is exactly what planning would pack for that table.
 
 use crate::kernels::gemm::KC;
 use crate::kernels::packed::WeightBuf;
