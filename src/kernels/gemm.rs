@@ -12,7 +12,7 @@
 //! C, which lets the executor split a node into disjoint tiles.
 
 pub use super::body::epilogue::Epilogue;
-use super::isa::{Isa, RowBlock, TileEpi, HALF};
+use super::isa::{Isa, RowBlock, TileEpi, COLS_MAX, HALF};
 pub use super::isa::{KC, MR, NR};
 
 /// Rows of C computed per A block (a multiple of [`MR`]).
@@ -396,6 +396,10 @@ pub fn gemm_with(
             let mut rows: [&[f32]; KC] = [&[]; KC];
             let mut edge_panel: &[f32] = &[];
             let full = len / NR * NR;
+            // A ragged last strip of at most COLS_MAX columns goes to `mm_cols` (down
+            // the block's panels), not to a tile per panel.
+            let cols_tail =
+                (1..=COLS_MAX).contains(&(len - full)) && matches!(a, ASource::Packed(_));
             if let BSource::Panels(fill) = b {
                 fill(k0, kc, jc, len, &mut buf[..kc * len.div_ceil(NR) * NR]);
             } else if let (BSource::Rows(fill) | BSource::RowsPacked(fill), true) = (b, pack_rows) {
@@ -526,7 +530,10 @@ pub fn gemm_with(
                 // Long C rows: each panel's rows written as runs (panels outer); else
                 // strips outer. One call site, so that the tile's body is inlined into
                 // the loop rather than called per tile.
-                let (panels, strips) = ((ic_end - ic).div_ceil(MR), len.div_ceil(NR));
+                let (panels, strips) = (
+                    (ic_end - ic).div_ceil(MR),
+                    len.div_ceil(NR) - usize::from(cols_tail),
+                );
                 let panels_outer = k <= KC && ldc >= C_ROWS_MIN_LDC;
                 // Where the table pairs tiles, two strips go together: along a panel's
                 // row (panels outer), or as groups of two strips (strips outer).
@@ -560,6 +567,13 @@ pub fn gemm_with(
                             }
                         }
                     }
+                }
+                let tail_panel = cols_tail.then(|| panel_at(jc + full));
+                if let (ASource::Packed(pa), Some(Panel::Packed(bp))) = (a, tail_panel) {
+                    let ap = &pa[a_panel(m_pad, k, k0, ic)..];
+                    let cs = &mut c[ic * ldc + jc + full..];
+                    let rows = ic_end - ic;
+                    (t.mm_cols)(kc, ap, panels, bp, len - full, cs, ldc, rows, !first);
                 }
                 // The epilogue runs once per finished MC x NC block, row segments of up
                 // to NC contiguous elements, while the block is still in cache; with the
@@ -960,6 +974,50 @@ mod tests {
                         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                         assert_eq!(bits(&got), bits(&want), "{isa:?} {post:?} acc {acc}");
                         assert_eq!(bits(&got_rows), bits(&want), "rows {isa:?} {post:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// `mm_cols` of every table gives the bits `mm_tile` gives those columns, for any
+    /// number of panels (each group size and its remainders), ragged last panels, every
+    /// width, with and without accumulation.
+    #[test]
+    fn column_strips_give_the_tiles_bits() {
+        use crate::kernels::isa::COLS_MAX;
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for isa in crate::kernels::isa::available_isas() {
+            let t = isa.table();
+            for kc in [1usize, 2, 7, 37, 256] {
+                let b = rand_vec(kc * NR, 2);
+                for panels in 1..=10 {
+                    // Exactly the panels' floats: the last step must not read past them.
+                    let a = rand_vec(panels * kc * MR, 1);
+                    for rows in [panels * MR, panels * MR - 5] {
+                        for w in 1..=COLS_MAX {
+                            let ldc = w + 3;
+                            for acc in [false, true] {
+                                let start = rand_vec(rows * ldc, 5);
+                                let mut want = start.clone();
+                                for q in 0..panels {
+                                    let mut tile = [0.0f32; MR * NR];
+                                    (t.mm_tile)(kc, &a[q * kc * MR..], &b, &mut tile, NR, false);
+                                    for r in 0..MR.min(rows - q * MR) {
+                                        for j in 0..w {
+                                            let d = &mut want[(q * MR + r) * ldc + j];
+                                            let v = tile[r * NR + j];
+                                            *d = if acc { *d + v } else { v };
+                                        }
+                                    }
+                                }
+                                let mut got = start.clone();
+                                (t.mm_cols)(kc, &a, panels, &b, w, &mut got, ldc, rows, acc);
+                                let ctx =
+                                    format!("{isa:?} kc {kc} panels {panels} rows {rows} w {w}");
+                                assert_eq!(bits(&got), bits(&want), "{ctx} acc {acc}");
+                            }
+                        }
                     }
                 }
             }

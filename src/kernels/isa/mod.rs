@@ -127,6 +127,8 @@ pub const NR: usize = 16;
 pub const HALF: usize = NR / 2;
 /// Depth of one GEMM K block.
 pub const KC: usize = 256;
+/// Widest ragged last strip of C that `mm_cols` computes (wider ones take a tile).
+pub const COLS_MAX: usize = 4;
 
 /// Instruction set of a kernel table; a plan stores it and reaches the table with
 /// [`Isa::table`].
@@ -194,6 +196,31 @@ fn assert_tile_fits(kc: usize, a: &[f32], c: &[f32], ldc: usize, e: Option<&Tile
     e.inspect(|e| e.assert_residual_fits(ldc));
 }
 
+/// Panics unless the operands of `mm_cols` hold what it reads and writes (see
+/// [`KernelTable::mm_cols`]).
+#[allow(clippy::too_many_arguments)]
+fn assert_cols_fit(
+    kc: usize,
+    a: &[f32],
+    panels: usize,
+    b: &[f32],
+    t: usize,
+    c: &[f32],
+    ldc: usize,
+    rows: usize,
+) {
+    assert!((1..=COLS_MAX).contains(&t) && ldc >= t, "cols: bad width");
+    assert!(
+        rows > 0 && rows.div_ceil(MR) == panels,
+        "cols: rows outside the panels"
+    );
+    assert!(
+        a.len() >= panels * kc * MR && b.len() >= kc * NR,
+        "cols: short A or B"
+    );
+    assert!(c.len() >= (rows - 1) * ldc + t, "cols: short C");
+}
+
 /// Up to [`KC`] rows of an unpacked B block, each a slice of at least `len` floats
 /// starting at the block's first column: B row `p`, column `jc + j` is `rows[p][j]`.
 /// Lets the micro-kernel read B straight from its source (conv input planes, im2col
@@ -243,6 +270,23 @@ pub struct KernelTable {
     /// The left [`HALF`] columns of a micro-tile into an MR x NR tile `c` (a ragged last
     /// panel); the right half of `c` is left as is.
     pub mm_half: fn(kc: usize, a: &[f32], b: &[f32], c: &mut [f32]),
+    /// Columns `0..t` (`1..=COLS_MAX`) of the C rows of `panels` consecutive packed A
+    /// panels (panel `q` at `a[q * kc * MR..]`) times one packed B panel `b`: rows
+    /// `0..rows` of `c` (stride `ldc`; `rows` ends in the last panel), or `c +=` when
+    /// `acc`. Each element is summed in the order of `mm_tile`, so the bits are those of
+    /// a tile; vectors run down the panels' rows, so a ragged last strip of a few columns
+    /// costs its own columns, not a whole (or half) tile's.
+    pub mm_cols: fn(
+        kc: usize,
+        a: &[f32],
+        panels: usize,
+        b: &[f32],
+        t: usize,
+        c: &mut [f32],
+        ldc: usize,
+        rows: usize,
+        acc: bool,
+    ),
     /// The fused epilogue on rows `i0..i0+mr`, columns `j0..j0+nr` of C (stride `ldc`).
     pub epilogue:
         fn(e: &Epilogue<'_>, c: &mut [f32], ldc: usize, i0: usize, mr: usize, j0: usize, nr: usize),

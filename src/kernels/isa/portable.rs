@@ -14,6 +14,7 @@ pub(crate) static TABLE: KernelTable = KernelTable {
     mm_tile_rows,
     mm_row,
     mm_half,
+    mm_cols,
     epilogue: |e, c, ldc, i0, mr, j0, nr| e.apply_body(c, ldc, i0, mr, j0, nr),
     unary: body::unary::apply_unary,
     binary_f32: body::eltwise::binary_f32,
@@ -118,6 +119,34 @@ pub(super) fn mm_half(kc: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
     }
     for (r, row) in acc.iter().enumerate() {
         c[r * NR..r * NR + HALF].copy_from_slice(row);
+    }
+}
+
+/// `KernelTable::mm_cols` in plain Rust: one sum per element, in the order (and with
+/// the separate multiply and add) of this table's tile.
+#[allow(clippy::too_many_arguments)]
+fn mm_cols(
+    kc: usize,
+    a: &[f32],
+    panels: usize,
+    b: &[f32],
+    t: usize,
+    c: &mut [f32],
+    ldc: usize,
+    rows: usize,
+    acc: bool,
+) {
+    super::assert_cols_fit(kc, a, panels, b, t, c, ldc, rows);
+    for r in 0..rows {
+        let panel = &a[r / MR * kc * MR + r % MR..];
+        for col in 0..t {
+            let mut sum = 0.0f32;
+            for p in 0..kc {
+                sum += panel[p * MR] * b[p * NR + col];
+            }
+            let d = &mut c[r * ldc + col];
+            *d = if acc { *d + sum } else { sum };
+        }
     }
 }
 

@@ -39,6 +39,7 @@ static TABLE: KernelTable = KernelTable {
     mm_tile_rows,
     mm_row,
     mm_half,
+    mm_cols: super::x86_64_fma::mm_cols,
     epilogue: math::epilogue,
     unary: math::unary,
     binary_f32,

@@ -28,6 +28,7 @@ static TABLE: KernelTable = KernelTable {
     mm_tile_rows,
     mm_row,
     mm_half,
+    mm_cols,
     epilogue: math::epilogue,
     unary: math::unary,
     binary_f32,
@@ -143,6 +144,149 @@ unsafe fn gather16(src: &[f32], stride: usize, d: &mut [f32]) {
     }
 }
 // -- end of the im2col helper's block --
+/// `KernelTable::mm_cols` with AVX2: each vector holds one column of one A panel's six
+/// rows, so one step of `P` panels and `T` columns is `P x T` FMAs sharing `T`
+/// broadcasts of B (at least eight independent sums for `T` of 1, the FMA latency).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn mm_cols(
+    kc: usize,
+    a: &[f32],
+    panels: usize,
+    b: &[f32],
+    t: usize,
+    c: &mut [f32],
+    ldc: usize,
+    rows: usize,
+    acc: bool,
+) {
+    super::assert_cols_fit(kc, a, panels, b, t, c, ldc, rows);
+    // Panels per call: the most whose sums and broadcasts fit the 16 registers.
+    let group = [8, 6, 4, 3][t - 1];
+    let mut q = 0;
+    while q < panels {
+        let np = group.min(panels - q);
+        let r = (rows - q * MR).min(np * MR);
+        let kernel: unsafe fn(usize, *const f32, *const f32, *mut f32, usize, usize, bool) =
+            match (t, np) {
+                (1, 1) => cols_block::<1, 1>,
+                (1, 2) => cols_block::<2, 1>,
+                (1, 3) => cols_block::<3, 1>,
+                (1, 4) => cols_block::<4, 1>,
+                (1, 5) => cols_block::<5, 1>,
+                (1, 6) => cols_block::<6, 1>,
+                (1, 7) => cols_block::<7, 1>,
+                (1, _) => cols_block::<8, 1>,
+                (2, 1) => cols_block::<1, 2>,
+                (2, 2) => cols_block::<2, 2>,
+                (2, 3) => cols_block::<3, 2>,
+                (2, 4) => cols_block::<4, 2>,
+                (2, 5) => cols_block::<5, 2>,
+                (2, _) => cols_block::<6, 2>,
+                (3, 1) => cols_block::<1, 3>,
+                (3, 2) => cols_block::<2, 3>,
+                (3, 3) => cols_block::<3, 3>,
+                (3, _) => cols_block::<4, 3>,
+                (_, 1) => cols_block::<1, 4>,
+                (_, 2) => cols_block::<2, 4>,
+                (_, _) => cols_block::<3, 4>,
+            };
+        // SAFETY: reachable only through TABLE (AVX2 and FMA detected); the panels
+        // q..q + np hold np * kc * MR floats of `a`, B a kc x NR panel, and C rows
+        // q * MR..q * MR + r at stride ldc with t columns (assert_cols_fit).
+        unsafe {
+            kernel(
+                kc,
+                a.as_ptr().add(q * kc * MR),
+                b.as_ptr(),
+                c.as_mut_ptr().add(q * MR * ldc),
+                ldc,
+                r,
+                acc,
+            )
+        };
+        q += np;
+    }
+}
+
+/// `P` panels x `T` columns of `mm_cols`: rows `0..rows` of `c` written.
+///
+/// # Safety
+/// AVX2 and FMA available; `a` readable for `P * kc * MR` floats, `b` for `kc * NR`,
+/// `c` writable at `r * ldc + j` for `r < rows <= P * MR`, `j < T`.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn cols_block<const P: usize, const T: usize>(
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    rows: usize,
+    acc: bool,
+) {
+    let mut sums = [[_mm256_setzero_ps(); T]; P];
+    if kc > 0 {
+        // Eight lanes from each step but the last, whose two extra floats (the next
+        // step's) may lie past the last panel: that one loads its six under a mask.
+        for p in 0..kc - 1 {
+            // SAFETY: as the caller's; step p < kc - 1 is followed by MR more floats.
+            unsafe { cols_step::<P, T, false>(&mut sums, kc, a, b, p) };
+        }
+        // SAFETY: as the caller's; the mask reads the last step's MR floats only.
+        unsafe { cols_step::<P, T, true>(&mut sums, kc, a, b, kc - 1) };
+    }
+    for (q, row) in sums.iter().enumerate() {
+        for (j, s) in row.iter().enumerate() {
+            let mut lanes = [0.0f32; 8];
+            // SAFETY: eight floats of `lanes`.
+            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), *s) };
+            for (r, &v) in lanes
+                .iter()
+                .enumerate()
+                .take(rows.saturating_sub(q * MR).min(MR))
+            {
+                // SAFETY: row q * MR + r < rows, column j < T (the caller's bounds).
+                let d = unsafe { &mut *c.add((q * MR + r) * ldc + j) };
+                *d = if acc { *d + v } else { v };
+            }
+        }
+    }
+}
+
+/// Step `p` of [`cols_block`]: `sums[q][j] += A panel q's rows x B[p][j]`; `MASKED`
+/// loads only the step's MR floats of A (else eight, two of the next step).
+///
+/// # Safety
+/// AVX2 and FMA available; `p < kc`; `b` readable at `p * NR + j` for `j < T`; `a` at
+/// `q * kc * MR + p * MR` for 8 floats (`MR` when `MASKED`) for every `q < P`.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn cols_step<const P: usize, const T: usize, const MASKED: bool>(
+    sums: &mut [[__m256; T]; P],
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    p: usize,
+) {
+    // SAFETY: B's step p holds NR >= T floats (the caller's bound).
+    let bv: [__m256; T] =
+        std::array::from_fn(|j| unsafe { _mm256_broadcast_ss(&*b.add(p * NR + j)) });
+    let mask = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0);
+    for (q, row) in sums.iter_mut().enumerate() {
+        // SAFETY: panel q's step p is readable as the caller guarantees.
+        let av = unsafe {
+            let x = a.add(q * kc * MR + p * MR);
+            if MASKED {
+                _mm256_maskload_ps(x, mask)
+            } else {
+                _mm256_loadu_ps(x)
+            }
+        };
+        for (s, bj) in row.iter_mut().zip(&bv) {
+            *s = _mm256_fmadd_ps(av, *bj, *s);
+        }
+    }
+}
+
 feature_build!("avx2,fma", mm_half, portable::mm_half, (kc: usize, a: &[f32], b: &[f32], c: &mut [f32]));
 feature_build!("avx2,fma", mm_row, portable::mm_row, (kc: usize, a: &[f32], b: &[f32], c: &mut [f32]));
 feature_build!("avx2,fma", tanh, body::rnn::tanh, (x: &mut [f32]));
