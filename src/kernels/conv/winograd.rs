@@ -36,7 +36,7 @@ pub(crate) mod body;
 use super::ConvShape;
 use crate::kernels::bf16::Bf16Table;
 use crate::kernels::gemm::{self, Epilogue, KC, MR, NR};
-use crate::kernels::isa::Isa;
+use crate::kernels::isa::{Isa, COLS_MAX};
 use crate::kernels::packed::WeightBuf;
 pub use bf16::Bf16Points;
 pub use body::{OutBlock, PointRows, WinoGeom};
@@ -512,7 +512,8 @@ impl WinogradPlan {
                             bf.gemm_point(u, vb, mp, self.nt, dims, panels, rows);
                         } else {
                             let (u, vp) = (&self.u[p * alen..][..alen], &v[p * plen..][..plen]);
-                            self.gemm_point(isa, u, vp, mp, vnbp, panels, rows);
+                            let real = j0 + nb;
+                            self.gemm_point(isa, u, vp, mp, vnbp, (panels, real), rows);
                         }
                     }
                     let m = PointRows {
@@ -581,8 +582,9 @@ impl WinogradPlan {
 
     /// The point GEMM `M[c0..c1, j0..j1] = U_p · V_p[.., j0..j1]` of one block (`c0`,
     /// `c1` multiples of [`MR`], `U_p` packed with `ceil(Cout / MR) * MR` rows; `V_p`
-    /// packed `nbp` columns wide, `j0`, `j1` multiples of [`NR`]): `m` row `i - c0` holds
-    /// channel `i`, row stride `nt`. K blocks outermost, then [`MC`]-row blocks of U,
+    /// packed `nbp` columns wide, `j0`, `j1` multiples of [`NR`]; columns from `real` on
+    /// are padding and may be skipped): `m` row `i - c0` holds channel `i`, row stride
+    /// `nt`. K blocks outermost, then [`MC`]-row blocks of U,
     /// each swept over the block's B panels while it stays in cache. A column's sums do
     /// not depend on the range: any panel range gives the whole block's bits.
     #[allow(clippy::too_many_arguments)]
@@ -593,7 +595,7 @@ impl WinogradPlan {
         v: &[f32],
         m: &mut [f32],
         nbp: usize,
-        (j0, j1): (usize, usize),
+        ((j0, j1), real): ((usize, usize), usize),
         (c0, c1): (usize, usize),
     ) {
         let t = isa.table();
@@ -608,6 +610,17 @@ impl WinogradPlan {
                 let mut j = j0;
                 while j < j1 {
                     let bp = &v[k0 * nbp + j * kc..][..kc * NR];
+                    // A last panel of at most COLS_MAX real tiles: only those columns,
+                    // down the rows' panels (the same bits as the tile's).
+                    let w = real.saturating_sub(j);
+                    if j + NR == j1 && (1..=COLS_MAX).contains(&w) {
+                        let ap = &u[k0 * co_pad + ic * kc..];
+                        let cs = &mut m[(ic - c0) * nt + j..];
+                        let (rows, panels) = (ic_end - ic, (ic_end - ic).div_ceil(MR));
+                        (t.mm_cols)(kc, ap, panels, bp, w, cs, nt, rows, k0 > 0);
+                        j += NR;
+                        continue;
+                    }
                     // Two strips at a time where the table pairs tiles (same bits).
                     if let (Some(pair), true) = (t.mm_tile_pair, j + 2 * NR <= j1) {
                         let bq = &v[k0 * nbp + (j + NR) * kc..][..kc * NR];
