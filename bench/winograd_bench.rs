@@ -160,6 +160,9 @@ fn main() {
         (96, 96, 26),
         (16, 16, 16),
         (16, 16, 56),
+        // Shallow stems: YOLOX-tiny's 12->24 at 208x208, an 8->16 at 224x224.
+        (12, 24, 208),
+        (8, 16, 224),
     ];
     for &(ci, co, hw) in if smoke { &shapes[..2] } else { shapes } {
         let s = ConvShape {
