@@ -11,8 +11,9 @@
 //!    plan ([`memplan`]). Graph inputs and outputs have slots that nothing else reuses.
 //!    The outputs of one node form one contiguous block that never overlaps its inputs,
 //!    so a node reads inputs from the arena on either side of the block it writes. The
-//!    one exception, a zero-copy Concat, never reads the inputs that lie in its block
-//!    (their producers wrote them there; see `PlanOptions::concat_zero_copy`).
+//!    exceptions never read the inputs that lie in their block: a zero-copy Concat
+//!    (their producers wrote them there) and a view (a Reshape or leading-axis Split
+//!    whose outputs are its input's bytes); see `PlanOptions::concat_zero_copy`.
 //! 3. `run_node` does not allocate: scratch memory is sized at plan time and lives in
 //!    the state.
 //! 4. Tiles `0..count` of a node, run in order, compute disjoint parts of its outputs
@@ -53,10 +54,12 @@ pub struct PlanOptions {
     pub intra_op_threads: usize,
     /// Record per-node elapsed time in the state.
     pub profile: bool,
-    /// Zero-copy Concat (default true): where a Concat's output is its inputs end to end,
+    /// Zero-copy layout (default true): where a Concat's output is its inputs end to end,
     /// the nodes making those inputs write them straight into their slice of the output
-    /// and the Concat copies only the rest (see [`ModelPlan::inputs_in_place`]). False
-    /// copies every input, for comparing both ways; results are bit-identical.
+    /// and the Concat copies only the rest (see [`ModelPlan::inputs_in_place`]); the
+    /// outputs of a Reshape, Flatten, Squeeze, Unsqueeze or leading-axis Split are its
+    /// input's bytes (nothing copied). False copies every input, for comparing both
+    /// ways; results are bit-identical.
     pub concat_zero_copy: bool,
     /// Compute precision of dense convs and of Gemm / MatMul with a constant B
     /// (`VNPU_PRECISION`); everything else, and every tensor between nodes, stays f32.

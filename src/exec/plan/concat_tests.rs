@@ -1,5 +1,6 @@
-//! Zero-copy Concat: which inputs the memory plan produces in place, where they land,
-//! that nothing live is overwritten, and that runs match the copying plan bit for bit.
+//! Zero-copy Concat and views: which inputs the memory plan produces in place (or
+//! aliases), where they land, that nothing live is overwritten, and that runs match the
+//! copying plan bit for bit.
 
 use super::memory::{plan_memory, Layout};
 use crate::exec::tests::B;
@@ -34,7 +35,8 @@ fn placed(g: &Graph, l: &Layout, v: ValueId) -> Vec<usize> {
 }
 
 /// Checks that no two values live at the same time share bytes, except a Concat input
-/// produced in place inside that Concat's output (transitively).
+/// produced in place inside that Concat's output, or a view's input and outputs
+/// (transitively).
 fn assert_no_clobber(g: &Graph, l: &Layout) {
     let nv = g.values.len();
     let mut life = vec![None; nv];
@@ -59,11 +61,19 @@ fn assert_no_clobber(g: &Graph, l: &Layout) {
         }
     }
     // inside[v]: the Concat outputs whose block holds v.
-    let mut inside = vec![Vec::new(); nv];
+    let mut inside: Vec<Vec<ValueId>> = vec![Vec::new(); nv];
+    // base[v]: the value whose bytes v is (itself, or a view's input's base).
+    let mut base: Vec<ValueId> = (0..nv).collect();
     for (i, n) in g.nodes.iter().enumerate() {
         for &k in &l.in_place[i] {
             let v = n.inputs[k].unwrap();
-            inside[v].push(n.outputs[0]);
+            if matches!(n.op, Op::Concat { .. }) {
+                inside[v].push(n.outputs[0]);
+            } else {
+                for &o in &n.outputs {
+                    base[o] = base[v];
+                }
+            }
         }
     }
     let holds = |outer: ValueId, v: ValueId| {
@@ -89,8 +99,9 @@ fn assert_no_clobber(g: &Graph, l: &Layout) {
                 continue;
             };
             if fa <= lb && fb <= la && a0 < b1 && b0 < a1 {
+                let (a, b) = (base[a], base[b]);
                 assert!(
-                    holds(a, b) || holds(b, a),
+                    a == b || holds(a, b) || holds(b, a),
                     "values {a} and {b} are live together and share bytes"
                 );
             }
@@ -361,5 +372,64 @@ fn runs_match_the_copying_plan() {
                 "{threads} threads, tiled {tiled}"
             );
         }
+    }
+}
+
+/// Reshapes, Squeezes and a leading-axis Split take their input's bytes (their copies
+/// skipped), a Split along a later axis copies; the producers' blocks outlive the views'
+/// readers, and every value matches the copying plan, whole and tiled.
+#[test]
+fn views_alias_their_inputs() {
+    let mut b = B::default();
+    let x = b.input(DType::F32, &[3, 2, 4]);
+    let t = relu(&mut b, x, &[3, 2, 4]);
+    let r = b.n1(Op::Reshape { allowzero: false }, &[t], DType::F32, &[6, 4]);
+    let split = Op::Split {
+        axis: 0,
+        split: None,
+        num_outputs: 3,
+    };
+    let shapes = [(DType::F32, &[1usize, 2, 4][..]); 3];
+    let parts = b.node(split, &[Some(t)], &shapes);
+    let sq = Op::Squeeze { axes: None };
+    let q: Vec<ValueId> = parts
+        .iter()
+        .map(|&v| b.n1(sq.clone(), &[v], DType::F32, &[2, 4]))
+        .collect();
+    // A Split along a later axis is no view.
+    let cols = Op::Split {
+        axis: 1,
+        split: None,
+        num_outputs: 2,
+    };
+    let halves = b.node(cols, &[Some(r)], &[(DType::F32, &[6, 2][..]); 2]);
+    // Values made after the views, while they are read: they must not land on them.
+    let late: Vec<ValueId> = q.iter().map(|&v| relu(&mut b, v, &[2, 4])).collect();
+    let rr = relu(&mut b, r, &[6, 4]);
+    for v in late.iter().chain([&rr, &halves[0], &halves[1]]) {
+        b.out(*v);
+    }
+    let g = b.g;
+    let l = plan_memory(&g, true).unwrap();
+    assert_no_clobber(&g, &l);
+    assert_eq!(placed(&g, &l, r), vec![0]);
+    assert_eq!(off(&l, r), off(&l, t));
+    for (k, &v) in parts.iter().enumerate() {
+        assert_eq!(off(&l, v), off(&l, t) + k * 2 * 4 * 4);
+        assert_eq!(off(&l, q[k]), off(&l, v));
+    }
+    assert!(placed(&g, &l, halves[0]).is_empty());
+    let ins = [Tensor::from_f32(
+        vec![3, 2, 4],
+        (0..24).map(|i| i as f32 - 11.5).collect(),
+    )];
+    let g = Arc::new(g);
+    let copying = PlanOptions {
+        concat_zero_copy: false,
+        ..Default::default()
+    };
+    let want = run_bytes(&g, &copying, &ins, false);
+    for tiled in [false, true] {
+        assert_eq!(run_bytes(&g, &PlanOptions::default(), &ins, tiled), want);
     }
 }

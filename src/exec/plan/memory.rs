@@ -4,6 +4,12 @@
 //! Graph inputs and outputs get slots live for the whole run; each node's outputs form
 //! one block, live from the node to its last reader.
 //!
+//! Views: a Reshape, Flatten, Squeeze or Unsqueeze of a value made by an earlier node
+//! takes that value's bytes as its output (its copy is skipped), as does a Split along
+//! an axis after dims of size 1 (its outputs are consecutive slices of its input); the
+//! producer's block then stays live until the view's outputs are last read
+//! ([`view_input`]).
+//!
 //! Zero-copy Concat: when everything before a Concat's axis has size 1 (an N=1 channel
 //! concat, say) its output is its inputs laid end to end, so an input made by a node of
 //! the graph can be written by that node straight into its slice of the output block
@@ -143,6 +149,60 @@ pub(crate) fn concat_in_place(g: &Graph, pinned: &[bool]) -> InPlace {
     InPlace { parent, placed }
 }
 
+/// The input a view node's outputs alias, and its producer: a Reshape, Flatten, Squeeze
+/// or Unsqueeze (output: the input's bytes) or a Split along an axis after dims of size
+/// 1 only (outputs: consecutive slices of the input's bytes), whose data input is made
+/// by an earlier node (not a graph input or constant), of the outputs' dtype and byte
+/// size in all, none of them a graph input or output.
+fn view_input(
+    g: &Graph,
+    n: &crate::ir::Node,
+    pinned: &[bool],
+    producers: &[Option<usize>],
+) -> Option<(usize, usize)> {
+    let v = (*n.inputs.first()?)?;
+    let val = g.values.get(v)?;
+    let shape = val.shape.as_deref()?;
+    match &n.op {
+        Op::Reshape { .. } | Op::Flatten { .. } | Op::Squeeze { .. } | Op::Unsqueeze { .. } => {
+            if n.outputs.len() != 1 {
+                return None;
+            }
+        }
+        Op::Split { axis, .. } => {
+            let a = crate::ir::shape::norm_axis(*axis, shape.len())?;
+            if shape[..a].iter().product::<usize>() != 1 {
+                return None;
+            }
+            // Each output keeps every dim but the axis.
+            let fits = n.outputs.iter().all(|&o| {
+                g.values
+                    .get(o)
+                    .and_then(|x| x.shape.as_deref())
+                    .is_some_and(|os| {
+                        os.len() == shape.len()
+                            && (0..os.len()).all(|d| d == a || os[d] == shape[d])
+                    })
+            });
+            if !fits {
+                return None;
+            }
+        }
+        _ => return None,
+    }
+    let bytes = value_bytes(g, v).ok().filter(|&b| b > 0)?;
+    let mut total = 0usize;
+    for &o in &n.outputs {
+        let out = g.values.get(o)?;
+        if out.dtype != val.dtype || pinned.get(o).copied().unwrap_or(true) {
+            return None;
+        }
+        total = total.checked_add(value_bytes(g, o).ok()?)?;
+    }
+    let p = producers.get(v).copied().flatten()?;
+    (total == bytes && !pinned[v] && val.konst.is_none()).then_some((v, p))
+}
+
 fn value_bytes(g: &Graph, v: usize) -> Result<usize> {
     let val = &g.values[v];
     let shape = val.shape.as_ref().ok_or_else(|| Error::Shape {
@@ -218,7 +278,7 @@ pub(crate) fn plan_memory(g: &Graph, concat_zero_copy: bool) -> Result<Layout> {
             last: usize::MAX,
         });
     }
-    let nested = if concat_zero_copy {
+    let mut nested = if concat_zero_copy {
         concat_in_place(g, &pinned)
     } else {
         InPlace {
@@ -226,19 +286,23 @@ pub(crate) fn plan_memory(g: &Graph, concat_zero_copy: bool) -> Result<Layout> {
             placed: vec![Vec::new(); g.nodes.len()],
         }
     };
-    // The outermost block holding each node's block, and the byte offset there.
-    let root = |mut i: usize| {
-        let mut off = 0;
-        while let Some((c, o)) = nested.parent[i] {
-            off += o;
-            i = c;
-        }
-        (i, off)
-    };
+    let producers = g.producers();
+    // Views (a Reshape's output is its input's bytes, a Split's outputs slices of them):
+    // their blocks lie in their input's place, set below as its producer's outputs are.
+    let mut views = vec![false; g.nodes.len()];
     let mut node_size = Vec::new();
     let mut node_life = Vec::new();
-    let mut node_outs = Vec::new();
+    let mut node_outs: Vec<Vec<(usize, usize)>> = Vec::new();
     for (i, n) in g.nodes.iter().enumerate() {
+        let view = (concat_zero_copy && nested.parent[i].is_none())
+            .then(|| view_input(g, n, &pinned, &producers))
+            .flatten();
+        // (An input from a later node is refused when the node is planned.)
+        if let Some((v, p)) = view.filter(|&(_, p)| p < i) {
+            let k = g.nodes[p].outputs.iter().position(|&o| o == v).unwrap_or(0);
+            nested.parent[i] = Some((p, node_outs[p][k].0));
+            views[i] = true;
+        }
         let mut off = 0usize;
         let mut outs = Vec::new();
         let mut last = i;
@@ -274,6 +338,15 @@ pub(crate) fn plan_memory(g: &Graph, concat_zero_copy: bool) -> Result<Layout> {
         node_outs.push(outs);
         node_life.push(if pin { (0, usize::MAX) } else { (i, last) });
     }
+    // The outermost block holding each node's block, and the byte offset there.
+    let root = |mut i: usize| {
+        let mut off = 0;
+        while let Some((c, o)) = nested.parent[i] {
+            off += o;
+            i = c;
+        }
+        (i, off)
+    };
     // A Concat's block (the outermost of nested ones) is live while any block in it is.
     for i in 0..g.nodes.len() {
         let (r, _) = root(i);
@@ -353,7 +426,12 @@ pub(crate) fn plan_memory(g: &Graph, concat_zero_copy: bool) -> Result<Layout> {
         val_loc,
         node_block,
         node_outs,
-        producers: g.producers(),
-        in_place: nested.placed,
+        producers,
+        in_place: nested
+            .placed
+            .into_iter()
+            .zip(&views)
+            .map(|(placed, &view)| if view { vec![0] } else { placed })
+            .collect(),
     })
 }

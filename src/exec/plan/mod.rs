@@ -321,7 +321,8 @@ pub(crate) fn plan_node(
     }
     let mut p = plan_kernel(&c, pre)?;
     if !layout.in_place[i].is_empty() {
-        // Only Concats get inputs in place; their producers already wrote them.
+        // Concats get inputs in place (their producers already wrote them), views their
+        // one data input (their outputs are its bytes).
         let skipped = match &mut p.kernel {
             Kernel::Layout(k) => k.skip_inputs(&layout.in_place[i]),
             _ => false,
