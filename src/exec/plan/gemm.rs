@@ -23,6 +23,13 @@ use crate::kernels::packed::WeightBuf;
 use crate::kernels::simd::Isa;
 use crate::kernels::unary::PostOpRt;
 
+/// Columns of C up to which a MatMul / Gemm reads a row-major A in place (the strided
+/// micro-tile) rather than packing it per run: packing costs a pass over A that only
+/// `n / NR` strips reuse. SVTR-tiny's token GEMMs (A 1024 x 64..256, Zen 3, one
+/// thread, `vnpu perf` alternating): fc2 (n = 64..256) 10.0 -> 9.5 ms in all, qkv / proj
+/// / fc1 1-3 % each, the model 68.0 -> 67.5 ms; past 256 columns (CRNN's 1024-wide
+/// LSTM projections, its classifier) packing is as fast or faster.
+const A_IN_PLACE_MAX_N: usize = 16 * gemm::NR;
 /// Gemm / MatMul resolved: per batch `C[m,n] = alpha * A · B (+ bias / addend)`.
 #[derive(Debug)]
 pub(crate) struct GemmPlan {
@@ -157,9 +164,10 @@ impl GemmPlan {
             .collect()
     }
 
-    /// True when A is read in place rather than packed (narrow products).
+    /// True when A is read in place rather than packed (products up to
+    /// [`A_IN_PLACE_MAX_N`] columns wide).
     fn a_in_place(&self) -> bool {
-        self.a_cs == 1 && self.alpha == 1.0 && self.n <= gemm::A_IN_PLACE_MAX_N
+        self.a_cs == 1 && self.alpha == 1.0 && self.n <= A_IN_PLACE_MAX_N
     }
 
     /// Rows `[r0, r1)`, columns `[lo, hi)` of batch `bi` into `cb` (those rows of C).
