@@ -234,9 +234,6 @@ impl StridedCopy {
     }
 }
 
-/// Side of the square blocks of [`StridedCopy::run_inner_transpose`].
-const TRANSPOSE_BLOCK: usize = 16;
-
 impl StridedCopy {
     /// True for a transposition of the two innermost dims of 4-byte elements: the
     /// destination contiguous along the last dim, the source along the one before (a
@@ -253,32 +250,19 @@ impl StridedCopy {
     }
 
     /// [`StridedCopy::run`] for [`StridedCopy::is_inner_transpose`] copies: the two
-    /// inner dims in square blocks of [`TRANSPOSE_BLOCK`], each read as contiguous
-    /// source runs into a stack block and written as contiguous destination runs.
+    /// inner dims through the kernel table's 2-D transpose (`transpose32`).
     fn run_inner_transpose(&self, src: &[u32], dst: &mut [u32], lo: usize, hi: usize) {
         let r = self.dims.len();
         let (n1, n0) = (self.dims[r - 2], self.dims[r - 1]);
         let (s0, d1) = (self.src_strides[r - 1], self.dst_strides[r - 2]);
-        // Rows q_lo..q_hi of dim r-2 of the slab whose origin is at (so, dof).
+        // Rows q_lo..q_hi of dim r-2 of the slab whose origin is at (so, dof): a 2-D
+        // transpose of n0 source runs into q_hi - q_lo destination runs.
+        let transpose = crate::kernels::table().transpose32;
+        let (ss, ds) = (s0 as usize, d1 as usize);
         let mut slab = |so: isize, dof: isize, q_lo: usize, q_hi: usize| {
-            let mut t = [[0u32; TRANSPOSE_BLOCK]; TRANSPOSE_BLOCK];
-            for q0 in (q_lo..q_hi).step_by(TRANSPOSE_BLOCK) {
-                let bq = TRANSPOSE_BLOCK.min(q_hi - q0);
-                for a0 in (0..n0).step_by(TRANSPOSE_BLOCK) {
-                    let ba = TRANSPOSE_BLOCK.min(n0 - a0);
-                    // `a` picks the block column each source run fills (a transposition).
-                    #[allow(clippy::needless_range_loop)]
-                    for a in 0..ba {
-                        let at = (so + (a0 + a) as isize * s0 + q0 as isize) as usize;
-                        for (q, v) in src[at..at + bq].iter().enumerate() {
-                            t[q][a] = *v;
-                        }
-                    }
-                    for (q, row) in t.iter().enumerate().take(bq) {
-                        let at = (dof + (q0 + q) as isize * d1 + a0 as isize) as usize;
-                        dst[at..at + ba].copy_from_slice(&row[..ba]);
-                    }
-                }
+            if q_lo < q_hi {
+                let (so, dof) = (so as usize + q_lo, dof as usize + q_lo * ds);
+                transpose(&src[so..], ss, &mut dst[dof..], ds, n0, q_hi - q_lo);
             }
         };
         if r == 2 {

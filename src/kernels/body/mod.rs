@@ -15,4 +15,5 @@ pub mod norm;
 pub mod pool;
 pub mod resize;
 pub mod rnn;
+pub mod transpose;
 pub mod unary;

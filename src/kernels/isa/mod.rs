@@ -117,6 +117,8 @@ mod x86_64_qdw_block;
 #[cfg(target_arch = "x86_64")]
 mod x86_64_qdw_bytes;
 #[cfg(target_arch = "x86_64")]
+mod x86_64_transpose;
+#[cfg(target_arch = "x86_64")]
 mod x86_64_wino_avx2;
 
 /// Rows of one GEMM micro-tile (and of one packed A panel).
@@ -287,6 +289,10 @@ pub struct KernelTable {
         rows: usize,
         acc: bool,
     ),
+    /// The 2-D transpose of 32-bit elements: `dst[c * ds + r] = src[r * ss + c]` for
+    /// `r < rows`, `c < cols` (the inner transposes of Transpose and layout copies).
+    pub transpose32:
+        fn(src: &[u32], ss: usize, dst: &mut [u32], ds: usize, rows: usize, cols: usize),
     /// The fused epilogue on rows `i0..i0+mr`, columns `j0..j0+nr` of C (stride `ldc`).
     pub epilogue:
         fn(e: &Epilogue<'_>, c: &mut [f32], ldc: usize, i0: usize, mr: usize, j0: usize, nr: usize),

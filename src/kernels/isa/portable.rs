@@ -15,6 +15,7 @@ pub(crate) static TABLE: KernelTable = KernelTable {
     mm_row,
     mm_half,
     mm_cols,
+    transpose32: body::transpose::transpose32,
     epilogue: |e, c, ldc, i0, mr, j0, nr| e.apply_body(c, ldc, i0, mr, j0, nr),
     unary: body::unary::apply_unary,
     binary_f32: body::eltwise::binary_f32,

@@ -40,6 +40,7 @@ static TABLE: KernelTable = KernelTable {
     mm_row,
     mm_half,
     mm_cols: super::x86_64_fma::mm_cols,
+    transpose32: super::x86_64_transpose::transpose32,
     epilogue: math::epilogue,
     unary: math::unary,
     binary_f32,

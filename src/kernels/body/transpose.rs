@@ -1,0 +1,46 @@
+//! The 2-D transpose body every kernel table builds (the portable table's entry, and the
+//! edges of the SIMD ones): 32-bit elements through a small square stack block, each
+//! source row read as a contiguous run and each destination row written as one.
+
+/// Side of the stack block.
+const BLOCK: usize = 16;
+
+/// Panics unless a transpose of `rows` x `cols` fits its operands: `src` holds rows of
+/// stride `ss` (`cols` read from each), `dst` rows of stride `ds` (`rows` written to
+/// each of `cols`). Rows may overlap (strides below the row length): reads then repeat
+/// elements, and writes land in the order of this body (later blocks win).
+pub fn check(src: &[u32], ss: usize, dst: &[u32], ds: usize, rows: usize, cols: usize) {
+    if rows == 0 || cols == 0 {
+        return;
+    }
+    assert!(
+        src.len() >= (rows - 1) * ss + cols,
+        "transpose: short source"
+    );
+    assert!(
+        dst.len() >= (cols - 1) * ds + rows,
+        "transpose: short destination"
+    );
+}
+
+/// `dst[c * ds + r] = src[r * ss + c]` for `r < rows`, `c < cols`.
+#[inline(always)]
+pub fn transpose32(src: &[u32], ss: usize, dst: &mut [u32], ds: usize, rows: usize, cols: usize) {
+    check(src, ss, dst, ds, rows, cols);
+    let mut t = [[0u32; BLOCK]; BLOCK];
+    for c0 in (0..cols).step_by(BLOCK) {
+        let bc = BLOCK.min(cols - c0);
+        for r0 in (0..rows).step_by(BLOCK) {
+            let br = BLOCK.min(rows - r0);
+            for r in 0..br {
+                let run = &src[(r0 + r) * ss + c0..][..bc];
+                for (row, &v) in t.iter_mut().zip(run) {
+                    row[r] = v;
+                }
+            }
+            for (c, row) in t.iter().enumerate().take(bc) {
+                dst[(c0 + c) * ds + r0..][..br].copy_from_slice(&row[..br]);
+            }
+        }
+    }
+}

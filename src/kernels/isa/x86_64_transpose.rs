@@ -1,0 +1,124 @@
+//! AVX2 2-D transpose of 32-bit elements (table entry `transpose32` of the AVX2 and
+//! AVX-512 tables): whole 8x8 blocks transposed in registers (eight row loads, three
+//! shuffle stages, eight row stores), the edges through the portable body.
+//!
+//! Reachable only through those tables, handed out after detecting AVX2 (and FMA).
+
+use crate::kernels::body::transpose::{check, transpose32 as portable};
+use std::arch::x86_64::*;
+
+/// Lanes of one vector (the block side).
+const L: usize = 8;
+
+/// `dst[c * ds + r] = src[r * ss + c]` for `r < rows`, `c < cols`.
+pub(super) fn transpose32(
+    src: &[u32],
+    ss: usize,
+    dst: &mut [u32],
+    ds: usize,
+    rows: usize,
+    cols: usize,
+) {
+    check(src, ss, dst, ds, rows, cols);
+    if ds < rows {
+        // Overlapping destination rows: the portable body's write order decides.
+        return portable(src, ss, dst, ds, rows, cols);
+    }
+    let (rf, cf) = (rows / L * L, cols / L * L);
+    for c0 in (0..cf).step_by(L) {
+        for r0 in (0..rf).step_by(L) {
+            // SAFETY: AVX2 was detected with the table; rows r0..r0 + 8 of `src` hold
+            // columns c0..c0 + 8 and rows c0..c0 + 8 of `dst` columns r0..r0 + 8
+            // (`check` bounds rows x cols, and both blocks lie inside it).
+            unsafe {
+                block8(
+                    src.as_ptr().add(r0 * ss + c0),
+                    ss,
+                    dst.as_mut_ptr().add(c0 * ds + r0),
+                    ds,
+                )
+            };
+        }
+    }
+    // The right edge (columns past cf, every row), then the bottom one.
+    if cf < cols {
+        portable(&src[cf..], ss, &mut dst[cf * ds..], ds, rows, cols - cf);
+    }
+    if rf < rows && cf > 0 {
+        portable(&src[rf * ss..], ss, &mut dst[rf..], ds, rows - rf, cf);
+    }
+}
+
+/// One 8x8 block: 8 rows of 8 elements from `s` (stride `ss`) into 8 rows at `d`
+/// (stride `ds`), transposed.
+///
+/// # Safety
+/// AVX2 available; the 8 rows of 8 at `s` readable, at `d` writable.
+#[target_feature(enable = "avx2")]
+unsafe fn block8(s: *const u32, ss: usize, d: *mut u32, ds: usize) {
+    // SAFETY: the caller's bounds.
+    let r: [__m256; L] = std::array::from_fn(|i| unsafe { _mm256_loadu_ps(s.add(i * ss).cast()) });
+    // Pairs of rows interleaved, then quads, then the 128-bit halves swapped in.
+    let t: [__m256; L] = std::array::from_fn(|i| {
+        let (a, b) = (r[i / 2 * 2], r[i / 2 * 2 + 1]);
+        if i % 2 == 0 {
+            _mm256_unpacklo_ps(a, b)
+        } else {
+            _mm256_unpackhi_ps(a, b)
+        }
+    });
+    let u: [__m256; L] = std::array::from_fn(|i| {
+        let base = i / 4 * 4 + i % 2;
+        let (a, b) = (t[base], t[base + 2]);
+        if i % 4 < 2 {
+            _mm256_shuffle_ps::<0b01_00_01_00>(a, b)
+        } else {
+            _mm256_shuffle_ps::<0b11_10_11_10>(a, b)
+        }
+    });
+    for i in 0..L {
+        // Column i of the block: u[k] holds columns (0, 4), (2, 6), (1, 5), (3, 7) of
+        // rows 0-3 in its halves for k = 0..4, u[4 + k] the same of rows 4-7.
+        let k = [0, 2, 1, 3][i % 4];
+        let (lo, hi) = (u[k], u[4 + k]);
+        let v = if i < 4 {
+            _mm256_permute2f128_ps::<0x20>(lo, hi)
+        } else {
+            _mm256_permute2f128_ps::<0x31>(lo, hi)
+        };
+        // SAFETY: the caller's bounds.
+        unsafe { _mm256_storeu_ps(d.add(i * ds).cast(), v) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every table's transpose equals the portable one over edge sizes and strides.
+    #[test]
+    fn tables_transpose_like_the_portable_body() {
+        for (rows, cols) in [
+            (1, 1),
+            (7, 9),
+            (8, 8),
+            (16, 24),
+            (17, 33),
+            (85, 40),
+            (3, 64),
+        ] {
+            let (ss, ds) = (cols + 3, rows + 5);
+            let src: Vec<u32> = (0..rows * ss).map(|i| i as u32 * 2654435761).collect();
+            let mut want = vec![7u32; cols * ds];
+            crate::kernels::body::transpose::transpose32(&src, ss, &mut want, ds, rows, cols);
+            for r in 0..rows {
+                for c in 0..cols {
+                    assert_eq!(want[c * ds + r], src[r * ss + c]);
+                }
+            }
+            for t in crate::kernels::isa::tables() {
+                let mut got = vec![7u32; cols * ds];
+                (t.transpose32)(&src, ss, &mut got, ds, rows, cols);
+                assert_eq!(got, want, "{} {rows}x{cols}", t.name);
+            }
+        }
+    }
+}
