@@ -1,6 +1,7 @@
 //! AVX2 2-D transpose of 32-bit elements (table entry `transpose32` of the AVX2 and
-//! AVX-512 tables): whole 8x8 blocks transposed in registers (eight row loads, three
-//! shuffle stages, eight row stores), the edges through the portable body.
+//! AVX-512 tables): whole 8x8 blocks transposed in registers (eight row loads, the
+//! depthwise block kernel's `transpose8`, eight row stores), the edges through the
+//! portable body.
 //!
 //! Reachable only through those tables, handed out after detecting AVX2 (and FMA).
 
@@ -56,38 +57,15 @@ pub(super) fn transpose32(
 /// AVX2 available; the 8 rows of 8 at `s` readable, at `d` writable.
 #[target_feature(enable = "avx2")]
 unsafe fn block8(s: *const u32, ss: usize, d: *mut u32, ds: usize) {
-    // SAFETY: the caller's bounds.
-    let r: [__m256; L] = std::array::from_fn(|i| unsafe { _mm256_loadu_ps(s.add(i * ss).cast()) });
-    // Pairs of rows interleaved, then quads, then the 128-bit halves swapped in.
-    let t: [__m256; L] = std::array::from_fn(|i| {
-        let (a, b) = (r[i / 2 * 2], r[i / 2 * 2 + 1]);
-        if i % 2 == 0 {
-            _mm256_unpacklo_ps(a, b)
-        } else {
-            _mm256_unpackhi_ps(a, b)
+    // SAFETY: the caller's bounds; AVX per the contract (transpose8 is register-only).
+    unsafe {
+        let r: [__m256; L] = std::array::from_fn(|i| _mm256_loadu_ps(s.add(i * ss).cast()));
+        for (i, v) in super::x86_64_dw_block_avx2::transpose8(r)
+            .iter()
+            .enumerate()
+        {
+            _mm256_storeu_ps(d.add(i * ds).cast(), *v);
         }
-    });
-    let u: [__m256; L] = std::array::from_fn(|i| {
-        let base = i / 4 * 4 + i % 2;
-        let (a, b) = (t[base], t[base + 2]);
-        if i % 4 < 2 {
-            _mm256_shuffle_ps::<0b01_00_01_00>(a, b)
-        } else {
-            _mm256_shuffle_ps::<0b11_10_11_10>(a, b)
-        }
-    });
-    for i in 0..L {
-        // Column i of the block: u[k] holds columns (0, 4), (2, 6), (1, 5), (3, 7) of
-        // rows 0-3 in its halves for k = 0..4, u[4 + k] the same of rows 4-7.
-        let k = [0, 2, 1, 3][i % 4];
-        let (lo, hi) = (u[k], u[4 + k]);
-        let v = if i < 4 {
-            _mm256_permute2f128_ps::<0x20>(lo, hi)
-        } else {
-            _mm256_permute2f128_ps::<0x31>(lo, hi)
-        };
-        // SAFETY: the caller's bounds.
-        unsafe { _mm256_storeu_ps(d.add(i * ds).cast(), v) };
     }
 }
 
