@@ -84,7 +84,9 @@ mod tests {
             (3, 64),
         ] {
             let (ss, ds) = (cols + 3, rows + 5);
-            let src: Vec<u32> = (0..rows * ss).map(|i| i as u32 * 2654435761).collect();
+            let src: Vec<u32> = (0..rows * ss)
+                .map(|i| (i as u32).wrapping_mul(2654435761))
+                .collect();
             let mut want = vec![7u32; cols * ds];
             crate::kernels::body::transpose::transpose32(&src, ss, &mut want, ds, rows, cols);
             for r in 0..rows {
