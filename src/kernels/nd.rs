@@ -222,9 +222,7 @@ impl StridedCopy {
             } else if ds == 1 && ss > 0 {
                 let step = ss as usize;
                 let s = &src[so..so + (len - 1) * step + 1];
-                for (i, v) in d[..len].iter_mut().enumerate() {
-                    *v = s[i * step];
-                }
+                (crate::kernels::table().gather_words)(s, step, &mut d[..len]);
             } else {
                 for i in 0..len as isize {
                     dst[(dof as isize + i * ds) as usize] = src[(so as isize + i * ss) as usize];

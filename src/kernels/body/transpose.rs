@@ -1,6 +1,7 @@
-//! The 2-D transpose body every kernel table builds (the portable table's entry, and the
-//! edges of the SIMD ones): 32-bit elements through a small square stack block, each
-//! source row read as a contiguous run and each destination row written as one.
+//! Copy bodies of the layout ops every kernel table builds (the portable table's entries,
+//! and the edges of the SIMD ones): the 2-D transpose of 32-bit elements through a small
+//! square stack block (each source row read as a contiguous run, each destination row
+//! written as one), and the strided gather.
 
 /// Side of the stack block.
 const BLOCK: usize = 16;
@@ -41,6 +42,17 @@ pub fn transpose32(src: &[u32], ss: usize, dst: &mut [u32], ds: usize, rows: usi
             for (c, row) in t.iter().enumerate().take(bc) {
                 dst[(c0 + c) * ds + r0..][..br].copy_from_slice(&row[..br]);
             }
+        }
+    }
+}
+
+/// `dst[i] = src[i * stride]` for every `i < dst.len()`.
+#[inline(always)]
+pub fn gather_words(src: &[u32], stride: usize, dst: &mut [u32]) {
+    if let Some(last) = dst.len().checked_sub(1) {
+        let src = &src[..last * stride + 1];
+        for (i, d) in dst.iter_mut().enumerate() {
+            *d = src[i * stride];
         }
     }
 }

@@ -293,6 +293,9 @@ pub struct KernelTable {
     /// `r < rows`, `c < cols` (the inner transposes of Transpose and layout copies).
     pub transpose32:
         fn(src: &[u32], ss: usize, dst: &mut [u32], ds: usize, rows: usize, cols: usize),
+    /// The strided gather of 32-bit elements: `dst[i] = src[i * stride]` (rows of
+    /// Slice and other layout copies with a step; bit-exact moves).
+    pub gather_words: fn(src: &[u32], stride: usize, dst: &mut [u32]),
     /// The fused epilogue on rows `i0..i0+mr`, columns `j0..j0+nr` of C (stride `ldc`).
     pub epilogue:
         fn(e: &Epilogue<'_>, c: &mut [f32], ldc: usize, i0: usize, mr: usize, j0: usize, nr: usize),

@@ -16,6 +16,7 @@ pub(crate) static TABLE: KernelTable = KernelTable {
     mm_half,
     mm_cols,
     transpose32: body::transpose::transpose32,
+    gather_words: body::transpose::gather_words,
     epilogue: |e, c, ldc, i0, mr, j0, nr| e.apply_body(c, ldc, i0, mr, j0, nr),
     unary: body::unary::apply_unary,
     binary_f32: body::eltwise::binary_f32,

@@ -41,6 +41,7 @@ static TABLE: KernelTable = KernelTable {
     mm_half,
     mm_cols: super::x86_64_fma::mm_cols,
     transpose32: super::x86_64_transpose::transpose32,
+    gather_words: super::x86_64_fma::gather_words,
     epilogue: math::epilogue,
     unary: math::unary,
     binary_f32,

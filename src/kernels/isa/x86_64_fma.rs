@@ -30,6 +30,7 @@ static TABLE: KernelTable = KernelTable {
     mm_half,
     mm_cols,
     transpose32: super::x86_64_transpose::transpose32,
+    gather_words,
     epilogue: math::epilogue,
     unary: math::unary,
     binary_f32,
@@ -109,6 +110,18 @@ fn im2col_panels(
     }
     // SAFETY: reachable only through TABLE, handed out after detecting AVX2 and FMA.
     unsafe { build(s, x, k0, kc, j0, n, out) }
+}
+
+/// The table's `gather_words`: [`gather16`] on the words as floats (its loads,
+/// shuffles and stores move bits unchanged).
+pub(super) fn gather_words(src: &[u32], stride: usize, dst: &mut [u32]) {
+    let Some(last) = dst.len().checked_sub(1) else {
+        return;
+    };
+    let src: &[f32] = bytemuck::cast_slice(&src[..last * stride + 1]);
+    // SAFETY: reachable only through the AVX2 and AVX-512 tables, handed out after
+    // detecting AVX2; gather16 bounds its reads by `src` and its writes by `dst`.
+    unsafe { gather16(src, stride, bytemuck::cast_slice_mut(dst)) }
 }
 
 /// `d[i] = src[i * stride]` for a piece of a panel row: at stride 2 (the strided convs)
