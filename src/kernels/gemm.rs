@@ -498,6 +498,17 @@ pub fn gemm_with(
                         }
                         return 1;
                     }
+                    if mr < MR && nr == NR {
+                        // A ragged last panel: only its rows, straight into C.
+                        let cs = &mut c[i * ldc + j..];
+                        match panel {
+                            Panel::Packed(bp) => (t.mm_part)(kc, ap, bp, cs, ldc, mr, !first),
+                            Panel::Rows(off) => {
+                                (t.mm_part_rows)(ap, &block, off, cs, ldc, mr, !first)
+                            }
+                        }
+                        return 1;
+                    }
                     if mr == MR && nr == NR {
                         let cs = &mut c[i * ldc + j..];
                         match panel {
@@ -974,6 +985,47 @@ mod tests {
                         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                         assert_eq!(bits(&got), bits(&want), "{isa:?} {post:?} acc {acc}");
                         assert_eq!(bits(&got_rows), bits(&want), "rows {isa:?} {post:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// `mm_part` of every table gives the bits `mm_tile` gives those rows, with and
+    /// without accumulation, at every depth and row count.
+    #[test]
+    fn part_tiles_give_the_tiles_bits() {
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for isa in crate::kernels::isa::available_isas() {
+            let t = isa.table();
+            for kc in [0usize, 1, 2, 7, 37, 256] {
+                let (a, b) = (rand_vec(kc * MR, 1), rand_vec(kc * NR, 2));
+                let ldc = NR + 3;
+                for rows in 1..MR {
+                    for acc in [false, true] {
+                        let start = rand_vec((rows - 1) * ldc + NR, 5);
+                        let mut tile = [0.0f32; MR * NR];
+                        (t.mm_tile)(kc, &a, &b, &mut tile, NR, false);
+                        let mut want = start.clone();
+                        for r in 0..rows {
+                            for j in 0..NR {
+                                let d = &mut want[r * ldc + j];
+                                let v = tile[r * NR + j];
+                                *d = if acc { *d + v } else { v };
+                            }
+                        }
+                        let mut got = start.clone();
+                        (t.mm_part)(kc, &a, &b, &mut got, ldc, rows, acc);
+                        assert_eq!(bits(&got), bits(&want), "{isa:?} kc {kc} rows {rows}");
+                        // The same B as rows read in place, 5 floats into each.
+                        let wide: Vec<Vec<f32>> = (0..kc)
+                            .map(|p| [&[9.0; 5][..], &b[p * NR..p * NR + NR]].concat())
+                            .collect();
+                        let refs: Vec<&[f32]> = wide.iter().map(Vec::as_slice).collect();
+                        let block = RowBlock::new(&refs, 5 + NR);
+                        let mut got = start.clone();
+                        (t.mm_part_rows)(&a, &block, 5, &mut got, ldc, rows, acc);
+                        assert_eq!(bits(&got), bits(&want), "rows {isa:?} kc {kc} rows {rows}");
                     }
                 }
             }

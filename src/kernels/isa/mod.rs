@@ -198,6 +198,18 @@ fn assert_tile_fits(kc: usize, a: &[f32], c: &[f32], ldc: usize, e: Option<&Tile
     e.inspect(|e| e.assert_residual_fits(ldc));
 }
 
+/// Panics unless the operands of `mm_part` hold what it reads and writes (see
+/// [`KernelTable::mm_part`]).
+/// (B is checked by the caller: a packed panel of `kc * NR` floats, or a [`RowBlock`]).
+fn assert_part_fits(kc: usize, a: &[f32], c: &[f32], ldc: usize, rows: usize) {
+    assert!((1..MR).contains(&rows), "part tile: {rows} rows");
+    assert!(a.len() >= kc * MR, "part tile: short A");
+    assert!(
+        ldc >= NR && c.len() >= (rows - 1) * ldc + NR,
+        "part tile: short C"
+    );
+}
+
 /// Panics unless the operands of `mm_cols` hold what it reads and writes (see
 /// [`KernelTable::mm_cols`]).
 #[allow(clippy::too_many_arguments)]
@@ -272,6 +284,22 @@ pub struct KernelTable {
     /// The left [`HALF`] columns of a micro-tile into an MR x NR tile `c` (a ragged last
     /// panel); the right half of `c` is left as is.
     pub mm_half: fn(kc: usize, a: &[f32], b: &[f32], c: &mut [f32]),
+    /// Rows `0..rows` (`1..MR`) of a full-width micro-tile (a ragged last A panel)
+    /// straight into `c` (stride `ldc`), or `c +=` when `acc`: each element summed in
+    /// the order of `mm_tile`, so the bits are the tile's, at the cost of its rows.
+    pub mm_part:
+        fn(kc: usize, a: &[f32], b: &[f32], c: &mut [f32], ldc: usize, rows: usize, acc: bool),
+    /// Like `mm_part`, with B read from columns `off..off + NR` of the rows of a
+    /// [`RowBlock`] (depth `b.depth()`), as `mm_tile_rows`.
+    pub mm_part_rows: fn(
+        a: &[f32],
+        b: &RowBlock<'_, '_>,
+        off: usize,
+        c: &mut [f32],
+        ldc: usize,
+        rows: usize,
+        acc: bool,
+    ),
     /// Columns `0..t` (`1..=COLS_MAX`) of the C rows of `panels` consecutive packed A
     /// panels (panel `q` at `a[q * kc * MR..]`) times one packed B panel `b`: rows
     /// `0..rows` of `c` (stride `ldc`; `rows` ends in the last panel), or `c +=` when

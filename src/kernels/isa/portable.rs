@@ -15,6 +15,8 @@ pub(crate) static TABLE: KernelTable = KernelTable {
     mm_row,
     mm_half,
     mm_cols,
+    mm_part,
+    mm_part_rows,
     transpose32: body::transpose::transpose32,
     gather_words: body::transpose::gather_words,
     epilogue: |e, c, ldc, i0, mr, j0, nr| e.apply_body(c, ldc, i0, mr, j0, nr),
@@ -121,6 +123,53 @@ pub(super) fn mm_half(kc: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
     }
     for (r, row) in acc.iter().enumerate() {
         c[r * NR..r * NR + HALF].copy_from_slice(row);
+    }
+}
+
+/// `KernelTable::mm_part` in plain Rust: this table's tile, its first `rows` rows.
+fn mm_part(kc: usize, a: &[f32], b: &[f32], c: &mut [f32], ldc: usize, rows: usize, acc: bool) {
+    super::assert_part_fits(kc, a, c, ldc, rows);
+    assert!(b.len() >= kc * NR, "part tile: short B");
+    part(kc, a, |p| &b[p * NR..p * NR + NR], c, ldc, rows, acc)
+}
+
+/// `KernelTable::mm_part_rows` in plain Rust.
+fn mm_part_rows(
+    a: &[f32],
+    b: &RowBlock<'_, '_>,
+    off: usize,
+    c: &mut [f32],
+    ldc: usize,
+    rows: usize,
+    acc: bool,
+) {
+    let kc = b.depth();
+    super::assert_part_fits(kc, a, c, ldc, rows);
+    part(kc, a, |p| &b.rows[p][off..off + NR], c, ldc, rows, acc)
+}
+
+/// The first `rows` rows of [`tile`] (computed whole on the stack); `b_row(p)` is B's
+/// NR floats for step `p`.
+fn part<'b>(
+    kc: usize,
+    a: &[f32],
+    b_row: impl Fn(usize) -> &'b [f32],
+    c: &mut [f32],
+    ldc: usize,
+    rows: usize,
+    acc: bool,
+) {
+    let mut t = [0.0f32; MR * NR];
+    tile(kc, a, b_row, &mut t, NR, false);
+    for (r, row) in t.chunks_exact(NR).take(rows).enumerate() {
+        let dst = &mut c[r * ldc..r * ldc + NR];
+        if acc {
+            for (d, s) in dst.iter_mut().zip(row) {
+                *d += *s;
+            }
+        } else {
+            dst.copy_from_slice(row);
+        }
     }
 }
 

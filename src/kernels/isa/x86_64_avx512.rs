@@ -40,6 +40,8 @@ static TABLE: KernelTable = KernelTable {
     mm_row,
     mm_half,
     mm_cols: super::x86_64_fma::mm_cols,
+    mm_part: super::x86_64_fma::mm_part,
+    mm_part_rows: super::x86_64_fma::mm_part_rows,
     transpose32: super::x86_64_transpose::transpose32,
     gather_words: super::x86_64_fma::gather_words,
     epilogue: math::epilogue,

@@ -29,6 +29,8 @@ static TABLE: KernelTable = KernelTable {
     mm_row,
     mm_half,
     mm_cols,
+    mm_part,
+    mm_part_rows,
     transpose32: super::x86_64_transpose::transpose32,
     gather_words,
     epilogue: math::epilogue,
@@ -158,6 +160,133 @@ unsafe fn gather16(src: &[f32], stride: usize, d: &mut [f32]) {
     }
 }
 // -- end of the im2col helper's block --
+/// `KernelTable::mm_part` with AVX2: the 6x16 tile's loop over `R` rows (two sums
+/// each), stored as the tile stores.
+pub(super) fn mm_part(
+    kc: usize,
+    a: &[f32],
+    b: &[f32],
+    c: &mut [f32],
+    ldc: usize,
+    rows: usize,
+    acc: bool,
+) {
+    super::assert_part_fits(kc, a, c, ldc, rows);
+    assert!(b.len() >= kc * NR, "part tile: short B");
+    let b = b.as_ptr();
+    // SAFETY: reachable only through the AVX2 and AVX-512 tables (AVX2 and FMA
+    // detected); A holds kc * MR floats, B kc * NR, C `rows` rows of NR at ldc.
+    unsafe {
+        part_dispatch(
+            kc,
+            a.as_ptr(),
+            |p| b.add(p * NR),
+            c.as_mut_ptr(),
+            ldc,
+            rows,
+            acc,
+        )
+    }
+}
+
+/// `KernelTable::mm_part_rows` with AVX2 (B rows read in place, as `mm_tile_rows`).
+pub(super) fn mm_part_rows(
+    a: &[f32],
+    b: &RowBlock<'_, '_>,
+    off: usize,
+    c: &mut [f32],
+    ldc: usize,
+    rows: usize,
+    acc: bool,
+) {
+    let (r, kc) = (b.rows, b.depth());
+    assert!(off + NR <= b.len, "part tile: B rows too short");
+    super::assert_part_fits(kc, a, c, ldc, rows);
+    // SAFETY: as `mm_part`; every row holds `b.len >= off + NR` floats (RowBlock::new
+    // and the assert above).
+    unsafe {
+        part_dispatch(
+            kc,
+            a.as_ptr(),
+            |p| r[p].as_ptr().add(off),
+            c.as_mut_ptr(),
+            ldc,
+            rows,
+            acc,
+        )
+    }
+}
+
+/// [`part`] for `rows` (1..MR) rows.
+///
+/// # Safety
+/// As [`part`].
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn part_dispatch(
+    kc: usize,
+    a: *const f32,
+    b_row: impl Fn(usize) -> *const f32,
+    c: *mut f32,
+    ldc: usize,
+    rows: usize,
+    acc: bool,
+) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        match rows {
+            1 => part::<1>(kc, a, b_row, c, ldc, acc),
+            2 => part::<2>(kc, a, b_row, c, ldc, acc),
+            3 => part::<3>(kc, a, b_row, c, ldc, acc),
+            4 => part::<4>(kc, a, b_row, c, ldc, acc),
+            _ => part::<5>(kc, a, b_row, c, ldc, acc),
+        }
+    }
+}
+
+/// `R` rows of [`mm_part`]; `b_row(p)` points at B's NR floats for step `p`.
+///
+/// # Safety
+/// AVX2 and FMA available; `a` readable for `kc * MR` floats, `b_row(p)` for NR floats
+/// for every `p < kc`, `c` writable for `R` rows of NR at `ldc`.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn part<const R: usize>(
+    kc: usize,
+    a: *const f32,
+    b_row: impl Fn(usize) -> *const f32,
+    c: *mut f32,
+    ldc: usize,
+    acc: bool,
+) {
+    let mut t = [[_mm256_setzero_ps(); 2]; R];
+    for p in 0..kc {
+        // SAFETY: step p < kc of B (NR floats) and of the A panel (MR floats).
+        unsafe {
+            let bp = b_row(p);
+            let (b0, b1) = (_mm256_loadu_ps(bp), _mm256_loadu_ps(bp.add(8)));
+            for (r, row) in t.iter_mut().enumerate() {
+                let av = _mm256_broadcast_ss(&*a.add(p * MR + r));
+                row[0] = _mm256_fmadd_ps(av, b0, row[0]);
+                row[1] = _mm256_fmadd_ps(av, b1, row[1]);
+            }
+        }
+    }
+    for (r, row) in t.iter().enumerate() {
+        // SAFETY: row r < R of C, NR floats (the caller's bounds).
+        unsafe {
+            let cp = c.add(r * ldc);
+            let (mut v0, mut v1) = (row[0], row[1]);
+            if acc {
+                v0 = _mm256_add_ps(v0, _mm256_loadu_ps(cp));
+                v1 = _mm256_add_ps(v1, _mm256_loadu_ps(cp.add(8)));
+            }
+            _mm256_storeu_ps(cp, v0);
+            _mm256_storeu_ps(cp.add(8), v1);
+        }
+    }
+}
+
 /// `KernelTable::mm_cols` with AVX2: each vector holds one column of one A panel's six
 /// rows, so one step of `P` panels and `T` columns is `P x T` FMAs sharing `T`
 /// broadcasts of B (at least eight independent sums for `T` of 1, the FMA latency).
