@@ -520,9 +520,9 @@ pub fn gemm_with(
                             Panel::Packed(bp) if mr == 1 => (t.mm_row)(kc, ap, bp, &mut tile),
                             Panel::Packed(bp) if nr <= HALF => (t.mm_half)(kc, ap, bp, &mut tile),
                             Panel::Packed(bp) => (t.mm_tile)(kc, ap, bp, &mut tile, NR, false),
-                            Panel::Rows(off) => {
-                                (t.mm_tile_rows)(ap, &block, off, &mut tile, NR, false)
-                            }
+                            // Rows panels are full width, and a full-width tile is
+                            // whole or went to `mm_part_rows` above.
+                            Panel::Rows(_) => unreachable!("ragged tile on a rows panel"),
                         }
                         for r in 0..mr {
                             let dst = &mut c[(i + r) * ldc + j..(i + r) * ldc + j + nr];
@@ -991,6 +991,17 @@ mod tests {
         }
     }
 
+    /// Rows `0..rows`, columns `0..cols` of an MR x NR `tile` into `c` (stride `ldc`),
+    /// added when `acc`: what a tile kernel stores.
+    fn put_tile(tile: &[f32], (rows, cols): (usize, usize), c: &mut [f32], ldc: usize, acc: bool) {
+        for r in 0..rows {
+            for j in 0..cols {
+                let (d, v) = (&mut c[r * ldc + j], tile[r * NR + j]);
+                *d = if acc { *d + v } else { v };
+            }
+        }
+    }
+
     /// `mm_part` of every table gives the bits `mm_tile` gives those rows, with and
     /// without accumulation, at every depth and row count.
     #[test]
@@ -1007,13 +1018,7 @@ mod tests {
                         let mut tile = [0.0f32; MR * NR];
                         (t.mm_tile)(kc, &a, &b, &mut tile, NR, false);
                         let mut want = start.clone();
-                        for r in 0..rows {
-                            for j in 0..NR {
-                                let d = &mut want[r * ldc + j];
-                                let v = tile[r * NR + j];
-                                *d = if acc { *d + v } else { v };
-                            }
-                        }
+                        put_tile(&tile, (rows, NR), &mut want, ldc, acc);
                         let mut got = start.clone();
                         (t.mm_part)(kc, &a, &b, &mut got, ldc, rows, acc);
                         assert_eq!(bits(&got), bits(&want), "{isa:?} kc {kc} rows {rows}");
@@ -1055,13 +1060,8 @@ mod tests {
                                 for q in 0..panels {
                                     let mut tile = [0.0f32; MR * NR];
                                     (t.mm_tile)(kc, &a[q * kc * MR..], &b, &mut tile, NR, false);
-                                    for r in 0..MR.min(rows - q * MR) {
-                                        for j in 0..w {
-                                            let d = &mut want[(q * MR + r) * ldc + j];
-                                            let v = tile[r * NR + j];
-                                            *d = if acc { *d + v } else { v };
-                                        }
-                                    }
+                                    let dst = &mut want[q * MR * ldc..];
+                                    put_tile(&tile, (MR.min(rows - q * MR), w), dst, ldc, acc);
                                 }
                                 let mut got = start.clone();
                                 (t.mm_cols)(kc, &a, panels, &b, w, &mut got, ldc, rows, acc);
