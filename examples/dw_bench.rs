@@ -66,8 +66,8 @@ fn main() {
     for t in &tables {
         print!(" {:>14}", format!("us {}", t.name));
     }
-    println!(" {:>12}", "us +bias+relu");
-    let mut total = vec![0.0; tables.len() + 1];
+    println!(" {:>12} {:>12}", "us +bias+relu", "us nhwc");
+    let mut total = vec![0.0; tables.len() + 2];
     for (c, hw, k, st) in layers {
         let s = ConvShape::square(c, hw, c, k, st, c);
         let o = s.oh;
@@ -123,7 +123,27 @@ fn main() {
             )
         });
         total[tables.len()] += us;
-        println!(" {us:>12.1}");
+        // The channels-last kernel on the same conv (input and output [H][W][C]).
+        let taps = vnpu::kernels::body::dw_nhwc::pack_taps(&rand(c * k * k, 3), c, k * k);
+        let epi_cols = Epilogue {
+            post: &post,
+            channel_is_row: false,
+            ..Epilogue::NONE
+        };
+        let us_cl = best(reps, || {
+            vnpu::kernels::conv::depthwise_nhwc(
+                isa,
+                &s,
+                &taps,
+                &bias,
+                &x,
+                &mut y,
+                (0, o),
+                &epi_cols,
+            )
+        });
+        total[tables.len() + 1] += us_cl;
+        println!(" {us:>12.1} {us_cl:>12.1}");
     }
     print!("{:<22} {:>9}", "total", "");
     for t in &total {

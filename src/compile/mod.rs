@@ -12,6 +12,7 @@ pub mod cost_cache;
 pub mod fold;
 pub mod fuse;
 pub mod gelu;
+pub mod layout;
 pub mod partition;
 pub mod place;
 pub mod quantize;
@@ -212,6 +213,9 @@ pub fn compile_graph_within(
     quantize::lower_int8(&mut g)?;
     if quantize::fold_constant_dequantize(&mut g)? > 0 && opts.optimize_level > 0 {
         fuse_all(&mut g);
+    }
+    if opts.optimize_level >= 2 {
+        layout::channels_last(&mut g);
     }
     simplify::eliminate_dead_nodes(&mut g);
     ensure_outputs_computed(&mut g);

@@ -207,6 +207,13 @@ pub enum Op {
         group: usize,
         post: Vec<PostOp>,
     },
+    /// Depthwise 2-D conv over channels-last images, placed by the compiler's layout pass
+    /// (`compile::layout`). inputs: X `[N, H, W, C]`, W `[C, 1, KH, KW]`, [B `[C]`], then
+    /// residuals referenced by `post`, channels-last like the output `[N, OH, OW, C]`.
+    DepthwiseConvNhwc {
+        geom: ConvGeom,
+        post: Vec<PostOp>,
+    },
     /// inputs: X, W, [B], then residuals referenced by `post`.
     ConvTranspose {
         geom: ConvGeom,
@@ -532,6 +539,7 @@ impl Op {
         match self {
             Op::Conv { .. } => "Conv",
             Op::ConvTranspose { .. } => "ConvTranspose",
+            Op::DepthwiseConvNhwc { .. } => "DepthwiseConvNhwc",
             Op::Gemm { .. } => "Gemm",
             Op::MatMul { .. } => "MatMul",
             Op::Attention => "Attention",
@@ -604,6 +612,7 @@ impl Op {
         match self {
             Op::Conv { post, .. }
             | Op::ConvTranspose { post, .. }
+            | Op::DepthwiseConvNhwc { post, .. }
             | Op::Gemm { post, .. }
             | Op::MatMul { post } => Some(post),
             _ => None,
@@ -615,6 +624,7 @@ impl Op {
         match self {
             Op::Conv { post, .. }
             | Op::ConvTranspose { post, .. }
+            | Op::DepthwiseConvNhwc { post, .. }
             | Op::Gemm { post, .. }
             | Op::MatMul { post } => Some(post),
             _ => None,

@@ -277,6 +277,10 @@ fn rows_to_panels(srcs: &[&[f32]], (p, kc): (usize, usize), nc: usize, buf: &mut
 /// and wins (576x196x160 436 against 501).
 const C_ROWS_MIN_LDC: usize = 512;
 
+/// Floats of a block's B up to which the tiles go panels outer whatever C's stride
+/// (see `gemm_with`): 16 KiB, half of a 32 KiB L1.
+const B_IN_L1_FLOATS: usize = 4096;
+
 /// Rows of C up to which a [`BSource::Rows`] operand is read in place by the row-table
 /// micro-kernel; above, each block is packed into panels first (the packing pays off
 /// when many A panels reuse it).
@@ -379,8 +383,11 @@ pub fn gemm_with(
     let mut tile = [0.0f32; MR * NR];
     // A simple conv epilogue runs in the full tiles' registers (where the table has the
     // fused tiles) and on each other tile right after it: no pass over the block.
-    let fused = simple_epilogue(epi)
-        .filter(|_| t.mm_tile_epi.is_some() && t.mm_tile_rows_epi.is_some() && !a_in_place);
+    let fused = simple_epilogue(epi).filter(|_| {
+        t.mm_tile_epi.is_some()
+            && t.mm_tile_rows_epi.is_some()
+            && (!a_in_place || t.mm_tile_strided_epi.is_some())
+    });
     let mut srcs: [Option<&[f32]>; KC] = [None; KC];
     let mut jc = n_lo;
     while jc < n_hi {
@@ -476,7 +483,14 @@ pub fn gemm_with(
                             if let (true, Panel::Packed(bp)) = (mr == MR && nr == NR, panel) {
                                 let cs = &mut c[i * ldc + j..];
                                 let ar = &a[i * lda + k0..];
-                                (t.mm_tile_strided)(kc, ar, lda, bp, cs, ldc, !first);
+                                let fuse = fused.as_ref().filter(|_| last);
+                                match (fuse, t.mm_tile_strided_epi) {
+                                    (Some(f), Some(k)) => {
+                                        let e = f.tile(i, j, ldc);
+                                        k(kc, ar, lda, bp, cs, ldc, !first, &e);
+                                    }
+                                    _ => (t.mm_tile_strided)(kc, ar, lda, bp, cs, ldc, !first),
+                                }
                                 return 1;
                             }
                             let rows = &a[i * lda..];
@@ -545,7 +559,11 @@ pub fn gemm_with(
                     (ic_end - ic).div_ceil(MR),
                     len.div_ceil(NR) - usize::from(cols_tail),
                 );
-                let panels_outer = k <= KC && ldc >= C_ROWS_MIN_LDC;
+                // Panels outer also when the block's whole B fits in half of L1 (the
+                // narrow GEMMs of channels-last 1x1 convs: B is the weights), so that
+                // each panel's C rows are written whole, once.
+                let b_in_l1 = len * kc <= B_IN_L1_FLOATS;
+                let panels_outer = k <= KC && (ldc >= C_ROWS_MIN_LDC || b_in_l1);
                 // Where the table pairs tiles, two strips go together: along a panel's
                 // row (panels outer), or as groups of two strips (strips outer).
                 let pairs = t.mm_tile_pair.is_some();
@@ -611,11 +629,13 @@ pub fn gemm_with(
     }
 }
 
-/// A conv epilogue of the form a tile can fuse ([`TileEpi`]): per-row bias, then a
-/// residual, then ReLU / Clip.
+/// An epilogue of the form a tile can fuse ([`TileEpi`]): per-channel bias (channel =
+/// row for a conv, column for Gemm / MatMul), then a residual, then ReLU / Clip.
 struct SimpleEpi<'e> {
     bias: Option<&'e [f32]>,
     channel_offset: usize,
+    /// The channel is the column.
+    cols: bool,
     residual: Option<&'e [f32]>,
     clamp: Option<(f32, f32)>,
 }
@@ -624,12 +644,18 @@ impl SimpleEpi<'_> {
     /// The fused epilogue of the full tile at row `i`, column `j` of C.
     fn tile(&self, i: usize, j: usize, ldc: usize) -> TileEpi<'_> {
         let mut bias = [0.0; MR];
+        let mut col_bias = None;
         if let Some(b) = self.bias {
-            let ch = self.channel_offset + i;
-            bias.copy_from_slice(&b[ch..ch + MR]);
+            if self.cols {
+                col_bias = Some(&b[self.channel_offset + j..]);
+            } else {
+                let ch = self.channel_offset + i;
+                bias.copy_from_slice(&b[ch..ch + MR]);
+            }
         }
         TileEpi {
             bias,
+            col_bias,
             residual: self.residual.map(|r| &r[i * ldc + j..]),
             clamp: self.clamp,
         }
@@ -642,10 +668,16 @@ fn simple_epilogue<'e>(epi: &Epilogue<'e>) -> Option<SimpleEpi<'e>> {
     if epi.is_empty() {
         return None;
     }
-    let (slot, clamp) = epi.simple_form()?;
+    // The form whichever way the channel runs (a column channel takes `col_bias`).
+    let (slot, clamp) = Epilogue {
+        channel_is_row: true,
+        ..*epi
+    }
+    .simple_form()?;
     Some(SimpleEpi {
         bias: epi.bias,
         channel_offset: epi.channel_offset,
+        cols: !epi.channel_is_row,
         residual: slot.map(|k| epi.residuals[k]),
         clamp,
     })
@@ -950,19 +982,28 @@ mod tests {
             let (Some(fused), Some(fused_rows)) = (t.mm_tile_epi, t.mm_tile_rows_epi) else {
                 continue;
             };
-            let (kc, ldc) = (37, 20);
+            let (kc, ldc, lda) = (37, 20, 41);
             let (a, b) = (rand_vec(kc * MR, 1), rand_vec(kc * NR, 2));
-            let bias = rand_vec(MR + 3, 3);
+            // The same A as rows read in place (`mm_tile_strided`).
+            let mut a_rows = vec![0.0; MR * lda];
+            for p in 0..kc {
+                for r in 0..MR {
+                    a_rows[r * lda + p] = a[p * MR + r];
+                }
+            }
+            let bias = rand_vec(NR + 3, 3);
             let mut res = rand_vec(MR * ldc, 4);
             res[7] = f32::NAN;
             let residuals: [&[f32]; 1] = [&res];
             let rows: Vec<&[f32]> = b.chunks_exact(NR).collect();
             let block = RowBlock::new(&rows, NR);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             for post in simple_forms() {
                 for acc in [false, true] {
-                    for with_bias in [false, true] {
+                    for (with_bias, cols) in [(false, false), (true, false), (true, true)] {
                         let e = Epilogue {
                             bias: with_bias.then_some(&bias[..]),
+                            channel_is_row: !cols,
                             channel_offset: 2,
                             post: &post,
                             residuals: &residuals,
@@ -982,9 +1023,14 @@ mod tests {
                             (rand_vec(MR * ldc, 5), rand_vec(MR * ldc, 5));
                         fused(kc, &a, &b, &mut got, ldc, acc, &te);
                         fused_rows(&a, &block, 0, &mut got_rows, ldc, acc, &te);
-                        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                        assert_eq!(bits(&got), bits(&want), "{isa:?} {post:?} acc {acc}");
-                        assert_eq!(bits(&got_rows), bits(&want), "rows {isa:?} {post:?}");
+                        let what = format!("{isa:?} {post:?} acc {acc} cols {cols}");
+                        assert_eq!(bits(&got), bits(&want), "{what}");
+                        assert_eq!(bits(&got_rows), bits(&want), "rows {what}");
+                        if let Some(strided) = t.mm_tile_strided_epi {
+                            let mut got = rand_vec(MR * ldc, 5);
+                            strided(kc, &a_rows, lda, &b, &mut got, ldc, acc, &te);
+                            assert_eq!(bits(&got), bits(&want), "strided {what}");
+                        }
                     }
                 }
             }
@@ -1097,6 +1143,7 @@ mod tests {
                     for with_epi in [false, true] {
                         let e = |q: usize| TileEpi {
                             bias,
+                            col_bias: None,
                             residual: Some(&res[q * NR..]),
                             clamp: Some((-0.5, 0.75)),
                         };

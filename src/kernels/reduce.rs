@@ -64,23 +64,31 @@ pub fn reduce_f32(op: ReduceOp, p: &ReducePlan, x: &[f32], y: &mut [f32], tmp: &
         _ => 0.0,
     };
     y.fill(init);
-    let acc = |y: &mut [f32], f: &dyn Fn(f32, f32) -> f32| {
+    /// Folds every input element into its output with `f` (monomorphised per op, so
+    /// that runs along a kept innermost axis, output stride 1, vectorise).
+    fn acc(p: &ReducePlan, x: &[f32], y: &mut [f32], f: impl Fn(f32, f32) -> f32) {
         p.walk(|i, o, n, os| {
-            for j in 0..n {
-                let d = &mut y[(o as isize + j as isize * os) as usize];
-                *d = f(*d, x[i + j]);
+            if os == 1 {
+                for (d, v) in y[o..o + n].iter_mut().zip(&x[i..i + n]) {
+                    *d = f(*d, *v);
+                }
+            } else {
+                for j in 0..n {
+                    let d = &mut y[(o as isize + j as isize * os) as usize];
+                    *d = f(*d, x[i + j]);
+                }
             }
         })
-    };
+    }
     match op {
-        ReduceOp::Sum | ReduceOp::Mean => acc(y, &|a, v| a + v),
-        ReduceOp::Max => acc(y, &|a, v| if v > a || v.is_nan() { v } else { a }),
-        ReduceOp::Min => acc(y, &|a, v| if v < a || v.is_nan() { v } else { a }),
-        ReduceOp::Prod => acc(y, &|a, v| a * v),
-        ReduceOp::L1 => acc(y, &|a, v| a + v.abs()),
-        ReduceOp::L2 | ReduceOp::SumSquare => acc(y, &|a, v| a + v * v),
+        ReduceOp::Sum | ReduceOp::Mean => acc(p, x, y, |a, v| a + v),
+        ReduceOp::Max => acc(p, x, y, |a, v| if v > a || v.is_nan() { v } else { a }),
+        ReduceOp::Min => acc(p, x, y, |a, v| if v < a || v.is_nan() { v } else { a }),
+        ReduceOp::Prod => acc(p, x, y, |a, v| a * v),
+        ReduceOp::L1 => acc(p, x, y, |a, v| a + v.abs()),
+        ReduceOp::L2 | ReduceOp::SumSquare => acc(p, x, y, |a, v| a + v * v),
         ReduceOp::LogSumExp => {
-            acc(y, &|a, v| a.max(v));
+            acc(p, x, y, |a, v| a.max(v));
             let tmp = &mut tmp[..y.len()];
             tmp.fill(0.0);
             p.walk(|i, o, n, os| {

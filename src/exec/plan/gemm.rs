@@ -11,7 +11,7 @@
 
 use super::ctx::Ctx;
 use super::errors::{shape_err, unsup};
-use super::post::{post_ops, MAX_RESIDUALS};
+use super::post::{leading_bias, post_ops, MAX_RESIDUALS};
 use super::{FamilyKernel, Inputs, Planned, Run};
 use crate::error::Result;
 use crate::exec::pool;
@@ -534,6 +534,7 @@ pub(crate) fn plan_matmul(
     }
     let b_const = c.konst(1);
     let fold = b_const.is_some() && bb.iter().product::<usize>() == 1;
+    let (bias, post) = leading_bias(c, post, nn)?;
     let (post, res) = post_ops(c, post, nn)?;
     if fold {
         // B is one constant matrix: every batch of A is more rows of one GEMM.
@@ -551,7 +552,7 @@ pub(crate) fn plan_matmul(
             b_cs: 1,
             alpha: 1.0,
             b_packed: Some(pb),
-            bias: None,
+            bias,
             addend: None,
             addend_input: None,
             post,
@@ -591,7 +592,7 @@ pub(crate) fn plan_matmul(
         b_cs: 1,
         alpha: 1.0,
         b_packed: None,
-        bias: None,
+        bias,
         addend: None,
         addend_input: None,
         post,

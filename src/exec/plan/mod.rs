@@ -28,6 +28,7 @@ mod post;
 
 mod attention;
 mod conv;
+mod dw_nhwc;
 mod elementwise;
 mod gemm;
 mod generate;
@@ -238,6 +239,7 @@ macro_rules! families {
 
 families! {
     Conv(conv::ConvKernel),
+    DwNhwc(dw_nhwc::DwNhwcKernel),
     Gemm(Box<gemm::GemmPlan>),
     Attention(attention::AttentionPlan),
     Elementwise(elementwise::EltKernel),
@@ -367,6 +369,7 @@ pub(crate) fn packed_of(k: &Kernel) -> Option<Vec<&[f32]>> {
 fn plan_kernel(c: &Ctx<'_>, pre: Option<&WeightBuf>) -> Result<Planned> {
     match &c.n.op {
         Op::Conv { geom, group, post } => conv::plan_conv(c, geom, *group, post, pre),
+        Op::DepthwiseConvNhwc { geom, post } => dw_nhwc::plan_depthwise_nhwc(c, geom, post),
         Op::ConvTranspose {
             geom, group, post, ..
         } => conv::plan_deconv(c, geom, *group, post),

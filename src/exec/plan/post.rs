@@ -39,6 +39,24 @@ pub(crate) fn conv_epilogue<'a>(
     }
 }
 
+/// A leading `ChannelAffine` of unit scale (a MatMul's folded bias) as a plain bias of
+/// `channels` entries, and the post-ops after it; else no bias and all of `post`. The
+/// epilogue adds a bias before its post-ops, and `y * 1 + b` rounds as `y + b`, so the
+/// results keep their bits while the tiles can fuse the bias.
+pub(crate) fn leading_bias<'p>(
+    c: &Ctx<'_>,
+    post: &'p [PostOp],
+    channels: usize,
+) -> Result<(Option<Vec<f32>>, &'p [PostOp])> {
+    match post.split_first() {
+        Some((PostOp::ChannelAffine { scale, shift }, rest)) if scale.iter().all(|&s| s == 1.0) => {
+            let b = expand_channel(c.n, shift, channels, "ChannelAffine shift")?;
+            Ok((Some(b), rest))
+        }
+        _ => Ok((None, post)),
+    }
+}
+
 /// Converts fused post-ops; returns the runtime list and the node inputs of residuals.
 pub(crate) fn post_ops(
     c: &Ctx<'_>,

@@ -1,4 +1,4 @@
-//! Records of the conv family: Conv, ConvTranspose.
+//! Records of the conv family: Conv, DepthwiseConvNhwc, ConvTranspose.
 
 use super::{AttrsIn, AttrsOut};
 use crate::ir::Op;
@@ -10,6 +10,11 @@ pub(super) fn encode(op: &Op, a: &mut AttrsOut) -> Option<&'static str> {
             a.usize("group", *group);
             a.post("post", post);
             "Conv"
+        }
+        Op::DepthwiseConvNhwc { geom, post } => {
+            a.geom(geom);
+            a.post("post", post);
+            "DepthwiseConvNhwc"
         }
         Op::ConvTranspose {
             geom,
@@ -41,6 +46,10 @@ pub(super) fn decode(name: &str, a: &AttrsIn) -> Option<Result<Op, String>> {
                 group: a.usize("group")?,
                 post: a.post("post")?,
             },
+            "DepthwiseConvNhwc" => Op::DepthwiseConvNhwc {
+                geom: a.geom()?,
+                post: a.post("post")?,
+            },
             _ => Op::ConvTranspose {
                 geom: a.geom()?,
                 group: a.usize("group")?,
@@ -53,5 +62,5 @@ pub(super) fn decode(name: &str, a: &AttrsIn) -> Option<Result<Op, String>> {
             },
         })
     };
-    matches!(name, "Conv" | "ConvTranspose").then(f)
+    matches!(name, "Conv" | "DepthwiseConvNhwc" | "ConvTranspose").then(f)
 }

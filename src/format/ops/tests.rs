@@ -30,6 +30,10 @@ fn every_op() -> Vec<Op> {
             group: 2,
             post: post.clone(),
         },
+        Op::DepthwiseConvNhwc {
+            geom: geom(),
+            post: post.clone(),
+        },
         Op::ConvTranspose {
             geom: geom(),
             group: 1,

@@ -19,6 +19,35 @@ impl Cx<'_> {
         one(DType::F32, s)
     }
 
+    /// A channels-last depthwise conv: X `[N, H, W, C]`, W `[C, 1, KH, KW]`.
+    pub(super) fn depthwise_nhwc_node(
+        &self,
+        geom: &ConvGeom,
+        post: &[PostOp],
+    ) -> Result<Vec<TypedShape>> {
+        let x = self.shape(0)?;
+        let w = self.shape(1)?;
+        if x.len() != 4 || geom.kernel.len() != 2 {
+            return Err(self.err(format!("input {x:?} is not [N, H, W, C] with a 2-D kernel")));
+        }
+        let c = x[3];
+        if w.len() != 4 || w[0] != c || w[1] != 1 || w[2..] != geom.kernel[..] {
+            return Err(self.err(format!(
+                "weights {w:?} are not [{c}, 1] + kernel {:?}",
+                geom.kernel
+            )));
+        }
+        if let Some((_, b)) = self.opt(2)? {
+            if b != [c] {
+                return Err(self.err(format!("bias {b:?} does not match {c} channels")));
+            }
+        }
+        let sp = self.window(geom, false, &[x[0], c, x[1], x[2]])?;
+        let out = vec![x[0], sp[0], sp[1], c];
+        self.check_post(post, &out, c)?;
+        one(DType::F32, out)
+    }
+
     pub(super) fn spatial_check(&self, geom: &ConvGeom, x: &[usize]) -> Result<usize> {
         let ns = geom.kernel.len();
         if x.len() != ns + 2 {

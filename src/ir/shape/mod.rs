@@ -302,6 +302,7 @@ impl<'a> Cx<'a> {
     fn infer(&self) -> Result<Vec<TypedShape>> {
         match self.op {
             Op::Conv { geom, group, post } => self.conv_node(geom, group, post),
+            Op::DepthwiseConvNhwc { geom, post } => self.depthwise_nhwc_node(geom, post),
             Op::ConvTranspose {
                 geom,
                 group,

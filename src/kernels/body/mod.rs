@@ -8,6 +8,7 @@
 pub mod conv;
 pub mod depthwise;
 pub mod dw_block;
+pub mod dw_nhwc;
 pub mod eltwise;
 pub mod epilogue;
 pub mod im2col;

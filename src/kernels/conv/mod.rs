@@ -23,6 +23,7 @@ pub use super::body::depthwise::depthwise_scratch_len;
 pub use super::body::pool::valid_range;
 pub use deconv::DeconvPlan;
 use depthwise::depthwise;
+pub use depthwise::depthwise_nhwc;
 pub(crate) use winograd::body as winograd_body;
 pub use winograd::WinogradPlan;
 pub use winograd::{OutBlock, PointRows, WinoGeom};

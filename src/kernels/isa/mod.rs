@@ -105,6 +105,8 @@ mod x86_64_dw_block_avx2;
 #[cfg(target_arch = "x86_64")]
 mod x86_64_dw_flat;
 #[cfg(target_arch = "x86_64")]
+mod x86_64_dw_nhwc;
+#[cfg(target_arch = "x86_64")]
 mod x86_64_fma;
 #[cfg(target_arch = "x86_64")]
 mod x86_64_fma_math;
@@ -161,14 +163,18 @@ impl Isa {
 }
 
 /// A conv epilogue fused into the store of one full MR x NR tile (table entries
-/// `mm_tile_epi` / `mm_tile_rows_epi`): `v = tile (+ C when accumulating) + bias[r]`,
-/// then `+ residual` (MR rows of NR at the tile's stride, from the tile's origin), then
+/// `mm_tile_epi` / `mm_tile_rows_epi` / `mm_tile_strided_epi`): `v = tile (+ C when
+/// accumulating) + bias[r]` (or `+ col_bias[j]` when the channel is the column), then
+/// `+ residual` (MR rows of NR at the tile's stride, from the tile's origin), then
 /// `min(max(v, lo), hi)` when `clamp` is set (ReLU is `(0, inf)`). The same lanes as the
 /// `epilogue` entry run after the tile.
 #[derive(Clone, Copy)]
 pub struct TileEpi<'a> {
     /// Bias of each of the tile's rows (0 without bias).
     pub bias: [f32; MR],
+    /// The bias of the tile's columns (at least [`NR`] floats) when the channel is the
+    /// column (Gemm / MatMul); `bias` is then unused.
+    pub col_bias: Option<&'a [f32]>,
     /// The residual at the tile's origin, laid out like C.
     pub residual: Option<&'a [f32]>,
     /// `(lo, hi)` of a ReLU / Clip.
@@ -179,6 +185,9 @@ impl TileEpi<'_> {
     /// Panics unless the residual (if any) holds [`MR`] rows of [`NR`] at stride `ldc`:
     /// the fused tiles check it once before their unchecked stores.
     pub fn assert_residual_fits(&self, ldc: usize) {
+        if let Some(b) = self.col_bias {
+            assert!(b.len() >= NR, "tile epilogue: column bias too short");
+        }
         if let Some(r) = self.residual {
             assert!(
                 r.len() >= (MR - 1) * ldc + NR,
@@ -386,10 +395,39 @@ pub struct KernelTable {
             scratch: &mut [f32],
         ),
     >,
+    /// Depthwise conv over channels-last images: output rows `r0..r1` (of `N * OH`) of
+    /// `y` (`[N][OH][OW][C]`) from `x` (`[N][H][W][C]`), taps `[KH*KW][C]`
+    /// (`body::dw_nhwc::pack_taps`), per-channel `bias`, then `act` (`body::dw_nhwc`).
+    #[allow(clippy::type_complexity)]
+    pub depthwise_nhwc: fn(
+        s: &ConvShape,
+        taps: &[f32],
+        bias: &[f32],
+        act: super::body::dw_nhwc::Act,
+        x: &[f32],
+        y: &mut [f32],
+        r0: usize,
+        r1: usize,
+    ),
     /// Where the table has one: `mm_tile` with the epilogue `e` fused into the store.
     #[allow(clippy::type_complexity)]
     pub mm_tile_epi: Option<
         fn(kc: usize, a: &[f32], b: &[f32], c: &mut [f32], ldc: usize, acc: bool, e: &TileEpi<'_>),
+    >,
+    /// Where the table has one: `mm_tile_strided` with the epilogue `e` fused into the
+    /// store.
+    #[allow(clippy::type_complexity)]
+    pub mm_tile_strided_epi: Option<
+        fn(
+            kc: usize,
+            a: &[f32],
+            lda: usize,
+            b: &[f32],
+            c: &mut [f32],
+            ldc: usize,
+            acc: bool,
+            e: &TileEpi<'_>,
+        ),
     >,
     /// Where the table has one: two horizontally adjacent full tiles sharing one A
     /// panel, C of the second at `c[NR..]`: `mm_tile` (or `mm_tile_epi` with `e[q]`) on

@@ -58,8 +58,10 @@ static TABLE: KernelTable = KernelTable {
     layer_norm_row,
     depthwise_fused: super::x86_64_dw::depthwise_direct,
     depthwise_block: Some(super::x86_64_dw_block::depthwise_block),
+    depthwise_nhwc: super::x86_64_dw_nhwc::depthwise_nhwc,
     qdepthwise_block: Some(super::x86_64_qdw_block::qdepthwise_block),
     mm_tile_strided,
+    mm_tile_strided_epi: None,
     mm_tile_pair: Some(mm_tile_pair),
     mm_tile_epi: Some(mm_tile_epi),
     mm_tile_rows_epi: Some(mm_tile_rows_epi),
@@ -518,7 +520,10 @@ unsafe fn store_row(
             v
         };
         if let Some(e) = e {
-            v = _mm512_add_ps(v, _mm512_set1_ps(e.bias[r]));
+            v = match e.col_bias {
+                Some(cb) => _mm512_add_ps(v, _mm512_loadu_ps(cb.as_ptr())),
+                None => _mm512_add_ps(v, _mm512_set1_ps(e.bias[r])),
+            };
             if let Some(res) = e.residual {
                 v = _mm512_add_ps(v, _mm512_loadu_ps(res.as_ptr().add(r * ldc)));
             }

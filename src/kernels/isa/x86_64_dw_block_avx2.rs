@@ -28,7 +28,7 @@ impl Act {
     /// # Safety
     /// AVX available (inlined into the `#[target_feature]` kernels).
     #[inline(always)]
-    unsafe fn apply8(self, acc: &mut [__m256]) {
+    pub(super) unsafe fn apply8(self, acc: &mut [__m256]) {
         // SAFETY: register-only intrinsics; AVX per the contract.
         unsafe {
             match self {

@@ -47,8 +47,10 @@ static TABLE: KernelTable = KernelTable {
     layer_norm_row,
     depthwise_fused: super::x86_64_dw::depthwise_direct,
     depthwise_block: Some(super::x86_64_dw_block_avx2::depthwise_block),
+    depthwise_nhwc: super::x86_64_dw_nhwc::depthwise_nhwc,
     qdepthwise_block: None,
     mm_tile_strided,
+    mm_tile_strided_epi: Some(mm_tile_strided_epi),
     mm_tile_pair: None,
     mm_tile_epi: Some(mm_tile_epi),
     mm_tile_rows_epi: Some(mm_tile_rows_epi),
@@ -566,34 +568,8 @@ unsafe fn tile_6x16(
             t[2 * r + 1] = _mm256_fmadd_ps(av, b1, t[2 * r + 1]);
         }
     }
-    for r in 0..MR {
-        // SAFETY: row r < MR of C, 16 floats, guaranteed by the caller.
-        unsafe {
-            let cp = c.add(r * ldc);
-            let (mut v0, mut v1) = (t[2 * r], t[2 * r + 1]);
-            if acc {
-                v0 = _mm256_add_ps(v0, _mm256_loadu_ps(cp));
-                v1 = _mm256_add_ps(v1, _mm256_loadu_ps(cp.add(8)));
-            }
-            if let Some(e) = e {
-                let b = _mm256_set1_ps(e.bias[r]);
-                (v0, v1) = (_mm256_add_ps(v0, b), _mm256_add_ps(v1, b));
-                if let Some(res) = e.residual {
-                    let rp = res.as_ptr().add(r * ldc);
-                    v0 = _mm256_add_ps(v0, _mm256_loadu_ps(rp));
-                    v1 = _mm256_add_ps(v1, _mm256_loadu_ps(rp.add(8)));
-                }
-                if let Some((lo, hi)) = e.clamp {
-                    // As the epilogue's ReLU / Clip: `vmaxps` gives `lo` for a NaN.
-                    let (lo, hi) = (_mm256_set1_ps(lo), _mm256_set1_ps(hi));
-                    v0 = _mm256_min_ps(_mm256_max_ps(v0, lo), hi);
-                    v1 = _mm256_min_ps(_mm256_max_ps(v1, lo), hi);
-                }
-            }
-            _mm256_storeu_ps(cp, v0);
-            _mm256_storeu_ps(cp.add(8), v1);
-        }
-    }
+    // SAFETY: the caller's contract covers C and the epilogue's operands.
+    unsafe { store_tile(&t, c, ldc, acc, e) }
 }
 
 fn gemv_acc(w: &[f32], ldw: usize, x: &[f32], y: &mut [f32]) {
@@ -670,20 +646,54 @@ fn mm_tile_strided(
     ldc: usize,
     acc: bool,
 ) {
+    tile_strided(kc, a, lda, b, c, ldc, acc, None)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn mm_tile_strided_epi(
+    kc: usize,
+    a: &[f32],
+    lda: usize,
+    b: &[f32],
+    c: &mut [f32],
+    ldc: usize,
+    acc: bool,
+    e: &TileEpi<'_>,
+) {
+    tile_strided(kc, a, lda, b, c, ldc, acc, Some(e))
+}
+
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn tile_strided(
+    kc: usize,
+    a: &[f32],
+    lda: usize,
+    b: &[f32],
+    c: &mut [f32],
+    ldc: usize,
+    acc: bool,
+    e: Option<&TileEpi<'_>>,
+) {
     assert!(a.len() >= (MR - 1) * lda + kc && b.len() >= kc * NR);
     assert!(ldc >= NR && c.len() >= (MR - 1) * ldc + NR);
+    e.inspect(|e| e.assert_residual_fits(ldc));
     // SAFETY: AVX2+FMA were detected (see `table`); the asserts above bound every offset
-    // the tile touches (a row r: r*lda..r*lda+kc, b: kc*NR, c: MR rows of NR at ldc).
-    unsafe { tile_6x16_strided(kc, a.as_ptr(), lda, b.as_ptr(), c.as_mut_ptr(), ldc, acc) }
+    // the tile touches (a row r: r*lda..r*lda+kc, b: kc*NR, c and the residual: MR rows
+    // of NR at ldc, the column bias: NR).
+    unsafe { tile_6x16_strided(kc, a.as_ptr(), lda, b.as_ptr(), c.as_mut_ptr(), ldc, acc, e) }
 }
 
 /// The 6x16 FMA tile with A read in place (row `r`, step `p` at `a + r * lda + p`) and
-/// B a packed panel of `kc` rows of 16.
+/// B a packed panel of `kc` rows of 16, the epilogue `e` (if any) fused into the store
+/// as in [`tile_6x16`].
 ///
 /// # Safety
 /// AVX2 and FMA must be available; `a` valid for rows `r * lda .. r * lda + kc` (r < 6),
-/// `b` for `kc * 16` reads, `c` for 6 rows of 16 floats at stride `ldc`.
+/// `b` for `kc * 16` reads, `c` (and the residual of `e`) for 6 rows of 16 floats at
+/// stride `ldc`, the column bias of `e` for 16 floats.
 #[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
 unsafe fn tile_6x16_strided(
     kc: usize,
     a: *const f32,
@@ -692,6 +702,7 @@ unsafe fn tile_6x16_strided(
     c: *mut f32,
     ldc: usize,
     acc: bool,
+    e: Option<&TileEpi<'_>>,
 ) {
     // SAFETY: row r < 6 starts inside `a` (caller).
     let ar: [*const f32; MR] = std::array::from_fn(|r| unsafe { a.add(r * lda) });
@@ -708,6 +719,24 @@ unsafe fn tile_6x16_strided(
             }
         }
     }
+    // SAFETY: the caller's contract covers C, the residual and the column bias.
+    unsafe { store_tile(&t, c, ldc, acc, e) }
+}
+
+/// Stores the 6x16 accumulators `t` into C (plus C when `acc`), through the epilogue `e`
+/// (if any): bias (per row, or per column), residual, clamp.
+///
+/// # Safety
+/// AVX2 available; `c` (and the residual of `e`) valid for 6 rows of 16 floats at stride
+/// `ldc`, the column bias of `e` for 16 floats.
+#[inline(always)]
+unsafe fn store_tile(
+    t: &[__m256; 2 * MR],
+    c: *mut f32,
+    ldc: usize,
+    acc: bool,
+    e: Option<&TileEpi<'_>>,
+) {
     for r in 0..MR {
         // SAFETY: row r < MR of C, 16 floats, guaranteed by the caller.
         unsafe {
@@ -716,6 +745,26 @@ unsafe fn tile_6x16_strided(
             if acc {
                 v0 = _mm256_add_ps(v0, _mm256_loadu_ps(cp));
                 v1 = _mm256_add_ps(v1, _mm256_loadu_ps(cp.add(8)));
+            }
+            if let Some(e) = e {
+                if let Some(cb) = e.col_bias {
+                    v0 = _mm256_add_ps(v0, _mm256_loadu_ps(cb.as_ptr()));
+                    v1 = _mm256_add_ps(v1, _mm256_loadu_ps(cb.as_ptr().add(8)));
+                } else {
+                    let b = _mm256_set1_ps(e.bias[r]);
+                    (v0, v1) = (_mm256_add_ps(v0, b), _mm256_add_ps(v1, b));
+                }
+                if let Some(res) = e.residual {
+                    let rp = res.as_ptr().add(r * ldc);
+                    v0 = _mm256_add_ps(v0, _mm256_loadu_ps(rp));
+                    v1 = _mm256_add_ps(v1, _mm256_loadu_ps(rp.add(8)));
+                }
+                if let Some((lo, hi)) = e.clamp {
+                    // As the epilogue's ReLU / Clip: `vmaxps` gives `lo` for a NaN.
+                    let (lo, hi) = (_mm256_set1_ps(lo), _mm256_set1_ps(hi));
+                    v0 = _mm256_min_ps(_mm256_max_ps(v0, lo), hi);
+                    v1 = _mm256_min_ps(_mm256_max_ps(v1, lo), hi);
+                }
             }
             _mm256_storeu_ps(cp, v0);
             _mm256_storeu_ps(cp.add(8), v1);

@@ -355,3 +355,93 @@ fn depthwise_block_matches_portable() {
         assert!(checked > 0);
     }
 }
+
+/// Every case of [`CASES`] channels-last over 1-19 channels (below, at and past one and
+/// two vectors), rows in two calls, with register and non-register epilogues.
+fn nhwc_outputs(t: &'static crate::kernels::isa::KernelTable) -> Vec<f32> {
+    use crate::kernels::body::dw_nhwc::pack_taps;
+    let mut out = Vec::new();
+    let mut seed = 300;
+    for case in &CASES {
+        for c in [1usize, 3, 8, 9, 16, 19] {
+            seed += 1;
+            let s = shape(case, c);
+            let khw = s.kh * s.kw;
+            let x = rand_vec(2 * s.h * s.w * c, seed);
+            let w = rand_vec(c * khw, seed + 1000);
+            let bias = rand_vec(c, seed + 2000);
+            let taps = pack_taps(&w, c, khw);
+            let s = ConvShape { n: 2, ..s };
+            let res = rand_vec(2 * s.oh * s.ow * c, seed + 3000);
+            let resid = [&res[..]];
+            let posts = [
+                vec![PostOpRt::Unary(UnaryOp::Clip { min: 0.0, max: 6.0 })],
+                vec![PostOpRt::AddInput { slot: 0 }],
+                vec![],
+            ];
+            for post in &posts {
+                let epi = Epilogue {
+                    post,
+                    residuals: &resid,
+                    channel_is_row: false,
+                    ..Epilogue::NONE
+                };
+                let mut y = vec![f32::NAN; 2 * s.oh * s.ow * c];
+                let mid = s.oh / 2 + 1;
+                let isa = t.isa;
+                let (lo, hi) = y.split_at_mut(mid * s.ow * c);
+                depthwise_nhwc(isa, &s, &taps, &bias, &x, lo, (0, mid), &epi);
+                depthwise_nhwc(isa, &s, &taps, &bias, &x, hi, (mid, 2 * s.oh), &epi);
+                out.extend_from_slice(&y);
+            }
+        }
+    }
+    out
+}
+
+crate::kernels::isa::twin_test!(depthwise_nhwc_tables_match_portable, 1e-5, nhwc_outputs);
+
+#[test]
+fn depthwise_nhwc_matches_the_planar_conv() {
+    // The channels-last conv against the planar one of the same weights, transposed.
+    use crate::kernels::body::dw_nhwc::pack_taps;
+    for (i, case) in CASES.iter().enumerate() {
+        let c = 11;
+        let s = shape(case, c);
+        let (hw, ohw, khw) = (s.h * s.w, s.oh * s.ow, s.kh * s.kw);
+        let x = rand_vec(c * hw, i as u64);
+        let w = rand_vec(c * khw, 50 + i as u64);
+        let bias = rand_vec(c, 90 + i as u64);
+        let mut xt = vec![0.0; c * hw];
+        for ch in 0..c {
+            for p in 0..hw {
+                xt[p * c + ch] = x[ch * hw + p];
+            }
+        }
+        let relu = [PostOpRt::Unary(UnaryOp::Relu)];
+        let epi = Epilogue {
+            post: &relu,
+            channel_is_row: false,
+            ..Epilogue::NONE
+        };
+        let mut y = vec![0.0; c * ohw];
+        let isa = crate::kernels::isa::best_isa();
+        let taps = pack_taps(&w, c, khw);
+        depthwise_nhwc(isa, &s, &taps, &bias, &xt, &mut y, (0, s.oh), &epi);
+        let planar_epi = Epilogue {
+            bias: Some(&bias),
+            post: &relu,
+            ..Epilogue::NONE
+        };
+        let mut want = vec![0.0; c * ohw];
+        let mut scratch = vec![0.0; depthwise_scratch_len(&s)];
+        depthwise(isa, &s, &w, &x, &mut want, 0, c, &planar_epi, &mut scratch);
+        let mut got = vec![0.0; c * ohw];
+        for ch in 0..c {
+            for p in 0..ohw {
+                got[ch * ohw + p] = y[p * c + ch];
+            }
+        }
+        assert_close(&got, &want, 1e-5);
+    }
+}

@@ -1,0 +1,515 @@
+//! Channels-last regions: runs of depthwise and pointwise convs (the inverted-residual
+//! blocks of mobile networks) computed on `[N, H, W, C]` tensors instead of `[N, C, H,
+//! W]`.
+//!
+//! Why: in channels-last a 1x1 conv is one GEMM whose A operand is the activation read
+//! in place (`[N*H*W, Cin]` rows) and whose B is the constant weights packed once, so no
+//! activation is packed per run and the small output-channel counts of projections (16
+//! to 64) are the GEMM's narrow side; a depthwise conv takes channels as vector lanes,
+//! whatever the plane's width or stride. Planar 1x1 convs pack their whole input per
+//! run, and planar depthwise convs lose lanes on row ends of small planes.
+//!
+//! What: convs are grouped into regions connected through their data and residual
+//! inputs. A region with a depthwise conv whose boundary (tensors entering it from
+//! planar producers, tensors leaving it to planar consumers) moves at most a quarter of
+//! the elements its convs produce is rewritten:
+//! - a 1x1 conv becomes `MatMul(x, W^T)` over the channels-last input (its bias a
+//!   leading `ChannelAffine` of unit scale, its post-ops kept: channels are MatMul's
+//!   last dim), a depthwise conv `DepthwiseConvNhwc`;
+//! - a `Transpose` to channels-last enters each boundary input once, a `Transpose`
+//!   back produces each value a planar consumer (or the graph's output) reads, under
+//!   its original id;
+//! - a `GlobalAveragePool` of a region value becomes a mean over H and W of the
+//!   channels-last value and a `Reshape` (a view) to `[N, C, 1, 1]`.
+//!
+//! Every rewrite computes the same function: the conformance suite runs the rewritten
+//! graphs.
+
+use crate::ir::{DType, Graph, Node, Op, PostOp, ReduceOp, Tensor, Value, ValueId};
+use std::collections::HashMap;
+
+/// A region's boundary may move at most `1 / BOUNDARY_SHARE` of the elements its convs
+/// produce (each boundary element costs a transpose: about a pass over it).
+const BOUNDARY_SHARE: usize = 4;
+
+/// How a conv is computed channels-last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// 1x1, stride 1, no pads, one group: a MatMul.
+    Pointwise,
+    /// One input and one output channel per group.
+    Depthwise,
+}
+
+/// The channels-last form of node `n`, if it has one: a 2-D f32 conv over a 4-D input
+/// with constant weights (and bias).
+fn kind_of(g: &Graph, n: &Node) -> Option<Kind> {
+    let Op::Conv { geom, group, .. } = &n.op else {
+        return None;
+    };
+    let x = g.shape(n.inputs.first().copied().flatten()?)?;
+    let wv = n.inputs.get(1).copied().flatten()?;
+    let w = g.shape(wv)?;
+    let f32_const = |v: ValueId| g.values[v].dtype == DType::F32 && g.values[v].konst.is_some();
+    if x.len() != 4 || w.len() != 4 || !f32_const(wv) || geom.auto_pad.is_some() {
+        return None;
+    }
+    if g.values[n.inputs[0]?].dtype != DType::F32 || n.outputs.len() != 1 {
+        return None;
+    }
+    if let Some(b) = n.inputs.get(2).copied().flatten() {
+        if !f32_const(b) {
+            return None;
+        }
+    }
+    let c = x[1];
+    if *group == 1
+        && geom.kernel == [1, 1]
+        && geom.strides == [1, 1]
+        && geom.pads.iter().all(|&p| p == 0)
+    {
+        return Some(Kind::Pointwise);
+    }
+    let reach_ok = (0..2).all(|i| geom.pads[i] < geom.kernel[i] * geom.dilations[i]);
+    if *group == c && w[0] == c && w[1] == 1 && geom.kernel.len() == 2 && reach_ok {
+        return Some(Kind::Depthwise);
+    }
+    None
+}
+
+/// The data inputs of a conv (its input and its residuals), by input position.
+fn data_inputs(n: &Node) -> Vec<usize> {
+    let mut v = vec![0];
+    if let Some(post) = n.op.post_ops() {
+        for p in post {
+            if let PostOp::AddInput { input } = p {
+                v.push(*input);
+            }
+        }
+    }
+    v
+}
+
+fn find(parent: &mut [usize], i: usize) -> usize {
+    let mut r = i;
+    while parent[r] != r {
+        r = parent[r];
+    }
+    parent[i] = r;
+    r
+}
+
+/// Rewrites the profitable channels-last regions of `g` (see the module doc); returns
+/// the number of convs rewritten.
+pub fn channels_last(g: &mut Graph) -> usize {
+    let kinds: Vec<Option<Kind>> = g.nodes.iter().map(|n| kind_of(g, n)).collect();
+    let producers = g.producers();
+    let mut parent: Vec<usize> = (0..g.nodes.len()).collect();
+    for (i, n) in g.nodes.iter().enumerate() {
+        if kinds[i].is_none() {
+            continue;
+        }
+        for pos in data_inputs(n) {
+            let Some(v) = n.inputs.get(pos).copied().flatten() else {
+                continue;
+            };
+            if let Some(p) = producers[v].filter(|&p| kinds[p].is_some()) {
+                let (a, b) = (find(&mut parent, i), find(&mut parent, p));
+                parent[a] = b;
+            }
+        }
+    }
+    // Consumers per value.
+    let mut consumers: Vec<Vec<usize>> = vec![Vec::new(); g.values.len()];
+    for (i, n) in g.nodes.iter().enumerate() {
+        for v in n.inputs.iter().flatten() {
+            consumers[*v].push(i);
+        }
+    }
+    let elems = |v: ValueId| g.shape(v).map_or(0, |s| s.iter().product::<usize>());
+    let gap_of = |i: usize| {
+        matches!(g.nodes[i].op, Op::GlobalAveragePool)
+            && g.shape(g.nodes[i].outputs[0]).is_some_and(|s| s.len() == 4)
+    };
+    // Per region root: (has a depthwise conv, boundary elements, produced elements).
+    let mut stats: HashMap<usize, (bool, usize, usize)> = HashMap::new();
+    let mut entered: HashMap<(usize, ValueId), ()> = HashMap::new();
+    for i in 0..g.nodes.len() {
+        let Some(k) = kinds[i] else { continue };
+        let root = find(&mut parent, i);
+        let n = &g.nodes[i];
+        let out = n.outputs[0];
+        let mut boundary = 0;
+        for pos in data_inputs(n) {
+            let Some(v) = n.inputs.get(pos).copied().flatten() else {
+                continue;
+            };
+            let inside = producers[v].is_some_and(|p| kinds[p].is_some());
+            if !inside && entered.insert((root, v), ()).is_none() {
+                boundary += elems(v);
+            }
+        }
+        let leaves = g.outputs.contains(&out)
+            || consumers[out]
+                .iter()
+                .any(|&c| kinds[c].is_none() && !gap_of(c));
+        if leaves {
+            boundary += elems(out);
+        }
+        let e = stats.entry(root).or_insert((false, 0, 0));
+        e.0 |= k == Kind::Depthwise;
+        e.1 += boundary;
+        e.2 += elems(out);
+    }
+    let accepted: Vec<bool> = (0..g.nodes.len())
+        .map(|i| {
+            kinds[i].is_some() && {
+                let (dw, bnd, work) = stats[&find(&mut parent.clone(), i)];
+                dw && bnd * BOUNDARY_SHARE <= work
+            }
+        })
+        .collect();
+    if !accepted.contains(&true) {
+        return 0;
+    }
+    rewrite(g, &kinds, &accepted, &consumers)
+}
+
+/// `[N, C, H, W]` -> `[N, H, W, C]`.
+fn nhwc(s: &[usize]) -> Vec<usize> {
+    vec![s[0], s[2], s[3], s[1]]
+}
+
+/// Builds the new node list with the accepted convs channels-last.
+fn rewrite(
+    g: &mut Graph,
+    kinds: &[Option<Kind>],
+    accepted: &[bool],
+    consumers: &[Vec<usize>],
+) -> usize {
+    let gap: Vec<bool> = g
+        .nodes
+        .iter()
+        .map(|n| matches!(n.op, Op::GlobalAveragePool))
+        .collect();
+    let old = std::mem::take(&mut g.nodes);
+    let mut nodes = Vec::with_capacity(old.len() + 8);
+    // Planar value -> its channels-last twin.
+    let mut twin: HashMap<ValueId, ValueId> = HashMap::new();
+    let mut converted = 0;
+    let new_value = |g: &mut Graph, base: &str, shape: Vec<usize>| {
+        let name = g.fresh_name(base);
+        g.add_value(Value {
+            name,
+            dtype: DType::F32,
+            shape: Some(shape),
+            declared: None,
+            konst: None,
+        })
+    };
+    let to_nhwc =
+        |g: &mut Graph, nodes: &mut Vec<Node>, twin: &mut HashMap<ValueId, ValueId>, v| {
+            if let Some(&t) = twin.get(&v) {
+                return t;
+            }
+            let s = g.shape(v).expect("shaped").to_vec();
+            let base = format!("{}_nhwc", g.values[v].name);
+            let t = new_value(g, &base, nhwc(&s));
+            let name = g.fresh_name(&format!("{}_to_nhwc", g.values[v].name));
+            nodes.push(Node {
+                name: name.clone(),
+                op: Op::Transpose {
+                    perm: Some(vec![0, 2, 3, 1]),
+                },
+                inputs: vec![Some(v)],
+                outputs: vec![t],
+                absorbed: vec![name],
+                placement: None,
+            });
+            twin.insert(v, t);
+            t
+        };
+    for (i, mut n) in old.into_iter().enumerate() {
+        if accepted[i] {
+            converted += 1;
+            let out = n.outputs[0];
+            let os = g.shape(out).expect("shaped").to_vec();
+            let t_out = new_value(g, &format!("{}_nhwc", g.values[out].name), nhwc(&os));
+            let kind = kinds[i].expect("accepted convs have a kind");
+            let Op::Conv { geom, post, .. } = std::mem::replace(&mut n.op, Op::Attention) else {
+                unreachable!("accepted nodes are convs")
+            };
+            let mut inputs = n.inputs.clone();
+            let mut data = vec![0];
+            data.extend(post.iter().filter_map(|p| match p {
+                PostOp::AddInput { input } => Some(*input),
+                _ => None,
+            }));
+            for pos in data {
+                if let Some(v) = inputs[pos] {
+                    inputs[pos] = Some(to_nhwc(g, &mut nodes, &mut twin, v));
+                }
+            }
+            let (op, inputs) = match kind {
+                Kind::Depthwise => (Op::DepthwiseConvNhwc { geom, post }, inputs),
+                Kind::Pointwise => pointwise(g, inputs, post),
+            };
+            nodes.push(Node {
+                op,
+                inputs,
+                outputs: vec![t_out],
+                ..n
+            });
+            twin.insert(out, t_out);
+            // A pool over the value reads its twin (below); other planar consumers and
+            // the graph's outputs need it back.
+            let planar_use =
+                g.outputs.contains(&out) || consumers[out].iter().any(|&c| !accepted[c] && !gap[c]);
+            if planar_use {
+                let name = g.fresh_name(&format!("{}_to_nchw", g.values[out].name));
+                nodes.push(Node {
+                    name: name.clone(),
+                    op: Op::Transpose {
+                        perm: Some(vec![0, 3, 1, 2]),
+                    },
+                    inputs: vec![Some(t_out)],
+                    outputs: vec![out],
+                    absorbed: vec![name],
+                    placement: None,
+                });
+            }
+            continue;
+        }
+        let gap_input = n.inputs.first().copied().flatten();
+        if let (Op::GlobalAveragePool, Some(x)) = (&n.op, gap_input) {
+            if let Some(&t) = twin.get(&x) {
+                let out = n.outputs[0];
+                let os = g.shape(out).expect("shaped").to_vec();
+                let mean = new_value(
+                    g,
+                    &format!("{}_nhwc", g.values[out].name),
+                    vec![os[0], 1, 1, os[1]],
+                );
+                let shape = g.add_const(
+                    g.fresh_name(&format!("{}_shape", n.name)),
+                    Tensor::from_i64(vec![4], os.iter().map(|&d| d as i64).collect()),
+                );
+                nodes.push(Node {
+                    op: Op::Reduce {
+                        op: ReduceOp::Mean,
+                        axes: Some(vec![1, 2]),
+                        keepdims: true,
+                        noop_with_empty_axes: false,
+                    },
+                    inputs: vec![Some(t)],
+                    outputs: vec![mean],
+                    ..n.clone()
+                });
+                let name = g.fresh_name(&format!("{}_as_nchw", n.name));
+                nodes.push(Node {
+                    name: name.clone(),
+                    op: Op::Reshape { allowzero: false },
+                    inputs: vec![Some(mean), Some(shape)],
+                    outputs: vec![out],
+                    absorbed: vec![name],
+                    placement: None,
+                });
+                continue;
+            }
+        }
+        nodes.push(n);
+    }
+    g.nodes = nodes;
+    converted
+}
+
+/// The `MatMul` of a 1x1 conv over channels-last `inputs` (the conv's, data inputs
+/// already twinned): B = W^T `[Cin, Cout]`, the bias a leading unit-scale
+/// `ChannelAffine`, residuals renumbered after A and B.
+fn pointwise(
+    g: &mut Graph,
+    inputs: Vec<Option<ValueId>>,
+    post: Vec<PostOp>,
+) -> (Op, Vec<Option<ValueId>>) {
+    let wv = inputs[1].expect("conv weights");
+    let ws = g.shape(wv).expect("shaped").to_vec();
+    let (co, ci) = (ws[0], ws[1]);
+    let w = g.values[wv].konst.as_ref().expect("constant").to_f32_vec();
+    let mut wt = vec![0.0f32; ci * co];
+    for o in 0..co {
+        for i in 0..ci {
+            wt[i * co + o] = w[o * ci + i];
+        }
+    }
+    let name = g.fresh_name(&format!("{}_wt", g.values[wv].name));
+    let wt = g.add_const(name, Tensor::from_f32(vec![ci, co], wt));
+    let mut new_inputs = vec![inputs[0], Some(wt)];
+    let mut new_post = Vec::with_capacity(post.len() + 1);
+    if let Some(b) = inputs.get(2).copied().flatten() {
+        let shift = g.values[b].konst.as_ref().expect("constant").to_f32_vec();
+        new_post.push(PostOp::ChannelAffine {
+            scale: vec![1.0; co],
+            shift,
+        });
+    }
+    for p in post {
+        new_post.push(match p {
+            PostOp::AddInput { input } => {
+                new_inputs.push(inputs[input]);
+                PostOp::AddInput {
+                    input: new_inputs.len() - 1,
+                }
+            }
+            p => p,
+        });
+    }
+    (Op::MatMul { post: new_post }, new_inputs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compile::testutil::*;
+    use crate::ir::{ConvGeom, UnaryOp};
+
+    fn geom(k: usize, s: usize, p: usize) -> ConvGeom {
+        ConvGeom {
+            kernel: vec![k, k],
+            strides: vec![s, s],
+            dilations: vec![1, 1],
+            pads: vec![p; 4],
+            auto_pad: None,
+        }
+    }
+
+    fn conv(g: ConvGeom, group: usize, post: Vec<PostOp>) -> Op {
+        Op::Conv {
+            geom: g,
+            group,
+            post,
+        }
+    }
+
+    /// An inverted-residual block: planar stem conv, 1x1 expand (+Clip), depthwise
+    /// stride `s` (+Clip), 1x1 project (+ the block's input as residual when stride 1),
+    /// then either a global pool or the block's output as a graph output.
+    fn block(s: usize, pool: bool) -> Graph {
+        let (c, e, h) = (8, 48, 10);
+        let oh = (h + 2 - 3) / s + 1;
+        let clip = PostOp::Unary(UnaryOp::Clip { min: 0.0, max: 6.0 });
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", &[1, 3, h, h]);
+        let w0 = b.konst("w0", &[c, 3, 3, 3], rand_vec(c * 27, 1));
+        let stem = b.node(
+            "stem",
+            conv(geom(3, 1, 1), 1, vec![]),
+            &[x, w0],
+            &[1, c, h, h],
+        );
+        let w1 = b.konst("w1", &[e, c, 1, 1], rand_vec(e * c, 2));
+        let b1 = b.konst("b1", &[e], rand_vec(e, 3));
+        let ex = b.node(
+            "expand",
+            conv(geom(1, 1, 0), 1, vec![clip.clone()]),
+            &[stem, w1, b1],
+            &[1, e, h, h],
+        );
+        let w2 = b.konst("w2", &[e, 1, 3, 3], rand_vec(e * 9, 4));
+        let b2 = b.konst("b2", &[e], rand_vec(e, 5));
+        let dw = b.node(
+            "dw",
+            conv(geom(3, s, 1), e, vec![clip]),
+            &[ex, w2, b2],
+            &[1, e, oh, oh],
+        );
+        let w3 = b.konst("w3", &[c, e, 1, 1], rand_vec(c * e, 6));
+        let b3 = b.konst("b3", &[c], rand_vec(c, 7));
+        let out = if s == 1 {
+            b.node_opt(
+                "project",
+                conv(geom(1, 1, 0), 1, vec![PostOp::AddInput { input: 3 }]),
+                &[Some(dw), Some(w3), Some(b3), Some(stem)],
+                &[1, c, oh, oh],
+            )
+        } else {
+            b.node(
+                "project",
+                conv(geom(1, 1, 0), 1, vec![]),
+                &[dw, w3, b3],
+                &[1, c, oh, oh],
+            )
+        };
+        if pool {
+            let p = b.node("pool", Op::GlobalAveragePool, &[out], &[1, c, 1, 1]);
+            b.finish(&[p])
+        } else {
+            b.finish(&[out])
+        }
+    }
+
+    fn ops(g: &Graph) -> Vec<&'static str> {
+        g.nodes.iter().map(|n| n.op.name()).collect()
+    }
+
+    #[test]
+    fn inverted_residual_blocks_run_channels_last_with_the_same_outputs() {
+        for (s, pool) in [(1, true), (2, true), (1, false), (2, false)] {
+            let g0 = block(s, pool);
+            let x = rand_vec(3 * 10 * 10, 9);
+            let want = run_graph(&g0, std::slice::from_ref(&x));
+            let mut g = g0.clone();
+            assert_eq!(channels_last(&mut g), 3, "stride {s} pool {pool}");
+            let names = ops(&g);
+            // The stem's output enters once; a pooled region leaves through the mean
+            // and a view, an output region through one transpose back.
+            let transposes = names.iter().filter(|&&n| n == "Transpose").count();
+            assert_eq!(transposes, if pool { 1 } else { 2 }, "{names:?}");
+            assert_eq!(names.iter().filter(|&&n| n == "MatMul").count(), 2);
+            assert!(names.contains(&"DepthwiseConvNhwc"), "{names:?}");
+            assert_eq!(names.contains(&"ReduceMean"), pool, "{names:?}");
+            assert_eq!(g.outputs, g0.outputs, "outputs keep their values");
+            let got = run_graph(&g, &[x]);
+            assert_close(&got, &want, 1e-5);
+        }
+    }
+
+    #[test]
+    fn a_region_whose_boundary_outweighs_its_work_stays_planar() {
+        // One depthwise conv between planar convs: its input and output would both be
+        // transposed, as many elements as it produces.
+        let clip = PostOp::Unary(UnaryOp::Clip { min: 0.0, max: 6.0 });
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", &[1, 4, 8, 8]);
+        let w0 = b.konst("w0", &[16, 4, 3, 3], rand_vec(16 * 36, 1));
+        let a = b.node(
+            "a",
+            conv(geom(3, 1, 1), 1, vec![]),
+            &[x, w0],
+            &[1, 16, 8, 8],
+        );
+        let w1 = b.konst("w1", &[16, 1, 3, 3], rand_vec(16 * 9, 2));
+        let d = b.node(
+            "dw",
+            conv(geom(3, 1, 1), 16, vec![clip]),
+            &[a, w1],
+            &[1, 16, 8, 8],
+        );
+        let w2 = b.konst("w2", &[4, 16, 3, 3], rand_vec(4 * 144, 3));
+        let o = b.node("c", conv(geom(3, 1, 1), 1, vec![]), &[d, w2], &[1, 4, 8, 8]);
+        let mut g = b.finish(&[o]);
+        assert_eq!(channels_last(&mut g), 0);
+        assert_eq!(ops(&g), ["Conv", "Conv", "Conv"]);
+    }
+
+    #[test]
+    fn a_region_without_a_depthwise_conv_stays_planar() {
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", &[1, 8, 6, 6]);
+        let w0 = b.konst("w0", &[8, 8, 1, 1], rand_vec(64, 1));
+        let a = b.node("a", conv(geom(1, 1, 0), 1, vec![]), &[x, w0], &[1, 8, 6, 6]);
+        let w1 = b.konst("w1", &[8, 8, 1, 1], rand_vec(64, 2));
+        let o = b.node("b", conv(geom(1, 1, 0), 1, vec![]), &[a, w1], &[1, 8, 6, 6]);
+        let mut g = b.finish(&[o]);
+        assert_eq!(channels_last(&mut g), 0);
+    }
+}
