@@ -1,7 +1,8 @@
 //! AVX2+FMA depthwise conv over channels-last images (table entry `depthwise_nhwc` of the
 //! AVX2 and AVX-512 tables; see `kernels::body::dw_nhwc`). Per output row and 8-channel
 //! vector, the columns whose taps all lie inside the row run 8 pixels at a time (eight
-//! independent FMA chains, one tap vector load per eight FMAs), border columns one pixel
+//! independent FMA chains, one tap vector load per eight FMAs; at stride 1 with 3 or 5
+//! taps a row, 6 or 5 pixels whose row inputs are loaded once), border columns one pixel
 //! at a time with their taps checked; the channels past the last full vector go
 //! through `body::dw_nhwc::pixel_fused`, whose `mul_add` lanes give the same bits as the
 //! vector lanes.
@@ -88,6 +89,26 @@ unsafe fn run(
                 }
             }
             let mut ox = lo;
+            // 3 or 5 taps wide, stride 1 or 2: row inputs reused from registers, a few
+            // pixels at a time (inputs, accumulators and a tap in 16 registers).
+            let form = if s.dw == 1 { (s.kw, s.sw) } else { (0, 0) };
+            let per = match form {
+                (3, 1) => 6,
+                (5, 1) => 5,
+                (3, 2) => 4,
+                _ => 0,
+            };
+            while per > 0 && ox + per <= hi {
+                for v in (0..full).step_by(V) {
+                    let g = at(ox, v);
+                    match form {
+                        (3, 1) => g.row_reuse::<6, 8, 3, 1>(bv(v), act),
+                        (5, 1) => g.row_reuse::<5, 9, 5, 1>(bv(v), act),
+                        _ => g.row_reuse::<4, 9, 3, 2>(bv(v), act),
+                    }
+                }
+                ox += per;
+            }
             while ox < hi {
                 let n = PIXELS.min(hi - ox);
                 for v in (0..full).step_by(V) {
@@ -130,6 +151,44 @@ struct Group<'a> {
 }
 
 impl Group<'_> {
+    /// Pixels `ox..ox + N` of a stride-1, undilated conv `K` taps wide: per tap row,
+    /// the `M = N + K - 1` input vectors the pixels read are loaded once and each feeds
+    /// its taps from a register (the loads, not the FMAs, bound [`Group::pixels`] at
+    /// stride 1). Same sums in the same order as [`Group::pixels`].
+    ///
+    /// # Safety
+    /// As [`Group::pixels`], and `s.sw == s.dw == 1`, `s.kw == K`.
+    #[inline(always)]
+    unsafe fn row_reuse<const N: usize, const M: usize, const K: usize, const S: usize>(
+        &self,
+        bias: __m256,
+        act: Act,
+    ) {
+        debug_assert!(M == S * (N - 1) + K && self.s.sw == S && self.s.dw == 1 && self.s.kw == K);
+        let s = self.s;
+        let c = s.c_in;
+        // SAFETY: the pixels' taps, columns ox - pw .. ox - pw + M, lie inside the row
+        // (the contract); the channel vector inside each pixel.
+        unsafe {
+            let mut acc = [bias; N];
+            for ky in self.rows.0..self.rows.1 {
+                let iy = self.oy * s.sh + ky * s.dh - s.ph;
+                let col = self.xb.add((iy * s.w + self.ox * S - s.pw) * c);
+                let x: [__m256; M] = std::array::from_fn(|q| _mm256_loadu_ps(col.add(q * c)));
+                for kx in 0..K {
+                    let wv = _mm256_loadu_ps(self.taps.add((ky * K + kx) * c));
+                    for (q, a) in acc.iter_mut().enumerate() {
+                        *a = _mm256_fmadd_ps(wv, x[q * S + kx], *a);
+                    }
+                }
+            }
+            act.apply8(&mut acc);
+            for (q, a) in acc.iter().enumerate() {
+                _mm256_storeu_ps(self.out.add(q * c), *a);
+            }
+        }
+    }
+
     /// Pixel `ox` alone, its taps inside the row only: bias, those taps one FMA each in
     /// `(ky, kx)` order, then the activation.
     ///
