@@ -15,7 +15,7 @@
 //! the elements its convs produce is rewritten:
 //! - a 1x1 conv becomes `MatMul(x, W^T)` over the channels-last input (its bias a
 //!   leading `ChannelAffine` of unit scale, its post-ops kept: channels are MatMul's
-//!   last dim), a depthwise conv `DepthwiseConvNhwc`;
+//!   last dim), a depthwise conv `ConvNhwc`;
 //! - a `Transpose` to channels-last enters each boundary input once, a `Transpose`
 //!   back produces each value a planar consumer (or the graph's output) reads, under
 //!   its original id;
@@ -70,11 +70,14 @@ fn kind_of(g: &Graph, n: &Node) -> Option<Kind> {
     {
         return Some(Kind::Pointwise);
     }
-    let reach_ok = (0..2).all(|i| geom.pads[i] < geom.kernel[i] * geom.dilations[i]);
-    if *group == c && w[0] == c && w[1] == 1 && geom.kernel.len() == 2 && reach_ok {
-        return Some(Kind::Depthwise);
+    if geom.kernel.len() != 2 || geom.pads.len() != 4 || geom.dilations.len() != 2 {
+        return None;
     }
-    None
+    if (0..2).any(|i| geom.pads[i] >= geom.kernel[i] * geom.dilations[i]) {
+        // A leading pad past the kernel's reach (outputs without taps).
+        return None;
+    }
+    (*group == c && w[0] == c && w[1] == 1).then_some(Kind::Depthwise)
 }
 
 /// The data inputs of a conv (its input and its residuals), by input position.
@@ -236,7 +239,7 @@ fn rewrite(
             let os = g.shape(out).expect("shaped").to_vec();
             let t_out = new_value(g, &format!("{}_nhwc", g.values[out].name), nhwc(&os));
             let kind = kinds[i].expect("accepted convs have a kind");
-            let Op::Conv { geom, post, .. } = std::mem::replace(&mut n.op, Op::Attention) else {
+            let Op::Conv { geom, group, post } = std::mem::replace(&mut n.op, Op::Attention) else {
                 unreachable!("accepted nodes are convs")
             };
             let mut inputs = n.inputs.clone();
@@ -251,7 +254,7 @@ fn rewrite(
                 }
             }
             let (op, inputs) = match kind {
-                Kind::Depthwise => (Op::DepthwiseConvNhwc { geom, post }, inputs),
+                Kind::Depthwise => (Op::ConvNhwc { geom, group, post }, inputs),
                 Kind::Pointwise => pointwise(g, inputs, post),
             };
             nodes.push(Node {
@@ -465,7 +468,7 @@ mod tests {
             let transposes = names.iter().filter(|&&n| n == "Transpose").count();
             assert_eq!(transposes, if pool { 1 } else { 2 }, "{names:?}");
             assert_eq!(names.iter().filter(|&&n| n == "MatMul").count(), 2);
-            assert!(names.contains(&"DepthwiseConvNhwc"), "{names:?}");
+            assert!(names.contains(&"ConvNhwc"), "{names:?}");
             assert_eq!(names.contains(&"ReduceMean"), pool, "{names:?}");
             assert_eq!(g.outputs, g0.outputs, "outputs keep their values");
             let got = run_graph(&g, &[x]);

@@ -207,11 +207,14 @@ pub enum Op {
         group: usize,
         post: Vec<PostOp>,
     },
-    /// Depthwise 2-D conv over channels-last images, placed by the compiler's layout pass
-    /// (`compile::layout`). inputs: X `[N, H, W, C]`, W `[C, 1, KH, KW]`, [B `[C]`], then
-    /// residuals referenced by `post`, channels-last like the output `[N, OH, OW, C]`.
-    DepthwiseConvNhwc {
+    /// 2-D conv over channels-last images, placed by the compiler's layout pass
+    /// (`compile::layout`) for depthwise convs (`group` = channels; the only grouping
+    /// the planner takes). inputs: X `[N, H, W, Cin]`, W `[Cout, Cin / group, KH, KW]`,
+    /// [B `[Cout]`], then residuals referenced by `post`, channels-last like the output
+    /// `[N, OH, OW, Cout]`.
+    ConvNhwc {
         geom: ConvGeom,
+        group: usize,
         post: Vec<PostOp>,
     },
     /// inputs: X, W, [B], then residuals referenced by `post`.
@@ -539,7 +542,7 @@ impl Op {
         match self {
             Op::Conv { .. } => "Conv",
             Op::ConvTranspose { .. } => "ConvTranspose",
-            Op::DepthwiseConvNhwc { .. } => "DepthwiseConvNhwc",
+            Op::ConvNhwc { .. } => "ConvNhwc",
             Op::Gemm { .. } => "Gemm",
             Op::MatMul { .. } => "MatMul",
             Op::Attention => "Attention",
@@ -612,7 +615,7 @@ impl Op {
         match self {
             Op::Conv { post, .. }
             | Op::ConvTranspose { post, .. }
-            | Op::DepthwiseConvNhwc { post, .. }
+            | Op::ConvNhwc { post, .. }
             | Op::Gemm { post, .. }
             | Op::MatMul { post } => Some(post),
             _ => None,
@@ -624,7 +627,7 @@ impl Op {
         match self {
             Op::Conv { post, .. }
             | Op::ConvTranspose { post, .. }
-            | Op::DepthwiseConvNhwc { post, .. }
+            | Op::ConvNhwc { post, .. }
             | Op::Gemm { post, .. }
             | Op::MatMul { post } => Some(post),
             _ => None,

@@ -1,4 +1,5 @@
-//! Channels-last depthwise conv (`DepthwiseConvNhwc`, placed by `compile::layout`):
+//! Channels-last depthwise conv (`ConvNhwc` with a group per channel, placed by
+//! `compile::layout`):
 //! planning (geometry checked, taps packed tap-major, fused post-ops resolved, intra-op
 //! chunks cut) and running by output rows: tiles and intra-op chunks are ranges of the
 //! `N * OH` output rows, each computed by the same kernel as the whole (bit-identical).
@@ -31,11 +32,12 @@ pub(crate) struct DwNhwcKernel {
     par: Vec<(usize, usize)>,
 }
 
-/// Plans a `DepthwiseConvNhwc`: X `[N, H, W, C]`, W `[C, 1, KH, KW]` constant, [B `[C]`
-/// constant], output `[N, OH, OW, C]`.
+/// Plans a depthwise `ConvNhwc` (`group` = channels): X `[N, H, W, C]`, W `[C, 1, KH,
+/// KW]` constant, [B `[C]` constant], output `[N, OH, OW, C]`.
 pub(crate) fn plan_depthwise_nhwc(
     c: &Ctx<'_>,
     geom: &ir::ConvGeom,
+    group: usize,
     post: &[PostOp],
 ) -> Result<Planned> {
     let n = c.n;
@@ -48,6 +50,12 @@ pub(crate) fn plan_depthwise_nhwc(
             format!("input {xs:?} / output {os:?} are not 4-D"),
         ));
     };
+    if group != ch {
+        return Err(unsup(
+            n,
+            format!("channels-last conv of {group} groups of {ch} channels"),
+        ));
+    }
     if (onb, och) != (nb, ch) {
         return Err(shape_err(
             n,
@@ -57,7 +65,7 @@ pub(crate) fn plan_depthwise_nhwc(
     let ge = geom2(n, geom, 2, &[])?;
     let s = ge.conv_shape(nb, [ch, h, w], [ch, oh, ow], ch);
     let khw = s.kh * s.kw;
-    let wt = c.const_f32(1, "DepthwiseConvNhwc weights")?;
+    let wt = c.const_f32(1, "ConvNhwc weights")?;
     if wt.len() != ch * khw {
         return Err(shape_err(
             n,
@@ -66,7 +74,7 @@ pub(crate) fn plan_depthwise_nhwc(
     }
     let bias = match n.inputs.get(2).copied().flatten() {
         Some(_) => {
-            let b = c.const_f32(2, "DepthwiseConvNhwc bias")?;
+            let b = c.const_f32(2, "ConvNhwc bias")?;
             if b.len() != ch {
                 return Err(shape_err(
                     n,
@@ -149,5 +157,40 @@ impl FamilyKernel for DwNhwcKernel {
             self.rows(isa, x, &mut y[lo * row..hi * row], (lo, hi), &epi);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::compile::testutil::*;
+    use crate::exec::{ModelPlan, PlanOptions};
+    use crate::ir::{ConvGeom, Op};
+    use std::sync::Arc;
+
+    fn conv_nhwc(group: usize, wshape: &[usize]) -> crate::error::Result<ModelPlan> {
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", &[1, 5, 5, 4]);
+        let n: usize = wshape.iter().product();
+        let w = b.konst("w", wshape, rand_vec(n, 1));
+        let op = Op::ConvNhwc {
+            geom: ConvGeom {
+                kernel: vec![3, 3],
+                strides: vec![1, 1],
+                dilations: vec![1, 1],
+                pads: vec![1; 4],
+                auto_pad: None,
+            },
+            group,
+            post: vec![],
+        };
+        let y = b.node("c", op, &[x, w], &[1, 5, 5, wshape[0]]);
+        ModelPlan::new(Arc::new(b.finish(&[y])), &PlanOptions::default())
+    }
+
+    #[test]
+    fn only_depthwise_channels_last_convs_are_planned() {
+        assert!(conv_nhwc(4, &[4, 1, 3, 3]).is_ok());
+        let e = conv_nhwc(1, &[4, 4, 3, 3]).expect_err("dense channels-last conv");
+        assert!(e.to_string().contains("1 groups of 4 channels"), "{e}");
     }
 }

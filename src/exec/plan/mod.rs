@@ -369,7 +369,7 @@ pub(crate) fn packed_of(k: &Kernel) -> Option<Vec<&[f32]>> {
 fn plan_kernel(c: &Ctx<'_>, pre: Option<&WeightBuf>) -> Result<Planned> {
     match &c.n.op {
         Op::Conv { geom, group, post } => conv::plan_conv(c, geom, *group, post, pre),
-        Op::DepthwiseConvNhwc { geom, post } => dw_nhwc::plan_depthwise_nhwc(c, geom, post),
+        Op::ConvNhwc { geom, group, post } => dw_nhwc::plan_depthwise_nhwc(c, geom, *group, post),
         Op::ConvTranspose {
             geom, group, post, ..
         } => conv::plan_deconv(c, geom, *group, post),

@@ -1,4 +1,4 @@
-//! Records of the conv family: Conv, DepthwiseConvNhwc, ConvTranspose.
+//! Records of the conv family: Conv, ConvNhwc, ConvTranspose.
 
 use super::{AttrsIn, AttrsOut};
 use crate::ir::Op;
@@ -11,10 +11,11 @@ pub(super) fn encode(op: &Op, a: &mut AttrsOut) -> Option<&'static str> {
             a.post("post", post);
             "Conv"
         }
-        Op::DepthwiseConvNhwc { geom, post } => {
+        Op::ConvNhwc { geom, group, post } => {
             a.geom(geom);
+            a.usize("group", *group);
             a.post("post", post);
-            "DepthwiseConvNhwc"
+            "ConvNhwc"
         }
         Op::ConvTranspose {
             geom,
@@ -46,8 +47,9 @@ pub(super) fn decode(name: &str, a: &AttrsIn) -> Option<Result<Op, String>> {
                 group: a.usize("group")?,
                 post: a.post("post")?,
             },
-            "DepthwiseConvNhwc" => Op::DepthwiseConvNhwc {
+            "ConvNhwc" => Op::ConvNhwc {
                 geom: a.geom()?,
+                group: a.usize("group")?,
                 post: a.post("post")?,
             },
             _ => Op::ConvTranspose {
@@ -62,5 +64,5 @@ pub(super) fn decode(name: &str, a: &AttrsIn) -> Option<Result<Op, String>> {
             },
         })
     };
-    matches!(name, "Conv" | "DepthwiseConvNhwc" | "ConvTranspose").then(f)
+    matches!(name, "Conv" | "ConvNhwc" | "ConvTranspose").then(f)
 }

@@ -55,7 +55,7 @@ pub(super) fn encode_op(op: &Op) -> Result<(String, Vec<AttrRecord>), String> {
     // Exhaustive on purpose: the registration point for encoding.
     #[allow(unreachable_patterns)]
     let name = match op {
-        Op::Conv { .. } | Op::DepthwiseConvNhwc { .. } | Op::ConvTranspose { .. } => {
+        Op::Conv { .. } | Op::ConvNhwc { .. } | Op::ConvTranspose { .. } => {
             conv::encode(op, &mut a)
         }
         Op::Gemm { .. } | Op::MatMul { .. } | Op::Attention => gemm::encode(op, &mut a),

@@ -30,8 +30,9 @@ fn every_op() -> Vec<Op> {
             group: 2,
             post: post.clone(),
         },
-        Op::DepthwiseConvNhwc {
+        Op::ConvNhwc {
             geom: geom(),
+            group: 2,
             post: post.clone(),
         },
         Op::ConvTranspose {

@@ -19,10 +19,11 @@ impl Cx<'_> {
         one(DType::F32, s)
     }
 
-    /// A channels-last depthwise conv: X `[N, H, W, C]`, W `[C, 1, KH, KW]`.
-    pub(super) fn depthwise_nhwc_node(
+    /// A channels-last conv: X `[N, H, W, Cin]`, W `[Cout, Cin / group, KH, KW]`.
+    pub(super) fn conv_nhwc_node(
         &self,
         geom: &ConvGeom,
+        group: usize,
         post: &[PostOp],
     ) -> Result<Vec<TypedShape>> {
         let x = self.shape(0)?;
@@ -30,21 +31,27 @@ impl Cx<'_> {
         if x.len() != 4 || geom.kernel.len() != 2 {
             return Err(self.err(format!("input {x:?} is not [N, H, W, C] with a 2-D kernel")));
         }
-        let c = x[3];
-        if w.len() != 4 || w[0] != c || w[1] != 1 || w[2..] != geom.kernel[..] {
+        let ci = x[3];
+        if w.len() != 4 || w[2..] != geom.kernel[..] {
             return Err(self.err(format!(
-                "weights {w:?} are not [{c}, 1] + kernel {:?}",
+                "weights {w:?} do not match kernel {:?}",
                 geom.kernel
             )));
         }
+        if group == 0 || w[0] % group != 0 || Some(ci) != w[1].checked_mul(group) {
+            return Err(self.err(format!(
+                "input channels {ci} do not match weights {w:?} with group {group}"
+            )));
+        }
+        let co = w[0];
         if let Some((_, b)) = self.opt(2)? {
-            if b != [c] {
-                return Err(self.err(format!("bias {b:?} does not match {c} channels")));
+            if b != [co] {
+                return Err(self.err(format!("bias {b:?} does not match {co} channels")));
             }
         }
-        let sp = self.window(geom, false, &[x[0], c, x[1], x[2]])?;
-        let out = vec![x[0], sp[0], sp[1], c];
-        self.check_post(post, &out, c)?;
+        let sp = self.window(geom, false, &[x[0], ci, x[1], x[2]])?;
+        let out = vec![x[0], sp[0], sp[1], co];
+        self.check_post(post, &out, co)?;
         one(DType::F32, out)
     }
 

@@ -302,7 +302,7 @@ impl<'a> Cx<'a> {
     fn infer(&self) -> Result<Vec<TypedShape>> {
         match self.op {
             Op::Conv { geom, group, post } => self.conv_node(geom, group, post),
-            Op::DepthwiseConvNhwc { geom, post } => self.depthwise_nhwc_node(geom, post),
+            Op::ConvNhwc { geom, group, post } => self.conv_nhwc_node(geom, *group, post),
             Op::ConvTranspose {
                 geom,
                 group,
