@@ -493,6 +493,12 @@ pub fn gemm_with(
                                 }
                                 return 1;
                             }
+                            if let (true, Panel::Packed(bp)) = (mr == MR && nr <= HALF, panel) {
+                                // A narrow last strip: its half tile from A in place.
+                                (t.mm_half_strided)(kc, &a[i * lda + k0..], lda, bp, &mut tile);
+                                put_tile_block(&tile, (mr, nr), &mut c[i * ldc + j..], ldc, first);
+                                return 1;
+                            }
                             let rows = &a[i * lda..];
                             let (panel_a, _) = edge_a.split_at_mut(kc * MR);
                             pack_a(&rows[k0..], lda, 1, mr, kc, 1.0, panel_a);
@@ -538,17 +544,7 @@ pub fn gemm_with(
                             // whole or went to `mm_part_rows` above.
                             Panel::Rows(_) => unreachable!("ragged tile on a rows panel"),
                         }
-                        for r in 0..mr {
-                            let dst = &mut c[(i + r) * ldc + j..(i + r) * ldc + j + nr];
-                            let src = &tile[r * NR..r * NR + nr];
-                            if first {
-                                dst.copy_from_slice(src);
-                            } else {
-                                for (d, s) in dst.iter_mut().zip(src) {
-                                    *d += *s;
-                                }
-                            }
-                        }
+                        put_tile_block(&tile, (mr, nr), &mut c[i * ldc + j..], ldc, first);
                     }
                     1
                 };
@@ -626,6 +622,23 @@ pub fn gemm_with(
             k0 += kc;
         }
         jc = jc_end;
+    }
+}
+
+/// Rows `0..mr`, columns `0..nr` of an MR x NR `tile` into `c` (stride `ldc`): copied
+/// on the first K block, added on the others.
+#[inline]
+fn put_tile_block(tile: &[f32], (mr, nr): (usize, usize), c: &mut [f32], ldc: usize, first: bool) {
+    for r in 0..mr {
+        let dst = &mut c[r * ldc..r * ldc + nr];
+        let src = &tile[r * NR..r * NR + nr];
+        if first {
+            dst.copy_from_slice(src);
+        } else {
+            for (d, s) in dst.iter_mut().zip(src) {
+                *d += *s;
+            }
+        }
     }
 }
 
@@ -742,6 +755,10 @@ mod tests {
             (t.mm_half)(kc, &a, &b, &mut h);
             out.extend_from_slice(&h);
             assert!(h[HALF..NR].iter().all(|&v| v == 7.0), "right half kept");
+            let mut hs = vec![7.0f32; MR * NR];
+            (t.mm_half_strided)(kc, &a_rows, lda, &b, &mut hs);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&hs), bits(&h), "{}: A in place, the packed half's bits", t.name);
         }
         let (bias, scale, shift, res) = (
             rand_vec(12, 9),

@@ -293,6 +293,10 @@ pub struct KernelTable {
     /// The left [`HALF`] columns of a micro-tile into an MR x NR tile `c` (a ragged last
     /// panel); the right half of `c` is left as is.
     pub mm_half: fn(kc: usize, a: &[f32], b: &[f32], c: &mut [f32]),
+    /// `mm_half` with A's `MR` rows read in place (row `r` at `a[r * lda..]`): the
+    /// narrow last strip of a GEMM whose A is not packed (channels-last 1x1 convs of 24
+    /// outputs), the same sums as `mm_half`.
+    pub mm_half_strided: fn(kc: usize, a: &[f32], lda: usize, b: &[f32], c: &mut [f32]),
     /// Rows `0..rows` (`1..MR`) of a full-width micro-tile (a ragged last A panel)
     /// straight into `c` (stride `ldc`), or `c +=` when `acc`: each element summed in
     /// the order of `mm_tile`, so the bits are the tile's, at the cost of its rows.

@@ -14,6 +14,7 @@ pub(crate) static TABLE: KernelTable = KernelTable {
     mm_tile_rows,
     mm_row,
     mm_half,
+    mm_half_strided,
     mm_cols,
     mm_part,
     mm_part_rows,
@@ -119,6 +120,28 @@ pub(super) fn mm_half(kc: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
             for (d, y) in row.iter_mut().zip(bv) {
                 // Fused, like the full micro-kernel: a tile gives the same bits whichever
                 // kernel computes it.
+                *d = x.mul_add(*y, *d);
+            }
+        }
+    }
+    for (r, row) in acc.iter().enumerate() {
+        c[r * NR..r * NR + HALF].copy_from_slice(row);
+    }
+}
+
+/// `KernelTable::mm_half_strided` in plain Rust: [`mm_half`] with A's rows read in place
+/// (row `r` at `a[r * lda..]`), the same sums in the same order. Inlined into the SIMD
+/// tables' `#[target_feature]` wrappers (there `mul_add` is one FMA instruction).
+#[inline(always)]
+pub(super) fn mm_half_strided(kc: usize, a: &[f32], lda: usize, b: &[f32], c: &mut [f32]) {
+    assert!(a.len() >= (MR - 1) * lda + kc && b.len() >= kc * NR && c.len() >= MR * NR);
+    let rows: [&[f32]; MR] = std::array::from_fn(|r| &a[r * lda..r * lda + kc]);
+    let mut acc = [[0.0f32; HALF]; MR];
+    for (p, bv) in b.chunks_exact(NR).take(kc).enumerate() {
+        let bv: &[f32; HALF] = bv[..HALF].try_into().expect("HALF floats");
+        for (row, a_row) in acc.iter_mut().zip(&rows) {
+            let x = a_row[p];
+            for (d, y) in row.iter_mut().zip(bv) {
                 *d = x.mul_add(*y, *d);
             }
         }

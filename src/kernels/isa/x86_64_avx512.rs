@@ -39,6 +39,7 @@ static TABLE: KernelTable = KernelTable {
     mm_tile_rows,
     mm_row,
     mm_half,
+    mm_half_strided,
     mm_cols: super::x86_64_fma::mm_cols,
     mm_part: super::x86_64_fma::mm_part,
     mm_part_rows: super::x86_64_fma::mm_part_rows,
@@ -92,6 +93,7 @@ feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", binary_f32, body::
 feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", depthwise_plane, body::depthwise::depthwise_plane, (s: &ConvShape, w: &[f32], plane: &[f32], out: &mut [f32], scratch: &mut [f32]));
 feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", avg_pool_plane, body::pool::avg_pool_plane, (s: &PoolShape, count_include_pad: bool, x: &[f32], y: &mut [f32]));
 feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", mm_half, portable::mm_half, (kc: usize, a: &[f32], b: &[f32], c: &mut [f32]));
+feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", mm_half_strided, portable::mm_half_strided, (kc: usize, a: &[f32], lda: usize, b: &[f32], c: &mut [f32]));
 feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", mm_row, portable::mm_row, (kc: usize, a: &[f32], b: &[f32], c: &mut [f32]));
 feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", tanh, body::rnn::tanh, (x: &mut [f32]));
 feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", layer_norm_row, body::norm::layer_norm_row, (x: &[f32], y: &mut [f32], scale: &[f32], bias: &[f32], eps: f32));

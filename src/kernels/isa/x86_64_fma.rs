@@ -28,6 +28,7 @@ static TABLE: KernelTable = KernelTable {
     mm_tile_rows,
     mm_row,
     mm_half,
+    mm_half_strided,
     mm_cols,
     mm_part,
     mm_part_rows,
@@ -433,6 +434,7 @@ unsafe fn cols_step<const P: usize, const T: usize, const MASKED: bool>(
 }
 
 feature_build!("avx2,fma", mm_half, portable::mm_half, (kc: usize, a: &[f32], b: &[f32], c: &mut [f32]));
+feature_build!("avx2,fma", mm_half_strided, portable::mm_half_strided, (kc: usize, a: &[f32], lda: usize, b: &[f32], c: &mut [f32]));
 feature_build!("avx2,fma", mm_row, portable::mm_row, (kc: usize, a: &[f32], b: &[f32], c: &mut [f32]));
 feature_build!("avx2,fma", tanh, body::rnn::tanh, (x: &mut [f32]));
 feature_build!("avx2,fma", layer_norm_row, body::norm::layer_norm_row, (x: &[f32], y: &mut [f32], scale: &[f32], bias: &[f32], eps: f32));
