@@ -397,7 +397,11 @@ mod tests {
     /// stride `s` (+Clip), 1x1 project (+ the block's input as residual when stride 1),
     /// then either a global pool or the block's output as a graph output.
     fn block(s: usize, pool: bool) -> Graph {
-        let (c, e, h) = (8, 48, 10);
+        block_sized(s, pool, (8, 48, 10))
+    }
+
+    /// [`block`] with `c` block channels, `e` expanded channels, `h` x `h` planes.
+    fn block_sized(s: usize, pool: bool, (c, e, h): (usize, usize, usize)) -> Graph {
         let oh = (h + 2 - 3) / s + 1;
         let clip = PostOp::Unary(UnaryOp::Clip { min: 0.0, max: 6.0 });
         let mut b = GraphBuilder::new();
@@ -473,6 +477,36 @@ mod tests {
             assert_eq!(g.outputs, g0.outputs, "outputs keep their values");
             let got = run_graph(&g, &[x]);
             assert_close(&got, &want, 1e-5);
+        }
+    }
+
+    #[test]
+    fn channels_last_blocks_on_intra_op_threads_give_one_threads_bits() {
+        use crate::exec::{ModelPlan, PlanOptions};
+        // Big enough for intra-op chunks (estimated from the MACs, so whatever the
+        // host): 56x56 planes (MatMul rows, depthwise rows), and 7x7 planes with more
+        // columns than rows (MatMul rows all the same).
+        for (dims, pool) in [((16, 96, 56), false), ((160, 320, 7), true)] {
+            let mut g = block_sized(1, pool, dims);
+            assert_eq!(channels_last(&mut g), 3);
+            let g = std::sync::Arc::new(g);
+            let x = rand_vec(3 * dims.2 * dims.2, 3);
+            let mut outs = Vec::new();
+            for threads in [1, 2, 3] {
+                let opts = PlanOptions {
+                    intra_op_threads: threads,
+                    ..Default::default()
+                };
+                let plan = ModelPlan::new(g.clone(), &opts).expect("plan");
+                let mut st = plan.new_state();
+                plan.set_input(&mut st, 0, bytemuck::cast_slice(&x))
+                    .unwrap();
+                plan.run_all(&mut st).unwrap();
+                let mut out = vec![0u8; plan.output_len(0)];
+                plan.read_output(&st, 0, &mut out).unwrap();
+                outs.push(out);
+            }
+            assert!(outs[1] == outs[0] && outs[2] == outs[0], "{dims:?}");
         }
     }
 

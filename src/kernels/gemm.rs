@@ -758,7 +758,12 @@ mod tests {
             let mut hs = vec![7.0f32; MR * NR];
             (t.mm_half_strided)(kc, &a_rows, lda, &b, &mut hs);
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&hs), bits(&h), "{}: A in place, the packed half's bits", t.name);
+            assert_eq!(
+                bits(&hs),
+                bits(&h),
+                "{}: A in place, the packed half's bits",
+                t.name
+            );
         }
         let (bias, scale, shift, res) = (
             rand_vec(12, 9),

@@ -138,7 +138,10 @@ impl GemmPlan {
             return Vec::new();
         }
         let compute = self.m * self.n * self.k / pool::DENSE_MACS_PER_US;
-        if self.by_rows() {
+        // Rows also for wide products of a few panels a thread (channels-last 1x1 convs
+        // on 7x7 / 14x14 planes: 49 or 196 rows, 160-1280 columns): each chunk reads the
+        // whole packed B, and C's rows are contiguous blocks.
+        if self.by_rows() || self.m >= 2 * gemm::MR * threads {
             return pool::chunk_ranges(self.m, gemm::MR, compute, threads)
                 .into_iter()
                 .map(|(lo, hi)| GemmChunk { lo, hi, b: None })
