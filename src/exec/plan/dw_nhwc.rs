@@ -63,6 +63,17 @@ pub(crate) fn plan_depthwise_nhwc(
         ));
     }
     let ge = geom2(n, geom, 2, &[])?;
+    // The output plane the window gives (a file's shapes are not trusted).
+    let out_dim = |len: usize, i: usize| {
+        let (k, pads) = ((ge.k[i] - 1) * ge.d[i] + 1, ge.p[i] + ge.p[i + 2]);
+        (len + pads).checked_sub(k).map(|v| v / ge.s[i] + 1)
+    };
+    if out_dim(h, 0) != Some(oh) || out_dim(w, 1) != Some(ow) {
+        return Err(shape_err(
+            n,
+            format!("output {os:?} is not the window of input {xs:?}"),
+        ));
+    }
     let s = ge.conv_shape(nb, [ch, h, w], [ch, oh, ow], ch);
     let khw = s.kh * s.kw;
     let wt = c.const_f32(1, "ConvNhwc weights")?;
@@ -167,7 +178,7 @@ mod tests {
     use crate::ir::{ConvGeom, Op};
     use std::sync::Arc;
 
-    fn conv_nhwc(group: usize, wshape: &[usize]) -> crate::error::Result<ModelPlan> {
+    fn conv_nhwc(group: usize, wshape: &[usize], oh: usize) -> crate::error::Result<ModelPlan> {
         let mut b = GraphBuilder::new();
         let x = b.input("x", &[1, 5, 5, 4]);
         let n: usize = wshape.iter().product();
@@ -183,14 +194,20 @@ mod tests {
             group,
             post: vec![],
         };
-        let y = b.node("c", op, &[x, w], &[1, 5, 5, wshape[0]]);
+        let y = b.node("c", op, &[x, w], &[1, oh, oh, wshape[0]]);
         ModelPlan::new(Arc::new(b.finish(&[y])), &PlanOptions::default())
     }
 
     #[test]
     fn only_depthwise_channels_last_convs_are_planned() {
-        assert!(conv_nhwc(4, &[4, 1, 3, 3]).is_ok());
-        let e = conv_nhwc(1, &[4, 4, 3, 3]).expect_err("dense channels-last conv");
+        assert!(conv_nhwc(4, &[4, 1, 3, 3], 5).is_ok());
+        let e = conv_nhwc(1, &[4, 4, 3, 3], 5).expect_err("dense channels-last conv");
         assert!(e.to_string().contains("1 groups of 4 channels"), "{e}");
+    }
+
+    #[test]
+    fn an_output_plane_that_is_not_the_window_is_refused() {
+        let e = conv_nhwc(4, &[4, 1, 3, 3], 9).expect_err("9x9 output of a 5x5 input");
+        assert!(e.to_string().contains("not the window"), "{e}");
     }
 }
