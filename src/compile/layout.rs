@@ -25,7 +25,7 @@
 //! Every rewrite computes the same function: the conformance suite runs the rewritten
 //! graphs.
 
-use crate::ir::{DType, Graph, Node, Op, PostOp, ReduceOp, Tensor, Value, ValueId};
+use crate::ir::{BinaryOp, DType, Graph, Node, Op, PostOp, ReduceOp, Tensor, Value, ValueId};
 use std::collections::HashMap;
 
 /// A region's boundary may move at most `1 / BOUNDARY_SHARE` of the elements its convs
@@ -39,11 +39,17 @@ enum Kind {
     Pointwise,
     /// One input and one output channel per group.
     Depthwise,
+    /// `Mul` of a `[N, C, H, W]` value (input `x`) by a per-channel `[N | 1, C, 1, 1]`
+    /// one (the squeeze-excite scale of MobileNetV3 blocks).
+    ChannelScale { x: usize },
 }
 
 /// The channels-last form of node `n`, if it has one: a 2-D f32 conv over a 4-D input
-/// with constant weights (and bias).
+/// with constant weights (and bias), or a per-channel scale.
 fn kind_of(g: &Graph, n: &Node) -> Option<Kind> {
+    if let Op::Binary(BinaryOp::Mul) = n.op {
+        return channel_scale(g, n);
+    }
     let Op::Conv { geom, group, .. } = &n.op else {
         return None;
     };
@@ -80,8 +86,41 @@ fn kind_of(g: &Graph, n: &Node) -> Option<Kind> {
     (*group == c && w[0] == c && w[1] == 1).then_some(Kind::Depthwise)
 }
 
-/// The data inputs of a conv (its input and its residuals), by input position.
-fn data_inputs(n: &Node) -> Vec<usize> {
+/// `Kind::ChannelScale` when `n` (a `Mul`) multiplies an f32 `[N, C, H, W]` value by an
+/// f32 `[N | 1, C, 1, 1]` one.
+fn channel_scale(g: &Graph, n: &Node) -> Option<Kind> {
+    let [Some(a), Some(b)] = n.inputs[..] else {
+        return None;
+    };
+    let f32_shape = |v: ValueId| {
+        (g.values[v].dtype == DType::F32)
+            .then(|| g.shape(v))
+            .flatten()
+    };
+    let (sa, sb, so) = (f32_shape(a)?, f32_shape(b)?, g.shape(*n.outputs.first()?)?);
+    let scale_of = |x: &[usize], s: &[usize]| {
+        x.len() == 4
+            && s.len() == 4
+            && (s[0] == x[0] || s[0] == 1)
+            && s[1] == x[1]
+            && s[2..] == [1, 1]
+    };
+    let x = if scale_of(sa, sb) && sa == so {
+        0
+    } else if scale_of(sb, sa) && sb == so {
+        1
+    } else {
+        return None;
+    };
+    (n.outputs.len() == 1).then_some(Kind::ChannelScale { x })
+}
+
+/// The data inputs of a region node (a conv's input and residuals, a scale's `x`), by
+/// input position.
+fn data_inputs(n: &Node, kind: Kind) -> Vec<usize> {
+    if let Kind::ChannelScale { x } = kind {
+        return vec![x];
+    }
     let mut v = vec![0];
     if let Some(post) = n.op.post_ops() {
         for p in post {
@@ -105,14 +144,15 @@ fn find(parent: &mut [usize], i: usize) -> usize {
 /// Rewrites the profitable channels-last regions of `g` (see the module doc); returns
 /// the number of convs rewritten.
 pub fn channels_last(g: &mut Graph) -> usize {
-    let kinds: Vec<Option<Kind>> = g.nodes.iter().map(|n| kind_of(g, n)).collect();
+    let mut kinds: Vec<Option<Kind>> = g.nodes.iter().map(|n| kind_of(g, n)).collect();
+    trim_leaves(g, &mut kinds);
     let producers = g.producers();
     let mut parent: Vec<usize> = (0..g.nodes.len()).collect();
     for (i, n) in g.nodes.iter().enumerate() {
         if kinds[i].is_none() {
             continue;
         }
-        for pos in data_inputs(n) {
+        for pos in data_inputs(n, kinds[i].expect("region node")) {
             let Some(v) = n.inputs.get(pos).copied().flatten() else {
                 continue;
             };
@@ -143,7 +183,7 @@ pub fn channels_last(g: &mut Graph) -> usize {
         let n = &g.nodes[i];
         let out = n.outputs[0];
         let mut boundary = 0;
-        for pos in data_inputs(n) {
+        for pos in data_inputs(n, kinds[i].expect("region node")) {
             let Some(v) = n.inputs.get(pos).copied().flatten() else {
                 continue;
             };
@@ -176,6 +216,40 @@ pub fn channels_last(g: &mut Graph) -> usize {
         return 0;
     }
     rewrite(g, &kinds, &accepted, &consumers)
+}
+
+/// Leaves out of the regions the 1x1 convs whose output only planar nodes read (an FPN's
+/// lateral convs after a backbone) when their input is smaller than their output: the
+/// boundary then moves the input rather than the output. Repeated until none is left
+/// (a conv whose consumers just left becomes such a leaf).
+fn trim_leaves(g: &Graph, kinds: &mut [Option<Kind>]) {
+    let elems = |v: ValueId| g.shape(v).map_or(0, |s| s.iter().product::<usize>());
+    let mut consumers: Vec<Vec<usize>> = vec![Vec::new(); g.values.len()];
+    for (i, n) in g.nodes.iter().enumerate() {
+        for v in n.inputs.iter().flatten() {
+            consumers[*v].push(i);
+        }
+    }
+    loop {
+        let mut changed = false;
+        for (i, n) in g.nodes.iter().enumerate() {
+            if kinds[i] != Some(Kind::Pointwise) {
+                continue;
+            }
+            let out = n.outputs[0];
+            let planar_only = consumers[out]
+                .iter()
+                .all(|&c| kinds[c].is_none() && !matches!(g.nodes[c].op, Op::GlobalAveragePool));
+            let x = n.inputs[0].map_or(usize::MAX, elems);
+            if planar_only && x < elems(out) {
+                kinds[i] = None;
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
 }
 
 /// `[N, C, H, W]` -> `[N, H, W, C]`.
@@ -238,24 +312,46 @@ fn rewrite(
             let out = n.outputs[0];
             let os = g.shape(out).expect("shaped").to_vec();
             let t_out = new_value(g, &format!("{}_nhwc", g.values[out].name), nhwc(&os));
-            let kind = kinds[i].expect("accepted convs have a kind");
-            let Op::Conv { geom, group, post } = std::mem::replace(&mut n.op, Op::Attention) else {
-                unreachable!("accepted nodes are convs")
-            };
+            let kind = kinds[i].expect("accepted nodes have a kind");
             let mut inputs = n.inputs.clone();
-            let mut data = vec![0];
-            data.extend(post.iter().filter_map(|p| match p {
-                PostOp::AddInput { input } => Some(*input),
-                _ => None,
-            }));
-            for pos in data {
+            for pos in data_inputs(&n, kind) {
                 if let Some(v) = inputs[pos] {
                     inputs[pos] = Some(to_nhwc(g, &mut nodes, &mut twin, v));
                 }
             }
-            let (op, inputs) = match kind {
-                Kind::Depthwise => (Op::ConvNhwc { geom, group, post }, inputs),
-                Kind::Pointwise => pointwise(g, inputs, post),
+            let op = std::mem::replace(&mut n.op, Op::Attention);
+            let (op, inputs) = match (kind, op) {
+                (Kind::Depthwise, Op::Conv { geom, group, post }) => {
+                    (Op::ConvNhwc { geom, group, post }, inputs)
+                }
+                (Kind::Pointwise, Op::Conv { post, .. }) => pointwise(g, inputs, post),
+                (Kind::ChannelScale { x }, op) => {
+                    // The scale `[N', C, 1, 1]` as `[N', 1, 1, C]`: the same bytes, a view.
+                    let sv = inputs[1 - x].expect("two inputs");
+                    let ss = g.shape(sv).expect("shaped").to_vec();
+                    let shape = g.add_const(
+                        g.fresh_name(&format!("{}_shape", n.name)),
+                        Tensor::from_i64(vec![4], vec![ss[0] as i64, 1, 1, ss[1] as i64]),
+                    );
+                    let view = new_value(
+                        g,
+                        &format!("{}_nhwc", g.values[sv].name),
+                        vec![ss[0], 1, 1, ss[1]],
+                    );
+                    let name = g.fresh_name(&format!("{}_as_nhwc", g.values[sv].name));
+                    nodes.push(Node {
+                        name: name.clone(),
+                        op: Op::Reshape { allowzero: false },
+                        inputs: vec![Some(sv), Some(shape)],
+                        outputs: vec![view],
+                        absorbed: vec![name],
+                        placement: None,
+                    });
+                    let mut ins = inputs;
+                    ins[1 - x] = Some(view);
+                    (op, ins)
+                }
+                _ => unreachable!("region kinds match their ops"),
             };
             nodes.push(Node {
                 op,
@@ -396,6 +492,18 @@ mod tests {
     /// An inverted-residual block: planar stem conv, 1x1 expand (+Clip), depthwise
     /// stride `s` (+Clip), 1x1 project (+ the block's input as residual when stride 1),
     /// then either a global pool or the block's output as a graph output.
+    /// A graph input `[1, 3, h, h]` and a planar 3x3 stem conv to `c` channels.
+    fn stem(b: &mut GraphBuilder, c: usize, h: usize) -> ValueId {
+        let x = b.input("x", &[1, 3, h, h]);
+        let w0 = b.konst("w0", &[c, 3, 3, 3], rand_vec(c * 27, 1));
+        b.node(
+            "stem",
+            conv(geom(3, 1, 1), 1, vec![]),
+            &[x, w0],
+            &[1, c, h, h],
+        )
+    }
+
     fn block(s: usize, pool: bool) -> Graph {
         block_sized(s, pool, (8, 48, 10))
     }
@@ -405,14 +513,7 @@ mod tests {
         let oh = (h + 2 - 3) / s + 1;
         let clip = PostOp::Unary(UnaryOp::Clip { min: 0.0, max: 6.0 });
         let mut b = GraphBuilder::new();
-        let x = b.input("x", &[1, 3, h, h]);
-        let w0 = b.konst("w0", &[c, 3, 3, 3], rand_vec(c * 27, 1));
-        let stem = b.node(
-            "stem",
-            conv(geom(3, 1, 1), 1, vec![]),
-            &[x, w0],
-            &[1, c, h, h],
-        );
+        let stem = stem(&mut b, c, h);
         let w1 = b.konst("w1", &[e, c, 1, 1], rand_vec(e * c, 2));
         let b1 = b.konst("b1", &[e], rand_vec(e, 3));
         let ex = b.node(
@@ -508,6 +609,77 @@ mod tests {
             }
             assert!(outs[1] == outs[0] && outs[2] == outs[0], "{dims:?}");
         }
+    }
+
+    #[test]
+    fn squeeze_excite_scales_join_and_wide_leaf_convs_leave_the_region() {
+        // stem -> expand -> depthwise -> x * sigmoid(mean(x)) -> project -> a leaf 1x1 conv
+        // to 4x the channels read by a planar 3x3 conv (an FPN's lateral conv).
+        let (c, e, h) = (8, 48, 12);
+        let hs = PostOp::Unary(UnaryOp::HardSwish);
+        let mut b = GraphBuilder::new();
+        let stem = stem(&mut b, c, h);
+        let w1 = b.konst("w1", &[e, c, 1, 1], rand_vec(e * c, 2));
+        let ex = b.node(
+            "expand",
+            conv(geom(1, 1, 0), 1, vec![hs.clone()]),
+            &[stem, w1],
+            &[1, e, h, h],
+        );
+        let w2 = b.konst("w2", &[e, 1, 5, 5], rand_vec(e * 25, 3));
+        let dw = b.node(
+            "dw",
+            conv(geom(5, 1, 2), e, vec![hs]),
+            &[ex, w2],
+            &[1, e, h, h],
+        );
+        let m = b.node("pool", Op::GlobalAveragePool, &[dw], &[1, e, 1, 1]);
+        let sg = b.node("gate", Op::Unary(UnaryOp::Sigmoid), &[m], &[1, e, 1, 1]);
+        let se = b.node("se", Op::Binary(BinaryOp::Mul), &[sg, dw], &[1, e, h, h]);
+        let w3 = b.konst("w3", &[c, e, 1, 1], rand_vec(c * e, 4));
+        let pr = b.node(
+            "project",
+            conv(geom(1, 1, 0), 1, vec![]),
+            &[se, w3],
+            &[1, c, h, h],
+        );
+        let w4 = b.konst("w4", &[4 * c, c, 1, 1], rand_vec(4 * c * c, 5));
+        let lat = b.node(
+            "lateral",
+            conv(geom(1, 1, 0), 1, vec![]),
+            &[pr, w4],
+            &[1, 4 * c, h, h],
+        );
+        let w5 = b.konst("w5", &[2, 4 * c, 3, 3], rand_vec(2 * 4 * c * 9, 6));
+        let o = b.node(
+            "head",
+            conv(geom(3, 1, 1), 1, vec![]),
+            &[lat, w5],
+            &[1, 2, h, h],
+        );
+        let g0 = b.finish(&[o]);
+        let xv = rand_vec(3 * h * h, 7);
+        let want = run_graph(&g0, std::slice::from_ref(&xv));
+        let mut g = g0.clone();
+        // expand, depthwise, the scale, project; the lateral conv stays planar.
+        assert_eq!(channels_last(&mut g), 4);
+        let names = ops(&g);
+        assert_eq!(
+            names.iter().filter(|&&n| n == "Conv").count(),
+            3,
+            "{names:?}"
+        );
+        assert_eq!(
+            names.iter().filter(|&&n| n == "Transpose").count(),
+            2,
+            "{names:?}"
+        );
+        assert!(
+            names.contains(&"Mul") && names.contains(&"ConvNhwc"),
+            "{names:?}"
+        );
+        let got = run_graph(&g, &[xv]);
+        assert_close(&got, &want, 1e-5);
     }
 
     #[test]
