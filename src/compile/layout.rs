@@ -26,7 +26,7 @@
 //! graphs.
 
 use crate::ir::{BinaryOp, DType, Graph, Node, Op, PostOp, ReduceOp, Tensor, Value, ValueId};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// A region's boundary may move at most `1 / BOUNDARY_SHARE` of the elements its convs
 /// produce (each boundary element costs a transpose: about a pass over it).
@@ -145,7 +145,14 @@ fn find(parent: &mut [usize], i: usize) -> usize {
 /// the number of convs rewritten.
 pub fn channels_last(g: &mut Graph) -> usize {
     let mut kinds: Vec<Option<Kind>> = g.nodes.iter().map(|n| kind_of(g, n)).collect();
-    trim_leaves(g, &mut kinds);
+    // Consumers per value.
+    let mut consumers: Vec<Vec<usize>> = vec![Vec::new(); g.values.len()];
+    for (i, n) in g.nodes.iter().enumerate() {
+        for v in n.inputs.iter().flatten() {
+            consumers[*v].push(i);
+        }
+    }
+    trim_leaves(g, &consumers, &mut kinds);
     let producers = g.producers();
     let mut parent: Vec<usize> = (0..g.nodes.len()).collect();
     for (i, n) in g.nodes.iter().enumerate() {
@@ -162,13 +169,6 @@ pub fn channels_last(g: &mut Graph) -> usize {
             }
         }
     }
-    // Consumers per value.
-    let mut consumers: Vec<Vec<usize>> = vec![Vec::new(); g.values.len()];
-    for (i, n) in g.nodes.iter().enumerate() {
-        for v in n.inputs.iter().flatten() {
-            consumers[*v].push(i);
-        }
-    }
     let elems = |v: ValueId| g.shape(v).map_or(0, |s| s.iter().product::<usize>());
     let gap_of = |i: usize| {
         matches!(g.nodes[i].op, Op::GlobalAveragePool)
@@ -176,7 +176,7 @@ pub fn channels_last(g: &mut Graph) -> usize {
     };
     // Per region root: (has a depthwise conv, boundary elements, produced elements).
     let mut stats: HashMap<usize, (bool, usize, usize)> = HashMap::new();
-    let mut entered: HashMap<(usize, ValueId), ()> = HashMap::new();
+    let mut entered: HashSet<(usize, ValueId)> = HashSet::new();
     for i in 0..g.nodes.len() {
         let Some(k) = kinds[i] else { continue };
         let root = find(&mut parent, i);
@@ -188,7 +188,7 @@ pub fn channels_last(g: &mut Graph) -> usize {
                 continue;
             };
             let inside = producers[v].is_some_and(|p| kinds[p].is_some());
-            if !inside && entered.insert((root, v), ()).is_none() {
+            if !inside && entered.insert((root, v)) {
                 boundary += elems(v);
             }
         }
@@ -207,7 +207,7 @@ pub fn channels_last(g: &mut Graph) -> usize {
     let accepted: Vec<bool> = (0..g.nodes.len())
         .map(|i| {
             kinds[i].is_some() && {
-                let (dw, bnd, work) = stats[&find(&mut parent.clone(), i)];
+                let (dw, bnd, work) = stats[&find(&mut parent, i)];
                 dw && bnd * BOUNDARY_SHARE <= work
             }
         })
@@ -222,14 +222,8 @@ pub fn channels_last(g: &mut Graph) -> usize {
 /// lateral convs after a backbone) when their input is smaller than their output: the
 /// boundary then moves the input rather than the output. Repeated until none is left
 /// (a conv whose consumers just left becomes such a leaf).
-fn trim_leaves(g: &Graph, kinds: &mut [Option<Kind>]) {
+fn trim_leaves(g: &Graph, consumers: &[Vec<usize>], kinds: &mut [Option<Kind>]) {
     let elems = |v: ValueId| g.shape(v).map_or(0, |s| s.iter().product::<usize>());
-    let mut consumers: Vec<Vec<usize>> = vec![Vec::new(); g.values.len()];
-    for (i, n) in g.nodes.iter().enumerate() {
-        for v in n.inputs.iter().flatten() {
-            consumers[*v].push(i);
-        }
-    }
     loop {
         let mut changed = false;
         for (i, n) in g.nodes.iter().enumerate() {
@@ -319,6 +313,7 @@ fn rewrite(
                     inputs[pos] = Some(to_nhwc(g, &mut nodes, &mut twin, v));
                 }
             }
+            // The op moves into the rewritten node (the placeholder left behind is dropped).
             let op = std::mem::replace(&mut n.op, Op::Attention);
             let (op, inputs) = match (kind, op) {
                 (Kind::Depthwise, Op::Conv { geom, group, post }) => {

@@ -1061,13 +1061,8 @@ mod tests {
 
     /// Rows `0..rows`, columns `0..cols` of an MR x NR `tile` into `c` (stride `ldc`),
     /// added when `acc`: what a tile kernel stores.
-    fn put_tile(tile: &[f32], (rows, cols): (usize, usize), c: &mut [f32], ldc: usize, acc: bool) {
-        for r in 0..rows {
-            for j in 0..cols {
-                let (d, v) = (&mut c[r * ldc + j], tile[r * NR + j]);
-                *d = if acc { *d + v } else { v };
-            }
-        }
+    fn put_tile(tile: &[f32], dims: (usize, usize), c: &mut [f32], ldc: usize, acc: bool) {
+        put_tile_block(tile, dims, c, ldc, !acc)
     }
 
     /// `mm_part` of every table gives the bits `mm_tile` gives those rows, with and

@@ -68,6 +68,40 @@ pub enum Act {
     HardSwish,
 }
 
+impl Act {
+    /// The activation of one value, as the vector forms compute it.
+    #[inline(always)]
+    pub fn apply(self, v: f32) -> f32 {
+        match self {
+            Act::None => v,
+            Act::Clamp(lo, hi) => {
+                let a = if v > lo { v } else { lo };
+                if a < hi {
+                    a
+                } else {
+                    hi
+                }
+            }
+            Act::HardSwish => {
+                let g = v * (1.0 / 6.0) + 0.5;
+                let g = if g > 0.0 { g } else { 0.0 };
+                v * if g < 1.0 { g } else { 1.0 }
+            }
+        }
+    }
+
+    /// The activation `post` is when it is one the kernels apply in registers.
+    pub fn of(post: &[PostOpRt]) -> Option<Act> {
+        Some(match post {
+            [] => Act::None,
+            [PostOpRt::Unary(UnaryOp::Relu)] => Act::Clamp(0.0, f32::INFINITY),
+            [PostOpRt::Unary(UnaryOp::Clip { min, max })] => Act::Clamp(*min, *max),
+            [PostOpRt::Unary(UnaryOp::HardSwish)] => Act::HardSwish,
+            _ => return None,
+        })
+    }
+}
+
 /// The register-fused part of `epi` for channels `c0..c0 + nc` (`nc <= BLOCK_LANES`):
 /// the activation and the block's bias lanes (zero past `nc`), or `None` when the
 /// epilogue must run on the finished planes.
@@ -75,13 +109,7 @@ pub fn fused(epi: &Epilogue<'_>, c0: usize, nc: usize) -> Option<(Act, [f32; BLO
     if epi.addend.is_some() || !epi.channel_is_row {
         return None;
     }
-    let act = match epi.post {
-        [] => Act::None,
-        [PostOpRt::Unary(UnaryOp::Relu)] => Act::Clamp(0.0, f32::INFINITY),
-        [PostOpRt::Unary(UnaryOp::Clip { min, max })] => Act::Clamp(*min, *max),
-        [PostOpRt::Unary(UnaryOp::HardSwish)] => Act::HardSwish,
-        _ => return None,
-    };
+    let act = Act::of(epi.post)?;
     let mut bias = [0.0f32; BLOCK_LANES];
     if let Some(b) = epi.bias {
         let at = epi.channel_offset + c0;

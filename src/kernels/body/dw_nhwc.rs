@@ -164,42 +164,6 @@ pub fn pixel_fused(
     }
 }
 
-impl Act {
-    /// The activation of one value, as the vector forms compute it.
-    #[inline(always)]
-    pub fn apply(self, v: f32) -> f32 {
-        match self {
-            Act::None => v,
-            Act::Clamp(lo, hi) => {
-                let a = if v > lo { v } else { lo };
-                if a < hi {
-                    a
-                } else {
-                    hi
-                }
-            }
-            Act::HardSwish => {
-                let g = v * (1.0 / 6.0) + 0.5;
-                let g = if g > 0.0 { g } else { 0.0 };
-                v * if g < 1.0 { g } else { 1.0 }
-            }
-        }
-    }
-
-    /// The activation `post` is when it is one the kernels apply in registers.
-    pub fn of(post: &[super::unary::PostOpRt]) -> Option<Act> {
-        use super::unary::PostOpRt;
-        use crate::ir::UnaryOp;
-        Some(match post {
-            [] => Act::None,
-            [PostOpRt::Unary(UnaryOp::Relu)] => Act::Clamp(0.0, f32::INFINITY),
-            [PostOpRt::Unary(UnaryOp::Clip { min, max })] => Act::Clamp(*min, *max),
-            [PostOpRt::Unary(UnaryOp::HardSwish)] => Act::HardSwish,
-            _ => return None,
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -113,20 +113,8 @@ fn tile<'b>(
 /// Left half of a micro-tile (body shared with the SIMD tables).
 #[inline(always)]
 pub(super) fn mm_half(kc: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
-    let mut acc = [[0.0f32; HALF]; MR];
-    for (av, bv) in a.chunks_exact(MR).zip(b.chunks_exact(NR)).take(kc) {
-        let bv: &[f32; HALF] = bv[..HALF].try_into().expect("HALF floats");
-        for (row, &x) in acc.iter_mut().zip(av) {
-            for (d, y) in row.iter_mut().zip(bv) {
-                // Fused, like the full micro-kernel: a tile gives the same bits whichever
-                // kernel computes it.
-                *d = x.mul_add(*y, *d);
-            }
-        }
-    }
-    for (r, row) in acc.iter().enumerate() {
-        c[r * NR..r * NR + HALF].copy_from_slice(row);
-    }
+    let a = &a[..kc * MR];
+    half(kc, |p, r| a[p * MR + r], b, c)
 }
 
 /// `KernelTable::mm_half_strided` in plain Rust: [`mm_half`] with A's rows read in place
@@ -134,13 +122,22 @@ pub(super) fn mm_half(kc: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
 /// tables' `#[target_feature]` wrappers (there `mul_add` is one FMA instruction).
 #[inline(always)]
 pub(super) fn mm_half_strided(kc: usize, a: &[f32], lda: usize, b: &[f32], c: &mut [f32]) {
-    assert!(a.len() >= (MR - 1) * lda + kc && b.len() >= kc * NR && c.len() >= MR * NR);
+    assert!(a.len() >= (MR - 1) * lda + kc);
     let rows: [&[f32]; MR] = std::array::from_fn(|r| &a[r * lda..r * lda + kc]);
+    half(kc, |p, r| rows[r][p], b, c)
+}
+
+/// The left [`HALF`] columns of a micro-tile with A's element `(r, p)` from `a(p, r)`:
+/// each a fused multiply-add chain over `p`, like the full micro-kernel, so that a tile
+/// gives the same bits whichever kernel computes it.
+#[inline(always)]
+fn half(kc: usize, a: impl Fn(usize, usize) -> f32, b: &[f32], c: &mut [f32]) {
+    assert!(b.len() >= kc * NR && c.len() >= MR * NR);
     let mut acc = [[0.0f32; HALF]; MR];
     for (p, bv) in b.chunks_exact(NR).take(kc).enumerate() {
         let bv: &[f32; HALF] = bv[..HALF].try_into().expect("HALF floats");
-        for (row, a_row) in acc.iter_mut().zip(&rows) {
-            let x = a_row[p];
+        for (r, row) in acc.iter_mut().enumerate() {
+            let x = a(p, r);
             for (d, y) in row.iter_mut().zip(bv) {
                 *d = x.mul_add(*y, *d);
             }
