@@ -141,38 +141,42 @@ fn main() {
         "max err",
         "pick"
     );
-    let shapes: &[(usize, usize, usize)] = &[
-        (64usize, 64usize, 56usize),
-        (128, 128, 28),
-        (256, 256, 14),
-        (512, 512, 7),
-        (32, 32, 112),
-        (64, 64, 80),
-        (96, 96, 40),
-        (16, 16, 160),
-        (16, 32, 80),
-        (32, 64, 40),
-        (24, 24, 160),
-        (32, 32, 160),
+    let shapes: &[(usize, usize, usize, usize)] = &[
+        (64, 64, 56, 56),
+        (128, 128, 28, 28),
+        (256, 256, 14, 14),
+        (512, 512, 7, 7),
+        (32, 32, 112, 112),
+        (64, 64, 80, 80),
+        (96, 96, 40, 40),
+        (16, 16, 160, 160),
+        (16, 32, 80, 80),
+        (32, 64, 40, 40),
+        (24, 24, 160, 160),
+        (32, 32, 160, 160),
         // YOLOX-tiny at 416: the small-plane stages and head.
-        (192, 192, 13),
-        (96, 96, 13),
-        (96, 96, 26),
-        (16, 16, 16),
-        (16, 16, 56),
+        (192, 192, 13, 13),
+        (96, 96, 13, 13),
+        (96, 96, 26, 26),
+        (16, 16, 16, 16),
+        (16, 16, 56, 56),
         // Shallow stems: YOLOX-tiny's 12->24 at 208x208, an 8->16 at 224x224.
-        (12, 24, 208),
-        (8, 16, 224),
+        (12, 24, 208, 208),
+        (8, 16, 224, 224),
+        // A CRNN's late stages: planes 4 and 8 rows high, 80 wide.
+        (256, 256, 4, 80),
+        (256, 256, 8, 80),
+        (128, 256, 8, 80),
     ];
-    for &(ci, co, hw) in if smoke { &shapes[..2] } else { shapes } {
+    for &(ci, co, hh, ww) in if smoke { &shapes[..2] } else { shapes } {
         let s = ConvShape {
             n: 1,
             c_in: ci,
-            h: hw,
-            w: hw,
+            h: hh,
+            w: ww,
             c_out: co,
-            oh: hw,
-            ow: hw,
+            oh: hh,
+            ow: ww,
             kh: 3,
             kw: 3,
             sh: 1,
@@ -183,7 +187,7 @@ fn main() {
             pw: 1,
             group: 1,
         };
-        let x = rand(ci * hw * hw, 1);
+        let x = rand(ci * hh * ww, 1);
         let w = rand(co * ci * 9, 2);
         let bias = rand(co, 3);
         let post = [PostOpRt::Unary(UnaryOp::Relu)];
@@ -192,7 +196,7 @@ fn main() {
             post: &post,
             ..Epilogue::NONE
         };
-        let ohw = hw * hw;
+        let ohw = hh * ww;
         let wts = ConvWeights::pack(&s, &w);
         let mut s1 = vec![0.0; s.scratch_len()];
         let mut y1 = vec![0.0; co * ohw];
@@ -243,7 +247,11 @@ fn main() {
         let best = if wino_wins { b[pick].0 } else { a.0 };
         println!(
             "{ci:>5} {co:>5} {:>5} {:>9.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>6.2} {:>7.1} {err:>7.1e} {:>6}",
-            format!("{hw}²"),
+            if hh == ww {
+                format!("{hh}²")
+            } else {
+                format!("{hh}x{ww}")
+            },
             a.0,
             b[0].0,
             b[1].0,

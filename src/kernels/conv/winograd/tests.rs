@@ -287,6 +287,10 @@ fn winograd_selection() {
     assert_eq!(WinogradPlan::tile_for(&odd), 4);
     assert!(WinogradPlan::wins(&odd));
     assert!(crate::compile::cost::winograd_wins(&odd));
+    // A thin plane (a CRNN's 4x80 stage): 20 tiles of 4x4.
+    let thin = shape(1, 256, (4, 80), 256, [1, 1, 1, 1]);
+    assert!(WinogradPlan::wins(&thin));
+    assert!(crate::compile::cost::winograd_wins(&thin));
     let strided = ConvShape {
         sh: 2,
         sw: 2,
