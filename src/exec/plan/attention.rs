@@ -19,6 +19,15 @@
 //! node. Against the unfused `MatMul`, `Softmax` / `MaskedSoftmax`, `MatMul` (same
 //! packing, micro-kernels and K blocks) only the normalisation's rounding differs
 //! (`(sum_j e_j v_j) / s` for `sum_j (e_j / s) v_j`).
+//!
+//! Sparse masks ([`Sparse`]): a constant mask that leaves most keys of each block of
+//! query rows at -1e4 or -inf (SVTR's local mixer: 93 % of its 960x960 mask) lists per
+//! block the keys some row of the block may attend to. Such a block gathers those
+//! columns of kt and rows of v, packs them, and runs both GEMMs and the exponentials
+//! over them only. Skipping a key is exact when its exponential is 0, i.e. its score
+//! plus mask lies more than ~88 below the row's max: each row checks the bound
+//! `|q_i| max_j |k_j| + (largest skipped mask value) < max - 90` (Cauchy-Schwarz on the
+//! skipped scores) and a block where some row fails it (or has no listed key) runs dense.
 
 use super::ctx::Ctx;
 use super::errors::shape_err;
@@ -38,6 +47,132 @@ const SHARED_PACK_BYTES: usize = 512 * 1024;
 /// Most batches for the row-block-major order (one packing slot each).
 const SHARED_PACK_MAX_BATCH: usize = 64;
 
+/// Mask entries at or below this may be skipped (see the module doc).
+const DEAD: f32 = -1e3;
+/// How far below the row's max a skipped score plus mask must lie, at least: past the
+/// exponential's flush to 0 (`e^x` is 0 below -87.33 in every kernel table).
+const SKIP_MARGIN: f32 = 90.0;
+/// Relative slack on the bound of the skipped scores (their rounding in the GEMM).
+const BOUND_SLACK: f32 = 1e-3;
+/// Rough cost, in multiply-adds, of gathering and packing one float of kt or v.
+const PACK_MACS: usize = 8;
+/// Rough cost, in multiply-adds, of one block's set-up (two GEMM calls, the row passes).
+const BLOCK_MACS: usize = 4096;
+/// A sparse plan is taken when its estimated cost is at most this share of the dense one.
+const SPARSE_GAIN: f64 = 0.75;
+
+/// The keys each block of query rows attends to under a constant sparse mask.
+#[derive(Debug)]
+struct Sparse {
+    /// Sorted live keys of block `key` ([`AttentionPlan::key_of`]):
+    /// `cols[starts[key]..starts[key + 1]]`.
+    cols: Vec<u32>,
+    starts: Vec<usize>,
+    /// The same keys as runs of consecutive keys `(first, len)`: block `key`'s are
+    /// `runs[run_starts[key]..run_starts[key + 1]]`.
+    runs: Vec<(u32, u32)>,
+    run_starts: Vec<usize>,
+    /// Per block, an upper bound of the mask over the keys it skips (-inf: none skipped).
+    dead_max: Vec<f32>,
+    /// Most live keys of a block.
+    max_live: usize,
+    /// Multiply-adds of all tiles run sparse (for the cost model).
+    macs: usize,
+}
+
+impl Sparse {
+    fn live(&self, key: usize) -> &[u32] {
+        &self.cols[self.starts[key]..self.starts[key + 1]]
+    }
+
+    fn runs(&self, key: usize) -> &[(u32, u32)] {
+        &self.runs[self.run_starts[key]..self.run_starts[key + 1]]
+    }
+}
+
+/// Each mask row's keys above [`DEAD`] and the largest mask value at or below it.
+fn mask_rows_live(mask: &[f32], n: usize) -> (Vec<Vec<u32>>, Vec<f32>) {
+    mask.chunks_exact(n.max(1))
+        .map(|row| {
+            let live = (0..n as u32)
+                // A NaN entry is live (never skipped).
+                .filter(|&j| row[j as usize] > DEAD || row[j as usize].is_nan())
+                .collect();
+            let dead = row
+                .iter()
+                .filter(|&&v| v <= DEAD)
+                .fold(f32::NEG_INFINITY, |a, &v| a.max(v));
+            (live, dead)
+        })
+        .unzip()
+}
+
+/// The sparse lists for blocks of `rows` query rows: every block of every `m`-row mask
+/// (`row_live.len()` rows, a multiple of `m`), with its estimated cost over `batch`
+/// batches of key depth `k` and value width `d`.
+fn sparse_for(
+    (row_live, row_dead): (&[Vec<u32>], &[f32]),
+    (batch, m, n, k, d): (usize, usize, usize, usize, usize),
+    rows: usize,
+) -> Sparse {
+    let blocks = m.div_ceil(rows);
+    let masks = row_live.len() / m.max(1);
+    let mut stamp = vec![usize::MAX; n];
+    let (mut cols, mut starts, mut dead_max) = (Vec::new(), vec![0], Vec::new());
+    let mut max_live = 0;
+    for key in 0..masks * blocks {
+        let (mb, blk) = (key / blocks, key % blocks);
+        let first = mb * m + blk * rows;
+        let last = (first + rows).min((mb + 1) * m);
+        let at = cols.len();
+        let mut dead = f32::NEG_INFINITY;
+        for r in first..last {
+            for &j in &row_live[r] {
+                if stamp[j as usize] != key {
+                    stamp[j as usize] = key;
+                    cols.push(j);
+                }
+            }
+            dead = dead.max(row_dead[r]);
+        }
+        cols[at..].sort_unstable();
+        max_live = max_live.max(cols.len() - at);
+        starts.push(cols.len());
+        dead_max.push(dead);
+    }
+    let (mut runs, mut run_starts) = (Vec::new(), vec![0]);
+    for w in starts.windows(2) {
+        let first = runs.len();
+        for &j in &cols[w[0]..w[1]] {
+            match runs[first..].last_mut() {
+                Some((f, l)) if *f + *l == j => *l += 1,
+                _ => runs.push((j, 1)),
+            }
+        }
+        run_starts.push(runs.len());
+    }
+    let mut sp = Sparse {
+        cols,
+        starts,
+        runs,
+        run_starts,
+        dead_max,
+        max_live,
+        macs: 0,
+    };
+    sp.macs = (0..batch)
+        .flat_map(|b| (0..blocks).map(move |blk| (b, blk)))
+        .map(|(b, blk)| {
+            let nl = sp.live((b % masks.max(1)) * blocks + blk).len();
+            let r = rows.min(m - blk * rows);
+            // A block with no live key runs dense.
+            let nl = if nl == 0 { n } else { nl };
+            r * nl * (k + d) + PACK_MACS * nl * (k + d) + BLOCK_MACS
+        })
+        .sum();
+    sp
+}
+
 /// Attention resolved: `batch` products of q `[M, K]`, kt `[K, N]`, v `[N, D]`.
 #[derive(Debug)]
 pub(crate) struct AttentionPlan {
@@ -53,6 +188,8 @@ pub(crate) struct AttentionPlan {
     mask_rows: Option<usize>,
     /// Tiles run row-block-major (batch inner), every batch's kt and v packed side by side.
     block_major: bool,
+    /// Live keys per block under a constant sparse mask (module doc).
+    sparse: Option<Sparse>,
 }
 
 /// Query rows per block for `n` keys: as many whole `MR` panels as fit
@@ -92,12 +229,27 @@ impl AttentionPlan {
         }
     }
 
-    /// Scratch floats: packed kt and v, a packed A block, the scores block and a row.
+    /// Scratch floats: packed kt and v, a packed A block, the scores block and a row;
+    /// sparse: also each packed batch's largest key norm, a block's packed live kt and
+    /// v and a row of live mask values.
     fn scratch(&self) -> usize {
+        let sparse = self.sparse.as_ref().map_or(0, |sp| {
+            self.packed_batches()
+                + gemm::packed_b_len(self.k, sp.max_live)
+                + gemm::packed_b_len(sp.max_live, self.d)
+                + sp.max_live
+        });
         self.packed_batches() * self.packed_kv()
             + self.packed_a()
             + 2 * self.rows * self.n
             + self.n.max(self.d)
+            + sparse
+    }
+
+    /// The block of mask rows tile (`b`, `blk`) reads (sparse plans).
+    fn key_of(&self, b: usize, blk: usize) -> usize {
+        let masks = self.mask_rows.unwrap_or(self.m) / self.m.max(1);
+        (b % masks.max(1)) * self.blocks() + blk
     }
 
     /// (batch, row block) of tile `u`.
@@ -192,8 +344,30 @@ pub(crate) fn plan_attention(c: &Ctx<'_>) -> Result<Planned> {
         rows: block_rows(n),
         mask_rows,
         block_major: false,
+        sparse: None,
     };
     p.block_major = block_major(batch, m, mask_rows, p.packed_kv());
+    if let (Some(rows), Some(t)) = (mask_rows, c.konst(2)) {
+        if m > 0 && n > 0 && rows % m == 0 && t.dtype() == DType::F32 {
+            let mask = t.to_f32_vec();
+            let (live, dead) = mask_rows_live(&mask, n);
+            let dense = p.macs() + batch * p.blocks() * BLOCK_MACS;
+            let best = (1..=p.rows / MR)
+                .map(|i| {
+                    (
+                        i * MR,
+                        sparse_for((&live, &dead), (batch, m, n, k, d), i * MR),
+                    )
+                })
+                .min_by_key(|(_, sp)| sp.macs);
+            if let Some((rows, sp)) =
+                best.filter(|(_, sp)| sp.macs as f64 <= SPARSE_GAIN * dense as f64)
+            {
+                p.rows = rows;
+                p.sparse = Some(sp);
+            }
+        }
+    }
     let s = p.scratch();
     Ok(Planned::new(p).scratch(s))
 }
@@ -204,22 +378,38 @@ impl FamilyKernel for AttentionPlan {
     }
 
     fn macs(&self) -> usize {
-        self.batch * self.m * self.n * (self.k + self.d)
+        match &self.sparse {
+            Some(sp) => sp.macs,
+            None => self.batch * self.m * self.n * (self.k + self.d),
+        }
     }
 
     fn run(&self, r: Run<'_>) -> Result<()> {
         let p = self;
-        let (m, k, n, d) = (p.m, p.k, p.n, p.d);
+        let (k, n, d) = (p.k, p.n, p.d);
         let (lo, hi) = r.tile.range(p.batch * p.blocks(), 1);
-        let (q, kt, v) = (r.io.f32(0), r.io.f32(1), r.io.f32(3));
-        let mask = p.mask_rows.map(|rows| (r.io.f32(2), rows));
+        let io = Io {
+            q: r.io.f32(0),
+            kt: r.io.f32(1),
+            v: r.io.f32(3),
+            mask: p.mask_rows.map(|rows| (r.io.f32(2), rows)),
+        };
         let y = super::out_f32(r.out, r.outs, 0);
-        let exp_row = r.isa.table().exp_row;
         let (packs, rest) = r.scratch.split_at_mut(p.packed_batches() * p.packed_kv());
         let (pa, rest) = rest.split_at_mut(p.packed_a());
         let (s, rest) = rest.split_at_mut(p.rows * n);
         let (probs, rest) = rest.split_at_mut(p.rows * n);
-        let tmp = &mut rest[..n.max(d)];
+        let (tmp, rest) = rest.split_at_mut(n.max(d));
+        let mut blk_scratch = Block { pa, s, probs, tmp };
+        let (kmax, rest) = rest.split_at_mut(if p.sparse.is_some() {
+            p.packed_batches()
+        } else {
+            0
+        });
+        let live_max = p.sparse.as_ref().map_or(0, |sp| sp.max_live);
+        let (pkl, rest) = rest.split_at_mut(gemm::packed_b_len(k, live_max));
+        let (pvl, rest) = rest.split_at_mut(gemm::packed_b_len(live_max, d));
+        let mrow = &mut rest[..live_max];
         // The batch whose kt and v each packing slot holds (none yet: usize::MAX).
         // Row-block-major: batch b in slot b (at most SHARED_PACK_MAX_BATCH slots).
         // Batch-major: every batch in slot 0, packed again when the batch changes.
@@ -230,83 +420,263 @@ impl FamilyKernel for AttentionPlan {
             let (pk, pv) = packs[slot * p.packed_kv()..(slot + 1) * p.packed_kv()]
                 .split_at_mut(gemm::packed_b_len(k, n));
             if held[slot] != b {
-                gemm::pack_b(&kt[b * k * n..], n, 1, k, n, 1.0, pk, tmp);
-                gemm::pack_b(&v[b * n * d..], d, 1, n, d, 1.0, pv, tmp);
+                let ktb = &io.kt[b * k * n..(b + 1) * k * n];
+                gemm::pack_b(ktb, n, 1, k, n, 1.0, pk, blk_scratch.tmp);
+                gemm::pack_b(&io.v[b * n * d..], d, 1, n, d, 1.0, pv, blk_scratch.tmp);
+                if let Some(km) = kmax.get_mut(slot) {
+                    *km = key_norm_max(ktb, k, n, blk_scratch.tmp);
+                }
                 held[slot] = b;
             }
-            let (pk, pv) = (&*pk, &*pv);
-            let i0 = b * m + blk * p.rows;
-            let rows = p.rows.min(m - blk * p.rows);
-            let s = &mut s[..rows * n];
-            let qa = &q[i0 * k..];
-            let a = if p.q_in_place() {
-                ASource::InPlace { a: qa, lda: k }
-            } else {
-                gemm::pack_a(qa, k, 1, rows, k, 1.0, pa);
-                ASource::Packed(pa)
-            };
-            let none = &Epilogue::NONE;
-            let b_k = BSource::Packed(pk);
-            gemm::gemm_with(
-                r.isa,
-                rows,
-                n,
-                k,
-                a,
-                b_k,
-                &mut [],
-                s,
-                n,
-                (0, rows),
-                (0, n),
-                none,
-            );
-            let probs = &mut probs[..rows * n];
-            let rows_io = s.chunks_exact(n).zip(probs.chunks_exact_mut(n));
-            // Unnormalised probabilities; each output row is scaled by 1 / sum after
-            // the product with v (d floats a row instead of n).
-            let mut inv = [0.0f32; MAX_ROWS];
-            for (i, (row, out)) in rows_io.enumerate() {
-                let add = match mask {
-                    Some((mk, mrows)) => {
-                        let mo = (i0 + i) % mrows * n;
-                        &mk[mo..mo + n]
-                    }
-                    None => &[],
-                };
-                let sum = exp_row(row, add, out);
-                // No keys: the product is 0 and stays 0.
-                inv[i] = if n == 0 { 1.0 } else { 1.0 / sum };
-            }
-            let a = if p.p_in_place() {
-                ASource::InPlace { a: probs, lda: n }
-            } else {
-                gemm::pack_a(probs, n, 1, rows, n, 1.0, pa);
-                ASource::Packed(pa)
-            };
+            let i0 = b * p.m + blk * p.rows;
+            let rows = p.rows.min(p.m - blk * p.rows);
             let out = &mut y[i0 * d..(i0 + rows) * d];
-            let b_v = BSource::Packed(pv);
-            gemm::gemm_with(
-                r.isa,
-                rows,
-                d,
-                n,
-                a,
-                b_v,
-                &mut [],
-                out,
-                d,
-                (0, rows),
-                (0, d),
-                none,
-            );
-            for (o, &s) in out.chunks_exact_mut(d.max(1)).zip(&inv[..rows]) {
-                for v in o {
-                    *v *= s;
-                }
+            let sparse = p.sparse.as_ref().map(|sp| {
+                let key = p.key_of(b, blk);
+                (sp.live(key), sp.runs(key), sp.dead_max[key])
+            });
+            let done = match sparse {
+                Some((live, runs, dead)) if !live.is_empty() => p.sparse_block(
+                    r.isa,
+                    &io,
+                    (b, i0, rows),
+                    (live, runs, dead, kmax[slot]),
+                    (&mut *pkl, &mut *pvl, &mut *mrow),
+                    &mut blk_scratch,
+                    out,
+                ),
+                _ => false,
+            };
+            if !done {
+                p.dense_block(r.isa, &io, (i0, rows), (pk, pv), &mut blk_scratch, out);
             }
         }
         Ok(())
+    }
+}
+
+/// The node's inputs: q, kt, v and the mask with its row count.
+struct Io<'a> {
+    q: &'a [f32],
+    kt: &'a [f32],
+    v: &'a [f32],
+    mask: Option<(&'a [f32], usize)>,
+}
+
+/// A block's scratch: packed A, the scores and probabilities, a row for packing.
+struct Block<'a> {
+    pa: &'a mut [f32],
+    s: &'a mut [f32],
+    probs: &'a mut [f32],
+    tmp: &'a mut [f32],
+}
+
+/// The largest Euclidean norm of the `n` keys, the columns of `kt` (`[k, n]`); `acc`
+/// scratch of `n` floats. NaN when a key holds one.
+fn key_norm_max(kt: &[f32], k: usize, n: usize, acc: &mut [f32]) -> f32 {
+    let acc = &mut acc[..n];
+    acc.fill(0.0);
+    for row in kt.chunks_exact(n.max(1)).take(k) {
+        for (a, &x) in acc.iter_mut().zip(row) {
+            *a += x * x;
+        }
+    }
+    acc.iter()
+        .fold(0.0f32, |m, &v| if v.is_nan() { f32::NAN } else { m.max(v) })
+        .sqrt()
+}
+
+impl AttentionPlan {
+    /// The mask row of score row `r` over all `n` keys (empty without a mask).
+    fn mask_row<'a>(&self, io: &Io<'a>, r: usize) -> &'a [f32] {
+        match io.mask {
+            Some((mk, mrows)) => {
+                let mo = r % mrows * self.n;
+                &mk[mo..mo + self.n]
+            }
+            None => &[],
+        }
+    }
+
+    /// Rows `[i0, i0 + rows)` over every key, into `out` (`rows x d`).
+    fn dense_block(
+        &self,
+        isa: crate::kernels::isa::Isa,
+        io: &Io<'_>,
+        (i0, rows): (usize, usize),
+        (pk, pv): (&[f32], &[f32]),
+        sc: &mut Block<'_>,
+        out: &mut [f32],
+    ) {
+        let (k, n, d) = (self.k, self.n, self.d);
+        let exp_row = isa.table().exp_row;
+        let s = &mut sc.s[..rows * n];
+        product(isa, &io.q[i0 * k..], (rows, k, n), pk, sc.pa, s);
+        let probs = &mut sc.probs[..rows * n];
+        let rows_io = s.chunks_exact(n).zip(probs.chunks_exact_mut(n));
+        // Unnormalised probabilities; each output row is scaled by 1 / sum after
+        // the product with v (d floats a row instead of n).
+        let mut inv = [0.0f32; MAX_ROWS];
+        for (i, (row, o)) in rows_io.enumerate() {
+            let sum = exp_row(row, self.mask_row(io, i0 + i), o);
+            // No keys: the product is 0 and stays 0.
+            inv[i] = if n == 0 { 1.0 } else { 1.0 / sum };
+        }
+        product(isa, probs, (rows, n, d), pv, sc.pa, out);
+        scale_rows(out, d, &inv[..rows]);
+    }
+
+    /// Rows `[i0, i0 + rows)` of batch `b` over the keys `live` only (module doc), into
+    /// `out`; false (nothing written) when some row fails the bound that makes skipping
+    /// the other keys exact: the caller then runs the block dense.
+    #[allow(clippy::too_many_arguments)]
+    fn sparse_block(
+        &self,
+        isa: crate::kernels::isa::Isa,
+        io: &Io<'_>,
+        (b, i0, rows): (usize, usize, usize),
+        (live, runs, dead, kmax): (&[u32], &[(u32, u32)], f32, f32),
+        (pkl, pvl, mrow): (&mut [f32], &mut [f32], &mut [f32]),
+        sc: &mut Block<'_>,
+        out: &mut [f32],
+    ) -> bool {
+        let (k, n, d) = (self.k, self.n, self.d);
+        let nl = live.len();
+        let exp_row = isa.table().exp_row;
+        let ktb = &io.kt[b * k * n..(b + 1) * k * n];
+        let vb = &io.v[b * n * d..(b + 1) * n * d];
+        let pkl = &mut pkl[..gemm::packed_b_len(k, nl)];
+        gemm::pack_b_rows(k, nl, pkl, sc.tmp, |p, row| {
+            gather_runs(&ktb[p * n..(p + 1) * n], runs, row);
+            None
+        });
+        let pvl = &mut pvl[..gemm::packed_b_len(nl, d)];
+        gemm::pack_b_rows(nl, d, pvl, sc.tmp, |t, _| {
+            let j = live[t] as usize;
+            Some(&vb[j * d..(j + 1) * d])
+        });
+        let s = &mut sc.s[..rows * nl];
+        product(isa, &io.q[i0 * k..], (rows, k, nl), pkl, sc.pa, s);
+        let mrow = &mut mrow[..nl];
+        let probs = &mut sc.probs[..rows * nl];
+        let mut inv = [0.0f32; MAX_ROWS];
+        for (i, (row, o)) in s
+            .chunks_exact(nl)
+            .zip(probs.chunks_exact_mut(nl))
+            .enumerate()
+        {
+            gather_runs(self.mask_row(io, i0 + i), runs, mrow);
+            let top = max_sum(row, mrow);
+            let qn = norm(&io.q[(i0 + i) * k..(i0 + i + 1) * k]);
+            // Every skipped score is at most |q_i| |k_j| <= qn * kmax (NaN fails).
+            let bound = qn * kmax * (1.0 + BOUND_SLACK) + dead;
+            // Not below (a NaN anywhere compares false): run the block dense.
+            if bound.partial_cmp(&(top - SKIP_MARGIN)) != Some(std::cmp::Ordering::Less) {
+                return false;
+            }
+            inv[i] = 1.0 / exp_row(row, mrow, o);
+        }
+        product(isa, probs, (rows, nl, d), pvl, sc.pa, out);
+        scale_rows(out, d, &inv[..rows]);
+        true
+    }
+}
+
+/// Copies the runs `(first, len)` of `src` one after another into `dst`.
+fn gather_runs(src: &[f32], runs: &[(u32, u32)], dst: &mut [f32]) {
+    let mut t = 0;
+    for &(f, l) in runs {
+        let (f, l) = (f as usize, l as usize);
+        dst[t..t + l].copy_from_slice(&src[f..f + l]);
+        t += l;
+    }
+}
+
+/// Lanes of the reductions below (independent partial results the compiler vectorises).
+const LANES: usize = 8;
+
+/// `max_j (x_j + a_j)`; NaN when a sum is NaN (then the bound check fails).
+fn max_sum(x: &[f32], a: &[f32]) -> f32 {
+    let mut acc = [f32::NEG_INFINITY; LANES];
+    let (xc, ac) = (x.chunks_exact(LANES), a.chunks_exact(LANES));
+    let (xr, ar) = (xc.remainder(), ac.remainder());
+    let mut nan = false;
+    for (u, v) in xc.zip(ac) {
+        for l in 0..LANES {
+            let s = u[l] + v[l];
+            nan |= s.is_nan();
+            acc[l] = if s > acc[l] { s } else { acc[l] };
+        }
+    }
+    for (&u, &v) in xr.iter().zip(ar) {
+        let s = u + v;
+        nan |= s.is_nan();
+        acc[0] = if s > acc[0] { s } else { acc[0] };
+    }
+    if nan {
+        f32::NAN
+    } else {
+        acc.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v))
+    }
+}
+
+/// The Euclidean norm of `x` (NaN propagates).
+fn norm(x: &[f32]) -> f32 {
+    let mut acc = [0.0f32; LANES];
+    let c = x.chunks_exact(LANES);
+    let r = c.remainder();
+    for u in c {
+        for l in 0..LANES {
+            acc[l] += u[l] * u[l];
+        }
+    }
+    for &u in r {
+        acc[0] += u * u;
+    }
+    acc.iter().sum::<f32>().sqrt()
+}
+
+/// `c = a · b` for `rows` rows of `a` (`inner` floats each, row stride `inner`) and `b`
+/// (`inner x width`) packed in `pb`: `a` read in place when the product is narrow (as a
+/// MatMul does), else packed into `pa`. The scores (`q · kt`) and the values
+/// (`probs · v`) of a block.
+fn product(
+    isa: crate::kernels::isa::Isa,
+    a: &[f32],
+    (rows, inner, width): (usize, usize, usize),
+    pb: &[f32],
+    pa: &mut [f32],
+    c: &mut [f32],
+) {
+    let a = if width <= gemm::A_IN_PLACE_MAX_N {
+        ASource::InPlace { a, lda: inner }
+    } else {
+        gemm::pack_a(a, inner, 1, rows, inner, 1.0, pa);
+        ASource::Packed(pa)
+    };
+    let (b, none) = (BSource::Packed(pb), &Epilogue::NONE);
+    gemm::gemm_with(
+        isa,
+        rows,
+        width,
+        inner,
+        a,
+        b,
+        &mut [],
+        c,
+        width,
+        (0, rows),
+        (0, width),
+        none,
+    );
+}
+
+/// Scales each `d`-float row of `out` by its entry of `inv`.
+fn scale_rows(out: &mut [f32], d: usize, inv: &[f32]) {
+    for (o, &s) in out.chunks_exact_mut(d.max(1)).zip(inv) {
+        for v in o {
+            *v *= s;
+        }
     }
 }
 
@@ -471,6 +841,125 @@ mod tests {
         }
         // Batch 3 with one [M, N] mask, except the 960-key size (its packs are too big).
         assert_eq!(block_major, 4);
+    }
+
+    /// A constant `[m, n]` local-window mask: query i attends to keys within `w` of
+    /// `i * n / m`, the rest get `neg`; rows `dead_rows` attend to nothing.
+    fn window_mask(
+        m: usize,
+        n: usize,
+        w: usize,
+        neg: f32,
+        dead_rows: std::ops::Range<usize>,
+    ) -> Vec<f32> {
+        let mut mask = vec![neg; m * n];
+        for i in (0..m).filter(|i| !dead_rows.contains(i)) {
+            let c = i * n / m;
+            for j in c.saturating_sub(w)..(c + w + 1).min(n) {
+                mask[i * n + j] = 0.0;
+            }
+        }
+        mask
+    }
+
+    /// `MatMul(q, kt) -> Add(mask) -> Softmax -> MatMul(p, v)` with a constant mask,
+    /// batch `batch`, q scaled by `q_scale`.
+    fn windowed(
+        batch: usize,
+        (m, k, n, d): (usize, usize, usize, usize),
+        mask: Vec<f32>,
+        q_scale: f32,
+    ) -> (Graph, Vec<Vec<f32>>) {
+        let dims = |a: usize, b: usize| vec![batch, a, b];
+        let mut b = GraphBuilder::new();
+        let q = b.input("q", &dims(m, k));
+        let kt = b.input("kt", &dims(k, n));
+        let v = b.input("v", &dims(n, d));
+        let inputs = vec![
+            rand_vec(batch * m * k, 1)
+                .iter()
+                .map(|x| q_scale * x)
+                .collect(),
+            rand_vec(batch * k * n, 2).iter().map(|x| 3.0 * x).collect(),
+            rand_vec(batch * n * d, 3),
+        ];
+        let s = b.node("qk", Op::MatMul { post: vec![] }, &[q, kt], &dims(m, n));
+        let mk = b.konst("mask", &[m, n], mask);
+        let a = b.node("add", Op::Binary(BinaryOp::Add), &[s, mk], &dims(m, n));
+        let p = b.node("softmax", Op::Softmax { axis: -1 }, &[a], &dims(m, n));
+        let y = b.node("pv", Op::MatMul { post: vec![] }, &[p, v], &dims(m, d));
+        (b.finish(&[y]), inputs)
+    }
+
+    /// Multiply-adds of the planned Attention node (sparse plans count fewer).
+    fn planned_macs(g: &Graph) -> usize {
+        let plan = ModelPlan::new(Arc::new(g.clone()), &PlanOptions::default()).expect("plan");
+        plan.node_macs(0)
+    }
+
+    /// Local-window masks (-1e4 and -inf, SVTR-like and ragged sizes, batch 1 and 2,
+    /// rows with no key at all, queries large enough that the skip bound fails and
+    /// blocks fall back to dense): the fused node skips keys only where exact, within
+    /// 1e-5 of the unfused ops, and any tiling gives the whole node's bits.
+    #[test]
+    fn sparse_masks_skip_keys_exactly() {
+        let cases = [
+            (1, (960, 32, 960, 32), 40, -1e4, 0..0, 1.0),
+            (2, (300, 8, 250, 24), 10, f32::NEG_INFINITY, 0..0, 1.0),
+            (1, (200, 16, 400, 40), 12, -1e4, 30..50, 1.0),
+            (1, (240, 32, 240, 16), 8, -1e4, 0..0, 1e5),
+        ];
+        for (batch, (m, k, n, d), w, neg, dead, q_scale) in cases {
+            let mask = window_mask(m, n, w, neg, dead.clone());
+            let (mut g, inputs) = windowed(batch, (m, k, n, d), mask, q_scale);
+            let before = run_graph(&g, &inputs);
+            fuse_softmax_mask(&mut g);
+            assert_eq!(fuse_attention(&mut g), 1);
+            let dense = batch * m * n * (k + d);
+            let macs = planned_macs(&g);
+            assert!(
+                macs * 2 < dense,
+                "{m}x{n}: sparse plan expected ({macs} of {dense})"
+            );
+            let after = run_graph(&g, &inputs);
+            assert!(after[0].iter().all(|x| x.is_finite()));
+            assert_close(&before, &after, 1e-5);
+            let plan = ModelPlan::new(Arc::new(g), &PlanOptions::default()).expect("plan");
+            let tiles = plan.tiles_for(0);
+            for count in [2, 3, tiles] {
+                let mut st = plan.new_state();
+                for (i, x) in inputs.iter().enumerate() {
+                    plan.set_input(&mut st, i, bytemuck::cast_slice(x))
+                        .expect("in");
+                }
+                for index in 0..count {
+                    plan.run_node(&mut st, 0, Tile { index, count })
+                        .expect("tile");
+                }
+                let got: &[f32] = bytemuck::cast_slice(plan.output_bytes(&st, 0).expect("out"));
+                assert!(
+                    got.iter()
+                        .zip(&after[0])
+                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{m}x{n}: {count} tiles"
+                );
+            }
+        }
+    }
+
+    /// A mask whose skippable entries are scattered (no block can skip much) keeps the
+    /// dense plan.
+    #[test]
+    fn scattered_masks_stay_dense() {
+        let (m, k, n, d) = (96, 16, 200, 16);
+        let mask: Vec<f32> = rand_vec(m * n, 4)
+            .iter()
+            .map(|&x| if x > 0.2 { -1e4 } else { 0.0 })
+            .collect();
+        let (mut g, _) = windowed(1, (m, k, n, d), mask, 1.0);
+        fuse_softmax_mask(&mut g);
+        assert_eq!(fuse_attention(&mut g), 1);
+        assert_eq!(planned_macs(&g), m * n * (k + d));
     }
 
     /// Query rows per block: whole MR panels, the scores block within its budget.
