@@ -249,6 +249,13 @@ fn input_block_t<const T: usize, const P: usize, const Q: usize>(
             }
         }
         let all_inner = lanes == NR && inner.iter().all(|&i| i != EDGE);
+        // The part of each border lane's patch inside the plane, once per panel.
+        let mut clips = [Clip::default(); NR];
+        let mut borders = 0;
+        for l in (0..lanes).filter(|&l| inner[l] == EDGE) {
+            clips[borders] = Clip::of::<P>(g, org[l], l);
+            borders += 1;
+        }
         // Lanes past the block's tiles stay zero for every channel.
         for row in d.iter_mut() {
             row.fill(0.0);
@@ -256,8 +263,9 @@ fn input_block_t<const T: usize, const P: usize, const Q: usize>(
         for c in 0..ci {
             let plane = &x[c * hw..(c + 1) * hw];
             if gather(plane, &inner, &mut d) {
-                for l in (0..lanes).filter(|&l| inner[l] == EDGE) {
-                    gather_edge::<P, Q>(g, plane, org[l], &mut d, l);
+                // The vector gather left the border lanes 0: fill their inside part.
+                for clip in &clips[..borders] {
+                    clip.gather::<P, Q>(g, plane, &mut d);
                 }
             } else if all_inner {
                 for (l, &i) in inner.iter().enumerate() {
@@ -298,6 +306,58 @@ fn gather_inner<const P: usize, const Q: usize>(
         let src: &[f32; P] = plane[i + r * g.w..][..P].try_into().expect("patch row");
         for (c, v) in src.iter().enumerate() {
             d[r * P + c][l] = *v;
+        }
+    }
+}
+
+/// The part of a border lane's `P x P` patch that lies inside the plane: patch rows
+/// `r0..r1` and columns `c0..c1`, the first of them at offset `at` of the plane.
+#[derive(Debug, Clone, Copy, Default)]
+struct Clip {
+    lane: usize,
+    rows: (usize, usize),
+    cols: (usize, usize),
+    at: usize,
+}
+
+impl Clip {
+    /// The clip of lane `l`'s patch at origin `(iy0, ix0)` (may be empty).
+    #[inline(always)]
+    fn of<const P: usize>(g: &WinoGeom, (iy0, ix0): (isize, isize), lane: usize) -> Clip {
+        let span = |o: isize, n: usize| {
+            let lo = (-o).clamp(0, P as isize) as usize;
+            let hi = (n as isize - o).clamp(lo as isize, P as isize) as usize;
+            (lo, hi)
+        };
+        let (rows, cols) = (span(iy0, g.h), span(ix0, g.w));
+        let at = if rows.0 < rows.1 && cols.0 < cols.1 {
+            (iy0 + rows.0 as isize) as usize * g.w + (ix0 + cols.0 as isize) as usize
+        } else {
+            0
+        };
+        Clip {
+            lane,
+            rows,
+            cols,
+            at,
+        }
+    }
+
+    /// Writes the inside part of the lane's patch from `plane` into `d` (the rest of
+    /// the lane is left as it is: 0 from the caller): the values [`gather_edge`] reads.
+    #[inline(always)]
+    fn gather<const P: usize, const Q: usize>(
+        &self,
+        g: &WinoGeom,
+        plane: &[f32],
+        d: &mut [Lanes; Q],
+    ) {
+        let ((r0, r1), (c0, c1)) = (self.rows, self.cols);
+        for r in r0..r1 {
+            let src = &plane[self.at + (r - r0) * g.w..][..c1 - c0];
+            for (c, &v) in (c0..c1).zip(src) {
+                d[r * P + c][self.lane] = v;
+            }
         }
     }
 }
