@@ -174,6 +174,10 @@ pub struct Scope {
 /// Marks the calling thread as running `class` work until [`Scope::finish`]; top-class
 /// work counts as a busy top-class thread in the pool's gauge.
 pub fn enter(class: HostClass) -> Scope {
+    if class == HostClass::Low {
+        // Low-class work also steps aside inside long kernels, not only between nodes.
+        crate::kernels::yield_point::install(node_boundary);
+    }
     let counted = class == HostClass::Top;
     if counted {
         TOP_BUSY.fetch_add(1, Ordering::AcqRel);
@@ -580,8 +584,9 @@ impl Drop for Pool {
 mod claim;
 mod steer;
 
-/// A node boundary of the calling thread's FC: a low-class FC sleeps here while a helper
-/// holds its CPU for top-class chunks (see `claim.rs`); anything else returns at once.
+/// A node boundary of the calling thread's FC, or a kernel's yield point
+/// (`kernels::yield_point`): a low-class FC sleeps here while a helper holds its CPU for
+/// top-class chunks (see `claim.rs`); anything else returns at once.
 pub fn node_boundary() {
     if CTX.with(|c| c.get().low) {
         claim::step_aside();

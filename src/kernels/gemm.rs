@@ -430,6 +430,7 @@ pub fn gemm_with(
             let block = RowBlock::new(&rows[..kc], if in_place { len } else { 0 });
             let mut ic = m_lo;
             while ic < m_hi {
+                crate::kernels::yield_point::yield_point();
                 let ic_end = (ic + MC).min(m_hi);
                 // The B panel of the strip at column j.
                 let panel_at = |j: usize| -> Panel<'_> {

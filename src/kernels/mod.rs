@@ -21,6 +21,7 @@ pub mod reduce;
 pub mod resize;
 pub mod rnn;
 pub mod unary;
+pub mod yield_point;
 
 pub mod isa;
 /// The kernel-table module under the name the executor imports (`Isa`, `best_isa`).

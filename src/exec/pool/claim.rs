@@ -139,4 +139,79 @@ mod tests {
         assert!(waiter.join().unwrap(), "it slept");
         assert_eq!(CLAIMS[FAKE].load(Ordering::SeqCst), 0);
     }
+
+    /// Pins the calling thread to `cpu`; false where the OS refuses (then the test that
+    /// needs it has nothing to check).
+    #[cfg(target_os = "linux")]
+    fn pin_to(cpu: usize) -> bool {
+        // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes inside it for
+        // cpu < CPU_SETSIZE (checked); pid 0 = the calling thread.
+        unsafe {
+            if cpu >= libc::CPU_SETSIZE as usize {
+                return false;
+            }
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+        }
+    }
+
+    /// A low-class FC inside a kernel (a GEMM's row block, a Winograd channel block)
+    /// sleeps at the kernel's yield point while its CPU is claimed, and goes on when the
+    /// claim ends; top-class work passes the same point at once.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_low_class_thread_steps_aside_at_a_kernel_yield_point() {
+        use crate::exec::pool::{enter, HostClass};
+        use crate::kernels::yield_point::yield_point;
+        let Some(cpu) = current_cpu().filter(|&c| c < FAKE) else {
+            return;
+        };
+        // Top class: never stops, claimed or not.
+        let top = std::thread::spawn(move || {
+            if !pin_to(cpu) {
+                return false;
+            }
+            let scope = enter(HostClass::Top);
+            claim_cpu(cpu);
+            yield_point();
+            release(Some(cpu));
+            scope.finish();
+            true
+        });
+        if !top.join().unwrap() {
+            return;
+        }
+        claim_cpu(cpu);
+        let before = WAITERS.load(Ordering::SeqCst);
+        let low = std::thread::spawn(move || {
+            if !pin_to(cpu) {
+                return false;
+            }
+            let scope = enter(HostClass::Low);
+            yield_point();
+            scope.finish();
+            true
+        });
+        // The low thread is inside step_aside once the gauge counts it; a thread that
+        // finished first must be one that could not be pinned.
+        let start = Instant::now();
+        let waited = loop {
+            if WAITERS.load(Ordering::SeqCst) > before {
+                break true;
+            }
+            if low.is_finished() {
+                break false;
+            }
+            assert!(start.elapsed() < Duration::from_secs(20), "never waited");
+            std::thread::yield_now();
+        };
+        if !waited {
+            release(Some(cpu));
+            assert!(!low.join().unwrap(), "went on while its CPU was claimed");
+            return;
+        }
+        release(Some(cpu));
+        assert!(low.join().unwrap());
+    }
 }

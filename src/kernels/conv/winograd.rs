@@ -501,6 +501,7 @@ impl WinogradPlan {
                 let keep = (t0.max(tb), t1.min(tb + nb));
                 let mut ca = c_lo;
                 while ca < c_hi {
+                    crate::kernels::yield_point::yield_point();
                     let cb = (ca + chunk).min(c_hi);
                     let rows = (ca, cb.div_ceil(MR) * MR);
                     // GEMM row `i - ca` holds channel `i`.
