@@ -761,6 +761,25 @@ mod tests {
         (200, 32, 960, 16),
     ];
 
+    /// The node's output when run as `count` tiles, one after another.
+    fn run_tiles(plan: &ModelPlan, inputs: &[Vec<f32>], count: usize) -> Vec<f32> {
+        let mut st = plan.new_state();
+        for (i, x) in inputs.iter().enumerate() {
+            plan.set_input(&mut st, i, bytemuck::cast_slice(x))
+                .expect("in");
+        }
+        for index in 0..count {
+            plan.run_node(&mut st, 0, Tile { index, count })
+                .expect("tile");
+        }
+        bytemuck::cast_slice(plan.output_bytes(&st, 0).expect("out")).to_vec()
+    }
+
+    /// Bit equality of two outputs.
+    fn same_bits(a: &[f32], b: &[f32]) -> bool {
+        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+    }
+
     fn forms(lead: &[usize], m: usize, n: usize) -> Vec<Form> {
         let leak = |v: Vec<usize>| -> &'static [usize] { Vec::leak(v) };
         let ones = leak([vec![1; lead.len()], vec![m, n]].concat());
@@ -817,21 +836,8 @@ mod tests {
                     let tiles = plan.tiles_for(0);
                     assert_eq!(tiles, lead[0] * m.div_ceil(super::block_rows(n)));
                     for count in 1..=tiles {
-                        let mut st = plan.new_state();
-                        for (i, x) in inputs.iter().enumerate() {
-                            plan.set_input(&mut st, i, bytemuck::cast_slice(x))
-                                .expect("in");
-                        }
-                        for index in 0..count {
-                            plan.run_node(&mut st, 0, Tile { index, count })
-                                .expect("tile");
-                        }
-                        let got: &[f32] =
-                            bytemuck::cast_slice(plan.output_bytes(&st, 0).expect("out"));
                         assert!(
-                            got.iter()
-                                .zip(&whole[0])
-                                .all(|(a, b)| a.to_bits() == b.to_bits()),
+                            same_bits(&run_tiles(&plan, &inputs, count), &whole[0]),
                             "{lead:?} {:?} {form:?}: {count} tiles",
                             (m, k, n, d)
                         );
@@ -927,20 +933,8 @@ mod tests {
             let plan = ModelPlan::new(Arc::new(g), &PlanOptions::default()).expect("plan");
             let tiles = plan.tiles_for(0);
             for count in [2, 3, tiles] {
-                let mut st = plan.new_state();
-                for (i, x) in inputs.iter().enumerate() {
-                    plan.set_input(&mut st, i, bytemuck::cast_slice(x))
-                        .expect("in");
-                }
-                for index in 0..count {
-                    plan.run_node(&mut st, 0, Tile { index, count })
-                        .expect("tile");
-                }
-                let got: &[f32] = bytemuck::cast_slice(plan.output_bytes(&st, 0).expect("out"));
                 assert!(
-                    got.iter()
-                        .zip(&after[0])
-                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                    same_bits(&run_tiles(&plan, &inputs, count), &after[0]),
                     "{m}x{n}: {count} tiles"
                 );
             }
