@@ -64,14 +64,12 @@ const SPARSE_GAIN: f64 = 0.75;
 /// The keys each block of query rows attends to under a constant sparse mask.
 #[derive(Debug)]
 struct Sparse {
-    /// Sorted live keys of block `key` ([`AttentionPlan::key_of`]):
-    /// `cols[starts[key]..starts[key + 1]]`.
-    cols: Vec<u32>,
-    starts: Vec<usize>,
-    /// The same keys as runs of consecutive keys `(first, len)`: block `key`'s are
-    /// `runs[run_starts[key]..run_starts[key + 1]]`.
+    /// The live keys of block `key` ([`AttentionPlan::key_of`]) in order, as runs of
+    /// consecutive keys `(first, len)`: `runs[run_starts[key]..run_starts[key + 1]]`.
     runs: Vec<(u32, u32)>,
     run_starts: Vec<usize>,
+    /// Live keys per block.
+    lens: Vec<usize>,
     /// Per block, an upper bound of the mask over the keys it skips (-inf: none skipped).
     dead_max: Vec<f32>,
     /// Most live keys of a block.
@@ -81,10 +79,6 @@ struct Sparse {
 }
 
 impl Sparse {
-    fn live(&self, key: usize) -> &[u32] {
-        &self.cols[self.starts[key]..self.starts[key + 1]]
-    }
-
     fn runs(&self, key: usize) -> &[(u32, u32)] {
         &self.runs[self.run_starts[key]..self.run_starts[key + 1]]
     }
@@ -151,10 +145,10 @@ fn sparse_for(
         }
         run_starts.push(runs.len());
     }
+    let lens = starts.windows(2).map(|w| w[1] - w[0]).collect();
     let mut sp = Sparse {
-        cols,
-        starts,
         runs,
+        lens,
         run_starts,
         dead_max,
         max_live,
@@ -163,7 +157,7 @@ fn sparse_for(
     sp.macs = (0..batch)
         .flat_map(|b| (0..blocks).map(move |blk| (b, blk)))
         .map(|(b, blk)| {
-            let nl = sp.live((b % masks.max(1)) * blocks + blk).len();
+            let nl = sp.lens[(b % masks.max(1)) * blocks + blk];
             let r = rows.min(m - blk * rows);
             // A block with no live key runs dense.
             let nl = if nl == 0 { n } else { nl };
@@ -433,14 +427,14 @@ impl FamilyKernel for AttentionPlan {
             let out = &mut y[i0 * d..(i0 + rows) * d];
             let sparse = p.sparse.as_ref().map(|sp| {
                 let key = p.key_of(b, blk);
-                (sp.live(key), sp.runs(key), sp.dead_max[key])
+                (sp.lens[key], sp.runs(key), sp.dead_max[key])
             });
             let done = match sparse {
-                Some((live, runs, dead)) if !live.is_empty() => p.sparse_block(
+                Some((nl, runs, dead)) if nl > 0 => p.sparse_block(
                     r.isa,
                     &io,
                     (b, i0, rows),
-                    (live, runs, dead, kmax[slot]),
+                    (nl, runs, dead, kmax[slot]),
                     (&mut *pkl, &mut *pvl, &mut *mrow),
                     &mut blk_scratch,
                     out,
@@ -526,7 +520,7 @@ impl AttentionPlan {
         scale_rows(out, d, &inv[..rows]);
     }
 
-    /// Rows `[i0, i0 + rows)` of batch `b` over the keys `live` only (module doc), into
+    /// Rows `[i0, i0 + rows)` of batch `b` over its `nl` live keys (`runs`) only (module doc), into
     /// `out`; false (nothing written) when some row fails the bound that makes skipping
     /// the other keys exact: the caller then runs the block dense.
     #[allow(clippy::too_many_arguments)]
@@ -535,13 +529,12 @@ impl AttentionPlan {
         isa: crate::kernels::isa::Isa,
         io: &Io<'_>,
         (b, i0, rows): (usize, usize, usize),
-        (live, runs, dead, kmax): (&[u32], &[(u32, u32)], f32, f32),
+        (nl, runs, dead, kmax): (usize, &[(u32, u32)], f32, f32),
         (pkl, pvl, mrow): (&mut [f32], &mut [f32], &mut [f32]),
         sc: &mut Block<'_>,
         out: &mut [f32],
     ) -> bool {
         let (k, n, d) = (self.k, self.n, self.d);
-        let nl = live.len();
         let exp_row = isa.table().exp_row;
         let ktb = &io.kt[b * k * n..(b + 1) * k * n];
         let vb = &io.v[b * n * d..(b + 1) * n * d];
@@ -551,8 +544,10 @@ impl AttentionPlan {
             None
         });
         let pvl = &mut pvl[..gemm::packed_b_len(nl, d)];
-        gemm::pack_b_rows(nl, d, pvl, sc.tmp, |t, _| {
-            let j = live[t] as usize;
+        // Rows are asked for in order: walk the runs.
+        let mut keys = runs.iter().flat_map(|&(f, l)| f as usize..(f + l) as usize);
+        gemm::pack_b_rows(nl, d, pvl, sc.tmp, |_, _| {
+            let j = keys.next().expect("one live key per row");
             Some(&vb[j * d..(j + 1) * d])
         });
         let s = &mut sc.s[..rows * nl];
