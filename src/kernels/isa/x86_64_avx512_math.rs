@@ -1,6 +1,7 @@
-//! Element-wise math of the AVX-512 table on 16 lanes: `e^x`, sigmoid and SiLU (the
-//! range reduction and polynomial of `body::unary::exp`, the power of two applied by
-//! `vscalefps`, the reciprocal by `vrcp14ps` plus one Newton step), and the entries
+//! Element-wise math of the AVX-512 table on 16 lanes: `e^x` and sigmoid (the range
+//! reduction and polynomial of `body::unary::exp`, the power of two applied by
+//! `vscalefps`, the reciprocal by `vrcp14ps` plus one Newton step), SiLU (the steps of
+//! `body::unary::silu`), and the entries
 //! built on them: the fused GEMM epilogue (bias, activations, affine, PReLU and residual
 //! adds applied in registers, one load and one store per element), the in-place unary
 //! functions, the sigmoid slice and the softmax row. Row tails run under a lane mask.
@@ -102,6 +103,36 @@ fn sigmoid16(x: __m512) -> __m512 {
     _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x), s, x)
 }
 
+/// SiLU as `body::unary::silu` computes it: `x / (1 + 2^y)`, `y = -x·log2(e)` clamped,
+/// `2^y = 2^n · 2^f` with `n` rounded by the 1.5·2^23 trick and added to the exponent
+/// bits, `2^f` by the degree-5 polynomial; a NaN lane stays NaN through the division.
+#[inline]
+#[target_feature(enable = "avx512f,avx512dq")]
+fn silu16(x: __m512) -> __m512 {
+    use crate::kernels::body::unary::silu_consts as k;
+    // vmaxps gives its second operand for a NaN lane: y stays finite.
+    let y = _mm512_min_ps(
+        _mm512_max_ps(
+            _mm512_mul_ps(x, _mm512_set1_ps(-LOG2E)),
+            _mm512_set1_ps(k::Y_LO),
+        ),
+        _mm512_set1_ps(k::Y_HI),
+    );
+    let round = _mm512_set1_ps(k::ROUND);
+    let nr = _mm512_add_ps(y, round);
+    let f = _mm512_sub_ps(y, _mm512_sub_ps(nr, round));
+    let mut p = _mm512_set1_ps(k::P[4]);
+    for c in [k::P[3], k::P[2], k::P[1], k::P[0], 1.0] {
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(c));
+    }
+    // 2^n added to the exponent bits: the low bits of nr's pattern hold n.
+    let e = _mm512_castsi512_ps(_mm512_add_epi32(
+        _mm512_castps_si512(p),
+        _mm512_slli_epi32::<23>(_mm512_castps_si512(nr)),
+    ));
+    _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0), e))
+}
+
 /// `op` on 16 lanes, for the ops [`super::has_lane_form`] names (others pass through; callers
 /// check first). Same NaN handling as the scalar bodies.
 #[inline]
@@ -115,8 +146,7 @@ fn unary16(op: UnaryOp, v: __m512) -> __m512 {
             _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(min)), _mm512_set1_ps(max))
         }
         UnaryOp::Sigmoid => sigmoid16(v),
-        // A NaN lane: v * (finite) stays NaN.
-        UnaryOp::Silu => _mm512_mul_ps(v, sigmoid_core(v)),
+        UnaryOp::Silu => silu16(v),
         UnaryOp::HardSwish => {
             let t = _mm512_fmadd_ps(v, _mm512_set1_ps(1.0 / 6.0), _mm512_set1_ps(0.5));
             let t = _mm512_min_ps(_mm512_max_ps(t, zero), _mm512_set1_ps(1.0));

@@ -1,6 +1,7 @@
 //! Element-wise math of the AVX2+FMA table on 8 lanes: `e^x` (the range reduction and
 //! polynomial of `body::unary::exp` in FMA form, `2^n` built in the exponent bits),
-//! sigmoid and SiLU (`1 / (1 + e^-|x|)` correctly rounded, as the scalar body), GELU, and the
+//! sigmoid (`1 / (1 + e^-|x|)` correctly rounded, as the scalar body), SiLU (the steps of
+//! `body::unary::silu`), GELU, and the
 //! entries built on them: the fused GEMM epilogue (bias, activations, affine, PReLU and
 //! residual adds applied in registers, one load and one store per element), the in-place
 //! unary functions, the sigmoid slice and the softmax rows.
@@ -183,6 +184,48 @@ unsafe fn sigmoid_core<const N: usize>(x: [__m256; N]) -> [__m256; N] {
     }
 }
 
+/// SiLU as `x / (1 + 2^y)`, `y = -x·log2(e)` clamped to `[-125, 126]`, the steps of
+/// `body::unary::silu` in FMA form: `2^y` is `2^n · 2^f` with `n` rounded by the
+/// 1.5·2^23 trick (its integer read from the same bits), `2^f` by a degree-5 minimax
+/// polynomial on `|f| <= 1/2`. About half the FMA-port work of `x · sigmoid(x)` by
+/// `sigmoid_core` (no second exponential form, no blend, one division); a NaN lane stays
+/// NaN through the division.
+///
+/// # Safety
+/// AVX2 and FMA available.
+#[inline(always)]
+unsafe fn silu8<const N: usize>(x: [__m256; N]) -> [__m256; N] {
+    use crate::kernels::body::unary::silu_consts as k;
+    // SAFETY: register-only intrinsics; AVX2 and FMA per the contract.
+    unsafe {
+        let (m, lo, hi) = (
+            _mm256_set1_ps(-LOG2E),
+            _mm256_set1_ps(k::Y_LO),
+            _mm256_set1_ps(k::Y_HI),
+        );
+        // vmaxps gives its second operand for a NaN lane: y stays finite.
+        let y = each!(N, |i| _mm256_min_ps(
+            _mm256_max_ps(_mm256_mul_ps(x[i], m), lo),
+            hi
+        ));
+        let round = _mm256_set1_ps(k::ROUND);
+        let nr = each!(N, |i| _mm256_add_ps(y[i], round));
+        let f = each!(N, |i| _mm256_sub_ps(y[i], _mm256_sub_ps(nr[i], round)));
+        let mut p = [_mm256_set1_ps(k::P[4]); N];
+        for c in [k::P[3], k::P[2], k::P[1], k::P[0], 1.0] {
+            let c = _mm256_set1_ps(c);
+            p = each!(N, |i| _mm256_fmadd_ps(p[i], f[i], c));
+        }
+        // 2^n added to the exponent bits: the low bits of nr's pattern hold n.
+        let e = each!(N, |i| _mm256_castsi256_ps(_mm256_add_epi32(
+            _mm256_castps_si256(p[i]),
+            _mm256_slli_epi32::<23>(_mm256_castps_si256(nr[i]))
+        )));
+        let one = _mm256_set1_ps(1.0);
+        each!(N, |i| _mm256_div_ps(x[i], _mm256_add_ps(one, e[i])))
+    }
+}
+
 /// `op` on `N` vectors, for the ops [`super::has_lane_form`] names (others pass through; callers
 /// check first). Same NaN handling as the scalar bodies.
 ///
@@ -205,11 +248,7 @@ unsafe fn unary8<const N: usize>(op: UnaryOp, v: [__m256; N]) -> [__m256; N] {
                 let s = sigmoid_core(v);
                 each!(N, |i| _mm256_blendv_ps(s[i], v[i], nan_lanes(v[i])))
             }
-            // A NaN lane: v * (finite) stays NaN.
-            UnaryOp::Silu => {
-                let s = sigmoid_core(v);
-                each!(N, |i| _mm256_mul_ps(v[i], s[i]))
-            }
+            UnaryOp::Silu => silu8(v),
             UnaryOp::HardSwish => {
                 let (a, b) = (_mm256_set1_ps(1.0 / 6.0), _mm256_set1_ps(0.5));
                 let t = each!(N, |i| _mm256_fmadd_ps(v[i], a, b));
