@@ -449,14 +449,15 @@ pub fn gemm_with(
                         BSource::Rows(_) => Panel::Packed(edge_panel),
                     }
                 };
-                // The tile of C at row i, column j; with `pair`, also the one at j + NR
-                // where the table pairs tiles and both are full packed ones. Returns the
-                // strips done (1 or 2).
-                let mut tile_at = |i: usize, j: usize, pair: bool| -> usize {
+                // The tile of C at row i, column j, and up to `most - 1` more strips to
+                // its right where one call does them: the one at j + NR where the table
+                // pairs tiles and both are full packed ones, the next full packed panels
+                // of a ragged last A panel. Returns the strips done.
+                let mut tile_at = |i: usize, j: usize, most: usize| -> usize {
                     let (mr, nr) = (MR.min(ic_end - i), NR.min(jc_end - j));
                     let panel = panel_at(j);
                     if let (true, Some(k2), ASource::Packed(pa), Panel::Packed(b0)) = (
-                        pair && mr == MR && j + 2 * NR <= jc_end,
+                        most >= 2 && mr == MR && j + 2 * NR <= jc_end,
                         t.mm_tile_pair,
                         a,
                         panel,
@@ -520,10 +521,22 @@ pub fn gemm_with(
                         return 1;
                     }
                     if mr < MR && nr == NR {
-                        // A ragged last panel: only its rows, straight into C.
+                        // A ragged last panel: only its rows, straight into C; the full
+                        // packed panels to the right in the same call (consecutive in
+                        // every packed source).
                         let cs = &mut c[i * ldc + j..];
                         match panel {
-                            Panel::Packed(bp) => (t.mm_part)(kc, ap, bp, cs, ldc, mr, !first),
+                            Panel::Packed(_) => {
+                                let np = most.min((jc_end - j) / NR).max(1);
+                                let bp = match b {
+                                    BSource::Packed(pb) => {
+                                        &pb[b_panel(n_pad, k, k0, j)..][..np * kc * NR]
+                                    }
+                                    _ => &buf[(j - jc) * kc..][..np * kc * NR],
+                                };
+                                (t.mm_part)(kc, ap, bp, np, cs, ldc, mr, !first);
+                                return np;
+                            }
                             Panel::Rows(off) => {
                                 (t.mm_part_rows)(ap, &block, off, cs, ldc, mr, !first)
                             }
@@ -565,10 +578,13 @@ pub fn gemm_with(
                 // row (panels outer), or as groups of two strips (strips outer).
                 let pairs = t.mm_tile_pair.is_some();
                 let group = if pairs && !panels_outer { 2 } else { 1 };
+                // Strips outer, a ragged last A panel runs after the others along its
+                // row, so that its calls can take several strips (`mm_part`).
+                let ragged = !panels_outer && (ic_end - ic) % MR != 0;
                 let (outer, inner) = if panels_outer {
                     (panels, strips)
                 } else {
-                    (strips.div_ceil(group), panels)
+                    (strips.div_ceil(group), panels - usize::from(ragged))
                 };
                 for o in 0..outer {
                     let (mut q, mut sub) = (0, 0);
@@ -578,12 +594,14 @@ pub fn gemm_with(
                         } else {
                             (q, o * group + sub)
                         };
-                        let more = if panels_outer {
-                            q + 1 < inner
+                        // Strips the call may do: the rest of the panel's row (panels
+                        // outer), the rest of the group (strips outer).
+                        let most = if panels_outer {
+                            inner - q
                         } else {
-                            sub + 1 < group && s + 1 < strips
+                            (group - sub).min(strips - s)
                         };
-                        let done = tile_at(ic + p * MR, jc + s * NR, pairs && more);
+                        let done = tile_at(ic + p * MR, jc + s * NR, most);
                         if panels_outer {
                             q += done;
                         } else {
@@ -592,6 +610,12 @@ pub fn gemm_with(
                                 (q, sub) = (q + 1, 0);
                             }
                         }
+                    }
+                }
+                if ragged {
+                    let mut s = 0;
+                    while s < strips {
+                        s += tile_at(ic + (panels - 1) * MR, jc + s * NR, strips - s);
                     }
                 }
                 let tail_panel = cols_tail.then(|| panel_at(jc + full));
@@ -1067,34 +1091,44 @@ mod tests {
     }
 
     /// `mm_part` of every table gives the bits `mm_tile` gives those rows, with and
-    /// without accumulation, at every depth and row count.
+    /// without accumulation, at every depth and row count, for 1 to 7 panels a call
+    /// (every group a table forms and its remainders).
     #[test]
     fn part_tiles_give_the_tiles_bits() {
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         for isa in crate::kernels::isa::available_isas() {
             let t = isa.table();
             for kc in [0usize, 1, 2, 7, 37, 256] {
-                let (a, b) = (rand_vec(kc * MR, 1), rand_vec(kc * NR, 2));
-                let ldc = NR + 3;
-                for rows in 1..MR {
-                    for acc in [false, true] {
-                        let start = rand_vec((rows - 1) * ldc + NR, 5);
-                        let mut tile = [0.0f32; MR * NR];
-                        (t.mm_tile)(kc, &a, &b, &mut tile, NR, false);
-                        let mut want = start.clone();
-                        put_tile(&tile, (rows, NR), &mut want, ldc, acc);
-                        let mut got = start.clone();
-                        (t.mm_part)(kc, &a, &b, &mut got, ldc, rows, acc);
-                        assert_eq!(bits(&got), bits(&want), "{isa:?} kc {kc} rows {rows}");
-                        // The same B as rows read in place, 5 floats into each.
-                        let wide: Vec<Vec<f32>> = (0..kc)
-                            .map(|p| [&[9.0; 5][..], &b[p * NR..p * NR + NR]].concat())
-                            .collect();
-                        let refs: Vec<&[f32]> = wide.iter().map(Vec::as_slice).collect();
-                        let block = RowBlock::new(&refs, 5 + NR);
-                        let mut got = start.clone();
-                        (t.mm_part_rows)(&a, &block, 5, &mut got, ldc, rows, acc);
-                        assert_eq!(bits(&got), bits(&want), "rows {isa:?} kc {kc} rows {rows}");
+                for panels in 1..=7 {
+                    let (a, b) = (rand_vec(kc * MR, 1), rand_vec(panels * kc * NR, 2));
+                    let ldc = panels * NR + 3;
+                    for rows in 1..MR {
+                        for acc in [false, true] {
+                            let start = rand_vec((rows - 1) * ldc + panels * NR, 5);
+                            let mut want = start.clone();
+                            for q in 0..panels {
+                                let mut tile = [0.0f32; MR * NR];
+                                let bq = &b[q * kc * NR..(q + 1) * kc * NR];
+                                (t.mm_tile)(kc, &a, bq, &mut tile, NR, false);
+                                put_tile(&tile, (rows, NR), &mut want[q * NR..], ldc, acc);
+                            }
+                            let mut got = start.clone();
+                            (t.mm_part)(kc, &a, &b, panels, &mut got, ldc, rows, acc);
+                            let what = format!("{isa:?} kc {kc} rows {rows} panels {panels}");
+                            assert_eq!(bits(&got), bits(&want), "{what}");
+                            if panels > 1 {
+                                continue;
+                            }
+                            // The same B as rows read in place, 5 floats into each.
+                            let wide: Vec<Vec<f32>> = (0..kc)
+                                .map(|p| [&[9.0; 5][..], &b[p * NR..p * NR + NR]].concat())
+                                .collect();
+                            let refs: Vec<&[f32]> = wide.iter().map(Vec::as_slice).collect();
+                            let block = RowBlock::new(&refs, 5 + NR);
+                            let mut got = start.clone();
+                            (t.mm_part_rows)(&a, &block, 5, &mut got, ldc, rows, acc);
+                            assert_eq!(bits(&got), bits(&want), "rows {what}");
+                        }
                     }
                 }
             }

@@ -207,14 +207,14 @@ fn assert_tile_fits(kc: usize, a: &[f32], c: &[f32], ldc: usize, e: Option<&Tile
     e.inspect(|e| e.assert_residual_fits(ldc));
 }
 
-/// Panics unless the operands of `mm_part` hold what it reads and writes (see
-/// [`KernelTable::mm_part`]).
-/// (B is checked by the caller: a packed panel of `kc * NR` floats, or a [`RowBlock`]).
-fn assert_part_fits(kc: usize, a: &[f32], c: &[f32], ldc: usize, rows: usize) {
+/// Panics unless the operands of `mm_part` for `panels` panels hold what it reads and
+/// writes (see [`KernelTable::mm_part`]).
+/// (B is checked by the caller: packed panels of `kc * NR` floats, or a [`RowBlock`]).
+fn assert_part_fits(kc: usize, a: &[f32], c: &[f32], ldc: usize, rows: usize, panels: usize) {
     assert!((1..MR).contains(&rows), "part tile: {rows} rows");
     assert!(a.len() >= kc * MR, "part tile: short A");
     assert!(
-        ldc >= NR && c.len() >= (rows - 1) * ldc + NR,
+        ldc >= panels * NR && c.len() >= (rows - 1) * ldc + panels * NR,
         "part tile: short C"
     );
 }
@@ -297,11 +297,22 @@ pub struct KernelTable {
     /// narrow last strip of a GEMM whose A is not packed (channels-last 1x1 convs of 24
     /// outputs), the same sums as `mm_half`.
     pub mm_half_strided: fn(kc: usize, a: &[f32], lda: usize, b: &[f32], c: &mut [f32]),
-    /// Rows `0..rows` (`1..MR`) of a full-width micro-tile (a ragged last A panel)
-    /// straight into `c` (stride `ldc`), or `c +=` when `acc`: each element summed in
-    /// the order of `mm_tile`, so the bits are the tile's, at the cost of its rows.
-    pub mm_part:
-        fn(kc: usize, a: &[f32], b: &[f32], c: &mut [f32], ldc: usize, rows: usize, acc: bool),
+    /// Rows `0..rows` (`1..MR`) of `panels` full-width micro-tiles side by side (a
+    /// ragged last A panel against B panels of `kc * NR` floats one after another, C
+    /// columns `0..panels * NR`) straight into `c` (stride `ldc`), or `c +=` when `acc`:
+    /// each element summed in the order of `mm_tile`, so the bits are the tile's. Several
+    /// panels a call give a row or two enough independent sums to cover the FMA latency.
+    #[allow(clippy::type_complexity)]
+    pub mm_part: fn(
+        kc: usize,
+        a: &[f32],
+        b: &[f32],
+        panels: usize,
+        c: &mut [f32],
+        ldc: usize,
+        rows: usize,
+        acc: bool,
+    ),
     /// Like `mm_part`, with B read from columns `off..off + NR` of the rows of a
     /// [`RowBlock`] (depth `b.depth()`), as `mm_tile_rows`.
     pub mm_part_rows: fn(

@@ -148,11 +148,33 @@ fn half(kc: usize, a: impl Fn(usize, usize) -> f32, b: &[f32], c: &mut [f32]) {
     }
 }
 
-/// `KernelTable::mm_part` in plain Rust: this table's tile, its first `rows` rows.
-fn mm_part(kc: usize, a: &[f32], b: &[f32], c: &mut [f32], ldc: usize, rows: usize, acc: bool) {
-    super::assert_part_fits(kc, a, c, ldc, rows);
-    assert!(b.len() >= kc * NR, "part tile: short B");
-    part(kc, a, |p| &b[p * NR..p * NR + NR], c, ldc, rows, acc)
+/// `KernelTable::mm_part` in plain Rust: this table's tile, its first `rows` rows, panel
+/// by panel.
+#[allow(clippy::too_many_arguments)]
+fn mm_part(
+    kc: usize,
+    a: &[f32],
+    b: &[f32],
+    panels: usize,
+    c: &mut [f32],
+    ldc: usize,
+    rows: usize,
+    acc: bool,
+) {
+    super::assert_part_fits(kc, a, c, ldc, rows, panels);
+    assert!(b.len() >= panels * kc * NR, "part tile: short B");
+    for q in 0..panels {
+        let b = &b[q * kc * NR..];
+        part(
+            kc,
+            a,
+            |p| &b[p * NR..p * NR + NR],
+            &mut c[q * NR..],
+            ldc,
+            rows,
+            acc,
+        )
+    }
 }
 
 /// `KernelTable::mm_part_rows` in plain Rust.
@@ -166,7 +188,7 @@ fn mm_part_rows(
     acc: bool,
 ) {
     let kc = b.depth();
-    super::assert_part_fits(kc, a, c, ldc, rows);
+    super::assert_part_fits(kc, a, c, ldc, rows, 1);
     part(kc, a, |p| &b.rows[p][off..off + NR], c, ldc, rows, acc)
 }
 

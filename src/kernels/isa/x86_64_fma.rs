@@ -163,32 +163,50 @@ unsafe fn gather16(src: &[f32], stride: usize, d: &mut [f32]) {
     }
 }
 // -- end of the im2col helper's block --
-/// `KernelTable::mm_part` with AVX2: the 6x16 tile's loop over `R` rows (two sums
-/// each), stored as the tile stores.
+/// `KernelTable::mm_part` with AVX2: the 6x16 tile's loop over `R` rows of `P` panels
+/// at once (two sums each per panel), stored as the tile stores. `P` is picked so that a
+/// call has at least eight independent sums where the panels allow (four panels for one
+/// row, two for two or three rows): with two sums a row, one row ran at a quarter of the
+/// FMA throughput (its chains wait on the FMA latency).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn mm_part(
     kc: usize,
     a: &[f32],
     b: &[f32],
+    panels: usize,
     c: &mut [f32],
     ldc: usize,
     rows: usize,
     acc: bool,
 ) {
-    super::assert_part_fits(kc, a, c, ldc, rows);
-    assert!(b.len() >= kc * NR, "part tile: short B");
-    let b = b.as_ptr();
-    // SAFETY: reachable only through the AVX2 and AVX-512 tables (AVX2 and FMA
-    // detected); A holds kc * MR floats, B kc * NR, C `rows` rows of NR at ldc.
-    unsafe {
-        part_dispatch(
-            kc,
-            a.as_ptr(),
-            |p| b.add(p * NR),
-            c.as_mut_ptr(),
-            ldc,
-            rows,
-            acc,
-        )
+    super::assert_part_fits(kc, a, c, ldc, rows, panels);
+    assert!(b.len() >= panels * kc * NR, "part tile: short B");
+    let per = match rows {
+        1 => 4,
+        2 | 3 => 2,
+        _ => 1,
+    };
+    let (b, c) = (b.as_ptr(), c.as_mut_ptr());
+    let mut q = 0;
+    while q < panels {
+        let np = per.min(panels - q);
+        // SAFETY: reachable only through the AVX2 and AVX-512 tables (AVX2 and FMA
+        // detected); A holds kc * MR floats, B `panels` panels of kc * NR (so panels
+        // q..q + np), C `rows` rows of panels * NR at ldc (the asserts above).
+        unsafe {
+            let bq = b.add(q * kc * NR);
+            part_dispatch(
+                kc,
+                a.as_ptr(),
+                |pn, p| bq.add(pn * kc * NR + p * NR),
+                np,
+                c.add(q * NR),
+                ldc,
+                rows,
+                acc,
+            )
+        }
+        q += np;
     }
 }
 
@@ -204,14 +222,15 @@ pub(super) fn mm_part_rows(
 ) {
     let (r, kc) = (b.rows, b.depth());
     assert!(off + NR <= b.len, "part tile: B rows too short");
-    super::assert_part_fits(kc, a, c, ldc, rows);
+    super::assert_part_fits(kc, a, c, ldc, rows, 1);
     // SAFETY: as `mm_part`; every row holds `b.len >= off + NR` floats (RowBlock::new
     // and the assert above).
     unsafe {
         part_dispatch(
             kc,
             a.as_ptr(),
-            |p| r[p].as_ptr().add(off),
+            |_, p| r[p].as_ptr().add(off),
+            1,
             c.as_mut_ptr(),
             ldc,
             rows,
@@ -220,16 +239,19 @@ pub(super) fn mm_part_rows(
     }
 }
 
-/// [`part`] for `rows` (1..MR) rows.
+/// [`part`] for `rows` (1..MR) rows of `panels` (1..=4, at most 2 for 2-3 rows, 1 for
+/// more) panels.
 ///
 /// # Safety
 /// As [`part`].
 #[inline]
 #[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
 unsafe fn part_dispatch(
     kc: usize,
     a: *const f32,
-    b_row: impl Fn(usize) -> *const f32,
+    b_row: impl Fn(usize, usize) -> *const f32,
+    panels: usize,
     c: *mut f32,
     ldc: usize,
     rows: usize,
@@ -237,55 +259,66 @@ unsafe fn part_dispatch(
 ) {
     // SAFETY: the caller's contract.
     unsafe {
-        match rows {
-            1 => part::<1>(kc, a, b_row, c, ldc, acc),
-            2 => part::<2>(kc, a, b_row, c, ldc, acc),
-            3 => part::<3>(kc, a, b_row, c, ldc, acc),
-            4 => part::<4>(kc, a, b_row, c, ldc, acc),
-            _ => part::<5>(kc, a, b_row, c, ldc, acc),
+        match (rows, panels) {
+            (1, 1) => part::<1, 1>(kc, a, b_row, c, ldc, acc),
+            (1, 2) => part::<1, 2>(kc, a, b_row, c, ldc, acc),
+            (1, 3) => part::<1, 3>(kc, a, b_row, c, ldc, acc),
+            (1, _) => part::<1, 4>(kc, a, b_row, c, ldc, acc),
+            (2, 1) => part::<2, 1>(kc, a, b_row, c, ldc, acc),
+            (2, _) => part::<2, 2>(kc, a, b_row, c, ldc, acc),
+            (3, 1) => part::<3, 1>(kc, a, b_row, c, ldc, acc),
+            (3, _) => part::<3, 2>(kc, a, b_row, c, ldc, acc),
+            (4, _) => part::<4, 1>(kc, a, b_row, c, ldc, acc),
+            _ => part::<5, 1>(kc, a, b_row, c, ldc, acc),
         }
     }
 }
 
-/// `R` rows of [`mm_part`]; `b_row(p)` points at B's NR floats for step `p`.
+/// `R` rows of `P` panels of [`mm_part`]; `b_row(q, p)` points at panel `q`'s NR floats
+/// for step `p`; panel `q`'s C columns start at `c + q * NR`.
 ///
 /// # Safety
-/// AVX2 and FMA available; `a` readable for `kc * MR` floats, `b_row(p)` for NR floats
-/// for every `p < kc`, `c` writable for `R` rows of NR at `ldc`.
+/// AVX2 and FMA available; `a` readable for `kc * MR` floats, `b_row(q, p)` for NR
+/// floats for every `q < P`, `p < kc`, `c` writable for `R` rows of `P * NR` at `ldc`.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn part<const R: usize>(
+unsafe fn part<const R: usize, const P: usize>(
     kc: usize,
     a: *const f32,
-    b_row: impl Fn(usize) -> *const f32,
+    b_row: impl Fn(usize, usize) -> *const f32,
     c: *mut f32,
     ldc: usize,
     acc: bool,
 ) {
-    let mut t = [[_mm256_setzero_ps(); 2]; R];
+    let mut t = [[[_mm256_setzero_ps(); 2]; P]; R];
     for p in 0..kc {
-        // SAFETY: step p < kc of B (NR floats) and of the A panel (MR floats).
+        // SAFETY: step p < kc of each panel of B (NR floats) and of the A panel (MR
+        // floats).
         unsafe {
-            let bp = b_row(p);
-            let (b0, b1) = (_mm256_loadu_ps(bp), _mm256_loadu_ps(bp.add(8)));
-            for (r, row) in t.iter_mut().enumerate() {
-                let av = _mm256_broadcast_ss(&*a.add(p * MR + r));
-                row[0] = _mm256_fmadd_ps(av, b0, row[0]);
-                row[1] = _mm256_fmadd_ps(av, b1, row[1]);
+            let av: [__m256; R] = std::array::from_fn(|r| _mm256_broadcast_ss(&*a.add(p * MR + r)));
+            for q in 0..P {
+                let bp = b_row(q, p);
+                let (b0, b1) = (_mm256_loadu_ps(bp), _mm256_loadu_ps(bp.add(8)));
+                for (row, &a) in t.iter_mut().zip(&av) {
+                    row[q][0] = _mm256_fmadd_ps(a, b0, row[q][0]);
+                    row[q][1] = _mm256_fmadd_ps(a, b1, row[q][1]);
+                }
             }
         }
     }
     for (r, row) in t.iter().enumerate() {
-        // SAFETY: row r < R of C, NR floats (the caller's bounds).
-        unsafe {
-            let cp = c.add(r * ldc);
-            let (mut v0, mut v1) = (row[0], row[1]);
-            if acc {
-                v0 = _mm256_add_ps(v0, _mm256_loadu_ps(cp));
-                v1 = _mm256_add_ps(v1, _mm256_loadu_ps(cp.add(8)));
+        for (q, sums) in row.iter().enumerate() {
+            // SAFETY: row r < R of C, panel q's NR floats (the caller's bounds).
+            unsafe {
+                let cp = c.add(r * ldc + q * NR);
+                let (mut v0, mut v1) = (sums[0], sums[1]);
+                if acc {
+                    v0 = _mm256_add_ps(v0, _mm256_loadu_ps(cp));
+                    v1 = _mm256_add_ps(v1, _mm256_loadu_ps(cp.add(8)));
+                }
+                _mm256_storeu_ps(cp, v0);
+                _mm256_storeu_ps(cp.add(8), v1);
             }
-            _mm256_storeu_ps(cp, v0);
-            _mm256_storeu_ps(cp.add(8), v1);
         }
     }
 }
