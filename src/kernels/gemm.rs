@@ -12,7 +12,7 @@
 //! C, which lets the executor split a node into disjoint tiles.
 
 pub use super::body::epilogue::Epilogue;
-use super::isa::{Isa, RowBlock, TileEpi, COLS_MAX, HALF};
+use super::isa::{Isa, RowBlock, TileEpi, TileWalk, WalkEpi, COLS_MAX, HALF};
 pub use super::isa::{KC, MR, NR};
 
 /// Rows of C computed per A block (a multiple of [`MR`]).
@@ -449,13 +449,37 @@ pub fn gemm_with(
                         BSource::Rows(_) => Panel::Packed(edge_panel),
                     }
                 };
-                // The tile of C at row i, column j, and up to `most - 1` more strips to
-                // its right where one call does them: the one at j + NR where the table
-                // pairs tiles and both are full packed ones, the next full packed panels
-                // of a ragged last A panel. Returns the strips done.
-                let mut tile_at = |i: usize, j: usize, most: usize| -> usize {
+                // The tile of C at row i, column j, and where one call does them, up to
+                // `most - 1` more strips to its right (the one at j + NR where the table
+                // pairs tiles and both are full packed ones; the next full packed panels
+                // of a ragged last A panel or of A rows in place) or `down - 1` more full
+                // tiles below (A rows in place). Returns the strips and A panels done.
+                let mut tile_at = |i: usize, j: usize, most: usize, down: usize| {
                     let (mr, nr) = (MR.min(ic_end - i), NR.min(jc_end - j));
                     let panel = panel_at(j);
+                    if let (Some(w), ASource::InPlace { a, lda }, Panel::Packed(_), true) =
+                        (t.mm_tiles_strided, a, panel, mr == MR && nr == NR)
+                    {
+                        let (walk, count) = if down >= 2 {
+                            (TileWalk::Down, down)
+                        } else {
+                            (TileWalk::Right, most.min((jc_end - j) / NR))
+                        };
+                        if count >= 2 {
+                            let bp = match b {
+                                BSource::Packed(pb) => &pb[b_panel(n_pad, k, k0, j)..],
+                                _ => &buf[(j - jc) * kc..],
+                            };
+                            let fuse = fused.as_ref().filter(|_| last);
+                            let e = fuse.map(|f| f.walk(i, j, ldc));
+                            let (cs, ar) = (&mut c[i * ldc + j..], &a[i * lda + k0..]);
+                            w(kc, ar, lda, bp, cs, ldc, !first, e.as_ref(), walk, count);
+                            return match walk {
+                                TileWalk::Down => (1, count),
+                                TileWalk::Right => (count, 1),
+                            };
+                        }
+                    }
                     if let (true, Some(k2), ASource::Packed(pa), Panel::Packed(b0)) = (
                         most >= 2 && mr == MR && j + 2 * NR <= jc_end,
                         t.mm_tile_pair,
@@ -476,7 +500,7 @@ pub fn gemm_with(
                                 !first,
                                 e.as_ref().map(|(e0, e1)| [e0, e1]),
                             );
-                            return 2;
+                            return (2, 1);
                         }
                     }
                     let ap: &[f32] = match a {
@@ -493,13 +517,13 @@ pub fn gemm_with(
                                     }
                                     _ => (t.mm_tile_strided)(kc, ar, lda, bp, cs, ldc, !first),
                                 }
-                                return 1;
+                                return (1, 1);
                             }
                             if let (true, Panel::Packed(bp)) = (mr == MR && nr <= HALF, panel) {
                                 // A narrow last strip: its half tile from A in place.
                                 (t.mm_half_strided)(kc, &a[i * lda + k0..], lda, bp, &mut tile);
                                 put_tile_block(&tile, (mr, nr), &mut c[i * ldc + j..], ldc, first);
-                                return 1;
+                                return (1, 1);
                             }
                             let rows = &a[i * lda..];
                             let (panel_a, _) = edge_a.split_at_mut(kc * MR);
@@ -518,7 +542,7 @@ pub fn gemm_with(
                             }
                             _ => unreachable!("fused tiles checked above"),
                         }
-                        return 1;
+                        return (1, 1);
                     }
                     if mr < MR && nr == NR {
                         // A ragged last panel: only its rows, straight into C; the full
@@ -535,13 +559,13 @@ pub fn gemm_with(
                                     _ => &buf[(j - jc) * kc..][..np * kc * NR],
                                 };
                                 (t.mm_part)(kc, ap, bp, np, cs, ldc, mr, !first);
-                                return np;
+                                return (np, 1);
                             }
                             Panel::Rows(off) => {
                                 (t.mm_part_rows)(ap, &block, off, cs, ldc, mr, !first)
                             }
                         }
-                        return 1;
+                        return (1, 1);
                     }
                     if mr == MR && nr == NR {
                         let cs = &mut c[i * ldc + j..];
@@ -560,7 +584,7 @@ pub fn gemm_with(
                         }
                         put_tile_block(&tile, (mr, nr), &mut c[i * ldc + j..], ldc, first);
                     }
-                    1
+                    (1, 1)
                 };
                 // Long C rows: each panel's rows written as runs (panels outer); else
                 // strips outer. One call site, so that the tile's body is inlined into
@@ -601,9 +625,18 @@ pub fn gemm_with(
                         } else {
                             (group - sub).min(strips - s)
                         };
-                        let done = tile_at(ic + p * MR, jc + s * NR, most);
+                        // Full A panels below the tile a call may do (strips outer,
+                        // one strip at a time).
+                        let down = if !panels_outer && group == 1 {
+                            inner - q
+                        } else {
+                            1
+                        };
+                        let (done, below) = tile_at(ic + p * MR, jc + s * NR, most, down);
                         if panels_outer {
                             q += done;
+                        } else if below > 1 {
+                            q += below;
                         } else {
                             sub += done;
                             if sub >= group || o * group + sub >= strips {
@@ -615,7 +648,7 @@ pub fn gemm_with(
                 if ragged {
                     let mut s = 0;
                     while s < strips {
-                        s += tile_at(ic + (panels - 1) * MR, jc + s * NR, strips - s);
+                        s += tile_at(ic + (panels - 1) * MR, jc + s * NR, strips - s, 1).0;
                     }
                 }
                 let tail_panel = cols_tail.then(|| panel_at(jc + full));
@@ -693,6 +726,26 @@ impl SimpleEpi<'_> {
         }
         TileEpi {
             bias,
+            col_bias,
+            residual: self.residual.map(|r| &r[i * ldc + j..]),
+            clamp: self.clamp,
+        }
+    }
+}
+
+impl SimpleEpi<'_> {
+    /// The fused epilogue of a walk of full tiles from row `i`, column `j` of C.
+    fn walk(&self, i: usize, j: usize, ldc: usize) -> WalkEpi<'_> {
+        let (mut row_bias, mut col_bias) = (None, None);
+        if let Some(b) = self.bias {
+            if self.cols {
+                col_bias = Some(&b[self.channel_offset + j..]);
+            } else {
+                row_bias = Some(&b[self.channel_offset + i..]);
+            }
+        }
+        WalkEpi {
+            row_bias,
             col_bias,
             residual: self.residual.map(|r| &r[i * ldc + j..]),
             clamp: self.clamp,
@@ -1219,6 +1272,96 @@ mod tests {
     }
 
     /// Row-major A (`m x k`) and B (`k x n`) packed for the GEMM.
+    /// A read in place gives the bits of A packed, with and without a fused epilogue
+    /// (column bias, residual, clamp), whichever way the block is walked: panels outer
+    /// (long C rows, B in L1: walks along rows), strips outer (walks down columns), two
+    /// K blocks (the epilogue on the last only), ragged rows and columns, row tiles.
+    #[test]
+    fn a_in_place_walks_give_the_packed_tiles_bits() {
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for isa in crate::kernels::isa::available_isas() {
+            for &(m, n, k) in &[
+                (49, 160, 96),
+                (37, 600, 40),
+                (50, 40, KC + 44),
+                (13, 64, 20),
+                (6 * MC + 5, 48, 24),
+            ] {
+                let (a, b) = (rand_vec(m * k, 11), rand_vec(k * n, 12));
+                let (bias, res) = (rand_vec(n, 13), rand_vec(m * n, 14));
+                let residuals: [&[f32]; 1] = [&res];
+                let (pa, pb) = packed_operands(&a, &b, (m, n, k));
+                for post in simple_forms() {
+                    let e = Epilogue {
+                        bias: Some(&bias),
+                        channel_is_row: false,
+                        post: &post,
+                        residuals: &residuals,
+                        ..Epilogue::NONE
+                    };
+                    let mut scratch = vec![0.0; block_scratch_len(k, n)];
+                    let mut want = vec![0.0; m * n];
+                    let src = ASource::Packed(&pa);
+                    let (full, bp) = ((0, m), BSource::Packed(&pb));
+                    gemm_with(
+                        isa,
+                        m,
+                        n,
+                        k,
+                        src,
+                        bp,
+                        &mut scratch,
+                        &mut want,
+                        n,
+                        full,
+                        (0, n),
+                        &e,
+                    );
+                    // Whole, and as two row tiles (the second starting at an MR multiple).
+                    for cut in [m, (m / 2).div_ceil(MR) * MR] {
+                        let mut got = vec![f32::NAN; m * n];
+                        for (r0, r1) in [(0, cut), (cut, m)] {
+                            if r0 == r1 {
+                                continue;
+                            }
+                            let res_t: [&[f32]; 1] = [&res[r0 * n..r1 * n]];
+                            let e = Epilogue {
+                                residuals: &res_t,
+                                ..e
+                            };
+                            let src = ASource::InPlace {
+                                a: &a[r0 * k..],
+                                lda: k,
+                            };
+                            let rows = r1 - r0;
+                            let cs = &mut got[r0 * n..r1 * n];
+                            let (bp, all) = (BSource::Packed(&pb), (0, rows));
+                            gemm_with(
+                                isa,
+                                rows,
+                                n,
+                                k,
+                                src,
+                                bp,
+                                &mut scratch,
+                                cs,
+                                n,
+                                all,
+                                (0, n),
+                                &e,
+                            );
+                        }
+                        assert_eq!(
+                            bits(&got),
+                            bits(&want),
+                            "{isa:?} {m}x{n}x{k} {post:?} cut {cut}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     fn packed_operands(
         a: &[f32],
         b: &[f32],

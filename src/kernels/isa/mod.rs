@@ -197,6 +197,110 @@ impl TileEpi<'_> {
     }
 }
 
+/// How [`KernelTable::mm_tiles_strided`] goes from one full tile to the next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TileWalk {
+    /// Down a column of C: the next tile's A rows and C rows are [`MR`] further, B is
+    /// the same panel.
+    Down,
+    /// Along a row of C: the same A rows, the next packed B panel (`kc * NR` floats
+    /// further), C [`NR`] columns further.
+    Right,
+}
+
+/// The fused epilogue of a walk of tiles ([`KernelTable::mm_tiles_strided`]), given at
+/// the first tile and moved along with it.
+#[derive(Debug, Clone, Copy)]
+pub struct WalkEpi<'a> {
+    /// Bias of each row of C from the walk's first row, when the channel is the row.
+    pub row_bias: Option<&'a [f32]>,
+    /// Bias of each column of C from the walk's first column, when the channel is the
+    /// column.
+    pub col_bias: Option<&'a [f32]>,
+    /// The residual at the first tile's origin, laid out like C.
+    pub residual: Option<&'a [f32]>,
+    /// `(lo, hi)` of a ReLU / Clip.
+    pub clamp: Option<(f32, f32)>,
+}
+
+/// Floats each operand moves from one tile of a walk to the next, and the extent of
+/// `count` tiles; panics unless every operand of the walk holds them (the tables' walk
+/// kernels check this once before their unchecked loads and stores).
+#[derive(Debug, Clone, Copy)]
+pub struct WalkSteps {
+    /// A step (in-place rows).
+    pub a: usize,
+    /// B step (packed panels).
+    pub b: usize,
+    /// C (and residual) step.
+    pub c: usize,
+    /// Row-bias step.
+    pub row_bias: usize,
+    /// Column-bias step.
+    pub col_bias: usize,
+}
+
+impl WalkSteps {
+    /// The steps of `walk` for depth `kc` and strides `lda`, `ldc`, checked against the
+    /// operands of `count` tiles.
+    #[allow(clippy::too_many_arguments)]
+    pub fn checked(
+        walk: TileWalk,
+        count: usize,
+        kc: usize,
+        (a, lda): (&[f32], usize),
+        b: &[f32],
+        (c, ldc): (&[f32], usize),
+        e: Option<&WalkEpi<'_>>,
+    ) -> WalkSteps {
+        let st = match walk {
+            TileWalk::Down => WalkSteps {
+                a: MR * lda,
+                b: 0,
+                c: MR * ldc,
+                row_bias: MR,
+                col_bias: 0,
+            },
+            TileWalk::Right => WalkSteps {
+                a: 0,
+                b: kc * NR,
+                c: NR,
+                row_bias: 0,
+                col_bias: NR,
+            },
+        };
+        let last = count.saturating_sub(1);
+        assert!(
+            count > 0 && ldc >= NR,
+            "tile walk: no tiles or short C rows"
+        );
+        assert!(
+            a.len() >= last * st.a + (MR - 1) * lda + kc,
+            "tile walk: short A"
+        );
+        assert!(b.len() >= last * st.b + kc * NR, "tile walk: short B");
+        let c_len = last * st.c + (MR - 1) * ldc + NR;
+        assert!(c.len() >= c_len, "tile walk: short C");
+        if let Some(e) = e {
+            assert!(
+                e.residual.is_none_or(|r| r.len() >= c_len),
+                "tile walk: short residual"
+            );
+            let rb = last * st.row_bias + MR;
+            assert!(
+                e.row_bias.is_none_or(|b| b.len() >= rb),
+                "tile walk: short row bias"
+            );
+            let cb = last * st.col_bias + NR;
+            assert!(
+                e.col_bias.is_none_or(|b| b.len() >= cb),
+                "tile walk: short column bias"
+            );
+        }
+        st
+    }
+}
+
 /// Panics unless a 6x16 tile's C (and the residual of `e`) hold [`MR`] rows of [`NR`]
 /// at stride `ldc` and its A panel `kc` columns of [`MR`]: the SIMD tables' tiles check
 /// this once before their unchecked loads and stores.
@@ -442,6 +546,25 @@ pub struct KernelTable {
             ldc: usize,
             acc: bool,
             e: &TileEpi<'_>,
+        ),
+    >,
+    /// Where the table has one: `count` full tiles with A read in place (operands of
+    /// `mm_tile_strided` for the first), each as `mm_tile_strided` (`e` None) or
+    /// `mm_tile_strided_epi` computes it, the next one as `walk` says: one call for a
+    /// column or row of tiles, so that small-depth products do not pay a dispatch a tile.
+    #[allow(clippy::type_complexity)]
+    pub mm_tiles_strided: Option<
+        fn(
+            kc: usize,
+            a: &[f32],
+            lda: usize,
+            b: &[f32],
+            c: &mut [f32],
+            ldc: usize,
+            acc: bool,
+            e: Option<&WalkEpi<'_>>,
+            walk: TileWalk,
+            count: usize,
         ),
     >,
     /// Where the table has one: two horizontally adjacent full tiles sharing one A

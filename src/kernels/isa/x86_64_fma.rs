@@ -52,6 +52,7 @@ static TABLE: KernelTable = KernelTable {
     qdepthwise_block: None,
     mm_tile_strided,
     mm_tile_strided_epi: Some(mm_tile_strided_epi),
+    mm_tiles_strided: Some(mm_tiles_strided),
     mm_tile_pair: None,
     mm_tile_epi: Some(mm_tile_epi),
     mm_tile_rows_epi: Some(mm_tile_rows_epi),
@@ -717,6 +718,87 @@ fn tile_strided(
     // the tile touches (a row r: r*lda..r*lda+kc, b: kc*NR, c and the residual: MR rows
     // of NR at ldc, the column bias: NR).
     unsafe { tile_6x16_strided(kc, a.as_ptr(), lda, b.as_ptr(), c.as_mut_ptr(), ldc, acc, e) }
+}
+
+/// `KernelTable::mm_tiles_strided` with AVX2: [`tile_6x16_strided`] on each tile of the
+/// walk, its epilogue moved along.
+#[allow(clippy::too_many_arguments)]
+fn mm_tiles_strided(
+    kc: usize,
+    a: &[f32],
+    lda: usize,
+    b: &[f32],
+    c: &mut [f32],
+    ldc: usize,
+    acc: bool,
+    e: Option<&super::WalkEpi<'_>>,
+    walk: super::TileWalk,
+    count: usize,
+) {
+    let st = super::WalkSteps::checked(walk, count, kc, (a, lda), b, (c, ldc), e);
+    // SAFETY: AVX2+FMA were detected (see `table`); `WalkSteps::checked` bounds every
+    // tile of the walk (A rows, the B panel, C and the residual rows, the biases).
+    unsafe {
+        tiles_6x16_strided(
+            kc,
+            a.as_ptr(),
+            lda,
+            b.as_ptr(),
+            c.as_mut_ptr(),
+            ldc,
+            acc,
+            e,
+            st,
+            count,
+        )
+    }
+}
+
+/// The walk of [`mm_tiles_strided`] (one target-feature function, so the tiles inline).
+///
+/// # Safety
+/// AVX2 and FMA available; every tile `t < count` of the walk `st` within its operands.
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tiles_6x16_strided(
+    kc: usize,
+    a: *const f32,
+    lda: usize,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    acc: bool,
+    e: Option<&super::WalkEpi<'_>>,
+    st: super::WalkSteps,
+    count: usize,
+) {
+    for t in 0..count {
+        let te = e.map(|e| {
+            let mut bias = [0.0; MR];
+            if let Some(rb) = e.row_bias {
+                bias.copy_from_slice(&rb[t * st.row_bias..t * st.row_bias + MR]);
+            }
+            TileEpi {
+                bias,
+                col_bias: e.col_bias.map(|cb| &cb[t * st.col_bias..]),
+                residual: e.residual.map(|r| &r[t * st.c..]),
+                clamp: e.clamp,
+            }
+        });
+        // SAFETY: tile t of the walk lies within the operands (the caller's contract).
+        unsafe {
+            tile_6x16_strided(
+                kc,
+                a.add(t * st.a),
+                lda,
+                b.add(t * st.b),
+                c.add(t * st.c),
+                ldc,
+                acc,
+                te.as_ref(),
+            )
+        }
+    }
 }
 
 /// The 6x16 FMA tile with A read in place (row `r`, step `p` at `a + r * lda + p`) and
