@@ -12,7 +12,7 @@
 //! C, which lets the executor split a node into disjoint tiles.
 
 pub use super::body::epilogue::Epilogue;
-use super::isa::{Isa, RowBlock, TileEpi, TileWalk, WalkEpi, COLS_MAX, HALF};
+use super::isa::{Isa, RowBlock, TileEpi, TileWalk, WalkA, WalkEpi, COLS_MAX, HALF};
 pub use super::isa::{KC, MR, NR};
 
 /// Rows of C computed per A block (a multiple of [`MR`]).
@@ -450,15 +450,15 @@ pub fn gemm_with(
                     }
                 };
                 // The tile of C at row i, column j, and where one call does them, up to
-                // `most - 1` more strips to its right (the one at j + NR where the table
-                // pairs tiles and both are full packed ones; the next full packed panels
-                // of a ragged last A panel or of A rows in place) or `down - 1` more full
-                // tiles below (A rows in place). Returns the strips and A panels done.
+                // `most - 1` more strips to its right (the next full packed panels: a
+                // walk of full tiles, a ragged last A panel; the one at j + NR where the
+                // table pairs tiles) or `down - 1` more full tiles below (a walk).
+                // Returns the strips and A panels done.
                 let mut tile_at = |i: usize, j: usize, most: usize, down: usize| {
                     let (mr, nr) = (MR.min(ic_end - i), NR.min(jc_end - j));
                     let panel = panel_at(j);
-                    if let (Some(w), ASource::InPlace { a, lda }, Panel::Packed(_), true) =
-                        (t.mm_tiles_strided, a, panel, mr == MR && nr == NR)
+                    if let (Some(w), Panel::Packed(_), true) =
+                        (t.mm_tiles, panel, mr == MR && nr == NR)
                     {
                         let (walk, count) = if down >= 2 {
                             (TileWalk::Down, down)
@@ -472,8 +472,17 @@ pub fn gemm_with(
                             };
                             let fuse = fused.as_ref().filter(|_| last);
                             let e = fuse.map(|f| f.walk(i, j, ldc));
-                            let (cs, ar) = (&mut c[i * ldc + j..], &a[i * lda + k0..]);
-                            w(kc, ar, lda, bp, cs, ldc, !first, e.as_ref(), walk, count);
+                            let wa = match a {
+                                ASource::Packed(pa) => {
+                                    WalkA::Packed(&pa[a_panel(m_pad, k, k0, i)..])
+                                }
+                                ASource::InPlace { a, lda } => WalkA::Rows {
+                                    a: &a[i * lda + k0..],
+                                    lda,
+                                },
+                            };
+                            let cs = &mut c[i * ldc + j..];
+                            w(kc, wa, bp, cs, ldc, !first, e.as_ref(), walk, count);
                             return match walk {
                                 TileWalk::Down => (1, count),
                                 TileWalk::Right => (count, 1),
@@ -1272,14 +1281,25 @@ mod tests {
     }
 
     /// Row-major A (`m x k`) and B (`k x n`) packed for the GEMM.
-    /// A read in place gives the bits of A packed, with and without a fused epilogue
-    /// (column bias, residual, clamp), whichever way the block is walked: panels outer
-    /// (long C rows, B in L1: walks along rows), strips outer (walks down columns), two
-    /// K blocks (the epilogue on the last only), ragged rows and columns, row tiles.
+    /// A packed and A read in place give the bits of the product summed in the tiles'
+    /// order (a plain loop of FMAs per K block) followed by the epilogue, whichever way
+    /// the block is walked: panels outer (long C rows, B in L1: walks along rows),
+    /// strips outer (walks down columns), two K blocks (the fused epilogue on the last
+    /// only), ragged rows and columns, row tiles; with and without a fused epilogue
+    /// (column bias, residual, clamp).
     #[test]
-    fn a_in_place_walks_give_the_packed_tiles_bits() {
-        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    fn tile_walks_give_the_plain_products_bits() {
+        // The first element whose bits differ, if any.
+        let differ = |got: &[f32], want: &[f32]| {
+            let i = got
+                .iter()
+                .zip(want)
+                .position(|(g, w)| g.to_bits() != w.to_bits());
+            i.map(|i| (i, got[i], want[i]))
+        };
         for isa in crate::kernels::isa::available_isas() {
+            // The walks' tables sum in the plain FMA order; others in their own.
+            let plain = isa.table().mm_tiles.is_some();
             for &(m, n, k) in &[
                 (49, 160, 96),
                 (37, 600, 40),
@@ -1301,6 +1321,19 @@ mod tests {
                     };
                     let mut scratch = vec![0.0; block_scratch_len(k, n)];
                     let mut want = vec![0.0; m * n];
+                    for (i, row) in want.chunks_mut(n).enumerate() {
+                        for (j, w) in row.iter_mut().enumerate() {
+                            let mut total = None;
+                            for k0 in (0..k).step_by(KC) {
+                                let s = (k0..k.min(k0 + KC))
+                                    .fold(0.0f32, |s, p| a[i * k + p].mul_add(b[p * n + j], s));
+                                total = Some(total.map_or(s, |t: f32| s + t));
+                            }
+                            *w = total.unwrap_or(0.0);
+                        }
+                    }
+                    e.apply(isa, &mut want, n, 0, m, 0, n);
+                    let mut packed = vec![f32::NAN; m * n];
                     let src = ASource::Packed(&pa);
                     let (full, bp) = ((0, m), BSource::Packed(&pb));
                     gemm_with(
@@ -1311,12 +1344,19 @@ mod tests {
                         src,
                         bp,
                         &mut scratch,
-                        &mut want,
+                        &mut packed,
                         n,
                         full,
                         (0, n),
                         &e,
                     );
+                    let what = format!("{isa:?} {m}x{n}x{k} {post:?}");
+                    if plain {
+                        let d = differ(&packed, &want);
+                        assert!(d.is_none(), "{what} A packed: (index, got, want) {d:?}");
+                    } else {
+                        want = packed;
+                    }
                     // Whole, and as two row tiles (the second starting at an MR multiple).
                     for cut in [m, (m / 2).div_ceil(MR) * MR] {
                         let mut got = vec![f32::NAN; m * n];
@@ -1351,11 +1391,8 @@ mod tests {
                                 &e,
                             );
                         }
-                        assert_eq!(
-                            bits(&got),
-                            bits(&want),
-                            "{isa:?} {m}x{n}x{k} {post:?} cut {cut}"
-                        );
+                        let d = differ(&got, &want);
+                        assert!(d.is_none(), "{what} A in place, cut {cut}: {d:?}");
                     }
                 }
             }

@@ -223,6 +223,21 @@ pub struct WalkEpi<'a> {
     pub clamp: Option<(f32, f32)>,
 }
 
+/// The A operand of a walk of tiles: packed panels of [`MR`] rows (`mm_tile`'s, one
+/// after another), or rows read in place at stride `lda` (`mm_tile_strided`'s).
+#[derive(Debug, Clone, Copy)]
+pub enum WalkA<'a> {
+    /// Packed A panels, the walk's first at the start.
+    Packed(&'a [f32]),
+    /// Rows in place, the walk's first row at the start.
+    Rows {
+        /// The rows.
+        a: &'a [f32],
+        /// Row stride.
+        lda: usize,
+    },
+}
+
 /// Floats each operand moves from one tile of a walk to the next, and the extent of
 /// `count` tiles; panics unless every operand of the walk holds them (the tables' walk
 /// kernels check this once before their unchecked loads and stores).
@@ -248,14 +263,19 @@ impl WalkSteps {
         walk: TileWalk,
         count: usize,
         kc: usize,
-        (a, lda): (&[f32], usize),
+        a: WalkA<'_>,
         b: &[f32],
         (c, ldc): (&[f32], usize),
         e: Option<&WalkEpi<'_>>,
     ) -> WalkSteps {
+        // A's step down and the floats one tile reads.
+        let (a, a_down, a_tile) = match a {
+            WalkA::Packed(a) => (a, MR * kc, MR * kc),
+            WalkA::Rows { a, lda } => (a, MR * lda, (MR - 1) * lda + kc),
+        };
         let st = match walk {
             TileWalk::Down => WalkSteps {
-                a: MR * lda,
+                a: a_down,
                 b: 0,
                 c: MR * ldc,
                 row_bias: MR,
@@ -274,10 +294,7 @@ impl WalkSteps {
             count > 0 && ldc >= NR,
             "tile walk: no tiles or short C rows"
         );
-        assert!(
-            a.len() >= last * st.a + (MR - 1) * lda + kc,
-            "tile walk: short A"
-        );
+        assert!(a.len() >= last * st.a + a_tile, "tile walk: short A");
         assert!(b.len() >= last * st.b + kc * NR, "tile walk: short B");
         let c_len = last * st.c + (MR - 1) * ldc + NR;
         assert!(c.len() >= c_len, "tile walk: short C");
@@ -548,16 +565,15 @@ pub struct KernelTable {
             e: &TileEpi<'_>,
         ),
     >,
-    /// Where the table has one: `count` full tiles with A read in place (operands of
-    /// `mm_tile_strided` for the first), each as `mm_tile_strided` (`e` None) or
-    /// `mm_tile_strided_epi` computes it, the next one as `walk` says: one call for a
-    /// column or row of tiles, so that small-depth products do not pay a dispatch a tile.
+    /// Where the table has one: `count` full tiles (operands of `mm_tile` or
+    /// `mm_tile_strided` for the first, as `a` says), each as that tile (`e` None) or its
+    /// `_epi` form computes it, the next one as `walk` says: one call for a column or
+    /// row of tiles, so that small-depth products do not pay a dispatch a tile.
     #[allow(clippy::type_complexity)]
-    pub mm_tiles_strided: Option<
+    pub mm_tiles: Option<
         fn(
             kc: usize,
-            a: &[f32],
-            lda: usize,
+            a: WalkA<'_>,
             b: &[f32],
             c: &mut [f32],
             ldc: usize,

@@ -38,7 +38,7 @@ pub(crate) static TABLE: KernelTable = KernelTable {
     qdepthwise_block: None,
     mm_tile_strided,
     mm_tile_strided_epi: None,
-    mm_tiles_strided: None,
+    mm_tiles: None,
     mm_tile_pair: None,
     mm_tile_epi: None,
     mm_tile_rows_epi: None,

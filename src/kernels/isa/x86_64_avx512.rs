@@ -63,7 +63,7 @@ static TABLE: KernelTable = KernelTable {
     qdepthwise_block: Some(super::x86_64_qdw_block::qdepthwise_block),
     mm_tile_strided,
     mm_tile_strided_epi: None,
-    mm_tiles_strided: None,
+    mm_tiles: None,
     mm_tile_pair: Some(mm_tile_pair),
     mm_tile_epi: Some(mm_tile_epi),
     mm_tile_rows_epi: Some(mm_tile_rows_epi),

@@ -52,7 +52,7 @@ static TABLE: KernelTable = KernelTable {
     qdepthwise_block: None,
     mm_tile_strided,
     mm_tile_strided_epi: Some(mm_tile_strided_epi),
-    mm_tiles_strided: Some(mm_tiles_strided),
+    mm_tiles: Some(mm_tiles),
     mm_tile_pair: None,
     mm_tile_epi: Some(mm_tile_epi),
     mm_tile_rows_epi: Some(mm_tile_rows_epi),
@@ -720,13 +720,12 @@ fn tile_strided(
     unsafe { tile_6x16_strided(kc, a.as_ptr(), lda, b.as_ptr(), c.as_mut_ptr(), ldc, acc, e) }
 }
 
-/// `KernelTable::mm_tiles_strided` with AVX2: [`tile_6x16_strided`] on each tile of the
-/// walk, its epilogue moved along.
+/// `KernelTable::mm_tiles` with AVX2: [`tile_6x16`] or [`tile_6x16_strided`] on each
+/// tile of the walk, its epilogue moved along.
 #[allow(clippy::too_many_arguments)]
-fn mm_tiles_strided(
+fn mm_tiles(
     kc: usize,
-    a: &[f32],
-    lda: usize,
+    a: super::WalkA<'_>,
     b: &[f32],
     c: &mut [f32],
     ldc: usize,
@@ -735,13 +734,18 @@ fn mm_tiles_strided(
     walk: super::TileWalk,
     count: usize,
 ) {
-    let st = super::WalkSteps::checked(walk, count, kc, (a, lda), b, (c, ldc), e);
+    let st = super::WalkSteps::checked(walk, count, kc, a, b, (c, ldc), e);
+    let (ap, lda) = match a {
+        super::WalkA::Packed(a) => (a.as_ptr(), None),
+        super::WalkA::Rows { a, lda } => (a.as_ptr(), Some(lda)),
+    };
     // SAFETY: AVX2+FMA were detected (see `table`); `WalkSteps::checked` bounds every
-    // tile of the walk (A rows, the B panel, C and the residual rows, the biases).
+    // tile of the walk (A panels or rows, the B panels, C and the residual rows, the
+    // biases).
     unsafe {
-        tiles_6x16_strided(
+        tiles_6x16(
             kc,
-            a.as_ptr(),
+            ap,
             lda,
             b.as_ptr(),
             c.as_mut_ptr(),
@@ -754,16 +758,17 @@ fn mm_tiles_strided(
     }
 }
 
-/// The walk of [`mm_tiles_strided`] (one target-feature function, so the tiles inline).
+/// The walk of [`mm_tiles`] (one target-feature function, so the tiles inline): A
+/// packed (`lda` None) or rows in place.
 ///
 /// # Safety
 /// AVX2 and FMA available; every tile `t < count` of the walk `st` within its operands.
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn tiles_6x16_strided(
+unsafe fn tiles_6x16(
     kc: usize,
     a: *const f32,
-    lda: usize,
+    lda: Option<usize>,
     b: *const f32,
     c: *mut f32,
     ldc: usize,
@@ -787,16 +792,11 @@ unsafe fn tiles_6x16_strided(
         });
         // SAFETY: tile t of the walk lies within the operands (the caller's contract).
         unsafe {
-            tile_6x16_strided(
-                kc,
-                a.add(t * st.a),
-                lda,
-                b.add(t * st.b),
-                c.add(t * st.c),
-                ldc,
-                acc,
-                te.as_ref(),
-            )
+            let (at, bt, ct) = (a.add(t * st.a), b.add(t * st.b), c.add(t * st.c));
+            match lda {
+                Some(lda) => tile_6x16_strided(kc, at, lda, bt, ct, ldc, acc, te.as_ref()),
+                None => tile_6x16(kc, at, |p| bt.add(p * NR), ct, ldc, acc, 0, te.as_ref()),
+            }
         }
     }
 }
