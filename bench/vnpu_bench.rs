@@ -427,7 +427,29 @@ fn bench_split(dir: &Path, runs: usize, only: Option<&str>, detail: bool) {
         );
         if detail {
             print_tile_overhead(&whole, &split, runs);
+            print_estimate_outliers(&split, &err);
         }
+    }
+}
+
+/// The FCs whose estimate misses the measured time by more than 25 % (`err` from
+/// [`fc_estimate_errors`]), with their estimate and nodes.
+fn print_estimate_outliers(m: &Model, err: &[f64]) {
+    let fcs: Vec<_> = m.compiled.segments.iter().flat_map(|s| &s.fcs).collect();
+    for (f, (fc, e)) in fcs.iter().zip(err).enumerate() {
+        if e.abs() <= 25.0 {
+            continue;
+        }
+        let names: Vec<_> = fc
+            .steps
+            .iter()
+            .map(|s| m.compiled.graph.nodes[s.node].name.as_str())
+            .collect();
+        println!(
+            "  FC {f}: estimate {:.0} us, {e:+.1} % of the measured median; nodes {}",
+            fc.est_us,
+            names.join(", ")
+        );
     }
 }
 
