@@ -12,7 +12,7 @@
 //! C, which lets the executor split a node into disjoint tiles.
 
 pub use super::body::epilogue::Epilogue;
-use super::isa::{Isa, RowBlock, TileEpi, TileWalk, WalkA, WalkEpi, COLS_MAX, HALF};
+use super::isa::{Isa, RowBlock, TileEpi, TileWalk, WalkA, WalkEpi, WalkSteps, COLS_MAX, HALF};
 pub use super::isa::{KC, MR, NR};
 
 /// Rows of C computed per A block (a multiple of [`MR`]).
@@ -449,6 +449,14 @@ pub fn gemm_with(
                         BSource::Rows(_) => Panel::Packed(edge_panel),
                     }
                 };
+                // The packed B panels from column j on (a full strip's `Panel::Packed`
+                // and those to its right, consecutive in every packed source).
+                let packed_from = |j: usize| -> &[f32] {
+                    match b {
+                        BSource::Packed(pb) => &pb[b_panel(n_pad, k, k0, j)..],
+                        _ => &buf[(j - jc) * kc..],
+                    }
+                };
                 // The tile of C at row i, column j, and where one call does them, up to
                 // `most - 1` more strips to its right (the next full packed panels: a
                 // walk of full tiles, a ragged last A panel; the one at j + NR where the
@@ -466,10 +474,7 @@ pub fn gemm_with(
                             (TileWalk::Right, most.min((jc_end - j) / NR))
                         };
                         if count >= 2 {
-                            let bp = match b {
-                                BSource::Packed(pb) => &pb[b_panel(n_pad, k, k0, j)..],
-                                _ => &buf[(j - jc) * kc..],
-                            };
+                            let bp = packed_from(j);
                             let fuse = fused.as_ref().filter(|_| last);
                             let e = fuse.map(|f| f.walk(i, j, ldc));
                             let wa = match a {
@@ -561,12 +566,7 @@ pub fn gemm_with(
                         match panel {
                             Panel::Packed(_) => {
                                 let np = most.min((jc_end - j) / NR).max(1);
-                                let bp = match b {
-                                    BSource::Packed(pb) => {
-                                        &pb[b_panel(n_pad, k, k0, j)..][..np * kc * NR]
-                                    }
-                                    _ => &buf[(j - jc) * kc..][..np * kc * NR],
-                                };
+                                let bp = &packed_from(j)[..np * kc * NR];
                                 (t.mm_part)(kc, ap, bp, np, cs, ldc, mr, !first);
                                 return (np, 1);
                             }
@@ -723,26 +723,9 @@ struct SimpleEpi<'e> {
 impl SimpleEpi<'_> {
     /// The fused epilogue of the full tile at row `i`, column `j` of C.
     fn tile(&self, i: usize, j: usize, ldc: usize) -> TileEpi<'_> {
-        let mut bias = [0.0; MR];
-        let mut col_bias = None;
-        if let Some(b) = self.bias {
-            if self.cols {
-                col_bias = Some(&b[self.channel_offset + j..]);
-            } else {
-                let ch = self.channel_offset + i;
-                bias.copy_from_slice(&b[ch..ch + MR]);
-            }
-        }
-        TileEpi {
-            bias,
-            col_bias,
-            residual: self.residual.map(|r| &r[i * ldc + j..]),
-            clamp: self.clamp,
-        }
+        self.walk(i, j, ldc).tile(0, &WalkSteps::default())
     }
-}
 
-impl SimpleEpi<'_> {
     /// The fused epilogue of a walk of full tiles from row `i`, column `j` of C.
     fn walk(&self, i: usize, j: usize, ldc: usize) -> WalkEpi<'_> {
         let (mut row_bias, mut col_bias) = (None, None);

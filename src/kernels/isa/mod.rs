@@ -223,6 +223,23 @@ pub struct WalkEpi<'a> {
     pub clamp: Option<(f32, f32)>,
 }
 
+impl<'a> WalkEpi<'a> {
+    /// The epilogue of tile `t` of a walk with steps `st` (any steps for the first).
+    #[inline(always)]
+    pub fn tile(&self, t: usize, st: &WalkSteps) -> TileEpi<'a> {
+        let mut bias = [0.0; MR];
+        if let Some(rb) = self.row_bias {
+            bias.copy_from_slice(&rb[t * st.row_bias..t * st.row_bias + MR]);
+        }
+        TileEpi {
+            bias,
+            col_bias: self.col_bias.map(|cb| &cb[t * st.col_bias..]),
+            residual: self.residual.map(|r| &r[t * st.c..]),
+            clamp: self.clamp,
+        }
+    }
+}
+
 /// The A operand of a walk of tiles: packed panels of [`MR`] rows (`mm_tile`'s, one
 /// after another), or rows read in place at stride `lda` (`mm_tile_strided`'s).
 #[derive(Debug, Clone, Copy)]
@@ -241,7 +258,7 @@ pub enum WalkA<'a> {
 /// Floats each operand moves from one tile of a walk to the next, and the extent of
 /// `count` tiles; panics unless every operand of the walk holds them (the tables' walk
 /// kernels check this once before their unchecked loads and stores).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct WalkSteps {
     /// A step (in-place rows).
     pub a: usize,

@@ -778,18 +778,7 @@ unsafe fn tiles_6x16(
     count: usize,
 ) {
     for t in 0..count {
-        let te = e.map(|e| {
-            let mut bias = [0.0; MR];
-            if let Some(rb) = e.row_bias {
-                bias.copy_from_slice(&rb[t * st.row_bias..t * st.row_bias + MR]);
-            }
-            TileEpi {
-                bias,
-                col_bias: e.col_bias.map(|cb| &cb[t * st.col_bias..]),
-                residual: e.residual.map(|r| &r[t * st.c..]),
-                clamp: e.clamp,
-            }
-        });
+        let te = e.map(|e| e.tile(t, &st));
         // SAFETY: tile t of the walk lies within the operands (the caller's contract).
         unsafe {
             let (at, bt, ct) = (a.add(t * st.a), b.add(t * st.b), c.add(t * st.c));
