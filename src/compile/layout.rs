@@ -15,7 +15,9 @@
 //! the elements its convs produce is rewritten:
 //! - a 1x1 conv becomes `MatMul(x, W^T)` over the channels-last input (its bias a
 //!   leading `ChannelAffine` of unit scale, its post-ops kept: channels are MatMul's
-//!   last dim), a depthwise conv `ConvNhwc`;
+//!   last dim), a depthwise conv `ConvNhwc`, and so does a dense conv over at most
+//!   [`STEM_MAX_CHANNELS`] input channels that opens a region (an image stem: its
+//!   small input is the boundary instead of its large output);
 //! - a `Transpose` to channels-last enters each boundary input once, a `Transpose`
 //!   back produces each value a planar consumer (or the graph's output) reads, under
 //!   its original id;
@@ -32,6 +34,10 @@ use std::collections::{HashMap, HashSet};
 /// produce (each boundary element costs a transpose: about a pass over it).
 const BOUNDARY_SHARE: usize = 4;
 
+/// Input channels up to which a dense conv is a [`Kind::Stem`]: its input, the region's
+/// boundary, is then a fraction of its output.
+const STEM_MAX_CHANNELS: usize = 4;
+
 /// How a conv is computed channels-last.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -39,6 +45,10 @@ enum Kind {
     Pointwise,
     /// One input and one output channel per group.
     Depthwise,
+    /// A dense conv over few input channels (an image stem): im2col rows and a GEMM with
+    /// the output channels as columns (`kernels::conv::dense_nhwc`). Only where it opens a
+    /// region (below).
+    Stem,
     /// `Mul` of a `[N, C, H, W]` value (input `x`) by a per-channel `[N | 1, C, 1, 1]`
     /// one (the squeeze-excite scale of MobileNetV3 blocks).
     ChannelScale { x: usize },
@@ -83,7 +93,17 @@ fn kind_of(g: &Graph, n: &Node) -> Option<Kind> {
         // A leading pad past the kernel's reach (outputs without taps).
         return None;
     }
-    (*group == c && w[0] == c && w[1] == 1).then_some(Kind::Depthwise)
+    if *group == c && w[0] == c && w[1] == 1 {
+        return Some(Kind::Depthwise);
+    }
+    // As `kernels::conv::dense_nhwc_applies`: undilated columns, one GEMM block deep.
+    let stem = *group == 1
+        && c <= STEM_MAX_CHANNELS
+        && w[1] == c
+        && geom.dilations[1] == 1
+        && c * w[2] * w[3] <= crate::kernels::gemm::KC
+        && w[2] <= crate::kernels::conv::MAX_KERNEL_ROWS;
+    stem.then_some(Kind::Stem)
 }
 
 /// `Kind::ChannelScale` when `n` (a `Mul`) multiplies an f32 `[N, C, H, W]` value by an
@@ -154,6 +174,7 @@ pub fn channels_last(g: &mut Graph) -> usize {
     }
     trim_leaves(g, &consumers, &mut kinds);
     let producers = g.producers();
+    keep_opening_stems(g, &consumers, &producers, &mut kinds);
     let mut parent: Vec<usize> = (0..g.nodes.len()).collect();
     for (i, n) in g.nodes.iter().enumerate() {
         if kinds[i].is_none() {
@@ -246,6 +267,32 @@ fn trim_leaves(g: &Graph, consumers: &[Vec<usize>], kinds: &mut [Option<Kind>]) 
     }
 }
 
+/// Leaves out the stems that do not open a region: a stem's input must come from a
+/// planar node (or the graph) and a region node must read its output; else the stem
+/// would only move the boundary inside a planar part.
+fn keep_opening_stems(
+    g: &Graph,
+    consumers: &[Vec<usize>],
+    producers: &[Option<usize>],
+    kinds: &mut [Option<Kind>],
+) {
+    for (i, n) in g.nodes.iter().enumerate() {
+        if kinds[i] != Some(Kind::Stem) {
+            continue;
+        }
+        let from_region = n.inputs[0]
+            .and_then(|x| producers[x])
+            .is_some_and(|p| kinds[p].is_some());
+        let out = n.outputs[0];
+        let feeds_region = consumers[out]
+            .iter()
+            .any(|&c| kinds[c].is_some_and(|k| k != Kind::Stem));
+        if from_region || !feeds_region {
+            kinds[i] = None;
+        }
+    }
+}
+
 /// `[N, C, H, W]` -> `[N, H, W, C]`.
 fn nhwc(s: &[usize]) -> Vec<usize> {
     vec![s[0], s[2], s[3], s[1]]
@@ -316,7 +363,7 @@ fn rewrite(
             // The op moves into the rewritten node (the placeholder left behind is dropped).
             let op = std::mem::replace(&mut n.op, Op::Attention);
             let (op, inputs) = match (kind, op) {
-                (Kind::Depthwise, Op::Conv { geom, group, post }) => {
+                (Kind::Depthwise | Kind::Stem, Op::Conv { geom, group, post }) => {
                     (Op::ConvNhwc { geom, group, post }, inputs)
                 }
                 (Kind::Pointwise, Op::Conv { post, .. }) => pointwise(g, inputs, post),
@@ -561,14 +608,17 @@ mod tests {
             let x = rand_vec(3 * 10 * 10, 9);
             let want = run_graph(&g0, std::slice::from_ref(&x));
             let mut g = g0.clone();
-            assert_eq!(channels_last(&mut g), 3, "stride {s} pool {pool}");
+            assert_eq!(channels_last(&mut g), 4, "stride {s} pool {pool}");
             let names = ops(&g);
-            // The stem's output enters once; a pooled region leaves through the mean
-            // and a view, an output region through one transpose back.
+            // The stem opens the region: the graph's input enters once; a pooled region
+            // leaves through the mean and a view, an output region through one
+            // transpose back.
             let transposes = names.iter().filter(|&&n| n == "Transpose").count();
             assert_eq!(transposes, if pool { 1 } else { 2 }, "{names:?}");
             assert_eq!(names.iter().filter(|&&n| n == "MatMul").count(), 2);
-            assert!(names.contains(&"ConvNhwc"), "{names:?}");
+            let nhwc = names.iter().filter(|&&n| n == "ConvNhwc").count();
+            assert_eq!(nhwc, 2, "the stem and the depthwise conv: {names:?}");
+            assert!(!names.contains(&"Conv"), "{names:?}");
             assert_eq!(names.contains(&"ReduceMean"), pool, "{names:?}");
             assert_eq!(g.outputs, g0.outputs, "outputs keep their values");
             let got = run_graph(&g, &[x]);
@@ -584,7 +634,7 @@ mod tests {
         // columns than rows (MatMul rows all the same).
         for (dims, pool) in [((16, 96, 56), false), ((160, 320, 7), true)] {
             let mut g = block_sized(1, pool, dims);
-            assert_eq!(channels_last(&mut g), 3);
+            assert_eq!(channels_last(&mut g), 4);
             let g = std::sync::Arc::new(g);
             let x = rand_vec(3 * dims.2 * dims.2, 3);
             let mut outs = Vec::new();
@@ -656,12 +706,12 @@ mod tests {
         let xv = rand_vec(3 * h * h, 7);
         let want = run_graph(&g0, std::slice::from_ref(&xv));
         let mut g = g0.clone();
-        // expand, depthwise, the scale, project; the lateral conv stays planar.
-        assert_eq!(channels_last(&mut g), 4);
+        // stem, expand, depthwise, the scale, project; the lateral conv stays planar.
+        assert_eq!(channels_last(&mut g), 5);
         let names = ops(&g);
         assert_eq!(
             names.iter().filter(|&&n| n == "Conv").count(),
-            3,
+            2,
             "{names:?}"
         );
         assert_eq!(
@@ -673,6 +723,68 @@ mod tests {
             names.contains(&"Mul") && names.contains(&"ConvNhwc"),
             "{names:?}"
         );
+        let got = run_graph(&g, &[xv]);
+        // The channels-last stem sums its taps in another order; outputs reach hundreds
+        // through the wide lateral and head convs, so the small ones are differences of
+        // large terms: compare against the output's scale.
+        let scale = want[0].iter().fold(1.0f32, |m, v| m.max(v.abs()));
+        for (g, w) in got[0].iter().zip(&want[0]) {
+            assert!((g - w).abs() <= 1e-5 * scale, "{g} vs {w} (scale {scale})");
+        }
+    }
+
+    #[test]
+    fn few_channel_convs_join_a_region_only_to_open_it() {
+        // A stem read by a planar conv only; a region (expand, depthwise, project to 4
+        // channels) whose 4-channel output a 3x3 conv reads: neither 4-channel-input
+        // conv goes channels-last.
+        let clip = PostOp::Unary(UnaryOp::Clip { min: 0.0, max: 6.0 });
+        let (c, e, h) = (8, 48, 10);
+        let mut b = GraphBuilder::new();
+        let st = stem(&mut b, c, h);
+        let w1 = b.konst("w1", &[c, c, 3, 3], rand_vec(c * c * 9, 2));
+        let p = b.node(
+            "planar",
+            conv(geom(3, 1, 1), 1, vec![]),
+            &[st, w1],
+            &[1, c, h, h],
+        );
+        let w2 = b.konst("w2", &[e, c, 1, 1], rand_vec(e * c, 3));
+        let ex = b.node(
+            "expand",
+            conv(geom(1, 1, 0), 1, vec![clip.clone()]),
+            &[p, w2],
+            &[1, e, h, h],
+        );
+        let w3 = b.konst("w3", &[e, 1, 3, 3], rand_vec(e * 9, 4));
+        let dw = b.node(
+            "dw",
+            conv(geom(3, 1, 1), e, vec![clip]),
+            &[ex, w3],
+            &[1, e, h, h],
+        );
+        let w4 = b.konst("w4", &[4, e, 1, 1], rand_vec(4 * e, 5));
+        let pr = b.node(
+            "project",
+            conv(geom(1, 1, 0), 1, vec![]),
+            &[dw, w4],
+            &[1, 4, h, h],
+        );
+        let w5 = b.konst("w5", &[2, 4, 3, 3], rand_vec(2 * 4 * 9, 6));
+        let o = b.node(
+            "head",
+            conv(geom(3, 1, 1), 1, vec![]),
+            &[pr, w5],
+            &[1, 2, h, h],
+        );
+        let g0 = b.finish(&[o]);
+        let xv = rand_vec(3 * h * h, 7);
+        let want = run_graph(&g0, std::slice::from_ref(&xv));
+        let mut g = g0.clone();
+        assert_eq!(channels_last(&mut g), 3, "expand, depthwise, project");
+        let names = ops(&g);
+        let planar = names.iter().filter(|&&n| n == "Conv").count();
+        assert_eq!(planar, 3, "stem, planar conv, head: {names:?}");
         let got = run_graph(&g, &[xv]);
         assert_close(&got, &want, 1e-5);
     }

@@ -32,6 +32,50 @@ pub(crate) struct DwNhwcKernel {
     par: Vec<(usize, usize)>,
 }
 
+/// The kernel-level shape of a `ConvNhwc` with `group` groups, one per channel
+/// (depthwise) or one (dense): X `[N, H, W, C]`, output `[N, OH, OW, Cout]` the window
+/// of the geometry (a file's shapes are not trusted).
+pub(super) fn nhwc_shape(c: &Ctx<'_>, geom: &ir::ConvGeom, group: usize) -> Result<ConvShape> {
+    let n = c.n;
+    let (xs, os) = (c.ishape(0)?, c.oshape(0)?);
+    let (&[nb, h, w, ch], &[onb, oh, ow, och]) = (xs, os) else {
+        return Err(shape_err(
+            n,
+            format!("input {xs:?} / output {os:?} are not 4-D"),
+        ));
+    };
+    if group != ch && group != 1 {
+        return Err(unsup(
+            n,
+            format!("channels-last conv of {group} groups of {ch} channels"),
+        ));
+    }
+    if onb != nb || (group > 1 && och != ch) || och == 0 {
+        return Err(shape_err(
+            n,
+            format!("output {os:?} does not fit input {xs:?}"),
+        ));
+    }
+    let ge = geom2(n, geom, 2, &[])?;
+    let out_dim = |len: usize, i: usize| {
+        let (k, pads) = ((ge.k[i] - 1) * ge.d[i] + 1, ge.p[i] + ge.p[i + 2]);
+        (len + pads).checked_sub(k).map(|v| v / ge.s[i] + 1)
+    };
+    if out_dim(h, 0) != Some(oh) || out_dim(w, 1) != Some(ow) {
+        return Err(shape_err(
+            n,
+            format!("output {os:?} is not the window of input {xs:?}"),
+        ));
+    }
+    let s = ge.conv_shape(nb, [ch, h, w], [och, oh, ow], group);
+    if ge.p[0] >= s.kh * s.dh || ge.p[1] >= s.kw * s.dw {
+        // A leading pad past the kernel's reach leaves whole output rows / columns
+        // without taps; the ONNX conv allows it, the row kernels do not expect it.
+        return Err(unsup(n, "leading pads past the kernel extent"));
+    }
+    Ok(s)
+}
+
 /// Plans a depthwise `ConvNhwc` (`group` = channels): X `[N, H, W, C]`, W `[C, 1, KH,
 /// KW]` constant, [B `[C]` constant], output `[N, OH, OW, C]`.
 pub(crate) fn plan_depthwise_nhwc(
@@ -43,38 +87,8 @@ pub(crate) fn plan_depthwise_nhwc(
     let n = c.n;
     c.outputs_typed(DType::F32)?;
     c.require_f32(0)?;
-    let (xs, os) = (c.ishape(0)?, c.oshape(0)?);
-    let (&[nb, h, w, ch], &[onb, oh, ow, och]) = (xs, os) else {
-        return Err(shape_err(
-            n,
-            format!("input {xs:?} / output {os:?} are not 4-D"),
-        ));
-    };
-    if group != ch {
-        return Err(unsup(
-            n,
-            format!("channels-last conv of {group} groups of {ch} channels"),
-        ));
-    }
-    if (onb, och) != (nb, ch) {
-        return Err(shape_err(
-            n,
-            format!("output {os:?} does not fit input {xs:?}"),
-        ));
-    }
-    let ge = geom2(n, geom, 2, &[])?;
-    // The output plane the window gives (a file's shapes are not trusted).
-    let out_dim = |len: usize, i: usize| {
-        let (k, pads) = ((ge.k[i] - 1) * ge.d[i] + 1, ge.p[i] + ge.p[i + 2]);
-        (len + pads).checked_sub(k).map(|v| v / ge.s[i] + 1)
-    };
-    if out_dim(h, 0) != Some(oh) || out_dim(w, 1) != Some(ow) {
-        return Err(shape_err(
-            n,
-            format!("output {os:?} is not the window of input {xs:?}"),
-        ));
-    }
-    let s = ge.conv_shape(nb, [ch, h, w], [ch, oh, ow], ch);
+    let s = nhwc_shape(c, geom, group)?;
+    let ch = s.c_in;
     let khw = s.kh * s.kw;
     let wt = c.const_f32(1, "ConvNhwc weights")?;
     if wt.len() != ch * khw {
@@ -96,13 +110,8 @@ pub(crate) fn plan_depthwise_nhwc(
         }
         None => vec![0.0; ch],
     };
-    if ge.p[0] >= s.kh * s.dh || ge.p[1] >= s.kw * s.dw {
-        // A leading pad past the kernel's reach leaves whole output rows / columns
-        // without taps; the ONNX conv allows it, the row kernels do not expect it.
-        return Err(unsup(n, "leading pads past the kernel extent"));
-    }
     let (post, res) = post_ops(c, post, ch)?;
-    let rows = nb * oh;
+    let rows = s.n * s.oh;
     let us = s.macs() / pool::DEPTHWISE_MACS_PER_US;
     let par = if c.threads < 2 {
         Vec::new()
@@ -137,7 +146,7 @@ impl FamilyKernel for DwNhwcKernel {
         self.s.macs()
     }
 
-    fn run(&self, mut r: Run<'_>) -> Result<()> {
+    fn run(&self, r: Run<'_>) -> Result<()> {
         let resid = residual_inputs(r.io, &self.res);
         let epi = Epilogue {
             post: &self.post,
@@ -145,29 +154,39 @@ impl FamilyKernel for DwNhwcKernel {
             channel_is_row: false,
             ..Epilogue::NONE
         };
-        let (isa, tile) = (r.isa, r.tile);
-        let x = r.io.f32(0);
-        let row = self.s.ow * self.s.c_out;
-        let helpers = std::mem::take(&mut r.helpers);
-        let scratch = std::mem::take(&mut r.scratch);
-        let y = r.out_f32(0);
-        if tile.count == 1 && !self.par.is_empty() && helpers.len() + 1 >= self.par.len() {
-            let mut parts = pool::chunk_parts(
-                self.par.iter().map(|&(a, b)| (b - a) * row),
-                y,
-                scratch,
-                helpers,
-            );
-            pool::global().run(&mut parts[..self.par.len()], &|i, slot| {
-                if let Some((part, _)) = slot.take() {
-                    self.rows(isa, x, part, self.par[i], &epi);
-                }
-            });
-        } else {
-            let (lo, hi) = tile.range(self.s.n * self.s.oh, 1);
-            self.rows(isa, x, &mut y[lo * row..hi * row], (lo, hi), &epi);
-        }
+        let (isa, x) = (r.isa, r.io.f32(0));
+        let rows = (self.s.n * self.s.oh, self.s.ow * self.s.c_out);
+        run_by_rows(r, &self.par, rows, |out, range, _| {
+            self.rows(isa, x, out, range, &epi)
+        });
         Ok(())
+    }
+}
+
+/// Runs a channels-last conv by output rows (`rows.0` rows of `rows.1` floats): on the
+/// intra-op chunks `par` (row ranges) when the node runs whole and the helpers are there,
+/// else the FC tile's range of rows; `f(out, (r0, r1), scratch)` computes rows `r0..r1`
+/// into `out` with the scratch of the thread running them.
+pub(super) fn run_by_rows<F>(mut r: Run<'_>, par: &[(usize, usize)], rows: (usize, usize), f: F)
+where
+    F: Fn(&mut [f32], (usize, usize), &mut [f32]) + Sync,
+{
+    let (n, row) = rows;
+    let tile = r.tile;
+    let helpers = std::mem::take(&mut r.helpers);
+    let scratch = std::mem::take(&mut r.scratch);
+    let y = r.out_f32(0);
+    if tile.count == 1 && !par.is_empty() && helpers.len() + 1 >= par.len() {
+        let lens = par.iter().map(|&(a, b)| (b - a) * row);
+        let mut parts = pool::chunk_parts(lens, y, scratch, helpers);
+        pool::global().run(&mut parts[..par.len()], &|i, slot| {
+            if let Some((part, sc)) = slot.take() {
+                f(part, par[i], sc);
+            }
+        });
+    } else {
+        let (lo, hi) = tile.range(n, 1);
+        f(&mut y[lo * row..hi * row], (lo, hi), scratch);
     }
 }
 
@@ -199,10 +218,11 @@ mod tests {
     }
 
     #[test]
-    fn only_depthwise_channels_last_convs_are_planned() {
+    fn only_depthwise_and_one_group_channels_last_convs_are_planned() {
         assert!(conv_nhwc(4, &[4, 1, 3, 3], 5).is_ok());
-        let e = conv_nhwc(1, &[4, 4, 3, 3], 5).expect_err("dense channels-last conv");
-        assert!(e.to_string().contains("1 groups of 4 channels"), "{e}");
+        assert!(conv_nhwc(1, &[6, 4, 3, 3], 5).is_ok());
+        let e = conv_nhwc(2, &[4, 2, 3, 3], 5).expect_err("grouped channels-last conv");
+        assert!(e.to_string().contains("2 groups of 4 channels"), "{e}");
     }
 
     #[test]

@@ -28,6 +28,7 @@ mod post;
 
 mod attention;
 mod conv;
+mod dense_nhwc;
 mod dw_nhwc;
 mod elementwise;
 mod gemm;
@@ -240,6 +241,7 @@ macro_rules! families {
 families! {
     Conv(conv::ConvKernel),
     DwNhwc(dw_nhwc::DwNhwcKernel),
+    DenseNhwc(dense_nhwc::DenseNhwcKernel),
     Gemm(Box<gemm::GemmPlan>),
     Attention(attention::AttentionPlan),
     Elementwise(elementwise::EltKernel),
@@ -369,6 +371,9 @@ pub(crate) fn packed_of(k: &Kernel) -> Option<Vec<&[f32]>> {
 fn plan_kernel(c: &Ctx<'_>, pre: Option<&WeightBuf>) -> Result<Planned> {
     match &c.n.op {
         Op::Conv { geom, group, post } => conv::plan_conv(c, geom, *group, post, pre),
+        Op::ConvNhwc { geom, group, post } if *group == 1 => {
+            dense_nhwc::plan_dense_nhwc(c, geom, post)
+        }
         Op::ConvNhwc { geom, group, post } => dw_nhwc::plan_depthwise_nhwc(c, geom, *group, post),
         Op::ConvTranspose {
             geom, group, post, ..

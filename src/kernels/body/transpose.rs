@@ -28,6 +28,13 @@ pub fn check(src: &[u32], ss: usize, dst: &[u32], ds: usize, rows: usize, cols: 
 #[inline(always)]
 pub fn transpose32(src: &[u32], ss: usize, dst: &mut [u32], ds: usize, rows: usize, cols: usize) {
     check(src, ss, dst, ds, rows, cols);
+    match rows {
+        1 => return few_rows::<1>(src, ss, dst, ds, cols),
+        2 => return few_rows::<2>(src, ss, dst, ds, cols),
+        3 => return few_rows::<3>(src, ss, dst, ds, cols),
+        4 => return few_rows::<4>(src, ss, dst, ds, cols),
+        _ => {}
+    }
     let mut t = [[0u32; BLOCK]; BLOCK];
     for c0 in (0..cols).step_by(BLOCK) {
         let bc = BLOCK.min(cols - c0);
@@ -42,6 +49,24 @@ pub fn transpose32(src: &[u32], ss: usize, dst: &mut [u32], ds: usize, rows: usi
             for (c, row) in t.iter().enumerate().take(bc) {
                 dst[(c0 + c) * ds + r0..][..br].copy_from_slice(&row[..br]);
             }
+        }
+    }
+}
+
+/// [`transpose32`] of `R` rows (an image's channels into channels-last pixels): each
+/// destination row is `R` elements, too short for a block copy, so written element by
+/// element, `R` a constant so that the row's writes unroll. Same write order as the
+/// block path (columns in order, each column's rows in order).
+#[inline(always)]
+fn few_rows<const R: usize>(src: &[u32], ss: usize, dst: &mut [u32], ds: usize, cols: usize) {
+    if cols == 0 {
+        return;
+    }
+    let rows: [&[u32]; R] = std::array::from_fn(|r| &src[r * ss..r * ss + cols]);
+    for c in 0..cols {
+        let d = &mut dst[c * ds..c * ds + R];
+        for r in 0..R {
+            d[r] = rows[r][c];
         }
     }
 }

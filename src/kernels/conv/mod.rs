@@ -8,12 +8,16 @@
 //!   the input planes directly.
 //! * Depthwise conv (one input and one output channel per group): direct, accumulating
 //!   each kernel tap as a (strided) AXPY over output rows.
+//! * Channels-last convs (`[N, H, W, C]`): depthwise ([`depthwise_nhwc`]), and dense
+//!   one-group stems by im2col rows and a GEMM with the channels as columns
+//!   ([`dense_nhwc`]).
 //! * ConvTranspose: `cols = W_g^T · X_g` by the same GEMM, then col2im scatter-add.
 //!
 //! A call computes output channels `[c_lo, c_hi)` only; the epilogue (bias, post-ops,
 //! residuals) runs inside the GEMM / per channel plane while it is hot.
 
 mod deconv;
+mod dense_nhwc;
 mod depthwise;
 pub mod direct;
 mod winograd;
@@ -22,6 +26,9 @@ pub use super::body::conv::ConvShape;
 pub use super::body::depthwise::depthwise_scratch_len;
 pub use super::body::pool::valid_range;
 pub use deconv::DeconvPlan;
+pub use dense_nhwc::{
+    dense_nhwc, dense_nhwc_applies, dense_nhwc_scratch_len, pack_dense_nhwc, MAX_KERNEL_ROWS,
+};
 use depthwise::depthwise;
 pub use depthwise::depthwise_nhwc;
 pub(crate) use winograd::body as winograd_body;

@@ -345,6 +345,41 @@ fn assert_tile_fits(kc: usize, a: &[f32], c: &[f32], ldc: usize, e: Option<&Tile
     e.inspect(|e| e.assert_residual_fits(ldc));
 }
 
+/// Panics unless the operands of `mm_tile_segs` hold what it reads and writes (see
+/// [`KernelTable::mm_tile_segs`]), so that kernels may index without checks afterwards.
+#[allow(clippy::too_many_arguments)]
+pub fn assert_segs_fit(
+    kc: usize,
+    a: &[f32],
+    segs: &[usize],
+    lda: usize,
+    b: &[f32],
+    c: &[f32],
+    ldc: usize,
+    rows: usize,
+    e: Option<&TileEpi<'_>>,
+) {
+    assert!((1..=MR).contains(&rows), "segs tile: {rows} rows");
+    for &s in segs {
+        assert!(
+            s + (rows - 1) * lda + kc <= a.len(),
+            "segs tile: A segment past its source"
+        );
+    }
+    assert!(b.len() >= segs.len() * kc * NR, "segs tile: short B panel");
+    assert!(
+        ldc >= NR && c.len() >= (rows - 1) * ldc + NR,
+        "segs tile: short C"
+    );
+    if let Some(e) = e {
+        assert!(e.residual.is_none(), "segs tile: no residual");
+        assert!(
+            e.col_bias.is_some_and(|b| b.len() >= NR),
+            "segs tile: a column bias of NR floats"
+        );
+    }
+}
+
 /// Panics unless the operands of `mm_part` for `panels` panels hold what it reads and
 /// writes (see [`KernelTable::mm_part`]).
 /// (B is checked by the caller: packed panels of `kc * NR` floats, or a [`RowBlock`]).
@@ -656,6 +691,25 @@ pub struct KernelTable {
     /// (`a` holds `(MR - 1) * lda + kc` floats), B a packed `kc x NR` panel.
     pub mm_tile_strided:
         fn(kc: usize, a: &[f32], lda: usize, b: &[f32], c: &mut [f32], ldc: usize, acc: bool),
+    /// Rows `0..rows` (`1..=MR`) of one `NR`-column tile of a sum over segments (a
+    /// batch-reduce GEMM: a channels-last conv reading its kernel rows' inputs in place,
+    /// `kernels::conv::dense_nhwc`): for segment `s`, A row `r`, step `p < kc` at
+    /// `a[segs[s] + r * lda + p]` times row `s * kc + p` of the packed panel `b`; each
+    /// element one sum in segment then step order, whatever `rows`. Stored into `c`
+    /// (rows at stride `ldc`) through the fused epilogue `e` (a column bias and a clamp;
+    /// no residual), if any. Checked by `assert_segs_fit`.
+    #[allow(clippy::type_complexity)]
+    pub mm_tile_segs: fn(
+        kc: usize,
+        a: &[f32],
+        segs: &[usize],
+        lda: usize,
+        b: &[f32],
+        c: &mut [f32],
+        ldc: usize,
+        rows: usize,
+        e: Option<&TileEpi<'_>>,
+    ),
 
     // Winograd conv transforms (`kernels::conv::winograd`).
     /// Input transform of tiles `[tb, tb + nb)` of one image `x` into the packed-B panels

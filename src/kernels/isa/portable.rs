@@ -1,6 +1,6 @@
 //! The portable table: every entry is a generic body compiled for the baseline target.
 
-use super::{KernelTable, RowBlock, HALF, MR, NR};
+use super::{KernelTable, RowBlock, TileEpi, HALF, MR, NR};
 use crate::kernels::body;
 
 /// The portable table (any target).
@@ -37,6 +37,7 @@ pub(crate) static TABLE: KernelTable = KernelTable {
     depthwise_nhwc: body::dw_nhwc::depthwise_nhwc,
     qdepthwise_block: None,
     mm_tile_strided,
+    mm_tile_segs,
     mm_tile_strided_epi: None,
     mm_tiles: None,
     mm_tile_pair: None,
@@ -257,6 +258,49 @@ pub(super) fn mm_row(kc: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
         }
     }
     c[..NR].copy_from_slice(&acc);
+}
+
+/// `KernelTable::mm_tile_segs` in plain Rust: products then sums, as `mm_tile`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn mm_tile_segs(
+    kc: usize,
+    a: &[f32],
+    segs: &[usize],
+    lda: usize,
+    b: &[f32],
+    c: &mut [f32],
+    ldc: usize,
+    rows: usize,
+    e: Option<&TileEpi<'_>>,
+) {
+    super::assert_segs_fit(kc, a, segs, lda, b, c, ldc, rows, e);
+    let mut t = [[0.0f32; NR]; MR];
+    for (s, &off) in segs.iter().enumerate() {
+        for p in 0..kc {
+            let bv = &b[(s * kc + p) * NR..][..NR];
+            for (r, row) in t.iter_mut().enumerate().take(rows) {
+                let av = a[off + r * lda + p];
+                for (x, bb) in row.iter_mut().zip(bv) {
+                    *x += av * bb;
+                }
+            }
+        }
+    }
+    for (r, row) in t.iter().enumerate().take(rows) {
+        let dst = &mut c[r * ldc..r * ldc + NR];
+        for (j, (d, v)) in dst.iter_mut().zip(row).enumerate() {
+            let mut v = *v;
+            if let Some(e) = e {
+                v += e.col_bias.map_or(0.0, |b| b[j]);
+                if let Some((lo, hi)) = e.clamp {
+                    // As `vmaxps` / `vminps`: a NaN becomes `lo`.
+                    v = if v > lo { v } else { lo };
+                    v = if v < hi { v } else { hi };
+                }
+            }
+            *d = v;
+        }
+    }
 }
 
 fn mm_tile_strided(

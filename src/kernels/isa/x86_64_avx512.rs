@@ -62,6 +62,7 @@ static TABLE: KernelTable = KernelTable {
     depthwise_nhwc: super::x86_64_dw_nhwc::depthwise_nhwc,
     qdepthwise_block: Some(super::x86_64_qdw_block::qdepthwise_block),
     mm_tile_strided,
+    mm_tile_segs: super::x86_64_fma::mm_tile_segs,
     mm_tile_strided_epi: None,
     mm_tiles: None,
     mm_tile_pair: Some(mm_tile_pair),

@@ -51,6 +51,7 @@ static TABLE: KernelTable = KernelTable {
     depthwise_nhwc: super::x86_64_dw_nhwc::depthwise_nhwc,
     qdepthwise_block: None,
     mm_tile_strided,
+    mm_tile_segs,
     mm_tile_strided_epi: Some(mm_tile_strided_epi),
     mm_tiles: Some(mm_tiles),
     mm_tile_pair: None,
@@ -827,6 +828,95 @@ unsafe fn tile_6x16_strided(
     }
     // SAFETY: the caller's contract covers C, the residual and the column bias.
     unsafe { store_tile(&t, c, ldc, acc, e) }
+}
+
+/// `KernelTable::mm_tile_segs` with AVX2 and FMA: [`tile_segs`] for the row count.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn mm_tile_segs(
+    kc: usize,
+    a: &[f32],
+    segs: &[usize],
+    lda: usize,
+    b: &[f32],
+    c: &mut [f32],
+    ldc: usize,
+    rows: usize,
+    e: Option<&TileEpi<'_>>,
+) {
+    super::assert_segs_fit(kc, a, segs, lda, b, c, ldc, rows, e);
+    let (a, b, c) = (a.as_ptr(), b.as_ptr(), c.as_mut_ptr());
+    // SAFETY: AVX2+FMA were detected (the AVX2 and AVX-512 tables hand this entry out
+    // only then); `assert_segs_fit` bounds every A row of every segment, the B rows of
+    // every segment, the `rows` rows of C and the column bias.
+    unsafe {
+        match rows {
+            6 => tile_segs::<6>(kc, a, segs, lda, b, c, ldc, e),
+            5 => tile_segs::<5>(kc, a, segs, lda, b, c, ldc, e),
+            4 => tile_segs::<4>(kc, a, segs, lda, b, c, ldc, e),
+            3 => tile_segs::<3>(kc, a, segs, lda, b, c, ldc, e),
+            2 => tile_segs::<2>(kc, a, segs, lda, b, c, ldc, e),
+            _ => tile_segs::<1>(kc, a, segs, lda, b, c, ldc, e),
+        }
+    }
+}
+
+/// `R` rows of a 16-column tile summed over segments (see `KernelTable::mm_tile_segs`):
+/// two FMA chains a row, each element's products in segment then step order.
+///
+/// # Safety
+/// AVX2 and FMA available; the operands as `assert_segs_fit` checks them for `R` rows.
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile_segs<const R: usize>(
+    kc: usize,
+    a: *const f32,
+    segs: &[usize],
+    lda: usize,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    e: Option<&TileEpi<'_>>,
+) {
+    let mut t = [[_mm256_setzero_ps(); 2]; R];
+    let mut bp = b;
+    for &off in segs {
+        // SAFETY: rows r < R of the segment hold kc floats from a + off + r * lda, and
+        // the segment's kc B rows of 16 start at bp (the caller's contract).
+        unsafe {
+            let base = a.add(off);
+            for p in 0..kc {
+                let b0 = _mm256_loadu_ps(bp);
+                let b1 = _mm256_loadu_ps(bp.add(8));
+                for (r, acc) in t.iter_mut().enumerate() {
+                    let av = _mm256_broadcast_ss(&*base.add(r * lda + p));
+                    acc[0] = _mm256_fmadd_ps(av, b0, acc[0]);
+                    acc[1] = _mm256_fmadd_ps(av, b1, acc[1]);
+                }
+                bp = bp.add(NR);
+            }
+        }
+    }
+    for (r, acc) in t.iter().enumerate() {
+        // SAFETY: row r < R of C holds 16 floats at c + r * ldc; the column bias 16.
+        unsafe {
+            let (mut v0, mut v1) = (acc[0], acc[1]);
+            if let Some(e) = e {
+                if let Some(cb) = e.col_bias {
+                    v0 = _mm256_add_ps(v0, _mm256_loadu_ps(cb.as_ptr()));
+                    v1 = _mm256_add_ps(v1, _mm256_loadu_ps(cb.as_ptr().add(8)));
+                }
+                if let Some((lo, hi)) = e.clamp {
+                    // As the epilogue's ReLU / Clip: `vmaxps` gives `lo` for a NaN.
+                    let (lo, hi) = (_mm256_set1_ps(lo), _mm256_set1_ps(hi));
+                    v0 = _mm256_min_ps(_mm256_max_ps(v0, lo), hi);
+                    v1 = _mm256_min_ps(_mm256_max_ps(v1, lo), hi);
+                }
+            }
+            let cp = c.add(r * ldc);
+            _mm256_storeu_ps(cp, v0);
+            _mm256_storeu_ps(cp.add(8), v1);
+        }
+    }
 }
 
 /// Stores the 6x16 accumulators `t` into C (plus C when `acc`), through the epilogue `e`

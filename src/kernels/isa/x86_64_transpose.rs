@@ -82,6 +82,8 @@ mod tests {
             (17, 33),
             (85, 40),
             (3, 64),
+            (2, 5),
+            (4, 19),
         ] {
             let (ss, ds) = (cols + 3, rows + 5);
             let src: Vec<u32> = (0..rows * ss)

@@ -1,0 +1,122 @@
+//! Dense channels-last conv (`ConvNhwc` with one group: the image stems placed by
+//! `compile::layout`): planning (geometry checked, weights packed as the GEMM's B, bias
+//! and fused post-ops resolved, intra-op chunks cut) and running by output rows: tiles
+//! and intra-op chunks are ranges of the `N * OH` output rows, each computed by the same
+//! kernel as the whole (bit-identical).
+
+use super::ctx::Ctx;
+use super::dw_nhwc::{nhwc_shape, run_by_rows};
+use super::errors::{shape_err, unsup};
+use super::post::{post_ops, residual_inputs};
+use super::{FamilyKernel, Planned, Run};
+use crate::error::Result;
+use crate::exec::pool;
+use crate::ir::{self, DType, PostOp};
+use crate::kernels::conv::{
+    dense_nhwc, dense_nhwc_applies, dense_nhwc_scratch_len, pack_dense_nhwc, ConvShape,
+};
+use crate::kernels::gemm::Epilogue;
+use crate::kernels::unary::PostOpRt;
+
+/// A planned one-group channels-last conv.
+#[derive(Debug)]
+pub(crate) struct DenseNhwcKernel {
+    s: ConvShape,
+    /// Weights packed as B `[KH*KW*Cin][Cout]`.
+    pb: Vec<f32>,
+    /// Per-channel bias (zeros without one).
+    bias: Vec<f32>,
+    post: Vec<PostOpRt>,
+    res: Vec<usize>,
+    /// Output row ranges of the intra-op chunks when the node runs whole; empty = one
+    /// thread.
+    par: Vec<(usize, usize)>,
+}
+
+/// Plans a one-group `ConvNhwc`: X `[N, H, W, Cin]`, W `[Cout, Cin, KH, KW]` constant,
+/// [B `[Cout]` constant], output `[N, OH, OW, Cout]`.
+pub(crate) fn plan_dense_nhwc(
+    c: &Ctx<'_>,
+    geom: &ir::ConvGeom,
+    post: &[PostOp],
+) -> Result<Planned> {
+    let n = c.n;
+    c.outputs_typed(DType::F32)?;
+    c.require_f32(0)?;
+    let s = nhwc_shape(c, geom, 1)?;
+    if !dense_nhwc_applies(&s) {
+        return Err(unsup(
+            n,
+            "one-group channels-last conv with dilated columns, a depth past one GEMM \
+             block or more than 16 kernel rows",
+        ));
+    }
+    let k = s.k();
+    let wt = c.const_f32(1, "ConvNhwc weights")?;
+    if wt.len() != s.c_out * k {
+        return Err(shape_err(
+            n,
+            format!("{} weights for {} channels of {k} taps", wt.len(), s.c_out),
+        ));
+    }
+    let bias = match n.inputs.get(2).copied().flatten() {
+        Some(_) => {
+            let b = c.const_f32(2, "ConvNhwc bias")?;
+            if b.len() != s.c_out {
+                return Err(shape_err(
+                    n,
+                    format!("{} biases for {} channels", b.len(), s.c_out),
+                ));
+            }
+            b
+        }
+        None => vec![0.0; s.c_out],
+    };
+    let (post, res) = post_ops(c, post, s.c_out)?;
+    let rows = s.n * s.oh;
+    let us = s.macs() / pool::DENSE_MACS_PER_US;
+    let par = if c.threads < 2 {
+        Vec::new()
+    } else {
+        pool::chunk_ranges(rows, 1, us, c.threads)
+    };
+    let scratch = dense_nhwc_scratch_len(&s);
+    let helper = if par.is_empty() { 0 } else { scratch };
+    Ok(Planned::new(DenseNhwcKernel {
+        pb: pack_dense_nhwc(&s, &wt),
+        s,
+        bias,
+        post,
+        res,
+        par,
+    })
+    .scratch(scratch)
+    .helper_scratch(helper))
+}
+
+impl FamilyKernel for DenseNhwcKernel {
+    fn tiles(&self) -> usize {
+        self.s.n * self.s.oh
+    }
+
+    fn macs(&self) -> usize {
+        self.s.macs()
+    }
+
+    fn run(&self, r: Run<'_>) -> Result<()> {
+        let resid = residual_inputs(r.io, &self.res);
+        let epi = Epilogue {
+            bias: Some(&self.bias),
+            post: &self.post,
+            residuals: &resid[..self.res.len()],
+            channel_is_row: false,
+            ..Epilogue::NONE
+        };
+        let (isa, x) = (r.isa, r.io.f32(0));
+        let rows = (self.s.n * self.s.oh, self.s.ow * self.s.c_out);
+        run_by_rows(r, &self.par, rows, |out, range, scratch| {
+            dense_nhwc(isa, &self.s, &self.pb, x, out, range, &epi, scratch)
+        });
+        Ok(())
+    }
+}

@@ -1,0 +1,390 @@
+//! Dense (one group) conv over channels-last images, for the few-channel image stems
+//! that open a channels-last region (`compile::layout`), as a batch-reduce GEMM with the
+//! output channels as columns: an output pixel's taps of kernel row `ky` are one run of
+//! `KW * C` contiguous floats of input row `oy * SH + ky * DH - PH` (undilated columns),
+//! and the runs of consecutive pixels lie `SW * C` floats apart; so the micro-kernel
+//! (`mm_tile_segs` of the kernel table) reads each kernel row's runs in place, one
+//! segment per kernel row, summing all of them in registers, with the weights packed
+//! once as B (`[KH*KW*C][Cout]`, [`pack_dense_nhwc`]) and the bias and a ReLU / Clip
+//! fused into the store. No im2col matrix, no planar output and no transpose after it.
+//!
+//! The input rows a band of [`BAND_ROWS`] output rows reads are copied into scratch
+//! with their left and right pads as zeros (and one zero row for the top and bottom
+//! pads), so that every run is whole. Every output element is the same sum in the same
+//! order whatever the band, row range or tile height, so tiles and intra-op chunks give
+//! the bits of the whole.
+
+use super::super::gemm::{self, Epilogue};
+use super::super::isa::{Isa, TileEpi, KC, MR, NR};
+use super::ConvShape;
+use crate::ir::UnaryOp;
+use crate::kernels::unary::PostOpRt;
+
+/// Output rows of one band (the input rows they read are copied once per band).
+pub const BAND_ROWS: usize = 8;
+
+/// Kernel rows (segments of a tile) the kernel takes at most.
+pub const MAX_KERNEL_ROWS: usize = 16;
+
+/// The residuals an epilogue may carry.
+const MAX_RESIDUALS: usize = 4;
+
+/// True when [`dense_nhwc`] computes the conv `s`: one group, undilated columns, a
+/// depth of at most one GEMM block, at most [`MAX_KERNEL_ROWS`] kernel rows.
+pub fn dense_nhwc_applies(s: &ConvShape) -> bool {
+    s.group == 1 && s.dw == 1 && s.k() <= KC && s.kh <= MAX_KERNEL_ROWS && s.pw < s.kw
+}
+
+/// Columns of a padded input row: the left pad, then as far as the last output pixel's
+/// taps reach.
+fn padded_width(s: &ConvShape) -> usize {
+    (s.ow - 1) * s.sw + s.kw
+}
+
+/// Input rows one band reads at most.
+fn band_input_rows(s: &ConvShape) -> usize {
+    ((BAND_ROWS - 1) * s.sh + (s.kh - 1) * s.dh + 1).min(s.h)
+}
+
+/// Scratch floats a [`dense_nhwc`] call needs: one zero row and a band's padded input
+/// rows.
+pub fn dense_nhwc_scratch_len(s: &ConvShape) -> usize {
+    (band_input_rows(s) + 1) * padded_width(s) * s.c_in
+}
+
+/// The weights `w` (`[Cout, Cin, KH, KW]`) of the one-group conv `s` as the packed B
+/// operand of [`dense_nhwc`]: row `(ky * KW + kx) * Cin + c`, column `o`.
+pub fn pack_dense_nhwc(s: &ConvShape, w: &[f32]) -> Vec<f32> {
+    let (ci, co, khw, k) = (s.c_in, s.c_out, s.kh * s.kw, s.k());
+    assert!(s.group == 1 && w.len() == co * k, "dense_nhwc: weights");
+    let mut b = vec![0.0; k * co];
+    for o in 0..co {
+        for c in 0..ci {
+            for t in 0..khw {
+                b[(t * ci + c) * co + o] = w[(o * ci + c) * khw + t];
+            }
+        }
+    }
+    let mut pb = vec![0.0; gemm::packed_b_len(k, co)];
+    let mut row = vec![0.0; co];
+    gemm::pack_b(&b, co, 1, k, co, 1.0, &mut pb, &mut row);
+    pb
+}
+
+/// The clamp of an epilogue the tiles fuse whole (no post-op, or one ReLU / Clip, and
+/// nothing else): `Some(None)` for none, `None` when the epilogue needs its own pass.
+fn fused_clamp(epi: &Epilogue<'_>) -> Option<Option<(f32, f32)>> {
+    if epi.addend.is_some() || !epi.residuals.is_empty() {
+        return None;
+    }
+    match epi.post {
+        [] => Some(None),
+        [PostOpRt::Unary(UnaryOp::Relu)] => Some(Some((0.0, f32::INFINITY))),
+        [PostOpRt::Unary(UnaryOp::Clip { min, max })] => Some(Some((*min, *max))),
+        _ => None,
+    }
+}
+
+/// Output rows `r0..r1` (of `N * OH`) of the one-group channels-last conv `s`
+/// ([`dense_nhwc_applies`]): `x` `[N][H][W][Cin]`, `pb` the weights packed by
+/// [`pack_dense_nhwc`], `y` those rows of the output `[N][OH][OW][Cout]`, then the
+/// epilogue `epi` (its bias per output channel, `Cout` floats; channels are its columns;
+/// its residuals whole outputs). `scratch` holds [`dense_nhwc_scratch_len`] floats.
+#[allow(clippy::too_many_arguments)]
+pub fn dense_nhwc(
+    isa: Isa,
+    s: &ConvShape,
+    pb: &[f32],
+    x: &[f32],
+    y: &mut [f32],
+    (r0, r1): (usize, usize),
+    epi: &Epilogue<'_>,
+    scratch: &mut [f32],
+) {
+    let (c, co, k) = (s.c_in, s.c_out, s.k());
+    let row = s.ow * co;
+    assert!(dense_nhwc_applies(s), "dense_nhwc: not a supported shape");
+    assert!(
+        r0 <= r1 && r1 <= s.n * s.oh,
+        "dense_nhwc: rows past the output"
+    );
+    assert!(x.len() >= s.n * s.h * s.w * c && y.len() >= (r1 - r0) * row);
+    assert!(
+        pb.len() >= gemm::packed_b_len(k, co),
+        "dense_nhwc: packed weights"
+    );
+    assert!(
+        epi.bias.is_none_or(|b| b.len() >= co),
+        "dense_nhwc: short bias"
+    );
+    assert!(epi.residuals.len() <= MAX_RESIDUALS, "too many residuals");
+    let t = isa.table();
+    let (kc, lda) = (s.kw * c, s.sw * c);
+    let prow = padded_width(s) * c;
+    let scratch = &mut scratch[..dense_nhwc_scratch_len(s)];
+    scratch[..prow].fill(0.0);
+    let clamp = fused_clamp(epi);
+    let plane = s.h * s.w * c;
+    // Input columns copied into a padded row (those the taps reach).
+    let cols = s.w.min(padded_width(s) - s.pw);
+    let mut b0 = r0;
+    while b0 < r1 {
+        // A band stays within one image.
+        let b1 = (b0 + BAND_ROWS).min(r1).min((b0 / s.oh + 1) * s.oh);
+        let img = b0 / s.oh;
+        let (oy0, oy1) = (b0 % s.oh, (b1 - 1) % s.oh);
+        let iy_lo = (oy0 * s.sh).saturating_sub(s.ph);
+        let iy_hi = (oy1 * s.sh + (s.kh - 1) * s.dh + 1)
+            .saturating_sub(s.ph)
+            .min(s.h);
+        for iy in iy_lo..iy_hi {
+            let d = &mut scratch[(1 + iy - iy_lo) * prow..][..prow];
+            let src = &x[img * plane + iy * s.w * c..][..cols * c];
+            d[..s.pw * c].fill(0.0);
+            d[s.pw * c..(s.pw + cols) * c].copy_from_slice(src);
+            d[(s.pw + cols) * c..].fill(0.0);
+        }
+        let a = &scratch[..];
+        for r in b0..b1 {
+            let oy = r % s.oh;
+            // Each kernel row's padded input row (the zero row past the image).
+            let mut rows_at = [0usize; MAX_KERNEL_ROWS];
+            for (ky, at) in rows_at[..s.kh].iter_mut().enumerate() {
+                let iy = (oy * s.sh + ky * s.dh) as isize - s.ph as isize;
+                if iy >= 0 && (iy as usize) < s.h {
+                    *at = (1 + iy as usize - iy_lo) * prow;
+                }
+            }
+            let yr = &mut y[(r - r0) * row..(r - r0 + 1) * row];
+            for ox0 in (0..s.ow).step_by(MR) {
+                let rows = MR.min(s.ow - ox0);
+                let mut segs = rows_at;
+                for sg in &mut segs[..s.kh] {
+                    *sg += ox0 * lda;
+                }
+                let segs = &segs[..s.kh];
+                for j in (0..co).step_by(NR) {
+                    let b = &pb[j * k..][..k * NR];
+                    let mut cb = [0.0f32; NR];
+                    if let Some(bias) = epi.bias {
+                        let n = NR.min(co - j);
+                        cb[..n].copy_from_slice(&bias[j..j + n]);
+                    }
+                    let e = TileEpi {
+                        bias: [0.0; MR],
+                        col_bias: Some(&cb),
+                        residual: None,
+                        clamp: clamp.flatten(),
+                    };
+                    if j + NR <= co {
+                        let out = &mut yr[ox0 * co + j..];
+                        (t.mm_tile_segs)(kc, a, segs, lda, b, out, co, rows, Some(&e));
+                    } else {
+                        // The last, narrower panel through a stack tile.
+                        let mut tile = [0.0f32; MR * NR];
+                        (t.mm_tile_segs)(kc, a, segs, lda, b, &mut tile, NR, rows, Some(&e));
+                        for (q, src) in tile.chunks_exact(NR).take(rows).enumerate() {
+                            let at = (ox0 + q) * co + j;
+                            yr[at..at + co - j].copy_from_slice(&src[..co - j]);
+                        }
+                    }
+                }
+            }
+        }
+        if clamp.is_none() {
+            // The bias went with the tiles; the rest of the epilogue over the band.
+            let mut res: [&[f32]; MAX_RESIDUALS] = [&[]; MAX_RESIDUALS];
+            for (d, r) in res.iter_mut().zip(epi.residuals) {
+                *d = &r[b0 * row..b1 * row];
+            }
+            let e = Epilogue {
+                bias: None,
+                residuals: &res[..epi.residuals.len()],
+                channel_is_row: false,
+                ..*epi
+            };
+            let out = &mut y[(b0 - r0) * row..(b1 - r0) * row];
+            (t.epilogue)(&e, out, co, 0, (b1 - b0) * s.ow, 0, co);
+        }
+        b0 = b1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::isa;
+    use crate::kernels::testutil::rand_vec as rand;
+
+    /// The conv in f64 from its definition, `[N][OH][OW][Cout]`, plus the bias, then
+    /// `post` (ReLU6, or `+ residual` then HardSwish).
+    fn reference(
+        s: &ConvShape,
+        x: &[f32],
+        w: &[f32],
+        bias: &[f32],
+        res: Option<&[f32]>,
+    ) -> Vec<f64> {
+        let mut y = vec![0.0f64; s.n * s.oh * s.ow * s.c_out];
+        for img in 0..s.n {
+            for oy in 0..s.oh {
+                for ox in 0..s.ow {
+                    for o in 0..s.c_out {
+                        let mut acc = f64::from(bias[o]);
+                        for c in 0..s.c_in {
+                            for ky in 0..s.kh {
+                                for kx in 0..s.kw {
+                                    let iy = (oy * s.sh + ky * s.dh) as isize - s.ph as isize;
+                                    let ix = (ox * s.sw + kx * s.dw) as isize - s.pw as isize;
+                                    if iy < 0 || ix < 0 || iy >= s.h as isize || ix >= s.w as isize
+                                    {
+                                        continue;
+                                    }
+                                    let (iy, ix) = (iy as usize, ix as usize);
+                                    let xv = x[((img * s.h + iy) * s.w + ix) * s.c_in + c];
+                                    let wv = w[((o * s.c_in + c) * s.kh + ky) * s.kw + kx];
+                                    acc += f64::from(xv) * f64::from(wv);
+                                }
+                            }
+                        }
+                        let at = ((img * s.oh + oy) * s.ow + ox) * s.c_out + o;
+                        y[at] = match res {
+                            None => acc.clamp(0.0, 6.0),
+                            Some(r) => {
+                                let v = acc + f64::from(r[at]);
+                                v * (v + 3.0).clamp(0.0, 6.0) / 6.0
+                            }
+                        };
+                    }
+                }
+            }
+        }
+        y
+    }
+
+    /// A square-kernel conv over `hw` with "same" pads, stride `st`, row dilation `dh`.
+    fn shape(
+        n: usize,
+        c: usize,
+        hw: (usize, usize),
+        co: usize,
+        k: usize,
+        st: usize,
+        dh: usize,
+    ) -> ConvShape {
+        let (ph, pw) = (k / 2 * dh, k / 2);
+        let oh = (hw.0 + 2 * ph - (k - 1) * dh - 1) / st + 1;
+        let ow = (hw.1 + 2 * pw - k) / st + 1;
+        ConvShape {
+            n,
+            c_in: c,
+            h: hw.0,
+            w: hw.1,
+            c_out: co,
+            oh,
+            ow,
+            kh: k,
+            kw: k,
+            sh: st,
+            sw: st,
+            dh,
+            dw: 1,
+            ph,
+            pw,
+            group: 1,
+        }
+    }
+
+    #[test]
+    fn dense_nhwc_matches_the_definition_and_its_row_ranges_the_whole() {
+        let relu6 = [PostOpRt::Unary(UnaryOp::Clip { min: 0.0, max: 6.0 })];
+        let res_hswish = [
+            PostOpRt::AddInput { slot: 0 },
+            PostOpRt::Unary(UnaryOp::HardSwish),
+        ];
+        // Image stems (3 channels, 3x3 s2, 7x7 s2), a row-dilated 3x3, channel counts
+        // that leave a narrow last panel, bands that cross images, tiny planes, rows of
+        // fewer pixels than a tile.
+        let shapes = [
+            shape(1, 3, (33, 29), 32, 3, 2, 1),
+            shape(2, 3, (20, 40), 16, 3, 2, 1),
+            shape(1, 4, (17, 13), 21, 7, 2, 1),
+            shape(2, 2, (9, 11), 8, 3, 1, 2),
+            shape(1, 1, (3, 2), 5, 5, 1, 1),
+        ];
+        for s in &shapes {
+            assert!(dense_nhwc_applies(s), "{s:?}");
+            let x = rand(s.n * s.h * s.w * s.c_in, 1);
+            let w = rand(s.c_out * s.k(), 2);
+            let bias: Vec<f32> = rand(s.c_out, 3).iter().map(|v| v * 8.0).collect();
+            let rows = s.n * s.oh;
+            let row = s.ow * s.c_out;
+            let res = rand(rows * row, 4);
+            let pb = pack_dense_nhwc(s, &w);
+            for fused in [true, false] {
+                let (post, resid, want) = if fused {
+                    (&relu6[..], vec![], reference(s, &x, &w, &bias, None))
+                } else {
+                    let want = reference(s, &x, &w, &bias, Some(&res));
+                    (&res_hswish[..], vec![&res[..]], want)
+                };
+                let epi = Epilogue {
+                    bias: Some(&bias),
+                    channel_is_row: false,
+                    post,
+                    residuals: &resid,
+                    ..Epilogue::NONE
+                };
+                for isa in isa::available_isas() {
+                    let mut scratch = vec![f32::NAN; dense_nhwc_scratch_len(s)];
+                    let mut y = vec![f32::NAN; rows * row];
+                    dense_nhwc(isa, s, &pb, &x, &mut y, (0, rows), &epi, &mut scratch);
+                    for (i, (&g, &r)) in y.iter().zip(&want).enumerate() {
+                        assert!(
+                            (f64::from(g) - r).abs() <= 1e-5 * (1.0 + r.abs()),
+                            "{s:?} {isa:?} at {i}: {g} vs {r}"
+                        );
+                    }
+                    // Row ranges (FC tiles, intra-op chunks) give the whole's bits.
+                    for cut in [1, rows / 3, rows - 1] {
+                        let mut z = vec![f32::NAN; rows * row];
+                        let (lo, hi) = z.split_at_mut(cut * row);
+                        dense_nhwc(isa, s, &pb, &x, lo, (0, cut), &epi, &mut scratch);
+                        dense_nhwc(isa, s, &pb, &x, hi, (cut, rows), &epi, &mut scratch);
+                        assert!(
+                            y.iter().zip(&z).all(|(a, b)| a.to_bits() == b.to_bits()),
+                            "{s:?} {isa:?}: rows cut at {cut} differ from the whole"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    // Every table's segment tile equals the portable one over its row counts, segment
+    // counts and depths, with and without the fused epilogue.
+    crate::kernels::isa::twin_test!(tables_segment_tiles_like_the_portable_body, 1e-5, |t| {
+        let mut out = Vec::new();
+        for (kc, nseg, lda) in [(1, 1, 1), (9, 3, 6), (21, 7, 9), (5, 2, 20)] {
+            let a = rand(nseg * 40 + MR * lda + kc, 5);
+            let segs: Vec<usize> = (0..nseg).map(|s| s * 40).collect();
+            let b = rand(nseg * kc * NR, 6);
+            let cb = rand(NR, 7);
+            let e = TileEpi {
+                bias: [0.0; MR],
+                col_bias: Some(&cb),
+                residual: None,
+                clamp: Some((-0.1, 0.2)),
+            };
+            for rows in 1..=MR {
+                for epi in [None, Some(&e)] {
+                    let ldc = NR + 3;
+                    let mut c = vec![7.0f32; MR * ldc];
+                    (t.mm_tile_segs)(kc, &a, &segs, lda, &b, &mut c, ldc, rows, epi);
+                    out.extend(c);
+                }
+            }
+        }
+        out
+    });
+}
