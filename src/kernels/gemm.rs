@@ -388,6 +388,14 @@ pub fn gemm_with(
             && t.mm_tile_rows_epi.is_some()
             && (!a_in_place || t.mm_tile_strided_epi.is_some())
     });
+    // A last strip exactly half a tile wide with A in place (`n` an odd multiple of
+    // HALF: 24-channel projections) goes straight into C, its epilogue fused where the
+    // other tiles' is (then not applied again below).
+    let half_fused = a_in_place
+        && n_hi == n
+        && n % NR == HALF
+        && t.mm_half_strided_epi.is_some()
+        && (epi.is_empty() || fused.is_some());
     let mut srcs: [Option<&[f32]>; KC] = [None; KC];
     let mut jc = n_lo;
     while jc < n_hi {
@@ -531,6 +539,15 @@ pub fn gemm_with(
                                     }
                                     _ => (t.mm_tile_strided)(kc, ar, lda, bp, cs, ldc, !first),
                                 }
+                                return (1, 1);
+                            }
+                            if let (true, Panel::Packed(bp)) = (half_fused && mr == MR, panel) {
+                                // A half-width last strip: straight into C, its epilogue
+                                // fused on the last K block.
+                                let k = t.mm_half_strided_epi.expect("checked in half_fused");
+                                let e = fused.as_ref().filter(|_| last).map(|f| f.tile(i, j, ldc));
+                                let (ar, cs) = (&a[i * lda + k0..], &mut c[i * ldc + j..]);
+                                k(kc, ar, lda, bp, cs, ldc, !first, e.as_ref());
                                 return (1, 1);
                             }
                             if let (true, Panel::Packed(bp)) = (mr == MR && nr <= HALF, panel) {
@@ -679,7 +696,7 @@ pub fn gemm_with(
                         if rows < ic_end - ic {
                             epi.apply(isa, c, ldc, ic + rows, ic_end - ic - rows, jc, len);
                         }
-                        if cols < len && rows > 0 {
+                        if cols < len && rows > 0 && !(half_fused && jc_end == n) {
                             epi.apply(isa, c, ldc, ic, rows, jc + cols, len - cols);
                         }
                     }
@@ -1268,8 +1285,8 @@ mod tests {
     /// order (a plain loop of FMAs per K block) followed by the epilogue, whichever way
     /// the block is walked: panels outer (long C rows, B in L1: walks along rows),
     /// strips outer (walks down columns), two K blocks (the fused epilogue on the last
-    /// only), ragged rows and columns, row tiles; with and without a fused epilogue
-    /// (column bias, residual, clamp).
+    /// only), ragged rows and columns (half-width last strips: 24 and 40 columns), row
+    /// tiles; with and without a fused epilogue (column bias, residual, clamp).
     #[test]
     fn tile_walks_give_the_plain_products_bits() {
         // The first element whose bits differ, if any.
@@ -1289,6 +1306,7 @@ mod tests {
                 (50, 40, KC + 44),
                 (13, 64, 20),
                 (6 * MC + 5, 48, 24),
+                (31, 24, 96),
             ] {
                 let (a, b) = (rand_vec(m * k, 11), rand_vec(k * n, 12));
                 let (bias, res) = (rand_vec(n, 13), rand_vec(m * n, 14));

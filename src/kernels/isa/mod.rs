@@ -470,6 +470,23 @@ pub struct KernelTable {
     /// narrow last strip of a GEMM whose A is not packed (channels-last 1x1 convs of 24
     /// outputs), the same sums as `mm_half`.
     pub mm_half_strided: fn(kc: usize, a: &[f32], lda: usize, b: &[f32], c: &mut [f32]),
+    /// `mm_half_strided` straight into C (rows at stride `ldc`, `HALF` columns, added to
+    /// C when `acc`), through the fused epilogue `e` (if any; its column bias and
+    /// residual need `HALF` columns): the last, half-width strip of a GEMM whose width
+    /// is a multiple of `HALF` (24-channel projections), with the same bits.
+    #[allow(clippy::type_complexity)]
+    pub mm_half_strided_epi: Option<
+        fn(
+            kc: usize,
+            a: &[f32],
+            lda: usize,
+            b: &[f32],
+            c: &mut [f32],
+            ldc: usize,
+            acc: bool,
+            e: Option<&TileEpi<'_>>,
+        ),
+    >,
     /// Rows `0..rows` (`1..MR`) of `panels` full-width micro-tiles side by side (a
     /// ragged last A panel against B panels of `kc * NR` floats one after another, C
     /// columns `0..panels * NR`) straight into `c` (stride `ldc`), or `c +=` when `acc`:

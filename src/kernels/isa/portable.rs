@@ -15,6 +15,7 @@ pub(crate) static TABLE: KernelTable = KernelTable {
     mm_row,
     mm_half,
     mm_half_strided,
+    mm_half_strided_epi: None,
     mm_cols,
     mm_part,
     mm_part_rows,

@@ -40,6 +40,7 @@ static TABLE: KernelTable = KernelTable {
     mm_row,
     mm_half,
     mm_half_strided,
+    mm_half_strided_epi: None,
     mm_cols: super::x86_64_fma::mm_cols,
     mm_part: super::x86_64_fma::mm_part,
     mm_part_rows: super::x86_64_fma::mm_part_rows,

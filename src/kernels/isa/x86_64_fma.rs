@@ -6,7 +6,7 @@
 //! wrapper runs only on a CPU that has them.
 
 use super::x86_64_fma_math as math;
-use super::{portable, KernelTable, RowBlock, TileEpi, MR, NR};
+use super::{portable, KernelTable, RowBlock, TileEpi, HALF, MR, NR};
 use crate::ir::{BinaryOp, UnaryOp};
 use crate::kernels::body::pool::PoolShape;
 use crate::kernels::body::resize::LinearTap;
@@ -29,6 +29,7 @@ static TABLE: KernelTable = KernelTable {
     mm_row,
     mm_half,
     mm_half_strided,
+    mm_half_strided_epi: Some(mm_half_strided_epi),
     mm_cols,
     mm_part,
     mm_part_rows,
@@ -830,6 +831,95 @@ unsafe fn tile_6x16_strided(
     unsafe { store_tile(&t, c, ldc, acc, e) }
 }
 
+/// `KernelTable::mm_half_strided_epi` with AVX2 and FMA: [`half_6x8_strided`].
+#[allow(clippy::too_many_arguments)]
+fn mm_half_strided_epi(
+    kc: usize,
+    a: &[f32],
+    lda: usize,
+    b: &[f32],
+    c: &mut [f32],
+    ldc: usize,
+    acc: bool,
+    e: Option<&TileEpi<'_>>,
+) {
+    assert!(a.len() >= (MR - 1) * lda + kc, "half tile: short A");
+    assert!(b.len() >= kc * NR, "half tile: short B panel");
+    assert!(
+        ldc >= HALF && c.len() >= (MR - 1) * ldc + HALF,
+        "half tile: short C"
+    );
+    if let Some(e) = e {
+        assert!(
+            e.col_bias.is_none_or(|b| b.len() >= HALF),
+            "half tile: bias"
+        );
+        assert!(
+            e.residual.is_none_or(|r| r.len() >= (MR - 1) * ldc + HALF),
+            "half tile: short residual"
+        );
+    }
+    // SAFETY: AVX2+FMA were detected (see `table`); the asserts bound A's six rows of
+    // kc, B's kc rows of 16, C's and the residual's six rows of 8 and the column bias.
+    unsafe { half_6x8_strided(kc, a.as_ptr(), lda, b.as_ptr(), c.as_mut_ptr(), ldc, acc, e) }
+}
+
+/// The left 8 columns of a 6x16 tile with A read in place (row `r`, step `p` at
+/// `a + r * lda + p`): one FMA chain per row over `p`, as `mm_half_strided`, stored into
+/// C with the epilogue.
+///
+/// # Safety
+/// AVX2 and FMA available; the operands as `mm_half_strided_epi` checks them.
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn half_6x8_strided(
+    kc: usize,
+    a: *const f32,
+    lda: usize,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    acc: bool,
+    e: Option<&TileEpi<'_>>,
+) {
+    let mut t = [_mm256_setzero_ps(); MR];
+    for p in 0..kc {
+        // SAFETY: p < kc: B row p and element p of each A row are readable.
+        unsafe {
+            let b0 = _mm256_loadu_ps(b.add(p * NR));
+            for (r, acc) in t.iter_mut().enumerate() {
+                let av = _mm256_broadcast_ss(&*a.add(r * lda + p));
+                *acc = _mm256_fmadd_ps(av, b0, *acc);
+            }
+        }
+    }
+    // SAFETY: the column bias holds 8 floats (checked by the caller).
+    let cb = e
+        .and_then(|e| e.col_bias)
+        .map(|cb| unsafe { _mm256_loadu_ps(cb.as_ptr()) });
+    for (r, &v) in t.iter().enumerate() {
+        // SAFETY: row r < 6 of C and of the residual hold 8 floats at r * ldc.
+        unsafe {
+            let cp = c.add(r * ldc);
+            let mut v = v;
+            if acc {
+                v = _mm256_add_ps(v, _mm256_loadu_ps(cp));
+            }
+            if let Some(e) = e {
+                v = _mm256_add_ps(v, cb.unwrap_or_else(|| _mm256_set1_ps(e.bias[r])));
+                if let Some(res) = e.residual {
+                    v = _mm256_add_ps(v, _mm256_loadu_ps(res.as_ptr().add(r * ldc)));
+                }
+                if let Some((lo, hi)) = e.clamp {
+                    // As the epilogue's ReLU / Clip: `vmaxps` gives `lo` for a NaN.
+                    v = _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(lo)), _mm256_set1_ps(hi));
+                }
+            }
+            _mm256_storeu_ps(cp, v);
+        }
+    }
+}
+
 /// `KernelTable::mm_tile_segs` with AVX2 and FMA: [`tile_segs`] for the row count.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn mm_tile_segs(
@@ -902,8 +992,11 @@ unsafe fn tile_segs<const R: usize>(
             let (mut v0, mut v1) = (acc[0], acc[1]);
             if let Some(e) = e {
                 if let Some(cb) = e.col_bias {
-                    v0 = _mm256_add_ps(v0, _mm256_loadu_ps(cb.as_ptr()));
-                    v1 = _mm256_add_ps(v1, _mm256_loadu_ps(cb.as_ptr().add(8)));
+                    // Loaded per row: held across the sums, the two bias vectors would
+                    // push the 12 accumulators out of the 16 registers.
+                    let [b0, b1] = bias16(cb);
+                    v0 = _mm256_add_ps(v0, b0);
+                    v1 = _mm256_add_ps(v1, b1);
                 }
                 if let Some((lo, hi)) = e.clamp {
                     // As the epilogue's ReLU / Clip: `vmaxps` gives `lo` for a NaN.
@@ -916,6 +1009,21 @@ unsafe fn tile_segs<const R: usize>(
             _mm256_storeu_ps(cp, v0);
             _mm256_storeu_ps(cp.add(8), v1);
         }
+    }
+}
+
+/// The first 16 floats of a column bias as two vectors.
+///
+/// # Safety
+/// AVX available; `cb` holds 16 floats.
+#[inline(always)]
+unsafe fn bias16(cb: &[f32]) -> [__m256; 2] {
+    // SAFETY: the caller's contract.
+    unsafe {
+        [
+            _mm256_loadu_ps(cb.as_ptr()),
+            _mm256_loadu_ps(cb.as_ptr().add(8)),
+        ]
     }
 }
 
@@ -933,6 +1041,10 @@ unsafe fn store_tile(
     acc: bool,
     e: Option<&TileEpi<'_>>,
 ) {
+    // The column bias, loaded once for the tile's rows (the compiler cannot hoist the
+    // loads past the stores into C itself).
+    // SAFETY: the column bias holds 16 floats (the caller's contract).
+    let cb = e.and_then(|e| e.col_bias).map(|cb| unsafe { bias16(cb) });
     for r in 0..MR {
         // SAFETY: row r < MR of C, 16 floats, guaranteed by the caller.
         unsafe {
@@ -943,9 +1055,9 @@ unsafe fn store_tile(
                 v1 = _mm256_add_ps(v1, _mm256_loadu_ps(cp.add(8)));
             }
             if let Some(e) = e {
-                if let Some(cb) = e.col_bias {
-                    v0 = _mm256_add_ps(v0, _mm256_loadu_ps(cb.as_ptr()));
-                    v1 = _mm256_add_ps(v1, _mm256_loadu_ps(cb.as_ptr().add(8)));
+                if let Some([b0, b1]) = cb {
+                    v0 = _mm256_add_ps(v0, b0);
+                    v1 = _mm256_add_ps(v1, b1);
                 } else {
                     let b = _mm256_set1_ps(e.bias[r]);
                     (v0, v1) = (_mm256_add_ps(v0, b), _mm256_add_ps(v1, b));
