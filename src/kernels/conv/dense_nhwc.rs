@@ -124,6 +124,13 @@ pub fn dense_nhwc(
     let scratch = &mut scratch[..dense_nhwc_scratch_len(s)];
     scratch[..prow].fill(0.0);
     let clamp = fused_clamp(epi);
+    // A post pass of element-wise ops only (no per-channel parameter) may take the band
+    // as one flat row: the residuals are laid out like the output.
+    let flat_post = epi.addend.is_none()
+        && epi
+            .post
+            .iter()
+            .all(|p| matches!(p, PostOpRt::Unary(_) | PostOpRt::AddInput { .. }));
     let plane = s.h * s.w * c;
     // Input columns copied into a padded row (those the taps reach).
     let cols = s.w.min(padded_width(s) - s.pw);
@@ -204,7 +211,14 @@ pub fn dense_nhwc(
                 ..*epi
             };
             let out = &mut y[(b0 - r0) * row..(b1 - r0) * row];
-            (t.epilogue)(&e, out, co, 0, (b1 - b0) * s.ow, 0, co);
+            if flat_post {
+                // Element-wise post-ops only: the band as one row (rows of `Cout`
+                // floats, as few as 16, would cost the pass a call each).
+                let len = out.len();
+                (t.epilogue)(&e, out, len, 0, 1, 0, len);
+            } else {
+                (t.epilogue)(&e, out, co, 0, (b1 - b0) * s.ow, 0, co);
+            }
         }
         b0 = b1;
     }
