@@ -102,25 +102,33 @@ fn kind_of(g: &Graph, n: &Node) -> Option<Kind> {
     if *group == c && w[0] == c && w[1] == 1 {
         return Some(Kind::Depthwise);
     }
-    // As `kernels::conv::dense_nhwc_applies`: undilated columns, one GEMM block deep;
-    // and its output at least STEM_MIN_GROWTH times its input (the input's transpose,
-    // a few rows, costs more per element than the output's would).
-    let elems = |v: Option<ValueId>| {
-        v.and_then(|v| g.shape(v))
-            .map(|s| s.iter().product::<usize>())
+    // A stem the channels-last kernel computes, whose output holds at least
+    // STEM_MIN_GROWTH times its input's elements (the input's transpose, a few rows,
+    // costs more per element than the output's would).
+    let out = g.shape(*n.outputs.first()?)?;
+    if out.len() != 4 || *group != 1 || c > STEM_MAX_CHANNELS || w[1] != c {
+        return None;
+    }
+    let s = crate::kernels::conv::ConvShape {
+        n: x[0],
+        c_in: c,
+        h: x[2],
+        w: x[3],
+        c_out: out[1],
+        oh: out[2],
+        ow: out[3],
+        kh: geom.kernel[0],
+        kw: geom.kernel[1],
+        sh: geom.strides[0],
+        sw: geom.strides[1],
+        dh: geom.dilations[0],
+        dw: geom.dilations[1],
+        ph: geom.pads[0],
+        pw: geom.pads[1],
+        group: 1,
     };
-    let grows = match (elems(n.inputs[0]), elems(n.outputs.first().copied())) {
-        (Some(i), Some(o)) => o >= STEM_MIN_GROWTH * i,
-        _ => false,
-    };
-    let stem = *group == 1
-        && grows
-        && c <= STEM_MAX_CHANNELS
-        && w[1] == c
-        && geom.dilations[1] == 1
-        && c * w[2] * w[3] <= crate::kernels::gemm::KC
-        && w[2] <= crate::kernels::conv::MAX_KERNEL_ROWS;
-    stem.then_some(Kind::Stem)
+    let grows = out.iter().product::<usize>() >= STEM_MIN_GROWTH * x.iter().product::<usize>();
+    (grows && crate::kernels::conv::dense_nhwc_applies(&s)).then_some(Kind::Stem)
 }
 
 /// `Kind::ChannelScale` when `n` (a `Mul`) multiplies an f32 `[N, C, H, W]` value by an

@@ -26,9 +26,7 @@ pub use super::body::conv::ConvShape;
 pub use super::body::depthwise::depthwise_scratch_len;
 pub use super::body::pool::valid_range;
 pub use deconv::DeconvPlan;
-pub use dense_nhwc::{
-    dense_nhwc, dense_nhwc_applies, dense_nhwc_scratch_len, pack_dense_nhwc, MAX_KERNEL_ROWS,
-};
+pub use dense_nhwc::{dense_nhwc, dense_nhwc_applies, dense_nhwc_scratch_len, pack_dense_nhwc};
 use depthwise::depthwise;
 pub use depthwise::depthwise_nhwc;
 pub(crate) use winograd::body as winograd_body;

@@ -911,8 +911,7 @@ unsafe fn half_6x8_strided(
                     v = _mm256_add_ps(v, _mm256_loadu_ps(res.as_ptr().add(r * ldc)));
                 }
                 if let Some((lo, hi)) = e.clamp {
-                    // As the epilogue's ReLU / Clip: `vmaxps` gives `lo` for a NaN.
-                    v = _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(lo)), _mm256_set1_ps(hi));
+                    v = clamp8(v, (lo, hi));
                 }
             }
             _mm256_storeu_ps(cp, v);
@@ -999,10 +998,7 @@ unsafe fn tile_segs<const R: usize>(
                     v1 = _mm256_add_ps(v1, b1);
                 }
                 if let Some((lo, hi)) = e.clamp {
-                    // As the epilogue's ReLU / Clip: `vmaxps` gives `lo` for a NaN.
-                    let (lo, hi) = (_mm256_set1_ps(lo), _mm256_set1_ps(hi));
-                    v0 = _mm256_min_ps(_mm256_max_ps(v0, lo), hi);
-                    v1 = _mm256_min_ps(_mm256_max_ps(v1, lo), hi);
+                    (v0, v1) = (clamp8(v0, (lo, hi)), clamp8(v1, (lo, hi)));
                 }
             }
             let cp = c.add(r * ldc);
@@ -1010,6 +1006,17 @@ unsafe fn tile_segs<const R: usize>(
             _mm256_storeu_ps(cp.add(8), v1);
         }
     }
+}
+
+/// `v` clamped to `[lo, hi]` as the epilogue's ReLU / Clip (`vmaxps` gives `lo` for a
+/// NaN).
+///
+/// # Safety
+/// AVX available.
+#[inline(always)]
+unsafe fn clamp8(v: __m256, (lo, hi): (f32, f32)) -> __m256 {
+    // SAFETY: register-only AVX operations (the caller's contract).
+    unsafe { _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(lo)), _mm256_set1_ps(hi)) }
 }
 
 /// The first 16 floats of a column bias as two vectors.
@@ -1068,10 +1075,7 @@ unsafe fn store_tile(
                     v1 = _mm256_add_ps(v1, _mm256_loadu_ps(rp.add(8)));
                 }
                 if let Some((lo, hi)) = e.clamp {
-                    // As the epilogue's ReLU / Clip: `vmaxps` gives `lo` for a NaN.
-                    let (lo, hi) = (_mm256_set1_ps(lo), _mm256_set1_ps(hi));
-                    v0 = _mm256_min_ps(_mm256_max_ps(v0, lo), hi);
-                    v1 = _mm256_min_ps(_mm256_max_ps(v1, lo), hi);
+                    (v0, v1) = (clamp8(v0, (lo, hi)), clamp8(v1, (lo, hi)));
                 }
             }
             _mm256_storeu_ps(cp, v0);
