@@ -12,6 +12,7 @@
 //! C, which lets the executor split a node into disjoint tiles.
 
 pub use super::body::epilogue::Epilogue;
+use super::body::prefetch::prefetch_line;
 use super::isa::{Isa, RowBlock, TileEpi, TileWalk, WalkA, WalkEpi, WalkSteps, COLS_MAX, HALF};
 pub use super::isa::{KC, MR, NR};
 
@@ -248,6 +249,12 @@ fn pack_block<'b>(
     }
 }
 
+/// Floats ahead of each piece it copies that [`rows_to_panels`] asks the cache for (8
+/// lines): a block's rows are short runs in many streams, which the hardware prefetcher
+/// does not follow, and a conv's input planes come from memory (1x1 convs with inputs
+/// not in cache, Zen 3: 192->48 at 52x52 880 -> 750 us, 48->48 at 104x104 1040 -> 905).
+const PREFETCH_AHEAD: usize = 128;
+
 /// Rows `p..p + srcs.len()` of a `kc`-row block of B (`nc` columns each) into their
 /// places in the block's NR-column panels `buf`, panel by panel (the last panel's
 /// columns past `nc` zeroed).
@@ -255,6 +262,7 @@ fn rows_to_panels(srcs: &[&[f32]], (p, kc): (usize, usize), nc: usize, buf: &mut
     for j0 in (0..nc).step_by(NR) {
         let w = NR.min(nc - j0);
         for (i, src) in srcs.iter().enumerate() {
+            prefetch_line(src.as_ptr().wrapping_add(j0 + PREFETCH_AHEAD));
             let dst = &mut buf[j0 * kc + (p + i) * NR..][..NR];
             if w == NR {
                 // (A fixed-size copy: inline vector moves.)
@@ -473,6 +481,13 @@ pub fn gemm_with(
                 let mut tile_at = |i: usize, j: usize, most: usize, down: usize| {
                     let (mr, nr) = (MR.min(ic_end - i), NR.min(jc_end - j));
                     let panel = panel_at(j);
+                    if let (Panel::Rows(off), true) = (panel, i == ic) {
+                        // Rows read in place: the block's first tiles of a strip ask for
+                        // the strips ahead of it.
+                        for r in &rows[..kc] {
+                            prefetch_line(r.as_ptr().wrapping_add(off + PREFETCH_AHEAD));
+                        }
+                    }
                     if let (Some(w), Panel::Packed(_), true) =
                         (t.mm_tiles, panel, mr == MR && nr == NR)
                     {

@@ -8,6 +8,12 @@
 
 use super::conv::ConvShape;
 use super::pool::valid_range;
+use super::prefetch::prefetch_floats;
+
+/// Channel planes ahead of the one it gathers from whose rows [`im2col_panels`] asks
+/// the cache for: each plane's rows are one short run the hardware prefetcher meets
+/// cold (a conv's input comes from memory).
+const PREFETCH_PLANES: usize = 2;
 
 /// Writes the block described in the module doc for one image and group `xg`
 /// (`[Cin_g, H, W]`) into `out` (at least `kc * n.div_ceil(NR) * NR` floats).
@@ -34,9 +40,22 @@ pub fn im2col_panels<const NR: usize>(
     let panel = kc * NR;
     let n_pad = n.div_ceil(NR) * NR;
     let out = &mut out[..kc * n_pad];
+    // Input rows the block reads (of every channel plane).
+    let (oy_lo, oy_hi) = (j0 / s.ow, (j0 + n - 1) / s.ow);
+    let iy_lo = (oy_lo * s.sh).saturating_sub(s.ph).min(s.h);
+    let iy_hi = (oy_hi * s.sh + (s.kh - 1) * s.dh + 1)
+        .saturating_sub(s.ph)
+        .min(s.h);
     for pl in 0..kc {
         let p = k0 + pl;
         let (ci, ky, kx) = (p / khw, (p % khw) / s.kw, p % s.kw);
+        if (p.is_multiple_of(khw) || pl == 0) && (ci + PREFETCH_PLANES) * hw < xg.len() {
+            // A channel's first K row: its rows of the plane two channels on.
+            let ahead = xg
+                .as_ptr()
+                .wrapping_add((ci + PREFETCH_PLANES) * hw + iy_lo * s.w);
+            prefetch_floats(ahead, (iy_hi.max(iy_lo) - iy_lo) * s.w);
+        }
         let plane = &xg[ci * hw..(ci + 1) * hw];
         let (vlo, vhi) = valid_range(s.ow, s.sw, s.pw, kx * s.dw, s.w);
         let mut rows = PanelRow::<NR> { out, pl, panel };

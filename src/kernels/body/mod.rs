@@ -14,6 +14,7 @@ pub mod epilogue;
 pub mod im2col;
 pub mod norm;
 pub mod pool;
+pub mod prefetch;
 pub mod resize;
 pub mod rnn;
 pub mod transpose;
