@@ -182,15 +182,16 @@ pub struct TileEpi<'a> {
 }
 
 impl TileEpi<'_> {
-    /// Panics unless the residual (if any) holds [`MR`] rows of [`NR`] at stride `ldc`:
-    /// the fused tiles check it once before their unchecked stores.
-    pub fn assert_residual_fits(&self, ldc: usize) {
+    /// Panics unless the column bias (if any) holds `cols` floats and the residual (if
+    /// any) [`MR`] rows of `cols` at stride `ldc`: the fused tiles ([`NR`] columns, the
+    /// half tile [`HALF`]) check it once before their unchecked stores.
+    pub fn assert_fits(&self, ldc: usize, cols: usize) {
         if let Some(b) = self.col_bias {
-            assert!(b.len() >= NR, "tile epilogue: column bias too short");
+            assert!(b.len() >= cols, "tile epilogue: column bias too short");
         }
         if let Some(r) = self.residual {
             assert!(
-                r.len() >= (MR - 1) * ldc + NR,
+                r.len() >= (MR - 1) * ldc + cols,
                 "tile epilogue: residual too short"
             );
         }
@@ -342,7 +343,7 @@ impl WalkSteps {
 fn assert_tile_fits(kc: usize, a: &[f32], c: &[f32], ldc: usize, e: Option<&TileEpi<'_>>) {
     assert!(a.len() >= kc * MR, "tile: short A panel");
     assert!(ldc >= NR && c.len() >= (MR - 1) * ldc + NR, "tile: short C");
-    e.inspect(|e| e.assert_residual_fits(ldc));
+    e.inspect(|e| e.assert_fits(ldc, NR));
 }
 
 /// Panics unless the operands of `mm_tile_segs` hold what it reads and writes (see

@@ -715,7 +715,7 @@ fn tile_strided(
 ) {
     assert!(a.len() >= (MR - 1) * lda + kc && b.len() >= kc * NR);
     assert!(ldc >= NR && c.len() >= (MR - 1) * ldc + NR);
-    e.inspect(|e| e.assert_residual_fits(ldc));
+    e.inspect(|e| e.assert_fits(ldc, NR));
     // SAFETY: AVX2+FMA were detected (see `table`); the asserts above bound every offset
     // the tile touches (a row r: r*lda..r*lda+kc, b: kc*NR, c and the residual: MR rows
     // of NR at ldc, the column bias: NR).
@@ -849,16 +849,7 @@ fn mm_half_strided_epi(
         ldc >= HALF && c.len() >= (MR - 1) * ldc + HALF,
         "half tile: short C"
     );
-    if let Some(e) = e {
-        assert!(
-            e.col_bias.is_none_or(|b| b.len() >= HALF),
-            "half tile: bias"
-        );
-        assert!(
-            e.residual.is_none_or(|r| r.len() >= (MR - 1) * ldc + HALF),
-            "half tile: short residual"
-        );
-    }
+    e.inspect(|e| e.assert_fits(ldc, HALF));
     // SAFETY: AVX2+FMA were detected (see `table`); the asserts bound A's six rows of
     // kc, B's kc rows of 16, C's and the residual's six rows of 8 and the column bias.
     unsafe { half_6x8_strided(kc, a.as_ptr(), lda, b.as_ptr(), c.as_mut_ptr(), ldc, acc, e) }
