@@ -642,11 +642,12 @@ pub fn gemm_with(
                 // 12544x32x16 179 -> 159 us, 784x32x16 12 -> 11; MobileNetV2's 32->16
                 // projection in the network 177 -> 156).
                 let b_in_l1 = len * kc <= B_IN_L1_FLOATS;
-                let panels_outer = k <= KC && (ldc >= C_ROWS_MIN_LDC || b_in_l1) && strips > 1;
+                let one_strip = strips == 1;
+                let panels_outer = k <= KC && (ldc >= C_ROWS_MIN_LDC || b_in_l1) && !one_strip;
                 // Where the table pairs tiles, two strips go together: along a panel's
                 // row (panels outer), or as groups of two strips (strips outer).
                 let pairs = t.mm_tile_pair.is_some();
-                let group = if pairs && !panels_outer && strips > 1 {
+                let group = if pairs && !panels_outer && !one_strip {
                     2
                 } else {
                     1
