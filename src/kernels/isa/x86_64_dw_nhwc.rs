@@ -3,9 +3,12 @@
 //! vector, the columns whose taps all lie inside the row run 8 pixels at a time (eight
 //! independent FMA chains, one tap vector load per eight FMAs; at stride 1 with 3 or 5
 //! taps a row, 6 or 5 pixels whose row inputs are loaded once), border columns one pixel
-//! at a time with their taps checked; the channels past the last full vector go
-//! through `body::dw_nhwc::pixel_fused`, whose `mul_add` lanes give the same bits as the
-//! vector lanes.
+//! at a time with their taps checked, four channel vectors together (four independent
+//! chains: one vector alone waits on each FMA's latency; on Zen 3, MobileNetV2's 14x14
+//! and 7x7 depthwise convs 48-50 -> 39-41 and 43-45 -> 34-37 us, the MobileNetV3 DBNet's
+//! 5x5 ones at 20x20 -10 to -24 %); the channels past the last full vector go through
+//! `body::dw_nhwc::pixel_fused`, whose `mul_add` lanes give the same bits as the vector
+//! lanes.
 //!
 //! The entry is reachable only through the tables `super::x86_64_fma::table` and
 //! `super::x86_64_avx512::table` hand out after detecting AVX2 and FMA.
@@ -18,6 +21,8 @@ use std::arch::x86_64::*;
 const V: usize = 8;
 /// Output pixels accumulated together (independent FMA chains).
 const PIXELS: usize = 8;
+/// Channel vectors a border pixel accumulates together (independent FMA chains).
+const BORDER_VECS: usize = 4;
 
 /// Output rows `r0..r1` of a channels-last depthwise conv (see `KernelTable::
 /// depthwise_nhwc`).
@@ -65,9 +70,10 @@ unsafe fn run(
         }
         let (ky0, ky1) = row_taps(s, oy);
         // SAFETY: rows ky0..ky1 of output row oy and the columns of inner pixels
-        // lo..hi lie inside image b (`row_taps`, `inner_columns`); channels v..v + 8 <=
-        // c; the output pixels lie inside row r - r0 of `y` (checked to hold rows
-        // r0..r1); the features are enabled on this function.
+        // lo..hi lie inside image b (`row_taps`, `inner_columns`); channels v..v + 8 (a
+        // border group's v..v + 8 * BORDER_VECS) <= full <= c; the output pixels lie
+        // inside row r - r0 of `y` (checked to hold rows r0..r1); the features are
+        // enabled on this function.
         unsafe {
             let xb = x.as_ptr().add(b * s.h * s.w * c);
             let yr = y.as_mut_ptr().add((r - r0) * s.ow * c);
@@ -83,10 +89,34 @@ unsafe fn run(
             let bv = |v: usize| _mm256_loadu_ps(bias.as_ptr().add(v));
             // Pixel groups outer, channel vectors inner: a group's input window
             // (rows x (8 * stride + reach) pixels x C) stays in L1 across its vectors.
-            for ox in 0..lo {
-                for v in (0..full).step_by(V) {
-                    at(ox, v).border(bv(v), act);
+            // Border pixels take BORDER_VECS channel vectors at a time (independent FMA
+            // chains; one vector alone waits on each FMA's latency). They build their
+            // groups themselves: with `at` used in a third loop (or as an always-inlined
+            // method) the inner loops compiled slower on Zen 3 (56x56x144 212 -> 232-243
+            // us, 14x14x576 55 -> 58-68).
+            let border = |ox: usize| {
+                let g = |v: usize| Group {
+                    s,
+                    xb: xb.add(v),
+                    taps: taps.as_ptr().add(v),
+                    out: yr.add(ox * c + v),
+                    oy,
+                    ox,
+                    rows: (ky0, ky1),
+                };
+                let mut v = 0;
+                while v + BORDER_VECS * V <= full {
+                    let b: [__m256; BORDER_VECS] = std::array::from_fn(|j| bv(v + j * V));
+                    g(v).border(b, act);
+                    v += BORDER_VECS * V;
                 }
+                while v < full {
+                    g(v).border([bv(v)], act);
+                    v += V;
+                }
+            };
+            for ox in 0..lo {
+                border(ox);
             }
             let mut ox = lo;
             // 3 or 5 taps wide, stride 1 or 2: row inputs reused from registers, a few
@@ -127,9 +157,7 @@ unsafe fn run(
                 ox += n;
             }
             for ox in hi..s.ow {
-                for v in (0..full).step_by(V) {
-                    at(ox, v).border(bv(v), act);
-                }
+                border(ox);
             }
         }
     }
@@ -189,19 +217,21 @@ impl Group<'_> {
         }
     }
 
-    /// Pixel `ox` alone, its taps inside the row only: bias, those taps one FMA each in
-    /// `(ky, kx)` order, then the activation.
+    /// Pixel `ox` alone, its taps inside the row only, for `W` consecutive channel
+    /// vectors: bias, those taps one FMA each in `(ky, kx)` order, then the activation.
     ///
     /// # Safety
-    /// AVX2 and FMA available; the rows and channels as for [`Group::pixels`].
-    #[inline(always)]
-    unsafe fn border(&self, bias: __m256, act: Act) {
+    /// AVX2 and FMA available; the rows as for [`Group::pixels`], channel vectors
+    /// `0..W` from the group's channel inside the pixel.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline(never)]
+    unsafe fn border<const W: usize>(&self, bias: [__m256; W], act: Act) {
         let s = self.s;
         let c = s.c_in;
         // SAFETY: rows come from `row_taps` and columns are checked against the row
-        // before each load; the channel vector lies inside the pixel.
+        // before each load; the W channel vectors lie inside the pixel.
         unsafe {
-            let mut acc = [bias];
+            let mut acc = bias;
             for ky in self.rows.0..self.rows.1 {
                 let iy = self.oy * s.sh + ky * s.dh - s.ph;
                 let row = self.xb.add(iy * s.w * c);
@@ -210,13 +240,18 @@ impl Group<'_> {
                     if ix < 0 || ix >= s.w as isize {
                         continue;
                     }
-                    let wv = _mm256_loadu_ps(self.taps.add((ky * s.kw + kx) * c));
-                    let xv = _mm256_loadu_ps(row.add(ix as usize * c));
-                    acc[0] = _mm256_fmadd_ps(wv, xv, acc[0]);
+                    let tp = self.taps.add((ky * s.kw + kx) * c);
+                    let xp = row.add(ix as usize * c);
+                    for (j, a) in acc.iter_mut().enumerate() {
+                        let wv = _mm256_loadu_ps(tp.add(j * V));
+                        *a = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xp.add(j * V)), *a);
+                    }
                 }
             }
             act.apply8(&mut acc);
-            _mm256_storeu_ps(self.out, acc[0]);
+            for (j, a) in acc.iter().enumerate() {
+                _mm256_storeu_ps(self.out.add(j * V), *a);
+            }
         }
     }
 
