@@ -256,6 +256,35 @@ fn intra_op_threads_give_identical_results() {
     }
 }
 
+/// Every buffer's offset in the arena is a multiple of a cache line, and so is the
+/// arena's (and the scratch's) first byte: buffers start on cache lines in memory.
+#[test]
+fn arena_and_scratch_start_on_cache_lines() {
+    let xs = [1, 3, 10, 10];
+    let mut b = B::default();
+    let xi = b.input(DType::F32, &xs);
+    let wi = b.kf(&[8, 3, 3, 3], rand_vec(8 * 27, 1));
+    let y = b.n1(
+        Op::Conv {
+            geom: geom(&[3, 3], &[1, 1], &[1, 1, 1, 1]),
+            group: 1,
+            post: vec![],
+        },
+        &[xi, wi],
+        DType::F32,
+        &[1, 8, 10, 10],
+    );
+    b.out(y);
+    let plan = ModelPlan::new(Arc::new(b.g), &PlanOptions::default()).expect("plan");
+    assert_eq!(super::memplan::ALIGN, 64);
+    for _ in 0..4 {
+        let st = plan.new_state();
+        assert!(!st.arena.is_empty() && !st.scratch.is_empty());
+        assert_eq!(st.arena.as_ptr() as usize % super::memplan::ALIGN, 0);
+        assert_eq!(st.scratch.as_ptr() as usize % super::memplan::ALIGN, 0);
+    }
+}
+
 #[test]
 fn conv_with_fused_bias_residual_relu() {
     let xs = [2, 5, 9, 8];
