@@ -11,7 +11,8 @@
 //! `bench/peers.py --serve` process (slices of runs interleaved with vnpu's), the priority
 //! scenario through `bench/ort_bench.py`. A peer that is missing or fails on a model
 //! marks its cell. Prints tables with vnpu/best-peer ratios; never asserts on time.
-//! `priority --worst N` prints each vnpu row's N slowest foreground runs FC by FC;
+//! `priority --worst N` prints each vnpu row's N slowest foreground runs FC by FC, with
+//! the lower-priority FCs their first FC waited on;
 //! `--no-peers` skips the priority scenario's peer settings.
 //! Run by `cargo test` (no `--bench`) it is a short smoke run without peers.
 
@@ -701,9 +702,50 @@ fn schedule_split(events: &[TraceEvent]) -> ScheduleSplit {
     }
 }
 
+/// One FC of a lower-priority task in a trace.
+struct OtherFc {
+    start: u64,
+    end: u64,
+    seg: u32,
+    fc: u32,
+    core: Option<usize>,
+    /// Host class it ran in (`FcStart`'s status: 0 top, 1 low).
+    class: i32,
+}
+
+/// The finished FCs of the tasks below priority 255 in a trace.
+fn other_fcs(events: &[TraceEvent]) -> Vec<OtherFc> {
+    let mut open = std::collections::HashMap::new();
+    let mut out = Vec::new();
+    for e in events.iter().filter(|e| e.priority != 255) {
+        match e.kind {
+            TraceKind::FcStart => {
+                open.insert(e.task, e);
+            }
+            TraceKind::FcEnd => {
+                if let Some(s) = open.remove(&e.task) {
+                    out.push(OtherFc {
+                        start: s.ts_ns,
+                        end: e.ts_ns,
+                        seg: s.seg,
+                        fc: s.fc,
+                        core: s.core,
+                        class: s.status,
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
 /// The `n` slowest priority-255 tasks of a trace, one line each: end-to-end, the wait for
-/// the first FC, and per FC its duration over this run's median for that FC (`+x.xx` ms),
-/// its intra-op chunks on helpers / all, and the gap before it when over 0.1 ms.
+/// the first FC and the lower-priority FCs that ran during it (core, segment/FC, host
+/// class, start..end in ms from the submission: an FC of at most `max_time_per_fc` that
+/// takes far longer here was held up by the host), and per FC its duration over this
+/// run's median for that FC (`+x.xx` ms), its intra-op chunks on helpers / all, and the
+/// gap before it when over 0.1 ms.
 fn worst_runs(events: &[TraceEvent], n: usize) -> Vec<String> {
     use std::collections::HashMap;
     let ms = |ns: u64| ns as f64 / 1e6;
@@ -753,6 +795,7 @@ fn worst_runs(events: &[TraceEvent], n: usize) -> Vec<String> {
         .filter(|r| r.done > 0 && r.submit > 0)
         .collect();
     done.sort_by_key(|r| std::cmp::Reverse(r.done - r.submit));
+    let others = other_fcs(events);
     done.iter()
         .take(n)
         .map(|r| {
@@ -764,6 +807,24 @@ fn worst_runs(events: &[TraceEvent], n: usize) -> Vec<String> {
                     .map_or(r.submit, |f| f.2)
                     .saturating_sub(r.submit))
             );
+            let first = r.fcs.first().map_or(r.submit, |f| f.2);
+            let rel = |t: u64| (t as f64 - r.submit as f64) / 1e6;
+            s += " [waited on:";
+            for o in others
+                .iter()
+                .filter(|o| o.end > r.submit && o.start < first)
+            {
+                let class = if o.class == 0 { "top" } else { "low" };
+                s += &format!(
+                    " core {} FC {}/{} {class} {:+.2}..{:+.2}",
+                    o.core.map_or("-".to_string(), |c| c.to_string()),
+                    o.seg,
+                    o.fc,
+                    rel(o.start),
+                    rel(o.end)
+                );
+            }
+            s += "]";
             let mut prev_end = None;
             for f in &r.fcs {
                 let d = ms(f.3.saturating_sub(f.2));
