@@ -227,10 +227,10 @@ pub struct ModelPlan {
 #[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 struct Line([u64; 8]);
 
-/// `bytes` zeroed bytes of whole [`Line`]s. They are written here, when the state is
-/// made (the allocator zeroes memory of this alignment itself, where a `Vec<u64>` got
-/// zero pages mapped on first touch), so a state holds its whole arena in memory from
-/// the start rather than from its first run.
+/// `bytes` zeroed bytes of whole [`Line`]s. They are written here, line by line, when
+/// the state is made (a `Vec<u64>` of zeros got its zero pages mapped on first touch);
+/// states are made on first use (`runtime::Model::take_state`), so a state's resident
+/// memory after its first run is the same.
 fn lines(bytes: usize) -> Vec<Line> {
     vec![Line([0; 8]); bytes.div_ceil(std::mem::size_of::<Line>())]
 }
