@@ -219,19 +219,19 @@ pub struct ModelPlan {
     opts: PlanOptions,
 }
 
-/// One cache line of memory: the arena and the scratch are made of them, so that their
-/// first byte, and so every buffer at a multiple of [`memplan::ALIGN`] bytes, starts a
-/// cache line (a `Vec<u64>` of a few MB came at 16 bytes past a page: every other
+/// One cache line of memory: the arena and the scratch (the helpers' too) are made of
+/// them, so that their first byte, and so every buffer at a multiple of
+/// [`memplan::ALIGN`] bytes, starts a cache line (a `Vec<u64>` of a few MB came at 16 bytes past a page: every other
 /// 32-byte load then crossed two lines; depthwise convs ran 8-10 % slower, Zen 3).
 #[repr(C, align(64))]
 #[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct Line([u64; 8]);
+pub(crate) struct Line([u64; 8]);
 
 /// `bytes` zeroed bytes of whole [`Line`]s. They are written here, line by line, when
 /// the state is made (a `Vec<u64>` of zeros got its zero pages mapped on first touch);
 /// states are made on first use (`runtime::Model::take_state`), so a state's resident
 /// memory after its first run is the same.
-fn lines(bytes: usize) -> Vec<Line> {
+pub(crate) fn lines(bytes: usize) -> Vec<Line> {
     vec![Line([0; 8]); bytes.div_ceil(std::mem::size_of::<Line>())]
 }
 
@@ -245,8 +245,8 @@ pub struct ExecState {
     timings: Vec<(u64, u64)>,
     /// Node whose packed B operand (shared by its tiles) is held in `scratch`.
     bcache: Option<usize>,
-    /// Scratch of the intra-op helper threads (one per helper).
-    helpers: Vec<Vec<f32>>,
+    /// Scratch of the intra-op helper threads (one per helper, whole lines).
+    helpers: Vec<Vec<Line>>,
 }
 
 impl ModelPlan {
@@ -346,7 +346,7 @@ impl ModelPlan {
                 Vec::new()
             } else {
                 (1..self.opts.intra_op_threads)
-                    .map(|_| vec![0.0; self.helper_scratch_floats])
+                    .map(|_| lines(self.helper_scratch_floats * 4))
                     .collect()
             },
         }

@@ -462,12 +462,13 @@ impl Pool {
 pub(crate) type ChunkParts<'a> = [Option<(&'a mut [f32], &'a mut [f32])>; MAX_CHUNKS];
 
 /// The output block and scratch of each intra-op chunk (`lens` floats of `y` each, in
-/// order): chunk 0 takes `scratch`, chunk i the scratch of helper slot i - 1.
+/// order): chunk 0 takes `scratch`, chunk i the scratch of helper slot i - 1 (its
+/// cache lines as floats).
 pub(crate) fn chunk_parts<'a>(
     lens: impl Iterator<Item = usize>,
     y: &'a mut [f32],
     scratch: &'a mut [f32],
-    helpers: &'a mut [Vec<f32>],
+    helpers: &'a mut [Vec<crate::exec::Line>],
 ) -> ChunkParts<'a> {
     let mut parts: ChunkParts<'a> = std::array::from_fn(|_| None);
     let (mut tail, mut first) = (y, Some(scratch));
@@ -477,7 +478,9 @@ pub(crate) fn chunk_parts<'a>(
         tail = t;
         let s = match first.take() {
             Some(s) => Some(s),
-            None => hs.next().map(|v| &mut v[..]),
+            None => hs
+                .next()
+                .map(|v| bytemuck::cast_slice_mut::<crate::exec::Line, f32>(v)),
         };
         *slot = s.map(|s| (part, s));
     }

@@ -400,7 +400,7 @@ fn run_bf16_chunks(
     y: &mut [f32],
     epi: &Epilogue<'_>,
     scratch: &mut [f32],
-    helpers: &mut [Vec<f32>],
+    helpers: &mut [Vec<crate::exec::Line>],
 ) {
     run_chunks(par, y, epi, scratch, helpers, &|ch, e, part, scratch| {
         let (chans, cols) = ((0, ch.c1 - ch.c0), (0, ch.s.oh * ch.s.ow));
@@ -420,7 +420,7 @@ fn run_chunks<W: Sync>(
     y: &mut [f32],
     epi: &Epilogue<'_>,
     scratch: &mut [f32],
-    helpers: &mut [Vec<f32>],
+    helpers: &mut [Vec<crate::exec::Line>],
     conv: &ChunkConv<'_, W>,
 ) {
     let ohw = par.first().map_or(0, |ch| ch.s.oh * ch.s.ow);
@@ -585,7 +585,7 @@ fn run_winograd_chunks(
     y: &mut [f32],
     epi: &Epilogue<'_>,
     scratch: &mut [f32],
-    helpers: &mut [Vec<f32>],
+    helpers: &mut [Vec<crate::exec::Line>],
 ) {
     let ohw = p.shape().oh * p.shape().ow;
     let run = |(c0, c1): (usize, usize), part: &mut [f32], scratch: &mut [f32]| {
@@ -636,7 +636,7 @@ fn run_conv_chunks(
     y: &mut [f32],
     epi: &Epilogue<'_>,
     scratch: &mut [f32],
-    helpers: &mut [Vec<f32>],
+    helpers: &mut [Vec<crate::exec::Line>],
 ) {
     let hw = par.first().map_or(0, |ch| ch.s.h * ch.s.w);
     run_chunks(par, y, epi, scratch, helpers, &|ch, e, part, scratch| {

@@ -331,7 +331,7 @@ impl GemmPlan {
         io: &Inputs<'_>,
         c: &mut [f32],
         scratch: &mut [f32],
-        helpers: &mut [Vec<f32>],
+        helpers: &mut [Vec<crate::exec::Line>],
     ) {
         let n = self.n;
         let len = |ch: &GemmChunk| match ch.b {

@@ -218,14 +218,20 @@ fn a_panicking_chunk_fails_the_run_and_the_pool_goes_on() {
 fn chunk_parts_split_the_output_and_hand_out_each_scratch_once() {
     let mut y = vec![0f32; 10];
     let mut scratch = vec![0f32; 3];
-    let mut helpers = vec![vec![0f32; 4], vec![0f32; 5]];
+    // Helper scratch comes in cache lines of 16 floats: one line, then two.
+    let mut helpers = vec![crate::exec::lines(4 * 4), crate::exec::lines(20 * 4)];
     let parts = chunk_parts([4, 4, 2].into_iter(), &mut y, &mut scratch, &mut helpers);
     let lens: Vec<(usize, usize)> = parts
         .iter()
         .take(4)
         .map(|p| p.as_ref().map_or((0, 0), |(a, b)| (a.len(), b.len())))
         .collect();
-    assert_eq!(lens, vec![(4, 3), (4, 4), (2, 5), (0, 0)]);
+    assert_eq!(lens, vec![(4, 3), (4, 16), (2, 32), (0, 0)]);
+    let starts_line = |p: &Option<(&mut [f32], &mut [f32])>| {
+        p.as_ref()
+            .is_some_and(|(_, s)| (s.as_ptr() as usize).is_multiple_of(64))
+    };
+    assert!(starts_line(&parts[1]) && starts_line(&parts[2]));
 }
 
 /// `chunk_ranges` covers the units exactly once with aligned, ordered ranges, at most one
