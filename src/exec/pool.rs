@@ -30,6 +30,7 @@
 //! process-wide: the scheduler's threads [`enter`] a [`HostClass`] around each FC or CPU
 //! segment, attached helpers count themselves.
 
+use crate::exec::Line;
 use std::any::Any;
 use std::cell::Cell;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -468,7 +469,7 @@ pub(crate) fn chunk_parts<'a>(
     lens: impl Iterator<Item = usize>,
     y: &'a mut [f32],
     scratch: &'a mut [f32],
-    helpers: &'a mut [Vec<crate::exec::Line>],
+    helpers: &'a mut [Vec<Line>],
 ) -> ChunkParts<'a> {
     let mut parts: ChunkParts<'a> = std::array::from_fn(|_| None);
     let (mut tail, mut first) = (y, Some(scratch));
@@ -478,9 +479,7 @@ pub(crate) fn chunk_parts<'a>(
         tail = t;
         let s = match first.take() {
             Some(s) => Some(s),
-            None => hs
-                .next()
-                .map(|v| bytemuck::cast_slice_mut::<crate::exec::Line, f32>(v)),
+            None => hs.next().map(|v| bytemuck::cast_slice_mut::<Line, f32>(v)),
         };
         *slot = s.map(|s| (part, s));
     }

@@ -18,6 +18,7 @@ use super::post::{conv_epilogue, post_ops, residual_inputs, MAX_RESIDUALS};
 use super::{out_f32, units_done, units_stale, FamilyKernel, Planned, Run};
 use crate::error::Result;
 use crate::exec::pool;
+use crate::exec::Line;
 use crate::ir::{self, Elems, PostOp, TensorData};
 use crate::kernels::bf16::{self, Bf16ConvWeights, Bf16Table};
 use crate::kernels::conv::{self, direct, ConvShape, ConvWeights, DeconvPlan, WinogradPlan};
@@ -400,7 +401,7 @@ fn run_bf16_chunks(
     y: &mut [f32],
     epi: &Epilogue<'_>,
     scratch: &mut [f32],
-    helpers: &mut [Vec<crate::exec::Line>],
+    helpers: &mut [Vec<Line>],
 ) {
     run_chunks(par, y, epi, scratch, helpers, &|ch, e, part, scratch| {
         let (chans, cols) = ((0, ch.c1 - ch.c0), (0, ch.s.oh * ch.s.ow));
@@ -420,7 +421,7 @@ fn run_chunks<W: Sync>(
     y: &mut [f32],
     epi: &Epilogue<'_>,
     scratch: &mut [f32],
-    helpers: &mut [Vec<crate::exec::Line>],
+    helpers: &mut [Vec<Line>],
     conv: &ChunkConv<'_, W>,
 ) {
     let ohw = par.first().map_or(0, |ch| ch.s.oh * ch.s.ow);
@@ -585,7 +586,7 @@ fn run_winograd_chunks(
     y: &mut [f32],
     epi: &Epilogue<'_>,
     scratch: &mut [f32],
-    helpers: &mut [Vec<crate::exec::Line>],
+    helpers: &mut [Vec<Line>],
 ) {
     let ohw = p.shape().oh * p.shape().ow;
     let run = |(c0, c1): (usize, usize), part: &mut [f32], scratch: &mut [f32]| {
@@ -636,7 +637,7 @@ fn run_conv_chunks(
     y: &mut [f32],
     epi: &Epilogue<'_>,
     scratch: &mut [f32],
-    helpers: &mut [Vec<crate::exec::Line>],
+    helpers: &mut [Vec<Line>],
 ) {
     let hw = par.first().map_or(0, |ch| ch.s.h * ch.s.w);
     run_chunks(par, y, epi, scratch, helpers, &|ch, e, part, scratch| {
