@@ -957,41 +957,59 @@ fn bench_priority(dir: &Path, secs: f64, show_worst: usize, env: Option<&PyEnv>)
         cpu_pair_speed()
     );
     println!(
-        "{:<44} {:>9} {:>9} {:>9} {:>12}",
+        "{:<60} {:>9} {:>9} {:>9} {:>12}",
         "setting", "fg p50", "fg p99", "fg max", "bg runs/s"
     );
     let mut waits = Vec::new();
     let mut ours = Vec::new();
+    // The last field: the foreground on a virtual core of its own (`VNPU_CORES` = the
+    // cores + 1, its `bpuCoreId` the extra core, the background's the others): it never
+    // waits for a background FC, and the OS gives it a CPU at once (the background's
+    // threads are SCHED_IDLE and step aside where it claims the CPU).
+    let own = ", fg on a core of its own";
     let mut settings = vec![
-        (0usize, &s, &b, String::new()),
-        (1, &s, &b, String::new()),
-        (1, &s_par, &b, format!(", intra-op {cpus}")),
+        (0usize, &s, &b, String::new(), false),
+        (1, &s, &b, String::new(), false),
+        (1, &s_par, &b, format!(", intra-op {cpus}"), false),
+        (1, &s, &b, own.to_string(), true),
+        (1, &s_par, &b, format!(", intra-op {cpus}{own}"), true),
     ];
     if let Some(b16) = &b_bf16 {
-        settings.push((1, &s_par, b16, format!(", intra-op {cpus}, bg bf16")));
+        settings.push((1, &s_par, b16, format!(", intra-op {cpus}, bg bf16"), false));
         if let Some(s16) = &s_par_bf16 {
-            settings.push((1, s16, b16, format!(", intra-op {cpus}, both bf16")));
+            settings.push((1, s16, b16, format!(", intra-op {cpus}, both bf16"), false));
         }
     }
-    for (limit, fg_model, bg_model, extra) in settings {
+    for (limit, fg_model, bg_model, extra, own_core) in settings {
         let mut cfg = base.clone();
         cfg.core_limit = limit;
         cfg.trace_capacity = 1 << 20;
+        let (mut fg_mask, mut bg_mask) = (0, 0);
+        if own_core {
+            cfg.cores = base.cores + 1;
+            // Core k's threads on CPU k modulo the CPUs (the default only from as many
+            // cores as CPUs on).
+            cfg.pin_cores = true;
+            fg_mask = 1u32 << base.cores;
+            bg_mask = fg_mask - 1;
+        }
         let rt = Runtime::with_config(cfg).expect("runtime");
         rt.scheduler().trace_start();
         let fg = Load {
             model: fg_model.clone(),
+            core_mask: fg_mask,
             ..fg.clone()
         };
         let bg = Load {
             model: bg_model.clone(),
+            core_mask: bg_mask,
             ..bg.clone()
         };
         let r = perf::run_loads(&rt, &[fg, bg], Duration::from_secs_f64(secs), |_| {});
         let label = format!("vnpu BPLAT_CORELIMIT={limit}{extra}");
         let p99 = percentile(&r[0].latency_us, 99.0) / 1e3;
         println!(
-            "{label:<44} {:>9.2} {p99:>9.2} {:>9.2} {:>12.1}",
+            "{label:<60} {:>9.2} {p99:>9.2} {:>9.2} {:>12.1}",
             percentile(&r[0].latency_us, 50.0) / 1e3,
             percentile(&r[0].latency_us, 100.0) / 1e3,
             r[1].fps()
@@ -1033,7 +1051,7 @@ fn bench_priority(dir: &Path, secs: f64, show_worst: usize, env: Option<&PyEnv>)
                     Ok(Some(j)) => {
                         let num = |k: &str| j[k].as_f64().unwrap_or(f64::NAN);
                         println!(
-                            "{label:<44} {:>9.2} {:>9.2} {:>9.2} {:>12.1}",
+                            "{label:<60} {:>9.2} {:>9.2} {:>9.2} {:>12.1}",
                             num("small_p50_ms"),
                             num("small_p99_ms"),
                             num("small_max_ms"),
@@ -1045,8 +1063,8 @@ fn bench_priority(dir: &Path, secs: f64, show_worst: usize, env: Option<&PyEnv>)
                             bg: num("big_per_s"),
                         });
                     }
-                    Ok(None) => println!("{label:<44} no result"),
-                    Err(e) => println!("{label:<44} {e}"),
+                    Ok(None) => println!("{label:<60} no result"),
+                    Err(e) => println!("{label:<60} {e}"),
                 }
             }
         }
@@ -1055,7 +1073,7 @@ fn bench_priority(dir: &Path, secs: f64, show_worst: usize, env: Option<&PyEnv>)
         println!("\npeers' Pareto front (fg p99 lower, bg throughput higher):");
         for p in pareto_front(&theirs) {
             println!(
-                "  {:<44} fg p99 {:>7.2} ms, bg {:>6.1}/s",
+                "  {:<60} fg p99 {:>7.2} ms, bg {:>6.1}/s",
                 p.label, p.p99, p.bg
             );
         }
@@ -1086,7 +1104,7 @@ fn bench_priority(dir: &Path, secs: f64, show_worst: usize, env: Option<&PyEnv>)
          stretch = end-to-end minus wait minus own"
     );
     println!(
-        "{:<40} {:>8} {:>8} {:>8} {:>9} {:>9} {:>8} {:>11} {:>10} {:>10}",
+        "{:<56} {:>8} {:>8} {:>8} {:>9} {:>9} {:>8} {:>11} {:>10} {:>10}",
         "setting",
         "wait p50",
         "wait p99",
@@ -1100,7 +1118,7 @@ fn bench_priority(dir: &Path, secs: f64, show_worst: usize, env: Option<&PyEnv>)
     );
     for (label, w) in &waits {
         println!(
-            "{:<40} {:>8.2} {:>8.2} {:>8.2} {:>9.3} {:>9.3} {:>8.2} {:>11.2} {:>10.2} {:>10.2}",
+            "{:<56} {:>8.2} {:>8.2} {:>8.2} {:>9.3} {:>9.3} {:>8.2} {:>11.2} {:>10.2} {:>10.2}",
             label,
             percentile(&w.wait_ms, 50.0),
             percentile(&w.wait_ms, 99.0),

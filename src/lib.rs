@@ -22,6 +22,7 @@ pub mod onnx;
 pub mod runtime;
 pub mod sched;
 pub mod service;
+pub mod sync;
 
 pub use error::{Error, Result};
 pub mod compile;

@@ -8,7 +8,8 @@
 //! any thread outside the scheduler) and fewer top-class threads are busy than there are
 //! CPUs, i.e. some CPU is running only low-class (`SCHED_IDLE` / nice 19) work or is idle.
 //! A low-class FC runs all of its chunks itself, so it never takes a CPU at top priority,
-//! and it steps aside at node boundaries on a CPU that a helper claims (`claim.rs`).
+//! and it steps aside at node boundaries on a CPU that a helper or a top-class FC claims
+//! (`claim.rs`).
 //!
 //! Protocol of one [`Pool::run`] with `n` chunks:
 //! 1. The caller offers the job to up to `min(n - 1, free CPUs, idle helpers)` helpers: for
@@ -170,6 +171,8 @@ pub struct Scope {
     prev_low: bool,
     prev_counted: bool,
     counted: bool,
+    /// The CPU a top-class scope claimed when it began.
+    held: Option<usize>,
 }
 
 /// Marks the calling thread as running `class` work until [`Scope::finish`]; top-class
@@ -180,9 +183,15 @@ pub fn enter(class: HostClass) -> Scope {
         crate::kernels::yield_point::install(node_boundary);
     }
     let counted = class == HostClass::Top;
-    if counted {
+    // Top-class work holds its CPU against low-class FCs of other cores placed on the
+    // same CPU (more virtual cores than CPUs): they step aside at their next yield point
+    // instead of sharing the CPU by the OS's slices (see `claim.rs`).
+    let held = if counted {
         TOP_BUSY.fetch_add(1, Ordering::AcqRel);
-    }
+        claim::claim()
+    } else {
+        None
+    };
     let prev = CTX.with(|c| {
         let p = c.get();
         c.set(Ctx {
@@ -196,6 +205,7 @@ pub fn enter(class: HostClass) -> Scope {
         prev_low: prev.low,
         prev_counted: prev.counted,
         counted,
+        held,
     }
 }
 
@@ -213,6 +223,7 @@ impl Drop for Scope {
         if self.counted {
             TOP_BUSY.fetch_sub(1, Ordering::AcqRel);
         }
+        claim::release(self.held.take());
         CTX.with(|c| {
             c.set(Ctx {
                 low: self.prev_low,

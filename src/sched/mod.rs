@@ -105,7 +105,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
+use crate::sync::{Condvar, Mutex};
 
 pub use self::config::{pin_by_default, HostPriority, SchedConfig, MAX_CORES};
 pub use self::dispatch::{insert_reason, InsertReason};

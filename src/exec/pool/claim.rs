@@ -1,6 +1,7 @@
-//! CPU claims: a helper running (or polling for) top-class chunks claims its CPU, and a
-//! low-class FC steps aside on a claimed CPU at its next node boundary until the claim
-//! ends.
+//! CPU claims: a helper running (or polling for) top-class chunks claims its CPU, and so
+//! does a scheduler thread while it runs a top-class FC (which matters where more virtual
+//! cores than CPUs put a low-class FC of another core on its CPU); a low-class FC steps
+//! aside on a claimed CPU at its next node boundary or yield point until the claim ends.
 //!
 //! Why: the OS does not keep a `SCHED_IDLE` / nice-19 thread off a CPU that a normal
 //! thread wants. Linux's EEVDF scheduler wakes the helper at once (wake-up preemption),
@@ -22,7 +23,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use parking_lot::{Condvar, Mutex};
+use crate::sync::{Condvar, Mutex};
 
 /// CPUs whose claims are tracked; a helper on a CPU beyond claims nothing.
 const CPUS: usize = 256;
@@ -113,6 +114,14 @@ mod tests {
     /// A CPU number no test machine has, so no real helper claims it meanwhile.
     const FAKE: usize = CPUS - 1;
 
+    /// Held by the tests that read the waiter gauge, which is process-wide: one test's
+    /// waiter leaving while another takes its baseline would hide the other's waiter.
+    static GAUGE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    fn gauge() -> std::sync::MutexGuard<'static, ()> {
+        GAUGE.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     #[test]
     fn an_unclaimed_cpu_lets_a_thread_go_on_at_once() {
         assert!(!step_aside_on(FAKE - 1));
@@ -120,6 +129,7 @@ mod tests {
 
     #[test]
     fn a_thread_steps_aside_until_the_last_claim_of_its_cpu_ends() {
+        let _serial = gauge();
         claim_cpu(FAKE);
         claim_cpu(FAKE);
         let before = WAITERS.load(Ordering::SeqCst);
@@ -156,12 +166,90 @@ mod tests {
         }
     }
 
+    /// Starts a low-class thread pinned to `cpu` (claimed by the caller) that passes a
+    /// kernel yield point, and waits until it sleeps there (true) or has finished (false:
+    /// only a thread that could not be pinned may); returns it with that answer. The
+    /// thread returns whether it was pinned.
+    #[cfg(target_os = "linux")]
+    fn low_thread_at_a_yield_point(cpu: usize) -> (std::thread::JoinHandle<bool>, bool) {
+        use crate::exec::pool::{enter, HostClass};
+        use crate::kernels::yield_point::yield_point;
+        let before = WAITERS.load(Ordering::SeqCst);
+        let low = std::thread::spawn(move || {
+            if !pin_to(cpu) {
+                return false;
+            }
+            let scope = enter(HostClass::Low);
+            yield_point();
+            scope.finish();
+            true
+        });
+        // The low thread is inside step_aside once the gauge counts it.
+        let start = Instant::now();
+        let waited = loop {
+            if WAITERS.load(Ordering::SeqCst) > before {
+                break true;
+            }
+            if low.is_finished() {
+                break false;
+            }
+            assert!(start.elapsed() < Duration::from_secs(20), "never waited");
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        (low, waited)
+    }
+
+    /// A top-class scope (an FC of the highest live priority) holds its CPU as a helper
+    /// does: a low-class FC of another core placed on that CPU steps aside at its yield
+    /// points until the scope ends.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_top_class_scope_holds_its_cpu_against_low_class_work() {
+        let _serial = gauge();
+        use crate::exec::pool::{enter, HostClass};
+        use std::sync::mpsc::channel;
+        let Some(cpu) = current_cpu().filter(|&c| c < FAKE) else {
+            return;
+        };
+        let (end_tx, end_rx) = channel::<()>();
+        let (open_tx, open_rx) = channel::<bool>();
+        let top = std::thread::spawn(move || {
+            if !pin_to(cpu) {
+                open_tx.send(false).unwrap();
+                return;
+            }
+            let scope = enter(HostClass::Top);
+            open_tx.send(true).unwrap();
+            end_rx.recv().unwrap();
+            scope.finish();
+        });
+        if !open_rx.recv().unwrap() {
+            top.join().unwrap();
+            return;
+        }
+        let (low, waited) = low_thread_at_a_yield_point(cpu);
+        if !waited {
+            end_tx.send(()).unwrap();
+            top.join().unwrap();
+            assert!(
+                !low.join().unwrap(),
+                "went on while a top-class scope held its CPU"
+            );
+            return;
+        }
+        assert!(!low.is_finished());
+        end_tx.send(()).unwrap();
+        top.join().unwrap();
+        assert!(low.join().unwrap());
+    }
+
     /// A low-class FC inside a kernel (a GEMM's row block, a Winograd channel block)
     /// sleeps at the kernel's yield point while its CPU is claimed, and goes on when the
     /// claim ends; top-class work passes the same point at once.
     #[cfg(target_os = "linux")]
     #[test]
     fn a_low_class_thread_steps_aside_at_a_kernel_yield_point() {
+        let _serial = gauge();
         use crate::exec::pool::{enter, HostClass};
         use crate::kernels::yield_point::yield_point;
         let Some(cpu) = current_cpu().filter(|&c| c < FAKE) else {
@@ -183,29 +271,7 @@ mod tests {
             return;
         }
         claim_cpu(cpu);
-        let before = WAITERS.load(Ordering::SeqCst);
-        let low = std::thread::spawn(move || {
-            if !pin_to(cpu) {
-                return false;
-            }
-            let scope = enter(HostClass::Low);
-            yield_point();
-            scope.finish();
-            true
-        });
-        // The low thread is inside step_aside once the gauge counts it; a thread that
-        // finished first must be one that could not be pinned.
-        let start = Instant::now();
-        let waited = loop {
-            if WAITERS.load(Ordering::SeqCst) > before {
-                break true;
-            }
-            if low.is_finished() {
-                break false;
-            }
-            assert!(start.elapsed() < Duration::from_secs(20), "never waited");
-            std::thread::yield_now();
-        };
+        let (low, waited) = low_thread_at_a_yield_point(cpu);
         if !waited {
             release(Some(cpu));
             assert!(!low.join().unwrap(), "went on while its CPU was claimed");
