@@ -259,16 +259,16 @@ impl Condvar {
     ) -> bool {
         // Read before unlocking: a notification after this point changes `seq`, so the
         // park below either sees it (and returns) or is woken by it.
-        let seq = self.seq.load(Ordering::Acquire);
+        let seq = self.seq.load(Ordering::SeqCst);
         // SAFETY: the raw mutex is only used for its address and its state word here,
         // never unlocked through this reference.
         let raw = unsafe { MutexGuard::mutex(guard).raw() };
         self.mutex
-            .store(raw as *const RawMutex as *mut RawMutex, Ordering::Relaxed);
+            .store(raw as *const RawMutex as *mut RawMutex, Ordering::SeqCst);
         let result = MutexGuard::unlocked(guard, || {
             park(
                 self.key(),
-                || self.seq.load(Ordering::Acquire) == seq,
+                || self.seq.load(Ordering::SeqCst) == seq,
                 deadline,
             )
         });
@@ -277,7 +277,7 @@ impl Condvar {
 
     /// Wakes one waiter (onto the mutex's queue while the mutex is held).
     pub fn notify_one(&self) {
-        self.seq.fetch_add(1, Ordering::Release);
+        self.seq.fetch_add(1, Ordering::SeqCst);
         self.requeue(|m| {
             if m.mark_parked_if_locked() {
                 RequeueOp::RequeueOne
@@ -289,7 +289,7 @@ impl Condvar {
 
     /// Wakes every waiter (onto the mutex's queue while the mutex is held).
     pub fn notify_all(&self) {
-        self.seq.fetch_add(1, Ordering::Release);
+        self.seq.fetch_add(1, Ordering::SeqCst);
         self.requeue(|m| {
             if m.mark_parked_if_locked() {
                 RequeueOp::RequeueAll
@@ -302,7 +302,10 @@ impl Condvar {
 
     /// Moves or wakes this condition variable's waiters as `op` decides for the mutex.
     fn requeue(&self, op: impl Fn(&RawMutex) -> RequeueOp) {
-        let mutex = self.mutex.load(Ordering::Relaxed);
+        // Sequentially consistent with the waiters' store of the pointer and read of
+        // `seq`: a notifier that finds no pointer bumped `seq` before any waiter read it,
+        // so that waiter's park finds `seq` changed and returns.
+        let mutex = self.mutex.load(Ordering::SeqCst);
         if mutex.is_null() {
             return; // nobody ever waited
         }
