@@ -947,6 +947,25 @@ fn bench_priority(dir: &Path, secs: f64, show_worst: usize, env: Option<&PyEnv>)
         "MobileNetV2 isolated p50 / p99: {iso:.2} / {iso99:.2} ms (1 thread), {iso_par:.2} / {iso_par99:.2} ms ({cpus} intra-op threads); cores: {}",
         base.cores
     );
+    // The foreground alone at the scenario's pace (no background): what idling between
+    // requests costs by itself (caches and CPUs cold at each arrival), the floor under
+    // the contended rows; the bound below still uses the back-to-back p50.
+    let alone = |m: &Arc<Model>| {
+        let rt = Runtime::with_config(base.clone()).expect("runtime");
+        let only = Load {
+            model: m.clone(),
+            ..fg.clone()
+        };
+        let r = perf::run_loads(&rt, &[only], Duration::from_secs_f64(secs), |_| {});
+        (
+            percentile(&r[0].latency_us, 50.0) / 1e3,
+            percentile(&r[0].latency_us, 99.0) / 1e3,
+        )
+    };
+    let ((a50, a99), (p50, p99)) = (alone(&s), alone(&s_par));
+    println!(
+        "MobileNetV2 alone at 30/s (no background) p50 / p99: {a50:.2} / {a99:.2} ms (1 thread), {p50:.2} / {p99:.2} ms ({cpus} intra-op threads)"
+    );
     let (stalls, worst) = host_stalls(secs.min(5.0));
     println!(
         "host noise: {stalls} stalls > 3 ms in {:.0} s of busy chunks on every CPU, longest chunk {worst:.1} ms",
