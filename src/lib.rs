@@ -6,7 +6,8 @@
 //! FC-level preemption. [`ffi`] exposes an hbDNN-compatible C API over [`runtime`].
 //!
 //! Dependency direction: `ffi -> runtime -> sched -> exec -> kernels`;
-//! `compile -> ir <- onnx`; `format` is shared by `compile` and `runtime`.
+//! `compile -> ir <- onnx`; `format` is shared by `compile` and `runtime`; [`sync`] (the
+//! no-yield mutex and condition variable) is a leaf that `sched` and `exec` use.
 #![deny(unsafe_op_in_unsafe_fn)]
 // Every unsafe block names its conditions in a `// SAFETY:` comment (an error under
 // `cargo clippy -- -D warnings`, which CI runs).
