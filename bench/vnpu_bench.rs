@@ -990,9 +990,11 @@ fn bench_priority(dir: &Path, secs: f64, show_worst: usize, env: Option<&PyEnv>)
         (0usize, &s, &b, String::new(), false),
         (1, &s, &b, String::new(), false),
         (1, &s_par, &b, format!(", intra-op {cpus}"), false),
-        (1, &s, &b, own.to_string(), true),
-        (1, &s_par, &b, format!(", intra-op {cpus}{own}"), true),
     ];
+    if base.cores < vnpu::sched::MAX_CORES {
+        settings.push((1, &s, &b, own.to_string(), true));
+        settings.push((1, &s_par, &b, format!(", intra-op {cpus}{own}"), true));
+    }
     if let Some(b16) = &b_bf16 {
         settings.push((1, &s_par, b16, format!(", intra-op {cpus}, bg bf16"), false));
         if let Some(s16) = &s_par_bf16 {

@@ -302,9 +302,9 @@ impl Condvar {
 
     /// Moves or wakes this condition variable's waiters as `op` decides for the mutex.
     fn requeue(&self, op: impl Fn(&RawMutex) -> RequeueOp) {
-        // Sequentially consistent with the waiters' store of the pointer and read of
-        // `seq`: a notifier that finds no pointer bumped `seq` before any waiter read it,
-        // so that waiter's park finds `seq` changed and returns.
+        // Sequentially consistent with the waiters' store of the pointer: a notifier that
+        // finds no pointer bumped `seq` before a waiter stored it, so that waiter's park,
+        // which re-reads `seq` after the store, finds it changed and returns.
         let mutex = self.mutex.load(Ordering::SeqCst);
         if mutex.is_null() {
             return; // nobody ever waited
