@@ -243,6 +243,17 @@ pub fn pareto_front(points: &[Point]) -> Vec<Point> {
     front
 }
 
+/// Whether `v` has a lower foreground p99 than every measured peer setting and a higher
+/// background throughput than every one (false when none was measured).
+pub fn beats_all(v: &Point, peers: &[Point]) -> bool {
+    let valid = || {
+        peers
+            .iter()
+            .filter(|p| p.p99.is_finite() && p.bg.is_finite())
+    };
+    valid().next().is_some() && valid().all(|p| v.p99 < p.p99 && v.bg > p.bg)
+}
+
 /// A plain sentence on `v` against the peers' settings.
 pub fn verdict(v: &Point, peers: &[Point]) -> String {
     let valid: Vec<&Point> = peers
