@@ -277,23 +277,24 @@ impl Condvar {
 
     /// Wakes one waiter (onto the mutex's queue while the mutex is held).
     pub fn notify_one(&self) {
-        self.seq.fetch_add(1, Ordering::SeqCst);
-        self.requeue(|m| {
-            if m.mark_parked_if_locked() {
-                RequeueOp::RequeueOne
-            } else {
-                RequeueOp::UnparkOne
-            }
-        });
+        self.notify(false);
     }
 
     /// Wakes every waiter (onto the mutex's queue while the mutex is held).
     pub fn notify_all(&self) {
+        self.notify(true);
+    }
+
+    /// Bumps `seq`, then moves one waiter (or `all`) onto the mutex's queue while the
+    /// mutex is held, or wakes one (and moves the rest) while it is free.
+    fn notify(&self, all: bool) {
         self.seq.fetch_add(1, Ordering::SeqCst);
-        self.requeue(|m| {
-            if m.mark_parked_if_locked() {
-                RequeueOp::RequeueAll
-            } else {
+        self.requeue(|m| match (m.mark_parked_if_locked(), all) {
+            (true, false) => RequeueOp::RequeueOne,
+            (true, true) => RequeueOp::RequeueAll,
+            (false, false) => RequeueOp::UnparkOne,
+            (false, true) => {
+                // The requeued rest: the unlock must wake them.
                 m.state.fetch_or(PARKED, Ordering::Relaxed);
                 RequeueOp::UnparkOneRequeueRest
             }

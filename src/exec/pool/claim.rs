@@ -205,9 +205,9 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn a_top_class_scope_holds_its_cpu_against_low_class_work() {
-        let _serial = gauge();
         use crate::exec::pool::{enter, HostClass};
         use std::sync::mpsc::channel;
+        let _serial = gauge();
         let Some(cpu) = current_cpu().filter(|&c| c < FAKE) else {
             return;
         };
@@ -249,9 +249,9 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn a_low_class_thread_steps_aside_at_a_kernel_yield_point() {
-        let _serial = gauge();
         use crate::exec::pool::{enter, HostClass};
         use crate::kernels::yield_point::yield_point;
+        let _serial = gauge();
         let Some(cpu) = current_cpu().filter(|&c| c < FAKE) else {
             return;
         };
