@@ -623,6 +623,9 @@ struct ScheduleSplit {
     own_ms: Vec<f64>,
     stretch_ms: Vec<f64>,
     bg_fc_ms: Vec<f64>,
+    /// Per priority-255 task: end-to-end ms and the ms its FCs' threads were off their
+    /// CPUs (`OffCpu`: own thread plus helpers).
+    runs: Vec<(f64, f64)>,
 }
 
 fn schedule_split(events: &[TraceEvent]) -> ScheduleSplit {
@@ -638,10 +641,15 @@ fn schedule_split(events: &[TraceEvent]) -> ScheduleSplit {
     // The last FC end per core, and per foreground task the end its first FC followed.
     let mut last_end: HashMap<usize, u64> = HashMap::new();
     let mut after_end = HashMap::new();
+    let mut off_us: HashMap<u64, u64> = HashMap::new();
     for e in events {
         match e.kind {
             TraceKind::Submit => {
                 submit.insert(e.task, e.ts_ns);
+            }
+            TraceKind::OffCpu if e.priority == 255 => {
+                *off_us.entry(e.task).or_default() +=
+                    u64::from(e.count) + u64::from(e.status.max(0) as u32);
             }
             TraceKind::FcStart => {
                 fc_start.insert((e.task, e.seg, e.fc), e.ts_ns);
@@ -678,6 +686,7 @@ fn schedule_split(events: &[TraceEvent]) -> ScheduleSplit {
         .collect();
     let (mut wait_ms, mut stretch_ms, mut own_ms) = (Vec::new(), Vec::new(), Vec::new());
     let mut handover_ms = Vec::new();
+    let mut runs = Vec::new();
     for (task, &t_first) in &first_fc {
         let (Some(&t_sub), Some(&t_done)) = (submit.get(task), done.get(task)) else {
             continue;
@@ -689,6 +698,10 @@ fn schedule_split(events: &[TraceEvent]) -> ScheduleSplit {
         wait_ms.push(wait);
         own_ms.push(own);
         stretch_ms.push(ms(t_done.saturating_sub(t_sub)) - wait - own);
+        runs.push((
+            ms(t_done.saturating_sub(t_sub)),
+            off_us.get(task).copied().unwrap_or(0) as f64 / 1e3,
+        ));
         if let Some(&end) = after_end.get(task).filter(|&&end| end > t_sub) {
             handover_ms.push(ms(t_first.saturating_sub(end)));
         }
@@ -699,6 +712,7 @@ fn schedule_split(events: &[TraceEvent]) -> ScheduleSplit {
         own_ms,
         stretch_ms,
         bg_fc_ms,
+        runs,
     }
 }
 
@@ -744,8 +758,8 @@ fn other_fcs(events: &[TraceEvent]) -> Vec<OtherFc> {
 /// the first FC and the lower-priority FCs that ran during it (core, segment/FC, host
 /// class, start..end in ms from the submission: an FC of at most `max_time_per_fc` that
 /// takes far longer here was held up by the host), and per FC its duration over this
-/// run's median for that FC (`+x.xx` ms), its intra-op chunks on helpers / all, and the
-/// gap before it when over 0.1 ms.
+/// run's median for that FC (`+x.xx` ms), its intra-op chunks on helpers / all, the ms
+/// its threads were off their CPUs when 0.1 or more, and the gap before it when over 0.1 ms.
 fn worst_runs(events: &[TraceEvent], n: usize) -> Vec<String> {
     use std::collections::HashMap;
     let ms = |ns: u64| ns as f64 / 1e6;
@@ -753,8 +767,8 @@ fn worst_runs(events: &[TraceEvent], n: usize) -> Vec<String> {
     struct Run {
         submit: u64,
         done: u64,
-        // (seg, fc, start, end, chunks, on helpers)
-        fcs: Vec<(u32, u32, u64, u64, u32, i32)>,
+        // (seg, fc, start, end, chunks, on helpers, µs off CPU: own + helpers)
+        fcs: Vec<(u32, u32, u64, u64, u32, i32, u64)>,
     }
     let mut runs: HashMap<u64, Run> = HashMap::new();
     for e in events.iter().filter(|e| e.priority == 255) {
@@ -762,7 +776,12 @@ fn worst_runs(events: &[TraceEvent], n: usize) -> Vec<String> {
         match e.kind {
             TraceKind::Submit => r.submit = e.ts_ns,
             TraceKind::Done => r.done = e.ts_ns,
-            TraceKind::FcStart => r.fcs.push((e.seg, e.fc, e.ts_ns, 0, 0, 0)),
+            TraceKind::FcStart => r.fcs.push((e.seg, e.fc, e.ts_ns, 0, 0, 0, 0)),
+            TraceKind::OffCpu => {
+                if let Some(f) = r.fcs.last_mut() {
+                    f.6 = u64::from(e.count) + u64::from(e.status.max(0) as u32);
+                }
+            }
             TraceKind::IntraOp => {
                 if let Some(f) = r.fcs.last_mut() {
                     f.4 = e.count;
@@ -833,7 +852,11 @@ fn worst_runs(events: &[TraceEvent], n: usize) -> Vec<String> {
                         s += &format!(" [gap {gap:.2}]");
                     }
                 }
-                s += &format!(" {:+.2}({}/{})", d - typical[&(f.0, f.1)], f.5, f.4);
+                s += &format!(" {:+.2}({}/{}", d - typical[&(f.0, f.1)], f.5, f.4);
+                if f.6 >= 100 {
+                    s += &format!(", off {:.2}", f.6 as f64 / 1e3);
+                }
+                s += ")";
                 prev_end = Some(f.3);
             }
             s
@@ -981,6 +1004,7 @@ fn bench_priority(dir: &Path, secs: f64, show_worst: usize, env: Option<&PyEnv>)
     );
     let mut waits = Vec::new();
     let mut ours = Vec::new();
+    let mut iso_after = std::collections::HashMap::new();
     // The last field: the foreground on a virtual core of its own (`VNPU_CORES` = the
     // cores + 1, its `bpuCoreId` the extra core, the background's the others): it never
     // waits for a background FC, and the OS gives it a CPU at once (the background's
@@ -1028,6 +1052,9 @@ fn bench_priority(dir: &Path, secs: f64, show_worst: usize, env: Option<&PyEnv>)
         };
         let r = perf::run_loads(&rt, &[fg, bg], Duration::from_secs_f64(secs), |_| {});
         let label = format!("vnpu BPLAT_CORELIMIT={limit}{extra}");
+        // The foreground alone again, right after its row: the host's speed drifts within
+        // a run, and the bound below takes the lower of this and the first isolated p50.
+        iso_after.insert(label.clone(), percentile(&run_direct(fg_model, 100), 50.0));
         let p99 = percentile(&r[0].latency_us, 99.0) / 1e3;
         println!(
             "{label:<60} {:>9.2} {p99:>9.2} {:>9.2} {:>12.1}",
@@ -1043,7 +1070,7 @@ fn bench_priority(dir: &Path, secs: f64, show_worst: usize, env: Option<&PyEnv>)
         rt.scheduler().trace_stop();
         let events = rt.scheduler().trace_events();
         if show_worst > 0 {
-            println!("  its {show_worst} slowest foreground runs (per FC: ms over its median, chunks on helpers / all):");
+            println!("  its {show_worst} slowest foreground runs (per FC: ms over its median, chunks on helpers / all, ms off CPU):");
             for line in worst_runs(&events, show_worst) {
                 println!("{line}");
             }
@@ -1104,20 +1131,31 @@ fn bench_priority(dir: &Path, secs: f64, show_worst: usize, env: Option<&PyEnv>)
     }
     // Settings that keep the bound and, with peers measured, beat every peer setting:
     // both goals of issue 13 at once.
-    let mut both = Vec::new();
-    for v in ours.iter().filter(|p| p.label.contains("=1")) {
-        let i = if v.label.contains("both bf16") {
+    // The bound of a row: the lower of the isolated p50 at the start and right after
+    // the row (`waits` labels lack the "vnpu " of `ours`).
+    let bound_of = |label: &str| {
+        let i = if label.contains("both bf16") {
             iso_par_bf16.unwrap_or(iso_par)
-        } else if v.label.contains("intra-op") {
+        } else if label.contains("intra-op") {
             iso_par
         } else {
             iso
         };
-        let bound = i + 1.0 + 0.5;
+        let key = if label.starts_with("vnpu ") {
+            label.to_string()
+        } else {
+            format!("vnpu {label}")
+        };
+        i.min(iso_after.get(&key).copied().unwrap_or(f64::INFINITY)) + 1.0 + 0.5
+    };
+    let mut both = Vec::new();
+    for v in ours.iter().filter(|p| p.label.contains("=1")) {
+        let bound = bound_of(&v.label);
         println!(
-            "{}: fg p99 {:.2} ms vs isolated p50 + 1 ms + 0.5 ms = {bound:.2} ms: {}",
+            "{}: fg p99 {:.2} ms vs isolated p50 + 1 ms + 0.5 ms = {bound:.2} ms (isolated p50 right after the row {:.2}): {}",
             v.label,
             v.p99,
+            iso_after.get(&v.label).copied().unwrap_or(f64::NAN),
             if v.p99 <= bound { "within" } else { "over" }
         );
         if v.p99 <= bound && beats_all(v, &theirs) {
@@ -1166,6 +1204,33 @@ fn bench_priority(dir: &Path, secs: f64, show_worst: usize, env: Option<&PyEnv>)
             percentile(&w.stretch_ms, 99.0),
             percentile(&w.bg_fc_ms, 99.0),
             percentile(&w.bg_fc_ms, 100.0),
+        );
+    }
+    println!(
+        "\nthe foreground's runs against the CPU time its threads lost (from the trace: time an FC's\n\
+         threads were runnable but off their CPUs, i.e. another process or the hypervisor had the\n\
+         CPU; no scheduling inside the process can win it back): runs over the bound, and of those\n\
+         the ones that lost 1 ms or more; share of all runs that lost 1 ms or more; p99 of the runs\n\
+         that lost under 0.25 ms (a diagnosis, not the goal: the goal counts every run)"
+    );
+    println!(
+        "{:<56} {:>6} {:>7} {:>10} {:>11} {:>9} {:>15}",
+        "setting", "runs", "bound", "over", "of them >1", "lost >1", "p99 lost<0.25"
+    );
+    for (label, w) in waits.iter().filter(|(l, _)| l.contains("=1")) {
+        let bound = bound_of(label);
+        let over: Vec<&(f64, f64)> = w.runs.iter().filter(|r| r.0 > bound).collect();
+        let lost = |r: &(f64, f64)| r.1 >= 1.0;
+        let clean: Vec<f64> = w.runs.iter().filter(|r| r.1 < 0.25).map(|r| r.0).collect();
+        println!(
+            "{:<56} {:>6} {:>7.2} {:>10} {:>11} {:>8.1}% {:>15.2}",
+            label,
+            w.runs.len(),
+            bound,
+            over.len(),
+            over.iter().filter(|r| lost(r)).count(),
+            100.0 * w.runs.iter().filter(|r| lost(r)).count() as f64 / w.runs.len().max(1) as f64,
+            percentile(&clean, 99.0),
         );
     }
 }

@@ -125,13 +125,18 @@ fn a_top_class_fc_uses_a_helper_while_only_low_class_work_runs_beside_it() {
     assert!(intra.contains(&(hb.id(), 0, 2, 0)), "{intra:?}");
     assert!(intra.contains(&(hb.id(), 1, 2, 0)), "{intra:?}");
     assert!(intra.contains(&(hf.id(), 0, 2, 1)), "{intra:?}");
-    // Each IntraOp comes just before its FC's end.
+    // Each IntraOp comes just before its FC's end, with the FC's time off the CPUs
+    // (measured while tracing) in between.
     for (i, e) in ev
         .iter()
         .enumerate()
         .filter(|(_, e)| e.kind == TraceKind::IntraOp)
     {
-        let end = &ev[i + 1];
+        let (off, end) = (&ev[i + 1], &ev[i + 2]);
+        assert_eq!(
+            (off.kind, off.task, off.fc),
+            (TraceKind::OffCpu, e.task, e.fc)
+        );
         assert_eq!(
             (end.kind, end.task, end.fc),
             (TraceKind::FcEnd, e.task, e.fc)
@@ -148,6 +153,11 @@ fn a_top_class_fc_uses_a_helper_while_only_low_class_work_runs_beside_it() {
         .clone();
     assert_eq!(fg_slice["args"]["intra_op_chunks"], 2);
     assert_eq!(fg_slice["args"]["chunks_on_helpers"], 1);
+    assert!(fg_slice["args"]["off_cpu"]["own_us"].is_u64(), "{fg_slice}");
+    assert!(
+        fg_slice["args"]["off_cpu"]["helpers_us"].is_u64(),
+        "{fg_slice}"
+    );
 }
 
 #[test]

@@ -312,6 +312,7 @@ fn tracing_can_be_stopped_and_cleared() {
             TraceKind::Dequeue,
             TraceKind::SegmentStart,
             TraceKind::FcStart,
+            TraceKind::OffCpu,
             TraceKind::FcEnd,
             TraceKind::SegmentEnd,
             TraceKind::Done
@@ -319,6 +320,28 @@ fn tracing_can_be_stopped_and_cleared() {
     );
     s.trace_clear();
     assert!(s.trace_events().is_empty());
+}
+
+#[test]
+fn the_trace_counts_an_fcs_time_off_its_cpu() {
+    // The FC's thread sleeps at its gate for at least 5 ms (held there by this thread):
+    // all of it off its CPU, recorded just before the FC's end.
+    let g = Gates::new();
+    let s = sched_with(1, 0, |_| {});
+    g.gate("nap", 0, 0);
+    let t = submit(&s, &body("nap", &g, &[S::B(&[10])]), ctrl(0, 0, 0));
+    g.wait_started("nap", 0, 0);
+    std::thread::sleep(Duration::from_millis(5));
+    g.open("nap", 0, 0);
+    t.wait(None).unwrap();
+    let ev = s.trace_events();
+    let i = ev
+        .iter()
+        .position(|e| e.kind == TraceKind::OffCpu && e.task == t.id())
+        .expect("an OffCpu event while tracing");
+    assert!(ev[i].count >= 4_500, "own {} us", ev[i].count);
+    assert_eq!(ev[i].status, 0, "no helper ran its chunks");
+    assert_eq!((ev[i + 1].kind, ev[i + 1].task), (TraceKind::FcEnd, t.id()));
 }
 
 #[test]

@@ -88,7 +88,7 @@ pub fn chunk_ranges(
 }
 
 /// One poll of a wait loop that began at `start`: spins for [`SPIN`], then sleeps until
-/// unparked (returns at once when unparked meanwhile).
+/// unparked (returns at once when unparked meanwhile). Returns the nanoseconds it slept.
 ///
 /// It does not yield the CPU between polls. Tried (`sched_yield` after 5 µs): on a host
 /// loaded with other normal-priority processes it cut the join after a helper that the
@@ -97,11 +97,14 @@ pub fn chunk_ranges(
 /// EEVDF a yield gives up the rest of the slice, which may go to a `SCHED_IDLE`
 /// background thread: the case the helpers exist for (the OS places a woken helper on a
 /// CPU that runs only `SCHED_IDLE` work, and it preempts that work at once).
-fn poll_wait(start: Instant) {
+fn poll_wait(start: Instant) -> u64 {
     if start.elapsed() < SPIN {
         std::hint::spin_loop();
+        0
     } else {
+        let t = Instant::now();
         std::thread::park();
+        u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 }
 
@@ -150,6 +153,18 @@ pub struct ChunkCounts {
     pub chunks: u32,
     /// Of those, chunks that ran on helper threads.
     pub on_helpers: u32,
+    /// Time the scope's threads were off their CPUs, where measured ([`off_cpu`]).
+    pub off_cpu: Option<OffCpu>,
+}
+
+/// Microseconds the threads of one [`enter`] scope were runnable but off their CPUs
+/// (another thread or the hypervisor had them; see [`off_cpu`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OffCpu {
+    /// The scope's own thread, not counting its sleeps while waiting for helpers.
+    pub own_us: u32,
+    /// Helper threads, summed over the chunks they ran for the scope.
+    pub helpers_us: u32,
 }
 
 #[derive(Clone, Copy)]
@@ -157,12 +172,26 @@ struct Ctx {
     low: bool,
     counted: bool,
     counts: ChunkCounts,
+    /// Nanoseconds the thread slept waiting for helpers in this scope.
+    slept_ns: u64,
+    /// Nanoseconds helpers were off their CPUs while running this scope's chunks.
+    helpers_off_ns: u64,
 }
 
+const NO_CTX: Ctx = Ctx {
+    low: false,
+    counted: false,
+    counts: ChunkCounts {
+        chunks: 0,
+        on_helpers: 0,
+        off_cpu: None,
+    },
+    slept_ns: 0,
+    helpers_off_ns: 0,
+};
+
 thread_local! {
-    static CTX: Cell<Ctx> = const {
-        Cell::new(Ctx { low: false, counted: false, counts: ChunkCounts { chunks: 0, on_helpers: 0 } })
-    };
+    static CTX: Cell<Ctx> = const { Cell::new(NO_CTX) };
 }
 
 /// A thread's scope of one FC or CPU segment in a host class; [`Scope::finish`] ends it.
@@ -173,6 +202,8 @@ pub struct Scope {
     counted: bool,
     /// The CPU a top-class scope claimed when it began.
     held: Option<usize>,
+    /// Where off-CPU time is measured: the clock started with the scope.
+    clock: Option<off_cpu::Clock>,
 }
 
 /// Marks the calling thread as running `class` work until [`Scope::finish`]; top-class
@@ -197,7 +228,7 @@ pub fn enter(class: HostClass) -> Scope {
         c.set(Ctx {
             low: class == HostClass::Low,
             counted,
-            counts: ChunkCounts::default(),
+            ..NO_CTX
         });
         p
     });
@@ -206,13 +237,21 @@ pub fn enter(class: HostClass) -> Scope {
         prev_counted: prev.counted,
         counted,
         held,
+        clock: off_cpu::measuring().then(off_cpu::Clock::start),
     }
 }
 
 impl Scope {
-    /// Ends the scope; returns the chunks run in it.
+    /// Ends the scope; returns the chunks run in it and, where measured, the time its
+    /// threads were off their CPUs.
     pub fn finish(self) -> ChunkCounts {
-        let counts = CTX.with(|c| c.get().counts);
+        let ctx = CTX.with(|c| c.get());
+        let mut counts = ctx.counts;
+        let us = |ns: u64| u32::try_from(ns / 1000).unwrap_or(u32::MAX);
+        counts.off_cpu = self.clock.map(|c| OffCpu {
+            own_us: us(c.off_ns(ctx.slept_ns)),
+            helpers_us: us(ctx.helpers_off_ns),
+        });
         drop(self);
         counts
     }
@@ -228,7 +267,7 @@ impl Drop for Scope {
             c.set(Ctx {
                 low: self.prev_low,
                 counted: self.prev_counted,
-                counts: ChunkCounts::default(),
+                ..NO_CTX
             })
         });
     }
@@ -241,6 +280,8 @@ struct Job<'a> {
     next: AtomicUsize,
     /// Bit i: chunk i ran on a helper.
     on_helpers: AtomicU64,
+    /// Nanoseconds helpers were off their CPUs while running chunks (where measured).
+    helpers_off_ns: AtomicU64,
     /// Helpers offered the job and not yet revoked or detached.
     live: AtomicUsize,
     panic: AtomicBool,
@@ -413,6 +454,7 @@ impl Pool {
             n,
             next: AtomicUsize::new(0),
             on_helpers: AtomicU64::new(0),
+            helpers_off_ns: AtomicU64::new(0),
             live: AtomicUsize::new(0),
             panic: AtomicBool::new(false),
             caller: std::thread::current(),
@@ -459,9 +501,17 @@ impl Pool {
             }
         }
         let start = Instant::now();
+        let mut slept = 0u64;
         while job.live.load(Ordering::Acquire) != 0 {
-            poll_wait(start);
+            slept = slept.saturating_add(poll_wait(start));
         }
+        let helpers_off = job.helpers_off_ns.load(Ordering::Acquire);
+        CTX.with(|c| {
+            let mut x = c.get();
+            x.slept_ns = x.slept_ns.saturating_add(slept);
+            x.helpers_off_ns = x.helpers_off_ns.saturating_add(helpers_off);
+            c.set(x);
+        });
         if job.panic.load(Ordering::Acquire) {
             resume_unwind(Box::new("an intra-op chunk panicked") as Box<dyn Any + Send>);
         }
@@ -540,7 +590,11 @@ fn helper_main(sh: &Shared, i: usize) {
         // OFFERED was published is live until this helper decrements `live` (step 3).
         let job = unsafe { &*(slot.job.load(Ordering::Acquire) as *const Job<'_>) };
         TOP_BUSY.fetch_add(1, Ordering::AcqRel);
+        let clock = off_cpu::measuring().then(off_cpu::Clock::start);
         let mine = job.work();
+        if let Some(c) = clock {
+            job.helpers_off_ns.fetch_add(c.off_ns(0), Ordering::AcqRel);
+        }
         TOP_BUSY.fetch_sub(1, Ordering::AcqRel);
         job.on_helpers.fetch_or(mine, Ordering::AcqRel);
         let caller = job.caller.clone();
@@ -595,6 +649,7 @@ impl Drop for Pool {
 }
 
 mod claim;
+pub mod off_cpu;
 mod steer;
 
 /// A node boundary of the calling thread's FC, or a kernel's yield point

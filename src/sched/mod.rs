@@ -430,7 +430,8 @@ impl SchedInner {
     }
 
     /// Records the intra-op chunks an FC (`core` = Some) or CPU segment ran, if any
-    /// (`IntraOp`, just before its end event).
+    /// (`IntraOp`), and its threads' time off their CPUs, where measured (`OffCpu`), just
+    /// before its end event.
     fn trace_intra_op(
         &self,
         t: &TaskShared,
@@ -439,20 +440,35 @@ impl SchedInner {
         fc: usize,
         c: crate::exec::pool::ChunkCounts,
     ) {
-        if c.chunks == 0 {
-            return;
+        let label = t.label_id.load(Ordering::Relaxed);
+        let p = t.ctrl.priority;
+        if c.chunks > 0 {
+            self.tracer.record_count(
+                TraceKind::IntraOp,
+                t.id,
+                core,
+                seg,
+                fc,
+                p,
+                c.on_helpers as i32,
+                label,
+                c.chunks,
+            );
         }
-        self.tracer.record_count(
-            TraceKind::IntraOp,
-            t.id,
-            core,
-            seg,
-            fc,
-            t.ctrl.priority,
-            c.on_helpers as i32,
-            t.label_id.load(Ordering::Relaxed),
-            c.chunks,
-        );
+        if let Some(off) = c.off_cpu {
+            let helpers = i32::try_from(off.helpers_us).unwrap_or(i32::MAX);
+            self.tracer.record_count(
+                TraceKind::OffCpu,
+                t.id,
+                core,
+                seg,
+                fc,
+                p,
+                helpers,
+                label,
+                off.own_us,
+            );
+        }
     }
 
     /// The cores task mask `mask` allows (0 = all).

@@ -23,6 +23,7 @@ use parking_lot::Mutex;
 use serde_json::{json, Value};
 
 use crate::error::{Error, Result};
+use crate::exec::pool::off_cpu;
 
 /// What happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -53,10 +54,16 @@ pub enum TraceKind {
     /// nodes (recorded just before its `FcEnd` / `SegmentEnd`): `count` = its chunks,
     /// `status` = those that ran on the helper pool's threads (`crate::exec::pool`).
     IntraOp,
+    /// The threads that ran the FC on `core` (or the CPU segment, `core` = None) were
+    /// runnable but off their CPUs (another thread or the hypervisor had them; recorded
+    /// just before its `FcEnd` / `SegmentEnd`, only while tracing): `count` = µs of the
+    /// thread that ran it, not counting its sleeps while waiting for helpers; `status` = µs
+    /// summed over the helpers that ran its intra-op chunks (`crate::exec::pool::off_cpu`).
+    OffCpu,
 }
 
 impl TraceKind {
-    const ALL: [TraceKind; 11] = [
+    const ALL: [TraceKind; 12] = [
         TraceKind::Submit,
         TraceKind::Dequeue,
         TraceKind::Insert,
@@ -68,6 +75,7 @@ impl TraceKind {
         TraceKind::Cancel,
         TraceKind::Leave,
         TraceKind::IntraOp,
+        TraceKind::OffCpu,
     ];
 
     fn code(self) -> u64 {
@@ -91,6 +99,7 @@ impl TraceKind {
             TraceKind::Cancel => "cancel",
             TraceKind::Leave => "leave",
             TraceKind::IntraOp => "intra_op",
+            TraceKind::OffCpu => "off_cpu",
         }
     }
 }
@@ -164,7 +173,8 @@ impl Tracer {
         self.enabled.load(Ordering::Relaxed)
     }
 
-    /// Starts recording (keeps what was recorded before).
+    /// Starts recording (keeps what was recorded before); the FCs' time off their CPUs
+    /// is measured while any tracer records.
     pub(crate) fn start(&self) {
         self.slots.get_or_init(|| {
             (0..self.capacity)
@@ -172,12 +182,16 @@ impl Tracer {
                 .collect::<Vec<_>>()
                 .into_boxed_slice()
         });
-        self.enabled.store(true, Ordering::Release);
+        if !self.enabled.swap(true, Ordering::AcqRel) {
+            off_cpu::start();
+        }
     }
 
     /// Stops recording.
     pub(crate) fn stop(&self) {
-        self.enabled.store(false, Ordering::Release);
+        if self.enabled.swap(false, Ordering::AcqRel) {
+            off_cpu::stop();
+        }
     }
 
     /// Forgets every recorded event (interned labels stay valid for tasks in flight).
@@ -339,11 +353,16 @@ impl Tracer {
         }
         let mut open: HashMap<(u64, u32, u32, bool), &TraceEvent> = HashMap::new();
         let mut intra: HashMap<(u64, u32, u32, bool), (u32, i32)> = HashMap::new();
+        let mut off: HashMap<(u64, u32, u32, bool), (u32, i32)> = HashMap::new();
         for e in &events {
             match e.kind {
                 TraceKind::IntraOp => {
                     let key = (e.task, e.seg, e.fc, e.core.is_some());
                     intra.insert(key, (e.count, e.status));
+                }
+                TraceKind::OffCpu => {
+                    let key = (e.task, e.seg, e.fc, e.core.is_some());
+                    off.insert(key, (e.count, e.status));
                 }
                 TraceKind::FcStart => {
                     open.insert((e.task, e.seg, e.fc, true), e);
@@ -360,6 +379,9 @@ impl Tracer {
                     if let Some(s) = open.remove(&(e.task, e.seg, fc, is_fc)) {
                         let (chunks, on_helpers) =
                             intra.remove(&(e.task, e.seg, fc, is_fc)).unwrap_or((0, 0));
+                        let off_cpu = off
+                            .remove(&(e.task, e.seg, fc, is_fc))
+                            .map(|(own, helpers)| json!({"own_us": own, "helpers_us": helpers}));
                         let tid = if is_fc { 2 + e.core.unwrap_or(0) } else { 1 };
                         let name = if is_fc {
                             format!("{} s{} fc{}", label(e), e.seg, e.fc)
@@ -376,7 +398,8 @@ impl Tracer {
                                          json!(if s.status == 0 { "top" } else { "low" })
                                      } else { Value::Null },
                                      "intra_op_chunks": chunks,
-                                     "chunks_on_helpers": on_helpers}
+                                     "chunks_on_helpers": on_helpers,
+                                     "off_cpu": off_cpu}
                         }));
                     }
                 }
@@ -410,6 +433,12 @@ impl Tracer {
             path: path.to_path_buf(),
             reason: e.to_string(),
         })
+    }
+}
+
+impl Drop for Tracer {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 

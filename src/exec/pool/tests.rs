@@ -73,13 +73,7 @@ fn a_top_class_caller_hands_chunks_to_a_free_helper() {
         for (i, t) in who.iter().enumerate() {
             assert_eq!(*t != me, mask & (1 << i) != 0, "chunk {i}");
         }
-        assert_eq!(
-            counts,
-            ChunkCounts {
-                chunks: 2,
-                on_helpers: 1
-            }
-        );
+        assert_eq!((counts.chunks, counts.on_helpers), (2, 1));
     }
 }
 
@@ -144,13 +138,8 @@ fn a_low_class_caller_runs_every_chunk_itself() {
     let mask = pool.run(&mut parts, &|_, p| *p = Some(std::thread::current().id()));
     assert_eq!(mask, 0);
     assert!(parts.iter().all(|t| *t == Some(me)));
-    assert_eq!(
-        scope.finish(),
-        ChunkCounts {
-            chunks: 5,
-            on_helpers: 0
-        }
-    );
+    let counts = scope.finish();
+    assert_eq!((counts.chunks, counts.on_helpers), (5, 0));
 }
 
 #[test]
@@ -262,4 +251,28 @@ fn chunk_ranges_cover_everything_in_aligned_ranges_of_enough_work() {
     assert!(chunk_ranges(1000, 16, 2 * MIN_CHUNK_US - 1, 4).is_empty());
     assert!(chunk_ranges(1000, 16, 100_000, 1).is_empty());
     assert!(chunk_ranges(16, 16, 100_000, 4).is_empty());
+}
+
+#[test]
+fn a_measured_scope_counts_its_chunks_time_off_the_cpu_wherever_they_ran() {
+    // Each chunk sleeps 5 ms (off its CPU by any measure), on the caller or on the helper:
+    // the two shares add up to both sleeps; the caller's own wait for the helper is not
+    // counted.
+    off_cpu::start();
+    let pool = Pool::new(1, usize::MAX);
+    let scope = enter(HostClass::Top);
+    let mut parts = vec![0u8; 2];
+    pool.run(&mut parts, &|_, _| {
+        std::thread::sleep(Duration::from_millis(5))
+    });
+    let counts = scope.finish();
+    off_cpu::stop();
+    let off = counts.off_cpu.expect("measured while a recorder runs");
+    let sum = u64::from(off.own_us) + u64::from(off.helpers_us);
+    assert!(sum >= 9_500, "{off:?}");
+    // Unmeasured: no figure.
+    let scope = enter(HostClass::Low);
+    if !off_cpu::measuring() {
+        assert_eq!(scope.finish().off_cpu, None);
+    }
 }
