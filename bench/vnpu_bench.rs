@@ -122,10 +122,32 @@ fn run_direct(m: &Model, runs: usize) -> Vec<f64> {
 
 /// [`run_direct`] after `warmup` untimed runs.
 fn run_direct_after(m: &Model, runs: usize, warmup: usize) -> Vec<f64> {
+    run_direct_with(m, runs, warmup, || {})
+}
+
+/// [`run_direct`] with the caches flushed before each run: `flush_mb` MB written (more
+/// than the L3), untimed, so that weights and activations come from memory as for a
+/// request that arrives after other work.
+fn run_direct_cold(m: &Model, runs: usize, flush_mb: usize) -> Vec<f64> {
+    let mut junk = vec![0u8; flush_mb << 20];
+    let mut round = 0u8;
+    run_direct_with(m, runs, 1, || {
+        round = round.wrapping_add(1);
+        for line in junk.chunks_mut(64) {
+            line[0] = round;
+        }
+        std::hint::black_box(&junk);
+    })
+}
+
+/// `runs` timed runs of `m` back to back after `warmup` untimed ones, `before` called
+/// untimed ahead of each.
+fn run_direct_with(m: &Model, runs: usize, warmup: usize, mut before: impl FnMut()) -> Vec<f64> {
     let inputs = perf::pattern_inputs(m);
     let mut st = m.take_state();
     let mut times = Vec::with_capacity(runs);
     for r in 0..runs + warmup {
+        before();
         let t0 = Instant::now();
         for (i, b) in inputs.iter().enumerate() {
             m.plan.set_input(&mut st, i, b).expect("input");
@@ -988,6 +1010,17 @@ fn bench_priority(dir: &Path, secs: f64, show_worst: usize, env: Option<&PyEnv>)
     let ((a50, a99), (p50, p99)) = (alone(&s), alone(&s_par));
     println!(
         "MobileNetV2 alone at 30/s (no background) p50 / p99: {a50:.2} / {a99:.2} ms (1 thread), {p50:.2} / {p99:.2} ms ({cpus} intra-op threads)"
+    );
+    // Back to back, but with every cache flushed before each run: what a request that
+    // finds its weights and activations evicted (by the background, or by the host while
+    // the CPUs idled) costs by itself, with no scheduling involved.
+    let cold = |m: &Model| {
+        let r = run_direct_cold(m, 100, 64);
+        (percentile(&r, 50.0), percentile(&r, 99.0))
+    };
+    let ((c50, c99), (cp50, cp99)) = (cold(&s), cold(&s_par));
+    println!(
+        "MobileNetV2 back to back, caches flushed (64 MB written) before each run, p50 / p99: {c50:.2} / {c99:.2} ms (1 thread), {cp50:.2} / {cp99:.2} ms ({cpus} intra-op threads)"
     );
     let (stalls, worst) = host_stalls(secs.min(5.0));
     println!(
