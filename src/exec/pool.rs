@@ -161,7 +161,8 @@ pub struct ChunkCounts {
 /// (another thread or the hypervisor had them; see [`off_cpu`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct OffCpu {
-    /// The scope's own thread, not counting its sleeps while waiting for helpers.
+    /// The scope's own thread, not counting its sleeps while waiting for helpers or
+    /// stepping aside for a claim.
     pub own_us: u32,
     /// Helper threads, summed over the chunks they ran for the scope.
     pub helpers_us: u32,
@@ -172,7 +173,7 @@ struct Ctx {
     low: bool,
     counted: bool,
     counts: ChunkCounts,
-    /// Nanoseconds the thread slept waiting for helpers in this scope.
+    /// Nanoseconds the thread slept in this scope waiting for helpers or stepping aside.
     slept_ns: u64,
     /// Nanoseconds helpers were off their CPUs while running this scope's chunks.
     helpers_off_ns: u64,
@@ -657,7 +658,18 @@ mod steer;
 /// top-class chunks (see `claim.rs`); anything else returns at once.
 pub fn node_boundary() {
     if CTX.with(|c| c.get().low) {
-        claim::step_aside();
+        // Where off-CPU time is measured, the sleep is the FC's choice, not time lost.
+        let t = off_cpu::measuring().then(Instant::now);
+        if claim::step_aside() {
+            if let Some(t) = t {
+                let ns = u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                CTX.with(|c| {
+                    let mut x = c.get();
+                    x.slept_ns = x.slept_ns.saturating_add(ns);
+                    c.set(x);
+                });
+            }
+        }
     }
 }
 

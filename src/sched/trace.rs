@@ -57,7 +57,8 @@ pub enum TraceKind {
     /// The threads that ran the FC on `core` (or the CPU segment, `core` = None) were
     /// runnable but off their CPUs (another thread or the hypervisor had them; recorded
     /// just before its `FcEnd` / `SegmentEnd`, only while tracing): `count` = µs of the
-    /// thread that ran it, not counting its sleeps while waiting for helpers; `status` = µs
+    /// thread that ran it, not counting its sleeps while waiting for helpers or stepping
+    /// aside for a claimed CPU (low class); `status` = µs
     /// summed over the helpers that ran its intra-op chunks (`crate::exec::pool::off_cpu`).
     OffCpu,
 }
