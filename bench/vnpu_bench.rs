@@ -1084,10 +1084,11 @@ fn bench_priority(dir: &Path, secs: f64, show_worst: usize, env: Option<&PyEnv>)
             ..bg.clone()
         };
         let r = perf::run_loads(&rt, &[fg, bg], Duration::from_secs_f64(secs), |_| {});
-        let label = format!("vnpu BPLAT_CORELIMIT={limit}{extra}");
+        let row = format!("BPLAT_CORELIMIT={limit}{extra}");
+        let label = format!("vnpu {row}");
         // The foreground alone again, right after its row: the host's speed drifts within
         // a run, and the bound below takes the lower of this and the first isolated p50.
-        iso_after.insert(label.clone(), percentile(&run_direct(fg_model, 100), 50.0));
+        iso_after.insert(row.clone(), percentile(&run_direct(fg_model, 100), 50.0));
         let p99 = percentile(&r[0].latency_us, 99.0) / 1e3;
         println!(
             "{label:<60} {:>9.2} {p99:>9.2} {:>9.2} {:>12.1}",
@@ -1108,10 +1109,7 @@ fn bench_priority(dir: &Path, secs: f64, show_worst: usize, env: Option<&PyEnv>)
                 println!("{line}");
             }
         }
-        waits.push((
-            format!("BPLAT_CORELIMIT={limit}{extra}"),
-            schedule_split(&events),
-        ));
+        waits.push((row, schedule_split(&events)));
     }
     let mut theirs = Vec::new();
     match env {
@@ -1165,7 +1163,7 @@ fn bench_priority(dir: &Path, secs: f64, show_worst: usize, env: Option<&PyEnv>)
     // Settings that keep the bound and, with peers measured, beat every peer setting:
     // both goals of issue 13 at once.
     // The bound of a row: the lower of the isolated p50 at the start and right after
-    // the row (`waits` labels lack the "vnpu " of `ours`).
+    // the row (keyed by the label without the "vnpu " of `ours`, as `waits` has it).
     let bound_of = |label: &str| {
         let i = if label.contains("both bf16") {
             iso_par_bf16.unwrap_or(iso_par)
@@ -1174,12 +1172,8 @@ fn bench_priority(dir: &Path, secs: f64, show_worst: usize, env: Option<&PyEnv>)
         } else {
             iso
         };
-        let key = if label.starts_with("vnpu ") {
-            label.to_string()
-        } else {
-            format!("vnpu {label}")
-        };
-        i.min(iso_after.get(&key).copied().unwrap_or(f64::INFINITY)) + 1.0 + 0.5
+        let after = iso_after.get(label.trim_start_matches("vnpu "));
+        i.min(after.copied().unwrap_or(f64::INFINITY)) + 1.0 + 0.5
     };
     let mut both = Vec::new();
     for v in ours.iter().filter(|p| p.label.contains("=1")) {
@@ -1188,7 +1182,10 @@ fn bench_priority(dir: &Path, secs: f64, show_worst: usize, env: Option<&PyEnv>)
             "{}: fg p99 {:.2} ms vs isolated p50 + 1 ms + 0.5 ms = {bound:.2} ms (isolated p50 right after the row {:.2}): {}",
             v.label,
             v.p99,
-            iso_after.get(&v.label).copied().unwrap_or(f64::NAN),
+            iso_after
+                .get(v.label.trim_start_matches("vnpu "))
+                .copied()
+                .unwrap_or(f64::NAN),
             if v.p99 <= bound { "within" } else { "over" }
         );
         if v.p99 <= bound && beats_all(v, &theirs) {

@@ -11,6 +11,8 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
+use crate::compile::cost::thread_cpu_us;
+
 /// Trace recorders running now; measuring while non-zero.
 static RECORDERS: AtomicUsize = AtomicUsize::new(0);
 
@@ -30,25 +32,12 @@ pub fn measuring() -> bool {
     RECORDERS.load(Ordering::Relaxed) != 0
 }
 
-/// The calling thread's CPU time in nanoseconds (0 where the OS cannot tell).
-pub fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    if rc != 0 {
-        return 0;
-    }
-    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
-}
-
 /// Wall-clock and CPU time at the start of a stretch of work on the calling thread.
 #[derive(Debug, Clone, Copy)]
 pub struct Clock {
     wall: Instant,
-    cpu_ns: u64,
+    /// [`thread_cpu_us`] at the start.
+    cpu_us: f64,
 }
 
 impl Clock {
@@ -56,7 +45,7 @@ impl Clock {
     pub fn start() -> Clock {
         Clock {
             wall: Instant::now(),
-            cpu_ns: thread_cpu_ns(),
+            cpu_us: thread_cpu_us(),
         }
     }
 
@@ -64,7 +53,7 @@ impl Clock {
     /// since [`Clock::start`], not counting `slept_ns` it spent asleep on purpose.
     pub fn off_ns(&self, slept_ns: u64) -> u64 {
         let wall = u64::try_from(self.wall.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        let cpu = thread_cpu_ns().saturating_sub(self.cpu_ns);
+        let cpu = ((thread_cpu_us() - self.cpu_us).max(0.0) * 1e3) as u64;
         wall.saturating_sub(cpu).saturating_sub(slept_ns)
     }
 }
