@@ -36,7 +36,7 @@ pub(crate) mod body;
 use super::ConvShape;
 use crate::kernels::bf16::Bf16Table;
 use crate::kernels::gemm::{self, Epilogue, KC, MR, NR};
-use crate::kernels::isa::{Isa, COLS_MAX};
+use crate::kernels::isa::{Isa, TileWalk, WalkA, COLS_MAX};
 use crate::kernels::packed::WeightBuf;
 pub use bf16::Bf16Points;
 pub use body::{OutBlock, PointRows, WinoGeom};
@@ -633,6 +633,16 @@ impl WinogradPlan {
                             pair(kc, ap, [bp, bq], cs, nt, k0 > 0, None);
                         }
                         j += 2 * NR;
+                        continue;
+                    }
+                    // One strip: down the block's panels in one walk where the table
+                    // has walks (the same bits as a tile each).
+                    if let Some(walk) = t.mm_tiles {
+                        let ap = WalkA::Packed(&u[k0 * co_pad + ic * kc..]);
+                        let cs = &mut m[(ic - c0) * nt + j..];
+                        let count = (ic_end - ic).div_ceil(MR);
+                        walk(kc, ap, bp, cs, nt, k0 > 0, None, TileWalk::Down, count);
+                        j += NR;
                         continue;
                     }
                     for i in (ic..ic_end).step_by(MR) {

@@ -8,7 +8,9 @@
 //! [`FEATURES`] plus AVX2 and FMA, so each wrapper runs only on a CPU that has them.
 
 use super::x86_64_avx512_math as math;
-use super::{portable, KernelTable, RowBlock, TileEpi, MR, NR};
+use super::{
+    portable, KernelTable, RowBlock, TileEpi, TileWalk, WalkA, WalkEpi, WalkSteps, MR, NR,
+};
 use crate::ir::{BinaryOp, UnaryOp};
 use crate::kernels::body::pool::PoolShape;
 use crate::kernels::body::resize::LinearTap;
@@ -64,8 +66,8 @@ static TABLE: KernelTable = KernelTable {
     qdepthwise_block: Some(super::x86_64_qdw_block::qdepthwise_block),
     mm_tile_strided,
     mm_tile_segs: super::x86_64_fma::mm_tile_segs,
-    mm_tile_strided_epi: None,
-    mm_tiles: None,
+    mm_tile_strided_epi: Some(mm_tile_strided_epi),
+    mm_tiles: Some(mm_tiles),
     mm_tile_pair: Some(mm_tile_pair),
     mm_tile_epi: Some(mm_tile_epi),
     mm_tile_rows_epi: Some(mm_tile_rows_epi),
@@ -437,11 +439,42 @@ fn mm_tile_strided(
     ldc: usize,
     acc: bool,
 ) {
+    tile_strided(kc, a, lda, b, c, ldc, acc, None)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn mm_tile_strided_epi(
+    kc: usize,
+    a: &[f32],
+    lda: usize,
+    b: &[f32],
+    c: &mut [f32],
+    ldc: usize,
+    acc: bool,
+    e: &TileEpi<'_>,
+) {
+    tile_strided(kc, a, lda, b, c, ldc, acc, Some(e))
+}
+
+#[inline]
+#[allow(clippy::too_many_arguments)]
+fn tile_strided(
+    kc: usize,
+    a: &[f32],
+    lda: usize,
+    b: &[f32],
+    c: &mut [f32],
+    ldc: usize,
+    acc: bool,
+    e: Option<&TileEpi<'_>>,
+) {
     assert!(a.len() >= (MR - 1) * lda + kc && b.len() >= kc * NR);
     assert!(ldc >= NR && c.len() >= (MR - 1) * ldc + NR);
+    e.inspect(|e| e.assert_fits(ldc, NR));
     let (a, b, c) = (a.as_ptr(), b.as_ptr(), c.as_mut_ptr());
     // SAFETY: the features were detected (see `table`); the asserts above bound every
-    // offset the tile touches (a row r: r*lda..r*lda+kc, b: kc*NR, c: MR rows of NR).
+    // offset the tile touches (a row r: r*lda..r*lda+kc, b: kc*NR, c and the residual:
+    // MR rows of NR at ldc).
     unsafe {
         tile_6x16(
             kc,
@@ -450,9 +483,165 @@ fn mm_tile_strided(
             c,
             ldc,
             acc,
-            None,
+            e,
             0,
         )
+    }
+}
+
+/// `KernelTable::mm_tiles` with AVX-512: the walk's tiles two at a time, each pair in
+/// twelve accumulators ([`tile_12x16`] down a column, [`tile_6x16_pair`] along a row:
+/// one tile's six chains cannot keep two 512-bit FMA ports with 4-cycle latency busy),
+/// an odd last tile alone; every element summed in the order of [`tile_6x16`].
+#[allow(clippy::too_many_arguments)]
+fn mm_tiles(
+    kc: usize,
+    a: WalkA<'_>,
+    b: &[f32],
+    c: &mut [f32],
+    ldc: usize,
+    acc: bool,
+    e: Option<&WalkEpi<'_>>,
+    walk: TileWalk,
+    count: usize,
+) {
+    let st = WalkSteps::checked(walk, count, kc, a, b, (c, ldc), e);
+    let (ap, lda) = match a {
+        WalkA::Packed(a) => (a.as_ptr(), None),
+        WalkA::Rows { a, lda } => (a.as_ptr(), Some(lda)),
+    };
+    // SAFETY: the features were detected (see `table`); `WalkSteps::checked` bounds every
+    // tile of the walk (A panels or rows, the B panels, C and the residual rows, the
+    // biases).
+    unsafe {
+        tiles_walk(
+            kc,
+            (ap, lda),
+            b.as_ptr(),
+            c.as_mut_ptr(),
+            ldc,
+            acc,
+            e,
+            (st, walk),
+            count,
+        )
+    }
+}
+
+/// The walk of [`mm_tiles`] (one target-feature function, so the tiles inline): A
+/// packed (`lda` None) or rows in place.
+///
+/// # Safety
+/// AVX-512F available; every tile `t < count` of the walk `st` within its operands.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tiles_walk(
+    kc: usize,
+    (a, lda): (*const f32, Option<usize>),
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    acc: bool,
+    e: Option<&WalkEpi<'_>>,
+    (st, walk): (WalkSteps, TileWalk),
+    count: usize,
+) {
+    // A row r, step p of a tile: `p * MR + r` on from its packed panel, `r * lda + p`
+    // on from its rows (in bounds for the tiles of the walk: the caller's contract).
+    let a_of = |at: *const f32| {
+        move |p: usize, r: usize| match lda {
+            None => at.wrapping_add(p * MR + r),
+            Some(lda) => at.wrapping_add(r * lda + p),
+        }
+    };
+    let mut t = 0;
+    while t + 2 <= count {
+        let es = e.map(|e| [e.tile(t, &st), e.tile(t + 1, &st)]);
+        let es = es.as_ref().map(|[e0, e1]| [e0, e1]);
+        // SAFETY: tiles t and t + 1 < count of the walk lie within the operands (the
+        // caller's contract), as do their A steps, B rows and C rows.
+        unsafe {
+            let (a0, b0, c0) = (a.add(t * st.a), b.add(t * st.b), c.add(t * st.c));
+            match walk {
+                TileWalk::Down => {
+                    let (a1, c1) = (a0.add(st.a), c0.add(st.c));
+                    let (f0, f1) = (a_of(a0), a_of(a1));
+                    let a_at = |p, r| if r < MR { f0(p, r) } else { f1(p, r - MR) };
+                    // Packed A panels stream from memory (a Winograd point's weights,
+                    // too many for the caches in a network): each pair asks for the
+                    // next pair's two panels, 2 * MR floats a step.
+                    let next = lda.is_none().then(|| a0.wrapping_add(2 * st.a));
+                    let b_row = |p| b0.add(p * NR);
+                    tile_12x16(kc, a_at, b_row, [c0, c1], ldc, acc, es, next)
+                }
+                TileWalk::Right => {
+                    let bs = [b0, b0.add(st.b)];
+                    tile_6x16_pair(kc, a_of(a0), bs, c0, ldc, acc, es)
+                }
+            }
+        }
+        t += 2;
+    }
+    if t < count {
+        let te = e.map(|e| e.tile(t, &st));
+        // SAFETY: tile t < count of the walk lies within the operands (caller).
+        unsafe {
+            let (at, bt, ct) = (a.add(t * st.a), b.add(t * st.b), c.add(t * st.c));
+            tile_6x16(
+                kc,
+                a_of(at),
+                |p| bt.add(p * NR),
+                ct,
+                ldc,
+                acc,
+                te.as_ref(),
+                0,
+            )
+        }
+    }
+}
+
+/// Two 6x16 tiles one above the other on one B panel: twelve accumulators, `a_at(p, r)`
+/// for rows r < 12 (the first tile's six, then the second's), C of tile q at `c[q]`,
+/// each element summed in the order of [`tile_6x16`] (so the same bits); with
+/// `prefetch`, step `p` prefetches the `2 * MR` floats `2 * MR * p` on from it.
+///
+/// # Safety
+/// AVX-512F must be available; `a_at(p, r)` valid for one read and `b_row(p)` for 16
+/// for every `p < kc`, `r < 12`; each `c[q]` (and the residual of `e[q]`) valid for 6
+/// rows of 16 floats at stride `ldc`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile_12x16(
+    kc: usize,
+    a_at: impl Fn(usize, usize) -> *const f32,
+    b_row: impl Fn(usize) -> *const f32,
+    c: [*mut f32; 2],
+    ldc: usize,
+    acc: bool,
+    e: Option<[&TileEpi<'_>; 2]>,
+    prefetch: Option<*const f32>,
+) {
+    let mut t = [_mm512_setzero_ps(); 2 * MR];
+    for p in 0..kc {
+        if let Some(n) = prefetch {
+            // A hint only: an address past the operand is harmless.
+            _mm_prefetch::<_MM_HINT_T0>(n.wrapping_add(p * 2 * MR).cast());
+        }
+        // SAFETY: 16 floats at b_row(p) and A row r, step p are readable (caller).
+        unsafe {
+            let b = _mm512_loadu_ps(b_row(p));
+            for (r, tr) in t.iter_mut().enumerate() {
+                *tr = _mm512_fmadd_ps(_mm512_set1_ps(*a_at(p, r)), b, *tr);
+            }
+        }
+    }
+    for (q, tq) in t.chunks_exact(MR).enumerate() {
+        for (r, tr) in tq.iter().enumerate() {
+            // SAFETY: row r of tile q's C (and residual) holds 16 floats (caller).
+            unsafe { store_row(*tr, c[q], ldc, r, acc, e.map(|e| e[q])) }
+        }
     }
 }
 
@@ -561,7 +750,7 @@ fn mm_tile_pair(
     // SAFETY: the features were detected (see `table`); the asserts above bound every
     // offset the pair touches (a: kc*MR, each B panel kc*NR, C and each residual: MR rows
     // of NR at ldc from the tile's origin, the second tile at c + NR).
-    unsafe { tile_6x16_pair(kc, a, [b0, b1], c, ldc, acc, e) }
+    unsafe { tile_6x16_pair(kc, |p, r| a.add(p * MR + r), [b0, b1], c, ldc, acc, e) }
 }
 
 /// Two 6x16 tiles side by side on one A panel: twelve accumulators, each updated in the
@@ -569,14 +758,14 @@ fn mm_tile_pair(
 /// latency busy where one tile's six chains cannot.
 ///
 /// # Safety
-/// AVX-512F must be available; `a` valid for `kc * MR` floats, each `b[q]` for
-/// `kc * NR`; `c` (and each residual of `e`) for 6 rows of 16 floats at stride `ldc`
-/// from `c + q * NR` for q = 0, 1.
+/// AVX-512F must be available; `a_at(p, r)` valid for one read for every `p < kc`,
+/// `r < 6`, each `b[q]` for `kc * NR`; `c` (and each residual of `e`) for 6 rows of 16
+/// floats at stride `ldc` from `c + q * NR` for q = 0, 1.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
 unsafe fn tile_6x16_pair(
     kc: usize,
-    a: *const f32,
+    a_at: impl Fn(usize, usize) -> *const f32,
     b: [*const f32; 2],
     c: *mut f32,
     ldc: usize,
@@ -591,7 +780,7 @@ unsafe fn tile_6x16_pair(
             let x1 = _mm512_loadu_ps(b[1].add(p * NR));
             let [t0, t1] = &mut t;
             for (r, (s0, s1)) in t0.iter_mut().zip(t1.iter_mut()).enumerate() {
-                let av = _mm512_set1_ps(*a.add(p * MR + r));
+                let av = _mm512_set1_ps(*a_at(p, r));
                 *s0 = _mm512_fmadd_ps(av, x0, *s0);
                 *s1 = _mm512_fmadd_ps(av, x1, *s1);
             }
