@@ -490,7 +490,7 @@ fn tile_strided(
 }
 
 /// `KernelTable::mm_tiles` with AVX-512: the walk's tiles two at a time, each pair in
-/// twelve accumulators ([`tile_12x16`] down a column, [`tile_6x16_pair`] along a row:
+/// twelve accumulators ([`tile_12x16`] down a column, [`tile_6x16_row`] along a row, four at a time there:
 /// one tile's six chains cannot keep two 512-bit FMA ports with 4-cycle latency busy),
 /// an odd last tile alone; every element summed in the order of [`tile_6x16`].
 #[allow(clippy::too_many_arguments)]
@@ -555,6 +555,17 @@ unsafe fn tiles_walk(
         }
     };
     let mut t = 0;
+    while walk == TileWalk::Right && t + 4 <= count {
+        let es: Option<[TileEpi<'_>; 4]> = e.map(|e| std::array::from_fn(|q| e.tile(t + q, &st)));
+        let es = es.as_ref().map(|es| std::array::from_fn(|q| &es[q]));
+        // SAFETY: tiles t..t + 4 <= count of the walk lie within the operands (caller).
+        unsafe {
+            let (a0, b0, c0) = (a.add(t * st.a), b.add(t * st.b), c.add(t * st.c));
+            let bs = std::array::from_fn(|q| b0.add(q * st.b));
+            tile_6x16_row::<4>(kc, a_of(a0), bs, c0, ldc, acc, es)
+        }
+        t += 4;
+    }
     while t + 2 <= count {
         let es = e.map(|e| [e.tile(t, &st), e.tile(t + 1, &st)]);
         let es = es.as_ref().map(|[e0, e1]| [e0, e1]);
@@ -576,7 +587,7 @@ unsafe fn tiles_walk(
                 }
                 TileWalk::Right => {
                     let bs = [b0, b0.add(st.b)];
-                    tile_6x16_pair(kc, a_of(a0), bs, c0, ldc, acc, es)
+                    tile_6x16_row(kc, a_of(a0), bs, c0, ldc, acc, es)
                 }
             }
         }
@@ -750,39 +761,39 @@ fn mm_tile_pair(
     // SAFETY: the features were detected (see `table`); the asserts above bound every
     // offset the pair touches (a: kc*MR, each B panel kc*NR, C and each residual: MR rows
     // of NR at ldc from the tile's origin, the second tile at c + NR).
-    unsafe { tile_6x16_pair(kc, |p, r| a.add(p * MR + r), [b0, b1], c, ldc, acc, e) }
+    unsafe { tile_6x16_row(kc, |p, r| a.add(p * MR + r), [b0, b1], c, ldc, acc, e) }
 }
 
-/// Two 6x16 tiles side by side on one A panel: twelve accumulators, each updated in the
-/// order of [`tile_6x16`] (so the same bits), which keeps two FMA ports with 4-cycle
-/// latency busy where one tile's six chains cannot.
+/// `Q` 6x16 tiles side by side on one A panel (B panel `q` at `b[q]`, C of tile `q` at
+/// `c + q * NR`): `6 * Q` accumulators, each updated in the order of [`tile_6x16`] (so
+/// the same bits). Two keep two FMA ports with 4-cycle latency busy where one tile's six
+/// chains cannot; four also halve the A broadcasts per FMA.
 ///
 /// # Safety
 /// AVX-512F must be available; `a_at(p, r)` valid for one read for every `p < kc`,
 /// `r < 6`, each `b[q]` for `kc * NR`; `c` (and each residual of `e`) for 6 rows of 16
-/// floats at stride `ldc` from `c + q * NR` for q = 0, 1.
+/// floats at stride `ldc` from `c + q * NR` for q < Q.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
-unsafe fn tile_6x16_pair(
+unsafe fn tile_6x16_row<const Q: usize>(
     kc: usize,
     a_at: impl Fn(usize, usize) -> *const f32,
-    b: [*const f32; 2],
+    b: [*const f32; Q],
     c: *mut f32,
     ldc: usize,
     acc: bool,
-    e: Option<[&TileEpi<'_>; 2]>,
+    e: Option<[&TileEpi<'_>; Q]>,
 ) {
-    let mut t = [[_mm512_setzero_ps(); MR]; 2];
+    let mut t = [[_mm512_setzero_ps(); MR]; Q];
     for p in 0..kc {
-        // SAFETY: step p < kc of each B panel and of the A panel is readable (caller).
+        // SAFETY: step p < kc of each B panel and of the A rows is readable (caller).
         unsafe {
-            let x0 = _mm512_loadu_ps(b[0].add(p * NR));
-            let x1 = _mm512_loadu_ps(b[1].add(p * NR));
-            let [t0, t1] = &mut t;
-            for (r, (s0, s1)) in t0.iter_mut().zip(t1.iter_mut()).enumerate() {
+            let x: [__m512; Q] = std::array::from_fn(|q| _mm512_loadu_ps(b[q].add(p * NR)));
+            for r in 0..MR {
                 let av = _mm512_set1_ps(*a_at(p, r));
-                *s0 = _mm512_fmadd_ps(av, x0, *s0);
-                *s1 = _mm512_fmadd_ps(av, x1, *s1);
+                for q in 0..Q {
+                    t[q][r] = _mm512_fmadd_ps(av, x[q], t[q][r]);
+                }
             }
         }
     }
