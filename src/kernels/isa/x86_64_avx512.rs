@@ -366,7 +366,7 @@ fn tile_packed(
     unsafe {
         tile_6x16(
             kc,
-            |p, r| a.add(p * MR + r),
+            |p, r| a.wrapping_add(p * MR + r),
             |p| b.add(p * NR),
             c,
             ldc,
@@ -414,7 +414,7 @@ fn tile_rows(
     unsafe {
         tile_6x16(
             kc,
-            |p, r| a.add(p * MR + r),
+            |p, r| a.wrapping_add(p * MR + r),
             |p| rows[p].as_ptr().add(off),
             c,
             ldc,
@@ -478,7 +478,7 @@ fn tile_strided(
     unsafe {
         tile_6x16(
             kc,
-            |p, r| a.add(r * lda + p),
+            |p, r| a.wrapping_add(r * lda + p),
             |p| b.add(p * NR),
             c,
             ldc,
@@ -635,6 +635,7 @@ unsafe fn tile_12x16(
     prefetch: Option<*const f32>,
 ) {
     let mut t = [_mm512_setzero_ps(); 2 * MR];
+    let (ar, da) = a_rows::<{ 2 * MR }>(&a_at);
     for p in 0..kc {
         if let Some(n) = prefetch {
             // A hint only: an address past the operand is harmless.
@@ -643,8 +644,9 @@ unsafe fn tile_12x16(
         // SAFETY: 16 floats at b_row(p) and A row r, step p are readable (caller).
         unsafe {
             let b = _mm512_loadu_ps(b_row(p));
-            for (r, tr) in t.iter_mut().enumerate() {
-                *tr = _mm512_fmadd_ps(_mm512_set1_ps(*a_at(p, r)), b, *tr);
+            let o = p as isize * da;
+            for (tr, r) in t.iter_mut().zip(ar) {
+                *tr = _mm512_fmadd_ps(_mm512_set1_ps(*r.offset(o)), b, *tr);
             }
         }
     }
@@ -654,6 +656,16 @@ unsafe fn tile_12x16(
             unsafe { store_row(*tr, c[q], ldc, r, acc, e.map(|e| e[q])) }
         }
     }
+}
+
+/// The first element of each of `R` A rows of a tile and the floats from one step to
+/// the next (A is linear in the step: `MR` in a packed panel, 1 in rows in place), so
+/// that the tiles' loops move one offset rather than recompute `R` addresses a step.
+#[inline(always)]
+fn a_rows<const R: usize>(a_at: &impl Fn(usize, usize) -> *const f32) -> ([*const f32; R], isize) {
+    let ar: [*const f32; R] = std::array::from_fn(|r| a_at(0, r));
+    let da = (a_at(1, 0) as isize - ar[0] as isize) / std::mem::size_of::<f32>() as isize;
+    (ar, da)
 }
 
 /// The 6x16 tile: one 16-lane accumulator per row; `a_at(p, r)` points at A row `r`,
@@ -681,6 +693,7 @@ unsafe fn tile_6x16(
     prefetch: usize,
 ) {
     let mut t = [_mm512_setzero_ps(); MR];
+    let (ar, da) = a_rows::<MR>(&a_at);
     for p in 0..kc {
         if prefetch > 0 {
             // A hint only: prefetching an address past the row's end is harmless.
@@ -689,8 +702,9 @@ unsafe fn tile_6x16(
         // SAFETY: 16 floats at b_row(p) and A row r, step p are readable (caller).
         unsafe {
             let b = _mm512_loadu_ps(b_row(p));
-            for (r, tr) in t.iter_mut().enumerate() {
-                *tr = _mm512_fmadd_ps(_mm512_set1_ps(*a_at(p, r)), b, *tr);
+            let o = p as isize * da;
+            for (tr, r) in t.iter_mut().zip(ar) {
+                *tr = _mm512_fmadd_ps(_mm512_set1_ps(*r.offset(o)), b, *tr);
             }
         }
     }
@@ -761,7 +775,17 @@ fn mm_tile_pair(
     // SAFETY: the features were detected (see `table`); the asserts above bound every
     // offset the pair touches (a: kc*MR, each B panel kc*NR, C and each residual: MR rows
     // of NR at ldc from the tile's origin, the second tile at c + NR).
-    unsafe { tile_6x16_row(kc, |p, r| a.add(p * MR + r), [b0, b1], c, ldc, acc, e) }
+    unsafe {
+        tile_6x16_row(
+            kc,
+            |p, r| a.wrapping_add(p * MR + r),
+            [b0, b1],
+            c,
+            ldc,
+            acc,
+            e,
+        )
+    }
 }
 
 /// `Q` 6x16 tiles side by side on one A panel (B panel `q` at `b[q]`, C of tile `q` at
@@ -785,12 +809,13 @@ unsafe fn tile_6x16_row<const Q: usize>(
     e: Option<[&TileEpi<'_>; Q]>,
 ) {
     let mut t = [[_mm512_setzero_ps(); MR]; Q];
+    let (ar, da) = a_rows::<MR>(&a_at);
     for p in 0..kc {
         // SAFETY: step p < kc of each B panel and of the A rows is readable (caller).
         unsafe {
             let x: [__m512; Q] = std::array::from_fn(|q| _mm512_loadu_ps(b[q].add(p * NR)));
             for r in 0..MR {
-                let av = _mm512_set1_ps(*a_at(p, r));
+                let av = _mm512_set1_ps(*ar[r].offset(p as isize * da));
                 for q in 0..Q {
                     t[q][r] = _mm512_fmadd_ps(av, x[q], t[q][r]);
                 }
