@@ -44,7 +44,7 @@ static TABLE: KernelTable = KernelTable {
     mm_half_strided,
     mm_half_strided_epi: None,
     mm_cols: super::x86_64_fma::mm_cols,
-    mm_part: super::x86_64_fma::mm_part,
+    mm_part,
     mm_part_rows: super::x86_64_fma::mm_part_rows,
     transpose32: super::x86_64_transpose::transpose32,
     gather_words: super::x86_64_fma::gather_words,
@@ -826,6 +826,110 @@ unsafe fn tile_6x16_row<const Q: usize>(
         for (r, tr) in tq.iter().enumerate() {
             // SAFETY: row r of tile q (at c + q*NR) and of its residual hold 16 floats.
             unsafe { store_row(*tr, c.add(q * NR), ldc, r, acc, e.map(|e| e[q])) }
+        }
+    }
+}
+
+/// `KernelTable::mm_part` with AVX-512: rows `0..rows` of a ragged last A panel
+/// against `panels` B panels, several panels a call so that a row or two still run
+/// eight or more independent sums.
+#[allow(clippy::too_many_arguments)]
+fn mm_part(
+    kc: usize,
+    a: &[f32],
+    b: &[f32],
+    panels: usize,
+    c: &mut [f32],
+    ldc: usize,
+    rows: usize,
+    acc: bool,
+) {
+    super::assert_part_fits(kc, a, c, ldc, rows, panels);
+    assert!(b.len() >= panels * kc * NR, "part tile: short B");
+    let per = match rows {
+        1 => 8,
+        2 | 3 => 4,
+        _ => 2,
+    };
+    let (a, b, c) = (a.as_ptr(), b.as_ptr(), c.as_mut_ptr());
+    let mut q = 0;
+    while q < panels {
+        let np = [per, 4, 2, 1]
+            .into_iter()
+            .find(|&n| n <= per && n <= panels - q);
+        let np = np.unwrap_or(1);
+        // SAFETY: the features were detected (see `table`); A holds kc * MR floats, B
+        // `panels` panels of kc * NR (so panels q..q + np), C `rows` rows of
+        // panels * NR at ldc (the asserts above).
+        unsafe {
+            let (bq, cq) = (b.add(q * kc * NR), c.add(q * NR));
+            macro_rules! go {
+                ($r:literal, $n:literal) => {
+                    part_512::<$r, $n>(kc, a, bq, cq, ldc, acc)
+                };
+            }
+            match (rows, np) {
+                (1, 8) => go!(1, 8),
+                (1, 4) => go!(1, 4),
+                (1, 2) => go!(1, 2),
+                (1, _) => go!(1, 1),
+                (2, 4) => go!(2, 4),
+                (2, 2) => go!(2, 2),
+                (2, _) => go!(2, 1),
+                (3, 4) => go!(3, 4),
+                (3, 2) => go!(3, 2),
+                (3, _) => go!(3, 1),
+                (4, 2) => go!(4, 2),
+                (4, _) => go!(4, 1),
+                (_, 2) => go!(5, 2),
+                _ => go!(5, 1),
+            }
+        }
+        q += np;
+    }
+}
+
+/// `R` rows of `Q` tiles side by side: A a packed panel (`MR` floats a step, its first
+/// `R` rows used), B `Q` panels of `kc * NR` one after another, C `R` rows of `Q * NR`
+/// at `ldc` (`+=` when `acc`); each element summed in the order of [`tile_6x16`].
+///
+/// # Safety
+/// AVX-512F must be available; `a` valid for `kc * MR` floats, `b` for `Q * kc * NR`,
+/// `c` for `R` rows of `Q * NR` floats at stride `ldc`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+unsafe fn part_512<const R: usize, const Q: usize>(
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    acc: bool,
+) {
+    let mut t = [[_mm512_setzero_ps(); Q]; R];
+    for p in 0..kc {
+        // SAFETY: step p < kc of the A panel and of each B panel is readable (caller).
+        unsafe {
+            let x: [__m512; Q] = std::array::from_fn(|q| _mm512_loadu_ps(b.add((q * kc + p) * NR)));
+            for (r, tr) in t.iter_mut().enumerate() {
+                let av = _mm512_set1_ps(*a.add(p * MR + r));
+                for (tq, xq) in tr.iter_mut().zip(x) {
+                    *tq = _mm512_fmadd_ps(av, xq, *tq);
+                }
+            }
+        }
+    }
+    for (r, tr) in t.iter().enumerate() {
+        for (q, v) in tr.iter().enumerate() {
+            // SAFETY: row r < R, columns q * NR.. of C are within the caller's bounds.
+            unsafe {
+                let cp = c.add(r * ldc + q * NR);
+                let v = if acc {
+                    _mm512_add_ps(*v, _mm512_loadu_ps(cp))
+                } else {
+                    *v
+                };
+                _mm512_storeu_ps(cp, v);
+            }
         }
     }
 }
