@@ -347,8 +347,14 @@ pub fn run_units_with(
             }
         }
     }
-    for step in u0.max(proj_units) - proj_units..u1.saturating_sub(proj_units) {
-        for d in 0..s.dirs {
+    // Direction by direction over the call's steps: each direction's recurrent weights
+    // (1 MiB at H = 256) then stay in L2 for all its steps, where steps taking turns
+    // between two directions kept both live (a CRNN's two bidirectional LSTM layers at
+    // H = 256, Xeon with 2 MiB L2, node minimum of 20 runs: 5.13 -> 2.50-3.40 ms and
+    // 6.85 -> 4.40-4.74 ms).
+    let steps = u0.max(proj_units) - proj_units..u1.saturating_sub(proj_units);
+    for d in 0..s.dirs {
+        for step in steps.clone() {
             let r = &prm.r[d * gh * hs..(d + 1) * gh * hs];
             let rbh = (!prm.b.is_empty()
                 && cell
