@@ -65,7 +65,7 @@ static TABLE: KernelTable = KernelTable {
     depthwise_nhwc: super::x86_64_dw_nhwc::depthwise_nhwc,
     qdepthwise_block: Some(super::x86_64_qdw_block::qdepthwise_block),
     mm_tile_strided,
-    mm_tile_segs: super::x86_64_fma::mm_tile_segs,
+    mm_tile_segs,
     mm_tile_strided_epi: Some(mm_tile_strided_epi),
     mm_tiles: Some(mm_tiles),
     mm_tile_pair: Some(mm_tile_pair),
@@ -930,6 +930,88 @@ unsafe fn part_512<const R: usize, const Q: usize>(
                 };
                 _mm512_storeu_ps(cp, v);
             }
+        }
+    }
+}
+
+/// `KernelTable::mm_tile_segs` with AVX-512: [`tile_segs`] for the row count.
+#[allow(clippy::too_many_arguments)]
+fn mm_tile_segs(
+    kc: usize,
+    a: &[f32],
+    segs: &[usize],
+    lda: usize,
+    b: &[f32],
+    c: &mut [f32],
+    ldc: usize,
+    rows: usize,
+    e: Option<&TileEpi<'_>>,
+) {
+    super::assert_segs_fit(kc, a, segs, lda, b, c, ldc, rows, e);
+    let (a, b, c) = (a.as_ptr(), b.as_ptr(), c.as_mut_ptr());
+    // SAFETY: the features were detected (see `table`); `assert_segs_fit` bounds every A
+    // row of every segment, the B rows of every segment, the `rows` rows of C and the
+    // column bias.
+    unsafe {
+        match rows {
+            6 => tile_segs::<6>(kc, a, segs, lda, b, c, ldc, e),
+            5 => tile_segs::<5>(kc, a, segs, lda, b, c, ldc, e),
+            4 => tile_segs::<4>(kc, a, segs, lda, b, c, ldc, e),
+            3 => tile_segs::<3>(kc, a, segs, lda, b, c, ldc, e),
+            2 => tile_segs::<2>(kc, a, segs, lda, b, c, ldc, e),
+            _ => tile_segs::<1>(kc, a, segs, lda, b, c, ldc, e),
+        }
+    }
+}
+
+/// `R` rows of a 16-column tile summed over segments (see `KernelTable::mm_tile_segs`):
+/// one 16-lane FMA chain a row, each element's products in segment then step order (the
+/// AVX2 tile's order, so the same bits), the column bias and clamp fused into the store.
+///
+/// # Safety
+/// AVX-512F available; the operands as `assert_segs_fit` checks them for `R` rows.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile_segs<const R: usize>(
+    kc: usize,
+    a: *const f32,
+    segs: &[usize],
+    lda: usize,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    e: Option<&TileEpi<'_>>,
+) {
+    let mut t = [_mm512_setzero_ps(); R];
+    let mut bp = b;
+    for &off in segs {
+        // SAFETY: rows r < R of the segment hold kc floats from a + off + r * lda, and
+        // the segment's kc B rows of 16 start at bp (the caller's contract).
+        unsafe {
+            let ar: [*const f32; R] = std::array::from_fn(|r| a.add(off + r * lda));
+            for p in 0..kc {
+                let bv = _mm512_loadu_ps(bp);
+                for (acc, r) in t.iter_mut().zip(ar) {
+                    *acc = _mm512_fmadd_ps(_mm512_set1_ps(*r.add(p)), bv, *acc);
+                }
+                bp = bp.add(NR);
+            }
+        }
+    }
+    for (r, acc) in t.iter().enumerate() {
+        // SAFETY: row r < R of C holds 16 floats at c + r * ldc; the column bias 16.
+        unsafe {
+            let mut v = *acc;
+            if let Some(e) = e {
+                if let Some(cb) = e.col_bias {
+                    v = _mm512_add_ps(v, _mm512_loadu_ps(cb.as_ptr()));
+                }
+                if let Some((lo, hi)) = e.clamp {
+                    // As the epilogue's ReLU / Clip: `vmaxps` gives `lo` for a NaN.
+                    v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(lo)), _mm512_set1_ps(hi));
+                }
+            }
+            _mm512_storeu_ps(c.add(r * ldc), v);
         }
     }
 }
