@@ -346,6 +346,45 @@ fn assert_tile_fits(kc: usize, a: &[f32], c: &[f32], ldc: usize, e: Option<&Tile
     e.inspect(|e| e.assert_fits(ldc, NR));
 }
 
+/// Defines a SIMD table's `mm_tile_segs` entry: checks the operands once
+/// ([`assert_segs_fit`]) and calls the module's `tile_segs::<R>` for the row count (the
+/// same dispatch in every table; only the tile differs).
+macro_rules! segs_entry {
+    () => {
+        /// `KernelTable::mm_tile_segs`: this table's `tile_segs` for the row count.
+        #[allow(clippy::too_many_arguments)]
+        fn mm_tile_segs(
+            kc: usize,
+            a: &[f32],
+            segs: &[usize],
+            lda: usize,
+            b: &[f32],
+            c: &mut [f32],
+            ldc: usize,
+            rows: usize,
+            e: Option<&TileEpi<'_>>,
+        ) {
+            super::assert_segs_fit(kc, a, segs, lda, b, c, ldc, rows, e);
+            let (a, b, c) = (a.as_ptr(), b.as_ptr(), c.as_mut_ptr());
+            // SAFETY: the table holding this entry is handed out only after its
+            // features were detected; `assert_segs_fit` bounds every A row of every
+            // segment, the B rows of every segment, the `rows` rows of C and the column
+            // bias.
+            unsafe {
+                match rows {
+                    6 => tile_segs::<6>(kc, a, segs, lda, b, c, ldc, e),
+                    5 => tile_segs::<5>(kc, a, segs, lda, b, c, ldc, e),
+                    4 => tile_segs::<4>(kc, a, segs, lda, b, c, ldc, e),
+                    3 => tile_segs::<3>(kc, a, segs, lda, b, c, ldc, e),
+                    2 => tile_segs::<2>(kc, a, segs, lda, b, c, ldc, e),
+                    _ => tile_segs::<1>(kc, a, segs, lda, b, c, ldc, e),
+                }
+            }
+        }
+    };
+}
+pub(crate) use segs_entry;
+
 /// Panics unless the operands of `mm_tile_segs` hold what it reads and writes (see
 /// [`KernelTable::mm_tile_segs`]), so that kernels may index without checks afterwards.
 #[allow(clippy::too_many_arguments)]

@@ -934,35 +934,7 @@ unsafe fn part_512<const R: usize, const Q: usize>(
     }
 }
 
-/// `KernelTable::mm_tile_segs` with AVX-512: [`tile_segs`] for the row count.
-#[allow(clippy::too_many_arguments)]
-fn mm_tile_segs(
-    kc: usize,
-    a: &[f32],
-    segs: &[usize],
-    lda: usize,
-    b: &[f32],
-    c: &mut [f32],
-    ldc: usize,
-    rows: usize,
-    e: Option<&TileEpi<'_>>,
-) {
-    super::assert_segs_fit(kc, a, segs, lda, b, c, ldc, rows, e);
-    let (a, b, c) = (a.as_ptr(), b.as_ptr(), c.as_mut_ptr());
-    // SAFETY: the features were detected (see `table`); `assert_segs_fit` bounds every A
-    // row of every segment, the B rows of every segment, the `rows` rows of C and the
-    // column bias.
-    unsafe {
-        match rows {
-            6 => tile_segs::<6>(kc, a, segs, lda, b, c, ldc, e),
-            5 => tile_segs::<5>(kc, a, segs, lda, b, c, ldc, e),
-            4 => tile_segs::<4>(kc, a, segs, lda, b, c, ldc, e),
-            3 => tile_segs::<3>(kc, a, segs, lda, b, c, ldc, e),
-            2 => tile_segs::<2>(kc, a, segs, lda, b, c, ldc, e),
-            _ => tile_segs::<1>(kc, a, segs, lda, b, c, ldc, e),
-        }
-    }
-}
+super::segs_entry!();
 
 /// `R` rows of a 16-column tile summed over segments (see `KernelTable::mm_tile_segs`):
 /// one 16-lane FMA chain a row, each element's products in segment then step order (the
