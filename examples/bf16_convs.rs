@@ -1,4 +1,4 @@
-//! bf16 vs f32 conv kernels (im2col, Winograd, direct in both tilings) on ResNet-18's
+//! bf16 vs f32 conv kernels (im2col, Winograd, direct in both tilings and, with AMX, the wide run) on ResNet-18's
 //! and MobileNetV2's conv shapes, one thread: the best of many
 //! runs of each (`cargo run --release --example bf16_convs`). Needs AVX512_BF16.
 
@@ -86,7 +86,7 @@ fn main() {
         ),
     ];
     println!(
-        "{:28} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8}",
+        "{:28} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8}",
         "conv",
         "f32 us",
         "wino us",
@@ -96,6 +96,7 @@ fn main() {
         "wb16 F2",
         "direct",
         "d chans",
+        "wide",
         "f32 dir",
         "f32 dch",
         "d diff"
@@ -157,7 +158,8 @@ fn main() {
         } else {
             (f64::NAN, f64::NAN, f64::NAN)
         };
-        let mut bs = vec![0.0; bf16::conv_scratch_len(&s)];
+        let wide_len = direct::scratch_len(&s, 2, Tiling::Wide);
+        let mut bs = vec![0.0; bf16::conv_scratch_len(tab, &s).max(wide_len)];
         let mut bf16_run = |direct: Option<Tiling>, y: &mut [f32]| {
             let bw = Bf16ConvWeights::with_layout(&s, &w, direct);
             best(|| {
@@ -179,8 +181,14 @@ fn main() {
         let mut yd = vec![0.0; y.len()];
         let direct_us = bf16_run(Some(Tiling::Rows), &mut yd);
         let chans_us = bf16_run(Some(Tiling::Chans), &mut yd);
+        let wide_us = if tab.wide.is_some() && direct::wide_applies(&s) {
+            let mut yw = vec![0.0; y.len()];
+            bf16_run(Some(Tiling::Wide), &mut yw)
+        } else {
+            f64::NAN
+        };
         // f32 direct in both tilings.
-        let mut ds = vec![0.0; direct::scratch_len(&s, 1)];
+        let mut ds = vec![0.0; direct::scratch_len(&s, 1, Tiling::Rows)];
         let mut f32_direct = |t: Tiling, y: &mut [f32]| {
             let dw = direct::pack_weights(&s, &w, 1, |lo, _| lo, t);
             let none = &Epilogue::NONE;
@@ -208,7 +216,7 @@ fn main() {
             f32_us.min(wino_us)
         };
         println!(
-            "{name:28} {f32_us:9.0} {wino_us:9.0} {bf_us:9.0} {:6.2} {wb4:9.0} {wb2:9.0} {direct_us:9.0} {chans_us:9.0} {fdr_us:9.0} {fdc_us:9.0} {diff:8.1e}",
+            "{name:28} {f32_us:9.0} {wino_us:9.0} {bf_us:9.0} {:6.2} {wb4:9.0} {wb2:9.0} {direct_us:9.0} {chans_us:9.0} {wide_us:9.0} {fdr_us:9.0} {fdc_us:9.0} {diff:8.1e}",
             bf_us / f
         );
     }

@@ -210,6 +210,15 @@ pub const KEYS: &[Key] = &[
               a model load on a CPU without it fails with a config error)",
     },
     Key {
+        name: "VNPU_BF16_KERNELS",
+        kind: Kind::Choice(&["avx512-bf16", "amx-bf16"]),
+        default: "",
+        applies: Applies::ModelLoad,
+        doc: "bf16 kernels a bf16 plan uses (default: the best this CPU has, `amx-bf16` \
+              where it has AMX-BF16: dense convs of 16+ input channels on AMX tiles, \
+              otherwise as `avx512-bf16`)",
+    },
+    Key {
         name: "VNPU_CACHE_DIR",
         kind: Kind::Path,
         default: "",

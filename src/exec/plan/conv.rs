@@ -300,14 +300,14 @@ pub(crate) fn plan_conv(
         ));
     }
     let (post, res) = post_ops(c, post, s.c_out)?;
-    if let Some(tab) = c.bf16.filter(|_| bf16_conv_wins(s)) {
+    if let Some(tab) = c.bf16.filter(|t| bf16_conv_wins(t, s)) {
         let ConvParts { s, wt, bias, .. } = parts;
         let by_cols = s.group == 1 && s.oh * s.ow > s.c_out;
-        let scratch = bf16::conv_scratch_len(&s);
-        let par = bf16_conv_chunks(&s, wt, c.threads);
+        let scratch = bf16::conv_scratch_len(tab, &s);
+        let par = bf16_conv_chunks(tab, &s, wt, c.threads);
         let helper = if par.is_empty() { 0 } else { scratch };
         let k = ConvKernel::Bf16 {
-            w: Bf16ConvWeights::pack(&s, wt),
+            w: Bf16ConvWeights::pack(tab, &s, wt),
             s,
             tab,
             bias,
@@ -330,8 +330,8 @@ pub(crate) fn plan_conv(
     if c.threads <= 1 && pre.is_none() && direct::f32_wins(s) {
         let ConvParts { s, wt, bias, .. } = parts;
         let by_cols = s.oh * s.ow > s.c_out;
-        let scratch = direct::scratch_len(&s, 1);
         let tiling = direct::tiling(&s, 1);
+        let scratch = direct::scratch_len(&s, 1, tiling);
         let k = ConvKernel::Direct {
             w: direct::pack_weights(&s, wt, 1, |lo, _| lo, tiling),
             tiling,
@@ -373,22 +373,34 @@ pub(crate) fn plan_conv(
 /// 171 us against 234 in f32).
 const BF16_POINTWISE_MIN_COUT: usize = 96;
 
-/// True when a bf16 plan computes conv `s` in bf16: every dense or grouped conv but
-/// those the f32 Winograd path computes faster (in ResNet-18, its 3x3 stride-1 convs run
-/// 0.3-1.8 ms slower per inference as direct bf16 convs) and narrow pointwise ones.
-fn bf16_conv_wins(s: &ConvShape) -> bool {
+/// True when a bf16 plan computes conv `s` through `tab` in bf16. With a wide (AMX)
+/// run: the convs it takes, and no other (on a Xeon with AMX, the AVX512_BF16 tiles
+/// took 1.2-4.2x the best f32 time on every ResNet-18 and MobileNetV2 conv shape, e.g.
+/// the 7x7 stem 2681 us against 1636 direct f32; the wide run 0.13-0.5x on 3x3 convs).
+/// Without: every dense or grouped conv but those the f32 Winograd path computes faster
+/// (in ResNet-18 on Zen 4, its 3x3 stride-1 convs ran 0.3-1.8 ms slower per inference
+/// as direct bf16 convs) and narrow pointwise ones.
+fn bf16_conv_wins(tab: &Bf16Table, s: &ConvShape) -> bool {
+    if tab.wide.is_some() {
+        return !s.is_depthwise() && bf16::runs_wide(tab, s);
+    }
     let pointwise = s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.ph == 0 && s.pw == 0;
     !s.is_depthwise()
         && !crate::compile::cost::winograd_wins(s)
-        && (!pointwise || s.cout_g() >= BF16_POINTWISE_MIN_COUT || bf16::direct_applies(s))
+        && (!pointwise || s.cout_g() >= BF16_POINTWISE_MIN_COUT || bf16::direct_applies(tab, s))
 }
 
 /// The intra-op chunks of a bf16 conv (dense, one image: the ranges
 /// [`conv_chunk_ranges`] cuts), each with its weights packed on their own; `wt` the flat
 /// weights. Every output is computed by the same tile arithmetic as in the whole conv
 /// (its weight row, the same im2col blocks), so the chunks equal one thread bit for bit.
-fn bf16_conv_chunks(s: &ConvShape, wt: &[f32], threads: usize) -> Vec<Bf16ConvChunk> {
-    dense_chunks(s, wt, threads, Bf16ConvWeights::pack)
+fn bf16_conv_chunks(
+    tab: &Bf16Table,
+    s: &ConvShape,
+    wt: &[f32],
+    threads: usize,
+) -> Vec<Bf16ConvChunk> {
+    dense_chunks(s, wt, threads, |s, w| Bf16ConvWeights::pack(tab, s, w))
 }
 
 /// Runs a bf16 conv's chunks on this thread and the intra-op helper pool.

@@ -69,6 +69,12 @@ struct GemmChunk {
 /// The constant B as planned: elements, row and column strides, and the scale packed in.
 type RawB<'a> = (&'a [f32], usize, usize, f32);
 
+/// Fewest depth of a product a bf16 plan runs on the wide (AMX) GEMM; shallower ones
+/// stay f32 (padding K to a whole tile step, converting A and the epilogue pass cost
+/// more than the products save: MobileNetV2's 16->96 1x1 at 112x112 took 738 us on AMX
+/// against 484 in f32, its 96->24 at 56x56 124 against 184).
+const WIDE_GEMM_MIN_K: usize = 64;
+
 /// Bytes per µs one thread streams from memory, for chunk sizes of products that read
 /// more weights than they compute on (one-row C): 10 GB/s.
 const STREAM_BYTES_PER_US: usize = 10_000;
@@ -82,7 +88,8 @@ impl GemmPlan {
     fn scratch(&self) -> usize {
         if self.bf16.is_some() {
             // Dwords of A's rows in K pairs, held in the f32 scratch.
-            return bf16::gemm_a_rows_scratch_len(self.m, self.k);
+            let tab = self.bf16.as_ref().map(|b| b.0).expect("bf16 table");
+            return bf16::gemm_a_rows_scratch_len(tab, self.m, self.k);
         }
         gemm::packed_a_len(self.m, self.k)
             + if self.b_packed.is_some() {
@@ -97,8 +104,10 @@ impl GemmPlan {
     /// (a one-row product would fill one lane of six).
     fn planned(mut self, c: &Ctx<'_>, b: Option<RawB<'_>>) -> Planned {
         if let (Some(tab), Some((bv, rs, cs, scale))) = (c.bf16, b) {
-            if self.batches.len() == 1 && self.m >= gemm::MR {
-                self.bf16 = Some((tab, bf16::pack_b(bv, rs, cs, self.k, self.n, scale)));
+            let deep = tab.wide_gemm.is_none() || self.k >= WIDE_GEMM_MIN_K;
+            if self.batches.len() == 1 && self.m >= gemm::MR && deep {
+                let pb = bf16::pack_b_for(tab, (bv, rs, cs), (self.k, self.n), scale);
+                self.bf16 = Some((tab, pb));
                 self.b_packed = None;
                 self.alpha = 1.0;
                 self.par = self.chunks(c.threads, b);
@@ -106,7 +115,7 @@ impl GemmPlan {
                 let helper = self
                     .par
                     .iter()
-                    .map(|ch| bf16::gemm_a_rows_scratch_len(ch.hi - ch.lo, self.k))
+                    .map(|ch| bf16::gemm_a_rows_scratch_len(tab, ch.hi - ch.lo, self.k))
                     .max()
                     .unwrap_or(0);
                 return Planned::new(Box::new(self))

@@ -25,17 +25,17 @@ pub struct Bf16ConvWeights {
 }
 
 impl Bf16ConvWeights {
-    /// Packs `w` (`[Cout, Cin_g, KH, KW]`) for `s` (a dense or grouped conv), direct
-    /// (in the tiling it picks) when the direct conv takes `s`.
-    pub fn pack(s: &ConvShape, w: &[f32]) -> Bf16ConvWeights {
-        let t = direct::applies(s).then(|| direct::tiling(s));
+    /// Packs `w` (`[Cout, Cin_g, KH, KW]`) for `s` (a dense or grouped conv) as `tab`
+    /// runs it: direct (in the tiling it picks) when the direct conv takes `s`.
+    pub fn pack(tab: &Bf16Table, s: &ConvShape, w: &[f32]) -> Bf16ConvWeights {
+        let t = direct::applies(tab, s).then(|| direct::tiling(tab, s));
         Self::with_layout(s, w, t)
     }
 
-    /// Packs `w` for the direct conv in `tiling` when given (and the direct conv takes
+    /// Packs `w` for the direct conv in `tiling` when given (and that tiling takes
     /// `s`), else for im2col.
     pub fn with_layout(s: &ConvShape, w: &[f32], tiling: Option<Tiling>) -> Bf16ConvWeights {
-        if let Some(t) = tiling.filter(|_| direct::applies(s)) {
+        if let Some(t) = tiling.filter(|&t| direct::takes(s, t)) {
             return Bf16ConvWeights {
                 groups: vec![direct::pack_weights(s, w, t)],
                 direct: Some(t),
@@ -52,11 +52,11 @@ impl Bf16ConvWeights {
     }
 }
 
-/// Scratch floats a [`conv2d_bf16`] call needs, for either layout.
-pub fn conv_scratch_len(s: &ConvShape) -> usize {
+/// Scratch floats a [`conv2d_bf16`] call through `tab` needs, for either layout.
+pub fn conv_scratch_len(tab: &Bf16Table, s: &ConvShape) -> usize {
     let im2col = panels_scratch_len(s.k(), s.oh * s.ow);
-    if direct::applies(s) {
-        im2col.max(direct::scratch_len(s))
+    if direct::applies(tab, s) {
+        im2col.max(direct::scratch_len(s, direct::tiling(tab, s)))
     } else {
         im2col
     }

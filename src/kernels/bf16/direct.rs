@@ -11,19 +11,38 @@ use crate::kernels::isa::Isa;
 /// Input channels per plane element: a K pair.
 const PER: usize = 2;
 
-/// True when conv `s` runs as a direct bf16 conv (see [`direct::applies`]).
-pub fn applies(s: &ConvShape) -> bool {
-    direct::applies(s, PER)
+/// True when conv `s` runs as a direct bf16 conv through `tab` (see
+/// [`direct::applies`]; with `tab`'s wide run, [`direct::wide_applies`] too).
+pub fn applies(tab: &Bf16Table, s: &ConvShape) -> bool {
+    direct::applies(s, PER) || runs_wide(tab, s)
 }
 
-/// Dwords of scratch a direct bf16 conv of `s` needs.
-pub(super) fn scratch_len(s: &ConvShape) -> usize {
-    direct::scratch_len(s, PER)
+/// True when `tab` runs conv `s` on its wide run.
+pub fn runs_wide(tab: &Bf16Table, s: &ConvShape) -> bool {
+    tab.wide.is_some() && direct::wide_applies(s)
 }
 
-/// The tiling of a direct bf16 conv of `s` (see [`direct::tiling`]).
-pub(super) fn tiling(s: &ConvShape) -> Tiling {
-    direct::tiling(s, PER)
+/// Dwords of scratch a direct bf16 conv of `s` in `tiling` needs.
+pub(super) fn scratch_len(s: &ConvShape, tiling: Tiling) -> usize {
+    direct::scratch_len(s, PER, tiling)
+}
+
+/// The tiling of a direct bf16 conv of `s` through `tab`: the wide run where `tab` has
+/// one and it takes `s`, else [`direct::tiling`].
+pub(super) fn tiling(tab: &Bf16Table, s: &ConvShape) -> Tiling {
+    if runs_wide(tab, s) {
+        Tiling::Wide
+    } else {
+        direct::tiling(s, PER)
+    }
+}
+
+/// True when a conv packed in `tiling` can run it: the wide run takes it, or the tiles.
+pub(super) fn takes(s: &ConvShape, tiling: Tiling) -> bool {
+    match tiling {
+        Tiling::Wide => direct::wide_applies(s),
+        _ => direct::applies(s, PER),
+    }
 }
 
 /// Weights `w` (`[Cout, Cin, KH, KW]`) in K pairs, as `tiling`'s tile reads them.
@@ -50,6 +69,7 @@ pub(super) fn conv_direct(
         per: PER,
         pack: tab.pack_pairs,
         tiles: tab.conv_tiles,
+        wide: tab.wide,
     };
     direct::conv_direct(&k, tiling, isa, s, w, x, y, chans, cols, epi, scratch);
 }

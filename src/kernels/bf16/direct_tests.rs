@@ -1,7 +1,8 @@
 //! The direct bf16 conv: its two table entries against the portable emulation bit for
 //! bit, whole convs against an f64 conv of the bf16-rounded operands (strides, pads,
 //! dilation, odd channels, batches, the epilogue), and channel / position ranges
-//! against the whole call.
+//! against the whole call; the wide (AMX) run, where the CPU has it, against the same
+//! f64 conv to its rounding and its ranges against its whole call (with the others).
 
 use super::{conv2d_bf16, conv_scratch_len, from_bf16, native, portable, to_bf16};
 use super::{Bf16ConvWeights, Bf16Table, NR};
@@ -179,6 +180,11 @@ fn reference(s: &ConvShape, x: &[f32], w: &[f32]) -> (Vec<f32>, Vec<f32>) {
     (y, mag)
 }
 
+/// Scratch for every layout of `s` (the wide run's too, whatever the table).
+fn scratch_len(t: &Bf16Table, s: &ConvShape) -> usize {
+    conv_scratch_len(t, s).max(super::direct::scratch_len(s, Tiling::Wide))
+}
+
 fn run(
     t: &Bf16Table,
     s: &ConvShape,
@@ -187,7 +193,7 @@ fn run(
     epi: &Epilogue<'_>,
 ) -> Vec<f32> {
     let mut y = vec![f32::NAN; s.n * s.c_out * s.oh * s.ow];
-    let mut scratch = vec![f32::NAN; conv_scratch_len(s)];
+    let mut scratch = vec![f32::NAN; scratch_len(t, s)];
     let (chans, cols) = ((0, s.c_out), (0, s.oh * s.ow));
     conv2d_bf16(
         t,
@@ -207,7 +213,7 @@ fn run(
 #[test]
 fn direct_conv_matches_the_rounded_conv() {
     for s in shapes() {
-        if !super::direct::applies(&s) {
+        if !super::direct::applies(portable(), &s) {
             continue;
         }
         let x = rand_vec(s.n * s.c_in * s.h * s.w, 5);
@@ -249,14 +255,25 @@ fn direct_conv_matches_the_rounded_conv() {
 #[test]
 fn direct_conv_ranges_equal_the_whole_call_with_the_epilogue() {
     let t = native().unwrap_or(portable());
-    // Direct shapes only: im2col needs channel cuts on the MR grid.
-    for s in shapes().into_iter().filter(super::direct::applies) {
+    // Direct shapes only: im2col needs channel cuts on the MR grid. The wide run too,
+    // where the table has one.
+    for s in shapes()
+        .into_iter()
+        .filter(|s| super::direct::applies(t, s))
+    {
         let x = rand_vec(s.n * s.c_in * s.h * s.w, 8);
         let w = rand_vec(s.c_out * s.k(), 9);
-        for tiling in TILINGS {
+        let mut tilings = Vec::new();
+        if super::direct::applies(portable(), &s) {
+            tilings.extend(TILINGS);
+        }
+        if super::direct::runs_wide(t, &s) {
+            tilings.push(Tiling::Wide);
+        }
+        for tiling in tilings {
             let wts = Bf16ConvWeights::with_layout(&s, &w, Some(tiling));
             let conv = |chans, cols, epi: &Epilogue<'_>, y: &mut [f32]| {
-                let mut scratch = vec![f32::NAN; conv_scratch_len(&s)];
+                let mut scratch = vec![f32::NAN; scratch_len(t, &s)];
                 conv2d_bf16(
                     t,
                     Isa::Portable,
@@ -271,6 +288,41 @@ fn direct_conv_ranges_equal_the_whole_call_with_the_epilogue() {
                 );
             };
             check_ranges(&s, &conv, &format!("{} {tiling:?}", t.name));
+        }
+    }
+}
+
+/// The tables with a wide run (none where the CPU lacks AMX-BF16).
+fn wide_tables() -> Vec<&'static Bf16Table> {
+    tables().into_iter().filter(|t| t.wide.is_some()).collect()
+}
+
+#[test]
+fn wide_run_matches_the_rounded_conv() {
+    let shapes: Vec<ConvShape> = shapes()
+        .into_iter()
+        .filter(crate::kernels::conv::direct::wide_applies)
+        .collect();
+    assert!(shapes.len() >= 5, "too few shapes for the wide run");
+    for t in wide_tables() {
+        for s in &shapes {
+            let x = rand_vec(s.n * s.c_in * s.h * s.w, 15);
+            let w = rand_vec(s.c_out * s.k(), 16);
+            let wts = Bf16ConvWeights::with_layout(s, &w, Some(Tiling::Wide));
+            assert_eq!(wts.direct, Some(Tiling::Wide));
+            let (want, mag) = reference(s, &x, &w);
+            let got = run(t, s, &wts, &x, &Epilogue::NONE);
+            // bf16 products are exact in f32; the sums round once per addition.
+            let tol = s.k() as f32 * f32::EPSILON;
+            for (i, (&g, (&e, &m))) in got.iter().zip(want.iter().zip(&mag)).enumerate() {
+                assert!(
+                    (g - e).abs() <= tol * m + 1e-30,
+                    "{} {s:?} output {i}: {g} vs {e}",
+                    t.name
+                );
+            }
+            // What the table picks for it: the wide run.
+            assert_eq!(Bf16ConvWeights::pack(t, s, &w).direct, Some(Tiling::Wide));
         }
     }
 }

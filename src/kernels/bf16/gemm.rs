@@ -6,7 +6,8 @@
 //! requested ranges (a ragged tile goes through a local tile that holds C when
 //! accumulating), so disjoint ranges together equal one whole call bit for bit.
 
-use super::{a_panel, pair, Bf16Table, KC, MR, NR};
+use super::wide::{KB as WKB, PANEL as WPANEL, ROWS as WROWS};
+use super::{a_panel, pair, Bf16Table, WideGemm, KC, MR, NR};
 use crate::kernels::gemm::{Epilogue, NC};
 use crate::kernels::isa::Isa;
 
@@ -193,17 +194,135 @@ pub fn pack_b(b: &[f32], rs: usize, cs: usize, k: usize, n: usize, scale: f32) -
     out
 }
 
-/// Dwords of scratch [`gemm_a_rows`] needs for `rows` rows of C (a range) and depth `k`:
-/// one K block of A's rows in pairs.
-pub fn gemm_a_rows_scratch_len(rows: usize, k: usize) -> usize {
+/// Dwords of scratch [`gemm_a_rows`] through `tab` needs for `rows` rows of C (a range)
+/// and depth `k`: one K block of A's rows in pairs (with a wide GEMM: one row block of
+/// the whole depth).
+pub fn gemm_a_rows_scratch_len(tab: &Bf16Table, rows: usize, k: usize) -> usize {
+    if tab.wide_gemm.is_some() {
+        return WROWS * wide_lda(k);
+    }
     rows.div_ceil(MR) * MR * KC.min(k).div_ceil(2)
+}
+
+/// Pairs of depth `k` in the wide layout: whole K steps.
+fn wide_kp(k: usize) -> usize {
+    k.div_ceil(2).div_ceil(WKB) * WKB
+}
+
+/// Row stride (dwords) of A's pairs for the wide GEMM: [`wide_kp`] made an odd number
+/// of 64-byte lines, so that a tile's 16 rows do not share cache sets.
+fn wide_lda(k: usize) -> usize {
+    let kp = wide_kp(k);
+    if (kp / 16).is_multiple_of(2) {
+        kp + 16
+    } else {
+        kp
+    }
+}
+
+/// Panels of a wide B of `n` columns: whole pairs of panels, plus one (a range may
+/// start on an odd panel).
+fn wide_panels(n: usize) -> usize {
+    n.div_ceil(2 * WPANEL) * 2 + 1
+}
+
+/// Packs B (as [`pack_b`]'s operands) in the layout `tab` multiplies: [`pack_b`]'s, or
+/// for a wide GEMM, 16-column panels of the whole depth in K pairs (`wide_kp(k) * 16`
+/// dwords each, pair `q`'s columns at `q * 16`), zero-padded.
+pub fn pack_b_for(
+    tab: &Bf16Table,
+    (b, rs, cs): (&[f32], usize, usize),
+    (k, n): (usize, usize),
+    scale: f32,
+) -> Vec<u32> {
+    if tab.wide_gemm.is_none() {
+        return pack_b(b, rs, cs, k, n, scale);
+    }
+    let kp = wide_kp(k);
+    let mut out = vec![0u32; wide_panels(n) * kp * WPANEL];
+    let at = |p: usize, j: usize| {
+        if p < k {
+            b[p * rs + j * cs] * scale
+        } else {
+            0.0
+        }
+    };
+    for j in 0..n {
+        let panel = &mut out[j / WPANEL * kp * WPANEL..][..kp * WPANEL];
+        for q in 0..k.div_ceil(2) {
+            panel[q * WPANEL + j % WPANEL] = pair(at(2 * q, j), at(2 * q + 1, j));
+        }
+    }
+    out
+}
+
+/// [`gemm_a_rows`] on a wide GEMM: per block of [`WROWS`] rows, A's rows in K pairs of
+/// the whole depth (zero rows past the range), then the block over the columns, then
+/// the epilogue.
+#[allow(clippy::too_many_arguments)]
+fn gemm_a_rows_wide(
+    w: WideGemm,
+    isa: Isa,
+    (k, n): (usize, usize),
+    (a, rs, cs): (&[f32], usize, usize),
+    pb: &[u32],
+    scratch: &mut [u32],
+    c: &mut [f32],
+    ldc: usize,
+    (m_lo, m_hi): (usize, usize),
+    (n_lo, n_hi): (usize, usize),
+    epi: &Epilogue<'_>,
+) {
+    let (kp, lda) = (wide_kp(k), wide_lda(k));
+    assert!(
+        n_lo.is_multiple_of(WPANEL),
+        "bf16 wide gemm: unaligned columns"
+    );
+    assert!(
+        pb.len() >= wide_panels(n) * kp * WPANEL,
+        "bf16 wide gemm: short B"
+    );
+    let abuf = &mut scratch[..WROWS * lda];
+    let b = &pb[n_lo / WPANEL * kp * WPANEL..];
+    let mut i = m_lo;
+    while i < m_hi {
+        let rows = WROWS.min(m_hi - i);
+        for (r, dst) in abuf.chunks_exact_mut(lda).enumerate() {
+            dst.fill(0);
+            if r >= rows {
+                continue;
+            }
+            let row = i + r;
+            if cs == 1 {
+                (w.to_pairs)(&a[row * rs..][..k], dst);
+            } else {
+                for (q, d) in dst[..k.div_ceil(2)].iter_mut().enumerate() {
+                    let v = |p: usize| if p < k { a[row * rs + p * cs] } else { 0.0 };
+                    *d = pair(v(2 * q), v(2 * q + 1));
+                }
+            }
+        }
+        (w.block)(
+            kp,
+            (abuf, lda),
+            b,
+            (rows, n_hi - n_lo),
+            &mut c[i * ldc + n_lo..],
+            ldc,
+        );
+        if !epi.is_empty() {
+            epi.apply(isa, c, ldc, i, rows, n_lo, n_hi - n_lo);
+        }
+        i += rows;
+    }
 }
 
 /// `C = A · B` on rows `m_range` (start a multiple of MR) and columns `n_range` (start a
 /// multiple of NR) of C (stride `ldc`), then `epi`: A read in place (element `(i, p)` at
 /// `a[i * rs + p * cs]`, `m` rows, depth `k`) and converted to K pairs block by block
 /// into `scratch` ([`gemm_a_rows_scratch_len`] dwords for the range's rows), B packed by
-/// [`pack_b`] (`n` columns).
+/// [`pack_b_for`] for `tab` (`n` columns; a wide GEMM takes any row range and columns
+/// from a 16-column panel).
 #[allow(clippy::too_many_arguments)]
 pub fn gemm_a_rows(
     tab: &Bf16Table,
@@ -220,6 +339,22 @@ pub fn gemm_a_rows(
 ) {
     if k == 0 {
         return zero_depth(isa, c, ldc, m_range, n_range, epi);
+    }
+    if let Some(w) = tab.wide_gemm {
+        let args = (pb, scratch, c, ldc);
+        return gemm_a_rows_wide(
+            w,
+            isa,
+            (k, n),
+            (a, rs, cs),
+            args.0,
+            args.1,
+            args.2,
+            args.3,
+            m_range,
+            n_range,
+            epi,
+        );
     }
     let (m_lo, m_hi) = m_range;
     let n_pad = n.div_ceil(NR) * NR;

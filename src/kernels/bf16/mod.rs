@@ -15,6 +15,8 @@
 //! nearest even, flushes denormals to zero and quiets NaNs ([`to_bf16`]). Accumulation,
 //! bias, post-ops and residuals stay f32; so do the tensors between nodes.
 
+#[cfg(target_arch = "x86_64")]
+pub mod amx;
 mod conv;
 mod direct;
 mod gemm;
@@ -29,10 +31,10 @@ mod tests;
 
 pub use super::isa::{KC, MR, NR};
 pub use conv::{conv2d_bf16, conv_scratch_len, Bf16ConvWeights};
-pub use direct::applies as direct_applies;
+pub use direct::{applies as direct_applies, runs_wide};
 pub use gemm::{
-    gemm_a_rows, gemm_a_rows_scratch_len, gemm_panels, pack_b, packed_b_len, panels_scratch_len,
-    PanelFill,
+    gemm_a_rows, gemm_a_rows_scratch_len, gemm_panels, pack_b, pack_b_for, packed_b_len,
+    panels_scratch_len, PanelFill,
 };
 
 /// The bf16 kernels of one instruction set. Every entry is safe to call with any
@@ -61,6 +63,33 @@ pub struct Bf16Table {
     /// K pairs from two f32 rows read at `stride`: `dst[j] = pair(lo[j * stride],
     /// hi[j * stride])` for `j < dst.len()`, a zero high half when `hi` is `None`.
     pub pack_pairs: fn(lo: &[f32], hi: Option<&[f32]>, stride: usize, dst: &mut [u32]),
+    /// The matrix-engine run of a direct conv (AMX-BF16), where the CPU has one: dense
+    /// convs it takes run in `direct::Tiling::Wide` (its own sums, not the tiles' bits).
+    pub wide: Option<crate::kernels::conv::direct::WideRows<u32>>,
+    /// The matrix-engine GEMM (AMX-BF16), where the CPU has one: products with a
+    /// constant B run on it (B packed by [`pack_b_for`] in its layout; its own sums).
+    pub wide_gemm: Option<WideGemm>,
+}
+
+/// The matrix-engine GEMM of a bf16 table: one row block, and the conversion of A's
+/// rows into K pairs.
+#[derive(Clone, Copy)]
+pub struct WideGemm {
+    /// `(kp, (a, lda), b, (rows, n), c, ldc)`: `C[r][j] = Σ_q A[r][q] · B[q][j]` for up
+    /// to [`wide::ROWS`] rows and `n` columns; A rows of `lda` pairs (`kp`, a multiple
+    /// of [`wide::KB`], used); B in [`pack_b_for`]'s wide panels.
+    #[allow(clippy::type_complexity)]
+    pub block: fn(usize, (&[u32], usize), &[u32], (usize, usize), &mut [f32], usize),
+    /// `(src, dst)`: `dst[q] = pair(src[2q], src[2q + 1])`, a zero high half past the
+    /// end.
+    pub to_pairs: fn(&[f32], &mut [u32]),
+}
+
+/// The wide GEMM's geometry (the direct conv's wide run's: two 16 x 16 tiles a side).
+pub mod wide {
+    pub use crate::kernels::conv::direct::{WIDE_KB as KB, WIDE_ROWS as ROWS};
+    /// Columns per B panel (a tile's).
+    pub const PANEL: usize = 16;
 }
 
 impl std::fmt::Debug for Bf16Table {
@@ -74,11 +103,19 @@ pub fn portable() -> &'static Bf16Table {
     &portable::TABLE
 }
 
-/// The AVX512_BF16 table when this CPU has AVX-512 F/BW/VL and AVX512_BF16.
+/// The best bf16 table this CPU has: `amx-bf16` (the AVX512_BF16 tiles plus the AMX
+/// run of direct convs) where it has AMX-BF16 and the kernel permits it, else
+/// `avx512-bf16` where it has AVX-512 F/BW/VL and AVX512_BF16, else none. The setting
+/// `VNPU_BF16_KERNELS` names one of the two instead (`None` when this CPU lacks it).
 pub fn native() -> Option<&'static Bf16Table> {
     #[cfg(target_arch = "x86_64")]
     {
-        x86_64::table()
+        let wanted = crate::config::choice("VNPU_BF16_KERNELS").ok().flatten();
+        let amx = x86_64::amx_table().filter(|_| wanted != Some("avx512-bf16"));
+        match wanted {
+            Some("amx-bf16") => amx,
+            _ => amx.or_else(x86_64::table),
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
     {

@@ -15,6 +15,8 @@ pub(super) static TABLE: Bf16Table = Bf16Table {
         chans: conv_ctile,
     },
     pack_pairs,
+    wide: None,
+    wide_gemm: None,
 };
 
 /// `x` with a denormal read as a zero of its sign (DAZ).

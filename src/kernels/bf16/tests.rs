@@ -2,7 +2,7 @@
 //! the portable emulation bit for bit over edge sizes, the drivers against an f32 product
 //! of the rounded operands, and ranges against the whole call.
 
-use super::gemm::{gemm_a_rows, gemm_panels, pack_b, panels_scratch_len};
+use super::gemm::{gemm_a_rows, gemm_panels, pack_b_for, panels_scratch_len};
 use super::*;
 use crate::kernels::gemm::Epilogue;
 use crate::kernels::isa::Isa;
@@ -274,24 +274,17 @@ fn a_rows_gemm_matches_panels_gemm() {
     for &(m, n, k) in &SIZES {
         let a = rand_vec(m * k, 3);
         let b = rand_vec(k * n, 4);
-        let pb = pack_b(&b, n, 1, k, n, 1.0);
         let want = rounded_product(m, n, k, &a, &b);
         for t in tables() {
+            let pb = pack_b_for(t, (&b, n, 1), (k, n), 1.0);
+            let mut scratch = vec![0u32; gemm_a_rows_scratch_len(t, m, k)];
+            // C's rows and columns given of A read at (rs, cs) into `c`.
+            let mut call = |asrc: (&[f32], usize, usize), c: &mut [f32], rows, cols| {
+                let (p, e) = (Isa::Portable, &Epilogue::NONE);
+                gemm_a_rows(t, p, (k, n), asrc, &pb, &mut scratch, c, n, rows, cols, e);
+            };
             let mut c = vec![f32::NAN; m * n];
-            let mut scratch = vec![0u32; gemm_a_rows_scratch_len(m, k)];
-            gemm_a_rows(
-                t,
-                Isa::Portable,
-                (k, n),
-                (&a, k, 1),
-                &pb,
-                &mut scratch,
-                &mut c,
-                n,
-                (0, m),
-                (0, n),
-                &Epilogue::NONE,
-            );
+            call((&a, k, 1), &mut c, (0, m), (0, n));
             for (x, y) in c.iter().zip(&want) {
                 assert!(
                     (x - y).abs() <= 1e-6 * k as f32 * (1.0 + y.abs()),
@@ -301,20 +294,15 @@ fn a_rows_gemm_matches_panels_gemm() {
             // Transposed A (column-major) reads the same elements.
             let at: Vec<f32> = (0..k * m).map(|i| a[(i % m) * k + i / m]).collect();
             let mut ct = vec![f32::NAN; m * n];
-            gemm_a_rows(
-                t,
-                Isa::Portable,
-                (k, n),
-                (&at, 1, m),
-                &pb,
-                &mut scratch,
-                &mut ct,
-                n,
-                (0, m),
-                (0, n),
-                &Epilogue::NONE,
-            );
+            call((&at, 1, m), &mut ct, (0, m), (0, n));
             assert_eq!(bits(&ct), bits(&c), "table {} transposed A", t.name);
+            // Row and column ranges (columns cut on a panel) give the whole call's bits.
+            let (rcut, ccut) = (m / 2 / MR * MR, n / 2 / NR * NR);
+            let mut parts = vec![f32::NAN; m * n];
+            call((&a, k, 1), &mut parts, (0, rcut), (0, n));
+            call((&a, k, 1), &mut parts, (rcut, m), (0, ccut));
+            call((&a, k, 1), &mut parts, (rcut, m), (ccut, n));
+            assert_eq!(bits(&parts), bits(&c), "table {} ranges", t.name);
         }
     }
 }

@@ -21,7 +21,28 @@ static TABLE: Bf16Table = Bf16Table {
         chans: conv_ctile,
     },
     pack_pairs,
+    wide: None,
+    wide_gemm: None,
 };
+
+/// [`TABLE`] plus the AMX run of direct convs.
+static AMX_TABLE: Bf16Table = Bf16Table {
+    name: "amx-bf16",
+    wide: Some(super::amx::rows),
+    wide_gemm: Some(super::WideGemm {
+        block: super::amx::gemm_block,
+        to_pairs: super::amx::to_pairs,
+    }),
+    ..TABLE
+};
+
+/// The AMX table, when this CPU has what [`TABLE`]'s bodies use and AMX-BF16 (which
+/// the kernel lets this process use).
+pub(super) fn amx_table() -> Option<&'static Bf16Table> {
+    table()
+        .filter(|_| super::amx::available())
+        .map(|_| &AMX_TABLE)
+}
 
 /// The table, when this CPU has what its bodies use.
 pub(super) fn table() -> Option<&'static Bf16Table> {

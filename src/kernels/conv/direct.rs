@@ -62,7 +62,52 @@ pub enum Tiling {
     /// anywhere in the planes, so nothing is computed past the output; for small
     /// outputs (ResNet's 7x7 stage computes 49 positions where the row tile computes 64).
     Chans,
+    /// The matrix-engine run ([`WideRows`], bf16 pairs only): [`WIDE_ROWS`] channels x
+    /// runs of [`WIDE_WIDTH`]-position row tiles, channel pairs padded to [`WIDE_KB`]
+    /// (zero planes and weights); its own sums (the engine's, not the row tile's bits).
+    Wide,
 }
+
+/// Output channels per panel of the wide run (two 16-row matrix tiles).
+pub const WIDE_ROWS: usize = 32;
+/// Positions per tile of the wide run (two 16-column matrix tiles).
+pub const WIDE_WIDTH: usize = 32;
+/// Channel groups per K step of the wide run (its channel groups round up to this).
+pub const WIDE_KB: usize = 16;
+/// Elements of one K step of a wide panel: [`WIDE_ROWS`] rows of [`WIDE_KB`] groups.
+pub const WIDE_STEP: usize = WIDE_ROWS * WIDE_KB;
+
+/// Index in a wide panel of `taps` taps of output row `r` (within the panel), channel
+/// group `p` and tap `t`: K steps `(p / WIDE_KB) * taps + t` one after the other, each
+/// its rows one after the other, each row [`WIDE_KB`] groups (a matrix tile's rows).
+pub fn wide_index(r: usize, p: usize, t: usize, taps: usize) -> usize {
+    ((p / WIDE_KB) * taps + t) * WIDE_STEP + r * WIDE_KB + p % WIDE_KB
+}
+
+/// Fewest input channels of a conv the wide run takes (bf16 pairs): half of a K step,
+/// so that padding at most doubles the products.
+pub const WIDE_MIN_CIN: usize = WIDE_KB;
+
+/// True when the wide run can compute conv `s` (in bf16 pairs): it [`fits`] and has at
+/// least [`WIDE_MIN_CIN`] input channels.
+pub fn wide_applies(s: &ConvShape) -> bool {
+    fits(s) && s.c_in >= WIDE_MIN_CIN
+}
+
+/// A run of wide row tiles: `(a, b, offs, cp, cps, (f0, tiles), c, ldc)`, [`WIDE_ROWS`]
+/// rows x `tiles * WIDE_WIDTH` positions from plane position `f0` into `c` at stride
+/// `ldc`, weights laid out by `wide_index` (see `kernels::bf16::amx`).
+#[allow(clippy::type_complexity)]
+pub type WideRows<T> = fn(
+    a: &[T],
+    b: &[T],
+    offs: &[usize],
+    cp: usize,
+    cps: usize,
+    run: (usize, usize),
+    c: &mut [f32],
+    ldc: usize,
+);
 
 /// Outputs a direct conv of `s` computes with `tiling` (`per` channels per element):
 /// the channels rounded up to the panel, times the positions its tiles cover.
@@ -73,6 +118,11 @@ fn work(s: &ConvShape, per: usize, tiling: Tiling) -> usize {
             s.c_out.div_ceil(MR) * MR * flat.div_ceil(TW) * TW
         }
         Tiling::Chans => s.c_out.div_ceil(CW) * CW * s.oh * s.ow,
+        Tiling::Wide => {
+            let g = Geom::with(s, per, tiling);
+            let flat = s.oh * g.wq;
+            s.c_out.div_ceil(WIDE_ROWS) * WIDE_ROWS * flat.div_ceil(WIDE_WIDTH) * WIDE_WIDTH
+        }
     }
 }
 
@@ -91,6 +141,7 @@ fn panel_rows(tiling: Tiling) -> usize {
     match tiling {
         Tiling::Rows => MR,
         Tiling::Chans => CW,
+        Tiling::Wide => WIDE_ROWS,
     }
 }
 
@@ -193,6 +244,15 @@ struct Geom {
 }
 
 impl Geom {
+    /// The geometry of `tiling`: the wide run's channel groups padded to [`WIDE_KB`].
+    fn with(s: &ConvShape, per: usize, tiling: Tiling) -> Geom {
+        let mut g = Geom::new(s, per);
+        if tiling == Tiling::Wide {
+            g.cp = g.cp.div_ceil(WIDE_KB) * WIDE_KB;
+        }
+        g
+    }
+
     fn new(s: &ConvShape, per: usize) -> Geom {
         let dy_max = (s.kh - 1) * s.dh / s.sh;
         let dx_max = (s.kw - 1) * s.dw / s.sw;
@@ -217,7 +277,8 @@ impl Geom {
     /// the over-read of the last tile, rounded to an odd number of 64-byte lines (planes
     /// a multiple of 4 KiB apart would share cache sets).
     fn plane_stride(&self, out_rows: usize) -> usize {
-        let x = ((out_rows + self.dy_max) * self.wq + self.dx_max + TW).div_ceil(16) * 16;
+        let over = TW.max(WIDE_WIDTH);
+        let x = ((out_rows + self.dy_max) * self.wq + self.dx_max + over).div_ceil(16) * 16;
         if (x / 16).is_multiple_of(2) {
             x + 16
         } else {
@@ -239,10 +300,10 @@ impl Geom {
     }
 }
 
-/// Plane elements of scratch a direct conv of `s` needs: the phase planes of a whole
-/// image.
-pub fn scratch_len(s: &ConvShape, per: usize) -> usize {
-    let g = Geom::new(s, per);
+/// Plane elements of scratch a direct conv of `s` in `tiling` needs: the phase planes
+/// of a whole image.
+pub fn scratch_len(s: &ConvShape, per: usize, tiling: Tiling) -> usize {
+    let g = Geom::with(s, per, tiling);
     g.phases * g.cp * g.plane_stride(s.oh)
 }
 
@@ -256,7 +317,7 @@ pub fn pack_weights<T: Copy + Default>(
     elem: impl Fn(f32, f32) -> T,
     tiling: Tiling,
 ) -> Vec<T> {
-    let g = Geom::new(s, per);
+    let g = Geom::with(s, per, tiling);
     let (kp, mr) = (g.taps * g.cp, panel_rows(tiling));
     let mut out = vec![T::default(); s.c_out.div_ceil(mr) * kp * mr];
     let at = |oc: usize, ci: usize, t: usize| {
@@ -271,7 +332,11 @@ pub fn pack_weights<T: Copy + Default>(
         for t in 0..g.taps {
             for p in 0..g.cp {
                 let (lo, hi) = (at(oc, per * p, t), at(oc, per * p + per - 1, t));
-                panel[(p * g.taps + t) * mr + oc % mr] = elem(lo, if per == 2 { hi } else { 0.0 });
+                let i = match tiling {
+                    Tiling::Wide => wide_index(oc % mr, p, t, g.taps),
+                    _ => (p * g.taps + t) * mr + oc % mr,
+                };
+                panel[i] = elem(lo, if per == 2 { hi } else { 0.0 });
             }
         }
     }
@@ -307,6 +372,11 @@ fn pack_planes<T: Copy + Default>(
             };
             for p in 0..g.cp {
                 let plane = &mut planes[(phase * g.cp + p) * ps..][..ps];
+                if per * p >= s.c_in {
+                    // A padding group (the wide run's): zeros.
+                    plane.fill(T::default());
+                    continue;
+                }
                 let (body, tail) = plane.split_at_mut(rows * wq);
                 tail.fill(T::default());
                 for (i, row) in body.chunks_exact_mut(wq).enumerate() {
@@ -345,6 +415,8 @@ pub struct Kernels<T> {
     pub pack: PackRow<T>,
     /// The tiles.
     pub tiles: Tiles<T>,
+    /// The wide run, where the table has one ([`Tiling::Wide`] needs it).
+    pub wide: Option<WideRows<T>>,
 }
 
 /// What the tile loops of one image share: the planes, the tap offsets and the output
@@ -383,7 +455,7 @@ pub fn conv_direct<T: Copy + Default>(
     if c_lo >= c_hi || p_lo >= p_hi {
         return;
     }
-    let g = Geom::new(s, k.per);
+    let g = Geom::with(s, k.per, tiling);
     let (ohw, chw) = (s.oh * s.ow, s.c_in * s.h * s.w);
     let (oh_lo, oh_hi) = (p_lo / s.ow, (p_hi - 1) / s.ow + 1);
     let out_rows = oh_hi - oh_lo;
@@ -413,7 +485,22 @@ pub fn conv_direct<T: Copy + Default>(
             cols: (p_lo, p_hi),
         };
         match tiling {
-            Tiling::Rows => sweep_rows(&sw, isa, s, w, yb, &epi_b),
+            Tiling::Rows => {
+                let run = |a: &[T], f0: usize, n: usize, c: &mut [f32], ldc: usize| {
+                    for i in 0..n {
+                        let b = &sw.planes[f0 + i * TW..];
+                        (k.tiles.rows)(a, b, sw.offs, g.cp, sw.ps, &mut c[i * TW..], ldc);
+                    }
+                };
+                sweep_rows(&sw, isa, s, w, yb, &epi_b, (MR, TW), &run)
+            }
+            Tiling::Wide => {
+                let wide = k.wide.expect("direct conv: wide tiling without a wide run");
+                let run = |a: &[T], f0: usize, n: usize, c: &mut [f32], ldc: usize| {
+                    wide(a, sw.planes, sw.offs, g.cp, sw.ps, (f0, n), c, ldc)
+                };
+                sweep_rows(&sw, isa, s, w, yb, &epi_b, (WIDE_ROWS, WIDE_WIDTH), &run)
+            }
             Tiling::Chans => sweep_chans(&sw, isa, s, w, yb, &epi_b),
         }
     }
@@ -424,8 +511,19 @@ fn panels_per_block(panel_len: usize) -> usize {
     (BLOCK_A_DWORDS / panel_len.max(1)).max(1)
 }
 
-/// The row tiles of one image: per block of MR-row panels, position tiles of [`TW`]
-/// flattened plane positions in chunks, each chunk's outputs then through the epilogue.
+/// Floats of the chunk buffer [`sweep_rows`] fills: the widest panel's rows x a chunk
+/// of the widest tiles.
+const CHUNK_FLOATS: usize = WIDE_ROWS * CHUNK_TILES * WIDE_WIDTH;
+
+/// A run of row tiles for [`sweep_rows`]: `(panel, f0, tiles, c, ldc)` computes
+/// `tiles` consecutive tiles from plane position `f0` into `c` at stride `ldc`.
+type RowRun<'a, T> = dyn Fn(&[T], usize, usize, &mut [f32], usize) + 'a;
+
+/// The row tiles of one image, `mr` channels x `tw` positions each (the row tile's or
+/// the wide run's): per block of panels, position tiles of flattened plane positions in
+/// chunks of [`CHUNK_TILES`] computed by `run` into a buffer, kept positions copied out,
+/// then each chunk's outputs through the epilogue.
+#[allow(clippy::too_many_arguments)]
 fn sweep_rows<T: Copy + Default>(
     sw: &Sweep<'_, T>,
     isa: Isa,
@@ -433,50 +531,53 @@ fn sweep_rows<T: Copy + Default>(
     w: &[T],
     yb: &mut [f32],
     epi: &Epilogue<'_>,
+    (mr, tw): (usize, usize),
+    run: &RowRun<'_, T>,
 ) {
     let (g, ohw, wq, ow) = (sw.g, s.oh * s.ow, sw.g.wq, s.ow);
     let ((c_lo, c_hi), (p_lo, p_hi)) = (sw.chans, sw.cols);
     let out_rows = (p_hi - 1) / ow + 1 - sw.oh_lo;
-    let panel_len = g.taps * g.cp * MR;
+    let panel_len = g.taps * g.cp * mr;
     let per_block = panels_per_block(panel_len);
-    let (pan_lo, pan_hi) = (c_lo / MR, c_hi.div_ceil(MR));
+    let (pan_lo, pan_hi) = (c_lo / mr, c_hi.div_ceil(mr));
     let flat = out_rows * wq;
-    let tiles = flat.div_ceil(TW);
+    let tiles = flat.div_ceil(tw);
     // The first output position at or after flattened position f.
     let pos = |f: usize| sw.oh_lo * ow + f / wq * ow + (f % wq).min(ow);
-    let mut tile = [0.0f32; MR * TW];
+    let ldb = CHUNK_TILES * tw;
+    assert!(
+        mr * ldb <= CHUNK_FLOATS,
+        "direct conv: tile larger than the chunk buffer"
+    );
+    let mut buf = [0.0f32; CHUNK_FLOATS];
     let mut blk = pan_lo;
     while blk < pan_hi {
         let blk_hi = (blk + per_block).min(pan_hi);
         let mut t0 = 0;
         while t0 < tiles {
             let t1 = (t0 + CHUNK_TILES).min(tiles);
+            let (f_lo, f_hi) = (t0 * tw, (t1 * tw).min(flat));
             for pi in blk..blk_hi {
                 let a = &w[pi * panel_len..][..panel_len];
-                let (r_lo, r_hi) = (c_lo.max(pi * MR), c_hi.min(pi * MR + MR));
-                for t in t0..t1 {
-                    let f0 = t * TW;
-                    (sw.k.tiles.rows)(a, &sw.planes[f0..], sw.offs, g.cp, sw.ps, &mut tile, TW);
-                    // The tile's positions inside the image, one output row at a time.
-                    let f_end = (f0 + TW).min(flat);
-                    let mut f = f0;
-                    while f < f_end {
-                        let row_end = (f / wq * wq + ow).min(f_end);
-                        if f < row_end {
-                            let q0 = pos(f);
-                            let (q_lo, q_hi) = (q0.max(p_lo), (q0 + row_end - f).min(p_hi));
-                            for r in (r_lo..r_hi).filter(|_| q_lo < q_hi) {
-                                let src = &tile[(r - pi * MR) * TW + f - f0 + q_lo - q0..];
-                                yb[r * ohw + q_lo..r * ohw + q_hi]
-                                    .copy_from_slice(&src[..q_hi - q_lo]);
-                            }
+                let (r_lo, r_hi) = (c_lo.max(pi * mr), c_hi.min(pi * mr + mr));
+                run(a, f_lo, t1 - t0, &mut buf, ldb);
+                // The chunk's positions inside the image, one output row at a time.
+                let mut f = f_lo;
+                while f < f_hi {
+                    let row_end = (f / wq * wq + ow).min(f_hi);
+                    if f < row_end {
+                        let q0 = pos(f);
+                        let (q_lo, q_hi) = (q0.max(p_lo), (q0 + row_end - f).min(p_hi));
+                        for r in (r_lo..r_hi).filter(|_| q_lo < q_hi) {
+                            let src = &buf[(r - pi * mr) * ldb + f - f_lo + q_lo - q0..];
+                            yb[r * ohw + q_lo..r * ohw + q_hi].copy_from_slice(&src[..q_hi - q_lo]);
                         }
-                        f = (f / wq + 1) * wq;
                     }
+                    f = (f / wq + 1) * wq;
                 }
             }
-            let (q_lo, q_hi) = (pos(t0 * TW).max(p_lo), pos((t1 * TW).min(flat)).min(p_hi));
-            let (r_lo, r_hi) = (c_lo.max(blk * MR), c_hi.min(blk_hi * MR));
+            let (q_lo, q_hi) = (pos(f_lo).max(p_lo), pos(f_hi).min(p_hi));
+            let (r_lo, r_hi) = (c_lo.max(blk * mr), c_hi.min(blk_hi * mr));
             if !epi.is_empty() && q_lo < q_hi {
                 epi.apply(isa, yb, ohw, r_lo, r_hi - r_lo, q_lo, q_hi - q_lo);
             }
@@ -654,6 +755,7 @@ pub fn conv2d_f32(
         per: 1,
         pack: pack_f32,
         tiles: isa.table().conv_tiles.unwrap_or(PORTABLE_F32),
+        wide: None,
     };
     conv_direct(&k, tiling, isa, s, w, x, y, chans, cols, epi, scratch);
 }

@@ -123,7 +123,7 @@ fn f32_channel_tiles_match_the_portable_tile_bit_for_bit() {
 
 fn run(isa: Isa, t: Tiling, s: &ConvShape, w: &[f32], x: &[f32], epi: &Epilogue<'_>) -> Vec<f32> {
     let mut y = vec![f32::NAN; s.n * s.c_out * s.oh * s.ow];
-    let mut scratch = vec![f32::NAN; direct::scratch_len(s, 1)];
+    let mut scratch = vec![f32::NAN; direct::scratch_len(s, 1, Tiling::Rows)];
     let (chans, cols) = ((0, s.c_out), (0, s.oh * s.ow));
     conv2d_f32(isa, t, s, w, x, &mut y, chans, cols, epi, &mut scratch);
     y
@@ -228,7 +228,7 @@ fn f32_direct_ranges_equal_the_whole_call_with_the_epilogue() {
             let dw = pack(&s, &w, t);
             for (isa, _) in tiles() {
                 let conv = |chans, cols, epi: &Epilogue<'_>, y: &mut [f32]| {
-                    let mut scratch = vec![f32::NAN; direct::scratch_len(&s, 1)];
+                    let mut scratch = vec![f32::NAN; direct::scratch_len(&s, 1, Tiling::Rows)];
                     conv2d_f32(isa, t, &s, &dw, &x, y, chans, cols, epi, &mut scratch);
                 };
                 check_ranges(&s, &conv, &format!("{isa:?} {t:?}"));
