@@ -54,7 +54,7 @@ pub(crate) struct GemmPlan {
     /// The bf16 kernels and the constant B in K pairs (scale included) when the product
     /// runs in bf16 (`PlanOptions::precision`; then `b_packed` is `None`; intra-op chunks
     /// by rows only).
-    bf16: Option<(&'static Bf16Table, Vec<u32>)>,
+    bf16: Option<(&'static Bf16Table, bf16::Dwords)>,
 }
 
 /// Rows `[lo, hi)` of C (`b: None`, the plan's packed B), or columns `[lo, hi)` of a
@@ -107,7 +107,7 @@ impl GemmPlan {
             let deep = tab.wide_gemm.is_none() || self.k >= WIDE_GEMM_MIN_K;
             if self.batches.len() == 1 && self.m >= gemm::MR && deep {
                 let pb = bf16::pack_b_for(tab, (bv, rs, cs), (self.k, self.n), scale);
-                self.bf16 = Some((tab, pb));
+                self.bf16 = Some((tab, pb.into()));
                 self.b_packed = None;
                 self.alpha = 1.0;
                 self.par = self.chunks(c.threads, b);

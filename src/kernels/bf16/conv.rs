@@ -19,7 +19,7 @@ use crate::kernels::isa::Isa;
 pub struct Bf16ConvWeights {
     /// Packed A (`Cout_g` rows, depth `Cin_g * KH * KW`) of each group, or (direct) one
     /// entry with the direct layout.
-    pub groups: Vec<Vec<u32>>,
+    pub groups: Vec<super::Dwords>,
     /// The direct conv's tiling when the conv runs direct.
     pub direct: Option<Tiling>,
 }
@@ -37,13 +37,13 @@ impl Bf16ConvWeights {
     pub fn with_layout(s: &ConvShape, w: &[f32], tiling: Option<Tiling>) -> Bf16ConvWeights {
         if let Some(t) = tiling.filter(|&t| direct::takes(s, t)) {
             return Bf16ConvWeights {
-                groups: vec![direct::pack_weights(s, w, t)],
+                groups: vec![direct::pack_weights(s, w, t).into()],
                 direct: Some(t),
             };
         }
         let (mg, k) = (s.cout_g(), s.k());
         let groups = (0..s.group)
-            .map(|g| pack_a(&w[g * mg * k..(g + 1) * mg * k], k, mg, k))
+            .map(|g| pack_a(&w[g * mg * k..(g + 1) * mg * k], k, mg, k).into())
             .collect();
         Bf16ConvWeights {
             groups,

@@ -17,13 +17,30 @@ pub fn applies(tab: &Bf16Table, s: &ConvShape) -> bool {
     direct::applies(s, PER) || runs_wide(tab, s)
 }
 
-/// True when `tab` runs conv `s` on its wide run.
+/// True when `tab` runs conv `s` on its wide run (as it is, or with its tap columns
+/// folded into channels: [`unfolds`]).
 pub fn runs_wide(tab: &Bf16Table, s: &ConvShape) -> bool {
-    tab.wide.is_some() && direct::wide_applies(s)
+    tab.wide.is_some() && (direct::wide_applies(s) || unfolds(s))
 }
 
-/// Dwords of scratch a direct bf16 conv of `s` in `tiling` needs.
+/// True when the wide run computes `s` as its kw-unfolded conv
+/// ([`direct::unfold_applies`]; convs with too few channels for a K step).
+pub(super) fn unfolds(s: &ConvShape) -> bool {
+    !direct::wide_applies(s) && direct::unfold_applies(s)
+}
+
+/// Dwords of the unfolded input of `s` rounded up to whole 64-byte lines.
+fn unfolded_lines(s: &ConvShape) -> usize {
+    direct::unfolded_len(s).div_ceil(16) * 16
+}
+
+/// Dwords of scratch a direct bf16 conv of `s` in `tiling` needs (an unfolded one: the
+/// unfolded input, then the planes of its conv).
 pub(super) fn scratch_len(s: &ConvShape, tiling: Tiling) -> usize {
+    if tiling == Tiling::Wide && unfolds(s) {
+        let u = direct::unfolded_shape(s);
+        return unfolded_lines(s) + direct::scratch_len(&u, PER, tiling);
+    }
     direct::scratch_len(s, PER, tiling)
 }
 
@@ -37,20 +54,27 @@ pub(super) fn tiling(tab: &Bf16Table, s: &ConvShape) -> Tiling {
     }
 }
 
-/// True when a conv packed in `tiling` can run it: the wide run takes it, or the tiles.
+/// True when a conv packed in `tiling` can run it: the wide run takes it (or its
+/// unfolded conv), or the tiles.
 pub(super) fn takes(s: &ConvShape, tiling: Tiling) -> bool {
     match tiling {
-        Tiling::Wide => direct::wide_applies(s),
+        Tiling::Wide => direct::wide_applies(s) || unfolds(s),
         _ => direct::applies(s, PER),
     }
 }
 
-/// Weights `w` (`[Cout, Cin, KH, KW]`) in K pairs, as `tiling`'s tile reads them.
+/// Weights `w` (`[Cout, Cin, KH, KW]`) in K pairs, as `tiling`'s tile reads them (the
+/// unfolded conv's where the wide run [`unfolds`] `s`).
 pub(super) fn pack_weights(s: &ConvShape, w: &[f32], tiling: Tiling) -> Vec<u32> {
+    if tiling == Tiling::Wide && unfolds(s) {
+        let (u, wu) = (direct::unfolded_shape(s), direct::unfold_weights(s, w));
+        return direct::pack_weights(&u, &wu, PER, pair, tiling);
+    }
     direct::pack_weights(s, w, PER, pair, tiling)
 }
 
-/// [`direct::conv_direct`] in bf16 through `tab`, weights packed for `tiling`.
+/// [`direct::conv_direct`] in bf16 through `tab`, weights packed for `tiling` (a conv
+/// the wide run [`unfolds`]: its input unfolded into the scratch first, then that conv).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn conv_direct(
     tab: &Bf16Table,
@@ -71,5 +95,14 @@ pub(super) fn conv_direct(
         tiles: tab.conv_tiles,
         wide: tab.wide,
     };
+    if tiling == Tiling::Wide && unfolds(s) {
+        let u = direct::unfolded_shape(s);
+        // The planes after whole lines of the unfolded input (tile rows start lines).
+        let (xu, rest) = scratch.split_at_mut(unfolded_lines(s));
+        let xu = &mut xu[..direct::unfolded_len(s)];
+        let xu: &mut [f32] = bytemuck::cast_slice_mut(xu);
+        direct::unfold_input(s, x, xu);
+        return direct::conv_direct(&k, tiling, isa, &u, w, xu, y, chans, cols, epi, rest);
+    }
     direct::conv_direct(&k, tiling, isa, s, w, x, y, chans, cols, epi, scratch);
 }

@@ -9,7 +9,7 @@ use super::{Bf16ConvWeights, Bf16Table, NR};
 use crate::kernels::body::conv::ConvShape;
 use crate::kernels::conv::direct::Tiling;
 use crate::kernels::conv::direct_tests::{check_ranges, shapes, TILINGS};
-use crate::kernels::conv::tests::conv_naive;
+use crate::kernels::conv::tests::{conv_naive, shape};
 use crate::kernels::gemm::Epilogue;
 use crate::kernels::isa::Isa;
 use crate::kernels::testutil::rand_vec;
@@ -182,7 +182,8 @@ fn reference(s: &ConvShape, x: &[f32], w: &[f32]) -> (Vec<f32>, Vec<f32>) {
 
 /// Scratch for every layout of `s` (the wide run's too, whatever the table).
 fn scratch_len(t: &Bf16Table, s: &ConvShape) -> usize {
-    conv_scratch_len(t, s).max(super::direct::scratch_len(s, Tiling::Wide))
+    let direct = [Tiling::Rows, Tiling::Wide].map(|d| super::direct::scratch_len(s, d));
+    conv_scratch_len(t, s).max(direct[0]).max(direct[1])
 }
 
 fn run(
@@ -292,6 +293,18 @@ fn direct_conv_ranges_equal_the_whole_call_with_the_epilogue() {
     }
 }
 
+/// Shapes whose wide run folds its tap columns (outputs 16 wide or more): stride 2,
+/// dilation, asymmetric pads, an unfolded stem, a batch.
+fn folded_shapes() -> Vec<ConvShape> {
+    vec![
+        shape(1, 16, (16, 16), 24, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),
+        shape(1, 20, (32, 32), 40, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1),
+        shape(2, 18, (20, 16), 8, (3, 3), (1, 1), (2, 2), (2, 1, 2, 3), 1),
+        shape(1, 3, (40, 32), 33, (7, 7), (2, 2), (1, 1), (3, 3, 3, 3), 1),
+        shape(1, 32, (17, 32), 16, (1, 3), (1, 1), (1, 1), (0, 1, 0, 1), 1),
+    ]
+}
+
 /// The tables with a wide run (none where the CPU lacks AMX-BF16).
 fn wide_tables() -> Vec<&'static Bf16Table> {
     tables().into_iter().filter(|t| t.wide.is_some()).collect()
@@ -299,12 +312,30 @@ fn wide_tables() -> Vec<&'static Bf16Table> {
 
 #[test]
 fn wide_run_matches_the_rounded_conv() {
-    let shapes: Vec<ConvShape> = shapes()
-        .into_iter()
-        .filter(crate::kernels::conv::direct::wide_applies)
-        .collect();
-    assert!(shapes.len() >= 5, "too few shapes for the wide run");
     for t in wide_tables() {
+        // Convs of 16+ channels as they are, shallower ones unfolded (the stems); with
+        // outputs 16 wide or more, tap columns folded into phases (stride 2, dilation,
+        // asymmetric pads, an unfolded stem, a batch).
+        let folded = folded_shapes();
+        let shapes: Vec<ConvShape> = shapes()
+            .into_iter()
+            .chain(folded)
+            .filter(|s| super::direct::runs_wide(t, s))
+            .collect();
+        assert!(shapes.len() >= 15, "too few shapes for the wide run");
+        let folds = |s: &ConvShape| {
+            let u = super::direct::unfolds(s);
+            crate::kernels::conv::direct::wide_folds(&if u {
+                crate::kernels::conv::direct::unfolded_shape(s)
+            } else {
+                s.clone()
+            })
+        };
+        assert_eq!(
+            shapes.iter().filter(|s| folds(s)).count(),
+            5,
+            "folded shapes"
+        );
         for s in &shapes {
             let x = rand_vec(s.n * s.c_in * s.h * s.w, 15);
             let w = rand_vec(s.c_out * s.k(), 16);

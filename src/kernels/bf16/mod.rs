@@ -98,6 +98,37 @@ impl std::fmt::Debug for Bf16Table {
     }
 }
 
+/// One 64-byte line of dwords, the unit of [`Dwords`].
+#[repr(C, align(64))]
+#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct DwordLine([u32; 16]);
+
+/// Dwords starting a cache line (packed weights the wide run loads as matrix tiles,
+/// whose rows must not cross lines: a `Vec<u32>` starts 16 bytes into one).
+#[derive(Debug, Clone)]
+pub struct Dwords {
+    lines: Vec<DwordLine>,
+    len: usize,
+}
+
+impl From<Vec<u32>> for Dwords {
+    fn from(v: Vec<u32>) -> Dwords {
+        let mut lines = vec![DwordLine([0; 16]); v.len().div_ceil(16)];
+        bytemuck::cast_slice_mut::<DwordLine, u32>(&mut lines)[..v.len()].copy_from_slice(&v);
+        Dwords {
+            lines,
+            len: v.len(),
+        }
+    }
+}
+
+impl std::ops::Deref for Dwords {
+    type Target = [u32];
+    fn deref(&self) -> &[u32] {
+        &bytemuck::cast_slice(&self.lines)[..self.len]
+    }
+}
+
 /// The portable table (the exact emulation the SIMD table is tested against).
 pub fn portable() -> &'static Bf16Table {
     &portable::TABLE
