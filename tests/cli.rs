@@ -576,6 +576,11 @@ fn info_names_the_kernel_table_in_use() {
         "unknown table {name}"
     );
     assert_eq!(j["kernel_table"]["nr"], 16);
+    let bf16 = &j["bf16_kernels"];
+    assert!(
+        bf16.is_null() || ["avx512-bf16", "amx-bf16"].contains(&bf16.as_str().unwrap_or("")),
+        "unknown bf16 kernels {bf16}"
+    );
     // The setting picks the portable table, and the text says so.
     let o = run(vnpu()
         .env("VNPU_KERNEL_TABLE", "portable")
@@ -585,6 +590,18 @@ fn info_names_the_kernel_table_in_use() {
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(
         text.starts_with("kernel table on this host: portable (GEMM tile 6x16, 1 f32 lanes)"),
+        "{text}"
+    );
+    // The bf16 setting names its kernels (where this CPU has them).
+    let o = run(vnpu()
+        .env("VNPU_BF16_KERNELS", "avx512-bf16")
+        .arg("info")
+        .arg(&file));
+    let text = String::from_utf8_lossy(&o.stdout);
+    let line = text.lines().nth(1).unwrap_or("");
+    assert!(
+        line == "bf16 kernels (VNPU_PRECISION=bf16): avx512-bf16"
+            || line == "bf16 kernels (VNPU_PRECISION=bf16): none on this CPU",
         "{text}"
     );
 }

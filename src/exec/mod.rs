@@ -85,14 +85,27 @@ impl Precision {
         match self {
             Precision::F32 => Ok(None),
             Precision::Bf16 => {
+                let wanted = crate::config::choice("VNPU_BF16_KERNELS").ok().flatten();
                 crate::kernels::bf16::native()
                     .map(Some)
-                    .ok_or_else(|| Error::Config {
-                        name: "VNPU_PRECISION".into(),
-                        value: "bf16".into(),
-                        reason: "bf16 compute needs a CPU with AVX512_BF16 (and AVX-512 F/BW/VL); \
-                             this one lacks it: leave VNPU_PRECISION unset or f32"
-                            .into(),
+                    .ok_or_else(|| match wanted {
+                        Some(k) => Error::Config {
+                            name: "VNPU_BF16_KERNELS".into(),
+                            value: k.into(),
+                            reason: format!(
+                                "this CPU lacks the {k} kernels (amx-bf16 needs AMX-BF16 and \
+                                 the kernel's permission, avx512-bf16 AVX512_BF16): leave \
+                                 VNPU_BF16_KERNELS unset"
+                            ),
+                        },
+                        None => Error::Config {
+                            name: "VNPU_PRECISION".into(),
+                            value: "bf16".into(),
+                            reason: "bf16 compute needs a CPU with AVX512_BF16 (and AVX-512 \
+                                     F/BW/VL); this one lacks it: leave VNPU_PRECISION unset \
+                                     or f32"
+                                .into(),
+                        },
                     })
             }
         }

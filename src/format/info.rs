@@ -2,6 +2,7 @@
 //!
 //! JSON schema (stable; fields are only ever added):
 //! `{"vnpu_version", "format_version", "kernel_table": {"name", "mr", "nr", "lanes"},
+//!   "bf16_kernels" (the bf16 table a `VNPU_PRECISION=bf16` load uses, or null),
 //!   "models": [{"name", "max_time_per_fc", "est_us",
 //!   "inputs"/"outputs": [{"name", "valid_shape", "aligned_shape", "layout", "type",
 //!   "quantization" ("none" or {"type": "scale", "axis", "scale", "zero_point"}),
@@ -152,6 +153,7 @@ pub fn file_json(models: &[CompiledModel]) -> Json {
         "vnpu_version": crate::VERSION,
         "format_version": super::FORMAT_VERSION,
         "kernel_table": kernel_table_json(),
+        "bf16_kernels": crate::kernels::bf16::native().map(|t| t.name),
         "models": models.iter().map(model_json).collect::<Vec<_>>(),
     })
 }
@@ -177,6 +179,8 @@ pub fn file_text(models: &[CompiledModel]) -> String {
         "kernel table on this host: {} (GEMM tile {}x{}, {} f32 lanes)",
         t.name, t.mr, t.nr, t.lanes
     );
+    let bf16 = crate::kernels::bf16::native().map_or("none on this CPU", |t| t.name);
+    let _ = writeln!(s, "bf16 kernels (VNPU_PRECISION=bf16): {bf16}");
     for m in models {
         let _ = writeln!(
             s,
