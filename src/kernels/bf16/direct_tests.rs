@@ -293,8 +293,8 @@ fn direct_conv_ranges_equal_the_whole_call_with_the_epilogue() {
     }
 }
 
-/// Shapes whose wide run folds its tap columns (outputs 16 wide or more): stride 2,
-/// dilation, asymmetric pads, an unfolded stem, a batch.
+/// Shapes whose wide run folds its tap columns (outputs 16 wide or more, or 14): stride
+/// 2, dilation, asymmetric pads, an unfolded stem, a batch.
 fn folded_shapes() -> Vec<ConvShape> {
     vec![
         shape(1, 16, (16, 16), 24, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),
@@ -302,6 +302,10 @@ fn folded_shapes() -> Vec<ConvShape> {
         shape(2, 18, (20, 16), 8, (3, 3), (1, 1), (2, 2), (2, 1, 2, 3), 1),
         shape(1, 3, (40, 32), 33, (7, 7), (2, 2), (1, 1), (3, 3, 3, 3), 1),
         shape(1, 32, (17, 32), 16, (1, 3), (1, 1), (1, 1), (0, 1, 0, 1), 1),
+        // Outputs 14 wide (rows of 16): later tap columns' planes shifted copies.
+        shape(1, 16, (14, 14), 24, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),
+        shape(1, 20, (28, 27), 40, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1),
+        shape(2, 18, (20, 14), 8, (3, 3), (1, 1), (2, 2), (2, 2, 2, 2), 1),
     ]
 }
 
@@ -322,7 +326,7 @@ fn wide_run_matches_the_rounded_conv() {
             .chain(folded)
             .filter(|s| super::direct::runs_wide(t, s))
             .collect();
-        assert!(shapes.len() >= 15, "too few shapes for the wide run");
+        assert!(shapes.len() >= 18, "too few shapes for the wide run");
         let folds = |s: &ConvShape| {
             let u = super::direct::unfolds(s);
             crate::kernels::conv::direct::wide_folds(&if u {
@@ -333,7 +337,7 @@ fn wide_run_matches_the_rounded_conv() {
         };
         assert_eq!(
             shapes.iter().filter(|s| folds(s)).count(),
-            5,
+            8,
             "folded shapes"
         );
         for s in &shapes {

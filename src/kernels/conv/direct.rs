@@ -277,6 +277,22 @@ impl Geom {
         g
     }
 
+    /// For a folded tap column `v`, an earlier column `v'` and a shift `d` such that
+    /// `v`'s planes are `v'`'s moved left by `d` elements: their input columns `j * sw +
+    /// v * dw` and `(j + d) * sw + v' * dw` agree, and the `d` columns read past each
+    /// row (the next row's first) fall on columns computed and dropped (`d <= wq - ow`).
+    /// Copying is cheaper than converting the input again.
+    fn shifted_from(&self, s: &ConvShape, v: usize) -> Option<(usize, usize)> {
+        if !self.fold {
+            return None;
+        }
+        (0..v).find_map(|w| {
+            let gap = (v - w) * s.dw;
+            let d = gap / s.sw;
+            (gap.is_multiple_of(s.sw) && d <= self.wq - s.ow).then_some((w, d))
+        })
+    }
+
     /// Column phases: `sw`, or folded, `KW`.
     fn col_phases(&self, s: &ConvShape) -> usize {
         if self.fold {
@@ -404,6 +420,16 @@ fn pack_planes<T: Copy + Default>(
             }
             // The phase's first input column (past the left pad).
             let b = if g.fold { bp * s.dw } else { bp };
+            if let Some((from, d)) = g.shifted_from(s, bp) {
+                // A folded tap column whose planes are an earlier one's moved left by d.
+                let src_phase = a * cols + from;
+                for p in 0..g.cp {
+                    let (dst, src) = (phase * g.cp + p, src_phase * g.cp + p);
+                    planes.copy_within(src * ps + d..(src + 1) * ps, dst * ps);
+                    planes[(dst + 1) * ps - d..(dst + 1) * ps].fill(T::default());
+                }
+                continue;
+            }
             // Plane columns whose input column `j * sw + b - pw` is inside the image.
             let j_lo = s.pw.saturating_sub(b).div_ceil(s.sw).min(wq);
             let j_hi = if s.w + s.pw > b {
@@ -556,6 +582,22 @@ fn panels_per_block(panel_len: usize) -> usize {
 /// of the widest tiles.
 const CHUNK_FLOATS: usize = WIDE_ROWS * CHUNK_TILES * WIDE_WIDTH;
 
+/// `dst` from the start of `src`, inline in 16-float blocks (the runs are one output
+/// row of a chunk, tens of floats: a `memcpy` call per run cost more than the copy).
+#[inline(always)]
+fn copy_run(dst: &mut [f32], src: &[f32]) {
+    let src = &src[..dst.len()];
+    let mut d = dst.chunks_exact_mut(16);
+    let mut s = src.chunks_exact(16);
+    for (d, s) in (&mut d).zip(&mut s) {
+        let s: &[f32; 16] = s.try_into().expect("16 floats");
+        d.copy_from_slice(s);
+    }
+    for (d, s) in d.into_remainder().iter_mut().zip(s.remainder()) {
+        *d = *s;
+    }
+}
+
 /// A run of row tiles for [`sweep_rows`]: `(panel, f0, tiles, c, ldc)` computes
 /// `tiles` consecutive tiles from plane position `f0` into `c` at stride `ldc`.
 type RowRun<'a, T> = dyn Fn(&[T], usize, usize, &mut [f32], usize) + 'a;
@@ -611,7 +653,7 @@ fn sweep_rows<T: Copy + Default>(
                         let (q_lo, q_hi) = (q0.max(p_lo), (q0 + row_end - f).min(p_hi));
                         for r in (r_lo..r_hi).filter(|_| q_lo < q_hi) {
                             let src = &buf[(r - pi * mr) * ldb + f - f_lo + q_lo - q0..];
-                            yb[r * ohw + q_lo..r * ohw + q_hi].copy_from_slice(&src[..q_hi - q_lo]);
+                            copy_run(&mut yb[r * ohw + q_lo..r * ohw + q_hi], src);
                         }
                     }
                     f = (f / wq + 1) * wq;
