@@ -101,7 +101,8 @@ impl GemmPlan {
 
     /// The plan with its intra-op chunks for `c.threads` threads (`b`: the constant B),
     /// or in bf16 when `c` asks for it, B is constant and C has at least a row panel
-    /// (a one-row product would fill one lane of six).
+    /// (a one-row product would fill one lane of six) and, on a wide (AMX) GEMM, the
+    /// depth is at least [`WIDE_GEMM_MIN_K`].
     fn planned(mut self, c: &Ctx<'_>, b: Option<RawB<'_>>) -> Planned {
         if let (Some(tab), Some((bv, rs, cs, scale))) = (c.bf16, b) {
             let deep = tab.wide_gemm.is_none() || self.k >= WIDE_GEMM_MIN_K;

@@ -289,8 +289,11 @@ pub fn to_pairs(src: &[f32], dst: &mut [u32]) {
         dst.len() >= n.div_ceil(2),
         "amx to_pairs: short destination"
     );
-    // SAFETY: `available` implies the AVX512_BF16 table's features (the AMX table is
-    // handed out only with them); the lengths are asserted.
+    assert!(
+        is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bf16"),
+        "amx to_pairs: AVX512_BF16 is not available"
+    );
+    // SAFETY: AVX-512 F and AVX512_BF16 detected above; the lengths are asserted.
     unsafe { to_pairs_512(src.as_ptr(), n, dst.as_mut_ptr()) }
 }
 

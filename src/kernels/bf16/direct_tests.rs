@@ -309,9 +309,18 @@ fn folded_shapes() -> Vec<ConvShape> {
     ]
 }
 
-/// The tables with a wide run (none where the CPU lacks AMX-BF16).
+/// The tables with a wide run (none where the CPU lacks AMX-BF16; where it has it, the
+/// native table is the AMX one unless a setting names another).
 fn wide_tables() -> Vec<&'static Bf16Table> {
-    tables().into_iter().filter(|t| t.wide.is_some()).collect()
+    let v: Vec<_> = tables().into_iter().filter(|t| t.wide.is_some()).collect();
+    #[cfg(target_arch = "x86_64")]
+    if super::amx::available()
+        && is_x86_feature_detected!("avx512bf16")
+        && std::env::var_os("VNPU_BF16_KERNELS").is_none()
+    {
+        assert!(!v.is_empty(), "AMX available but no table with a wide run");
+    }
+    v
 }
 
 #[test]

@@ -25,7 +25,7 @@ static TABLE: Bf16Table = Bf16Table {
     wide_gemm: None,
 };
 
-/// [`TABLE`] plus the AMX run of direct convs.
+/// [`TABLE`] plus the AMX run of direct convs and the AMX GEMM.
 static AMX_TABLE: Bf16Table = Bf16Table {
     name: "amx-bf16",
     wide: Some(super::amx::rows),
