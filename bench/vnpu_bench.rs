@@ -645,6 +645,9 @@ struct ScheduleSplit {
     own_ms: Vec<f64>,
     stretch_ms: Vec<f64>,
     bg_fc_ms: Vec<f64>,
+    /// Background FCs of 20 ms or more, and of those the ones whose thread slept through
+    /// half of it or more (stepping aside for a claimed CPU: the trace's `Slept`).
+    bg_long: (usize, usize),
     /// Per priority-255 task: end-to-end ms and the ms its FCs' threads were off their
     /// CPUs (`OffCpu`: own thread plus helpers).
     runs: Vec<(f64, f64)>,
@@ -660,6 +663,8 @@ fn schedule_split(events: &[TraceEvent]) -> ScheduleSplit {
     let mut fg_fcs: HashMap<u64, Vec<(u32, u32)>> = HashMap::new();
     let mut done = HashMap::new();
     let mut bg_fc_ms = Vec::new();
+    let mut bg_slept: HashMap<(u64, u32, u32), u32> = HashMap::new();
+    let mut bg_long = (0, 0);
     // The last FC end per core, and per foreground task the end its first FC followed.
     let mut last_end: HashMap<usize, u64> = HashMap::new();
     let mut after_end = HashMap::new();
@@ -672,6 +677,9 @@ fn schedule_split(events: &[TraceEvent]) -> ScheduleSplit {
             TraceKind::OffCpu if e.priority == 255 => {
                 *off_us.entry(e.task).or_default() +=
                     u64::from(e.count) + u64::from(e.status.max(0) as u32);
+            }
+            TraceKind::Slept if e.priority != 255 => {
+                bg_slept.insert((e.task, e.seg, e.fc), e.count);
             }
             TraceKind::FcStart => {
                 fc_start.insert((e.task, e.seg, e.fc), e.ts_ns);
@@ -693,6 +701,11 @@ fn schedule_split(events: &[TraceEvent]) -> ScheduleSplit {
                         fg_fcs.entry(e.task).or_default().push((e.seg, e.fc));
                     } else {
                         bg_fc_ms.push(d);
+                        let slept = bg_slept.remove(&(e.task, e.seg, e.fc)).unwrap_or(0);
+                        if d >= 20.0 {
+                            bg_long.0 += 1;
+                            bg_long.1 += usize::from(f64::from(slept) / 1e3 >= d / 2.0);
+                        }
                     }
                 }
             }
@@ -734,6 +747,7 @@ fn schedule_split(events: &[TraceEvent]) -> ScheduleSplit {
         own_ms,
         stretch_ms,
         bg_fc_ms,
+        bg_long,
         runs,
     }
 }
@@ -1206,10 +1220,11 @@ fn bench_priority(dir: &Path, secs: f64, show_worst: usize, env: Option<&PyEnv>)
         "\nwhere the foreground's time went (from the scheduler trace, ms): wait = submit to its first FC;\n\
          hand-over = end of the FC its core ran before (when after the submission) to its first FC;\n\
          own = its FCs' median durations in this run (compare the isolated p50);\n\
-         stretch = end-to-end minus wait minus own"
+         stretch = end-to-end minus wait minus own; bg >=20 = background FCs of 20 ms or more\n\
+         (in brackets: those that slept half of it or more, stepping aside for a claimed CPU)"
     );
     println!(
-        "{:<56} {:>8} {:>8} {:>8} {:>9} {:>9} {:>8} {:>11} {:>10} {:>10}",
+        "{:<56} {:>8} {:>8} {:>8} {:>9} {:>9} {:>8} {:>11} {:>10} {:>10} {:>11}",
         "setting",
         "wait p50",
         "wait p99",
@@ -1219,11 +1234,12 @@ fn bench_priority(dir: &Path, secs: f64, show_worst: usize, env: Option<&PyEnv>)
         "own p50",
         "stretch p99",
         "bg FC p99",
-        "bg FC max"
+        "bg FC max",
+        "bg >=20"
     );
     for (label, w) in &waits {
         println!(
-            "{:<56} {:>8.2} {:>8.2} {:>8.2} {:>9.3} {:>9.3} {:>8.2} {:>11.2} {:>10.2} {:>10.2}",
+            "{:<56} {:>8.2} {:>8.2} {:>8.2} {:>9.3} {:>9.3} {:>8.2} {:>11.2} {:>10.2} {:>10.2} {:>11}",
             label,
             percentile(&w.wait_ms, 50.0),
             percentile(&w.wait_ms, 99.0),
@@ -1234,6 +1250,7 @@ fn bench_priority(dir: &Path, secs: f64, show_worst: usize, env: Option<&PyEnv>)
             percentile(&w.stretch_ms, 99.0),
             percentile(&w.bg_fc_ms, 99.0),
             percentile(&w.bg_fc_ms, 100.0),
+            format!("{} ({})", w.bg_long.0, w.bg_long.1),
         );
     }
     println!(

@@ -166,6 +166,9 @@ pub struct OffCpu {
     pub own_us: u32,
     /// Helper threads, summed over the chunks they ran for the scope.
     pub helpers_us: u32,
+    /// The scope's own thread asleep on purpose: waiting for its helpers, or (low
+    /// class) stepping aside for a claimed CPU (`claim.rs`).
+    pub slept_us: u32,
 }
 
 #[derive(Clone, Copy)]
@@ -252,6 +255,7 @@ impl Scope {
         counts.off_cpu = self.clock.map(|c| OffCpu {
             own_us: us(c.off_ns(ctx.slept_ns)),
             helpers_us: us(ctx.helpers_off_ns),
+            slept_us: us(ctx.slept_ns),
         });
         drop(self);
         counts

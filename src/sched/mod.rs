@@ -468,6 +468,19 @@ impl SchedInner {
                 label,
                 off.own_us,
             );
+            if off.slept_us > 0 {
+                self.tracer.record_count(
+                    TraceKind::Slept,
+                    t.id,
+                    core,
+                    seg,
+                    fc,
+                    p,
+                    0,
+                    label,
+                    off.slept_us,
+                );
+            }
         }
     }
 

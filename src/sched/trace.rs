@@ -61,10 +61,15 @@ pub enum TraceKind {
     /// aside for a claimed CPU (low class); `status` = µs
     /// summed over the helpers that ran its intra-op chunks (`crate::exec::pool::off_cpu`).
     OffCpu,
+    /// The thread that ran the FC on `core` (or the CPU segment) slept on purpose during
+    /// it (recorded after its `OffCpu`, only while tracing and when it slept): `count` =
+    /// µs waiting for its intra-op helpers or, for a low-class FC, stepping aside at its
+    /// node boundaries and yield points while a top-class thread held its CPU.
+    Slept,
 }
 
 impl TraceKind {
-    const ALL: [TraceKind; 12] = [
+    const ALL: [TraceKind; 13] = [
         TraceKind::Submit,
         TraceKind::Dequeue,
         TraceKind::Insert,
@@ -77,6 +82,7 @@ impl TraceKind {
         TraceKind::Leave,
         TraceKind::IntraOp,
         TraceKind::OffCpu,
+        TraceKind::Slept,
     ];
 
     fn code(self) -> u64 {
@@ -101,6 +107,7 @@ impl TraceKind {
             TraceKind::Leave => "leave",
             TraceKind::IntraOp => "intra_op",
             TraceKind::OffCpu => "off_cpu",
+            TraceKind::Slept => "slept",
         }
     }
 }
@@ -355,6 +362,7 @@ impl Tracer {
         let mut open: HashMap<(u64, u32, u32, bool), &TraceEvent> = HashMap::new();
         let mut intra: HashMap<(u64, u32, u32, bool), (u32, i32)> = HashMap::new();
         let mut off: HashMap<(u64, u32, u32, bool), (u32, i32)> = HashMap::new();
+        let mut slept: HashMap<(u64, u32, u32, bool), u32> = HashMap::new();
         for e in &events {
             match e.kind {
                 TraceKind::IntraOp => {
@@ -364,6 +372,9 @@ impl Tracer {
                 TraceKind::OffCpu => {
                     let key = (e.task, e.seg, e.fc, e.core.is_some());
                     off.insert(key, (e.count, e.status));
+                }
+                TraceKind::Slept => {
+                    slept.insert((e.task, e.seg, e.fc, e.core.is_some()), e.count);
                 }
                 TraceKind::FcStart => {
                     open.insert((e.task, e.seg, e.fc, true), e);
@@ -380,9 +391,11 @@ impl Tracer {
                     if let Some(s) = open.remove(&(e.task, e.seg, fc, is_fc)) {
                         let (chunks, on_helpers) =
                             intra.remove(&(e.task, e.seg, fc, is_fc)).unwrap_or((0, 0));
-                        let off_cpu = off
-                            .remove(&(e.task, e.seg, fc, is_fc))
-                            .map(|(own, helpers)| json!({"own_us": own, "helpers_us": helpers}));
+                        let key = (e.task, e.seg, fc, is_fc);
+                        let asleep = slept.remove(&key).unwrap_or(0);
+                        let off_cpu = off.remove(&key).map(|(own, helpers)| {
+                            json!({"own_us": own, "helpers_us": helpers, "slept_us": asleep})
+                        });
                         let tid = if is_fc { 2 + e.core.unwrap_or(0) } else { 1 };
                         let name = if is_fc {
                             format!("{} s{} fc{}", label(e), e.seg, e.fc)
