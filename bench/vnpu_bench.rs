@@ -579,6 +579,65 @@ fn fc_estimate_errors(m: &Model, runs: usize) -> Vec<f64> {
 /// per CPU does fixed ~0.5 ms chunks of arithmetic for `secs` seconds; returns (chunks
 /// that took more than 3 ms, the longest chunk in ms). On a quiet dedicated machine both
 /// are small; a shared VM shows stalls that no scheduler inside the process can avoid.
+/// Per-CPU steal time (ms) from `/proc/stat`: time the hypervisor ran something else
+/// while this guest's vCPU wanted to run (`None` where the file has no such field).
+fn steal_ms() -> Option<Vec<u64>> {
+    let text = std::fs::read_to_string("/proc/stat").ok()?;
+    let tick_ms = 1000 / 100; // USER_HZ is 100 on Linux
+    let v: Vec<u64> = text
+        .lines()
+        .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
+        .filter_map(|l| l.split_whitespace().nth(8)?.parse::<u64>().ok())
+        .map(|t| t * tick_ms)
+        .collect();
+    (!v.is_empty()).then_some(v)
+}
+
+/// Samples [`steal_ms`] every 10 ms while a row runs: the host's stalls of this guest's
+/// vCPUs, which no scheduling inside the guest can avoid (on this Firecracker VM they
+/// come as 100 ms steps: a vCPU not run for a whole host period).
+struct StealWatch {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    handle: std::thread::JoinHandle<Option<(u64, usize)>>,
+}
+
+impl StealWatch {
+    fn start() -> StealWatch {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let handle = std::thread::spawn(move || {
+            let first = steal_ms()?;
+            let (mut prev, mut bursts) = (first.clone(), 0);
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(10));
+                let cur = steal_ms()?;
+                bursts += cur
+                    .iter()
+                    .zip(&prev)
+                    .filter(|(c, p)| **c >= **p + 50)
+                    .count();
+                prev = cur;
+            }
+            let total = prev
+                .iter()
+                .zip(&first)
+                .map(|(c, f)| c.saturating_sub(*f))
+                .sum();
+            Some((total, bursts))
+        });
+        StealWatch { stop, handle }
+    }
+
+    /// Ends the watch: "total ms (steps of 50 ms or more)", or "-" where not measured.
+    fn finish(self) -> String {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        match self.handle.join().ok().flatten() {
+            Some((total, bursts)) => format!("{total} ({bursts})"),
+            None => "-".to_string(),
+        }
+    }
+}
+
 fn host_stalls(secs: f64) -> (usize, f64) {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let handles: Vec<_> = (0..cpus)
@@ -1046,8 +1105,12 @@ fn bench_priority(dir: &Path, secs: f64, show_worst: usize, env: Option<&PyEnv>)
         cpu_pair_speed()
     );
     println!(
-        "{:<60} {:>9} {:>9} {:>9} {:>12}",
-        "setting", "fg p50", "fg p99", "fg max", "bg runs/s"
+        "host steal = ms the hypervisor kept this VM's vCPUs from running during the row, in\n\
+         brackets the steps of 50 ms or more (no scheduling inside the guest avoids them)"
+    );
+    println!(
+        "{:<60} {:>9} {:>9} {:>9} {:>12} {:>14}",
+        "setting", "fg p50", "fg p99", "fg max", "bg runs/s", "host steal"
     );
     let mut waits = Vec::new();
     let mut ours = Vec::new();
@@ -1097,7 +1160,9 @@ fn bench_priority(dir: &Path, secs: f64, show_worst: usize, env: Option<&PyEnv>)
             core_mask: bg_mask,
             ..bg.clone()
         };
+        let watch = StealWatch::start();
         let r = perf::run_loads(&rt, &[fg, bg], Duration::from_secs_f64(secs), |_| {});
+        let steal = watch.finish();
         let row = format!("BPLAT_CORELIMIT={limit}{extra}");
         let label = format!("vnpu {row}");
         // The foreground alone again, right after its row: the host's speed drifts within
@@ -1105,7 +1170,7 @@ fn bench_priority(dir: &Path, secs: f64, show_worst: usize, env: Option<&PyEnv>)
         iso_after.insert(row.clone(), percentile(&run_direct(fg_model, 100), 50.0));
         let p99 = percentile(&r[0].latency_us, 99.0) / 1e3;
         println!(
-            "{label:<60} {:>9.2} {p99:>9.2} {:>9.2} {:>12.1}",
+            "{label:<60} {:>9.2} {p99:>9.2} {:>9.2} {:>12.1} {steal:>14}",
             percentile(&r[0].latency_us, 50.0) / 1e3,
             percentile(&r[0].latency_us, 100.0) / 1e3,
             r[1].fps()
@@ -1140,11 +1205,14 @@ fn bench_priority(dir: &Path, secs: f64, show_worst: usize, env: Option<&PyEnv>)
                     secs.to_string(),
                 ];
                 args.extend(extra.iter().map(|s| s.to_string()));
-                match ort(env, &args).map(|v| v.into_iter().next()) {
+                let watch = StealWatch::start();
+                let result = ort(env, &args).map(|v| v.into_iter().next());
+                let steal = watch.finish();
+                match result {
                     Ok(Some(j)) => {
                         let num = |k: &str| j[k].as_f64().unwrap_or(f64::NAN);
                         println!(
-                            "{label:<60} {:>9.2} {:>9.2} {:>9.2} {:>12.1}",
+                            "{label:<60} {:>9.2} {:>9.2} {:>9.2} {:>12.1} {steal:>14}",
                             num("small_p50_ms"),
                             num("small_p99_ms"),
                             num("small_max_ms"),
