@@ -420,9 +420,24 @@ pub fn assert_segs_fit(
     }
 }
 
-/// Panics unless the operands of `mm_part` for `panels` panels hold what it reads and
-/// writes (see [`KernelTable::mm_part`]).
-/// (B is checked by the caller: packed panels of `kc * NR` floats, or a [`RowBlock`]).
+/// Panics unless the operands of `mm_part` (B packed: `panels` panels of `kc * NR`
+/// floats) hold what it reads and writes (see [`KernelTable::mm_part`]); every table's
+/// entry calls this first.
+fn assert_panels_part_fits(
+    kc: usize,
+    (a, b): (&[f32], &[f32]),
+    panels: usize,
+    c: &[f32],
+    ldc: usize,
+    rows: usize,
+) {
+    assert_part_fits(kc, a, c, ldc, rows, panels);
+    assert!(b.len() >= panels * kc * NR, "part tile: short B");
+}
+
+/// Panics unless the operands of a part tile over `panels` panels hold what it reads
+/// and writes, but for B (checked by the caller: packed panels, see
+/// [`assert_panels_part_fits`], or a [`RowBlock`]).
 fn assert_part_fits(kc: usize, a: &[f32], c: &[f32], ldc: usize, rows: usize, panels: usize) {
     assert!((1..MR).contains(&rows), "part tile: {rows} rows");
     assert!(a.len() >= kc * MR, "part tile: short A");

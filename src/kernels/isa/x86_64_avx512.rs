@@ -844,8 +844,7 @@ fn mm_part(
     rows: usize,
     acc: bool,
 ) {
-    super::assert_part_fits(kc, a, c, ldc, rows, panels);
-    assert!(b.len() >= panels * kc * NR, "part tile: short B");
+    super::assert_panels_part_fits(kc, (a, b), panels, c, ldc, rows);
     let per = match rows {
         1 => 8,
         2 | 3 => 4,

@@ -182,8 +182,7 @@ pub(super) fn mm_part(
     rows: usize,
     acc: bool,
 ) {
-    super::assert_part_fits(kc, a, c, ldc, rows, panels);
-    assert!(b.len() >= panels * kc * NR, "part tile: short B");
+    super::assert_panels_part_fits(kc, (a, b), panels, c, ldc, rows);
     let per = match rows {
         1 => 4,
         2 | 3 => 2,
