@@ -63,9 +63,10 @@ pub struct Bf16Table {
     /// K pairs from two f32 rows read at `stride`: `dst[j] = pair(lo[j * stride],
     /// hi[j * stride])` for `j < dst.len()`, a zero high half when `hi` is `None`.
     pub pack_pairs: fn(lo: &[f32], hi: Option<&[f32]>, stride: usize, dst: &mut [u32]),
-    /// The matrix-engine run of a direct conv (AMX-BF16), where the CPU has one: dense
-    /// convs it takes run in `direct::Tiling::Wide` (its own sums, not the tiles' bits).
-    pub wide: Option<crate::kernels::conv::direct::WideRows<u32>>,
+    /// The matrix-engine run of a direct conv (AMX-BF16) and its plane packer, where the
+    /// CPU has one: dense convs it takes run in `direct::Tiling::Wide` (its own sums,
+    /// not the tiles' bits).
+    pub wide: Option<crate::kernels::conv::direct::Wide<u32>>,
     /// The matrix-engine GEMM (AMX-BF16), where the CPU has one: products with a
     /// constant B run on it (B packed by [`pack_b_for`] in its layout; its own sums).
     pub wide_gemm: Option<WideGemm>,

@@ -28,7 +28,10 @@ static TABLE: Bf16Table = Bf16Table {
 /// [`TABLE`] plus the AMX run of direct convs and the AMX GEMM.
 static AMX_TABLE: Bf16Table = Bf16Table {
     name: "amx-bf16",
-    wide: Some(super::amx::rows),
+    wide: Some(crate::kernels::conv::direct::Wide {
+        rows: super::amx::rows,
+        pack: super::amx::pack_block,
+    }),
     wide_gemm: Some(super::WideGemm {
         block: super::amx::gemm_block,
         to_pairs: super::amx::to_pairs,

@@ -10,7 +10,10 @@
 //! `j * sw + b - pw` (zeros outside the image and for a missing odd channel). Tap `(u, v)` reads phase
 //! `(u * dh % sh, v * dw % sw)` at offset `(u * dh / sh, v * dw / sw)`, so output
 //! `(oh, ow)` reads plane position `f + dy * wq + dx` with `f = (oh - oh_lo) * wq + ow`:
-//! linear in `f`. Positions with `ow >= OW` are computed and dropped.
+//! linear in `f`. Positions with `ow >= OW` are computed and dropped. The planes of one
+//! phase are channel-group-major (each plane its positions in a row); the wide run's are
+//! position-major instead (each position's groups together, padded to [`WIDE_KB`]), so
+//! that a matrix tile of 16 positions starts a cache line on every row at every tap.
 //!
 //! Weights: MR-row panels of `cp * taps` elements, channel-group-major, then tap
 //! (`t = u * KW + v`), as the tile reads them: im2col's K order, so that in f32 (one
@@ -79,36 +82,44 @@ pub const WIDE_STEP: usize = WIDE_ROWS * WIDE_KB;
 
 /// Index in a wide panel of `taps` taps of output row `r` (within the panel), channel
 /// group `p` and tap `t`: K steps `(p / WIDE_KB) * taps + t` one after the other, each
-/// its rows one after the other, each row [`WIDE_KB`] groups (a matrix tile's rows).
+/// two matrix tiles (rows 0-15, then 16-31) of [`WIDE_KB`] lines, line `p % WIDE_KB`
+/// holding group `p` of the tile's 16 rows (the B operand of a position-major product).
 pub fn wide_index(r: usize, p: usize, t: usize, taps: usize) -> usize {
-    ((p / WIDE_KB) * taps + t) * WIDE_STEP + r * WIDE_KB + p % WIDE_KB
+    ((p / WIDE_KB) * taps + t) * WIDE_STEP + (r / 16) * 256 + (p % WIDE_KB) * 16 + r % 16
 }
 
 /// Fewest input channels of a conv the wide run takes (bf16 pairs): half of a K step,
 /// so that padding at most doubles the products.
 pub const WIDE_MIN_CIN: usize = WIDE_KB;
 
-/// True when the wide run can compute conv `s` (in bf16 pairs): it [`fits`], has at
-/// least [`WIDE_MIN_CIN`] input channels, and its folded phases (`sh * KW`, should its
-/// geometry fold them) fit the phase mask.
+/// True when the wide run can compute conv `s` (in bf16 pairs): it [`fits`] and has at
+/// least [`WIDE_MIN_CIN`] input channels.
 pub fn wide_applies(s: &ConvShape) -> bool {
-    fits(s) && s.c_in >= WIDE_MIN_CIN && s.sh * s.kw <= 32
+    fits(s) && s.c_in >= WIDE_MIN_CIN
 }
 
-/// A run of wide row tiles: `(a, b, offs, cp, cps, (f0, tiles), c, ldc)`, [`WIDE_ROWS`]
-/// rows x `tiles * WIDE_WIDTH` positions from plane position `f0` into `c` at stride
-/// `ldc`, weights laid out by `wide_index` (see `kernels::bf16::amx`).
+/// A run of wide row tiles: `(a, b, offs, cp, (f0, tiles), c, ldc)`, [`WIDE_ROWS`]
+/// channels x `tiles * WIDE_WIDTH` plane positions from `f0` into `c` at stride `ldc`:
+/// `C[r][j] = Σ_p Σ_t A(r, p, t) · B[offs[t] + (f0 + j) * cp + p]`, weights laid out by
+/// [`wide_index`], planes position-major (see `kernels::bf16::amx`).
 #[allow(clippy::type_complexity)]
-pub type WideRows<T> = fn(
-    a: &[T],
-    b: &[T],
-    offs: &[usize],
-    cp: usize,
-    cps: usize,
-    run: (usize, usize),
-    c: &mut [f32],
-    ldc: usize,
-);
+pub type WideRows<T> =
+    fn(a: &[T], b: &[T], offs: &[usize], cp: usize, run: (usize, usize), c: &mut [f32], ldc: usize);
+
+/// One block of position-major planes: `(rows, stride, n, dst, ld)`, `dst[j * ld + q]`
+/// = the element of groups `q < 16` (channel rows `per * q..`, a `None` row zeros) at
+/// column `j * stride` of its rows, for `j < n` (at most 16).
+pub type PackBlock<T> =
+    fn(rows: &[Option<&[f32]>; 32], stride: usize, n: usize, dst: &mut [T], ld: usize);
+
+/// The wide run of a table and the packer of its position-major planes.
+#[derive(Clone, Copy)]
+pub struct Wide<T> {
+    /// The row tiles ([`WideRows`]).
+    pub rows: WideRows<T>,
+    /// Blocks of 16 positions x 16 groups of two channels ([`PackBlock`]).
+    pub pack: PackBlock<T>,
+}
 
 /// Outputs a direct conv of `s` computes with `tiling` (`per` channels per element):
 /// the channels rounded up to the panel, times the positions its tiles cover.
@@ -242,64 +253,26 @@ struct Geom {
     phases: usize,
     /// Bit `a * sw + b` set when some tap reads phase `(a, b)` (the others stay unset).
     used: u32,
-    /// Tap columns folded into the phases (the wide run's geometry): column phase `b`
-    /// is tap column `v` (`KW` of them), whose planes hold input column `j * sw + v *
-    /// dw - pw` at column `j`; every tap then reads its plane at a row offset only, so
-    /// with `wq` a multiple of 16 every tile row starts a cache line.
-    fold: bool,
+    /// Position-major planes (the wide run's layout): the `cp` elements of one plane
+    /// position lie together, positions `cp` elements apart, so that a matrix tile of
+    /// 16 positions x 16 groups starts a cache line at every tap (`cp` a multiple of
+    /// 16 dwords) whatever the tap's column offset.
+    interleaved: bool,
 }
 
 impl Geom {
     /// The geometry of `tiling`: for the wide run, channel groups padded to
-    /// [`WIDE_KB`], and tap columns folded into the phases (`fold`) with rows of a
-    /// multiple of 16 elements where that computes at most a quarter more positions (a
-    /// matrix-tile load whose rows cross cache lines took ~3x as long on a Xeon with
-    /// AMX: 566 against 1622 GMAC/s in a 2x2 tile loop; but ResNet's 7x7 outputs would
-    /// compute rows of 16 for 9, and ran 10-15 % slower folded).
+    /// [`WIDE_KB`] and planes position-major (`interleaved`). A matrix-tile load
+    /// whose rows cross cache lines took ~3x as long on a Xeon with AMX (566 against
+    /// 1622 GMAC/s in a 2x2 tile loop); with one position per tile row, a tap's column
+    /// offset moves whole lines.
     fn with(s: &ConvShape, per: usize, tiling: Tiling) -> Geom {
         let mut g = Geom::new(s, per);
         if tiling == Tiling::Wide {
             g.cp = g.cp.div_ceil(WIDE_KB) * WIDE_KB;
-            if s.ow.div_ceil(16) * 16 * 4 > g.wq * 5 {
-                return g;
-            }
-            g.fold = true;
-            g.dx_max = 0;
-            g.wq = s.ow.div_ceil(16) * 16;
-            g.phases = s.sh * s.kw;
-            g.used = 0;
-            for u in 0..s.kh {
-                for v in 0..s.kw {
-                    g.used |= 1 << ((u * s.dh % s.sh) * s.kw + v);
-                }
-            }
+            g.interleaved = true;
         }
         g
-    }
-
-    /// For a folded tap column `v`, an earlier column `v'` and a shift `d` such that
-    /// `v`'s planes are `v'`'s moved left by `d` elements: their input columns `j * sw +
-    /// v * dw` and `(j + d) * sw + v' * dw` agree, and the `d` columns read past each
-    /// row (the next row's first) fall on columns computed and dropped (`d <= wq - ow`).
-    /// Copying is cheaper than converting the input again.
-    fn shifted_from(&self, s: &ConvShape, v: usize) -> Option<(usize, usize)> {
-        if !self.fold {
-            return None;
-        }
-        (0..v).find_map(|w| {
-            let gap = (v - w) * s.dw;
-            let d = gap / s.sw;
-            (gap.is_multiple_of(s.sw) && d <= self.wq - s.ow).then_some((w, d))
-        })
-    }
-
-    /// Column phases: `sw`, or folded, `KW`.
-    fn col_phases(&self, s: &ConvShape) -> usize {
-        if self.fold {
-            s.kw
-        } else {
-            s.sw
-        }
     }
 
     fn new(s: &ConvShape, per: usize) -> Geom {
@@ -319,7 +292,7 @@ impl Geom {
             dy_max,
             dx_max,
             phases: s.sh * s.sw,
-            fold: false,
+            interleaved: false,
         }
     }
 
@@ -336,18 +309,19 @@ impl Geom {
         }
     }
 
-    /// Offset of each tap's first read from a tile's position, planes `ps` apart.
+    /// Offset of each tap's first read from a tile's position (from its first element
+    /// when `interleaved`), planes `ps` positions apart.
     fn offsets(&self, s: &ConvShape, ps: usize) -> [usize; MAX_TAPS] {
         let mut offs = [0; MAX_TAPS];
         for u in 0..s.kh {
             for v in 0..s.kw {
                 let (ey, ex) = (u * s.dh, v * s.dw);
-                offs[u * s.kw + v] = if self.fold {
-                    let phase = (ey % s.sh) * s.kw + v;
-                    phase * self.cp * ps + ey / s.sh * self.wq
+                let phase = (ey % s.sh) * s.sw + ex % s.sw;
+                let at = ey / s.sh * self.wq + ex / s.sw;
+                offs[u * s.kw + v] = if self.interleaved {
+                    phase * self.cp * ps + at * self.cp
                 } else {
-                    let phase = (ey % s.sh) * s.sw + ex % s.sw;
-                    phase * self.cp * ps + ey / s.sh * self.wq + ex / s.sw
+                    phase * self.cp * ps + at
                 };
             }
         }
@@ -399,10 +373,11 @@ pub fn pack_weights<T: Copy + Default>(
 }
 
 /// Converts the input rows that output rows `oh_lo..oh_lo + out_rows` read from image
-/// `x` (`[Cin, H, W]`) into phase planes `ps` dwords apart.
+/// `x` (`[Cin, H, W]`) into phase planes `ps` positions apart (position-major where
+/// the geometry is `interleaved`).
 #[allow(clippy::too_many_arguments)]
 fn pack_planes<T: Copy + Default>(
-    pack: PackRow<T>,
+    (pack, block): (PackRow<T>, Option<PackBlock<T>>),
     s: &ConvShape,
     (g, per): (&Geom, usize),
     x: &[f32],
@@ -411,23 +386,11 @@ fn pack_planes<T: Copy + Default>(
     ps: usize,
     planes: &mut [T],
 ) {
-    let (hw, rows, wq, cols) = (s.h * s.w, out_rows + g.dy_max, g.wq, g.col_phases(s));
+    let (hw, rows, wq) = (s.h * s.w, out_rows + g.dy_max, g.wq);
     for a in 0..s.sh {
-        for bp in 0..cols {
-            let phase = a * cols + bp;
+        for b in 0..s.sw {
+            let phase = a * s.sw + b;
             if g.used & (1 << phase) == 0 {
-                continue;
-            }
-            // The phase's first input column (past the left pad).
-            let b = if g.fold { bp * s.dw } else { bp };
-            if let Some((from, d)) = g.shifted_from(s, bp) {
-                // A folded tap column whose planes are an earlier one's moved left by d.
-                let src_phase = a * cols + from;
-                for p in 0..g.cp {
-                    let (dst, src) = (phase * g.cp + p, src_phase * g.cp + p);
-                    planes.copy_within(src * ps + d..(src + 1) * ps, dst * ps);
-                    planes[(dst + 1) * ps - d..(dst + 1) * ps].fill(T::default());
-                }
                 continue;
             }
             // Plane columns whose input column `j * sw + b - pw` is inside the image.
@@ -437,29 +400,106 @@ fn pack_planes<T: Copy + Default>(
             } else {
                 j_lo
             };
-            for p in 0..g.cp {
-                let plane = &mut planes[(phase * g.cp + p) * ps..][..ps];
+            // Input row of plane row i, if inside the image; the run of plane row i
+            // of channel c from column j_lo.
+            let in_row = |i: usize| {
+                let ir = (oh_lo + i) * s.sh + a;
+                (ir >= s.ph && ir - s.ph < s.h && j_lo < j_hi).then(|| ir - s.ph)
+            };
+            let run = |r: usize, c: usize| {
+                let start = c * hw + r * s.w + j_lo * s.sw + b - s.pw;
+                &x[start..c * hw + (r + 1) * s.w]
+            };
+            let set = &mut planes[phase * g.cp * ps..][..g.cp * ps];
+            if g.interleaved {
+                let k = (pack, block);
+                pack_positions(k, s, (g, per), (j_lo, j_hi), rows, set, &in_row, &run);
+                continue;
+            }
+            for (p, plane) in set.chunks_exact_mut(ps).enumerate() {
                 if per * p >= s.c_in {
-                    // A padding group (the wide run's): zeros.
+                    // A padding group: zeros.
                     plane.fill(T::default());
                     continue;
                 }
                 let (body, tail) = plane.split_at_mut(rows * wq);
                 tail.fill(T::default());
                 for (i, row) in body.chunks_exact_mut(wq).enumerate() {
-                    let ir = (oh_lo + i) * s.sh + a;
-                    if ir < s.ph || ir - s.ph >= s.h || j_lo == j_hi {
+                    let Some(r) = in_row(i) else {
                         row.fill(T::default());
                         continue;
-                    }
+                    };
                     row[..j_lo].fill(T::default());
                     row[j_hi..].fill(T::default());
-                    let start = (ir - s.ph) * s.w + j_lo * s.sw + b - s.pw;
-                    let src = |c: usize| &x[c * hw + start..c * hw + (ir - s.ph + 1) * s.w];
-                    let hi = (per == 2 && 2 * p + 1 < s.c_in).then(|| src(2 * p + 1));
-                    pack(src(per * p), hi, s.sw, &mut row[j_lo..j_hi]);
+                    let hi = (per == 2 && 2 * p + 1 < s.c_in).then(|| run(r, 2 * p + 1));
+                    pack(run(r, per * p), hi, s.sw, &mut row[j_lo..j_hi]);
                 }
             }
+        }
+    }
+}
+
+/// Groups per block of [`pack_positions`]: one matrix-tile line of dwords.
+const POS_BLOCK: usize = 16;
+
+/// One phase's position-major plane set `set` (`g.cp` elements per position, rows of
+/// `g.wq` positions, `rows` of them, zeros after): plane columns `j_lo..j_hi` of row
+/// `i` from `run(in_row(i), c)` (channel `c`'s input from column `j_lo`), zeros
+/// elsewhere. Each block of 16 groups x 16 columns is packed as rows of the planar
+/// layout into a local block and transposed into place.
+#[allow(clippy::too_many_arguments)]
+fn pack_positions<'x, T: Copy + Default>(
+    (pack, block): (PackRow<T>, Option<PackBlock<T>>),
+    s: &ConvShape,
+    (g, per): (&Geom, usize),
+    (j_lo, j_hi): (usize, usize),
+    rows: usize,
+    set: &mut [T],
+    in_row: &dyn Fn(usize) -> Option<usize>,
+    run: &dyn Fn(usize, usize) -> &'x [f32],
+) {
+    let (cp, wq) = (g.cp, g.wq);
+    let (body, tail) = set.split_at_mut(rows * wq * cp);
+    tail.fill(T::default());
+    let mut local = [T::default(); POS_BLOCK * POS_BLOCK];
+    for (i, row) in body.chunks_exact_mut(wq * cp).enumerate() {
+        let Some(r) = in_row(i) else {
+            row.fill(T::default());
+            continue;
+        };
+        row[..j_lo * cp].fill(T::default());
+        row[j_hi * cp..].fill(T::default());
+        let mut j0 = j_lo;
+        while j0 < j_hi {
+            let n = POS_BLOCK.min(j_hi - j0);
+            let skip = (j0 - j_lo) * s.sw;
+            for p0 in (0..cp).step_by(POS_BLOCK) {
+                if let Some(block) = block.filter(|_| per == 2) {
+                    let mut src: [Option<&[f32]>; 32] = [None; 32];
+                    for (c, d) in src.iter_mut().enumerate() {
+                        let c = 2 * p0 + c;
+                        *d = (c < s.c_in).then(|| &run(r, c)[skip..]);
+                    }
+                    block(&src, s.sw, n, &mut row[j0 * cp + p0..], cp);
+                    continue;
+                }
+                for q in 0..POS_BLOCK {
+                    let (p, line) = (p0 + q, &mut local[q * POS_BLOCK..][..n]);
+                    if per * p >= s.c_in {
+                        line.fill(T::default());
+                        continue;
+                    }
+                    let hi = (per == 2 && 2 * p + 1 < s.c_in).then(|| &run(r, 2 * p + 1)[skip..]);
+                    pack(&run(r, per * p)[skip..], hi, s.sw, line);
+                }
+                for j in 0..n {
+                    let dst = &mut row[(j0 + j) * cp + p0..][..POS_BLOCK];
+                    for (q, d) in dst.iter_mut().enumerate() {
+                        *d = local[q * POS_BLOCK + j];
+                    }
+                }
+            }
+            j0 += n;
         }
     }
 }
@@ -482,8 +522,9 @@ pub struct Kernels<T> {
     pub pack: PackRow<T>,
     /// The tiles.
     pub tiles: Tiles<T>,
-    /// The wide run, where the table has one ([`Tiling::Wide`] needs it).
-    pub wide: Option<WideRows<T>>,
+    /// The wide run and its packer, where the table has one ([`Tiling::Wide`] needs
+    /// it).
+    pub wide: Option<Wide<T>>,
 }
 
 /// What the tile loops of one image share: the planes, the tap offsets and the output
@@ -531,7 +572,17 @@ pub fn conv_direct<T: Copy + Default>(
     let offs_all = g.offsets(s, ps);
     for bi in 0..s.n {
         let xb = &x[bi * chw..][..chw];
-        pack_planes(k.pack, s, (&g, k.per), xb, oh_lo, out_rows, ps, planes);
+        let block = k.wide.map(|w| w.pack);
+        pack_planes(
+            (k.pack, block),
+            s,
+            (&g, k.per),
+            xb,
+            oh_lo,
+            out_rows,
+            ps,
+            planes,
+        );
         let yb = &mut y[bi * s.c_out * ohw..][..s.c_out * ohw];
         let mut res: [&[f32]; 4] = [&[]; 4];
         for (d, r) in res.iter_mut().zip(epi.residuals) {
@@ -564,7 +615,7 @@ pub fn conv_direct<T: Copy + Default>(
             Tiling::Wide => {
                 let wide = k.wide.expect("direct conv: wide tiling without a wide run");
                 let run = |a: &[T], f0: usize, n: usize, c: &mut [f32], ldc: usize| {
-                    wide(a, sw.planes, sw.offs, g.cp, sw.ps, (f0, n), c, ldc)
+                    (wide.rows)(a, sw.planes, sw.offs, g.cp, (f0, n), c, ldc)
                 };
                 sweep_rows(&sw, isa, s, w, yb, &epi_b, (WIDE_ROWS, WIDE_WIDTH), &run)
             }
@@ -590,12 +641,31 @@ fn copy_run(dst: &mut [f32], src: &[f32]) {
     let mut d = dst.chunks_exact_mut(16);
     let mut s = src.chunks_exact(16);
     for (d, s) in (&mut d).zip(&mut s) {
-        let s: &[f32; 16] = s.try_into().expect("16 floats");
-        d.copy_from_slice(s);
+        copy_fixed::<16>(d, s);
     }
-    for (d, s) in d.into_remainder().iter_mut().zip(s.remainder()) {
-        *d = *s;
+    // The tail in blocks of 8, 4, 2 and 1 (an element loop here became a call too).
+    let (mut d, mut s) = (d.into_remainder(), s.remainder());
+    for k in [8, 4, 2, 1] {
+        if d.len() >= k {
+            let (dh, dt) = d.split_at_mut(k);
+            let (sh, st) = s.split_at(k);
+            match k {
+                8 => copy_fixed::<8>(dh, sh),
+                4 => copy_fixed::<4>(dh, sh),
+                2 => copy_fixed::<2>(dh, sh),
+                _ => dh[0] = sh[0],
+            }
+            (d, s) = (dt, st);
+        }
     }
+}
+
+/// `d = s`, both `N` floats, as one fixed-size move.
+#[inline(always)]
+fn copy_fixed<const N: usize>(d: &mut [f32], s: &[f32]) {
+    let s: &[f32; N] = s.try_into().expect("N floats");
+    let d: &mut [f32; N] = d.try_into().expect("N floats");
+    *d = *s;
 }
 
 /// A run of row tiles for [`sweep_rows`]: `(panel, f0, tiles, c, ldc)` computes
@@ -921,10 +991,4 @@ pub fn unfold_weights(s: &ConvShape, w: &[f32]) -> Vec<f32> {
         }
     }
     out
-}
-
-#[cfg(test)]
-/// True when the wide run's geometry of `s` folds its tap columns (for tests).
-pub(crate) fn wide_folds(s: &ConvShape) -> bool {
-    Geom::with(s, 2, Tiling::Wide).fold
 }
