@@ -31,7 +31,7 @@ mod peers;
 use peers::{beats_all, pareto_front, verdict, PeerServer, Point, PyEnv, RUNTIMES};
 use perf::{percentile, Load};
 use vnpu::compile::{compile_onnx_file, CompileOptions, CompiledModel};
-use vnpu::exec::Tile;
+use vnpu::exec::{Precision, Tile};
 use vnpu::runtime::{Model, PackedModel, Runtime};
 use vnpu::sched::{SchedConfig, TraceEvent, TraceKind};
 
@@ -97,14 +97,19 @@ fn ort(env: &PyEnv, args: &[String]) -> Result<Vec<serde_json::Value>, String> {
 }
 
 fn compile(path: &Path, limit: u64) -> CompiledModel {
+    compile_in(path, limit, Precision::F32).expect("compile")
+}
+
+/// [`compile`] with node times measured (and FCs cut) in `precision`.
+fn compile_in(path: &Path, limit: u64, precision: Precision) -> vnpu::Result<CompiledModel> {
     compile_onnx_file(
         path,
         &CompileOptions {
             max_time_per_fc: limit,
+            precision,
             ..Default::default()
         },
     )
-    .expect("compile")
 }
 
 fn model_of(c: CompiledModel) -> Arc<Model> {
@@ -1017,7 +1022,7 @@ fn bench_priority(dir: &Path, secs: f64, show_worst: usize, env: Option<&PyEnv>)
     let (s, s_par) = (load_with(1, &cs), load_with(cpus, &cs));
     let b = load_with(1, &cb);
     // The background, and then both models, in bf16 where the CPU has AVX512_BF16 (what
-    // OpenVINO's default does).
+    // OpenVINO's default does), compiled in bf16 (FCs cut by bf16 times).
     let in_bf16 = |threads: usize, c: &CompiledModel| {
         vnpu::config::set("VNPU_PRECISION", Some("bf16")).expect("precision");
         vnpu::config::set("VNPU_INTRA_OP_THREADS", Some(&threads.to_string()))
@@ -1030,8 +1035,9 @@ fn bench_priority(dir: &Path, secs: f64, show_worst: usize, env: Option<&PyEnv>)
         vnpu::config::set("VNPU_INTRA_OP_THREADS", None).expect("intra-op threads");
         m
     };
-    let b_bf16 = in_bf16(1, &cb);
-    let s_par_bf16 = in_bf16(cpus, &cs);
+    let bf16_compiled = |p: &Path| compile_in(p, 1000, Precision::Bf16).ok();
+    let b_bf16 = bf16_compiled(&big).and_then(|c| in_bf16(1, &c));
+    let s_par_bf16 = bf16_compiled(&small).and_then(|c| in_bf16(cpus, &c));
     let fg = Load {
         model: s.clone(),
         priority: 255,

@@ -26,6 +26,7 @@
 //! compiler_parameters:
 //!   max_time_per_fc: 1000
 //!   optimize_level: O2                   # O0 = no fusion passes
+//!   precision: bf16                      # f32 (default) | bf16: FCs timed and cut for it
 //! calibration_parameters:                # post-training int8 quantisation (optional)
 //!   cal_data_dir: calib/                 # NNN.npy, INPUT/NNN.npy or images
 //!   calibration_type: max                # max | percentile | kl
@@ -39,6 +40,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::exec::Precision;
 use crate::ir::ImageFormat;
 
 /// Runtime input type of one model input.
@@ -198,6 +200,10 @@ pub struct CompileOptions {
     pub calibration_data: Option<PathBuf>,
     /// Post-training int8 quantisation from calibration data (`None` = f32 model).
     pub quantize: Option<QuantizeOptions>,
+    /// The precision node times are measured in, so that FCs are cut for it (`bf16`
+    /// needs a CPU with AVX512_BF16); also the precision the model loads in when
+    /// `VNPU_PRECISION` is unset and the CPU has it.
+    pub precision: Precision,
 }
 
 impl Default for CompileOptions {
@@ -214,8 +220,18 @@ impl Default for CompileOptions {
             outputs: Vec::new(),
             calibration_data: None,
             quantize: None,
+            precision: Precision::F32,
         }
     }
+}
+
+/// The compile precision named `v` (`f32` or `bf16`), or an
+/// [`Error::CompileOption`] naming `precision`.
+pub fn parse_precision(v: &str) -> Result<Precision> {
+    Precision::parse(v).ok_or_else(|| Error::CompileOption {
+        option: "precision".into(),
+        reason: format!("'{v}' is not f32 or bf16"),
+    })
 }
 
 /// Largest accepted `max_time_per_fc`.
@@ -399,7 +415,7 @@ const OUTPUT_KEYS: &[&str] = &[
     "cal_data_dir",
 ];
 /// Keys accepted in `compiler_parameters`.
-const COMPILER_KEYS: &[&str] = &["max_time_per_fc", "optimize_level"];
+const COMPILER_KEYS: &[&str] = &["max_time_per_fc", "optimize_level", "precision"];
 /// Keys accepted in `calibration_parameters`.
 const CALIBRATION_KEYS: &[&str] = &[
     "cal_data_dir",
@@ -602,6 +618,9 @@ pub fn parse_config(text: &str, base: &Path) -> Result<ConfigFile> {
             _ => return Err(bad("optimize_level", format!("'{v}' is not O0..O3"))),
         };
     }
+    if let Some(v) = get(&cp, "precision") {
+        o.precision = parse_precision(&v)?;
+    }
     let cal = section("calibration_parameters");
     if !cal.is_null() {
         let dir = get(&cal, "cal_data_dir").ok_or_else(|| {
@@ -709,6 +728,7 @@ input_parameters:
 compiler_parameters:
   max_time_per_fc: 1000
   optimize_level: O2
+  precision: bf16
 "#;
         let c = parse_config(text, Path::new("/tmp")).unwrap();
         assert_eq!(c.onnx_model, Some(PathBuf::from("/tmp/m.onnx")));
@@ -716,6 +736,7 @@ compiler_parameters:
         assert_eq!(c.options.run_on_cpu, vec!["a", "b"]);
         assert_eq!(c.options.run_on_bpu, vec!["c"]);
         assert_eq!(c.options.max_time_per_fc, 1000);
+        assert_eq!(c.options.precision, Precision::Bf16);
         let i = &c.options.inputs[0];
         assert_eq!(i.input_type, InputType::Image(ImageFormat::Nv12));
         assert_eq!(i.mean.len(), 3);
@@ -736,6 +757,9 @@ compiler_parameters:
         )
         .unwrap_err();
         assert!(e.to_string().contains("input_type_rt"), "{e}");
+        let e =
+            parse_config("compiler_parameters:\n  precision: fp16\n", Path::new(".")).unwrap_err();
+        assert!(e.to_string().contains("precision"), "{e}");
         let e = parse_config("bogus: 1\n", Path::new(".")).unwrap_err();
         assert!(e.to_string().contains("bogus"), "{e}");
     }

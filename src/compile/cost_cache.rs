@@ -2,7 +2,7 @@
 //! busy the machine happened to be during one compile (issue 12 item 7).
 //!
 //! The cost model keeps the best of its repeats; this cache keeps the best over every
-//! compile on this host: one file per (vnpu version, CPU model, kernel table) in the
+//! compile on this host: one file per (vnpu version, CPU model, kernel table, precision) in the
 //! compile cache folder (`VNPU_CACHE_DIR`, prepared as private like the compiled-model
 //! cache), one line per measured step: `key microseconds`, the key a hash of the node's
 //! operator, its input and output types and shapes, and the tile. Without a cache folder
@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use crate::exec::Tile;
+use crate::exec::{Precision, Tile};
 use crate::format::checksum;
 use crate::ir::Graph;
 
@@ -28,12 +28,12 @@ pub struct CostCache {
 }
 
 impl CostCache {
-    /// The cache of this host in the configured compile cache folder (empty when none
-    /// is configured or the file cannot be read).
-    pub fn open() -> CostCache {
+    /// The cache of this host and `precision` in the configured compile cache folder
+    /// (empty when none is configured or the file cannot be read).
+    pub fn open(precision: Precision) -> CostCache {
         match crate::config::cache_dir() {
             Some(dir) if crate::runtime::loader::prepare_cache_dir(&dir).is_ok() => {
-                CostCache::at(&dir.join(file_name()))
+                CostCache::at(&dir.join(file_name(precision)))
             }
             _ => CostCache::default(),
         }
@@ -99,11 +99,16 @@ impl CostCache {
     }
 }
 
-/// The cache file of this host and vnpu version.
-fn file_name() -> String {
+/// The cache file of this host, vnpu version and precision (with the bf16 kernels in
+/// use when bf16).
+fn file_name(precision: Precision) -> String {
     let isa = crate::kernels::isa::best_isa().table().name;
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let id = format!("{} {} {isa} {cpus}", crate::VERSION, cpu_model());
+    let mut id = format!("{} {} {isa} {cpus}", crate::VERSION, cpu_model());
+    if precision != Precision::F32 {
+        let bf16 = crate::kernels::bf16::native().map_or("none", |t| t.name);
+        id += &format!(" {} {bf16}", precision.name());
+    }
     format!("costs-{:016x}.txt", checksum(id.as_bytes()))
 }
 

@@ -31,7 +31,7 @@ pub use config::{CompileOptions, InputParams, InputType};
 pub use partition::{Fc, OverLimit, Step};
 
 use crate::error::{Error, Result};
-use crate::exec::{ModelPlan, PlanOptions};
+use crate::exec::{ModelPlan, PlanOptions, Precision};
 use crate::ir::{DType, Graph, ImageFormat, Node, Op, Placement, Value, ValueId};
 
 /// What the caller hands over for one model input or output.
@@ -114,6 +114,11 @@ pub struct CompiledModel {
     pub node_est_us: Vec<f64>,
     /// Steps over the limit that could not be tiled.
     pub over_limit: Vec<OverLimit>,
+    /// The precision the node and FC times were measured in
+    /// ([`CompileOptions::precision`]): the plan's precision when `VNPU_PRECISION` is
+    /// unset and this CPU has it.
+    #[serde(default)]
+    pub precision: Precision,
     /// Conv / GEMM weights packed when the compiled file was written, borrowed from it
     /// by the plan (empty when compiled now: the plan packs them).
     #[serde(skip)]
@@ -223,9 +228,22 @@ pub fn compile_graph_within(
 
     let graph = Arc::new(g);
     let consts = budget.check_graph(&graph)?;
-    let plan = ModelPlan::new(graph.clone(), &PlanOptions::default())?;
+    let plan = ModelPlan::new(
+        graph.clone(),
+        &PlanOptions {
+            precision: opts.precision,
+            ..PlanOptions::default()
+        },
+    )
+    .map_err(|e| match e {
+        Error::Config { reason, .. } if opts.precision != Precision::F32 => Error::CompileOption {
+            option: "precision".into(),
+            reason,
+        },
+        e => e,
+    })?;
     check_arena(&graph, &plan, consts, budget)?;
-    let mut cost_cache = cost_cache::CostCache::open();
+    let mut cost_cache = cost_cache::CostCache::open(opts.precision);
     let mut cost = cost::CostModel::new(&graph, &plan, 3).with_cache(&mut cost_cache);
     let node_est_us = cost.measure_all();
     // Tile times of the nodes that get tiled, per (node, tile count): timed in order.
@@ -287,6 +305,7 @@ pub fn compile_graph_within(
         max_time_per_fc: opts.max_time_per_fc,
         node_est_us,
         over_limit,
+        precision: opts.precision,
         packed: Default::default(),
     };
     let calibrate = |_: &CompiledModel, axes: &[Option<usize>]| match &imported {
@@ -542,3 +561,5 @@ fn insert_input_conversions(g: &mut Graph, opts: &CompileOptions) -> Result<Vec<
 
 #[cfg(test)]
 mod limits_tests;
+#[cfg(test)]
+mod precision_tests;

@@ -176,3 +176,37 @@ fn precision_from_the_environment() {
         Err(e) => panic!("unexpected {e}"),
     }
 }
+
+#[test]
+fn a_model_loads_in_the_precision_it_was_timed_in_unless_the_environment_says() {
+    let look = |v: &'static str| move |n: &str| (n == "VNPU_PRECISION").then(|| v.to_string());
+    let bf16_here = crate::kernels::bf16::native().is_some();
+    assert_eq!(Precision::Bf16.available(), bf16_here);
+    assert!(Precision::F32.available());
+    // Unset: the model's own precision where this CPU has it, else f32.
+    let timed_bf16 = PlanOptions::for_model_with(Precision::Bf16, |_| None).expect("unset");
+    let want = if bf16_here {
+        Precision::Bf16
+    } else {
+        Precision::F32
+    };
+    assert_eq!(timed_bf16.precision, want);
+    let timed_f32 = PlanOptions::for_model_with(Precision::F32, |_| None).expect("unset");
+    assert_eq!(timed_f32.precision, Precision::F32);
+    // Set: the environment wins either way, and a bad value is still an error.
+    for (timed, v, want) in [
+        (Precision::Bf16, "f32", Precision::F32),
+        (Precision::F32, "bf16", Precision::Bf16),
+    ] {
+        let o = PlanOptions::for_model_with(timed, look(v)).expect(v);
+        assert_eq!(o.precision, want, "timed {timed:?}, VNPU_PRECISION={v}");
+    }
+    assert!(matches!(
+        PlanOptions::for_model_with(Precision::Bf16, look("half")),
+        Err(Error::Config { .. })
+    ));
+    for p in [Precision::F32, Precision::Bf16] {
+        assert_eq!(Precision::parse(p.name()), Some(p));
+    }
+    assert_eq!(Precision::parse("fp16"), None);
+}

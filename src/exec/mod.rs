@@ -67,7 +67,7 @@ pub struct PlanOptions {
 }
 
 /// Compute precision of the GEMM-based nodes of a plan ([`PlanOptions::precision`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub enum Precision {
     /// f32 products (the default).
     #[default]
@@ -79,6 +79,28 @@ pub enum Precision {
 }
 
 impl Precision {
+    /// The precision named `s` (`f32`, `bf16`; empty = f32), if any.
+    pub fn parse(s: &str) -> Option<Precision> {
+        match s.trim() {
+            "" | "f32" => Some(Precision::F32),
+            "bf16" => Some(Precision::Bf16),
+            _ => None,
+        }
+    }
+
+    /// The precision's name, as [`parse`](Self::parse) reads it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::Bf16 => "bf16",
+        }
+    }
+
+    /// True when this CPU can compute in this precision (bf16: a bf16 kernel table).
+    pub fn available(self) -> bool {
+        self == Precision::F32 || crate::kernels::bf16::native().is_some()
+    }
+
     /// The bf16 kernels a plan of this precision uses: `None` for f32; for bf16 the
     /// AVX512_BF16 table, or [`Error::Config`] on a CPU without it.
     pub fn bf16_table(self) -> Result<Option<&'static crate::kernels::bf16::Bf16Table>> {
@@ -151,17 +173,31 @@ impl PlanOptions {
                 })?;
         }
         if let Some(v) = lookup("VNPU_PRECISION") {
-            o.precision = match v.trim() {
-                "" | "f32" => Precision::F32,
-                "bf16" => Precision::Bf16,
-                _ => {
-                    return Err(Error::Config {
-                        name: "VNPU_PRECISION".into(),
-                        value: v.clone(),
-                        reason: "expected one of: f32, bf16".into(),
-                    })
-                }
-            };
+            o.precision = Precision::parse(&v).ok_or_else(|| Error::Config {
+                name: "VNPU_PRECISION".into(),
+                value: v.clone(),
+                reason: "expected one of: f32, bf16".into(),
+            })?;
+        }
+        Ok(o)
+    }
+
+    /// [`from_env`](Self::from_env) for a model whose FC times were measured in
+    /// `timed`: without `VNPU_PRECISION`, the plan computes in `timed` where this CPU
+    /// can (else in f32).
+    pub fn for_model(timed: Precision) -> Result<PlanOptions> {
+        Self::for_model_with(timed, crate::config::lookup)
+    }
+
+    /// [`for_model`](Self::for_model), reading variables through `lookup`.
+    pub fn for_model_with(
+        timed: Precision,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<PlanOptions> {
+        let set = lookup("VNPU_PRECISION").is_some();
+        let mut o = Self::from_lookup(lookup)?;
+        if !set && timed.available() {
+            o.precision = timed;
         }
         Ok(o)
     }
@@ -340,6 +376,11 @@ impl ModelPlan {
     /// The graph this plan runs.
     pub fn graph(&self) -> &Arc<Graph> {
         &self.graph
+    }
+
+    /// The precision the plan computes in.
+    pub fn precision(&self) -> Precision {
+        self.opts.precision
     }
 
     /// Bytes of arena each state holds.

@@ -3,7 +3,8 @@
 //! JSON schema (stable; fields are only ever added):
 //! `{"vnpu_version", "format_version", "kernel_table": {"name", "mr", "nr", "lanes"},
 //!   "bf16_kernels" (the bf16 table a `VNPU_PRECISION=bf16` load uses, or null),
-//!   "models": [{"name", "max_time_per_fc", "est_us",
+//!   "models": [{"name", "max_time_per_fc", "est_us", "precision" ("f32"|"bf16": what the
+//!   node and FC times were measured in),
 //!   "inputs"/"outputs": [{"name", "valid_shape", "aligned_shape", "layout", "type",
 //!   "quantization" ("none" or {"type": "scale", "axis", "scale", "zero_point"}),
 //!   "aligned_byte_size"}],
@@ -141,6 +142,7 @@ pub fn model_json(m: &CompiledModel) -> Json {
         .collect();
     json!({
         "name": m.name, "max_time_per_fc": m.max_time_per_fc, "est_us": round2(m.est_us()),
+        "precision": m.precision.name(),
         "inputs": m.inputs.iter().map(io_json).collect::<Vec<_>>(),
         "outputs": m.outputs.iter().map(io_json).collect::<Vec<_>>(),
         "segments": segments, "nodes": nodes, "over_limit": over_limit,
@@ -184,10 +186,11 @@ pub fn file_text(models: &[CompiledModel]) -> String {
     for m in models {
         let _ = writeln!(
             s,
-            "model {}  (max_time_per_fc {} us, estimated {:.0} us)",
+            "model {}  (max_time_per_fc {} us, estimated {:.0} us, times measured in {})",
             m.name,
             m.max_time_per_fc,
-            m.est_us()
+            m.est_us(),
+            m.precision.name()
         );
         for (title, list) in [("input", &m.inputs), ("output", &m.outputs)] {
             for io in list.iter() {

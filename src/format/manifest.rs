@@ -341,6 +341,10 @@ pub(super) fn encode_model(
             })
             .collect(),
         packed: encode_packed(packed, weights),
+        precision: match m.precision {
+            crate::exec::Precision::F32 => String::new(),
+            p => p.name().into(),
+        },
     })
 }
 
@@ -454,7 +458,10 @@ pub(super) fn decode_model(r: ModelRecord, weights: &Weights) -> Result<Compiled
             fcs,
         });
     }
+    let precision = crate::exec::Precision::parse(&r.precision)
+        .ok_or_else(|| format!("unknown precision '{}'", r.precision))?;
     Ok(CompiledModel {
+        precision,
         name: r.name,
         graph: Graph {
             name: r.graph_name,

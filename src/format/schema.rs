@@ -63,6 +63,10 @@ pub struct ModelRecord {
     /// table, packs the weights from the constants instead.
     #[prost(message, optional, tag = "13")]
     pub packed: Option<PackedWeightsRecord>,
+    /// The precision the node and FC times were measured in: empty (absent) = f32, or
+    /// `bf16`.
+    #[prost(string, tag = "14")]
+    pub precision: String,
 }
 
 /// Weights packed as one kernel table's GEMM wants them, stored in the weights section.

@@ -73,6 +73,7 @@ pub(super) fn model(name: &str) -> CompiledModel {
         max_time_per_fc: 1000,
         node_est_us: vec![1.0, 1.0],
         over_limit: vec![],
+        precision: Default::default(),
         packed: Default::default(),
     }
 }
@@ -114,6 +115,25 @@ fn roundtrip_two_models() {
     assert_eq!(back[0].node_est_us, model("a").node_est_us);
     // Writing what was read gives the same bytes.
     assert_eq!(write_models(&back).unwrap(), bytes);
+}
+
+#[test]
+fn the_timing_precision_round_trips_and_is_absent_for_f32() {
+    use crate::exec::Precision;
+    let f32_bytes = write_models(&[model("a")]).unwrap();
+    let mut m = model("a");
+    m.precision = Precision::Bf16;
+    let bf16_bytes = write_models(&[m]).unwrap();
+    // f32 writes nothing (files of earlier versions read as f32); bf16 its name.
+    assert!(bf16_bytes.len() > f32_bytes.len());
+    assert_eq!(
+        read_models(&f32_bytes, "f32").unwrap()[0].precision,
+        Precision::F32
+    );
+    assert_eq!(
+        read_models(&bf16_bytes, "bf16").unwrap()[0].precision,
+        Precision::Bf16
+    );
 }
 
 #[test]
@@ -222,6 +242,7 @@ fn edited_manifests_with_recomputed_checksums_are_refused() {
         ),
         ("placement", Box::new(|m| m.nodes[0].placement = 2)),
         ("graph output", Box::new(|m| m.graph_outputs = vec![7])),
+        ("precision", Box::new(|m| m.precision = "fp8".into())),
     ];
     for (what, f) in edits {
         let b = edit_manifest(&bytes, |r| f(&mut r.models[0]));

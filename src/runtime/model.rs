@@ -106,7 +106,8 @@ impl Model {
     /// Builds the execution plan of a compiled model.
     pub fn new(compiled: CompiledModel) -> Result<Model> {
         let graph = Arc::new(compiled.graph.clone());
-        let plan = ModelPlan::with_packed(graph, &PlanOptions::from_env()?, &compiled.packed)?;
+        let opts = PlanOptions::for_model(compiled.precision)?;
+        let plan = ModelPlan::with_packed(graph, &opts, &compiled.packed)?;
         crate::format::validate::validate_tiles(&compiled, |n| plan.tiles_for(n)).map_err(
             |reason| Error::ModelFormat {
                 path: format!("model '{}'", compiled.name),

@@ -25,6 +25,7 @@ const COMPILE_VALUED: &[&str] = &[
     "run_on_cpu",
     "run_on_bpu",
     "optimize_level",
+    "precision",
     "output_type",
     "input_data_type",
     "quantize",
@@ -52,6 +53,9 @@ fn options_from(a: &Args, opts: &mut CompileOptions) -> Result<(), String> {
     }
     if let Some(n) = a.get("name") {
         opts.name = Some(n.to_string());
+    }
+    if let Some(v) = a.get("precision") {
+        opts.precision = config::parse_precision(v).map_err(e)?;
     }
     for v in a.all("output_type") {
         opts.outputs.push(config::parse_output_flag(&v).map_err(e)?);

@@ -39,6 +39,10 @@ options:
                                 compiler_parameters); flags given too override it
   --max-time-per-fc US          split core work into FCs of at most US µs (0 = no limit,
                                 else 1000..=4294967295)
+  --precision f32|bf16          measure node times (and so cut FCs) in this precision;
+                                the model then loads in it unless VNPU_PRECISION says
+                                otherwise (bf16: needs AVX512_BF16 here and where it runs,
+                                else it loads in f32)
   --input-shape NAME=1x3x224x224  fix the shape of an input with dynamic dims (repeatable)
   --input-name NAME             the input the next options refer to
   --input-type-rt T             nv12|yuv444|rgb|bgr|gray|featuremap

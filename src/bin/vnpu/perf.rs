@@ -255,10 +255,8 @@ pub fn run_loads_batched(
 /// profiling plan (same graph and kernels) and returns each node's mean µs per run.
 pub fn profile_nodes(m: &Model, runs: usize) -> Result<Vec<f64>, String> {
     use vnpu::exec::{ModelPlan, PlanOptions};
-    // The precision the model was loaded with (VNPU_PRECISION), on one thread.
-    let precision = PlanOptions::from_env()
-        .map_err(|e| e.to_string())?
-        .precision;
+    // The precision the model was loaded with, on one thread.
+    let precision = m.plan.precision();
     let plan = ModelPlan::new(
         m.plan.graph().clone(),
         &PlanOptions {
