@@ -21,6 +21,7 @@
 //! each [`rows`] call loads on entry and releases on return: nothing else in the thread
 //! can leave the tiles in a state these instructions do not expect.
 
+use crate::kernels::conv::direct::WideOut;
 use crate::kernels::conv::direct::WIDE_WIDTH as WIDTH;
 use crate::kernels::conv::direct::{WIDE_KB as KB, WIDE_ROWS as ROWS, WIDE_STEP as A_STEP};
 use std::arch::asm;
@@ -165,6 +166,45 @@ pub fn rows(
     c: &mut [f32],
     ldc: usize,
 ) {
+    assert!(
+        tiles == 0 || (ldc >= tiles * WIDTH && c.len() >= (ROWS - 1) * ldc + tiles * WIDTH),
+        "amx rows: short C"
+    );
+    run_tiles(a, b, offs, cp, (f0, tiles), |i, block| {
+        transpose_into(block, &mut c[i * WIDTH..], ldc)
+    });
+}
+
+/// [`rows`] stored straight into the output where `out` says (plane position `f` at
+/// output position `out.base + f`), through `out.epi`. Panics as [`rows`] does, or
+/// unless every store stays inside `out.y` ([`WideOut::check`]).
+pub fn store_rows(
+    a: &[u32],
+    b: &[u32],
+    offs: &[usize],
+    cp: usize,
+    (f0, tiles): (usize, usize),
+    out: &mut WideOut<'_>,
+) {
+    out.check();
+    if out.rows.0 == out.rows.1 {
+        return;
+    }
+    run_tiles(a, b, offs, cp, (f0, tiles), |i, block| {
+        store_out(block, f0 + i * WIDTH, out)
+    });
+}
+
+/// The products of [`rows`], each tile's 32 positions x 32 channels (position-major:
+/// `block[j * WIDTH + r]`) handed to `sink` with the tile's index.
+fn run_tiles(
+    a: &[u32],
+    b: &[u32],
+    offs: &[usize],
+    cp: usize,
+    (f0, tiles): (usize, usize),
+    mut sink: impl FnMut(usize, &[f32; ROWS * WIDTH]),
+) {
     assert!(available(), "amx rows: AMX is not available");
     assert!(
         cp.is_multiple_of(KB),
@@ -179,10 +219,6 @@ pub fn rows(
         let far = offs.iter().max().map_or(0, |&o| o) + (f0 + tiles * WIDTH) * cp;
         assert!(b.len() >= far, "amx rows: short planes");
     }
-    assert!(
-        ldc >= tiles * WIDTH && c.len() >= (ROWS - 1) * ldc + tiles * WIDTH,
-        "amx rows: short C"
-    );
     let sa = cp * 4;
     let mut local = Block([0.0; ROWS * WIDTH]);
     // SAFETY: AMX-TILE/BF16 are present and permitted (`available`); the configuration
@@ -210,10 +246,93 @@ pub fn rows(
         }
         // SAFETY: `local` holds 32 rows of 32 floats (128 bytes each).
         unsafe { store_acc(local.0.as_mut_ptr(), WIDTH * 4) };
-        transpose_into(&local.0, &mut c[i * WIDTH..], ldc);
+        sink(i, &local.0);
     }
     // SAFETY: returns the tiles to their initial state (configured above).
     unsafe { asm!("tilerelease", options(nostack, nomem)) };
+}
+
+/// Stores a position-major block (`src[j * WIDTH + r]`: position `f + j`, panel row
+/// `r`) where `out` says, 16 positions x 16 rows at a time transposed, through the
+/// epilogue.
+fn store_out(src: &[f32; ROWS * WIDTH], f: usize, out: &mut WideOut<'_>) {
+    for h in [0, 16] {
+        let (mask, q0) = out.lanes(f + h);
+        if mask == 0 {
+            continue;
+        }
+        for w in [0, 16] {
+            let (r_lo, r_hi) = (out.rows.0.max(w), out.rows.1.min(w + 16));
+            if r_lo >= r_hi {
+                continue;
+            }
+            let c0 = out.chan0 + w;
+            let e = out.epi;
+            // SAFETY: AVX-512 F is present wherever AMX is (`available` ran in
+            // `run_tiles`); the block reads rows h..h + 16, columns w..w + 16 of `src`;
+            // the stores (and residual reads) touch channel planes c0 + k for k in
+            // r_lo - w..r_hi - w (below chan0 + rows.1, inside `y` and the residual by
+            // `out.check`) at the mask's lanes of positions q0.., inside `cols`, so
+            // inside the plane; the bias holds those channels (checked too).
+            unsafe {
+                store16(
+                    src.as_ptr().add(h * WIDTH + w),
+                    out.y.as_mut_ptr().add(c0 * out.ohw + q0),
+                    out.ohw,
+                    (r_lo - w, r_hi - w, mask),
+                    (
+                        e.bias.map(|b| &b[c0..]),
+                        e.residual
+                            .map(|r| r.as_ptr().wrapping_add(c0 * out.ohw + q0)),
+                        e.clamp,
+                    ),
+                )
+            };
+        }
+    }
+}
+
+/// Rows `k` in `ks.0..ks.1` of the transpose of the 16 x 16 block at `src` (rows
+/// `WIDTH` apart), through the epilogue `(bias, residual, clamp)` (`bias[k]` added, the
+/// residual's element at `residual + k * ld + l` added, clamped), lanes `l` of mask
+/// `ks.2` stored at `dst + k * ld + l`.
+///
+/// # Safety
+/// AVX-512 F available; the block readable; the masked lanes writable at `dst` and
+/// readable at `residual` for every such row; `bias` holds `ks.1` floats.
+#[target_feature(enable = "avx512f")]
+unsafe fn store16(
+    src: *const f32,
+    dst: *mut f32,
+    ld: usize,
+    ks: (usize, usize, u16),
+    (bias, residual, clamp): (Option<&[f32]>, Option<*const f32>, Option<(f32, f32)>),
+) {
+    use std::arch::x86_64::*;
+    // SAFETY: the caller guarantees the reads and the masked writes.
+    unsafe {
+        let mut r = [_mm512_setzero_ps(); 16];
+        for (k, v) in r.iter_mut().enumerate() {
+            *v = _mm512_loadu_ps(src.add(k * WIDTH));
+        }
+        let t = transpose_regs(&r);
+        let (lo, hi) = clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
+        let (lo, hi) = (_mm512_set1_ps(lo), _mm512_set1_ps(hi));
+        let m = ks.2;
+        for k in ks.0..ks.1 {
+            let mut o = match bias {
+                Some(b) => _mm512_add_ps(t[k], _mm512_set1_ps(b[k])),
+                None => t[k],
+            };
+            if let Some(res) = residual {
+                o = _mm512_add_ps(o, _mm512_maskz_loadu_ps(m, res.add(k * ld)));
+            }
+            if clamp.is_some() {
+                o = _mm512_min_ps(_mm512_max_ps(o, lo), hi);
+            }
+            _mm512_mask_storeu_ps(dst.add(k * ld), m, o);
+        }
+    }
 }
 
 /// A 32 x 32 f32 block on its own cache lines.

@@ -257,9 +257,15 @@ fn direct_conv_matches_the_rounded_conv() {
 fn direct_conv_ranges_equal_the_whole_call_with_the_epilogue() {
     let t = native().unwrap_or(portable());
     // Direct shapes only: im2col needs channel cuts on the MR grid. The wide run too,
-    // where the table has one.
+    // where the table has one (its own shapes as well: plane rows wider than the
+    // output's, stored through a buffer, and as wide, stored straight into the output).
     for s in shapes()
         .into_iter()
+        .chain(
+            wide_shapes()
+                .into_iter()
+                .filter(|s| super::direct::runs_wide(t, s)),
+        )
         .filter(|s| super::direct::applies(t, s))
     {
         let x = rand_vec(s.n * s.c_in * s.h * s.w, 8);
@@ -308,6 +314,8 @@ fn wide_shapes() -> Vec<ConvShape> {
         shape(2, 18, (20, 14), 8, (3, 3), (1, 1), (2, 2), (2, 2, 2, 2), 1),
         shape(1, 64, (7, 7), 40, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),
         shape(1, 48, (14, 14), 64, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1),
+        // 1x1, stride 2: plane rows as wide as the output's.
+        shape(1, 32, (14, 13), 40, (1, 1), (2, 2), (1, 1), (0, 0, 0, 0), 1),
     ]
 }
 

@@ -30,6 +30,7 @@ static AMX_TABLE: Bf16Table = Bf16Table {
     name: "amx-bf16",
     wide: Some(crate::kernels::conv::direct::Wide {
         rows: super::amx::rows,
+        store: super::amx::store_rows,
         pack: super::amx::pack_block,
     }),
     wide_gemm: Some(super::WideGemm {

@@ -117,8 +117,91 @@ pub type PackBlock<T> =
 pub struct Wide<T> {
     /// The row tiles ([`WideRows`]).
     pub rows: WideRows<T>,
+    /// The row tiles stored straight into the output ([`WideStore`]), for planes
+    /// whose rows are the output's (`wq == OW`).
+    pub store: WideStore<T>,
     /// Blocks of 16 positions x 16 groups of two channels ([`PackBlock`]).
     pub pack: PackBlock<T>,
+}
+
+/// A run of wide row tiles stored into the output: `(a, b, offs, cp, (f0, tiles),
+/// out)` computes what [`WideRows`] does and stores plane position `f` of panel row `r`
+/// at output position `out.base + f` of channel `out.chan0 + r`, through `out.epi`
+/// (only planes whose rows are as wide as the output's, so positions run on).
+pub type WideStore<T> =
+    fn(a: &[T], b: &[T], offs: &[usize], cp: usize, run: (usize, usize), out: &mut WideOut<'_>);
+
+/// Where a [`WideStore`] run writes: channel planes of `ohw` floats in `y` (one
+/// image's output), plane position `f` at output position `base + f`, only positions
+/// in `cols` and panel rows in `rows`.
+pub struct WideOut<'a> {
+    /// The image's output, `[C, OH * OW]`.
+    pub y: &'a mut [f32],
+    /// Floats per channel plane.
+    pub ohw: usize,
+    /// Output position of plane position 0.
+    pub base: usize,
+    /// Output positions to store.
+    pub cols: (usize, usize),
+    /// The panel's first channel.
+    pub chan0: usize,
+    /// The panel's rows to store (at most [`WIDE_ROWS`]).
+    pub rows: (usize, usize),
+    /// The epilogue applied as the outputs are stored.
+    pub epi: WideEpi<'a>,
+}
+
+/// A conv epilogue of the simple form ([`Epilogue::simple_form`]): channel `c`'s
+/// outputs become `v + bias[c]`, plus the residual's element, clamped to `(lo, hi)`
+/// (`min(max(v, lo), hi)`), each part where present.
+#[derive(Clone, Copy, Default)]
+pub struct WideEpi<'a> {
+    /// Per-channel bias, by output channel.
+    pub bias: Option<&'a [f32]>,
+    /// A tensor laid out like the output, added element-wise.
+    pub residual: Option<&'a [f32]>,
+    /// `(lo, hi)`.
+    pub clamp: Option<(f32, f32)>,
+}
+
+impl WideOut<'_> {
+    /// Lanes of the 16 plane positions from `f` to store (bit `l`: position `f + l`),
+    /// and the output position of lane 0.
+    pub fn lanes(&self, f: usize) -> (u16, usize) {
+        let q0 = self.base + f;
+        let lo = self.cols.0.saturating_sub(q0).min(16);
+        let hi = self.cols.1.saturating_sub(q0).min(16);
+        let mask = if lo < hi {
+            ((1u32 << hi) - (1u32 << lo)) as u16
+        } else {
+            0
+        };
+        (mask, q0)
+    }
+
+    /// Panics unless every store (and residual read) [`lanes`](Self::lanes) allows
+    /// stays inside the operands.
+    pub fn check(&self) {
+        assert!(
+            self.rows.0 <= self.rows.1 && self.rows.1 <= WIDE_ROWS,
+            "wide out: bad rows"
+        );
+        assert!(
+            self.cols.0 <= self.cols.1 && self.cols.1 <= self.ohw,
+            "wide out: positions outside the plane"
+        );
+        if self.rows.0 == self.rows.1 {
+            return;
+        }
+        let end = (self.chan0 + self.rows.1) * self.ohw;
+        assert!(self.y.len() >= end, "wide out: short output");
+        let (b, r) = (self.epi.bias, self.epi.residual);
+        assert!(
+            b.is_none_or(|b| b.len() >= self.chan0 + self.rows.1),
+            "wide out: short bias"
+        );
+        assert!(r.is_none_or(|r| r.len() >= end), "wide out: short residual");
+    }
 }
 
 /// Outputs a direct conv of `s` computes with `tiling` (`per` channels per element):
@@ -612,6 +695,10 @@ pub fn conv_direct<T: Copy + Default>(
                 };
                 sweep_rows(&sw, isa, s, w, yb, &epi_b, (MR, TW), &run)
             }
+            Tiling::Wide if g.wq == s.ow => {
+                let wide = k.wide.expect("direct conv: wide tiling without a wide run");
+                sweep_store(&sw, isa, s, w, yb, &epi_b, wide.store)
+            }
             Tiling::Wide => {
                 let wide = k.wide.expect("direct conv: wide tiling without a wide run");
                 let run = |a: &[T], f0: usize, n: usize, c: &mut [f32], ldc: usize| {
@@ -732,6 +819,64 @@ fn sweep_rows<T: Copy + Default>(
             let (q_lo, q_hi) = (pos(f_lo).max(p_lo), pos(f_hi).min(p_hi));
             let (r_lo, r_hi) = (c_lo.max(blk * mr), c_hi.min(blk_hi * mr));
             if !epi.is_empty() && q_lo < q_hi {
+                epi.apply(isa, yb, ohw, r_lo, r_hi - r_lo, q_lo, q_hi - q_lo);
+            }
+            t0 = t1;
+        }
+        blk = blk_hi;
+    }
+}
+
+/// The wide run over one image whose plane rows are the output's (`wq == OW`, so plane
+/// position `f` is output position `oh_lo * OW + f`): per block of panels, the tiles
+/// holding the wanted positions in chunks of [`CHUNK_TILES`], stored straight into the
+/// output with the epilogue where it has the simple form (else applied per chunk).
+fn sweep_store<T: Copy + Default>(
+    sw: &Sweep<'_, T>,
+    isa: Isa,
+    s: &ConvShape,
+    w: &[T],
+    yb: &mut [f32],
+    epi: &Epilogue<'_>,
+    store: WideStore<T>,
+) {
+    let (g, ohw, base) = (sw.g, s.oh * s.ow, sw.oh_lo * s.ow);
+    let ((c_lo, c_hi), (p_lo, p_hi)) = (sw.chans, sw.cols);
+    let (mr, tw) = (WIDE_ROWS, WIDE_WIDTH);
+    let panel_len = g.taps * g.cp * mr;
+    let per_block = panels_per_block(panel_len);
+    let (pan_lo, pan_hi) = (c_lo / mr, c_hi.div_ceil(mr));
+    let (t_lo, t_hi) = ((p_lo - base) / tw, (p_hi - base).div_ceil(tw));
+    let fused = epi.simple_form().map(|(slot, clamp)| WideEpi {
+        bias: epi.bias.map(|b| &b[epi.channel_offset..]),
+        residual: slot.map(|k| epi.residuals[k]),
+        clamp,
+    });
+    let mut blk = pan_lo;
+    while blk < pan_hi {
+        let blk_hi = (blk + per_block).min(pan_hi);
+        let mut t0 = t_lo;
+        while t0 < t_hi {
+            let t1 = (t0 + CHUNK_TILES).min(t_hi);
+            for pi in blk..blk_hi {
+                let a = &w[pi * panel_len..][..panel_len];
+                let mut out = WideOut {
+                    y: &mut *yb,
+                    ohw,
+                    base,
+                    cols: (p_lo, p_hi),
+                    chan0: pi * mr,
+                    rows: (
+                        c_lo.max(pi * mr) - pi * mr,
+                        c_hi.min(pi * mr + mr) - pi * mr,
+                    ),
+                    epi: fused.unwrap_or_default(),
+                };
+                store(a, sw.planes, sw.offs, g.cp, (t0 * tw, t1 - t0), &mut out);
+            }
+            let (q_lo, q_hi) = ((base + t0 * tw).max(p_lo), (base + t1 * tw).min(p_hi));
+            let (r_lo, r_hi) = (c_lo.max(blk * mr), c_hi.min(blk_hi * mr));
+            if fused.is_none() && !epi.is_empty() && q_lo < q_hi {
                 epi.apply(isa, yb, ohw, r_lo, r_hi - r_lo, q_lo, q_hi - q_lo);
             }
             t0 = t1;
