@@ -30,17 +30,21 @@ use std::arch::asm;
 // bytes on: 16-row tiles of 16 dwords.
 const _: () = assert!(KB == 16 && ROWS == 32 && WIDTH == 32 && A_STEP == 512);
 
-/// True when this CPU has AMX-TILE and AMX-BF16 and the kernel lets this process use
+/// True when this CPU has AMX-TILE and AMX-BF16, the AVX-512 F/BW and AVX512_BF16 the
+/// packing and transposes around the tiles use, and the kernel lets this process use
 /// the tile data (asked once; the answer is kept).
 pub fn available() -> bool {
     static OK: once_cell::sync::OnceCell<bool> = once_cell::sync::OnceCell::new();
     *OK.get_or_init(|| {
-        let (max, l7) = (
-            std::arch::x86_64::__cpuid(0).eax,
-            std::arch::x86_64::__cpuid_count(7, 0),
-        );
+        if std::arch::x86_64::__cpuid(0).eax < 7 {
+            return false;
+        }
+        let l7 = std::arch::x86_64::__cpuid_count(7, 0);
         let (amx_bf16, amx_tile) = (l7.edx & (1 << 22) != 0, l7.edx & (1 << 24) != 0);
-        if max < 7 || !amx_bf16 || !amx_tile {
+        let vectors = is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512bf16");
+        if !amx_bf16 || !amx_tile || !vectors {
             return false;
         }
         const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
@@ -268,8 +272,8 @@ fn store_out(src: &[f32; ROWS * WIDTH], f: usize, out: &mut WideOut<'_>) {
             }
             let c0 = out.chan0 + w;
             let e = out.epi;
-            // SAFETY: AVX-512 F is present wherever AMX is (`available` ran in
-            // `run_tiles`); the block reads rows h..h + 16, columns w..w + 16 of `src`;
+            // SAFETY: AVX-512 F is present (`run_tiles` asserted `available`, which
+            // requires it); the block reads rows h..h + 16, columns w..w + 16 of `src`;
             // the stores (and residual reads) touch channel planes c0 + k for k in
             // r_lo - w..r_hi - w (below chan0 + rows.1, inside `y` and the residual by
             // `out.check`) at the mask's lanes of positions q0.., inside `cols`, so
@@ -292,6 +296,10 @@ fn store_out(src: &[f32; ROWS * WIDTH], f: usize, out: &mut WideOut<'_>) {
     }
 }
 
+/// The epilogue of [`store16`]: the bias from the block's first channel, the residual
+/// at the block's first output, the clamp.
+type StoreEpi<'a> = (Option<&'a [f32]>, Option<*const f32>, Option<(f32, f32)>);
+
 /// Rows `k` in `ks.0..ks.1` of the transpose of the 16 x 16 block at `src` (rows
 /// `WIDTH` apart), through the epilogue `(bias, residual, clamp)` (`bias[k]` added, the
 /// residual's element at `residual + k * ld + l` added, clamped), lanes `l` of mask
@@ -306,7 +314,7 @@ unsafe fn store16(
     dst: *mut f32,
     ld: usize,
     ks: (usize, usize, u16),
-    (bias, residual, clamp): (Option<&[f32]>, Option<*const f32>, Option<(f32, f32)>),
+    (bias, residual, clamp): StoreEpi<'_>,
 ) {
     use std::arch::x86_64::*;
     // SAFETY: the caller guarantees the reads and the masked writes.
@@ -347,8 +355,8 @@ fn transpose_into(src: &[f32; ROWS * WIDTH], c: &mut [f32], ldc: usize) {
         "amx transpose: short C"
     );
     for (h, w) in [(0, 0), (0, 16), (16, 0), (16, 16)] {
-        // SAFETY: AVX-512 F is present wherever AMX is (`available` ran before any
-        // accumulator was stored); block (h, w) reads source rows h..h + 16, columns
+        // SAFETY: AVX-512 F is present (`run_tiles` asserted `available`, which
+        // requires it, before any accumulator was stored); block (h, w) reads source rows h..h + 16, columns
         // w..w + 16, and writes rows w..w + 16, columns h..h + 16 of C, inside `c` by
         // the assert above.
         unsafe {
