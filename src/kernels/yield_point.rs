@@ -1,5 +1,6 @@
 //! Yield points: places inside long kernel loops (a GEMM's row blocks, a Winograd conv's
-//! channel blocks) where the thread running them may pause for higher-priority work.
+//! channel blocks, a direct conv's chunks of position tiles, a bf16 GEMM's row or depth
+//! blocks) where the thread running them may pause for higher-priority work.
 //!
 //! The kernels only call [`yield_point`]; what it does is installed once by the runtime
 //! ([`install`]): the intra-op pool's CPU-claim check, so that a low-priority FC steps

@@ -134,6 +134,7 @@ pub fn gemm_panels(
         let np = len.div_ceil(NR);
         let mut k0 = 0;
         while k0 < k {
+            crate::kernels::yield_point::yield_point();
             let kc = KC.min(k - k0);
             let kp = kc.div_ceil(2);
             fill(k0, kc, jc, len, &mut fbuf[..kc * np * NR]);
@@ -286,6 +287,7 @@ fn gemm_a_rows_wide(
     let b = &pb[n_lo / WPANEL * kp * WPANEL..];
     let mut i = m_lo;
     while i < m_hi {
+        crate::kernels::yield_point::yield_point();
         let rows = WROWS.min(m_hi - i);
         for (r, dst) in abuf.chunks_exact_mut(lda).enumerate() {
             dst.fill(0);
@@ -363,6 +365,7 @@ pub fn gemm_a_rows(
         let len = NC.min(n_range.1 - jc);
         let mut k0 = 0;
         while k0 < k {
+            crate::kernels::yield_point::yield_point();
             let kc = KC.min(k - k0);
             let kp = kc.div_ceil(2);
             // Rows m_lo.. of A, this K block, as MR-row pair panels from 0.

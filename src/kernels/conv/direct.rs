@@ -795,6 +795,7 @@ fn sweep_rows<T: Copy + Default>(
         let blk_hi = (blk + per_block).min(pan_hi);
         let mut t0 = 0;
         while t0 < tiles {
+            crate::kernels::yield_point::yield_point();
             let t1 = (t0 + CHUNK_TILES).min(tiles);
             let (f_lo, f_hi) = (t0 * tw, (t1 * tw).min(flat));
             for pi in blk..blk_hi {
@@ -857,6 +858,7 @@ fn sweep_store<T: Copy + Default>(
         let blk_hi = (blk + per_block).min(pan_hi);
         let mut t0 = t_lo;
         while t0 < t_hi {
+            crate::kernels::yield_point::yield_point();
             let t1 = (t0 + CHUNK_TILES).min(t_hi);
             for pi in blk..blk_hi {
                 let a = &w[pi * panel_len..][..panel_len];
@@ -914,6 +916,7 @@ fn sweep_chans<T: Copy + Default>(
         let blk_hi = (blk + per_block).min(pan_hi);
         let mut t0 = 0;
         while t0 < tiles {
+            crate::kernels::yield_point::yield_point();
             let t1 = (t0 + CHUNK_TILES).min(tiles);
             for pi in blk..blk_hi {
                 let a = &w[pi * panel_len..][..panel_len];
