@@ -497,28 +497,34 @@ unsafe fn pack_block_512(
     } else {
         (m(need), m(need.saturating_sub(16)))
     };
-    let load = |r: Option<&[f32]>| match r {
-        None => _mm512_setzero_ps(),
-        // SAFETY: the masked loads touch floats 0..need only, inside the row.
-        Some(r) if stride == 1 => unsafe { _mm512_maskz_loadu_ps(m_lo, r.as_ptr()) },
-        // SAFETY: as above (the second load from float 16 only when need > 16).
-        Some(r) if stride == 2 => unsafe {
-            let a = _mm512_maskz_loadu_ps(m_lo, r.as_ptr());
-            let b = _mm512_maskz_loadu_ps(m_hi, r.as_ptr().wrapping_add(16));
-            _mm512_permutex2var_ps(a, even, b)
-        },
-        Some(r) => {
-            let mut v = [0.0f32; 16];
-            for (j, d) in v.iter_mut().enumerate().take(n) {
-                *d = r[j * stride];
+    // A macro, not a closure: the closure was compiled as a call per row (its loads
+    // then waited behind the call's spills).
+    macro_rules! load {
+        ($r:expr) => {
+            match $r {
+                None => _mm512_setzero_ps(),
+                // SAFETY: the masked loads touch floats 0..need only, inside the row.
+                Some(r) if stride == 1 => unsafe { _mm512_maskz_loadu_ps(m_lo, r.as_ptr()) },
+                // SAFETY: as above (the second load from float 16 only when need > 16).
+                Some(r) if stride == 2 => unsafe {
+                    let a = _mm512_maskz_loadu_ps(m_lo, r.as_ptr());
+                    let b = _mm512_maskz_loadu_ps(m_hi, r.as_ptr().wrapping_add(16));
+                    _mm512_permutex2var_ps(a, even, b)
+                },
+                Some(r) => {
+                    let mut v = [0.0f32; 16];
+                    for (j, d) in v.iter_mut().enumerate().take(n) {
+                        *d = r[j * stride];
+                    }
+                    // SAFETY: 16 floats of a local array.
+                    unsafe { _mm512_loadu_ps(v.as_ptr()) }
+                }
             }
-            // SAFETY: 16 floats of a local array.
-            unsafe { _mm512_loadu_ps(v.as_ptr()) }
-        }
-    };
+        };
+    }
     let mut pairs = [_mm512_setzero_ps(); 16];
     for (q, p) in pairs.iter_mut().enumerate() {
-        let (lo, hi) = (load(rows[2 * q]), load(rows[2 * q + 1]));
+        let (lo, hi) = (load!(rows[2 * q]), load!(rows[2 * q + 1]));
         // SAFETY: a bit cast between vectors of 64 bytes.
         let v = unsafe { std::mem::transmute::<__m512bh, __m512i>(_mm512_cvtne2ps_pbh(hi, lo)) };
         *p = _mm512_castsi512_ps(_mm512_permutexvar_epi16(inter, v));
