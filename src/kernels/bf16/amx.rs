@@ -482,52 +482,36 @@ unsafe fn pack_block_512(
     ld: usize,
 ) {
     use std::arch::x86_64::*;
-    // Word k of a pair vector: word k / 2 of the low half (even k) or of the high half.
-    let mut inter = [0u16; 32];
-    for (k, w) in inter.iter_mut().enumerate() {
-        *w = (k / 2 + 16 * (k % 2)) as u16;
-    }
-    // SAFETY: 64 bytes of a local array.
-    let inter = unsafe { _mm512_loadu_si512(inter.as_ptr().cast()) };
-    let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    let consts = super::x86_64::pair_indices();
     let need = (n - 1) * stride + 1;
-    let m = |k: usize| ((1u32 << k.min(16)) - 1) as __mmask16;
-    let (m_lo, m_hi) = if stride == 1 {
-        (m(n), 0)
-    } else {
-        (m(need), m(need.saturating_sub(16)))
+    // Rows read at a stride the pair loader does not take are gathered first.
+    let mut staged = [[0.0f32; 16]; 32];
+    let row = |q: usize, staged: &[[f32; 16]; 32]| match rows[q] {
+        None => std::ptr::null(),
+        Some(_) if stride > 2 => staged[q].as_ptr(),
+        Some(r) => r.as_ptr(),
     };
-    // A macro, not a closure: the closure was compiled as a call per row (its loads
-    // then waited behind the call's spills).
-    macro_rules! load {
-        ($r:expr) => {
-            match $r {
-                None => _mm512_setzero_ps(),
-                // SAFETY: the masked loads touch floats 0..need only, inside the row.
-                Some(r) if stride == 1 => unsafe { _mm512_maskz_loadu_ps(m_lo, r.as_ptr()) },
-                // SAFETY: as above (the second load from float 16 only when need > 16).
-                Some(r) if stride == 2 => unsafe {
-                    let a = _mm512_maskz_loadu_ps(m_lo, r.as_ptr());
-                    let b = _mm512_maskz_loadu_ps(m_hi, r.as_ptr().wrapping_add(16));
-                    _mm512_permutex2var_ps(a, even, b)
-                },
-                Some(r) => {
-                    let mut v = [0.0f32; 16];
-                    for (j, d) in v.iter_mut().enumerate().take(n) {
-                        *d = r[j * stride];
-                    }
-                    // SAFETY: 16 floats of a local array.
-                    unsafe { _mm512_loadu_ps(v.as_ptr()) }
+    if stride > 2 {
+        for (line, r) in staged.iter_mut().zip(rows) {
+            if let Some(r) = r {
+                for (j, v) in line.iter_mut().enumerate().take(n) {
+                    *v = r[j * stride];
                 }
             }
-        };
+        }
     }
+    let (s, nread) = if stride > 2 {
+        (1, n)
+    } else {
+        (stride, (n * stride).min(need))
+    };
     let mut pairs = [_mm512_setzero_ps(); 16];
     for (q, p) in pairs.iter_mut().enumerate() {
-        let (lo, hi) = (load!(rows[2 * q]), load!(rows[2 * q + 1]));
-        // SAFETY: a bit cast between vectors of 64 bytes.
-        let v = unsafe { std::mem::transmute::<__m512bh, __m512i>(_mm512_cvtne2ps_pbh(hi, lo)) };
-        *p = _mm512_castsi512_ps(_mm512_permutexvar_epi16(inter, v));
+        let src = (row(2 * q, &staged), row(2 * q + 1, &staged));
+        // SAFETY: each present row holds `need` floats (or is a staged 16), so the
+        // `nread` floats the loader reads from 0 are inside it; the features are
+        // enabled on this function.
+        *p = _mm512_castsi512_ps(unsafe { super::x86_64::pairs16(src, (0, nread), s, consts) });
     }
     let t = transpose_regs(&pairs);
     for (j, v) in t.iter().enumerate().take(n) {

@@ -422,6 +422,45 @@ unsafe fn load16(
     }
 }
 
+/// The permute indices of [`pairs16`]: the word interleave and the even floats.
+#[target_feature(enable = "avx512f")]
+#[inline]
+pub(super) fn pair_indices() -> (__m512i, __m512i) {
+    // SAFETY: INTERLEAVE and EVEN hold 64 bytes each.
+    unsafe {
+        (
+            _mm512_loadu_si512(INTERLEAVE.as_ptr().cast()),
+            _mm512_loadu_si512(EVEN.as_ptr().cast()),
+        )
+    }
+}
+
+/// 16 K pairs from two rows (stride 1 or 2, from float `start`, reading `nread` floats
+/// of each, as [`load16`]): dword `j` = `pair(lo[j * stride], hi[j * stride])`, rounded
+/// to bf16; `(idx, even)` from [`pair_indices`].
+///
+/// # Safety
+/// AVX-512 F/BW and AVX512_BF16 available; each row null or readable for `start +
+/// nread` floats.
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+#[inline]
+pub(super) unsafe fn pairs16(
+    (lo, hi): (*const f32, *const f32),
+    (start, nread): (usize, usize),
+    stride: usize,
+    (idx, even): (__m512i, __m512i),
+) -> __m512i {
+    // SAFETY: the caller guarantees the reads; the rest is register work.
+    unsafe {
+        let (l, h) = (
+            load16(lo, start, nread, stride, even),
+            load16(hi, start, nread, stride, even),
+        );
+        let w = std::mem::transmute::<__m512bh, __m512i>(_mm512_cvtne2ps_pbh(h, l));
+        _mm512_permutexvar_epi16(idx, w)
+    }
+}
+
 /// # Safety
 /// AVX-512 F/BW and AVX512_BF16 available; `lo` (and `hi` unless null) readable for
 /// `len >= (n - 1) * stride + 1` floats, `dst` writable for `n` dwords.
@@ -448,13 +487,7 @@ unsafe fn pack_pairs_512(
         }
         return;
     }
-    // SAFETY: INTERLEAVE and EVEN hold 64 bytes each.
-    let (idx, even) = unsafe {
-        (
-            _mm512_loadu_si512(INTERLEAVE.as_ptr().cast()),
-            _mm512_loadu_si512(EVEN.as_ptr().cast()),
-        )
-    };
+    let (idx, even) = pair_indices();
     let mut j = 0;
     while j < n {
         let r = (n - j).min(16);
@@ -464,12 +497,7 @@ unsafe fn pack_pairs_512(
         // SAFETY: `load16` reads floats `start..start + nread`, within `len`; dwords
         // j..j + r of `dst` are within `n`.
         unsafe {
-            let (l, h) = (
-                load16(lo, start, nread, stride, even),
-                load16(hi, start, nread, stride, even),
-            );
-            let w = std::mem::transmute::<__m512bh, __m512i>(_mm512_cvtne2ps_pbh(h, l));
-            let w = _mm512_permutexvar_epi16(idx, w);
+            let w = pairs16((lo, hi), (start, nread), stride, (idx, even));
             _mm512_mask_storeu_epi32(dst.add(j).cast(), ((1u32 << r) - 1) as __mmask16, w);
         }
         j += r;

@@ -759,10 +759,65 @@ fn copy_fixed<const N: usize>(d: &mut [f32], s: &[f32]) {
 /// `tiles` consecutive tiles from plane position `f0` into `c` at stride `ldc`.
 type RowRun<'a, T> = dyn Fn(&[T], usize, usize, &mut [f32], usize) + 'a;
 
+/// One step of [`walk_panels`].
+enum Walk<'w, T> {
+    /// Panel `pi` (its weights `a`, its output channels `rows`) over tiles `tiles`.
+    Panel {
+        pi: usize,
+        a: &'w [T],
+        rows: (usize, usize),
+        tiles: (usize, usize),
+    },
+    /// Every panel of the block (output channels `rows`) done over tiles `tiles`.
+    Chunk {
+        rows: (usize, usize),
+        tiles: (usize, usize),
+    },
+}
+
+/// The walk both row sweeps take over the wanted channels of `sw` in panels of `mr`
+/// rows: per block of panels that stays in L2, tiles `t_lo..t_hi` in chunks of
+/// [`CHUNK_TILES`] (a yield point before each), each panel of the block over the chunk,
+/// then the chunk as a whole (for its epilogue).
+fn walk_panels<'w, T>(
+    sw: &Sweep<'_, T>,
+    w: &'w [T],
+    mr: usize,
+    (t_lo, t_hi): (usize, usize),
+    step: &mut dyn FnMut(Walk<'w, T>),
+) {
+    let (c_lo, c_hi) = sw.chans;
+    let panel_len = sw.g.taps * sw.g.cp * mr;
+    let per_block = panels_per_block(panel_len);
+    let (pan_lo, pan_hi) = (c_lo / mr, c_hi.div_ceil(mr));
+    let mut blk = pan_lo;
+    while blk < pan_hi {
+        let blk_hi = (blk + per_block).min(pan_hi);
+        let mut t0 = t_lo;
+        while t0 < t_hi {
+            crate::kernels::yield_point::yield_point();
+            let t1 = (t0 + CHUNK_TILES).min(t_hi);
+            for pi in blk..blk_hi {
+                step(Walk::Panel {
+                    pi,
+                    a: &w[pi * panel_len..][..panel_len],
+                    rows: (c_lo.max(pi * mr), c_hi.min(pi * mr + mr)),
+                    tiles: (t0, t1),
+                });
+            }
+            step(Walk::Chunk {
+                rows: (c_lo.max(blk * mr), c_hi.min(blk_hi * mr)),
+                tiles: (t0, t1),
+            });
+            t0 = t1;
+        }
+        blk = blk_hi;
+    }
+}
+
 /// The row tiles of one image, `mr` channels x `tw` positions each (the row tile's or
-/// the wide run's): per block of panels, position tiles of flattened plane positions in
-/// chunks of [`CHUNK_TILES`] computed by `run` into a buffer, kept positions copied out,
-/// then each chunk's outputs through the epilogue.
+/// the wide run's), walked by [`walk_panels`]: each chunk computed by `run` into a
+/// buffer, kept positions copied out, then the chunk's outputs through the epilogue.
 #[allow(clippy::too_many_arguments)]
 fn sweep_rows<T: Copy + Default>(
     sw: &Sweep<'_, T>,
@@ -774,14 +829,10 @@ fn sweep_rows<T: Copy + Default>(
     (mr, tw): (usize, usize),
     run: &RowRun<'_, T>,
 ) {
-    let (g, ohw, wq, ow) = (sw.g, s.oh * s.ow, sw.g.wq, s.ow);
-    let ((c_lo, c_hi), (p_lo, p_hi)) = (sw.chans, sw.cols);
+    let (ohw, wq, ow) = (s.oh * s.ow, sw.g.wq, s.ow);
+    let (p_lo, p_hi) = sw.cols;
     let out_rows = (p_hi - 1) / ow + 1 - sw.oh_lo;
-    let panel_len = g.taps * g.cp * mr;
-    let per_block = panels_per_block(panel_len);
-    let (pan_lo, pan_hi) = (c_lo / mr, c_hi.div_ceil(mr));
     let flat = out_rows * wq;
-    let tiles = flat.div_ceil(tw);
     // The first output position at or after flattened position f.
     let pos = |f: usize| sw.oh_lo * ow + f / wq * ow + (f % wq).min(ow);
     let ldb = CHUNK_TILES * tw;
@@ -790,48 +841,39 @@ fn sweep_rows<T: Copy + Default>(
         "direct conv: tile larger than the chunk buffer"
     );
     let mut buf = [0.0f32; CHUNK_FLOATS];
-    let mut blk = pan_lo;
-    while blk < pan_hi {
-        let blk_hi = (blk + per_block).min(pan_hi);
-        let mut t0 = 0;
-        while t0 < tiles {
-            crate::kernels::yield_point::yield_point();
-            let t1 = (t0 + CHUNK_TILES).min(tiles);
-            let (f_lo, f_hi) = (t0 * tw, (t1 * tw).min(flat));
-            for pi in blk..blk_hi {
-                let a = &w[pi * panel_len..][..panel_len];
-                let (r_lo, r_hi) = (c_lo.max(pi * mr), c_hi.min(pi * mr + mr));
-                run(a, f_lo, t1 - t0, &mut buf, ldb);
-                // The chunk's positions inside the image, one output row at a time.
-                let mut f = f_lo;
-                while f < f_hi {
-                    let row_end = (f / wq * wq + ow).min(f_hi);
-                    if f < row_end {
-                        let q0 = pos(f);
-                        let (q_lo, q_hi) = (q0.max(p_lo), (q0 + row_end - f).min(p_hi));
-                        for r in (r_lo..r_hi).filter(|_| q_lo < q_hi) {
-                            let src = &buf[(r - pi * mr) * ldb + f - f_lo + q_lo - q0..];
-                            copy_run(&mut yb[r * ohw + q_lo..r * ohw + q_hi], src);
-                        }
+    walk_panels(sw, w, mr, (0, flat.div_ceil(tw)), &mut |step| match step {
+        Walk::Panel { pi, a, rows, tiles } => {
+            let (f_lo, f_hi) = (tiles.0 * tw, (tiles.1 * tw).min(flat));
+            run(a, f_lo, tiles.1 - tiles.0, &mut buf, ldb);
+            // The chunk's positions inside the image, one output row at a time.
+            let mut f = f_lo;
+            while f < f_hi {
+                let row_end = (f / wq * wq + ow).min(f_hi);
+                if f < row_end {
+                    let q0 = pos(f);
+                    let (q_lo, q_hi) = (q0.max(p_lo), (q0 + row_end - f).min(p_hi));
+                    for r in (rows.0..rows.1).filter(|_| q_lo < q_hi) {
+                        let src = &buf[(r - pi * mr) * ldb + f - f_lo + q_lo - q0..];
+                        copy_run(&mut yb[r * ohw + q_lo..r * ohw + q_hi], src);
                     }
-                    f = (f / wq + 1) * wq;
                 }
+                f = (f / wq + 1) * wq;
             }
-            let (q_lo, q_hi) = (pos(f_lo).max(p_lo), pos(f_hi).min(p_hi));
-            let (r_lo, r_hi) = (c_lo.max(blk * mr), c_hi.min(blk_hi * mr));
-            if !epi.is_empty() && q_lo < q_hi {
-                epi.apply(isa, yb, ohw, r_lo, r_hi - r_lo, q_lo, q_hi - q_lo);
-            }
-            t0 = t1;
         }
-        blk = blk_hi;
-    }
+        Walk::Chunk { rows, tiles } => {
+            let (f_lo, f_hi) = (tiles.0 * tw, (tiles.1 * tw).min(flat));
+            let (q_lo, q_hi) = (pos(f_lo).max(p_lo), pos(f_hi).min(p_hi));
+            if !epi.is_empty() && q_lo < q_hi {
+                epi.apply(isa, yb, ohw, rows.0, rows.1 - rows.0, q_lo, q_hi - q_lo);
+            }
+        }
+    });
 }
 
 /// The wide run over one image whose plane rows are the output's (`wq == OW`, so plane
-/// position `f` is output position `oh_lo * OW + f`): per block of panels, the tiles
-/// holding the wanted positions in chunks of [`CHUNK_TILES`], stored straight into the
-/// output with the epilogue where it has the simple form (else applied per chunk).
+/// position `f` is output position `oh_lo * OW + f`), walked by [`walk_panels`] over the
+/// tiles holding the wanted positions: stored straight into the output with the
+/// epilogue where it has the simple form (else applied per chunk).
 fn sweep_store<T: Copy + Default>(
     sw: &Sweep<'_, T>,
     isa: Isa,
@@ -841,50 +883,39 @@ fn sweep_store<T: Copy + Default>(
     epi: &Epilogue<'_>,
     store: WideStore<T>,
 ) {
-    let (g, ohw, base) = (sw.g, s.oh * s.ow, sw.oh_lo * s.ow);
-    let ((c_lo, c_hi), (p_lo, p_hi)) = (sw.chans, sw.cols);
+    let (ohw, base) = (s.oh * s.ow, sw.oh_lo * s.ow);
+    let (p_lo, p_hi) = sw.cols;
     let (mr, tw) = (WIDE_ROWS, WIDE_WIDTH);
-    let panel_len = g.taps * g.cp * mr;
-    let per_block = panels_per_block(panel_len);
-    let (pan_lo, pan_hi) = (c_lo / mr, c_hi.div_ceil(mr));
-    let (t_lo, t_hi) = ((p_lo - base) / tw, (p_hi - base).div_ceil(tw));
+    let tiles = ((p_lo - base) / tw, (p_hi - base).div_ceil(tw));
     let fused = epi.simple_form().map(|(slot, clamp)| WideEpi {
         bias: epi.bias.map(|b| &b[epi.channel_offset..]),
         residual: slot.map(|k| epi.residuals[k]),
         clamp,
     });
-    let mut blk = pan_lo;
-    while blk < pan_hi {
-        let blk_hi = (blk + per_block).min(pan_hi);
-        let mut t0 = t_lo;
-        while t0 < t_hi {
-            crate::kernels::yield_point::yield_point();
-            let t1 = (t0 + CHUNK_TILES).min(t_hi);
-            for pi in blk..blk_hi {
-                let a = &w[pi * panel_len..][..panel_len];
-                let mut out = WideOut {
-                    y: &mut *yb,
-                    ohw,
-                    base,
-                    cols: (p_lo, p_hi),
-                    chan0: pi * mr,
-                    rows: (
-                        c_lo.max(pi * mr) - pi * mr,
-                        c_hi.min(pi * mr + mr) - pi * mr,
-                    ),
-                    epi: fused.unwrap_or_default(),
-                };
-                store(a, sw.planes, sw.offs, g.cp, (t0 * tw, t1 - t0), &mut out);
-            }
-            let (q_lo, q_hi) = ((base + t0 * tw).max(p_lo), (base + t1 * tw).min(p_hi));
-            let (r_lo, r_hi) = (c_lo.max(blk * mr), c_hi.min(blk_hi * mr));
-            if fused.is_none() && !epi.is_empty() && q_lo < q_hi {
-                epi.apply(isa, yb, ohw, r_lo, r_hi - r_lo, q_lo, q_hi - q_lo);
-            }
-            t0 = t1;
+    walk_panels(sw, w, mr, tiles, &mut |step| match step {
+        Walk::Panel { pi, a, rows, tiles } => {
+            let mut out = WideOut {
+                y: &mut *yb,
+                ohw,
+                base,
+                cols: (p_lo, p_hi),
+                chan0: pi * mr,
+                rows: (rows.0 - pi * mr, rows.1 - pi * mr),
+                epi: fused.unwrap_or_default(),
+            };
+            let run = (tiles.0 * tw, tiles.1 - tiles.0);
+            store(a, sw.planes, sw.offs, sw.g.cp, run, &mut out);
         }
-        blk = blk_hi;
-    }
+        Walk::Chunk { rows, tiles } => {
+            let (q_lo, q_hi) = (
+                (base + tiles.0 * tw).max(p_lo),
+                (base + tiles.1 * tw).min(p_hi),
+            );
+            if fused.is_none() && !epi.is_empty() && q_lo < q_hi {
+                epi.apply(isa, yb, ohw, rows.0, rows.1 - rows.0, q_lo, q_hi - q_lo);
+            }
+        }
+    });
 }
 
 /// The channel tiles of one image: per block of [`CW`]-row panels, the positions in
