@@ -55,14 +55,30 @@ enum Kind {
     /// the output channels as columns (`kernels::conv::dense_nhwc`). Only where it opens a
     /// region (below).
     Stem,
+    /// A dense conv the matrix engine's channels-last run takes
+    /// (`kernels::conv::conv_direct_nhwc`), only in [`Dense::Wide`] layouts: its input
+    /// packs into the engine's planes by contiguous conversions and its output leaves as
+    /// positions x channels, so chains of them (ResNet's blocks) skip the planar path's
+    /// transposes on both sides.
+    Dense,
     /// `Mul` of a `[N, C, H, W]` value (input `x`) by a per-channel `[N | 1, C, 1, 1]`
     /// one (the squeeze-excite scale of MobileNetV3 blocks).
     ChannelScale { x: usize },
 }
 
+/// Which dense convs a layout takes channels-last besides the image stems.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dense {
+    /// None (f32 plans, and CPUs without a matrix engine).
+    StemsOnly,
+    /// Every dense conv the matrix engine's channels-last run takes ([`Kind::Dense`]):
+    /// models compiled for bf16 on a CPU with AMX.
+    Wide,
+}
+
 /// The channels-last form of node `n`, if it has one: a 2-D f32 conv over a 4-D input
 /// with constant weights (and bias), or a per-channel scale.
-fn kind_of(g: &Graph, n: &Node) -> Option<Kind> {
+fn kind_of(g: &Graph, n: &Node, dense: Dense) -> Option<Kind> {
     if let Op::Binary(BinaryOp::Mul) = n.op {
         return channel_scale(g, n);
     }
@@ -102,11 +118,8 @@ fn kind_of(g: &Graph, n: &Node) -> Option<Kind> {
     if *group == c && w[0] == c && w[1] == 1 {
         return Some(Kind::Depthwise);
     }
-    // A stem the channels-last kernel computes, whose output holds at least
-    // STEM_MIN_GROWTH times its input's elements (the input's transpose, a few rows,
-    // costs more per element than the output's would).
     let out = g.shape(*n.outputs.first()?)?;
-    if out.len() != 4 || *group != 1 || c > STEM_MAX_CHANNELS || w[1] != c {
+    if out.len() != 4 || *group != 1 || w[1] != c {
         return None;
     }
     let s = crate::kernels::conv::ConvShape {
@@ -127,8 +140,15 @@ fn kind_of(g: &Graph, n: &Node) -> Option<Kind> {
         pw: geom.pads[1],
         group: 1,
     };
+    if dense == Dense::Wide && crate::kernels::conv::direct::wide_applies(&s) {
+        return Some(Kind::Dense);
+    }
+    // A stem the channels-last kernel computes, whose output holds at least
+    // STEM_MIN_GROWTH times its input's elements (the input's transpose, a few rows,
+    // costs more per element than the output's would).
     let grows = out.iter().product::<usize>() >= STEM_MIN_GROWTH * x.iter().product::<usize>();
-    (grows && crate::kernels::conv::dense_nhwc_applies(&s)).then_some(Kind::Stem)
+    let stem = c <= STEM_MAX_CHANNELS && crate::kernels::conv::dense_nhwc_applies(&s);
+    (grows && stem).then_some(Kind::Stem)
 }
 
 /// `Kind::ChannelScale` when `n` (a `Mul`) multiplies an f32 `[N, C, H, W]` value by an
@@ -186,10 +206,16 @@ fn find(parent: &mut [usize], i: usize) -> usize {
     r
 }
 
-/// Rewrites the profitable channels-last regions of `g` (see the module doc); returns
-/// the number of convs rewritten.
+/// Rewrites the profitable channels-last regions of `g` (see the module doc), image
+/// stems the only dense convs; returns the number of convs rewritten.
 pub fn channels_last(g: &mut Graph) -> usize {
-    let mut kinds: Vec<Option<Kind>> = g.nodes.iter().map(|n| kind_of(g, n)).collect();
+    channels_last_with(g, Dense::StemsOnly)
+}
+
+/// [`channels_last`] taking the dense convs `dense` says too; a region then needs a
+/// depthwise or a [`Kind::Dense`] conv.
+pub fn channels_last_with(g: &mut Graph, dense: Dense) -> usize {
+    let mut kinds: Vec<Option<Kind>> = g.nodes.iter().map(|n| kind_of(g, n, dense)).collect();
     // Consumers per value.
     let mut consumers: Vec<Vec<usize>> = vec![Vec::new(); g.values.len()];
     for (i, n) in g.nodes.iter().enumerate() {
@@ -220,7 +246,8 @@ pub fn channels_last(g: &mut Graph) -> usize {
         matches!(g.nodes[i].op, Op::GlobalAveragePool)
             && g.shape(g.nodes[i].outputs[0]).is_some_and(|s| s.len() == 4)
     };
-    // Per region root: (has a depthwise conv, boundary elements, produced elements).
+    // Per region root: (has a depthwise or wide dense conv, boundary elements, produced
+    // elements).
     let mut stats: HashMap<usize, (bool, usize, usize)> = HashMap::new();
     let mut entered: HashSet<(usize, ValueId)> = HashSet::new();
     for i in 0..g.nodes.len() {
@@ -246,7 +273,7 @@ pub fn channels_last(g: &mut Graph) -> usize {
             boundary += elems(out);
         }
         let e = stats.entry(root).or_insert((false, 0, 0));
-        e.0 |= k == Kind::Depthwise;
+        e.0 |= matches!(k, Kind::Depthwise | Kind::Dense);
         e.1 += boundary;
         e.2 += elems(out);
     }
@@ -388,7 +415,7 @@ fn rewrite(
             // The op moves into the rewritten node (the placeholder left behind is dropped).
             let op = std::mem::replace(&mut n.op, Op::Attention);
             let (op, inputs) = match (kind, op) {
-                (Kind::Depthwise | Kind::Stem, Op::Conv { geom, group, post }) => {
+                (Kind::Depthwise | Kind::Stem | Kind::Dense, Op::Conv { geom, group, post }) => {
                     (Op::ConvNhwc { geom, group, post }, inputs)
                 }
                 (Kind::Pointwise, Op::Conv { post, .. }) => pointwise(g, inputs, post),
@@ -648,6 +675,137 @@ mod tests {
             assert_eq!(g.outputs, g0.outputs, "outputs keep their values");
             let got = run_graph(&g, &[x]);
             assert_close(&got, &want, 1e-5);
+        }
+    }
+
+    /// A ResNet-style stage on `c` channels at `h` x `h` (a graph input, so no stem): two
+    /// basic blocks (3x3 + ReLU, 3x3 + the block's input + ReLU), then a strided one with a 1x1
+    /// stride-2 downsample as the residual, then a global pool.
+    fn basic_blocks(c: usize, h: usize) -> Graph {
+        let relu = PostOp::Unary(UnaryOp::Relu);
+        let add_relu = vec![PostOp::AddInput { input: 3 }, relu.clone()];
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", &[1, c, h, h]);
+        let mut k = 10;
+        let mut wb = |b: &mut GraphBuilder, co: usize, ci: usize, kk: usize| {
+            k += 2;
+            let w = b.konst(
+                &format!("w{k}"),
+                &[co, ci, kk, kk],
+                rand_vec(co * ci * kk * kk, k),
+            );
+            let bias = b.konst(&format!("b{k}"), &[co], rand_vec(co, k + 1));
+            (w, bias)
+        };
+        let mut y2 = x;
+        for i in 0..2 {
+            let (w1, b1) = wb(&mut b, c, c, 3);
+            let geom1 = conv(geom(3, 1, 1), 1, vec![relu.clone()]);
+            let y1 = b.node(&format!("a{i}"), geom1, &[y2, w1, b1], &[1, c, h, h]);
+            let (w2, b2) = wb(&mut b, c, c, 3);
+            y2 = b.node_opt(
+                &format!("b{i}"),
+                conv(geom(3, 1, 1), 1, add_relu.clone()),
+                &[Some(y1), Some(w2), Some(b2), Some(y2)],
+                &[1, c, h, h],
+            );
+        }
+        let (c2, oh) = (2 * c, (h - 1) / 2 + 1);
+        let (wd, bd) = wb(&mut b, c2, c, 1);
+        let ds = b.node(
+            "ds",
+            conv(geom(1, 2, 0), 1, vec![]),
+            &[y2, wd, bd],
+            &[1, c2, oh, oh],
+        );
+        let (w3, b3) = wb(&mut b, c2, c, 3);
+        let y3 = b.node(
+            "c3",
+            conv(geom(3, 2, 1), 1, vec![relu]),
+            &[y2, w3, b3],
+            &[1, c2, oh, oh],
+        );
+        let (w4, b4) = wb(&mut b, c2, c2, 3);
+        let y4 = b.node_opt(
+            "c4",
+            conv(geom(3, 1, 1), 1, add_relu),
+            &[Some(y3), Some(w4), Some(b4), Some(ds)],
+            &[1, c2, oh, oh],
+        );
+        let p = b.node("pool", Op::GlobalAveragePool, &[y4], &[1, c2, 1, 1]);
+        b.finish(&[p])
+    }
+
+    /// Runs `g` on `x` in `precision` with `threads` intra-op threads.
+    fn run_in(g: &Graph, x: &[f32], precision: crate::exec::Precision, threads: usize) -> Vec<u8> {
+        use crate::exec::{ModelPlan, PlanOptions};
+        let opts = PlanOptions {
+            intra_op_threads: threads,
+            precision,
+            ..Default::default()
+        };
+        let plan = ModelPlan::new(std::sync::Arc::new(g.clone()), &opts).expect("plan");
+        let mut st = plan.new_state();
+        plan.set_input(&mut st, 0, bytemuck::cast_slice(x)).unwrap();
+        plan.run_all(&mut st).unwrap();
+        let mut out = vec![0u8; plan.output_len(0)];
+        plan.read_output(&st, 0, &mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn wide_layouts_take_resnet_blocks_channels_last_with_the_same_outputs() {
+        use crate::exec::Precision;
+        let (c, h) = (16, 13);
+        let g0 = basic_blocks(c, h);
+        // Stems-only layouts leave dense convs planar.
+        assert_eq!(channels_last(&mut g0.clone()), 0);
+        let mut g = g0.clone();
+        assert_eq!(channels_last_with(&mut g, Dense::Wide), 7);
+        let names = ops(&g);
+        assert_eq!(
+            names.iter().filter(|&&n| n == "ConvNhwc").count(),
+            7,
+            "{names:?}"
+        );
+        assert_eq!(
+            names.iter().filter(|&&n| n == "Transpose").count(),
+            1,
+            "{names:?}"
+        );
+        assert!(!names.contains(&"Conv"), "{names:?}");
+        let x = rand_vec(c * h * h, 9);
+        // f32 (the GEMM kernel, depths past one block): the planar graph's outputs.
+        let want = run_graph(&g0, std::slice::from_ref(&x));
+        assert_close(&run_graph(&g, std::slice::from_ref(&x)), &want, 1e-5);
+        let f32s = |b: &[u8]| bytemuck::cast_slice::<u8, f32>(b).to_vec();
+        // bf16 where the CPU has it: with AMX the matrix engine's channels-last run, the
+        // planar bf16 plan's bits (the same sums in the same order); without, the f32
+        // GEMM kernel. One thread's bits on any thread count.
+        if Precision::Bf16.available() {
+            let one = run_in(&g, &x, Precision::Bf16, 1);
+            let wide = crate::kernels::bf16::native().is_some_and(|t| t.wide.is_some());
+            if wide {
+                assert!(
+                    one == run_in(&g0, &x, Precision::Bf16, 1),
+                    "planar bf16 bits"
+                );
+            } else {
+                assert_close(&[f32s(&one)], &want, 1e-5);
+            }
+            for threads in [2, 3] {
+                assert!(
+                    run_in(&g, &x, Precision::Bf16, threads) == one,
+                    "{threads} threads"
+                );
+            }
+        }
+        for threads in [2, 3] {
+            let one = run_in(&g, &x, Precision::F32, 1);
+            assert!(
+                run_in(&g, &x, Precision::F32, threads) == one,
+                "f32, {threads} threads"
+            );
         }
     }
 

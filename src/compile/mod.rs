@@ -220,7 +220,16 @@ pub fn compile_graph_within(
         fuse_all(&mut g);
     }
     if opts.optimize_level >= 2 {
-        layout::channels_last(&mut g);
+        // Dense convs go channels-last only where the plan runs them on the matrix
+        // engine: a bf16 compile on a CPU with AMX.
+        let wide = opts.precision == Precision::Bf16
+            && crate::kernels::bf16::native().is_some_and(|t| t.wide.is_some());
+        let dense = if wide {
+            layout::Dense::Wide
+        } else {
+            layout::Dense::StemsOnly
+        };
+        layout::channels_last_with(&mut g, dense);
     }
     simplify::eliminate_dead_nodes(&mut g);
     ensure_outputs_computed(&mut g);

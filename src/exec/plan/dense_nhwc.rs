@@ -1,8 +1,12 @@
-//! Dense channels-last conv (`ConvNhwc` with one group: the image stems placed by
-//! `compile::layout`): planning (geometry checked, weights packed as the GEMM's B, bias
-//! and fused post-ops resolved, intra-op chunks cut) and running by output rows: tiles
-//! and intra-op chunks are ranges of the `N * OH` output rows, each computed by the same
+//! Dense channels-last conv (`ConvNhwc` with one group: the image stems and, in models
+//! compiled for bf16 on a CPU with a matrix engine, the dense convs placed by
+//! `compile::layout`): planning (geometry checked, weights packed, bias and fused
+//! post-ops resolved, intra-op chunks cut) and running by output rows: tiles and
+//! intra-op chunks are ranges of the `N * OH` output rows, each computed by the same
 //! kernel as the whole (bit-identical).
+//!
+//! Two kernels: in a bf16 plan whose table has the wide (AMX) run and a conv it takes,
+//! `conv_direct_nhwc` on the wide run; else the f32 batch-reduce GEMM `dense_nhwc`.
 
 use super::ctx::Ctx;
 use super::dw_nhwc::{nhwc_shape, run_by_rows};
@@ -12,8 +16,10 @@ use super::{FamilyKernel, Planned, Run};
 use crate::error::Result;
 use crate::exec::pool;
 use crate::ir::{self, DType, PostOp};
+use crate::kernels::bf16::{self, Bf16Table};
 use crate::kernels::conv::{
-    dense_nhwc, dense_nhwc_applies, dense_nhwc_scratch_len, pack_dense_nhwc, ConvShape,
+    dense_nhwc, dense_nhwc_applies, dense_nhwc_scratch_len, direct_nhwc_scratch_len,
+    pack_dense_nhwc, ConvShape,
 };
 use crate::kernels::gemm::Epilogue;
 use crate::kernels::unary::PostOpRt;
@@ -22,8 +28,8 @@ use crate::kernels::unary::PostOpRt;
 #[derive(Debug)]
 pub(crate) struct DenseNhwcKernel {
     s: ConvShape,
-    /// Weights packed as B `[KH*KW*Cin][Cout]`.
-    pb: Vec<f32>,
+    /// The packed weights, for the kernel that runs the conv.
+    w: Weights,
     /// Per-channel bias (zeros without one).
     bias: Vec<f32>,
     post: Vec<PostOpRt>,
@@ -32,6 +38,27 @@ pub(crate) struct DenseNhwcKernel {
     /// thread.
     par: Vec<(usize, usize)>,
 }
+
+/// The weights of a [`DenseNhwcKernel`], as its kernel reads them.
+enum Weights {
+    /// f32, packed as the GEMM's B `[KH*KW*Cin][Cout]` (`dense_nhwc`).
+    Gemm(Vec<f32>),
+    /// bf16 K pairs in the wide run's panels, and the table that runs them.
+    Wide(bf16::Dwords, &'static Bf16Table),
+}
+
+impl std::fmt::Debug for Weights {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Weights::Gemm(w) => write!(f, "Gemm({} floats)", w.len()),
+            Weights::Wide(w, t) => write!(f, "Wide({} pairs, {})", w.len(), t.name),
+        }
+    }
+}
+
+/// Products per microsecond of the wide run, for cutting intra-op chunks (a 64-channel
+/// 3x3 conv at 56x56 ran at ~400 GMAC/s on a 2.6 GHz Xeon VM).
+const WIDE_MACS_PER_US: usize = 300_000;
 
 /// Plans a one-group `ConvNhwc`: X `[N, H, W, Cin]`, W `[Cout, Cin, KH, KW]` constant,
 /// [B `[Cout]` constant], output `[N, OH, OW, Cout]`.
@@ -44,11 +71,12 @@ pub(crate) fn plan_dense_nhwc(
     c.outputs_typed(DType::F32)?;
     c.require_f32(0)?;
     let s = nhwc_shape(c, geom, 1)?;
-    if !dense_nhwc_applies(&s) {
+    let wide = c.bf16.filter(|t| bf16::nhwc_wide_applies(t, &s));
+    if wide.is_none() && !dense_nhwc_applies(&s) {
         return Err(unsup(
             n,
-            "one-group channels-last conv with dilated columns, a depth past one GEMM \
-             block or more than 16 kernel rows",
+            "one-group channels-last conv with dilated columns or more than 16 kernel \
+             rows",
         ));
     }
     let k = s.k();
@@ -74,16 +102,26 @@ pub(crate) fn plan_dense_nhwc(
     };
     let (post, res) = post_ops(c, post, s.c_out)?;
     let rows = s.n * s.oh;
-    let us = s.macs() / pool::DENSE_MACS_PER_US;
+    let (w, us, scratch) = match wide {
+        Some(t) => (
+            Weights::Wide(bf16::pack_nhwc_weights(&s, &wt), t),
+            s.macs() / WIDE_MACS_PER_US,
+            direct_nhwc_scratch_len(&s),
+        ),
+        None => (
+            Weights::Gemm(pack_dense_nhwc(&s, &wt)),
+            s.macs() / pool::DENSE_MACS_PER_US,
+            dense_nhwc_scratch_len(&s),
+        ),
+    };
     let par = if c.threads < 2 {
         Vec::new()
     } else {
         pool::chunk_ranges(rows, 1, us, c.threads)
     };
-    let scratch = dense_nhwc_scratch_len(&s);
     let helper = if par.is_empty() { 0 } else { scratch };
     Ok(Planned::new(DenseNhwcKernel {
-        pb: pack_dense_nhwc(&s, &wt),
+        w,
         s,
         bias,
         post,
@@ -114,8 +152,12 @@ impl FamilyKernel for DenseNhwcKernel {
         };
         let (isa, x) = (r.isa, r.io.f32(0));
         let rows = (self.s.n * self.s.oh, self.s.ow * self.s.c_out);
-        run_by_rows(r, &self.par, rows, |out, range, scratch| {
-            dense_nhwc(isa, &self.s, &self.pb, x, out, range, &epi, scratch)
+        run_by_rows(r, &self.par, rows, |out, range, scratch| match &self.w {
+            Weights::Gemm(pb) => dense_nhwc(isa, &self.s, pb, x, out, range, &epi, scratch),
+            Weights::Wide(w, tab) => {
+                let sc: &mut [u32] = bytemuck::cast_slice_mut(scratch);
+                bf16::conv_nhwc(tab, isa, &self.s, w, x, out, range, &epi, sc)
+            }
         });
         Ok(())
     }

@@ -21,8 +21,8 @@
 //! each [`rows`] call loads on entry and releases on return: nothing else in the thread
 //! can leave the tiles in a state these instructions do not expect.
 
-use crate::kernels::conv::direct::WideOut;
 use crate::kernels::conv::direct::WIDE_WIDTH as WIDTH;
+use crate::kernels::conv::direct::{NhwcOut, WideOut};
 use crate::kernels::conv::direct::{WIDE_KB as KB, WIDE_ROWS as ROWS, WIDE_STEP as A_STEP};
 use std::arch::asm;
 
@@ -197,6 +197,100 @@ pub fn store_rows(
     run_tiles(a, b, offs, cp, (f0, tiles), |i, block| {
         store_out(block, f0 + i * WIDTH, out)
     });
+}
+
+/// [`rows`] stored into a channels-last output where `out` says (plane position `f`
+/// at output position `f / wq * OW + f % wq`, columns past the output dropped), through
+/// `out.epi`. Panics as [`rows`] does, or unless every store stays inside `out.y`
+/// ([`NhwcOut::check`]).
+pub fn store_nhwc(
+    a: &[u32],
+    b: &[u32],
+    offs: &[usize],
+    cp: usize,
+    (f0, tiles): (usize, usize),
+    out: &mut NhwcOut<'_>,
+) {
+    out.check();
+    if out.chans == 0 {
+        return;
+    }
+    run_tiles(a, b, offs, cp, (f0, tiles), |i, block| {
+        store_positions(block, f0 + i * WIDTH, out)
+    });
+}
+
+/// Stores a position-major block (`src[j * WIDTH + r]`: plane position `f + j`, panel
+/// row `r`) into the channels-last output, one position's channels (two vectors) at a
+/// time, through the epilogue.
+fn store_positions(src: &[f32; ROWS * WIDTH], f: usize, out: &mut NhwcOut<'_>) {
+    // SAFETY: AVX-512 F is present (`run_tiles` asserted `available`, which requires
+    // it); `out.check` held on entry to `store_nhwc`.
+    unsafe { store_positions_512(src, f, out) }
+}
+
+/// [`store_positions`] with AVX-512 F.
+///
+/// # Safety
+/// AVX-512 F available; `out` passed [`NhwcOut::check`].
+#[target_feature(enable = "avx512f")]
+unsafe fn store_positions_512(src: &[f32; ROWS * WIDTH], f: usize, out: &mut NhwcOut<'_>) {
+    use std::arch::x86_64::*;
+    let lanes = |n: usize| {
+        if n >= 16 {
+            0xffff
+        } else {
+            ((1u32 << n) - 1) as u16
+        }
+    };
+    let masks = [lanes(out.chans), lanes(out.chans.saturating_sub(16))];
+    let e = out.epi;
+    let (lo, hi) = e.clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
+    let (lo, hi) = (_mm512_set1_ps(lo), _mm512_set1_ps(hi));
+    let bias = e.bias.map(|b| {
+        [0, 1].map(|h| {
+            // SAFETY: the bias holds chan0 + chans floats (`out.check`): masked lanes
+            // below that only.
+            unsafe { _mm512_maskz_loadu_ps(masks[h], b.as_ptr().add(out.chan0 + 16 * h)) }
+        })
+    });
+    // Plane row q and column col of position f + j, stepped along.
+    let (mut q, mut col) = (f / out.wq, f % out.wq);
+    for j in 0..WIDTH {
+        if j > 0 {
+            col += 1;
+            if col == out.wq {
+                (q, col) = (q + 1, 0);
+            }
+        }
+        let p = q * out.ow + col;
+        if col >= out.ow || p < out.cols.0 || p >= out.cols.1 {
+            continue;
+        }
+        let at = p * out.cout + out.chan0;
+        for h in 0..2 {
+            let m = masks[h];
+            if m == 0 {
+                continue;
+            }
+            // SAFETY: block row j holds 32 floats; the masked lanes are channels chan0 +
+            // 16 h.. of position p < cols.1, below chan0 + chans: inside `y` and the
+            // residual (`out.check`).
+            unsafe {
+                let mut o = _mm512_loadu_ps(src.as_ptr().add(j * WIDTH + 16 * h));
+                if let Some(b) = bias {
+                    o = _mm512_add_ps(o, b[h]);
+                }
+                if let Some(r) = e.residual {
+                    o = _mm512_add_ps(o, _mm512_maskz_loadu_ps(m, r.as_ptr().add(at + 16 * h)));
+                }
+                if e.clamp.is_some() {
+                    o = _mm512_min_ps(_mm512_max_ps(o, lo), hi);
+                }
+                _mm512_mask_storeu_ps(out.y.as_mut_ptr().add(at + 16 * h), m, o);
+            }
+        }
+    }
 }
 
 /// The products of [`rows`], each tile's 32 positions x 32 channels (position-major:

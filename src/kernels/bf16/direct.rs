@@ -106,3 +106,37 @@ pub(super) fn conv_direct(
     }
     direct::conv_direct(&k, tiling, isa, s, w, x, y, chans, cols, epi, scratch);
 }
+
+/// True when `tab` computes the channels-last dense conv `s` on its wide run
+/// ([`crate::kernels::conv::conv_direct_nhwc`]).
+pub fn nhwc_wide_applies(tab: &Bf16Table, s: &ConvShape) -> bool {
+    tab.wide.is_some() && direct::wide_applies(s)
+}
+
+/// Weights `w` (`[Cout, Cin, KH, KW]`) of a channels-last conv the wide run computes,
+/// in K pairs as it reads them, starting a cache line (tile rows must not cross lines).
+pub fn pack_nhwc_weights(s: &ConvShape, w: &[f32]) -> super::Dwords {
+    direct::pack_weights(s, w, PER, pair, Tiling::Wide).into()
+}
+
+/// Output rows `rows` of the channels-last dense conv `s` ([`nhwc_wide_applies`]) on
+/// `tab`'s wide run: see [`crate::kernels::conv::conv_direct_nhwc`]; `w` from
+/// [`pack_nhwc_weights`].
+#[allow(clippy::too_many_arguments)]
+pub fn conv_nhwc(
+    tab: &Bf16Table,
+    isa: Isa,
+    s: &ConvShape,
+    w: &[u32],
+    x: &[f32],
+    y: &mut [f32],
+    rows: (usize, usize),
+    epi: &Epilogue<'_>,
+    scratch: &mut [u32],
+) {
+    let wide = tab
+        .wide
+        .as_ref()
+        .expect("bf16 nhwc conv: the table has no wide run");
+    crate::kernels::conv::conv_direct_nhwc(wide, isa, s, w, x, y, rows, epi, scratch);
+}

@@ -368,3 +368,98 @@ fn wide_run_matches_the_rounded_conv() {
         }
     }
 }
+
+/// `[N, C, H, W]` -> `[N, H, W, C]`.
+fn to_nhwc(v: &[f32], (n, c, hw): (usize, usize, usize)) -> Vec<f32> {
+    let mut out = vec![0.0; v.len()];
+    for b in 0..n {
+        for ch in 0..c {
+            for p in 0..hw {
+                out[(b * hw + p) * c + ch] = v[(b * c + ch) * hw + p];
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn nhwc_wide_run_gives_the_planar_wide_runs_bits_and_its_rows_the_whole() {
+    use crate::ir::UnaryOp;
+    use crate::kernels::unary::PostOpRt;
+    let relu = [
+        PostOpRt::AddInput { slot: 0 },
+        PostOpRt::Unary(UnaryOp::Relu),
+    ];
+    let hswish = [
+        PostOpRt::AddInput { slot: 0 },
+        PostOpRt::Unary(UnaryOp::HardSwish),
+    ];
+    for t in wide_tables() {
+        let shapes: Vec<ConvShape> = shapes()
+            .into_iter()
+            .chain(wide_shapes())
+            .filter(|s| super::nhwc_wide_applies(t, s))
+            .collect();
+        assert!(
+            shapes.len() >= 10,
+            "too few shapes for the channels-last run"
+        );
+        for s in &shapes {
+            let (ohw, rows) = (s.oh * s.ow, s.n * s.oh);
+            let x = rand_vec(s.n * s.c_in * s.h * s.w, 21);
+            let w = rand_vec(s.c_out * s.k(), 22);
+            let bias = rand_vec(s.c_out, 23);
+            let res = rand_vec(s.n * s.c_out * ohw, 24);
+            let (xn, resn) = (
+                to_nhwc(&x, (s.n, s.c_in, s.h * s.w)),
+                to_nhwc(&res, (s.n, s.c_out, ohw)),
+            );
+            let wts = Bf16ConvWeights::with_layout(s, &w, Some(Tiling::Wide));
+            let wn = super::pack_nhwc_weights(s, &w);
+            // The simple epilogue (stored with the tiles) and one that runs after.
+            let (rp, rn): ([&[f32]; 1], [&[f32]; 1]) = ([&res[..]], [&resn[..]]);
+            for post in [&relu[..], &hswish[..]] {
+                let epi = Epilogue {
+                    bias: Some(&bias),
+                    channel_is_row: true,
+                    post,
+                    residuals: &rp,
+                    ..Epilogue::NONE
+                };
+                let epi_n = Epilogue {
+                    channel_is_row: false,
+                    residuals: &rn,
+                    ..epi
+                };
+                let planar = run(t, s, &wts, &x, &epi);
+                let want = bits(&to_nhwc(&planar, (s.n, s.c_out, ohw)));
+                let nhwc = |(r0, r1): (usize, usize)| {
+                    let mut y = vec![f32::NAN; (r1 - r0) * s.ow * s.c_out];
+                    let mut sc = vec![0u32; crate::kernels::conv::direct_nhwc_scratch_len(s)];
+                    super::conv_nhwc(
+                        t,
+                        Isa::Portable,
+                        s,
+                        &wn,
+                        &xn,
+                        &mut y,
+                        (r0, r1),
+                        &epi_n,
+                        &mut sc,
+                    );
+                    y
+                };
+                assert!(
+                    bits(&nhwc((0, rows))) == want,
+                    "{} {s:?}: not the planar bits",
+                    t.name
+                );
+                for cut in [1, rows / 2, rows - 1] {
+                    let mut parts = nhwc((0, cut));
+                    parts.extend(nhwc((cut, rows)));
+                    assert!(bits(&parts) == want, "{} {s:?}: rows cut at {cut}", t.name);
+                }
+            }
+        }
+    }
+}

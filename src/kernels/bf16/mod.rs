@@ -32,6 +32,7 @@ mod tests;
 pub use super::isa::{KC, MR, NR};
 pub use conv::{conv2d_bf16, conv_scratch_len, Bf16ConvWeights};
 pub use direct::{applies as direct_applies, runs_wide};
+pub use direct::{conv_nhwc, nhwc_wide_applies, pack_nhwc_weights};
 pub use gemm::{
     gemm_a_rows, gemm_a_rows_scratch_len, gemm_panels, pack_b, pack_b_for, packed_b_len,
     panels_scratch_len, PanelFill,

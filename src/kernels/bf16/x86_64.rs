@@ -32,6 +32,8 @@ static AMX_TABLE: Bf16Table = Bf16Table {
         rows: super::amx::rows,
         store: super::amx::store_rows,
         pack: super::amx::pack_block,
+        nhwc: super::amx::store_nhwc,
+        pairs: super::amx::to_pairs,
     }),
     wide_gemm: Some(super::WideGemm {
         block: super::amx::gemm_block,

@@ -15,7 +15,7 @@
 //! the bits of the whole.
 
 use super::super::gemm::{self, Epilogue};
-use super::super::isa::{Isa, TileEpi, KC, MR, NR};
+use super::super::isa::{Isa, TileEpi, MR, NR};
 use super::ConvShape;
 use crate::ir::UnaryOp;
 use crate::kernels::unary::PostOpRt;
@@ -29,10 +29,13 @@ pub const MAX_KERNEL_ROWS: usize = 16;
 /// The residuals an epilogue may carry.
 const MAX_RESIDUALS: usize = 4;
 
-/// True when [`dense_nhwc`] computes the conv `s`: one group, undilated columns, a
-/// depth of at most one GEMM block, at most [`MAX_KERNEL_ROWS`] kernel rows.
+/// True when [`dense_nhwc`] computes the conv `s`: one group, undilated columns, at
+/// most [`MAX_KERNEL_ROWS`] kernel rows. (Any depth: the tile sums a whole kernel row's
+/// run in registers; past one GEMM block its B panel streams from L2. Deep convs take
+/// this path only where the matrix engine's does not run them, see
+/// `kernels::conv::conv_direct_nhwc`.)
 pub fn dense_nhwc_applies(s: &ConvShape) -> bool {
-    s.group == 1 && s.dw == 1 && s.k() <= KC && s.kh <= MAX_KERNEL_ROWS && s.pw < s.kw
+    s.group == 1 && s.dw == 1 && s.kh <= MAX_KERNEL_ROWS && s.pw < s.kw
 }
 
 /// Columns of a padded input row: the left pad, then as far as the last output pixel's
@@ -65,9 +68,14 @@ pub fn pack_dense_nhwc(s: &ConvShape, w: &[f32]) -> Vec<f32> {
             }
         }
     }
+    // Panels of NR columns, each its k rows of NR (zero columns past Cout): the packed
+    // GEMM layout of one K block, for any depth.
     let mut pb = vec![0.0; gemm::packed_b_len(k, co)];
-    let mut row = vec![0.0; co];
-    gemm::pack_b(&b, co, 1, k, co, 1.0, &mut pb, &mut row);
+    for (p, row) in b.chunks_exact(co).enumerate() {
+        for (j, &v) in row.iter().enumerate() {
+            pb[(j / NR * k + p) * NR + j % NR] = v;
+        }
+    }
     pb
 }
 
@@ -325,6 +333,9 @@ mod tests {
             shape(1, 4, (17, 13), 21, 7, 2, 1),
             shape(2, 2, (9, 11), 8, 3, 1, 2),
             shape(1, 1, (3, 2), 5, 5, 1, 1),
+            // Deeper than one GEMM block (64 x 9 = 576), a narrow last panel.
+            shape(1, 64, (9, 7), 40, 3, 1, 1),
+            shape(2, 48, (8, 8), 32, 3, 2, 1),
         ];
         for s in &shapes {
             assert!(dense_nhwc_applies(s), "{s:?}");

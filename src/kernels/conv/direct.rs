@@ -122,6 +122,65 @@ pub struct Wide<T> {
     pub store: WideStore<T>,
     /// Blocks of 16 positions x 16 groups of two channels ([`PackBlock`]).
     pub pack: PackBlock<T>,
+    /// The row tiles stored into a channels-last output ([`WideNhwc`]).
+    pub nhwc: WideNhwc<T>,
+    /// Contiguous floats into K pairs (`dst[q]` = floats `2q, 2q + 1`, a zero second
+    /// half past the end): channels-last input positions into plane elements.
+    pub pairs: fn(src: &[f32], dst: &mut [T]),
+}
+
+/// A run of wide row tiles stored into a channels-last output: `(a, b, offs, cp, (f0,
+/// tiles), out)` computes what [`WideRows`] does and stores plane position `f` of panel
+/// row `r` at output position `p = f / wq * OW + f % wq` (kept only for `f % wq < OW`
+/// and `p` in `out.cols`), channel `out.chan0 + r`, through `out.epi` ([`NhwcOut`]).
+pub type WideNhwc<T> =
+    fn(a: &[T], b: &[T], offs: &[usize], cp: usize, run: (usize, usize), out: &mut NhwcOut<'_>);
+
+/// Where a [`WideNhwc`] run writes: `y` `[positions][cout]` (a band of output rows of
+/// one image, plane row 0 its first), `chans` channels from `chan0`.
+pub struct NhwcOut<'a> {
+    /// The band's outputs, channels last.
+    pub y: &'a mut [f32],
+    /// Channels per output position.
+    pub cout: usize,
+    /// Output width.
+    pub ow: usize,
+    /// Plane row width (at least `ow`).
+    pub wq: usize,
+    /// Output positions to store (band-local).
+    pub cols: (usize, usize),
+    /// The panel's first channel.
+    pub chan0: usize,
+    /// The panel's channels to store (at most [`WIDE_ROWS`]).
+    pub chans: usize,
+    /// The epilogue applied as the outputs are stored (bias by channel, residual laid
+    /// out like `y`).
+    pub epi: WideEpi<'a>,
+}
+
+impl NhwcOut<'_> {
+    /// Panics unless every store (and bias or residual read) stays inside the operands.
+    pub fn check(&self) {
+        assert!(
+            self.chans <= WIDE_ROWS && self.chan0 + self.chans <= self.cout,
+            "nhwc out: bad channels"
+        );
+        assert!(
+            self.ow <= self.wq,
+            "nhwc out: plane narrower than the output"
+        );
+        let end = self.cols.1 * self.cout;
+        assert!(
+            self.cols.0 <= self.cols.1 && self.y.len() >= end,
+            "nhwc out: short output"
+        );
+        let (b, r) = (self.epi.bias, self.epi.residual);
+        assert!(
+            b.is_none_or(|b| b.len() >= self.chan0 + self.chans),
+            "nhwc out: short bias"
+        );
+        assert!(r.is_none_or(|r| r.len() >= end), "nhwc out: short residual");
+    }
 }
 
 /// A run of wide row tiles stored into the output: `(a, b, offs, cp, (f0, tiles),
@@ -321,21 +380,21 @@ pub fn applies(s: &ConvShape, per: usize) -> bool {
 }
 
 /// The plane geometry of a direct conv.
-struct Geom {
+pub(super) struct Geom {
     /// Input channel groups (plane elements per position).
-    cp: usize,
+    pub(super) cp: usize,
     /// Taps (`KH * KW`).
-    taps: usize,
+    pub(super) taps: usize,
     /// Plane row width: output width plus the largest tap column offset.
-    wq: usize,
+    pub(super) wq: usize,
     /// Largest tap row offset (plane rows past the last output row).
-    dy_max: usize,
+    pub(super) dy_max: usize,
     /// Largest tap column offset.
     dx_max: usize,
     /// Stride phases (`sh * sw`).
-    phases: usize,
+    pub(super) phases: usize,
     /// Bit `a * sw + b` set when some tap reads phase `(a, b)` (the others stay unset).
-    used: u32,
+    pub(super) used: u32,
     /// Position-major planes (the wide run's layout): the `cp` elements of one plane
     /// position lie together, positions `cp` elements apart, so that a matrix tile of
     /// 16 positions x 16 groups starts a cache line at every tap (`cp` a multiple of
@@ -349,7 +408,7 @@ impl Geom {
     /// whose rows cross cache lines took ~3x as long on a Xeon with AMX (566 against
     /// 1622 GMAC/s in a 2x2 tile loop); with one position per tile row, a tap's column
     /// offset moves whole lines.
-    fn with(s: &ConvShape, per: usize, tiling: Tiling) -> Geom {
+    pub(super) fn with(s: &ConvShape, per: usize, tiling: Tiling) -> Geom {
         let mut g = Geom::new(s, per);
         if tiling == Tiling::Wide {
             g.cp = g.cp.div_ceil(WIDE_KB) * WIDE_KB;
@@ -382,7 +441,7 @@ impl Geom {
     /// Dwords between two planes for `out_rows` output rows: the rows the taps read,
     /// the over-read of the last tile, rounded to an odd number of 64-byte lines (planes
     /// a multiple of 4 KiB apart would share cache sets).
-    fn plane_stride(&self, out_rows: usize) -> usize {
+    pub(super) fn plane_stride(&self, out_rows: usize) -> usize {
         let over = TW.max(WIDE_WIDTH);
         let x = ((out_rows + self.dy_max) * self.wq + self.dx_max + over).div_ceil(16) * 16;
         if (x / 16).is_multiple_of(2) {
@@ -394,7 +453,7 @@ impl Geom {
 
     /// Offset of each tap's first read from a tile's position (from its first element
     /// when `interleaved`), planes `ps` positions apart.
-    fn offsets(&self, s: &ConvShape, ps: usize) -> [usize; MAX_TAPS] {
+    pub(super) fn offsets(&self, s: &ConvShape, ps: usize) -> [usize; MAX_TAPS] {
         let mut offs = [0; MAX_TAPS];
         for u in 0..s.kh {
             for v in 0..s.kw {
@@ -470,56 +529,67 @@ fn pack_planes<T: Copy + Default>(
     planes: &mut [T],
 ) {
     let (hw, rows, wq) = (s.h * s.w, out_rows + g.dy_max, g.wq);
-    for a in 0..s.sh {
-        for b in 0..s.sw {
-            let phase = a * s.sw + b;
-            if g.used & (1 << phase) == 0 {
+    for (a, b, phase) in used_phases(s, g) {
+        let (j_lo, j_hi) = phase_cols(s, b, wq);
+        // Input row of plane row i, if inside the image; the run of plane row i
+        // of channel c from column j_lo.
+        let in_row = |i: usize| {
+            let ir = (oh_lo + i) * s.sh + a;
+            (ir >= s.ph && ir - s.ph < s.h && j_lo < j_hi).then(|| ir - s.ph)
+        };
+        let run = |r: usize, c: usize| {
+            let start = c * hw + r * s.w + j_lo * s.sw + b - s.pw;
+            &x[start..c * hw + (r + 1) * s.w]
+        };
+        let set = &mut planes[phase * g.cp * ps..][..g.cp * ps];
+        if g.interleaved {
+            let k = (pack, block);
+            pack_positions(k, s, (g, per), (j_lo, j_hi), rows, set, &in_row, &run);
+            continue;
+        }
+        for (p, plane) in set.chunks_exact_mut(ps).enumerate() {
+            if per * p >= s.c_in {
+                // A padding group: zeros.
+                plane.fill(T::default());
                 continue;
             }
-            // Plane columns whose input column `j * sw + b - pw` is inside the image.
-            let j_lo = s.pw.saturating_sub(b).div_ceil(s.sw).min(wq);
-            let j_hi = if s.w + s.pw > b {
-                ((s.w + s.pw - b - 1) / s.sw + 1).clamp(j_lo, wq)
-            } else {
-                j_lo
-            };
-            // Input row of plane row i, if inside the image; the run of plane row i
-            // of channel c from column j_lo.
-            let in_row = |i: usize| {
-                let ir = (oh_lo + i) * s.sh + a;
-                (ir >= s.ph && ir - s.ph < s.h && j_lo < j_hi).then(|| ir - s.ph)
-            };
-            let run = |r: usize, c: usize| {
-                let start = c * hw + r * s.w + j_lo * s.sw + b - s.pw;
-                &x[start..c * hw + (r + 1) * s.w]
-            };
-            let set = &mut planes[phase * g.cp * ps..][..g.cp * ps];
-            if g.interleaved {
-                let k = (pack, block);
-                pack_positions(k, s, (g, per), (j_lo, j_hi), rows, set, &in_row, &run);
-                continue;
-            }
-            for (p, plane) in set.chunks_exact_mut(ps).enumerate() {
-                if per * p >= s.c_in {
-                    // A padding group: zeros.
-                    plane.fill(T::default());
+            let (body, tail) = plane.split_at_mut(rows * wq);
+            tail.fill(T::default());
+            for (i, row) in body.chunks_exact_mut(wq).enumerate() {
+                let Some(r) = in_row(i) else {
+                    row.fill(T::default());
                     continue;
-                }
-                let (body, tail) = plane.split_at_mut(rows * wq);
-                tail.fill(T::default());
-                for (i, row) in body.chunks_exact_mut(wq).enumerate() {
-                    let Some(r) = in_row(i) else {
-                        row.fill(T::default());
-                        continue;
-                    };
-                    row[..j_lo].fill(T::default());
-                    row[j_hi..].fill(T::default());
-                    let hi = (per == 2 && 2 * p + 1 < s.c_in).then(|| run(r, 2 * p + 1));
-                    pack(run(r, per * p), hi, s.sw, &mut row[j_lo..j_hi]);
-                }
+                };
+                row[..j_lo].fill(T::default());
+                row[j_hi..].fill(T::default());
+                let hi = (per == 2 && 2 * p + 1 < s.c_in).then(|| run(r, 2 * p + 1));
+                pack(run(r, per * p), hi, s.sw, &mut row[j_lo..j_hi]);
             }
         }
     }
+}
+
+/// The stride phases `(a, b, a * sw + b)` some tap of `s` reads (geometry `g`).
+pub(super) fn used_phases<'g>(
+    s: &ConvShape,
+    g: &'g Geom,
+) -> impl Iterator<Item = (usize, usize, usize)> + 'g {
+    let (sh, sw) = (s.sh, s.sw);
+    (0..sh)
+        .flat_map(move |a| (0..sw).map(move |b| (a, b, a * sw + b)))
+        .filter(move |&(_, _, p)| g.used & (1 << p) != 0)
+}
+
+/// The plane columns `j_lo..j_hi` of column phase `b` (rows `wq` wide) whose input
+/// column `j * sw + b - pw` is inside the image.
+pub(super) fn phase_cols(s: &ConvShape, b: usize, wq: usize) -> (usize, usize) {
+    let j_lo = s.pw.saturating_sub(b).div_ceil(s.sw).min(wq);
+    let j_hi = if s.w + s.pw > b {
+        ((s.w + s.pw - b - 1) / s.sw + 1).clamp(j_lo, wq)
+    } else {
+        j_lo
+    };
+    (j_lo, j_hi)
 }
 
 /// Groups per block of [`pack_positions`]: one matrix-tile line of dwords.
@@ -760,7 +830,7 @@ fn copy_fixed<const N: usize>(d: &mut [f32], s: &[f32]) {
 type RowRun<'a, T> = dyn Fn(&[T], usize, usize, &mut [f32], usize) + 'a;
 
 /// One step of [`walk_panels`].
-enum Walk<'w, T> {
+pub(super) enum Walk<'w, T> {
     /// Panel `pi` (its weights `a`, its output channels `rows`) over tiles `tiles`.
     Panel {
         pi: usize,
@@ -775,19 +845,19 @@ enum Walk<'w, T> {
     },
 }
 
-/// The walk both row sweeps take over the wanted channels of `sw` in panels of `mr`
-/// rows: per block of panels that stays in L2, tiles `t_lo..t_hi` in chunks of
-/// [`CHUNK_TILES`] (a yield point before each), each panel of the block over the chunk,
-/// then the chunk as a whole (for its epilogue).
-fn walk_panels<'w, T>(
-    sw: &Sweep<'_, T>,
+/// The walk the row sweeps (planar and channels-last) take over output channels
+/// `c_lo..c_hi` of a conv of geometry `g` in panels of `mr` rows: per block of panels
+/// that stays in L2, tiles `t_lo..t_hi` in chunks of [`CHUNK_TILES`] (a yield point
+/// before each), each panel of the block over the chunk, then the chunk as a whole (for
+/// its epilogue).
+pub(super) fn walk_panels<'w, T>(
+    (g, (c_lo, c_hi)): (&Geom, (usize, usize)),
     w: &'w [T],
     mr: usize,
     (t_lo, t_hi): (usize, usize),
     step: &mut dyn FnMut(Walk<'w, T>),
 ) {
-    let (c_lo, c_hi) = sw.chans;
-    let panel_len = sw.g.taps * sw.g.cp * mr;
+    let panel_len = g.taps * g.cp * mr;
     let per_block = panels_per_block(panel_len);
     let (pan_lo, pan_hi) = (c_lo / mr, c_hi.div_ceil(mr));
     let mut blk = pan_lo;
@@ -841,33 +911,39 @@ fn sweep_rows<T: Copy + Default>(
         "direct conv: tile larger than the chunk buffer"
     );
     let mut buf = [0.0f32; CHUNK_FLOATS];
-    walk_panels(sw, w, mr, (0, flat.div_ceil(tw)), &mut |step| match step {
-        Walk::Panel { pi, a, rows, tiles } => {
-            let (f_lo, f_hi) = (tiles.0 * tw, (tiles.1 * tw).min(flat));
-            run(a, f_lo, tiles.1 - tiles.0, &mut buf, ldb);
-            // The chunk's positions inside the image, one output row at a time.
-            let mut f = f_lo;
-            while f < f_hi {
-                let row_end = (f / wq * wq + ow).min(f_hi);
-                if f < row_end {
-                    let q0 = pos(f);
-                    let (q_lo, q_hi) = (q0.max(p_lo), (q0 + row_end - f).min(p_hi));
-                    for r in (rows.0..rows.1).filter(|_| q_lo < q_hi) {
-                        let src = &buf[(r - pi * mr) * ldb + f - f_lo + q_lo - q0..];
-                        copy_run(&mut yb[r * ohw + q_lo..r * ohw + q_hi], src);
+    walk_panels(
+        (sw.g, sw.chans),
+        w,
+        mr,
+        (0, flat.div_ceil(tw)),
+        &mut |step| match step {
+            Walk::Panel { pi, a, rows, tiles } => {
+                let (f_lo, f_hi) = (tiles.0 * tw, (tiles.1 * tw).min(flat));
+                run(a, f_lo, tiles.1 - tiles.0, &mut buf, ldb);
+                // The chunk's positions inside the image, one output row at a time.
+                let mut f = f_lo;
+                while f < f_hi {
+                    let row_end = (f / wq * wq + ow).min(f_hi);
+                    if f < row_end {
+                        let q0 = pos(f);
+                        let (q_lo, q_hi) = (q0.max(p_lo), (q0 + row_end - f).min(p_hi));
+                        for r in (rows.0..rows.1).filter(|_| q_lo < q_hi) {
+                            let src = &buf[(r - pi * mr) * ldb + f - f_lo + q_lo - q0..];
+                            copy_run(&mut yb[r * ohw + q_lo..r * ohw + q_hi], src);
+                        }
                     }
+                    f = (f / wq + 1) * wq;
                 }
-                f = (f / wq + 1) * wq;
             }
-        }
-        Walk::Chunk { rows, tiles } => {
-            let (f_lo, f_hi) = (tiles.0 * tw, (tiles.1 * tw).min(flat));
-            let (q_lo, q_hi) = (pos(f_lo).max(p_lo), pos(f_hi).min(p_hi));
-            if !epi.is_empty() && q_lo < q_hi {
-                epi.apply(isa, yb, ohw, rows.0, rows.1 - rows.0, q_lo, q_hi - q_lo);
+            Walk::Chunk { rows, tiles } => {
+                let (f_lo, f_hi) = (tiles.0 * tw, (tiles.1 * tw).min(flat));
+                let (q_lo, q_hi) = (pos(f_lo).max(p_lo), pos(f_hi).min(p_hi));
+                if !epi.is_empty() && q_lo < q_hi {
+                    epi.apply(isa, yb, ohw, rows.0, rows.1 - rows.0, q_lo, q_hi - q_lo);
+                }
             }
-        }
-    });
+        },
+    );
 }
 
 /// The wide run over one image whose plane rows are the output's (`wq == OW`, so plane
@@ -892,7 +968,7 @@ fn sweep_store<T: Copy + Default>(
         residual: slot.map(|k| epi.residuals[k]),
         clamp,
     });
-    walk_panels(sw, w, mr, tiles, &mut |step| match step {
+    walk_panels((sw.g, sw.chans), w, mr, tiles, &mut |step| match step {
         Walk::Panel { pi, a, rows, tiles } => {
             let mut out = WideOut {
                 y: &mut *yb,

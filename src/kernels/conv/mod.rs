@@ -20,6 +20,7 @@ mod deconv;
 mod dense_nhwc;
 mod depthwise;
 pub mod direct;
+mod direct_nhwc;
 mod winograd;
 
 pub use super::body::conv::ConvShape;
@@ -29,6 +30,7 @@ pub use deconv::DeconvPlan;
 pub use dense_nhwc::{dense_nhwc, dense_nhwc_applies, dense_nhwc_scratch_len, pack_dense_nhwc};
 use depthwise::depthwise;
 pub use depthwise::depthwise_nhwc;
+pub use direct_nhwc::{conv_direct_nhwc, direct_nhwc_scratch_len};
 pub(crate) use winograd::body as winograd_body;
 pub use winograd::WinogradPlan;
 pub use winograd::{OutBlock, PointRows, WinoGeom};

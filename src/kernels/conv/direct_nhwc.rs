@@ -1,0 +1,179 @@
+//! Direct dense convs on the matrix engine over channels-last tensors: `x` `[N][H][W][Cin]`
+//! in, `y` `[N][OH][OW][Cout]` out, the wide run of [`super::direct`] in between.
+//!
+//! The wide run's operands are already channels-last: its phase planes hold each plane
+//! position's channel pairs together, and each accumulator block it hands back holds 32
+//! positions x 32 output channels, position-major. So here packing an input row is one
+//! contiguous conversion into pairs (no transpose: the planar path converts 16
+//! positions x 32 channels through registers), and each position's 32 channels go to
+//! the output as two vectors with the simple epilogue (bias, residual, ReLU / Clip)
+//! applied on the way (no transpose back, no chunk buffer, no copy of kept positions).
+//! Convs between two such layers (ResNet's blocks) keep their activations channels-last
+//! (`compile::layout`).
+//!
+//! Sums and their order are the wide run's: row ranges together give the whole's bits.
+
+use super::direct::{
+    self, phase_cols, used_phases, walk_panels, Geom, NhwcOut, Tiling, Walk, Wide, WideEpi,
+};
+use super::direct::{WIDE_ROWS, WIDE_WIDTH};
+use crate::kernels::body::conv::ConvShape;
+use crate::kernels::gemm::Epilogue;
+use crate::kernels::isa::Isa;
+
+/// Input channels per plane element: a K pair.
+const PER: usize = 2;
+
+/// Plane elements of scratch [`conv_direct_nhwc`] needs for `s`: one image's phase
+/// planes.
+pub fn direct_nhwc_scratch_len(s: &ConvShape) -> usize {
+    direct::scratch_len(s, PER, Tiling::Wide)
+}
+
+/// Output rows `r0..r1` (of `N * OH`) of the dense conv `s` ([`direct::wide_applies`])
+/// on `wide`: `x` `[N][H][W][Cin]`, `w` the weights packed for [`Tiling::Wide`] in
+/// pairs, `y` those rows of the output `[N][OH][OW][Cout]`, then `epi` (bias by output
+/// channel, channels its columns, residuals whole outputs). `scratch` holds
+/// [`direct_nhwc_scratch_len`] elements.
+#[allow(clippy::too_many_arguments)]
+pub fn conv_direct_nhwc<T: Copy + Default>(
+    wide: &Wide<T>,
+    isa: Isa,
+    s: &ConvShape,
+    w: &[T],
+    x: &[f32],
+    y: &mut [f32],
+    (r0, r1): (usize, usize),
+    epi: &Epilogue<'_>,
+    scratch: &mut [T],
+) {
+    assert!(direct::wide_applies(s), "direct nhwc: not a wide conv");
+    assert!(
+        r0 <= r1 && r1 <= s.n * s.oh,
+        "direct nhwc: rows past the output"
+    );
+    let (row, img) = (s.ow * s.c_out, s.h * s.w * s.c_in);
+    assert!(
+        x.len() >= s.n * img && y.len() >= (r1 - r0) * row,
+        "direct nhwc: short operands"
+    );
+    let g = Geom::with(s, PER, Tiling::Wide);
+    let panel_len = g.taps * g.cp * WIDE_ROWS;
+    let panels = s.c_out.div_ceil(WIDE_ROWS);
+    assert!(w.len() >= panels * panel_len, "direct nhwc: short weights");
+    // The simple epilogue goes with the stores; any other runs over each band after.
+    let simple = Epilogue {
+        channel_is_row: true,
+        ..*epi
+    }
+    .simple_form();
+    let mut b0 = r0;
+    while b0 < r1 {
+        // A band: the wanted rows of one image.
+        let b1 = r1.min((b0 / s.oh + 1) * s.oh);
+        let (xi, oh_lo, out_rows) = (b0 / s.oh, b0 % s.oh, b1 - b0);
+        let ps = g.plane_stride(out_rows);
+        let planes = &mut scratch[..g.phases * g.cp * ps];
+        pack_nhwc(
+            wide.pairs,
+            s,
+            &g,
+            &x[xi * img..][..img],
+            oh_lo,
+            out_rows,
+            ps,
+            planes,
+        );
+        let offs = g.offsets(s, ps);
+        let offs = &offs[..g.taps];
+        let yb = &mut y[(b0 - r0) * row..(b1 - r0) * row];
+        let fused = simple.map(|(slot, clamp)| WideEpi {
+            bias: epi.bias.map(|b| &b[epi.channel_offset..]),
+            residual: slot.map(|k| &epi.residuals[k][b0 * row..b1 * row]),
+            clamp,
+        });
+        let tiles = (out_rows * g.wq).div_ceil(WIDE_WIDTH);
+        let chans = (0, s.c_out);
+        walk_panels((&g, chans), w, WIDE_ROWS, (0, tiles), &mut |step| {
+            let Walk::Panel { pi, a, rows, tiles } = step else {
+                return;
+            };
+            let mut out = NhwcOut {
+                y: &mut *yb,
+                cout: s.c_out,
+                ow: s.ow,
+                wq: g.wq,
+                cols: (0, out_rows * s.ow),
+                chan0: pi * WIDE_ROWS,
+                chans: rows.1 - rows.0,
+                epi: fused.unwrap_or_default(),
+            };
+            let run = (tiles.0 * WIDE_WIDTH, tiles.1 - tiles.0);
+            (wide.nhwc)(a, planes, offs, g.cp, run, &mut out);
+        });
+        if fused.is_none() && !epi.is_empty() {
+            let mut res: [&[f32]; 4] = [&[]; 4];
+            assert!(
+                epi.residuals.len() <= res.len(),
+                "direct nhwc: too many residuals"
+            );
+            for (d, r) in res.iter_mut().zip(epi.residuals) {
+                *d = &r[b0 * row..b1 * row];
+            }
+            let e = Epilogue {
+                residuals: &res[..epi.residuals.len()],
+                channel_is_row: false,
+                ..*epi
+            };
+            e.apply(isa, yb, s.c_out, 0, out_rows * s.ow, 0, s.c_out);
+        }
+        b0 = b1;
+    }
+}
+
+/// The phase planes (position-major, `g.cp` pairs a position) that output rows
+/// `oh_lo..oh_lo + out_rows` read from image `x` (`[H][W][Cin]`), `ps` positions apart:
+/// each position's channels converted by `pairs`, zeros past them and outside the
+/// image.
+#[allow(clippy::too_many_arguments)]
+fn pack_nhwc<T: Copy + Default>(
+    pairs: fn(&[f32], &mut [T]),
+    s: &ConvShape,
+    g: &Geom,
+    x: &[f32],
+    oh_lo: usize,
+    out_rows: usize,
+    ps: usize,
+    planes: &mut [T],
+) {
+    let (cp, wq, ci) = (g.cp, g.wq, s.c_in);
+    let (rows, half) = (out_rows + g.dy_max, ci.div_ceil(PER));
+    for (a, b, phase) in used_phases(s, g) {
+        let (j_lo, j_hi) = phase_cols(s, b, wq);
+        let set = &mut planes[phase * cp * ps..][..cp * ps];
+        let (body, tail) = set.split_at_mut(rows * wq * cp);
+        tail.fill(T::default());
+        for (i, prow) in body.chunks_exact_mut(wq * cp).enumerate() {
+            let ir = (oh_lo + i) * s.sh + a;
+            if ir < s.ph || ir - s.ph >= s.h || j_lo >= j_hi {
+                prow.fill(T::default());
+                continue;
+            }
+            let line = &x[(ir - s.ph) * s.w * ci..][..s.w * ci];
+            prow[..j_lo * cp].fill(T::default());
+            prow[j_hi * cp..].fill(T::default());
+            let col = |j: usize| j * s.sw + b - s.pw;
+            if s.sw == 1 && half == cp {
+                // Whole positions back to back on both sides: one conversion.
+                let src = &line[col(j_lo) * ci..(col(j_hi - 1) + 1) * ci];
+                pairs(src, &mut prow[j_lo * cp..j_hi * cp]);
+                continue;
+            }
+            for j in j_lo..j_hi {
+                let dst = &mut prow[j * cp..(j + 1) * cp];
+                pairs(&line[col(j) * ci..][..ci], &mut dst[..half]);
+                dst[half..].fill(T::default());
+            }
+        }
+    }
+}
