@@ -61,6 +61,9 @@ enum Kind {
     /// positions x channels, so chains of them (ResNet's blocks) skip the planar path's
     /// transposes on both sides.
     Dense,
+    /// A 2-D MaxPool (`MaxPoolNhwc`), only in [`Dense::Wide`] layouts: ResNet's pool
+    /// between its stem and first block, so that the stem opens the region.
+    MaxPool,
     /// `Mul` of a `[N, C, H, W]` value (input `x`) by a per-channel `[N | 1, C, 1, 1]`
     /// one (the squeeze-excite scale of MobileNetV3 blocks).
     ChannelScale { x: usize },
@@ -81,6 +84,13 @@ pub enum Dense {
 fn kind_of(g: &Graph, n: &Node, dense: Dense) -> Option<Kind> {
     if let Op::Binary(BinaryOp::Mul) = n.op {
         return channel_scale(g, n);
+    }
+    if let Op::MaxPool { geom, .. } = &n.op {
+        let x = n.inputs.first().copied().flatten()?;
+        let four = g.shape(x).is_some_and(|s| s.len() == 4);
+        let plain = geom.kernel.len() == 2 && geom.auto_pad.is_none() && n.outputs.len() == 1;
+        let f32_in = g.values[x].dtype == DType::F32;
+        return (dense == Dense::Wide && four && plain && f32_in).then_some(Kind::MaxPool);
     }
     let Op::Conv { geom, group, .. } = &n.op else {
         return None;
@@ -417,6 +427,9 @@ fn rewrite(
             let (op, inputs) = match (kind, op) {
                 (Kind::Depthwise | Kind::Stem | Kind::Dense, Op::Conv { geom, group, post }) => {
                     (Op::ConvNhwc { geom, group, post }, inputs)
+                }
+                (Kind::MaxPool, Op::MaxPool { geom, ceil_mode }) => {
+                    (Op::MaxPoolNhwc { geom, ceil_mode }, inputs)
                 }
                 (Kind::Pointwise, Op::Conv { post, .. }) => pointwise(g, inputs, post),
                 (Kind::ChannelScale { x }, op) => {
@@ -806,6 +819,74 @@ mod tests {
                 run_in(&g, &x, Precision::F32, threads) == one,
                 "f32, {threads} threads"
             );
+        }
+    }
+
+    #[test]
+    fn wide_layouts_take_a_resnet_stem_and_its_pool_channels_last() {
+        use crate::exec::Precision;
+        // x -> 7x7/2 stem (3 -> 64) + ReLU -> 3x3/2 max pool -> a basic block -> pool.
+        let relu = PostOp::Unary(UnaryOp::Relu);
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", &[1, 3, 32, 32]);
+        let w0 = b.konst("w0", &[64, 3, 7, 7], rand_vec(64 * 147, 1));
+        let stem = b.node(
+            "stem",
+            conv(geom(7, 2, 3), 1, vec![relu.clone()]),
+            &[x, w0],
+            &[1, 64, 16, 16],
+        );
+        let mp = Op::MaxPool {
+            geom: geom(3, 2, 1),
+            ceil_mode: false,
+        };
+        let p = b.node("maxpool", mp, &[stem], &[1, 64, 8, 8]);
+        let w1 = b.konst("w1", &[64, 64, 3, 3], rand_vec(64 * 576, 2));
+        let y1 = b.node(
+            "c1",
+            conv(geom(3, 1, 1), 1, vec![relu.clone()]),
+            &[p, w1],
+            &[1, 64, 8, 8],
+        );
+        let w2 = b.konst("w2", &[64, 64, 3, 3], rand_vec(64 * 576, 3));
+        let add_relu = vec![PostOp::AddInput { input: 3 }, relu];
+        let y2 = b.node_opt(
+            "c2",
+            conv(geom(3, 1, 1), 1, add_relu),
+            &[Some(y1), Some(w2), None, Some(p)],
+            &[1, 64, 8, 8],
+        );
+        let gp = b.node("pool", Op::GlobalAveragePool, &[y2], &[1, 64, 1, 1]);
+        let g0 = b.finish(&[gp]);
+        let mut g = g0.clone();
+        assert_eq!(
+            channels_last_with(&mut g, Dense::Wide),
+            4,
+            "3 convs and the pool"
+        );
+        let names = ops(&g);
+        assert!(names.contains(&"MaxPoolNhwc"), "{names:?}");
+        assert!(
+            !names.contains(&"MaxPool") && !names.contains(&"Conv"),
+            "{names:?}"
+        );
+        assert_eq!(
+            names.iter().filter(|&&n| n == "Transpose").count(),
+            1,
+            "{names:?}"
+        );
+        let xs = rand_vec(3 * 32 * 32, 5);
+        let want = run_graph(&g0, std::slice::from_ref(&xs));
+        assert_close(&run_graph(&g, std::slice::from_ref(&xs)), &want, 1e-5);
+        if Precision::Bf16.available() {
+            let f32s = |b: &[u8]| bytemuck::cast_slice::<u8, f32>(b).to_vec();
+            let got = f32s(&run_in(&g, &xs, Precision::Bf16, 1));
+            let planar = f32s(&run_in(&g0, &xs, Precision::Bf16, 1));
+            // The stem's taps sum in another order channels-last: bf16's rounding apart.
+            let top = planar.iter().fold(0f32, |m, v| m.max(v.abs()));
+            for (a, e) in got.iter().zip(&planar) {
+                assert!((a - e).abs() <= 1e-2 * top, "{a} vs {e} (largest {top})");
+            }
         }
     }
 

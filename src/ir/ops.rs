@@ -271,6 +271,13 @@ pub enum Op {
         ceil_mode: bool,
         count_include_pad: bool,
     },
+    /// 2-D MaxPool over channels-last images, placed by the compiler's layout pass
+    /// (`compile::layout`) between channels-last convs. inputs: X `[N, H, W, C]`; output
+    /// `[N, OH, OW, C]`.
+    MaxPoolNhwc {
+        geom: ConvGeom,
+        ceil_mode: bool,
+    },
     GlobalAveragePool,
     GlobalMaxPool,
     Concat {
@@ -554,6 +561,7 @@ impl Op {
             Op::Where => "Where",
             Op::ClipDynamic => "Clip",
             Op::MaxPool { .. } => "MaxPool",
+            Op::MaxPoolNhwc { .. } => "MaxPoolNhwc",
             Op::AveragePool { .. } => "AveragePool",
             Op::GlobalAveragePool => "GlobalAveragePool",
             Op::GlobalMaxPool => "GlobalMaxPool",

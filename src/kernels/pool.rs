@@ -14,6 +14,20 @@ pub fn max_pool(isa: Isa, s: &PoolShape, x: &[f32], y: &mut [f32], lo: usize, hi
         (t.max_pool_plane)(s, xp, yp);
     }
 }
+/// Max pool over channels-last images through `isa`'s table (the body is
+/// `body::pool::max_pool_nhwc`): output rows `r0..r1` of `N * OH` (`s.planes` = N) of
+/// `c` channels into `y` (those rows).
+pub fn max_pool_nhwc(
+    isa: Isa,
+    s: &PoolShape,
+    c: usize,
+    x: &[f32],
+    y: &mut [f32],
+    rows: (usize, usize),
+) {
+    (isa.table().max_pool_nhwc)(s, c, x, y, rows)
+}
+
 /// Average pool of planes `[lo, hi)` through the best kernel table (see [`avg_pool_on`]).
 pub fn avg_pool(
     s: &PoolShape,
@@ -93,6 +107,17 @@ mod tests {
             let mut y = vec![0.0; oh * oh];
             (t.max_pool_plane)(&s, &x, &mut y);
             out.extend_from_slice(&y);
+            // Channels-last: the same window over 2 images of 37 channels (two blocks
+            // of 16 and a tail), rows cut in two.
+            let c = 37;
+            let sn = PoolShape { planes: 2, ..s };
+            let xn = crate::kernels::testutil::rand_vec(2 * hw * hw * c, 7);
+            let (rows, row) = (2 * oh, oh * c);
+            let mut yn = vec![0.0; rows * row];
+            let (a, b) = yn.split_at_mut(rows / 2 * row);
+            (t.max_pool_nhwc)(&sn, c, &xn, a, (0, rows / 2));
+            (t.max_pool_nhwc)(&sn, c, &xn, b, (rows / 2, rows));
+            out.extend_from_slice(&yn);
             if d == 1 {
                 for inc in [false, true] {
                     (t.avg_pool_plane)(&s, inc, &x, &mut y);

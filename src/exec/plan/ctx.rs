@@ -177,6 +177,31 @@ impl Geom2 {
             group,
         }
     }
+
+    /// The kernel-level pool shape of `planes` planes (or images, channels-last),
+    /// input `[h, w]`, output `[oh, ow]` (one source for the f32, channels-last and
+    /// int8 pool plans).
+    pub(crate) fn pool_shape(
+        &self,
+        planes: usize,
+        [h, w]: [usize; 2],
+        [oh, ow]: [usize; 2],
+    ) -> crate::kernels::pool::PoolShape {
+        crate::kernels::pool::PoolShape {
+            planes,
+            h,
+            w,
+            oh,
+            ow,
+            kh: self.k[0],
+            kw: self.k[1],
+            sh: self.s[0],
+            sw: self.s[1],
+            dh: self.d[0],
+            dw: self.d[1],
+            pads: self.p,
+        }
+    }
 }
 
 pub(crate) fn geom2(

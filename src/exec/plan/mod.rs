@@ -399,6 +399,7 @@ fn plan_kernel(c: &Ctx<'_>, pre: Option<&WeightBuf>) -> Result<Planned> {
         Op::LogSoftmax { axis } => norm::plan_softmax(c, *axis, true),
         Op::MaskedSoftmax => norm::plan_masked_softmax(c),
         Op::MaxPool { geom, .. } => pool::plan_pool(c, geom, None),
+        Op::MaxPoolNhwc { geom, .. } => pool::plan_max_pool_nhwc(c, geom),
         Op::AveragePool {
             geom,
             count_include_pad,

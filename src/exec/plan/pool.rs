@@ -1,5 +1,6 @@
 //! Pool family (MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool) over NCHW / NCL
-//! planes. Tiles split planes.
+//! planes, and MaxPoolNhwc over channels-last images. Tiles split planes (channels-last:
+//! output rows).
 
 use super::ctx::{geom2, nchw, Ctx};
 use super::errors::{shape_err, unsup};
@@ -12,6 +13,8 @@ use crate::kernels::pool::{self, PoolShape};
 #[derive(Debug)]
 pub(crate) enum PoolKernel {
     Max(PoolShape),
+    /// Channels-last (`planes` the images), with its channels.
+    MaxNhwc(PoolShape, usize),
     /// With `count_include_pad`.
     Avg(PoolShape, bool),
     Global {
@@ -37,20 +40,7 @@ pub(crate) fn plan_pool(c: &Ctx<'_>, geom: &ir::ConvGeom, avg: Option<bool>) -> 
         ));
     }
     let ge = geom2(n, geom, xs.len() - 2, &[])?;
-    let s = PoolShape {
-        planes: nb * ch,
-        h,
-        w,
-        oh,
-        ow,
-        kh: ge.k[0],
-        kw: ge.k[1],
-        sh: ge.s[0],
-        sw: ge.s[1],
-        dh: ge.d[0],
-        dw: ge.d[1],
-        pads: ge.p,
-    };
+    let s = ge.pool_shape(nb * ch, [h, w], [oh, ow]);
     if n.outputs.len() > 1 {
         return Err(unsup(n, "MaxPool Indices output"));
     }
@@ -63,6 +53,27 @@ pub(crate) fn plan_pool(c: &Ctx<'_>, geom: &ir::ConvGeom, avg: Option<bool>) -> 
         }
         None => PoolKernel::Max(s),
     }))
+}
+
+/// Plans a MaxPoolNhwc: X `[N, H, W, C]`, output `[N, OH, OW, C]` (its size, with
+/// `ceil_mode` applied, from the output shape).
+pub(crate) fn plan_max_pool_nhwc(c: &Ctx<'_>, geom: &ir::ConvGeom) -> Result<Planned> {
+    let n = c.n;
+    c.outputs_typed(DType::F32)?;
+    c.require_f32(0)?;
+    let (xs, os) = (c.ishape(0)?, c.oshape(0)?);
+    if xs.len() != 4 || os.len() != 4 || (os[0], os[3]) != (xs[0], xs[3]) {
+        return Err(shape_err(
+            n,
+            format!("output {os:?} does not fit channels-last input {xs:?}"),
+        ));
+    }
+    let ge = geom2(n, geom, 2, &[])?;
+    if n.outputs.len() > 1 {
+        return Err(unsup(n, "MaxPool Indices output"));
+    }
+    let s = ge.pool_shape(xs[0], [xs[1], xs[2]], [os[1], os[2]]);
+    Ok(Planned::new(PoolKernel::MaxNhwc(s, xs[3])))
 }
 
 /// Plans a global average (`avg`) or max pool: one value per plane.
@@ -88,6 +99,7 @@ impl FamilyKernel for PoolKernel {
     fn tiles(&self) -> usize {
         match self {
             PoolKernel::Max(s) | PoolKernel::Avg(s, _) => s.planes,
+            PoolKernel::MaxNhwc(s, _) => s.planes * s.oh,
             PoolKernel::Global { planes, .. } => *planes,
         }
     }
@@ -99,6 +111,17 @@ impl FamilyKernel for PoolKernel {
             PoolKernel::Max(s) => {
                 let (lo, hi) = tile.range(s.planes, 1);
                 pool::max_pool(isa, s, x, y, lo, hi);
+            }
+            PoolKernel::MaxNhwc(s, ch) => {
+                let (lo, hi) = tile.range(s.planes * s.oh, 1);
+                pool::max_pool_nhwc(
+                    isa,
+                    s,
+                    *ch,
+                    x,
+                    &mut y[lo * s.ow * ch..hi * s.ow * ch],
+                    (lo, hi),
+                );
             }
             PoolKernel::Avg(s, inc) => {
                 let (lo, hi) = tile.range(s.planes, 1);

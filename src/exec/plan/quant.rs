@@ -627,20 +627,7 @@ pub(crate) fn plan_qmaxpool(c: &Ctx<'_>, geom: &ConvGeom) -> Result<Planned> {
     }
     let ge = geom2(n, geom, xs.len() - 2, &[])?;
     Ok(Planned::new(QuantKernel::Int8(Box::new(QKernel::MaxPool(
-        PoolShape {
-            planes: nb * ch,
-            h,
-            w,
-            oh,
-            ow,
-            kh: ge.k[0],
-            kw: ge.k[1],
-            sh: ge.s[0],
-            sw: ge.s[1],
-            dh: ge.d[0],
-            dw: ge.d[1],
-            pads: ge.p,
-        },
+        ge.pool_shape(nb * ch, [h, w], [oh, ow]),
     )))))
 }
 

@@ -68,9 +68,11 @@ pub(super) fn encode_op(op: &Op) -> Result<(String, Vec<AttrRecord>), String> {
         | Op::Softmax { .. }
         | Op::LogSoftmax { .. }
         | Op::MaskedSoftmax => norm::encode(op, &mut a),
-        Op::MaxPool { .. } | Op::AveragePool { .. } | Op::GlobalAveragePool | Op::GlobalMaxPool => {
-            pool::encode(op, &mut a)
-        }
+        Op::MaxPool { .. }
+        | Op::MaxPoolNhwc { .. }
+        | Op::AveragePool { .. }
+        | Op::GlobalAveragePool
+        | Op::GlobalMaxPool => pool::encode(op, &mut a),
         Op::Reduce { .. } | Op::ArgMax { .. } | Op::ArgMin { .. } | Op::CumSum { .. } => {
             reduce::encode(op, &mut a)
         }

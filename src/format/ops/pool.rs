@@ -1,4 +1,5 @@
-//! Records of the pool family: MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool.
+//! Records of the pool family: MaxPool, MaxPoolNhwc, AveragePool, GlobalAveragePool,
+//! GlobalMaxPool.
 
 use super::{AttrsIn, AttrsOut};
 use crate::ir::Op;
@@ -9,6 +10,11 @@ pub(super) fn encode(op: &Op, a: &mut AttrsOut) -> Option<&'static str> {
             a.geom(geom);
             a.bool("ceil_mode", *ceil_mode);
             "MaxPool"
+        }
+        Op::MaxPoolNhwc { geom, ceil_mode } => {
+            a.geom(geom);
+            a.bool("ceil_mode", *ceil_mode);
+            "MaxPoolNhwc"
         }
         Op::AveragePool {
             geom,
@@ -33,6 +39,10 @@ pub(super) fn decode(name: &str, a: &AttrsIn) -> Option<Result<Op, String>> {
                 geom: a.geom()?,
                 ceil_mode: a.bool("ceil_mode")?,
             },
+            "MaxPoolNhwc" => Op::MaxPoolNhwc {
+                geom: a.geom()?,
+                ceil_mode: a.bool("ceil_mode")?,
+            },
             "AveragePool" => Op::AveragePool {
                 geom: a.geom()?,
                 ceil_mode: a.bool("ceil_mode")?,
@@ -44,7 +54,7 @@ pub(super) fn decode(name: &str, a: &AttrsIn) -> Option<Result<Op, String>> {
     };
     matches!(
         name,
-        "MaxPool" | "AveragePool" | "GlobalAveragePool" | "GlobalMaxPool"
+        "MaxPool" | "MaxPoolNhwc" | "AveragePool" | "GlobalAveragePool" | "GlobalMaxPool"
     )
     .then(f)
 }

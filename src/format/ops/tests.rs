@@ -63,6 +63,10 @@ fn every_op() -> Vec<Op> {
             geom: geom(),
             ceil_mode: true,
         },
+        Op::MaxPoolNhwc {
+            geom: geom(),
+            ceil_mode: true,
+        },
         Op::AveragePool {
             geom: geom(),
             ceil_mode: false,

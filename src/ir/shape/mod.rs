@@ -331,6 +331,7 @@ impl<'a> Cx<'a> {
             | Op::AveragePool {
                 geom, ceil_mode, ..
             } => self.pool_node(geom, ceil_mode),
+            Op::MaxPoolNhwc { geom, ceil_mode } => self.pool_nhwc(geom, *ceil_mode),
             Op::GlobalAveragePool | Op::GlobalMaxPool => self.global_pool(),
             Op::Concat { axis } => self.concat(axis),
             Op::Split {

@@ -12,6 +12,16 @@ impl Cx<'_> {
         one(dt, self.pool(geom, *ceil_mode, x)?)
     }
 
+    /// MaxPoolNhwc: `[N, H, W, C]` -> `[N, OH, OW, C]`, the window as MaxPool's.
+    pub(super) fn pool_nhwc(&self, geom: &ConvGeom, ceil_mode: bool) -> Result<Vec<TypedShape>> {
+        let (dt, x) = self.req(0)?;
+        if x.len() != 4 || geom.kernel.len() != 2 {
+            return Err(self.err(format!("input {x:?} is not [N, H, W, C] with a 2-D window")));
+        }
+        let sp = self.window(geom, ceil_mode, &[x[0], x[3], x[1], x[2]])?;
+        one(dt, vec![x[0], sp[0], sp[1], x[3]])
+    }
+
     /// GlobalAveragePool / GlobalMaxPool: spatial dims become 1.
     pub(super) fn global_pool(&self) -> Result<Vec<TypedShape>> {
         let (dt, x) = self.req(0)?;

@@ -110,13 +110,13 @@ pub(super) fn conv_direct(
 /// True when `tab` computes the channels-last dense conv `s` on its wide run
 /// ([`crate::kernels::conv::conv_direct_nhwc`]).
 pub fn nhwc_wide_applies(tab: &Bf16Table, s: &ConvShape) -> bool {
-    tab.wide.is_some() && direct::wide_applies(s)
+    tab.wide.is_some() && crate::kernels::conv::direct_nhwc_applies(s)
 }
 
 /// Weights `w` (`[Cout, Cin, KH, KW]`) of a channels-last conv the wide run computes,
 /// in K pairs as it reads them, starting a cache line (tile rows must not cross lines).
 pub fn pack_nhwc_weights(s: &ConvShape, w: &[f32]) -> super::Dwords {
-    direct::pack_weights(s, w, PER, pair, Tiling::Wide).into()
+    crate::kernels::conv::pack_direct_nhwc(s, w, pair).into()
 }
 
 /// Output rows `rows` of the channels-last dense conv `s` ([`nhwc_wide_applies`]) on

@@ -303,3 +303,52 @@ pub fn avg_pool_plane(s: &PoolShape, count_include_pad: bool, xp: &[f32], yp: &m
         }
     }
 }
+
+/// Max pool over channels-last images (the tables' `max_pool_nhwc` body), output rows `r0..r1` of `N * OH` (`s.planes` =
+/// N) into `y` (those rows, `[rows][OW][c]`): each output's window cells in row-major
+/// order, `max` as the planar body takes it (`v > d`), a window with no cell -inf. The
+/// channels are the vector lanes (contiguous in both tensors).
+#[inline(always)]
+pub fn max_pool_nhwc(s: &PoolShape, c: usize, x: &[f32], y: &mut [f32], (r0, r1): (usize, usize)) {
+    let row = s.ow * c;
+    assert!(
+        r0 <= r1 && r1 <= s.planes * s.oh && y.len() >= (r1 - r0) * row,
+        "max_pool_nhwc: rows past the output"
+    );
+    assert!(
+        x.len() >= s.planes * s.h * s.w * c,
+        "max_pool_nhwc: short input"
+    );
+    // The window's taps along one axis whose input index `o * st + t * d - p` lies in
+    // `0..n`: `t_lo..t_hi` (a window with none gives an empty range).
+    let taps = |o: usize, st: usize, d: usize, p: usize, k: usize, n: usize| {
+        let t_lo = p.saturating_sub(o * st).div_ceil(d).min(k);
+        let t_hi = if n + p > o * st {
+            ((n + p - o * st - 1) / d + 1).min(k)
+        } else {
+            0
+        };
+        (t_lo, t_hi.max(t_lo))
+    };
+    for r in r0..r1 {
+        let (img, oy) = (r / s.oh, r % s.oh);
+        let xi = &x[img * s.h * s.w * c..][..s.h * s.w * c];
+        let (ky_lo, ky_hi) = taps(oy, s.sh, s.dh, s.pads[0], s.kh, s.h);
+        let yr = &mut y[(r - r0) * row..][..row];
+        yr.fill(f32::NEG_INFINITY);
+        for ky in ky_lo..ky_hi {
+            let iy = oy * s.sh + ky * s.dh - s.pads[0];
+            let line = &xi[iy * s.w * c..][..s.w * c];
+            for (ox, out) in yr.chunks_exact_mut(c).enumerate() {
+                let (kx_lo, kx_hi) = taps(ox, s.sw, s.dw, s.pads[1], s.kw, s.w);
+                for kx in kx_lo..kx_hi {
+                    let ix = ox * s.sw + kx * s.dw - s.pads[1];
+                    let cell = &line[ix * c..][..c];
+                    for (d, &v) in out.iter_mut().zip(cell) {
+                        *d = if v > *d { v } else { *d };
+                    }
+                }
+            }
+        }
+    }
+}

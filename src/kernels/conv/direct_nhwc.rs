@@ -24,17 +24,60 @@ use crate::kernels::isa::Isa;
 /// Input channels per plane element: a K pair.
 const PER: usize = 2;
 
+/// True when [`conv_direct_nhwc`] computes the dense conv `s`: the wide run takes it as
+/// it is, or (image stems, fewer than 16 channels) with its tap columns folded into
+/// the channels ([`direct::unfold_applies`], undilated columns: each output column's
+/// taps are then one contiguous run of the channels-last row).
+pub fn direct_nhwc_applies(s: &ConvShape) -> bool {
+    direct::wide_applies(s) || (direct::unfold_applies(s) && s.dw == 1)
+}
+
+/// The conv the wide run computes for `s`: `s`, or its unfolded conv (its channel
+/// `v * Cin + c` input channel `c` at tap column `v`: the channels-last order).
+fn computed(s: &ConvShape) -> ConvShape {
+    if direct::wide_applies(s) {
+        s.clone()
+    } else {
+        direct::unfolded_shape(s)
+    }
+}
+
 /// Plane elements of scratch [`conv_direct_nhwc`] needs for `s`: one image's phase
 /// planes.
 pub fn direct_nhwc_scratch_len(s: &ConvShape) -> usize {
-    direct::scratch_len(s, PER, Tiling::Wide)
+    direct::scratch_len(&computed(s), PER, Tiling::Wide)
 }
 
-/// Output rows `r0..r1` (of `N * OH`) of the dense conv `s` ([`direct::wide_applies`])
-/// on `wide`: `x` `[N][H][W][Cin]`, `w` the weights packed for [`Tiling::Wide`] in
-/// pairs, `y` those rows of the output `[N][OH][OW][Cout]`, then `epi` (bias by output
-/// channel, channels its columns, residuals whole outputs). `scratch` holds
-/// [`direct_nhwc_scratch_len`] elements.
+/// The weights `w` (`[Cout, Cin, KH, KW]`) of `s` as the wide run of
+/// [`conv_direct_nhwc`] reads them, each element made of two by `pair` (the unfolded
+/// conv's, channels-last order, where `s` unfolds).
+pub fn pack_direct_nhwc<T: Copy + Default>(
+    s: &ConvShape,
+    w: &[f32],
+    pair: impl Fn(f32, f32) -> T,
+) -> Vec<T> {
+    if direct::wide_applies(s) {
+        return direct::pack_weights(s, w, PER, pair, Tiling::Wide);
+    }
+    let (ci, kh, kw) = (s.c_in, s.kh, s.kw);
+    let mut wu = vec![0.0; s.c_out * ci * kh * kw];
+    for oc in 0..s.c_out {
+        for c in 0..ci {
+            for u in 0..kh {
+                for v in 0..kw {
+                    wu[((oc * kw + v) * ci + c) * kh + u] = w[((oc * ci + c) * kh + u) * kw + v];
+                }
+            }
+        }
+    }
+    direct::pack_weights(&computed(s), &wu, PER, pair, Tiling::Wide)
+}
+
+/// Output rows `r0..r1` (of `N * OH`) of the dense conv `s` ([`direct_nhwc_applies`])
+/// on `wide`: `x` `[N][H][W][Cin]`, `w` from [`pack_direct_nhwc`], `y` those rows of the
+/// output `[N][OH][OW][Cout]`, then `epi` (bias by output channel, channels its
+/// columns, residuals whole outputs). `scratch` holds [`direct_nhwc_scratch_len`]
+/// elements.
 #[allow(clippy::too_many_arguments)]
 pub fn conv_direct_nhwc<T: Copy + Default>(
     wide: &Wide<T>,
@@ -47,7 +90,7 @@ pub fn conv_direct_nhwc<T: Copy + Default>(
     epi: &Epilogue<'_>,
     scratch: &mut [T],
 ) {
-    assert!(direct::wide_applies(s), "direct nhwc: not a wide conv");
+    assert!(direct_nhwc_applies(s), "direct nhwc: not a wide conv");
     assert!(
         r0 <= r1 && r1 <= s.n * s.oh,
         "direct nhwc: rows past the output"
@@ -57,7 +100,10 @@ pub fn conv_direct_nhwc<T: Copy + Default>(
         x.len() >= s.n * img && y.len() >= (r1 - r0) * row,
         "direct nhwc: short operands"
     );
-    let g = Geom::with(s, PER, Tiling::Wide);
+    // The conv the wide run computes (the unfolded one for a stem): its geometry, taps
+    // and weights; the input's rows and columns stay those of `s`.
+    let u = computed(s);
+    let g = Geom::with(&u, PER, Tiling::Wide);
     let panel_len = g.taps * g.cp * WIDE_ROWS;
     let panels = s.c_out.div_ceil(WIDE_ROWS);
     assert!(w.len() >= panels * panel_len, "direct nhwc: short weights");
@@ -74,17 +120,9 @@ pub fn conv_direct_nhwc<T: Copy + Default>(
         let (xi, oh_lo, out_rows) = (b0 / s.oh, b0 % s.oh, b1 - b0);
         let ps = g.plane_stride(out_rows);
         let planes = &mut scratch[..g.phases * g.cp * ps];
-        pack_nhwc(
-            wide.pairs,
-            s,
-            &g,
-            &x[xi * img..][..img],
-            oh_lo,
-            out_rows,
-            ps,
-            planes,
-        );
-        let offs = g.offsets(s, ps);
+        let xb = &x[xi * img..][..img];
+        pack_nhwc(wide.pairs, (s, &u), &g, xb, (oh_lo, out_rows), ps, planes);
+        let offs = g.offsets(&u, ps);
         let offs = &offs[..g.taps];
         let yb = &mut y[(b0 - r0) * row..(b1 - r0) * row];
         let fused = simple.map(|(slot, clamp)| WideEpi {
@@ -131,49 +169,76 @@ pub fn conv_direct_nhwc<T: Copy + Default>(
     }
 }
 
-/// The phase planes (position-major, `g.cp` pairs a position) that output rows
-/// `oh_lo..oh_lo + out_rows` read from image `x` (`[H][W][Cin]`), `ps` positions apart:
-/// each position's channels converted by `pairs`, zeros past them and outside the
-/// image.
+/// The phase planes (position-major, `g.cp` pairs a position) of the conv `u` that
+/// output rows `oh_lo..oh_lo + out_rows` read from image `x` (`[H][W][Cin]` of `s`),
+/// `ps` positions apart: each position's channels converted by `pairs`, zeros past them
+/// and outside the image. Where `u` is `s` unfolded, position `j` of a plane row holds
+/// the `KW * Cin` floats of input columns `j * sw - pw..` (one run of the row).
 #[allow(clippy::too_many_arguments)]
 fn pack_nhwc<T: Copy + Default>(
     pairs: fn(&[f32], &mut [T]),
-    s: &ConvShape,
+    (s, u): (&ConvShape, &ConvShape),
     g: &Geom,
     x: &[f32],
-    oh_lo: usize,
-    out_rows: usize,
+    (oh_lo, out_rows): (usize, usize),
     ps: usize,
     planes: &mut [T],
 ) {
     let (cp, wq, ci) = (g.cp, g.wq, s.c_in);
-    let (rows, half) = (out_rows + g.dy_max, ci.div_ceil(PER));
-    for (a, b, phase) in used_phases(s, g) {
-        let (j_lo, j_hi) = phase_cols(s, b, wq);
+    let unfolded = u.kw != s.kw;
+    // Floats per position (the unfolded conv's channels) and the pairs they fill.
+    let run = u.c_in;
+    let (rows, half) = (out_rows + g.dy_max, run.div_ceil(PER));
+    let mut stage = [0.0f32; MAX_RUN];
+    assert!(run <= MAX_RUN, "direct nhwc: {run} channels per position");
+    for (a, b, phase) in used_phases(u, g) {
+        let (j_lo, j_hi) = phase_cols(u, b, wq);
         let set = &mut planes[phase * cp * ps..][..cp * ps];
         let (body, tail) = set.split_at_mut(rows * wq * cp);
         tail.fill(T::default());
         for (i, prow) in body.chunks_exact_mut(wq * cp).enumerate() {
-            let ir = (oh_lo + i) * s.sh + a;
-            if ir < s.ph || ir - s.ph >= s.h || j_lo >= j_hi {
+            let ir = (oh_lo + i) * u.sh + a;
+            if ir < u.ph || ir - u.ph >= u.h || j_lo >= j_hi {
                 prow.fill(T::default());
                 continue;
             }
-            let line = &x[(ir - s.ph) * s.w * ci..][..s.w * ci];
+            let line = &x[(ir - u.ph) * s.w * ci..][..s.w * ci];
             prow[..j_lo * cp].fill(T::default());
             prow[j_hi * cp..].fill(T::default());
-            let col = |j: usize| j * s.sw + b - s.pw;
-            if s.sw == 1 && half == cp {
+            if !unfolded && u.sw == 1 && half == cp {
                 // Whole positions back to back on both sides: one conversion.
-                let src = &line[col(j_lo) * ci..(col(j_hi - 1) + 1) * ci];
+                let c0 = j_lo + b - u.pw;
+                let src = &line[c0 * ci..(c0 + j_hi - j_lo) * ci];
                 pairs(src, &mut prow[j_lo * cp..j_hi * cp]);
                 continue;
             }
             for j in j_lo..j_hi {
                 let dst = &mut prow[j * cp..(j + 1) * cp];
-                pairs(&line[col(j) * ci..][..ci], &mut dst[..half]);
+                // The position's first input column and how many of its columns lie
+                // inside the row (all of them unless unfolded at an edge).
+                let (c0, cols) = if unfolded {
+                    ((j * s.sw) as isize - s.pw as isize, s.kw)
+                } else {
+                    ((j * u.sw + b - u.pw) as isize, 1)
+                };
+                let (lo, hi) = (c0.max(0), (c0 + cols as isize).min(s.w as isize));
+                if lo == c0 && hi == c0 + cols as isize {
+                    pairs(&line[c0 as usize * ci..][..run], &mut dst[..half]);
+                } else {
+                    let st = &mut stage[..run];
+                    st.fill(0.0);
+                    if lo < hi {
+                        let at = (lo - c0) as usize * ci;
+                        let n = (hi - lo) as usize * ci;
+                        st[at..at + n].copy_from_slice(&line[lo as usize * ci..][..n]);
+                    }
+                    pairs(st, &mut dst[..half]);
+                }
                 dst[half..].fill(T::default());
             }
         }
     }
 }
+
+/// Most floats of one position of an unfolded conv (`KW * Cin` < 16 x 49 taps).
+const MAX_RUN: usize = 16 * 49;

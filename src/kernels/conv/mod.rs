@@ -30,7 +30,9 @@ pub use deconv::DeconvPlan;
 pub use dense_nhwc::{dense_nhwc, dense_nhwc_applies, dense_nhwc_scratch_len, pack_dense_nhwc};
 use depthwise::depthwise;
 pub use depthwise::depthwise_nhwc;
-pub use direct_nhwc::{conv_direct_nhwc, direct_nhwc_scratch_len};
+pub use direct_nhwc::{
+    conv_direct_nhwc, direct_nhwc_applies, direct_nhwc_scratch_len, pack_direct_nhwc,
+};
 pub(crate) use winograd::body as winograd_body;
 pub use winograd::WinogradPlan;
 pub use winograd::{OutBlock, PointRows, WinoGeom};

@@ -606,6 +606,9 @@ pub struct KernelTable {
         fn(s: &ConvShape, w: &[f32], plane: &[f32], out: &mut [f32], scratch: &mut [f32]),
     /// Max pooling of one plane.
     pub max_pool_plane: fn(s: &PoolShape, x: &[f32], y: &mut [f32]),
+    /// Max pooling over channels-last images: output rows `rows` of `N * OH` (`s.planes`
+    /// = N) of `c` channels into `y` (those rows).
+    pub max_pool_nhwc: fn(s: &PoolShape, c: usize, x: &[f32], y: &mut [f32], rows: (usize, usize)),
     /// `y[i] += sum_k w[i * ldw + k] * x[k]` for every row `i < y.len()` (`w` row-major
     /// with row stride `ldw >= x.len()`): the recurrent GEMV of RNN cells.
     pub gemv_acc: fn(w: &[f32], ldw: usize, x: &[f32], y: &mut [f32]),

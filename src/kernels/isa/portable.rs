@@ -26,6 +26,7 @@ pub(crate) static TABLE: KernelTable = KernelTable {
     binary_f32: body::eltwise::binary_f32,
     depthwise_plane: body::depthwise::depthwise_plane,
     max_pool_plane: body::pool::max_pool_plane,
+    max_pool_nhwc: body::pool::max_pool_nhwc,
     gemv_acc: body::rnn::gemv_acc,
     sigmoid: body::rnn::sigmoid,
     tanh: body::rnn::tanh,

@@ -53,6 +53,7 @@ static TABLE: KernelTable = KernelTable {
     binary_f32,
     depthwise_plane,
     max_pool_plane: super::x86_64_maxpool::max_pool_plane,
+    max_pool_nhwc,
     gemv_acc,
     sigmoid: math::sigmoid,
     tanh,
@@ -94,6 +95,7 @@ fn epilogue_body(
 
 feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", pub(super) epilogue_body512, epilogue_body, (e: &Epilogue<'_>, c: &mut [f32], ldc: usize, i0: usize, mr: usize, j0: usize, nr: usize));
 feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", pub(super) unary_body, body::unary::apply_unary, (op: UnaryOp, x: &mut [f32]));
+feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", max_pool_nhwc, body::pool::max_pool_nhwc, (s: &PoolShape, c: usize, x: &[f32], y: &mut [f32], rows: (usize, usize)));
 feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", binary_f32, body::eltwise::binary_f32, (op: BinaryOp, bc: &Bcast, a: &[f32], b: &[f32], out: &mut [f32], lo: usize, hi: usize));
 feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", depthwise_plane, body::depthwise::depthwise_plane, (s: &ConvShape, w: &[f32], plane: &[f32], out: &mut [f32], scratch: &mut [f32]));
 feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", avg_pool_plane, body::pool::avg_pool_plane, (s: &PoolShape, count_include_pad: bool, x: &[f32], y: &mut [f32]));
