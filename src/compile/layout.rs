@@ -217,7 +217,8 @@ fn find(parent: &mut [usize], i: usize) -> usize {
 }
 
 /// Rewrites the profitable channels-last regions of `g` (see the module doc), image
-/// stems the only dense convs; returns the number of convs rewritten.
+/// stems the only dense convs; returns the number of nodes rewritten (convs, scales,
+/// pools).
 pub fn channels_last(g: &mut Graph) -> usize {
     channels_last_with(g, Dense::StemsOnly)
 }
@@ -236,6 +237,42 @@ pub fn channels_last_with(g: &mut Graph, dense: Dense) -> usize {
     trim_leaves(g, &consumers, &mut kinds);
     let producers = g.producers();
     keep_opening_stems(g, &consumers, &producers, &mut kinds);
+    let mut accepted = accepted_regions(g, &kinds, &consumers, &producers);
+    // A region that wide dense convs or pools join may fail the boundary rule where its
+    // depthwise part alone passes (DBNet-MV3's backbone, its FPN convs joining): leave
+    // the rejected regions' dense convs and pools out and decide again, as a stems-only
+    // layout would for what is left.
+    loop {
+        let wide_member = |k: Option<Kind>| matches!(k, Some(Kind::Dense | Kind::MaxPool));
+        let demoted: Vec<usize> = (0..g.nodes.len())
+            .filter(|&i| !accepted[i] && wide_member(kinds[i]))
+            .collect();
+        if demoted.is_empty() {
+            break;
+        }
+        for i in demoted {
+            kinds[i] = None;
+        }
+        trim_leaves(g, &consumers, &mut kinds);
+        keep_opening_stems(g, &consumers, &producers, &mut kinds);
+        accepted = accepted_regions(g, &kinds, &consumers, &producers);
+    }
+    if !accepted.contains(&true) {
+        return 0;
+    }
+    rewrite(g, &kinds, &accepted, &consumers)
+}
+
+/// Which nodes of `g` lie in an accepted region, given each node's channels-last kind:
+/// nodes joined through their data inputs, a region accepted when it holds a depthwise
+/// or wide dense conv and its boundary moves at most `1 / BOUNDARY_SHARE` of the
+/// elements its nodes produce.
+fn accepted_regions(
+    g: &Graph,
+    kinds: &[Option<Kind>],
+    consumers: &[Vec<usize>],
+    producers: &[Option<usize>],
+) -> Vec<bool> {
     let mut parent: Vec<usize> = (0..g.nodes.len()).collect();
     for (i, n) in g.nodes.iter().enumerate() {
         if kinds[i].is_none() {
@@ -287,18 +324,14 @@ pub fn channels_last_with(g: &mut Graph, dense: Dense) -> usize {
         e.1 += boundary;
         e.2 += elems(out);
     }
-    let accepted: Vec<bool> = (0..g.nodes.len())
+    (0..g.nodes.len())
         .map(|i| {
             kinds[i].is_some() && {
                 let (dw, bnd, work) = stats[&find(&mut parent, i)];
                 dw && bnd * BOUNDARY_SHARE <= work
             }
         })
-        .collect();
-    if !accepted.contains(&true) {
-        return 0;
-    }
-    rewrite(g, &kinds, &accepted, &consumers)
+        .collect()
 }
 
 /// Leaves out of the regions the 1x1 convs whose output only planar nodes read (an FPN's
@@ -819,6 +852,61 @@ mod tests {
                 run_in(&g, &x, Precision::F32, threads) == one,
                 "f32, {threads} threads"
             );
+        }
+    }
+
+    #[test]
+    fn wide_layouts_keep_a_depthwise_region_that_a_dense_conv_would_sink() {
+        // An inverted-residual block (a region on its own), then a dense 3x3 conv to 256
+        // channels as the graph's output: with the conv the region's boundary (that
+        // output) moves more than a quarter of what it produces, so the conv stays
+        // planar and the block is channels-last as in a stems-only layout.
+        let mut b = GraphBuilder::new();
+        let (c, e, h) = (16, 48, 10);
+        let stem = stem(&mut b, c, h);
+        let w1 = b.konst("w1", &[e, c, 1, 1], rand_vec(e * c, 2));
+        let ex = b.node(
+            "expand",
+            conv(geom(1, 1, 0), 1, vec![]),
+            &[stem, w1],
+            &[1, e, h, h],
+        );
+        let w2 = b.konst("w2", &[e, 1, 3, 3], rand_vec(e * 9, 4));
+        let dw = b.node(
+            "dw",
+            conv(geom(3, 1, 1), e, vec![]),
+            &[ex, w2],
+            &[1, e, h, h],
+        );
+        let w3 = b.konst("w3", &[c, e, 1, 1], rand_vec(c * e, 6));
+        let pr = b.node(
+            "project",
+            conv(geom(1, 1, 0), 1, vec![]),
+            &[dw, w3],
+            &[1, c, h, h],
+        );
+        let w4 = b.konst("w4", &[256, c, 3, 3], rand_vec(256 * c * 9, 8));
+        let y = b.node(
+            "dense",
+            conv(geom(3, 1, 1), 1, vec![]),
+            &[pr, w4],
+            &[1, 256, h, h],
+        );
+        let g0 = b.finish(&[y]);
+        let mut stems_only = g0.clone();
+        assert_eq!(channels_last(&mut stems_only), 4);
+        let mut g = g0.clone();
+        assert_eq!(channels_last_with(&mut g, Dense::Wide), 4);
+        assert_eq!(ops(&g), ops(&stems_only));
+        assert!(ops(&g).contains(&"Conv"), "the dense conv stays planar");
+        let x = rand_vec(3 * h * h, 9);
+        let want = run_graph(&g0, std::slice::from_ref(&x));
+        // Sums of 144 products in another order (the channels-last MatMul's), with
+        // cancellation: to a bound of the output's range.
+        let got = run_graph(&g, &[x]);
+        let top = want[0].iter().fold(0f32, |m, v| m.max(v.abs()));
+        for (a, e) in got[0].iter().zip(&want[0]) {
+            assert!((a - e).abs() <= 1e-5 * top, "{a} vs {e} (largest {top})");
         }
     }
 

@@ -398,6 +398,19 @@ fn nhwc_wide_run_gives_the_planar_wide_runs_sums_and_its_rows_the_whole() {
         let shapes: Vec<ConvShape> = shapes()
             .into_iter()
             .chain(wide_shapes())
+            // 63 channels: an odd count whose pairs pad to a whole K step (positions
+            // are not back to back in pairs).
+            .chain([shape(
+                1,
+                63,
+                (9, 10),
+                40,
+                (3, 3),
+                (1, 1),
+                (1, 1),
+                (1, 1, 1, 1),
+                1,
+            )])
             .filter(|s| super::nhwc_wide_applies(t, s))
             .collect();
         assert!(

@@ -185,7 +185,7 @@ fn pack_nhwc<T: Copy + Default>(
     planes: &mut [T],
 ) {
     let (cp, wq, ci) = (g.cp, g.wq, s.c_in);
-    let unfolded = u.kw != s.kw;
+    let unfolded = !direct::wide_applies(s);
     // Floats per position (the unfolded conv's channels) and the pairs they fill.
     let run = u.c_in;
     let (rows, half) = (out_rows + g.dy_max, run.div_ceil(PER));
@@ -205,8 +205,9 @@ fn pack_nhwc<T: Copy + Default>(
             let line = &x[(ir - u.ph) * s.w * ci..][..s.w * ci];
             prow[..j_lo * cp].fill(T::default());
             prow[j_hi * cp..].fill(T::default());
-            if !unfolded && u.sw == 1 && half == cp {
-                // Whole positions back to back on both sides: one conversion.
+            if !unfolded && u.sw == 1 && ci == PER * cp {
+                // Whole positions back to back on both sides (an even channel count
+                // filling the pairs): one conversion.
                 let c0 = j_lo + b - u.pw;
                 let src = &line[c0 * ci..(c0 + j_hi - j_lo) * ci];
                 pairs(src, &mut prow[j_lo * cp..j_hi * cp]);
