@@ -763,6 +763,50 @@ fn binary_broadcast_compare_where_and_int_math() {
 }
 
 #[test]
+fn channels_last_max_pool_is_the_planar_one_transposed() {
+    // Two 9x11 images of 20 channels (a 16-lane block and a tail), 3x3 stride 2 with
+    // pads (ResNet's pool) and ceil_mode (a last window past the pads); run whole and
+    // in its most tiles (`run`), against MaxPool on the planar tensor.
+    for (pads, ceil_mode, (oh, ow)) in [([1, 1, 1, 1], false, (5, 6)), ([0, 0, 0, 0], true, (4, 5))]
+    {
+        let (n, c, h, w) = (2, 20, 9, 11);
+        let x = rand_vec(n * c * h * w, 51);
+        let g = geom(&[3, 3], &[2, 2], &pads);
+        let mut b = B::default();
+        let xi = b.input(DType::F32, &[n, c, h, w]);
+        let planar = b.n1(
+            Op::MaxPool {
+                geom: g.clone(),
+                ceil_mode,
+            },
+            &[xi],
+            DType::F32,
+            &[n, c, oh, ow],
+        );
+        b.out(planar);
+        let perm = Some(vec![0, 2, 3, 1]);
+        let xn = b.n1(Op::Transpose { perm }, &[xi], DType::F32, &[n, h, w, c]);
+        let yn = b.n1(
+            Op::MaxPoolNhwc { geom: g, ceil_mode },
+            &[xn],
+            DType::F32,
+            &[n, oh, ow, c],
+        );
+        b.out(yn);
+        let out = run(b.g, &[Tensor::from_f32(vec![n, c, h, w], x)]);
+        let (want, got) = (f32s(&out[0]), f32s(&out[1]));
+        for (i, &v) in want.iter().enumerate() {
+            let (img, ch, p) = (i / (c * oh * ow), i / (oh * ow) % c, i % (oh * ow));
+            assert_eq!(
+                got[(img * oh * ow + p) * c + ch].to_bits(),
+                v.to_bits(),
+                "{i}"
+            );
+        }
+    }
+}
+
+#[test]
 fn pools() {
     // 7x7 input, kernel 3 stride 2 pads 0, ceil_mode -> 3x3 output (last window partial).
     let x = rand_vec(2 * 7 * 7, 50);

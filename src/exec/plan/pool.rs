@@ -55,6 +55,9 @@ pub(crate) fn plan_pool(c: &Ctx<'_>, geom: &ir::ConvGeom, avg: Option<bool>) -> 
     }))
 }
 
+/// Output rows of a channels-last max pool between two yield points.
+const POOL_BAND_ROWS: usize = 8;
+
 /// Plans a MaxPoolNhwc: X `[N, H, W, C]`, output `[N, OH, OW, C]` (its size, with
 /// `ceil_mode` applied, from the output shape).
 pub(crate) fn plan_max_pool_nhwc(c: &Ctx<'_>, geom: &ir::ConvGeom) -> Result<Planned> {
@@ -114,14 +117,14 @@ impl FamilyKernel for PoolKernel {
             }
             PoolKernel::MaxNhwc(s, ch) => {
                 let (lo, hi) = tile.range(s.planes * s.oh, 1);
-                pool::max_pool_nhwc(
-                    isa,
-                    s,
-                    *ch,
-                    x,
-                    &mut y[lo * s.ow * ch..hi * s.ow * ch],
-                    (lo, hi),
-                );
+                let row = s.ow * ch;
+                // Bands of rows, a yield point before each (ResNet's pool runs ~200 µs).
+                for b0 in (lo..hi).step_by(POOL_BAND_ROWS) {
+                    crate::kernels::yield_point::yield_point();
+                    let b1 = (b0 + POOL_BAND_ROWS).min(hi);
+                    let out = &mut y[b0 * row..b1 * row];
+                    pool::max_pool_nhwc(isa, s, *ch, x, out, (b0, b1));
+                }
             }
             PoolKernel::Avg(s, inc) => {
                 let (lo, hi) = tile.range(s.planes, 1);
