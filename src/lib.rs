@@ -28,6 +28,7 @@ pub mod sync;
 pub use error::{Error, Result};
 pub mod compile;
 pub mod format;
+mod huge_pages;
 pub mod quant;
 
 /// The vnpu version (crate version), part of compiled-file manifests and cache keys.

@@ -276,12 +276,13 @@ pub struct ModelPlan {
 #[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 pub(crate) struct Line([u64; 8]);
 
-/// `bytes` zeroed bytes of whole [`Line`]s. They are written here, line by line, when
+/// `bytes` zeroed bytes of whole [`Line`]s, on huge pages where the OS grants them on
+/// request (`crate::huge_pages`). They are written here, line by line, when
 /// the state is made (a `Vec<u64>` of zeros got its zero pages mapped on first touch);
 /// states are made on first use (`runtime::Model::take_state`), so a state's resident
 /// memory after its first run is the same.
 pub(crate) fn lines(bytes: usize) -> Vec<Line> {
-    vec![Line([0; 8]); bytes.div_ceil(std::mem::size_of::<Line>())]
+    crate::huge_pages::filled(bytes.div_ceil(std::mem::size_of::<Line>()), Line([0; 8]))
 }
 
 /// Per-task mutable state: the arena, scratch memory and profiling counters.
