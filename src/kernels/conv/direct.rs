@@ -994,9 +994,9 @@ fn sweep_store<T: Copy + Default>(
     });
 }
 
-/// The channel tiles of one image: per block of [`CW`]-row panels, the positions in
-/// tiles of at most [`CN`] (as even as the count allows), [`CHUNK_TILES`] tiles per
-/// epilogue pass.
+/// The channel tiles of one image, walked by [`walk_panels`] in [`CW`]-row panels: the
+/// positions in tiles of at most [`CN`] (as even as the count allows), each chunk's
+/// outputs then through the epilogue.
 fn sweep_chans<T: Copy + Default>(
     sw: &Sweep<'_, T>,
     isa: Isa,
@@ -1007,9 +1007,6 @@ fn sweep_chans<T: Copy + Default>(
 ) {
     let (g, ohw, wq, ow) = (sw.g, s.oh * s.ow, sw.g.wq, s.ow);
     let ((c_lo, c_hi), (p_lo, p_hi)) = (sw.chans, sw.cols);
-    let panel_len = g.taps * g.cp * CW;
-    let per_block = panels_per_block(panel_len);
-    let (pan_lo, pan_hi) = (c_lo / CW, c_hi.div_ceil(CW));
     let n = p_hi - p_lo;
     let tiles = n.div_ceil(CN);
     // Tile t covers positions p_lo + start(t)..p_lo + start(t + 1).
@@ -1018,24 +1015,21 @@ fn sweep_chans<T: Copy + Default>(
     let plane_pos = |q: usize| (q / ow - sw.oh_lo) * wq + q % ow;
     let mut tile = [0.0f32; CN * CW];
     let mut pos = [0usize; CN];
-    let mut blk = pan_lo;
-    while blk < pan_hi {
-        let blk_hi = (blk + per_block).min(pan_hi);
-        let mut t0 = 0;
-        while t0 < tiles {
-            crate::kernels::yield_point::yield_point();
-            let t1 = (t0 + CHUNK_TILES).min(tiles);
-            for pi in blk..blk_hi {
-                let a = &w[pi * panel_len..][..panel_len];
-                let (r_lo, r_hi) = (c_lo.max(pi * CW), c_hi.min(pi * CW + CW));
-                for t in t0..t1 {
+    walk_panels(
+        (g, (c_lo, c_hi)),
+        w,
+        CW,
+        (0, tiles),
+        &mut |step| match step {
+            Walk::Panel { pi, a, rows, tiles } => {
+                for t in tiles.0..tiles.1 {
                     let (q_lo, q_hi) = (p_lo + start(t), p_lo + start(t + 1));
                     let m = q_hi - q_lo;
                     for (j, d) in pos[..m].iter_mut().enumerate() {
                         *d = plane_pos(q_lo + j);
                     }
                     (sw.k.tiles.chans)(a, sw.planes, &pos[..m], sw.offs, g.cp, sw.ps, &mut tile);
-                    for r in r_lo..r_hi {
+                    for r in rows.0..rows.1 {
                         let dst = &mut yb[r * ohw + q_lo..r * ohw + q_hi];
                         for (j, d) in dst.iter_mut().enumerate() {
                             *d = tile[j * CW + r - pi * CW];
@@ -1043,15 +1037,14 @@ fn sweep_chans<T: Copy + Default>(
                     }
                 }
             }
-            let (q_lo, q_hi) = (p_lo + start(t0), p_lo + start(t1));
-            let (r_lo, r_hi) = (c_lo.max(blk * CW), c_hi.min(blk_hi * CW));
-            if !epi.is_empty() {
-                epi.apply(isa, yb, ohw, r_lo, r_hi - r_lo, q_lo, q_hi - q_lo);
+            Walk::Chunk { rows, tiles } => {
+                let (q_lo, q_hi) = (p_lo + start(tiles.0), p_lo + start(tiles.1));
+                if !epi.is_empty() {
+                    epi.apply(isa, yb, ohw, rows.0, rows.1 - rows.0, q_lo, q_hi - q_lo);
+                }
             }
-            t0 = t1;
-        }
-        blk = blk_hi;
-    }
+        },
+    );
 }
 
 /// The portable f32 tile ([`ConvTile`]): each output a chain of fused multiply-adds
