@@ -184,6 +184,14 @@ def priority_scenario(small: str, big: str, fps: float, seconds: float, graph_op
         small_alone.append((time.perf_counter_ns() - t0) / 1e6)
 
     period_ns = int(1e9 / fps)
+    # The small model alone at the scenario's pace (no background): what resting
+    # between requests costs by itself on this host (caches and TLBs lose its data).
+    small_paced = []
+    for _ in range(max(20, int(2 * fps))):
+        time.sleep(period_ns / 1e9)
+        t0 = time.perf_counter_ns()
+        run_small()
+        small_paced.append((time.perf_counter_ns() - t0) / 1e6)
     duration_ns = int(seconds * 1e9)
     start = threading.Barrier(2)
     stop = threading.Event()
@@ -240,6 +248,7 @@ def priority_scenario(small: str, big: str, fps: float, seconds: float, graph_op
         "threads": threads, "small": model_name(small), "big": model_name(big), "fps": fps,
         "seconds": seconds, "graph_opt": graph_opt, "big_nice": big_nice, "spinning": spin,
         "small_alone_median_ms": round(percentile(small_alone, 50), 4),
+        "small_paced_alone_median_ms": round(percentile(small_paced, 50), 4),
         "small_runs": len(latencies), "small_late": late,
         "small_p50_ms": round(percentile(latencies, 50), 4),
         "small_p99_ms": round(percentile(latencies, 99), 4),
