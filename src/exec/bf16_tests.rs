@@ -135,6 +135,36 @@ fn bf16_stack_stays_close_to_f32() {
     );
 }
 
+/// A one-row product with constant weights (a classifier) runs in bf16 where the bf16
+/// GEMM is the wide (AMX) one, which streams half the weight bytes; elsewhere it stays f32.
+#[test]
+fn one_row_products_run_in_bf16_on_the_wide_gemm() {
+    let Some(tab) = crate::kernels::bf16::native() else {
+        eprintln!("skipped: this CPU lacks AVX512_BF16");
+        return;
+    };
+    let mut b = B::default();
+    let x = b.input(DType::F32, &[1, 256]);
+    let w = b.kf(&[256, 200], he(256 * 200, 256, 11));
+    let y = b.n1(Op::MatMul { post: vec![] }, &[x, w], DType::F32, &[1, 200]);
+    b.out(y);
+    let g = Arc::new(b.g);
+    let x = rand_vec(256, 12);
+    let f = run(&g, &x, Precision::F32, false);
+    let h = run(&g, &x, Precision::Bf16, false);
+    if tab.wide_gemm.is_some() {
+        let err = rel_err(&h, &f);
+        assert!(err > 0.0 && err <= 2f32.powi(-6), "bf16 error {err}");
+    } else {
+        assert_eq!(h, f, "a one-row product stays f32 off the wide GEMM");
+    }
+    assert_eq!(
+        run(&g, &x, Precision::Bf16, true),
+        h,
+        "tiles differ from whole"
+    );
+}
+
 #[test]
 fn default_precision_is_f32() {
     let (g, x) = stack();
