@@ -1145,6 +1145,10 @@ fn bench_priority(dir: &Path, secs: f64, show_worst: usize, env: Option<&PyEnv>)
         settings.push((1, &s_par, b16, format!(", intra-op {cpus}, bg bf16"), false));
         if let Some(s16) = &s_par_bf16 {
             settings.push((1, s16, b16, format!(", intra-op {cpus}, both bf16"), false));
+            if base.cores < vnpu::sched::MAX_CORES {
+                let label = format!(", intra-op {cpus}, both bf16{own}");
+                settings.push((1, s16, b16, label, true));
+            }
         }
     }
     for (limit, fg_model, bg_model, extra, own_core) in settings {
