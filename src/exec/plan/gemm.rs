@@ -58,12 +58,21 @@ pub(crate) struct GemmPlan {
 }
 
 /// Rows `[lo, hi)` of C (`b: None`, the plan's packed B), or columns `[lo, hi)` of a
-/// one-row C with those columns of B packed on their own, for one intra-op thread.
+/// one-row C with those columns of B packed on their own (`b`, or `b16` in a bf16 plan),
+/// for one intra-op thread.
 #[derive(Debug)]
 struct GemmChunk {
     lo: usize,
     hi: usize,
     b: Option<WeightBuf>,
+    b16: Option<bf16::Dwords>,
+}
+
+impl GemmChunk {
+    /// Columns of a one-row C rather than rows.
+    fn cols(&self) -> bool {
+        self.b.is_some() || self.b16.is_some()
+    }
 }
 
 /// The constant B as planned: elements, row and column strides, and the scale packed in.
@@ -121,7 +130,10 @@ impl GemmPlan {
                 let helper = self
                     .par
                     .iter()
-                    .map(|ch| bf16::gemm_a_rows_scratch_len(tab, ch.hi - ch.lo, self.k))
+                    .map(|ch| {
+                        let rows = if ch.cols() { 1 } else { ch.hi - ch.lo };
+                        bf16::gemm_a_rows_scratch_len(tab, rows, self.k)
+                    })
                     .max()
                     .unwrap_or(0);
                 return Planned::new(Box::new(self))
@@ -136,7 +148,7 @@ impl GemmPlan {
             .par
             .iter()
             .map(|ch| {
-                let rows = if ch.b.is_some() { 1 } else { ch.hi - ch.lo };
+                let rows = if ch.cols() { 1 } else { ch.hi - ch.lo };
                 gemm::packed_a_len(rows, self.k)
             })
             .max()
@@ -159,12 +171,35 @@ impl GemmPlan {
         if self.by_rows() || self.m >= 2 * gemm::MR * threads {
             return pool::chunk_ranges(self.m, gemm::MR, compute, threads)
                 .into_iter()
-                .map(|(lo, hi)| GemmChunk { lo, hi, b: None })
+                .map(|(lo, hi)| GemmChunk {
+                    lo,
+                    hi,
+                    b: None,
+                    b16: None,
+                })
                 .collect();
         }
-        let Some((bv, rs, cs, scale)) = b.filter(|_| self.m == 1 && self.bf16.is_none()) else {
+        let Some((bv, rs, cs, scale)) = b.filter(|_| self.m == 1) else {
             return Vec::new();
         };
+        if let Some((tab, _)) = &self.bf16 {
+            // A one-row bf16 product (on AMX): columns, each chunk's bf16 pairs packed on
+            // their own, half the f32 bytes to stream.
+            let stream = self.k * self.n * 2 / STREAM_BYTES_PER_US;
+            return pool::chunk_ranges(self.n, NR, compute.max(stream), threads)
+                .into_iter()
+                .map(|(lo, hi)| {
+                    let src = (&bv[lo * cs..], rs, cs);
+                    let pb = bf16::pack_b_for(tab, src, (self.k, hi - lo), scale);
+                    GemmChunk {
+                        lo,
+                        hi,
+                        b: None,
+                        b16: Some(pb.into()),
+                    }
+                })
+                .collect();
+        }
         let stream = self.k * self.n * 4 / STREAM_BYTES_PER_US;
         let k = self.k;
         let mut row = vec![0.0; self.n];
@@ -177,6 +212,7 @@ impl GemmPlan {
                     lo,
                     hi,
                     b: Some(WeightBuf::owned(pb)),
+                    b16: None,
                 }
             })
             .collect()
@@ -305,22 +341,7 @@ impl GemmPlan {
             gemm::ASource::Packed(pa)
         };
         let mut resid: [&[f32]; MAX_RESIDUALS] = [&[]; MAX_RESIDUALS];
-        for (d, &i) in resid.iter_mut().zip(&g.res) {
-            *d = &io.f32(i)[lo..hi];
-        }
-        let addend = match (&g.addend, g.addend_input) {
-            (Some(v), _) => Some(&v[lo..hi]),
-            (None, Some(i)) => Some(&io.f32(i)[lo..hi]),
-            _ => None,
-        };
-        let epi = Epilogue {
-            bias: g.bias.as_deref(),
-            channel_is_row: false,
-            channel_offset: lo,
-            addend,
-            post: &g.post,
-            residuals: &resid[..g.res.len()],
-        };
+        let epi = g.cols_epilogue(io, (lo, hi), &mut resid);
         let w = hi - lo;
         gemm::gemm_with(
             isa,
@@ -330,6 +351,67 @@ impl GemmPlan {
             asrc,
             gemm::BSource::Packed(pb),
             rest,
+            part,
+            w,
+            (0, 1),
+            (0, w),
+            &epi,
+        );
+    }
+
+    /// The epilogue of columns `[lo, hi)` of a one-row C (bias from channel `lo`, the
+    /// addend's and residuals' columns), the residual slices held in `resid`.
+    fn cols_epilogue<'a>(
+        &'a self,
+        io: &'a Inputs<'_>,
+        (lo, hi): (usize, usize),
+        resid: &'a mut [&'a [f32]; MAX_RESIDUALS],
+    ) -> Epilogue<'a> {
+        for (d, &i) in resid.iter_mut().zip(&self.res) {
+            *d = &io.f32(i)[lo..hi];
+        }
+        let addend = match (&self.addend, self.addend_input) {
+            (Some(v), _) => Some(&v[lo..hi]),
+            (None, Some(i)) => Some(&io.f32(i)[lo..hi]),
+            _ => None,
+        };
+        let resid: &'a [&'a [f32]; MAX_RESIDUALS] = resid;
+        Epilogue {
+            bias: self.bias.as_deref(),
+            channel_is_row: false,
+            channel_offset: lo,
+            addend,
+            post: &self.post,
+            residuals: &resid[..self.res.len()],
+        }
+    }
+
+    /// Columns `[ch.lo, ch.hi)` of a one-row C in bf16 into `part` with the chunk's own
+    /// packed pairs `pb` (the same sums as the whole product's columns).
+    fn run_cols_bf16(
+        &self,
+        isa: Isa,
+        io: &Inputs<'_>,
+        ch: &GemmChunk,
+        pb: &[u32],
+        part: &mut [f32],
+        scratch: &mut [f32],
+    ) {
+        let g = self;
+        let (lo, hi) = (ch.lo, ch.hi);
+        let tab = g.bf16.as_ref().map(|b| b.0).expect("a bf16 plan");
+        let mut resid: [&[f32]; MAX_RESIDUALS] = [&[]; MAX_RESIDUALS];
+        let epi = g.cols_epilogue(io, (lo, hi), &mut resid);
+        let w = hi - lo;
+        let ascratch: &mut [u32] = bytemuck::cast_slice_mut(scratch);
+        let asrc = (io.f32(0), g.a_rs, g.a_cs);
+        bf16::gemm_a_rows(
+            tab,
+            isa,
+            (g.k, w),
+            asrc,
+            pb,
+            ascratch,
             part,
             w,
             (0, 1),
@@ -349,17 +431,21 @@ impl GemmPlan {
         helpers: &mut [Vec<crate::exec::Line>],
     ) {
         let n = self.n;
-        let len = |ch: &GemmChunk| match ch.b {
-            Some(_) => ch.hi - ch.lo,
-            None => (ch.hi - ch.lo) * n,
+        let len = |ch: &GemmChunk| {
+            if ch.cols() {
+                ch.hi - ch.lo
+            } else {
+                (ch.hi - ch.lo) * n
+            }
         };
         let mut parts = pool::chunk_parts(self.par.iter().map(len), c, scratch, helpers);
         pool::global().run(&mut parts[..self.par.len()], &|i, slot| {
             let ch = &self.par[i];
             if let Some((part, s)) = slot.take() {
-                match &ch.b {
-                    Some(pb) => self.run_cols(isa, io, ch, pb, part, s),
-                    None => self.run_rows(isa, io, 0, (ch.lo, ch.hi), (0, n), part, s),
+                match (&ch.b, &ch.b16) {
+                    (Some(pb), _) => self.run_cols(isa, io, ch, pb, part, s),
+                    (None, Some(pb)) => self.run_cols_bf16(isa, io, ch, pb, part, s),
+                    (None, None) => self.run_rows(isa, io, 0, (ch.lo, ch.hi), (0, n), part, s),
                 }
             }
         });

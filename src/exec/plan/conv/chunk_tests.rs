@@ -111,9 +111,24 @@ fn gemm_row_chunks_are_bit_identical() {
 }
 
 /// A one-row Gemm (a classifier: column chunks with their own packed B), with a bias,
-/// per-channel affine and PRelu post-ops and a residual.
+/// per-channel affine and PRelu post-ops and a residual; in f32, and in bf16 where the
+/// CPU has it (on AMX the product runs in bf16, its chunks with their own weight pairs).
 #[test]
 fn one_row_gemm_column_chunks_are_bit_identical() {
+    assert_chunked_identical(one_row_gemm(), &one_row_inputs(), "gemm one row");
+    if crate::kernels::bf16::native().is_some() {
+        let what = "gemm one row, bf16";
+        assert_chunked_identical_in(Precision::Bf16, one_row_gemm(), &one_row_inputs(), what);
+    }
+}
+
+/// Inputs of [`one_row_gemm`]: A's row and the residual.
+fn one_row_inputs() -> [Vec<f32>; 2] {
+    [rand_vec(1280, 36), rand_vec(1000, 37)]
+}
+
+/// The one-row Gemm of [`one_row_gemm_column_chunks_are_bit_identical`].
+fn one_row_gemm() -> Graph {
     let (k, n) = (1280, 1000);
     let mut b = B::default();
     let ai = b.input(DType::F32, &[1, k]);
@@ -143,8 +158,7 @@ fn one_row_gemm_column_chunks_are_bit_identical() {
         &[1, n],
     );
     b.out(y);
-    let inputs = [rand_vec(k, 36), rand_vec(n, 37)];
-    assert_chunked_identical(b.g, &inputs, "gemm one row");
+    b.g
 }
 
 /// A batched MatMul by one constant matrix (folded into one product of all rows: row
