@@ -58,6 +58,11 @@ pub const MIN_CHUNK_US: usize = 40;
 /// µs (AVX2 + FMA on Zen 3: 60-80 GFLOPS).
 pub const DENSE_MACS_PER_US: usize = 30_000;
 
+/// Bytes per µs one thread streams from memory (10 GB/s), for chunk sizes of work bound
+/// by its operands' bytes rather than its products: one-row products (their weights),
+/// shallow convs on the matrix engine (their f32 planes).
+pub const STREAM_BYTES_PER_US: usize = 10_000;
+
 /// One thread's depthwise conv throughput the chunk sizes assume, in multiply-adds per µs
 /// (7-12 GFLOPS).
 pub const DEPTHWISE_MACS_PER_US: usize = 4_000;

@@ -60,16 +60,13 @@ impl std::fmt::Debug for Weights {
 /// 3x3 conv at 56x56 ran at ~400 GMAC/s on a 2.6 GHz Xeon VM).
 const WIDE_MACS_PER_US: usize = 300_000;
 
-/// Bytes of input and output per microsecond the wide run moves besides its products:
-/// shallow convs are bound by their f32 planes, not by the engine (MobileNetV2's 1x1
-/// 16 -> 96 expansion at 112x112, 5.6 MB in and out, took 417 us: 46 GMAC/s).
-const WIDE_BYTES_PER_US: usize = 10_000;
-
 /// The wide run's time for conv `s`, in µs, for cutting intra-op chunks: its products at
-/// [`WIDE_MACS_PER_US`] plus its f32 input and output at [`WIDE_BYTES_PER_US`].
+/// [`WIDE_MACS_PER_US`] plus its f32 input and output at [`pool::STREAM_BYTES_PER_US`]
+/// (shallow convs are bound by their planes, not by the engine: MobileNetV2's 1x1
+/// 16 -> 96 expansion at 112x112, 5.6 MB in and out, took 417 us, 46 GMAC/s).
 fn wide_us(s: &ConvShape) -> usize {
     let bytes = 4 * s.n * (s.h * s.w * s.c_in + s.oh * s.ow * s.c_out);
-    s.macs() / WIDE_MACS_PER_US + bytes / WIDE_BYTES_PER_US
+    s.macs() / WIDE_MACS_PER_US + bytes / pool::STREAM_BYTES_PER_US
 }
 
 /// Plans a one-group `ConvNhwc`: X `[N, H, W, Cin]`, W `[Cout, Cin, KH, KW]` constant,

@@ -84,10 +84,6 @@ type RawB<'a> = (&'a [f32], usize, usize, f32);
 /// against 484 in f32, its 96->24 at 56x56 124 against 184).
 const WIDE_GEMM_MIN_K: usize = 64;
 
-/// Bytes per µs one thread streams from memory, for chunk sizes of products that read
-/// more weights than they compute on (one-row C): 10 GB/s.
-const STREAM_BYTES_PER_US: usize = 10_000;
-
 impl GemmPlan {
     /// Tiles split rows of C (else columns).
     fn by_rows(&self) -> bool {
@@ -185,7 +181,7 @@ impl GemmPlan {
         if let Some((tab, _)) = &self.bf16 {
             // A one-row bf16 product (on AMX): columns, each chunk's bf16 pairs packed on
             // their own, half the f32 bytes to stream.
-            let stream = self.k * self.n * 2 / STREAM_BYTES_PER_US;
+            let stream = self.k * self.n * 2 / pool::STREAM_BYTES_PER_US;
             return pool::chunk_ranges(self.n, NR, compute.max(stream), threads)
                 .into_iter()
                 .map(|(lo, hi)| {
@@ -200,7 +196,7 @@ impl GemmPlan {
                 })
                 .collect();
         }
-        let stream = self.k * self.n * 4 / STREAM_BYTES_PER_US;
+        let stream = self.k * self.n * 4 / pool::STREAM_BYTES_PER_US;
         let k = self.k;
         let mut row = vec![0.0; self.n];
         pool::chunk_ranges(self.n, NR, compute.max(stream), threads)
