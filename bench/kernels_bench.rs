@@ -260,7 +260,17 @@ fn bench_conv_classes(reps: usize) {
         ("3x3/2 192->384 @26 (YOLOX)", 192, 26, 384, 3, 2, 1),
         ("3x3 12->24 @208 (YOLOX stem)", 12, 208, 24, 3, 1, 1),
         ("1x1 48->48 @104 (YOLOX)", 48, 104, 48, 1, 1, 0),
+        ("3x3/2 64->128 @56 (ResNet)", 64, 56, 128, 3, 2, 1),
+        ("3x3/2 128->256 @28 (ResNet)", 128, 28, 256, 3, 2, 1),
+        ("3x3/2 256->512 @14 (ResNet)", 256, 14, 512, 3, 2, 1),
+        ("3x3 256->256 @14 (ResNet)", 256, 14, 256, 3, 1, 1),
+        ("3x3 512->512 @7 (ResNet)", 512, 7, 512, 3, 1, 1),
     ];
+    // `-- conv WORD`: only the layers whose name holds WORD.
+    let only = std::env::args()
+        .skip_while(|a| a != "conv")
+        .nth(1)
+        .filter(|a| !a.starts_with("--"));
     println!("Conv classes (1 thread, best of {reps}, thread CPU time)");
     println!(
         "{:<30} {:>9} {:>8} {:>9} {:>8}",
@@ -275,6 +285,9 @@ fn bench_conv_classes(reps: usize) {
         ..gemm::Epilogue::NONE
     };
     for &(name, ci, hw, co, k, st, p) in layers {
+        if only.as_ref().is_some_and(|w| !name.contains(w.as_str())) {
+            continue;
+        }
         let o = (hw + 2 * p - k) / st + 1;
         // Pads given per layer (not always k / 2).
         let s = ConvShape {
@@ -365,6 +378,90 @@ fn bench_conv_classes(reps: usize) {
     }
 }
 
+/// Single convs as the plan runs them (its algorithm choice, packing and epilogue;
+/// bias + ReLU fused): best thread CPU time of `reps` runs of a one-node model (and the
+/// median wall time), for ResNet-18's deep convs and the stride-2 convs of the
+/// detectors. `-- plan WORD` keeps the layers whose name holds WORD; `-- plan cold`
+/// evicts the caches before each run.
+fn bench_plan_convs(reps: usize) {
+    let args: Vec<String> = std::env::args().skip_while(|a| a != "plan").collect();
+    let cold = args.iter().any(|a| a == "cold");
+    let only = args
+        .iter()
+        .skip(1)
+        .find(|a| !a.starts_with("--") && *a != "cold");
+    // `cold`: before each timed run, read a buffer far larger than the caches, so that
+    // the weights come from memory as they do inside a network of tens of MB of them.
+    let mut flush = vec![0u8; if cold { 256 << 20 } else { 0 }];
+    let mut evict = || {
+        for (i, b) in flush.iter_mut().step_by(64).enumerate() {
+            *b = b.wrapping_add(i as u8);
+        }
+        std::hint::black_box(&flush);
+    };
+    let layers: &[(&str, usize, usize, usize, usize, usize)] = &[
+        ("3x3/2 64->128 @56 (ResNet)", 64, 56, 128, 3, 2),
+        ("3x3 128->128 @28 (ResNet)", 128, 28, 128, 3, 1),
+        ("3x3/2 128->256 @28 (ResNet)", 128, 28, 256, 3, 2),
+        ("3x3 256->256 @14 (ResNet)", 256, 14, 256, 3, 1),
+        ("3x3/2 256->512 @14 (ResNet)", 256, 14, 512, 3, 2),
+        ("3x3 512->512 @7 (ResNet)", 512, 7, 512, 3, 1),
+        ("1x1/2 256->512 @14 (ResNet)", 256, 14, 512, 1, 2),
+        ("3x3/2 16->32 @320 (DBNet)", 16, 320, 32, 3, 2),
+        ("3x3/2 32->64 @160 (YOLO)", 32, 160, 64, 3, 2),
+        ("3x3/2 48->96 @104 (YOLOX)", 48, 104, 96, 3, 2),
+        ("3x3/2 64->128 @80 (YOLO)", 64, 80, 128, 3, 2),
+        ("3x3 16->16 @160 (DBNet)", 16, 160, 16, 3, 1),
+        ("3x3 32->32 @112", 32, 112, 32, 3, 1),
+    ];
+    println!("Convs through the plan (1 thread, best of {reps}, thread CPU time, cold: {cold})");
+    println!(
+        "{:<30} {:>9} {:>8} {:>9}",
+        "layer", "us", "GFLOP/s", "wall p50"
+    );
+    for &(name, ci, hw, co, k, st) in layers {
+        if only.as_ref().is_some_and(|w| !name.contains(w.as_str())) {
+            continue;
+        }
+        let (mut n, x) = Net::with_input(vec![1, ci, hw, hw]);
+        let y = n.conv(x, co, k, st, 1, Some(UnaryOp::Relu), None);
+        n.g.outputs.push(y);
+        let plan = one_thread_plan(Arc::new(n.g), false);
+        let mut state = plan.new_state();
+        let input = rand(ci * hw * hw, 99);
+        plan.set_input(&mut state, 0, bytemuck::cast_slice(&input))
+            .expect("input");
+        let (mut t, mut wall) = (f64::INFINITY, Vec::new());
+        for _ in 0..reps {
+            evict();
+            let (t0, w0) = (thread_secs(), Instant::now());
+            plan.run_all(&mut state).expect("run");
+            t = t.min(thread_secs() - t0);
+            wall.push(w0.elapsed().as_secs_f64());
+        }
+        wall.sort_by(f64::total_cmp);
+        let wall_p50 = wall[wall.len() / 2];
+        let o = (hw + 2 * (k / 2) - k) / st + 1;
+        let gf = 2.0 * (ci * co * k * k * o * o) as f64 / t / 1e9;
+        println!(
+            "{name:<30} {:>9.1} {:>8.1} {:>9.1}",
+            t * 1e6,
+            gf,
+            wall_p50 * 1e6
+        );
+    }
+}
+
+/// The plan of `g` with one thread (per-node profile with `profile`).
+fn one_thread_plan(g: Arc<Graph>, profile: bool) -> ModelPlan {
+    let opts = PlanOptions {
+        intra_op_threads: 1,
+        profile,
+        ..Default::default()
+    };
+    ModelPlan::new(g, &opts).expect("plan")
+}
+
 /// Hand-built CNN graphs.
 struct Net {
     g: Graph,
@@ -373,6 +470,10 @@ struct Net {
 
 impl Net {
     fn new() -> (Net, usize) {
+        Net::with_input(vec![1, 3, 224, 224])
+    }
+
+    fn with_input(shape: Vec<usize>) -> (Net, usize) {
         let mut g = Graph {
             name: "net".into(),
             ..Graph::default()
@@ -380,7 +481,7 @@ impl Net {
         let x = g.add_value(Value {
             name: "input".into(),
             dtype: DType::F32,
-            shape: Some(vec![1, 3, 224, 224]),
+            shape: Some(shape),
             declared: None,
             konst: None,
         });
@@ -551,15 +652,7 @@ fn mobilenet_v2() -> Graph {
 fn bench_net(name: &str, g: Graph, reps: usize, ort_ms: f64) {
     let g = Arc::new(g);
     let t = Instant::now();
-    let plan = ModelPlan::new(
-        g.clone(),
-        &PlanOptions {
-            intra_op_threads: 1,
-            profile: false,
-            ..Default::default()
-        },
-    )
-    .expect("plan");
+    let plan = one_thread_plan(g.clone(), false);
     let build_ms = t.elapsed().as_secs_f64() * 1e3;
     let mut st = plan.new_state();
     let x = rand(3 * 224 * 224, 99);
@@ -596,15 +689,7 @@ fn bench_net(name: &str, g: Graph, reps: usize, ort_ms: f64) {
         (tiled / whole - 1.0) * 100.0
     );
     if std::env::args().any(|a| a == "profile") {
-        let pplan = ModelPlan::new(
-            g.clone(),
-            &PlanOptions {
-                intra_op_threads: 1,
-                profile: true,
-                ..Default::default()
-            },
-        )
-        .expect("plan");
+        let pplan = one_thread_plan(g.clone(), true);
         let mut st = pplan.new_state();
         pplan
             .set_input(&mut st, 0, bytemuck::cast_slice(&x))
@@ -799,6 +884,10 @@ fn main() {
     }
     if std::env::args().any(|a| a == "rnn") {
         bench_rnn(reps);
+        return;
+    }
+    if std::env::args().any(|a| a == "plan") {
+        bench_plan_convs(reps * 3);
         return;
     }
     bench_gemm(reps);

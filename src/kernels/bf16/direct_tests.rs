@@ -96,7 +96,15 @@ fn channel_tile_matches_the_emulation_bit_for_bit() {
                     let b = pairs(165 + cp.saturating_sub(1) * cps, taps as u64 + 11);
                     let run = |t: &Bf16Table| {
                         let mut c = vec![f32::NAN; n * CW + 3];
-                        (t.conv_tiles.chans)(&a, &b, pos, o, cp, cps, &mut c);
+                        (t.conv_tiles.chans)(&a, &b, pos, o, cp, cps, &mut c, false);
+                        c
+                    };
+                    // Two K blocks: groups 0..h from zero, then h..cp resumed.
+                    let split = |t: &Bf16Table| {
+                        let (h, mut c) = (cp / 2, vec![f32::NAN; n * CW + 3]);
+                        (t.conv_tiles.chans)(&a, &b, pos, o, h, cps, &mut c, false);
+                        let (a2, b2) = (&a[h * taps * CW..], &b[h * cps..]);
+                        (t.conv_tiles.chans)(a2, b2, pos, o, cp - h, cps, &mut c, h > 0);
                         c
                     };
                     let want = run(portable());
@@ -117,6 +125,12 @@ fn channel_tile_matches_the_emulation_bit_for_bit() {
                             bits(&run(t)),
                             bits(&want),
                             "table {} cp {cp} taps {taps} n {n}",
+                            t.name
+                        );
+                        assert_eq!(
+                            bits(&split(t)),
+                            bits(&want),
+                            "table {} split cp {cp} taps {taps} n {n}",
                             t.name
                         );
                     }

@@ -13,6 +13,7 @@ pub(super) static TABLE: Bf16Table = Bf16Table {
     conv_tiles: Tiles {
         rows: conv_tile,
         chans: conv_ctile,
+        pairs: None,
     },
     pack_pairs,
     wide: None,
@@ -105,6 +106,7 @@ fn conv_tile(
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn conv_ctile(
     a: &[u32],
     b: &[u32],
@@ -113,11 +115,12 @@ fn conv_ctile(
     cp: usize,
     cps: usize,
     c: &mut [f32],
+    acc: bool,
 ) {
     let (a, taps) = (&a[..offs.len() * cp * CW], offs.len());
     for (j, &q) in pos.iter().enumerate() {
         for r in 0..CW {
-            let mut s = 0.0;
+            let mut s = if acc { c[j * CW + r] } else { 0.0 };
             for p in 0..cp {
                 for (t, &o) in offs.iter().enumerate() {
                     s = dp_pair(s, a[(p * taps + t) * CW + r], b[q + o + p * cps]);

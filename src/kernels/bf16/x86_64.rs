@@ -19,6 +19,7 @@ static TABLE: Bf16Table = Bf16Table {
     conv_tiles: Tiles {
         rows: conv_tile,
         chans: conv_ctile,
+        pairs: None,
     },
     pack_pairs,
     wide: None,
@@ -289,6 +290,7 @@ unsafe fn conv_tile_512(
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn conv_ctile(
     a: &[u32],
     b: &[u32],
@@ -297,6 +299,7 @@ fn conv_ctile(
     cp: usize,
     cps: usize,
     c: &mut [f32],
+    acc: bool,
 ) {
     let n = pos.len();
     check_chan_tile((a.len(), b.len(), c.len()), pos, offs, cp, cps);
@@ -306,14 +309,14 @@ fn conv_ctile(
     // dword of B at `pos[j] + offs[t] + p * cps`) and write (`n` rows of CW floats).
     unsafe {
         match n {
-            1 => conv_ctile_512::<1>(a, b, pos, offs, cp, cps, c),
-            2 => conv_ctile_512::<2>(a, b, pos, offs, cp, cps, c),
-            3 => conv_ctile_512::<3>(a, b, pos, offs, cp, cps, c),
-            4 => conv_ctile_512::<4>(a, b, pos, offs, cp, cps, c),
-            5 => conv_ctile_512::<5>(a, b, pos, offs, cp, cps, c),
-            6 => conv_ctile_512::<6>(a, b, pos, offs, cp, cps, c),
-            7 => conv_ctile_512::<7>(a, b, pos, offs, cp, cps, c),
-            8 => conv_ctile_512::<8>(a, b, pos, offs, cp, cps, c),
+            1 => conv_ctile_512::<1>(a, b, pos, offs, cp, cps, c, acc),
+            2 => conv_ctile_512::<2>(a, b, pos, offs, cp, cps, c, acc),
+            3 => conv_ctile_512::<3>(a, b, pos, offs, cp, cps, c, acc),
+            4 => conv_ctile_512::<4>(a, b, pos, offs, cp, cps, c, acc),
+            5 => conv_ctile_512::<5>(a, b, pos, offs, cp, cps, c, acc),
+            6 => conv_ctile_512::<6>(a, b, pos, offs, cp, cps, c, acc),
+            7 => conv_ctile_512::<7>(a, b, pos, offs, cp, cps, c, acc),
+            8 => conv_ctile_512::<8>(a, b, pos, offs, cp, cps, c, acc),
             _ => {}
         }
     }
@@ -323,6 +326,7 @@ fn conv_ctile(
 /// AVX-512 F and AVX512_BF16 available; `pos.len() == N`; the reads and writes
 /// [`conv_ctile`] checks are in bounds.
 #[target_feature(enable = "avx512f,avx512bf16")]
+#[allow(clippy::too_many_arguments)]
 unsafe fn conv_ctile_512<const N: usize>(
     a: *const u32,
     b: *const u32,
@@ -331,9 +335,19 @@ unsafe fn conv_ctile_512<const N: usize>(
     cp: usize,
     cps: usize,
     c: *mut f32,
+    acc: bool,
 ) {
     let mut s0 = [_mm512_setzero_ps(); N];
     let mut s1 = [_mm512_setzero_ps(); N];
+    if acc {
+        for j in 0..N {
+            // SAFETY: row j of C (CW floats) is within the caller's bounds.
+            unsafe {
+                s0[j] = _mm512_loadu_ps(c.add(j * CW));
+                s1[j] = _mm512_loadu_ps(c.add(j * CW + NR));
+            }
+        }
+    }
     let pos: [usize; N] = std::array::from_fn(|j| pos[j]);
     let mut ap = a;
     for p in 0..cp {

@@ -85,6 +85,33 @@ fn f32_tiles_match_the_portable_tile_bit_for_bit() {
 }
 
 #[test]
+fn f32_pair_tiles_match_two_row_tiles_bit_for_bit() {
+    let offs = [0usize, 5, 37, 100, 3];
+    for cp in [0usize, 1, 3, 8] {
+        for taps in [1, 2, 5] {
+            let (o, cps, half) = (&offs[..taps], 41, taps * cp * MR);
+            // Two MR-row panels back to back, exactly as long as the pair reads.
+            let a = rand_vec(2 * half, cp as u64 + 5);
+            let b = rand_vec(100 + cp.saturating_sub(1) * cps + TW, taps as u64 + 13);
+            let ldc = TW + 5;
+            let mut want = vec![f32::NAN; 2 * MR * ldc];
+            conv_tile_f32(&a[..half], &b, o, cp, cps, &mut want, ldc);
+            conv_tile_f32(&a[half..], &b, o, cp, cps, &mut want[MR * ldc..], ldc);
+            for (isa, t) in tiles() {
+                let Some(pair) = t.pairs else { continue };
+                let mut got = vec![f32::NAN; 2 * MR * ldc];
+                pair(&a, &b, o, cp, cps, &mut got, ldc);
+                for r in 0..2 * MR {
+                    let row = |v: &[f32]| bits(&v[r * ldc..r * ldc + TW]);
+                    assert_eq!(row(&got), row(&want), "{isa:?} cp {cp} taps {taps} row {r}");
+                    assert!(got[r * ldc + TW..(r + 1) * ldc].iter().all(|v| v.is_nan()));
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn f32_channel_tiles_match_the_portable_tile_bit_for_bit() {
     let offs = [0usize, 5, 37, 100, 3];
     let pos_all = [3usize, 0, 17, 18, 40, 9, 1, 64];
@@ -97,7 +124,16 @@ fn f32_channel_tiles_match_the_portable_tile_bit_for_bit() {
                 let b = rand_vec(165 + cp.saturating_sub(1) * cps, taps as u64 + 11);
                 let run = |t: super::direct::ChanTile<f32>| {
                     let mut c = vec![f32::NAN; n * CW + 3];
-                    t(&a, &b, pos, o, cp, cps, &mut c);
+                    t(&a, &b, pos, o, cp, cps, &mut c, false);
+                    c
+                };
+                // The same sums in two K blocks: groups 0..h from zero, then h..cp
+                // resumed from what C holds.
+                let split = |t: super::direct::ChanTile<f32>| {
+                    let (h, mut c) = (cp / 2, vec![f32::NAN; n * CW + 3]);
+                    t(&a, &b, pos, o, h, cps, &mut c, false);
+                    let (a2, b2) = (&a[h * taps * CW..], &b[h * cps..]);
+                    t(a2, b2, pos, o, cp - h, cps, &mut c, h > 0);
                     c
                 };
                 let want = run(conv_ctile_f32);
@@ -112,9 +148,12 @@ fn f32_channel_tiles_match_the_portable_tile_bit_for_bit() {
                     }
                     assert_eq!(want[2 * CW + 19].to_bits(), s.to_bits());
                 }
+                assert_eq!(bits(&split(conv_ctile_f32)), bits(&want), "split cp {cp}");
                 for (isa, t) in tiles() {
                     let got = run(t.chans);
                     assert_eq!(bits(&got), bits(&want), "{isa:?} cp {cp} taps {taps} n {n}");
+                    let got = split(t.chans);
+                    assert_eq!(bits(&got), bits(&want), "{isa:?} split cp {cp} taps {taps}");
                 }
             }
         }

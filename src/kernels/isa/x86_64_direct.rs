@@ -12,7 +12,41 @@ use std::arch::x86_64::*;
 pub(super) const TILES: Tiles<f32> = Tiles {
     rows: conv_tile,
     chans: conv_ctile,
+    pairs: Some(conv_tile_pair),
 };
+
+/// Two row tiles at once (`Tiles::pairs`): 2 * MR channels x 2 * NR positions, the
+/// weights of each half from its own MR-row panel, one plane load pair per step for
+/// 24 products (the AVX-512 table handed out only after detecting AVX-512 F).
+fn conv_tile_pair(
+    a: &[f32],
+    b: &[f32],
+    offs: &[usize],
+    cp: usize,
+    cps: usize,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    let half = offs.len() * cp * MR;
+    let rest = (a.len() - half.min(a.len()), b.len(), c.len());
+    check_row_tile(rest, offs, cp, cps, ldc);
+    let short = c.len() < (2 * MR - 1) * ldc + 2 * NR;
+    assert!(!short, "conv pair tile: short C");
+    // SAFETY: AVX-512 F was detected with the table; the asserts bound every read
+    // (two panels of `offs.len() * cp * MR` floats of A; per tap, `cp` rows of 2 * NR
+    // floats of B from `offs[t]` at stride `cps`) and write (2 * MR rows of 2 * NR at
+    // `ldc`).
+    unsafe {
+        tiles_512::<2>(
+            (a.as_ptr(), half),
+            b.as_ptr(),
+            offs,
+            (cp, cps),
+            c.as_mut_ptr(),
+            ldc,
+        )
+    }
+}
 
 /// [`crate::kernels::conv::direct::ConvTile`] on AVX-512 (the table is handed out only
 /// after detecting AVX-512 F).
@@ -29,53 +63,71 @@ fn conv_tile(
     // SAFETY: AVX-512 F was detected with the table; the asserts bound every read
     // (`offs.len() * cp * MR` floats of A; per tap, `cp` rows of 2 * NR floats of B
     // from `offs[t]` at stride `cps`) and write (MR rows of 2 * NR at `ldc`).
-    unsafe { tile_512(a.as_ptr(), b.as_ptr(), offs, cp, cps, c.as_mut_ptr(), ldc) }
+    unsafe {
+        tiles_512::<1>(
+            (a.as_ptr(), 0),
+            b.as_ptr(),
+            offs,
+            (cp, cps),
+            c.as_mut_ptr(),
+            ldc,
+        )
+    }
 }
 
+/// `P` row tiles side by side: panel `q`'s weights from `a + q * half`, its MR rows of
+/// C from row `q * MR`; every output one chain of fused multiply-adds in K order.
+///
 /// # Safety
-/// AVX-512 F available; the reads and writes [`conv_tile`] checks are in bounds.
+/// AVX-512 F available; the reads and writes [`conv_tile`] / [`conv_tile_pair`] check
+/// are in bounds.
 #[target_feature(enable = "avx512f,fma")]
-unsafe fn tile_512(
-    a: *const f32,
+unsafe fn tiles_512<const P: usize>(
+    (a, half): (*const f32, usize),
     b: *const f32,
     offs: &[usize],
-    cp: usize,
-    cps: usize,
+    (cp, cps): (usize, usize),
     c: *mut f32,
     ldc: usize,
 ) {
-    let mut s0 = [_mm512_setzero_ps(); MR];
-    let mut s1 = [_mm512_setzero_ps(); MR];
+    let mut s0 = [[_mm512_setzero_ps(); MR]; P];
+    let mut s1 = [[_mm512_setzero_ps(); MR]; P];
     let mut ap = a;
     for p in 0..cp {
         for &o in offs {
             // SAFETY: this tap's row of channel p in B (2 * NR floats from
-            // `o + p * cps`) and this row of A (MR floats) are within the caller's
-            // bounds; A advances by one row per step.
+            // `o + p * cps`) and this step's row of each panel (MR floats, panel q
+            // `q * half` floats on) are within the caller's bounds.
             unsafe {
                 let bp = b.add(o + p * cps);
                 let v0 = _mm512_loadu_ps(bp);
                 let v1 = _mm512_loadu_ps(bp.add(NR));
-                for r in 0..MR {
-                    let va = _mm512_set1_ps(*ap.add(r));
-                    s0[r] = _mm512_fmadd_ps(va, v0, s0[r]);
-                    s1[r] = _mm512_fmadd_ps(va, v1, s1[r]);
+                for q in 0..P {
+                    for r in 0..MR {
+                        let va = _mm512_set1_ps(*ap.add(q * half + r));
+                        s0[q][r] = _mm512_fmadd_ps(va, v0, s0[q][r]);
+                        s1[q][r] = _mm512_fmadd_ps(va, v1, s1[q][r]);
+                    }
                 }
                 ap = ap.add(MR);
             }
         }
     }
-    for r in 0..MR {
-        // SAFETY: row r of C is within the caller's bounds.
-        unsafe {
-            _mm512_storeu_ps(c.add(r * ldc), s0[r]);
-            _mm512_storeu_ps(c.add(r * ldc + NR), s1[r]);
+    for q in 0..P {
+        for r in 0..MR {
+            // SAFETY: row q * MR + r of C is within the caller's bounds.
+            unsafe {
+                let row = c.add((q * MR + r) * ldc);
+                _mm512_storeu_ps(row, s0[q][r]);
+                _mm512_storeu_ps(row.add(NR), s1[q][r]);
+            }
         }
     }
 }
 
 /// [`crate::kernels::conv::direct::ChanTile`] on AVX-512 (the table is handed out only
 /// after detecting AVX-512 F).
+#[allow(clippy::too_many_arguments)]
 fn conv_ctile(
     a: &[f32],
     b: &[f32],
@@ -84,6 +136,7 @@ fn conv_ctile(
     cp: usize,
     cps: usize,
     c: &mut [f32],
+    acc: bool,
 ) {
     let n = pos.len();
     check_chan_tile((a.len(), b.len(), c.len()), pos, offs, cp, cps);
@@ -93,14 +146,14 @@ fn conv_ctile(
     // at `pos[j] + offs[t] + p * cps`) and write (`n` rows of CW floats of C).
     unsafe {
         match n {
-            1 => ctile_512::<1>(a, b, pos, offs, cp, cps, c),
-            2 => ctile_512::<2>(a, b, pos, offs, cp, cps, c),
-            3 => ctile_512::<3>(a, b, pos, offs, cp, cps, c),
-            4 => ctile_512::<4>(a, b, pos, offs, cp, cps, c),
-            5 => ctile_512::<5>(a, b, pos, offs, cp, cps, c),
-            6 => ctile_512::<6>(a, b, pos, offs, cp, cps, c),
-            7 => ctile_512::<7>(a, b, pos, offs, cp, cps, c),
-            8 => ctile_512::<8>(a, b, pos, offs, cp, cps, c),
+            1 => ctile_512::<1>(a, b, pos, offs, cp, cps, c, acc),
+            2 => ctile_512::<2>(a, b, pos, offs, cp, cps, c, acc),
+            3 => ctile_512::<3>(a, b, pos, offs, cp, cps, c, acc),
+            4 => ctile_512::<4>(a, b, pos, offs, cp, cps, c, acc),
+            5 => ctile_512::<5>(a, b, pos, offs, cp, cps, c, acc),
+            6 => ctile_512::<6>(a, b, pos, offs, cp, cps, c, acc),
+            7 => ctile_512::<7>(a, b, pos, offs, cp, cps, c, acc),
+            8 => ctile_512::<8>(a, b, pos, offs, cp, cps, c, acc),
             _ => {}
         }
     }
@@ -110,6 +163,7 @@ fn conv_ctile(
 /// AVX-512 F available; `pos.len() == N`; the reads and writes [`conv_ctile`] checks
 /// are in bounds.
 #[target_feature(enable = "avx512f,fma")]
+#[allow(clippy::too_many_arguments)]
 unsafe fn ctile_512<const N: usize>(
     a: *const f32,
     b: *const f32,
@@ -118,9 +172,19 @@ unsafe fn ctile_512<const N: usize>(
     cp: usize,
     cps: usize,
     c: *mut f32,
+    acc: bool,
 ) {
     let mut s0 = [_mm512_setzero_ps(); N];
     let mut s1 = [_mm512_setzero_ps(); N];
+    if acc {
+        for j in 0..N {
+            // SAFETY: row j of C (CW floats) is within the caller's bounds.
+            unsafe {
+                s0[j] = _mm512_loadu_ps(c.add(j * CW));
+                s1[j] = _mm512_loadu_ps(c.add(j * CW + NR));
+            }
+        }
+    }
     let pos: [usize; N] = std::array::from_fn(|j| pos[j]);
     let mut ap = a;
     for p in 0..cp {
