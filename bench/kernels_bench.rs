@@ -400,6 +400,7 @@ fn bench_plan_convs(reps: usize) {
         std::hint::black_box(&flush);
     };
     let layers: &[(&str, usize, usize, usize, usize, usize)] = &[
+        ("7x7/2 3->64 @224 (ResNet stem)", 3, 224, 64, 7, 2),
         ("3x3/2 64->128 @56 (ResNet)", 64, 56, 128, 3, 2),
         ("3x3 128->128 @28 (ResNet)", 128, 28, 128, 3, 1),
         ("3x3/2 128->256 @28 (ResNet)", 128, 28, 256, 3, 2),
@@ -413,6 +414,18 @@ fn bench_plan_convs(reps: usize) {
         ("3x3/2 64->128 @80 (YOLO)", 64, 80, 128, 3, 2),
         ("3x3 16->16 @160 (DBNet)", 16, 160, 16, 3, 1),
         ("3x3 32->32 @112", 32, 112, 32, 3, 1),
+        // Kernel side 0: a one-row Gemm (a classifier), ci -> co.
+        ("fc 1280->1000 (MNv2)", 1280, 1, 1000, 0, 1),
+        ("fc 512->1000 (ResNet)", 512, 1, 1000, 0, 1),
+        // Stride 0: a channels-last 1x1 conv, `MatMul([hw*hw, ci], [ci, co])`.
+        ("mm 112^2 16->96 (MNv2 expand)", 16, 112, 96, 1, 0),
+        ("mm 21^2 16->96 (4 rows of 112)", 16, 21, 96, 1, 0),
+        ("mm 56^2 96->24 (MNv2 project)", 96, 56, 24, 1, 0),
+        ("mm 56^2 24->144 (MNv2 expand)", 24, 56, 144, 1, 0),
+        ("mm 56^2 144->24 (MNv2 project)", 144, 56, 24, 1, 0),
+        ("mm 14^2 96->576 (MNv2 expand)", 96, 14, 576, 1, 0),
+        ("mm 14^2 576->96 (MNv2 project)", 576, 14, 96, 1, 0),
+        ("mm 7^2 960->320 (MNv2 project)", 960, 7, 320, 1, 0),
     ];
     println!("Convs through the plan (1 thread, best of {reps}, thread CPU time, cold: {cold})");
     println!(
@@ -423,8 +436,22 @@ fn bench_plan_convs(reps: usize) {
         if only.as_ref().is_some_and(|w| !name.contains(w.as_str())) {
             continue;
         }
-        let (mut n, x) = Net::with_input(vec![1, ci, hw, hw]);
-        let y = n.conv(x, co, k, st, 1, Some(UnaryOp::Relu), None);
+        let y = if k == 0 {
+            let (mut n, x) = Net::with_input(vec![1, ci]);
+            let y = n.fc(x, co);
+            (n, y)
+        } else if st == 0 {
+            let (mut n, x) = Net::with_input(vec![hw * hw, ci]);
+            let w = n.konst(vec![ci, co]);
+            let op = Op::MatMul { post: vec![] };
+            let y = n.node(op, vec![Some(x), Some(w)], vec![hw * hw, co]);
+            (n, y)
+        } else {
+            let (mut n, x) = Net::with_input(vec![1, ci, hw, hw]);
+            let y = n.conv(x, co, k, st, 1, Some(UnaryOp::Relu), None);
+            (n, y)
+        };
+        let (mut n, y) = y;
         n.g.outputs.push(y);
         let plan = one_thread_plan(Arc::new(n.g), false);
         let mut state = plan.new_state();
@@ -441,8 +468,8 @@ fn bench_plan_convs(reps: usize) {
         }
         wall.sort_by(f64::total_cmp);
         let wall_p50 = wall[wall.len() / 2];
-        let o = (hw + 2 * (k / 2) - k) / st + 1;
-        let gf = 2.0 * (ci * co * k * k * o * o) as f64 / t / 1e9;
+        let o = (hw + 2 * (k / 2)).saturating_sub(k) / st.max(1) + 1;
+        let gf = 2.0 * (ci * co * k.max(1) * k.max(1) * o * o) as f64 / t / 1e9;
         println!(
             "{name:<30} {:>9.1} {:>8.1} {:>9.1}",
             t * 1e6,
@@ -567,8 +594,15 @@ impl Net {
             vec![Some(gp), Some(shape)],
             vec![1, c],
         );
-        let w = self.konst(vec![1000, c]);
-        let b = self.konst(vec![1000]);
+        let y = self.fc(fl, 1000);
+        self.g.outputs.push(y);
+    }
+
+    /// `Gemm(x, W^T, b)` of `[1, c]` input `x` to `co` outputs.
+    fn fc(&mut self, x: usize, co: usize) -> usize {
+        let c = self.shape(x)[1];
+        let w = self.konst(vec![co, c]);
+        let b = self.konst(vec![co]);
         let op = Op::Gemm {
             alpha: 1.0,
             beta: 1.0,
@@ -576,8 +610,7 @@ impl Net {
             trans_b: true,
             post: vec![],
         };
-        let y = self.node(op, vec![Some(fl), Some(w), Some(b)], vec![1, 1000]);
-        self.g.outputs.push(y);
+        self.node(op, vec![Some(x), Some(w), Some(b)], vec![1, co])
     }
 }
 
