@@ -280,16 +280,25 @@ fn work(s: &ConvShape, per: usize, tiling: Tiling) -> usize {
     }
 }
 
-/// The tiling of a direct conv of `s`: the channel tile where it computes clearly fewer
-/// outputs than the row tile (small outputs with 32k channels), else the row tile. In
-/// f32 the row tiles run in pairs, 24 products per plane load pair against the channel
-/// tile's 16 per ten loads, so the channel tile must save 9 % (ResNet-18's 7x7/2 stem,
-/// 6 % fewer outputs, took 2480-2590 us on it and 1690-1820 on the row tiles; its
-/// 3x3/2 64->128, 6 %, 963-982 against 905-956; 128->256 at 14x14, 13 %, 882-941
-/// against 961-1009), in bf16 5 %.
+/// The tiling of a direct conv of `s`: the channel tile where it is expected to be
+/// faster than the row tile (small outputs with 32k channels), else the row tile. In f32
+/// the row tiles run in pairs (24 products per pair of plane loads against the channel
+/// tile's 16 per ten loads, and no scatter of the outputs), so an output of the channel
+/// tile costs about `1.1 + 50 / K` of one of the row tiles at depth `K` (fitted on
+/// `kernels_bench -- plan`: 1.5x at K 144-147, 1.2x at 288-576, 1.0-1.15x at 1152-2304):
+/// ResNet-18's 7x7/2 stem (6 % fewer outputs) 2600 us on the channel tile against 1790
+/// on the row tiles, a 3x3/2 16->32 conv at 320x320 (12 % fewer) 4560-4670 against
+/// 3460-3540, while the 3x3/2 128->256 one at 14x14 (13 % fewer, K 1152) is 11 % faster
+/// on the channel tile. In bf16 (no pair tile) the channel tile must save 5 %.
 pub fn tiling(s: &ConvShape, per: usize) -> Tiling {
-    let (keep, of) = if per == 1 { (10, 11) } else { (19, 20) };
-    if work(s, per, Tiling::Chans) * of <= work(s, per, Tiling::Rows) * keep {
+    let (chans, rows) = (work(s, per, Tiling::Chans), work(s, per, Tiling::Rows));
+    let k = depth(s, per);
+    let faster = if per == 1 {
+        chans * (11 * k + 500) < rows * 10 * k
+    } else {
+        chans * 20 <= rows * 19
+    };
+    if faster {
         Tiling::Chans
     } else {
         Tiling::Rows
