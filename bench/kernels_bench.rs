@@ -417,15 +417,17 @@ fn bench_plan_convs(reps: usize) {
         // Kernel side 0: a one-row Gemm (a classifier), ci -> co.
         ("fc 1280->1000 (MNv2)", 1280, 1, 1000, 0, 1),
         ("fc 512->1000 (ResNet)", 512, 1, 1000, 0, 1),
-        // Stride 0: a channels-last 1x1 conv, `MatMul([hw*hw, ci], [ci, co])`.
-        ("mm 112^2 16->96 (MNv2 expand)", 16, 112, 96, 1, 0),
-        ("mm 21^2 16->96 (4 rows of 112)", 16, 21, 96, 1, 0),
-        ("mm 56^2 96->24 (MNv2 project)", 96, 56, 24, 1, 0),
-        ("mm 56^2 24->144 (MNv2 expand)", 24, 56, 144, 1, 0),
-        ("mm 56^2 144->24 (MNv2 project)", 144, 56, 24, 1, 0),
-        ("mm 14^2 96->576 (MNv2 expand)", 96, 14, 576, 1, 0),
-        ("mm 14^2 576->96 (MNv2 project)", 576, 14, 96, 1, 0),
-        ("mm 7^2 960->320 (MNv2 project)", 960, 7, 320, 1, 0),
+        // Stride 0: a MatMul `[hw, ci] x [ci, co]` (a channels-last 1x1 conv over hw
+        // positions, or a sequence head).
+        ("mm 112^2 16->96 (MNv2 expand)", 16, 12544, 96, 1, 0),
+        ("mm 448 16->96 (4 rows of 112)", 16, 448, 96, 1, 0),
+        ("mm 56^2 96->24 (MNv2 project)", 96, 3136, 24, 1, 0),
+        ("mm 56^2 24->144 (MNv2 expand)", 24, 3136, 144, 1, 0),
+        ("mm 56^2 144->24 (MNv2 project)", 144, 3136, 24, 1, 0),
+        ("mm 14^2 96->576 (MNv2 expand)", 96, 196, 576, 1, 0),
+        ("mm 14^2 576->96 (MNv2 project)", 576, 196, 96, 1, 0),
+        ("mm 7^2 960->320 (MNv2 project)", 960, 49, 320, 1, 0),
+        ("mm 80 512->6625 (CRNN head)", 512, 80, 6625, 1, 0),
     ];
     println!("Convs through the plan (1 thread, best of {reps}, thread CPU time, cold: {cold})");
     println!(
@@ -441,10 +443,10 @@ fn bench_plan_convs(reps: usize) {
             let y = n.fc(x, co);
             (n, y)
         } else if st == 0 {
-            let (mut n, x) = Net::with_input(vec![hw * hw, ci]);
+            let (mut n, x) = Net::with_input(vec![hw, ci]);
             let w = n.konst(vec![ci, co]);
             let op = Op::MatMul { post: vec![] };
-            let y = n.node(op, vec![Some(x), Some(w)], vec![hw * hw, co]);
+            let y = n.node(op, vec![Some(x), Some(w)], vec![hw, co]);
             (n, y)
         } else {
             let (mut n, x) = Net::with_input(vec![1, ci, hw, hw]);
@@ -455,7 +457,12 @@ fn bench_plan_convs(reps: usize) {
         n.g.outputs.push(y);
         let plan = one_thread_plan(Arc::new(n.g), false);
         let mut state = plan.new_state();
-        let input = rand(ci * hw * hw, 99);
+        let in_len = match (k, st) {
+            (0, _) => ci,
+            (_, 0) => hw * ci,
+            _ => ci * hw * hw,
+        };
+        let input = rand(in_len, 99);
         plan.set_input(&mut state, 0, bytemuck::cast_slice(&input))
             .expect("input");
         let (mut t, mut wall) = (f64::INFINITY, Vec::new());
@@ -468,8 +475,12 @@ fn bench_plan_convs(reps: usize) {
         }
         wall.sort_by(f64::total_cmp);
         let wall_p50 = wall[wall.len() / 2];
-        let o = (hw + 2 * (k / 2)).saturating_sub(k) / st.max(1) + 1;
-        let gf = 2.0 * (ci * co * k.max(1) * k.max(1) * o * o) as f64 / t / 1e9;
+        let positions = match (k, st) {
+            (0, _) => 1,
+            (_, 0) => hw,
+            _ => ((hw + 2 * (k / 2) - k) / st + 1).pow(2),
+        };
+        let gf = 2.0 * (ci * co * k.max(1) * k.max(1) * positions) as f64 / t / 1e9;
         println!(
             "{name:<30} {:>9.1} {:>8.1} {:>9.1}",
             t * 1e6,
