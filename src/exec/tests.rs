@@ -326,6 +326,42 @@ fn conv_with_fused_bias_residual_relu() {
     assert_close(f32s(&out[0]), &want, 1e-4);
 }
 
+/// Direct f32 convs cut into FC tiles by output channels (more channels than output
+/// positions): the tiles start at whole weight panels (32 channels of the channel tile,
+/// 12 of the paired row tiles) and together give the whole conv's bits (`run`).
+#[test]
+fn direct_convs_cut_by_channels_at_whole_panels() {
+    // (input [C, H, W], output channels, tiles expected on AVX-512), stride 2: a 7x7
+    // output on the channel tile, a 6x31 one on the row tiles (phase rows of 32).
+    for (xs, co, panels) in [([40, 14, 14], 64, 2), ([40, 12, 62], 192, 16)] {
+        let st = 2;
+        let xs = [1, xs[0], xs[1], xs[2]];
+        let ci = xs[1];
+        let x = rand_vec(xs.iter().product(), 5);
+        let w = rand_vec(co * ci * 9, 6);
+        let bias = rand_vec(co, 7);
+        let (want, oh, ow) = conv_ref(&x, xs, &w, co, 3, st, 1, 1, &bias);
+        let mut b = B::default();
+        let xi = b.input(DType::F32, &xs);
+        let wi = b.kf(&[co, ci, 3, 3], w);
+        let bi = b.kf(&[co], bias);
+        let op = Op::Conv {
+            geom: geom(&[3, 3], &[st, st], &[1, 1, 1, 1]),
+            group: 1,
+            post: vec![],
+        };
+        let y = b.n1(op, &[xi, wi, bi], DType::F32, &[1, co, oh, ow]);
+        b.out(y);
+        let g = Arc::new(b.g.clone());
+        let plan = ModelPlan::new(g, &PlanOptions::default()).expect("plan");
+        if crate::kernels::table().conv_tiles.is_some() {
+            assert_eq!(plan.tiles_for(0), panels, "{xs:?} -> {co}");
+        }
+        let out = run(b.g, &[Tensor::from_f32(xs.to_vec(), x)]);
+        assert_close(f32s(&out[0]), &want, 1e-4);
+    }
+}
+
 #[test]
 fn depthwise_and_grouped_conv_with_channel_affine_and_clip() {
     for (group, co) in [(6usize, 6usize), (3, 9)] {

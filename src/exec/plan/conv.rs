@@ -714,13 +714,20 @@ fn conv_shares_b(s: &ConvShape, by_cols: bool) -> bool {
 impl FamilyKernel for ConvKernel {
     fn tiles(&self) -> usize {
         match self {
-            ConvKernel::Conv { s, by_cols, .. }
-            | ConvKernel::Bf16 { s, by_cols, .. }
-            | ConvKernel::Direct { s, by_cols, .. } => {
+            ConvKernel::Conv { s, by_cols, .. } | ConvKernel::Bf16 { s, by_cols, .. } => {
                 if *by_cols {
                     (s.oh * s.ow).div_ceil(NR)
                 } else {
                     s.c_out.div_ceil(conv::channel_align(s))
+                }
+            }
+            ConvKernel::Direct {
+                s, by_cols, tiling, ..
+            } => {
+                if *by_cols {
+                    (s.oh * s.ow).div_ceil(NR)
+                } else {
+                    s.c_out.div_ceil(direct::channel_align(*tiling))
                 }
             }
             ConvKernel::Deconv { p, .. } => p.s.oh.div_ceil(p.s.sh),
@@ -752,7 +759,7 @@ impl FamilyKernel for ConvKernel {
                 by_cols,
                 par,
             } => {
-                let ((lo, hi), cols) = tile_span(s, *by_cols, tile);
+                let ((lo, hi), cols) = tile_span(s, (*by_cols, conv::channel_align(s)), tile);
                 let resid = residual_inputs(io, res);
                 let epi = conv_epilogue(bias.as_deref(), post, &resid[..res.len()]);
                 let x = io.f32(0);
@@ -781,7 +788,7 @@ impl FamilyKernel for ConvKernel {
                 by_cols,
                 par,
             } => {
-                let (chans, cols) = tile_span(s, *by_cols, tile);
+                let (chans, cols) = tile_span(s, (*by_cols, conv::channel_align(s)), tile);
                 let resid = residual_inputs(io, res);
                 let epi = conv_epilogue(bias.as_deref(), post, &resid[..res.len()]);
                 let (x, y) = (io.f32(0), out_f32(r.out, r.outs, 0));
@@ -800,7 +807,8 @@ impl FamilyKernel for ConvKernel {
                 res,
                 by_cols,
             } => {
-                let (chans, cols) = tile_span(s, *by_cols, tile);
+                let align = direct::channel_align(*tiling);
+                let (chans, cols) = tile_span(s, (*by_cols, align), tile);
                 let resid = residual_inputs(io, res);
                 let epi = conv_epilogue(bias.as_deref(), post, &resid[..res.len()]);
                 let (x, y) = (io.f32(0), out_f32(r.out, r.outs, 0));
@@ -863,17 +871,18 @@ impl FamilyKernel for ConvKernel {
 
 /// The output channels and columns (output positions) FC tile `tile` of a dense conv
 /// computes: a column range of every channel when `by_cols`, else a channel range (in
-/// blocks of the conv's channel alignment) of every column.
+/// blocks of `align` channels: the conv's alignment, a direct conv's weight panel) of
+/// every column.
 fn tile_span(
     s: &ConvShape,
-    by_cols: bool,
+    (by_cols, align): (bool, usize),
     tile: crate::exec::Tile,
 ) -> ((usize, usize), (usize, usize)) {
     let ohw = s.oh * s.ow;
     if by_cols {
         ((0, s.c_out), tile.range(ohw, NR))
     } else {
-        (tile.range(s.c_out, conv::channel_align(s)), (0, ohw))
+        (tile.range(s.c_out, align), (0, ohw))
     }
 }
 

@@ -497,6 +497,18 @@ impl Geom {
     }
 }
 
+/// Output channels an FC tile of a direct f32 conv in `tiling` starts at a multiple of:
+/// its weight panel (a pair of row-tile panels, a channel-tile panel), so that no tile
+/// computes a panel only partly kept (a 6-channel cut through a 32-channel panel of the
+/// channel tile computed all 32 twice).
+pub fn channel_align(tiling: Tiling) -> usize {
+    match tiling {
+        Tiling::Rows => 2 * MR,
+        Tiling::Chans => CW,
+        Tiling::Wide => WIDE_ROWS,
+    }
+}
+
 /// Plane elements of scratch a direct conv of `s` in `tiling` needs: the phase planes
 /// of a whole image.
 pub fn scratch_len(s: &ConvShape, per: usize, tiling: Tiling) -> usize {
