@@ -1,8 +1,9 @@
 //! The AVX-512 tiles of the f32 direct conv (`kernels::conv::direct`), sums over input
 //! channels and taps: the row tile, 6 rows x 32 positions (two vectors) with one
-//! broadcast weight and two plane loads per step, and the channel tile, up to 8
-//! positions x 32 channels with two weight loads and one broadcast plane element per
-//! position and step. Same bits as `conv::direct::conv_tile_f32` / `conv_ctile_f32`.
+//! broadcast weight and two plane loads per step, alone or in pairs (12 rows sharing
+//! the plane loads), and the channel tile, up to 8 positions x 32 channels with two
+//! weight loads and one broadcast plane element per position and step, its sums resumable
+//! across K blocks. Same bits as `conv::direct::conv_tile_f32` / `conv_ctile_f32`.
 
 use super::{MR, NR};
 use crate::kernels::conv::direct::{check_chan_tile, check_row_tile, Tiles, CW};
