@@ -1212,11 +1212,13 @@ pub fn pack_f32(lo: &[f32], _hi: Option<&[f32]>, stride: usize, dst: &mut [f32])
 /// place). One thread, on ResNet-like and YOLO shapes: 0.88-0.98x the im2col time
 /// (e.g. 96->192 3x3/2 at 52x52 2115 against 2306 us).
 ///
-/// Also, at most a tenth more outputs computed than kept under its [`tiling`] (the
+/// Also, at most a tenth more outputs computed than kept under one of the tilings (the
 /// row tile computes the columns past the output width and the last tile's tail, the
 /// channel tile rounds the channels up to [`CW`]): a 13x13 output of 192 channels
 /// computes 224 positions for 169 in row tiles, where im2col's panels compute 176
-/// (1296 us direct, 1281 im2col); in channel tiles it computes 169.
+/// (1296 us direct, 1281 im2col); in channel tiles it computes 169. Which tiling then
+/// runs is [`tiling`]'s choice (a shallow conv may run on the row tiles although the
+/// channel tile computes fewer outputs: it is still the faster).
 pub fn f32_wins(s: &ConvShape) -> bool {
     let t = crate::kernels::isa::table();
     let pointwise = s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.ph == 0 && s.pw == 0;
@@ -1226,7 +1228,7 @@ pub fn f32_wins(s: &ConvShape) -> bool {
         && !pointwise
         && fits(s)
         && (depth(s, 1) >= MIN_DEPTH || (s.sh == 1 && s.sw == 1 && depth(s, 1) >= MIN_DEPTH_S1))
-        && work(s, 1, tiling(s, 1)) * 10 <= kept * 11
+        && work(s, 1, Tiling::Rows).min(work(s, 1, Tiling::Chans)) * 10 <= kept * 11
 }
 
 /// The portable f32 tiles (the reference the SIMD ones are tested against).
