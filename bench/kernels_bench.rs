@@ -414,6 +414,10 @@ fn bench_plan_convs(reps: usize) {
         ("3x3/2 64->128 @80 (YOLO)", 64, 80, 128, 3, 2),
         ("3x3 16->16 @160 (DBNet)", 16, 160, 16, 3, 1),
         ("3x3 32->32 @112", 32, 112, 32, 3, 1),
+        ("3x3 3->64 @112 (CRNN-like stem)", 3, 112, 64, 3, 1),
+        ("3x3 3->16 @224 (U-Net stem)", 3, 224, 16, 3, 1),
+        // A max pool (its column: input GB/s).
+        ("maxpool 3x3/2 64 @112 (ResNet)", 64, 112, 64, 3, 2),
         // Kernel side 0: a one-row Gemm (a classifier), ci -> co.
         ("fc 1280->1000 (MNv2)", 1280, 1, 1000, 0, 1),
         ("fc 512->1000 (ResNet)", 512, 1, 1000, 0, 1),
@@ -438,7 +442,24 @@ fn bench_plan_convs(reps: usize) {
         if only.as_ref().is_some_and(|w| !name.contains(w.as_str())) {
             continue;
         }
-        let y = if k == 0 {
+        let pool = name.starts_with("maxpool");
+        let y = if pool {
+            let (mut n, x) = Net::with_input(vec![1, ci, hw, hw]);
+            let geom = ConvGeom {
+                kernel: vec![k, k],
+                strides: vec![st, st],
+                dilations: vec![1, 1],
+                pads: vec![k / 2; 4],
+                auto_pad: None,
+            };
+            let o = (hw + 2 * (k / 2) - k) / st + 1;
+            let op = Op::MaxPool {
+                geom,
+                ceil_mode: false,
+            };
+            let y = n.node(op, vec![Some(x)], vec![1, ci, o, o]);
+            (n, y)
+        } else if k == 0 {
             let (mut n, x) = Net::with_input(vec![1, ci]);
             let y = n.fc(x, co);
             (n, y)
@@ -480,7 +501,11 @@ fn bench_plan_convs(reps: usize) {
             (_, 0) => hw,
             _ => ((hw + 2 * (k / 2) - k) / st + 1).pow(2),
         };
-        let gf = 2.0 * (ci * co * k.max(1) * k.max(1) * positions) as f64 / t / 1e9;
+        let gf = if pool {
+            (4 * ci * hw * hw) as f64 / t / 1e9
+        } else {
+            2.0 * (ci * co * k.max(1) * k.max(1) * positions) as f64 / t / 1e9
+        };
         println!(
             "{name:<30} {:>9.1} {:>8.1} {:>9.1}",
             t * 1e6,
