@@ -99,9 +99,9 @@ unsafe fn run(s: &PoolShape, x: &[f32], y: &mut [f32]) {
                 continue;
             }
             // The window's rows reduced into the row's input columns, and the two input
-            // rows from 4 x stride past the window fetched meanwhile (a pool reads a conv's output
-            // of megabytes, mostly gone from L2: ResNet-18's 3x3/2 pool with the caches
-            // evicted 361-479 -> 312-379 us, 391 -> 344 in the network).
+            // rows from 4 x stride past the window fetched meanwhile (a pool reads a
+            // conv's output of megabytes, mostly gone from L2: ResNet-18's 3x3/2 pool
+            // with the caches evicted 361-479 -> 312-379 us, 391 -> 344 in the network).
             // `wrapping_add`: a prefetch address past the plane is never dereferenced.
             let next = xp.wrapping_add((hi + 4 * s.sh).min(s.h - 1) * s.w);
             let mut ix = 0;
