@@ -8,7 +8,7 @@
 //! them.
 
 use super::{pair, Bf16Table, MR, NR};
-use crate::kernels::conv::direct::{check_chan_tile, check_row_tile, Tiles, CW};
+use crate::kernels::conv::direct::{by_positions, check_chan_tile, check_row_tile, Tiles, CW};
 use std::arch::x86_64::*;
 
 static TABLE: Bf16Table = Bf16Table {
@@ -308,17 +308,7 @@ fn conv_ctile(
     // every read (`offs.len() * cp * CW` dwords of A; per position, tap and pair, one
     // dword of B at `pos[j] + offs[t] + p * cps`) and write (`n` rows of CW floats).
     unsafe {
-        match n {
-            1 => conv_ctile_512::<1>(a, b, pos, offs, cp, cps, c, acc),
-            2 => conv_ctile_512::<2>(a, b, pos, offs, cp, cps, c, acc),
-            3 => conv_ctile_512::<3>(a, b, pos, offs, cp, cps, c, acc),
-            4 => conv_ctile_512::<4>(a, b, pos, offs, cp, cps, c, acc),
-            5 => conv_ctile_512::<5>(a, b, pos, offs, cp, cps, c, acc),
-            6 => conv_ctile_512::<6>(a, b, pos, offs, cp, cps, c, acc),
-            7 => conv_ctile_512::<7>(a, b, pos, offs, cp, cps, c, acc),
-            8 => conv_ctile_512::<8>(a, b, pos, offs, cp, cps, c, acc),
-            _ => {}
-        }
+        by_positions!(n, conv_ctile_512(a, b, pos, offs, cp, cps, c, acc));
     }
 }
 

@@ -332,6 +332,25 @@ pub type ChanTile<T> = fn(
     acc: bool,
 );
 
+/// `$f::<N>(args)` for the position count `$n` (1 to [`CN`]) of a channel tile, `N` its
+/// const generic; 0 (and past `CN`) calls nothing. The SIMD channel tiles' dispatch.
+macro_rules! by_positions {
+    ($n:expr, $f:ident($($arg:expr),* $(,)?)) => {
+        match $n {
+            1 => $f::<1>($($arg),*),
+            2 => $f::<2>($($arg),*),
+            3 => $f::<3>($($arg),*),
+            4 => $f::<4>($($arg),*),
+            5 => $f::<5>($($arg),*),
+            6 => $f::<6>($($arg),*),
+            7 => $f::<7>($($arg),*),
+            8 => $f::<8>($($arg),*),
+            _ => {}
+        }
+    };
+}
+pub(crate) use by_positions;
+
 /// Panics unless a row-tile call ([`ConvTile`]) stays inside its operands: `a_len`
 /// elements of A, `b_len` of B, `c_len` floats of C at stride `ldc`. The SIMD tiles
 /// check this before their unchecked loops.

@@ -6,7 +6,7 @@
 //! across K blocks. Same bits as `conv::direct::conv_tile_f32` / `conv_ctile_f32`.
 
 use super::{MR, NR};
-use crate::kernels::conv::direct::{check_chan_tile, check_row_tile, Tiles, CW};
+use crate::kernels::conv::direct::{by_positions, check_chan_tile, check_row_tile, Tiles, CW};
 use std::arch::x86_64::*;
 
 /// The AVX-512 tiles.
@@ -146,17 +146,7 @@ fn conv_ctile(
     // (`offs.len() * cp * CW` floats of A; per position, tap and channel, one float of B
     // at `pos[j] + offs[t] + p * cps`) and write (`n` rows of CW floats of C).
     unsafe {
-        match n {
-            1 => ctile_512::<1>(a, b, pos, offs, cp, cps, c, acc),
-            2 => ctile_512::<2>(a, b, pos, offs, cp, cps, c, acc),
-            3 => ctile_512::<3>(a, b, pos, offs, cp, cps, c, acc),
-            4 => ctile_512::<4>(a, b, pos, offs, cp, cps, c, acc),
-            5 => ctile_512::<5>(a, b, pos, offs, cp, cps, c, acc),
-            6 => ctile_512::<6>(a, b, pos, offs, cp, cps, c, acc),
-            7 => ctile_512::<7>(a, b, pos, offs, cp, cps, c, acc),
-            8 => ctile_512::<8>(a, b, pos, offs, cp, cps, c, acc),
-            _ => {}
-        }
+        by_positions!(n, ctile_512(a, b, pos, offs, cp, cps, c, acc));
     }
 }
 
