@@ -330,6 +330,18 @@ fn wide_shapes() -> Vec<ConvShape> {
         shape(1, 48, (14, 14), 64, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1),
         // 1x1, stride 2: plane rows as wide as the output's.
         shape(1, 32, (14, 13), 40, (1, 1), (2, 2), (1, 1), (0, 0, 0, 0), 1),
+        // Planes too large for one band (1.5 MB): the whole call runs in bands of rows.
+        shape(
+            1,
+            32,
+            (150, 150),
+            16,
+            (3, 3),
+            (2, 2),
+            (1, 1),
+            (1, 1, 1, 1),
+            1,
+        ),
     ]
 }
 

@@ -276,6 +276,63 @@ fn f32_direct_ranges_equal_the_whole_call_with_the_epilogue() {
     }
 }
 
+/// Planes too large for one band (a 3x3/2 conv at 150x150, 1.4 MB of planes) run in
+/// bands of output rows: the whole call gives the naive conv's values and, cut by
+/// channels and positions, the same bits; a deep conv whose weights outweigh its planes
+/// runs in one band (each band reads all the weights again).
+#[test]
+fn f32_direct_conv_in_bands_matches_the_naive_conv_and_its_ranges() {
+    let deep = shape(
+        1,
+        256,
+        (26, 26),
+        512,
+        (3, 3),
+        (2, 2),
+        (1, 1),
+        (1, 1, 1, 1),
+        1,
+    );
+    assert_eq!(direct::whole_bands(&deep, 1, Tiling::Rows), 1);
+    let s = shape(
+        1,
+        16,
+        (150, 150),
+        8,
+        (3, 3),
+        (2, 2),
+        (1, 1),
+        (1, 1, 1, 1),
+        1,
+    );
+    for t in TILINGS {
+        assert!(direct::whole_bands(&s, 1, t) >= 2, "{t:?}");
+    }
+    let x = rand_vec(s.c_in * s.h * s.w, 12);
+    let w = rand_vec(s.c_out * s.k(), 13);
+    let bias = vec![0.0; s.c_out];
+    let want = conv_naive(&s, &x, &w, &bias);
+    let abs = |v: &[f32]| -> Vec<f32> { v.iter().map(|a| a.abs()).collect() };
+    let mag = conv_naive(&s, &abs(&x), &abs(&w), &bias);
+    for t in TILINGS {
+        let dw = pack(&s, &w, t);
+        for (isa, _) in tiles() {
+            let got = run(isa, t, &s, &dw, &x, &Epilogue::NONE);
+            for (i, (&g, (&e, &m))) in got.iter().zip(want.iter().zip(&mag)).enumerate() {
+                assert!(
+                    (g - e).abs() <= 1e-5 * m + 1e-30,
+                    "{isa:?} {t:?} output {i}: {g} vs {e}"
+                );
+            }
+            let conv = |chans, cols, epi: &Epilogue<'_>, y: &mut [f32]| {
+                let mut scratch = vec![f32::NAN; direct::scratch_len(&s, 1, Tiling::Rows)];
+                conv2d_f32(isa, t, &s, &dw, &x, y, chans, cols, epi, &mut scratch);
+            };
+            check_ranges(&s, &conv, &format!("bands {isa:?} {t:?}"));
+        }
+    }
+}
+
 #[test]
 fn f32_direct_conv_gives_the_avx512_im2col_bits() {
     // The AVX-512 GEMM tile runs one fused chain per output in K order, and the direct
