@@ -1,7 +1,8 @@
 //! The AVX-512 table (x86-64, F/BW/VL/DQ + VNNI): a hand-written 6x16 GEMM micro-kernel
 //! with one 16-lane register per row and the A element broadcast from memory into the
 //! FMA, a 16-lane GEMV and im2col gather, and the generic bodies compiled with AVX-512
-//! enabled. The depthwise direct kernels are the AVX2 ones (AVX-512 CPUs have AVX2).
+//! enabled. The channels-last depthwise conv runs 16 lanes (`x86_64_dw_nhwc`); the
+//! other depthwise direct kernels are the AVX2 ones (AVX-512 CPUs have AVX2).
 //!
 //! Every entry of [`TABLE`] is a private safe wrapper around a `#[target_feature]`
 //! function; [`table`] hands the table out only after detecting every feature named in
@@ -63,7 +64,7 @@ static TABLE: KernelTable = KernelTable {
     layer_norm_row,
     depthwise_fused: super::x86_64_dw::depthwise_direct,
     depthwise_block: Some(super::x86_64_dw_block::depthwise_block),
-    depthwise_nhwc: super::x86_64_dw_nhwc::depthwise_nhwc,
+    depthwise_nhwc: super::x86_64_dw_nhwc::depthwise_nhwc_512,
     qdepthwise_block: Some(super::x86_64_qdw_block::qdepthwise_block),
     mm_tile_strided,
     mm_tile_segs,

@@ -1,31 +1,31 @@
-//! AVX2+FMA depthwise conv over channels-last images (table entry `depthwise_nhwc` of the
-//! AVX2 and AVX-512 tables; see `kernels::body::dw_nhwc`). Per output row and 8-channel
-//! vector, the columns whose taps all lie inside the row run 8 pixels at a time (eight
-//! independent FMA chains, one tap vector load per eight FMAs; at stride 1 with 3 or 5
-//! taps a row, 6 or 5 pixels whose row inputs are loaded once), border columns one pixel
-//! at a time with their taps checked, four channel vectors together (four independent
-//! chains: one vector alone waits on each FMA's latency; on Zen 3, MobileNetV2's 14x14
-//! and 7x7 depthwise convs 48-50 -> 39-41 and 43-45 -> 34-37 us, the MobileNetV3 DBNet's
-//! 5x5 ones at 20x20 -10 to -24 %); the channels past the last full vector go through
-//! `body::dw_nhwc::pixel_fused`, whose `mul_add` lanes give the same bits as the vector
-//! lanes.
+//! AVX2+FMA and AVX-512 depthwise conv over channels-last images (table entry
+//! `depthwise_nhwc` of the AVX2 and AVX-512 tables; see `kernels::body::dw_nhwc`), one
+//! body generic over the vector ([`Lanes`]: 8 lanes, or 16 with AVX-512, whose table runs
+//! its whole 16-channel vectors on 16 lanes and the rest on 8). Per output row and
+//! channel vector, the columns whose taps all lie inside the row run 8 pixels at a time
+//! (eight independent FMA chains, one tap vector load per eight FMAs; at stride 1 with 3
+//! or 5 taps a row, 6 or 5 pixels whose row inputs are loaded once), border columns one
+//! pixel at a time with their taps checked, four channel vectors together (four
+//! independent chains: one vector alone waits on each FMA's latency; on Zen 3,
+//! MobileNetV2's 14x14 and 7x7 depthwise convs 48-50 -> 39-41 and 43-45 -> 34-37 us, the
+//! MobileNetV3 DBNet's 5x5 ones at 20x20 -10 to -24 %); the channels past the last full
+//! vector go through `body::dw_nhwc::pixel_fused`, whose `mul_add` lanes give the same
+//! bits as the vector lanes (every lane is the same chain of FMAs whatever the width).
 //!
-//! The entry is reachable only through the tables `super::x86_64_fma::table` and
-//! `super::x86_64_avx512::table` hand out after detecting AVX2 and FMA.
+//! The entries are reachable only through the tables `super::x86_64_fma::table` and
+//! `super::x86_64_avx512::table` hand out after detecting AVX2 and FMA (and AVX-512F).
 
 use crate::kernels::body::conv::ConvShape;
 use crate::kernels::body::dw_nhwc::{assert_fits, inner_columns, pixel_fused, row_taps, Act};
 use std::arch::x86_64::*;
 
-/// Lanes of one vector.
-const V: usize = 8;
 /// Output pixels accumulated together (independent FMA chains).
 const PIXELS: usize = 8;
 /// Channel vectors a border pixel accumulates together (independent FMA chains).
 const BORDER_VECS: usize = 4;
 
 /// Output rows `r0..r1` of a channels-last depthwise conv (see `KernelTable::
-/// depthwise_nhwc`).
+/// depthwise_nhwc`), AVX2 vectors.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn depthwise_nhwc(
     s: &ConvShape,
@@ -40,14 +40,13 @@ pub(super) fn depthwise_nhwc(
     assert_fits(s, taps, bias, x, y, (r0, r1));
     // SAFETY: reachable only through tables handed out after detecting AVX2 and FMA;
     // every access in `run` stays inside the slices `assert_fits` checked.
-    unsafe { run(s, taps, bias, act, x, y, r0, r1) };
+    unsafe { run_avx2(s, taps, bias, act, x, y, (r0, r1), (0, s.c_in)) };
 }
 
-/// # Safety
-/// AVX2 and FMA available; the slices as checked by `assert_fits`.
-#[target_feature(enable = "avx2,fma")]
+/// [`depthwise_nhwc`] with AVX-512: the whole 16-channel vectors on 16 lanes, the
+/// channels past them on 8 (the same sums in the same order, so the same bits).
 #[allow(clippy::too_many_arguments)]
-unsafe fn run(
+pub(super) fn depthwise_nhwc_512(
     s: &ConvShape,
     taps: &[f32],
     bias: &[f32],
@@ -57,23 +56,207 @@ unsafe fn run(
     r0: usize,
     r1: usize,
 ) {
+    assert_fits(s, taps, bias, x, y, (r0, r1));
+    let wide = s.c_in / Avx512::N * Avx512::N;
+    // SAFETY: reachable only through the AVX-512 table, handed out after detecting
+    // AVX-512F, AVX2 and FMA; every access stays inside the slices `assert_fits` checked.
+    unsafe {
+        run_avx512(s, taps, bias, act, x, y, (r0, r1), (0, wide));
+        run_avx2(s, taps, bias, act, x, y, (r0, r1), (wide, s.c_in));
+    }
+}
+
+/// A vector of one ISA: its lanes and the operations the kernel uses.
+trait Lanes {
+    /// The vector.
+    type V: Copy;
+    /// Its f32 lanes.
+    const N: usize;
+    /// # Safety
+    /// The ISA available; `N` floats at `p` readable.
+    unsafe fn load(p: *const f32) -> Self::V;
+    /// # Safety
+    /// The ISA available; `N` floats at `p` writable.
+    unsafe fn store(p: *mut f32, v: Self::V);
+    /// `a * b + c`, one rounding per lane.
+    ///
+    /// # Safety
+    /// The ISA available.
+    unsafe fn fmadd(a: Self::V, b: Self::V, c: Self::V) -> Self::V;
+    /// The activation on every accumulator.
+    ///
+    /// # Safety
+    /// The ISA available.
+    unsafe fn act(act: Act, acc: &mut [Self::V]);
+    /// [`Group::border`] for `W` vectors, out of line with the ISA's features.
+    ///
+    /// # Safety
+    /// As [`Group::border`].
+    unsafe fn border<const W: usize>(g: &Group<'_>, bias: [Self::V; W], act: Act);
+}
+
+/// AVX2 + FMA: 8 lanes.
+struct Avx2;
+/// AVX-512F: 16 lanes.
+struct Avx512;
+
+impl Lanes for Avx2 {
+    type V = __m256;
+    const N: usize = 8;
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> __m256 {
+        // SAFETY: per the contract.
+        unsafe { _mm256_loadu_ps(p) }
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut f32, v: __m256) {
+        // SAFETY: per the contract.
+        unsafe { _mm256_storeu_ps(p, v) }
+    }
+    #[inline(always)]
+    unsafe fn fmadd(a: __m256, b: __m256, c: __m256) -> __m256 {
+        // SAFETY: register-only; FMA per the contract.
+        unsafe { _mm256_fmadd_ps(a, b, c) }
+    }
+    #[inline(always)]
+    unsafe fn act(act: Act, acc: &mut [__m256]) {
+        // SAFETY: AVX per the contract.
+        unsafe { act.apply8(acc) }
+    }
+    #[inline(always)]
+    unsafe fn border<const W: usize>(g: &Group<'_>, bias: [__m256; W], act: Act) {
+        // SAFETY: per the contract.
+        unsafe { border_avx2(g, bias, act) }
+    }
+}
+
+impl Lanes for Avx512 {
+    type V = __m512;
+    const N: usize = 16;
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> __m512 {
+        // SAFETY: per the contract.
+        unsafe { _mm512_loadu_ps(p) }
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut f32, v: __m512) {
+        // SAFETY: per the contract.
+        unsafe { _mm512_storeu_ps(p, v) }
+    }
+    #[inline(always)]
+    unsafe fn fmadd(a: __m512, b: __m512, c: __m512) -> __m512 {
+        // SAFETY: register-only; AVX-512F per the contract.
+        unsafe { _mm512_fmadd_ps(a, b, c) }
+    }
+    #[inline(always)]
+    unsafe fn act(act: Act, acc: &mut [__m512]) {
+        // SAFETY: AVX-512F per the contract.
+        unsafe { act.apply16(acc) }
+    }
+    #[inline(always)]
+    unsafe fn border<const W: usize>(g: &Group<'_>, bias: [__m512; W], act: Act) {
+        // SAFETY: per the contract.
+        unsafe { border_avx512(g, bias, act) }
+    }
+}
+
+/// [`Group::border`] on AVX2 vectors, out of line.
+///
+/// # Safety
+/// AVX2 and FMA available; as [`Group::border`].
+#[target_feature(enable = "avx2,fma")]
+#[inline(never)]
+unsafe fn border_avx2<const W: usize>(g: &Group<'_>, bias: [__m256; W], act: Act) {
+    // SAFETY: per the contract.
+    unsafe { g.border::<Avx2, W>(bias, act) }
+}
+
+/// [`Group::border`] on AVX-512 vectors, out of line.
+///
+/// # Safety
+/// AVX-512F available; as [`Group::border`].
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[inline(never)]
+unsafe fn border_avx512<const W: usize>(g: &Group<'_>, bias: [__m512; W], act: Act) {
+    // SAFETY: per the contract.
+    unsafe { g.border::<Avx512, W>(bias, act) }
+}
+
+/// [`run`] on AVX2 vectors.
+///
+/// # Safety
+/// AVX2 and FMA available; as [`run`].
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn run_avx2(
+    s: &ConvShape,
+    taps: &[f32],
+    bias: &[f32],
+    act: Act,
+    x: &[f32],
+    y: &mut [f32],
+    rows: (usize, usize),
+    chans: (usize, usize),
+) {
+    // SAFETY: per the contract.
+    unsafe { run::<Avx2>(s, taps, bias, act, x, y, rows, chans) }
+}
+
+/// [`run`] on AVX-512 vectors.
+///
+/// # Safety
+/// AVX-512F, AVX2 and FMA available; as [`run`].
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn run_avx512(
+    s: &ConvShape,
+    taps: &[f32],
+    bias: &[f32],
+    act: Act,
+    x: &[f32],
+    y: &mut [f32],
+    rows: (usize, usize),
+    chans: (usize, usize),
+) {
+    // SAFETY: per the contract.
+    unsafe { run::<Avx512>(s, taps, bias, act, x, y, rows, chans) }
+}
+
+/// Output rows `r0..r1`, channels `c_lo..c_hi` (their whole vectors, then the rest one
+/// channel at a time).
+///
+/// # Safety
+/// `L`'s ISA available; the slices as checked by `assert_fits`; `c_lo <= c_hi <= C`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn run<L: Lanes>(
+    s: &ConvShape,
+    taps: &[f32],
+    bias: &[f32],
+    act: Act,
+    x: &[f32],
+    y: &mut [f32],
+    (r0, r1): (usize, usize),
+    (c_lo, c_hi): (usize, usize),
+) {
     let c = s.c_in;
-    let full = c / V * V;
+    let n = L::N;
+    let full = c_lo + (c_hi - c_lo) / n * n;
     let (lo, hi) = inner_columns(s);
     for r in r0..r1 {
         let (b, oy) = (r / s.oh, r % s.oh);
         // The channels past the last full vector, every column.
-        if full < c {
+        if full < c_hi {
             for ox in 0..s.ow {
-                pixel_fused(s, taps, bias, act, x, (y, r0), (r, ox), (full, c));
+                pixel_fused(s, taps, bias, act, x, (y, r0), (r, ox), (full, c_hi));
             }
         }
         let (ky0, ky1) = row_taps(s, oy);
         // SAFETY: rows ky0..ky1 of output row oy and the columns of inner pixels
-        // lo..hi lie inside image b (`row_taps`, `inner_columns`); channels v..v + 8 (a
-        // border group's v..v + 8 * BORDER_VECS) <= full <= c; the output pixels lie
-        // inside row r - r0 of `y` (checked to hold rows r0..r1); the features are
-        // enabled on this function.
+        // lo..hi lie inside image b (`row_taps`, `inner_columns`); channels v..v + n (a
+        // border group's v..v + n * BORDER_VECS) <= full <= c_hi <= c; the output pixels
+        // lie inside row r - r0 of `y` (checked to hold rows r0..r1); `L`'s ISA is
+        // available (the contract).
         unsafe {
             let xb = x.as_ptr().add(b * s.h * s.w * c);
             let yr = y.as_mut_ptr().add((r - r0) * s.ow * c);
@@ -86,7 +269,7 @@ unsafe fn run(
                 ox,
                 rows: (ky0, ky1),
             };
-            let bv = |v: usize| _mm256_loadu_ps(bias.as_ptr().add(v));
+            let bv = |v: usize| L::load(bias.as_ptr().add(v));
             // Pixel groups outer, channel vectors inner: a group's input window
             // (rows x (8 * stride + reach) pixels x C) stays in L1 across its vectors.
             // Border pixels take BORDER_VECS channel vectors at a time (independent FMA
@@ -104,15 +287,15 @@ unsafe fn run(
                     ox,
                     rows: (ky0, ky1),
                 };
-                let mut v = 0;
-                while v + BORDER_VECS * V <= full {
-                    let b: [__m256; BORDER_VECS] = std::array::from_fn(|j| bv(v + j * V));
-                    g(v).border(b, act);
-                    v += BORDER_VECS * V;
+                let mut v = c_lo;
+                while v + BORDER_VECS * n <= full {
+                    let b: [L::V; BORDER_VECS] = std::array::from_fn(|j| bv(v + j * n));
+                    L::border(&g(v), b, act);
+                    v += BORDER_VECS * n;
                 }
                 while v < full {
-                    g(v).border([bv(v)], act);
-                    v += V;
+                    L::border(&g(v), [bv(v)], act);
+                    v += n;
                 }
             };
             for ox in 0..lo {
@@ -129,32 +312,32 @@ unsafe fn run(
                 _ => 0,
             };
             while per > 0 && ox + per <= hi {
-                for v in (0..full).step_by(V) {
+                for v in (c_lo..full).step_by(n) {
                     let g = at(ox, v);
                     match form {
-                        (3, 1) => g.row_reuse::<6, 8, 3, 1>(bv(v), act),
-                        (5, 1) => g.row_reuse::<5, 9, 5, 1>(bv(v), act),
-                        _ => g.row_reuse::<4, 9, 3, 2>(bv(v), act),
+                        (3, 1) => g.row_reuse::<L, 6, 8, 3, 1>(bv(v), act),
+                        (5, 1) => g.row_reuse::<L, 5, 9, 5, 1>(bv(v), act),
+                        _ => g.row_reuse::<L, 4, 9, 3, 2>(bv(v), act),
                     }
                 }
                 ox += per;
             }
             while ox < hi {
-                let n = PIXELS.min(hi - ox);
-                for v in (0..full).step_by(V) {
+                let m = PIXELS.min(hi - ox);
+                for v in (c_lo..full).step_by(n) {
                     let g = at(ox, v);
-                    match n {
-                        8 => g.pixels::<8>(bv(v), act),
-                        7 => g.pixels::<7>(bv(v), act),
-                        6 => g.pixels::<6>(bv(v), act),
-                        5 => g.pixels::<5>(bv(v), act),
-                        4 => g.pixels::<4>(bv(v), act),
-                        3 => g.pixels::<3>(bv(v), act),
-                        2 => g.pixels::<2>(bv(v), act),
-                        _ => g.pixels::<1>(bv(v), act),
+                    match m {
+                        8 => g.pixels::<L, 8>(bv(v), act),
+                        7 => g.pixels::<L, 7>(bv(v), act),
+                        6 => g.pixels::<L, 6>(bv(v), act),
+                        5 => g.pixels::<L, 5>(bv(v), act),
+                        4 => g.pixels::<L, 4>(bv(v), act),
+                        3 => g.pixels::<L, 3>(bv(v), act),
+                        2 => g.pixels::<L, 2>(bv(v), act),
+                        _ => g.pixels::<L, 1>(bv(v), act),
                     }
                 }
-                ox += n;
+                ox += m;
             }
             for ox in hi..s.ow {
                 border(ox);
@@ -187,9 +370,15 @@ impl Group<'_> {
     /// # Safety
     /// As [`Group::pixels`], and `s.sw == s.dw == 1`, `s.kw == K`.
     #[inline(always)]
-    unsafe fn row_reuse<const N: usize, const M: usize, const K: usize, const S: usize>(
+    unsafe fn row_reuse<
+        L: Lanes,
+        const N: usize,
+        const M: usize,
+        const K: usize,
+        const S: usize,
+    >(
         &self,
-        bias: __m256,
+        bias: L::V,
         act: Act,
     ) {
         debug_assert!(M == S * (N - 1) + K && self.s.sw == S && self.s.dw == 1 && self.s.kw == K);
@@ -202,17 +391,17 @@ impl Group<'_> {
             for ky in self.rows.0..self.rows.1 {
                 let iy = self.oy * s.sh + ky * s.dh - s.ph;
                 let col = self.xb.add((iy * s.w + self.ox * S - s.pw) * c);
-                let x: [__m256; M] = std::array::from_fn(|q| _mm256_loadu_ps(col.add(q * c)));
+                let x: [L::V; M] = std::array::from_fn(|q| L::load(col.add(q * c)));
                 for kx in 0..K {
-                    let wv = _mm256_loadu_ps(self.taps.add((ky * K + kx) * c));
+                    let wv = L::load(self.taps.add((ky * K + kx) * c));
                     for (q, a) in acc.iter_mut().enumerate() {
-                        *a = _mm256_fmadd_ps(wv, x[q * S + kx], *a);
+                        *a = L::fmadd(wv, x[q * S + kx], *a);
                     }
                 }
             }
-            act.apply8(&mut acc);
+            L::act(act, &mut acc);
             for (q, a) in acc.iter().enumerate() {
-                _mm256_storeu_ps(self.out.add(q * c), *a);
+                L::store(self.out.add(q * c), *a);
             }
         }
     }
@@ -221,11 +410,10 @@ impl Group<'_> {
     /// vectors: bias, those taps one FMA each in `(ky, kx)` order, then the activation.
     ///
     /// # Safety
-    /// AVX2 and FMA available; the rows as for [`Group::pixels`], channel vectors
-    /// `0..W` from the group's channel inside the pixel.
-    #[target_feature(enable = "avx2,fma")]
-    #[inline(never)]
-    unsafe fn border<const W: usize>(&self, bias: [__m256; W], act: Act) {
+    /// `L`'s ISA available; the rows as for [`Group::pixels`], channel vectors `0..W`
+    /// from the group's channel inside the pixel.
+    #[inline(always)]
+    unsafe fn border<L: Lanes, const W: usize>(&self, bias: [L::V; W], act: Act) {
         let s = self.s;
         let c = s.c_in;
         // SAFETY: rows come from `row_taps` and columns are checked against the row
@@ -243,14 +431,14 @@ impl Group<'_> {
                     let tp = self.taps.add((ky * s.kw + kx) * c);
                     let xp = row.add(ix as usize * c);
                     for (j, a) in acc.iter_mut().enumerate() {
-                        let wv = _mm256_loadu_ps(tp.add(j * V));
-                        *a = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xp.add(j * V)), *a);
+                        let wv = L::load(tp.add(j * L::N));
+                        *a = L::fmadd(wv, L::load(xp.add(j * L::N)), *a);
                     }
                 }
             }
-            act.apply8(&mut acc);
+            L::act(act, &mut acc);
             for (j, a) in acc.iter().enumerate() {
-                _mm256_storeu_ps(self.out.add(j * V), *a);
+                L::store(self.out.add(j * L::N), *a);
             }
         }
     }
@@ -259,9 +447,9 @@ impl Group<'_> {
     /// the activation.
     ///
     /// # Safety
-    /// AVX2 and FMA available; the pixels inner columns of the image (see `run`).
+    /// `L`'s ISA available; the pixels inner columns of the image (see `run`).
     #[inline(always)]
-    unsafe fn pixels<const N: usize>(&self, bias: __m256, act: Act) {
+    unsafe fn pixels<L: Lanes, const N: usize>(&self, bias: L::V, act: Act) {
         let s = self.s;
         let c = s.c_in;
         // SAFETY: per the contract, every tap of these pixels lies inside the image and
@@ -273,17 +461,17 @@ impl Group<'_> {
                 let iy = self.oy * s.sh + ky * s.dh - s.ph;
                 let row = self.xb.add(iy * s.w * c);
                 for kx in 0..s.kw {
-                    let wv = _mm256_loadu_ps(self.taps.add((ky * s.kw + kx) * c));
+                    let wv = L::load(self.taps.add((ky * s.kw + kx) * c));
                     let ix = self.ox * s.sw + kx * s.dw - s.pw;
                     let col = row.add(ix * c);
                     for (q, a) in acc.iter_mut().enumerate() {
-                        *a = _mm256_fmadd_ps(wv, _mm256_loadu_ps(col.add(q * step)), *a);
+                        *a = L::fmadd(wv, L::load(col.add(q * step)), *a);
                     }
                 }
             }
-            act.apply8(&mut acc);
+            L::act(act, &mut acc);
             for (q, a) in acc.iter().enumerate() {
-                _mm256_storeu_ps(self.out.add(q * c), *a);
+                L::store(self.out.add(q * c), *a);
             }
         }
     }

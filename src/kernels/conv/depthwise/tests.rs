@@ -364,7 +364,7 @@ fn nhwc_outputs(t: &'static crate::kernels::isa::KernelTable) -> Vec<f32> {
     let mut out = Vec::new();
     let mut seed = 300;
     for case in &CASES {
-        for c in [1usize, 3, 8, 9, 16, 19, 35, 40] {
+        for c in [1usize, 3, 8, 9, 16, 19, 35, 40, 72, 100] {
             seed += 1;
             let s = shape(case, c);
             let khw = s.kh * s.kw;
