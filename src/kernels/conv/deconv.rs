@@ -1,5 +1,12 @@
-//! ConvTranspose: `cols = W_g^T · X_g` by the packed GEMM, then a col2im scatter-add.
+//! ConvTranspose: `cols = W_g^T · X_g` by the packed GEMM, then a col2im scatter-add; or,
+//! where the kernel is a whole number of strides and the taps overlap (a 4x4 kernel of
+//! stride 2), as one direct conv per output phase: output pixels `(s*i + a, s*j + b)`
+//! are a conv of the input with the `(KH/s) x (KW/s)` taps that reach them (flipped),
+//! computed into a phase plane and interleaved into the output. No col2im: each output
+//! gets its sum in one chain, over a depth `s*s` times the GEMM's (U-Net's 32->16 4x4/2
+//! upsampling at 112x112: K 128 rather than 32).
 
+use super::direct::{self, Tiling};
 use super::{valid_range, ConvShape};
 use crate::kernels::gemm::{self, gemm_packed, BSource, Epilogue, MR};
 use crate::kernels::isa::Isa;
@@ -13,13 +20,118 @@ pub struct DeconvPlan {
     /// Geometry, with `h, w` the input size and `oh, ow` the output size; strides,
     /// dilations and leading pads as in ONNX ConvTranspose.
     pub s: ConvShape,
-    /// Per group, packed `W_g^T` (`[Cout_g*KH*KW, Cin_g]`).
+    /// Per group, packed `W_g^T` (`[Cout_g*KH*KW, Cin_g]`); empty with `phases`.
     pub packed: Vec<Vec<f32>>,
+    /// The output phases' direct convs, row phases outer (empty: the GEMM and col2im).
+    phases: Vec<PhaseConv>,
+}
+
+/// The direct conv of one output phase: output pixels `(sh*i + a, sw*j + b)`.
+#[derive(Debug, Clone)]
+struct PhaseConv {
+    /// Row and column phase.
+    a: usize,
+    b: usize,
+    /// The conv over the input (one image): `oh` x `ow` phase pixels.
+    s: ConvShape,
+    tiling: Tiling,
+    /// Weights packed for the direct conv (`[Cout, Cin, KH/sh, KW/sw]`, flipped taps).
+    w: Vec<f32>,
+}
+
+/// Fewest products per output (input channels x phase taps) for which the phase convs
+/// replace the GEMM (the direct conv's own floor).
+const PHASE_MIN_DEPTH: usize = 32;
+
+/// Output rows of a phase band whose phase planes (all channels of a call) stay near
+/// L2 while they are interleaved: at most this many floats.
+const PHASE_BAND_FLOATS: usize = 64 * 1024;
+
+/// The phase convs of `s` with weights `w` (`[Cin, Cout, KH, KW]`), when they apply:
+/// one group, no dilation, kernels a whole number (at least 2) of strides of 2 or
+/// more, leading pads under a kernel less one stride, a depth of at least
+/// [`PHASE_MIN_DEPTH`] and a direct conv the table runs.
+fn phase_convs(s: &ConvShape, w: &[f32]) -> Vec<PhaseConv> {
+    let whole = |k: usize, st: usize, p: usize| {
+        st >= 2 && k.is_multiple_of(st) && k / st >= 2 && p + st <= k
+    };
+    let applies = s.group == 1
+        && s.dh == 1
+        && s.dw == 1
+        && whole(s.kh, s.sh, s.ph)
+        && whole(s.kw, s.sw, s.pw)
+        && s.c_in * (s.kh / s.sh) * (s.kw / s.sw) >= PHASE_MIN_DEPTH
+        && crate::kernels::isa::table().conv_tiles.is_some();
+    if !applies {
+        return Vec::new();
+    }
+    let (th, tw) = (s.kh / s.sh, s.kw / s.sw);
+    let mut out = Vec::new();
+    for a in 0..s.sh.min(s.oh) {
+        for b in 0..s.sw.min(s.ow) {
+            // Output row s*i + a gets taps ky = ky0 + t*s from input row i + q0 - t;
+            // as a conv (tap u = T-1-t): input row i - (T-1-q0) + u.
+            let (ky0, kx0) = ((a + s.ph) % s.sh, (b + s.pw) % s.sw);
+            let (qy, qx) = ((a + s.ph) / s.sh, (b + s.pw) / s.sw);
+            let ps = ConvShape {
+                n: 1,
+                c_in: s.c_in,
+                h: s.h,
+                w: s.w,
+                c_out: s.c_out,
+                oh: (s.oh - a).div_ceil(s.sh),
+                ow: (s.ow - b).div_ceil(s.sw),
+                kh: th,
+                kw: tw,
+                sh: 1,
+                sw: 1,
+                dh: 1,
+                dw: 1,
+                ph: th - 1 - qy,
+                pw: tw - 1 - qx,
+                group: 1,
+            };
+            if !direct::fits(&ps) {
+                return Vec::new();
+            }
+            let mut cw = vec![0.0; s.c_out * s.c_in * th * tw];
+            for co in 0..s.c_out {
+                for ci in 0..s.c_in {
+                    for u in 0..th {
+                        for v in 0..tw {
+                            let ky = ky0 + (th - 1 - u) * s.sh;
+                            let kx = kx0 + (tw - 1 - v) * s.sw;
+                            cw[((co * s.c_in + ci) * th + u) * tw + v] =
+                                w[((ci * s.c_out + co) * s.kh + ky) * s.kw + kx];
+                        }
+                    }
+                }
+            }
+            let tiling = direct::tiling(&ps, 1);
+            let w = direct::pack_weights(&ps, &cw, 1, |lo, _| lo, tiling);
+            out.push(PhaseConv {
+                a,
+                b,
+                s: ps,
+                tiling,
+                w,
+            });
+        }
+    }
+    out
 }
 
 impl DeconvPlan {
     /// Packs `w` (`[Cin, Cout_g, KH, KW]`).
     pub fn new(s: ConvShape, w: &[f32]) -> DeconvPlan {
+        let phases = phase_convs(&s, w);
+        if !phases.is_empty() {
+            return DeconvPlan {
+                s,
+                packed: Vec::new(),
+                phases,
+            };
+        }
         let (cin_g, cout_g) = (s.cin_g(), s.cout_g());
         let m = cout_g * s.kh * s.kw;
         let packed = (0..s.group)
@@ -30,7 +142,11 @@ impl DeconvPlan {
                 pa
             })
             .collect();
-        DeconvPlan { s, packed }
+        DeconvPlan {
+            s,
+            packed,
+            phases: Vec::new(),
+        }
     }
 
     /// Input rows per block: their `cols` (`m` rows by the block's input positions) fit
@@ -66,8 +182,23 @@ impl DeconvPlan {
             && s.ow == s.w * s.sw
     }
 
+    /// True when the plan runs one direct conv per output phase (not the GEMM and
+    /// col2im).
+    pub fn by_phases(&self) -> bool {
+        !self.phases.is_empty()
+    }
+
     /// Scratch floats a call needs.
     pub fn scratch_len(&self) -> usize {
+        if let Some(p) = self.phases.first() {
+            // The direct conv's planes, then one phase plane per column phase.
+            let conv = self
+                .phases
+                .iter()
+                .map(|p| direct::scratch_len(&p.s, 1, p.tiling));
+            let plane = p.s.c_out * p.s.oh * p.s.ow;
+            return conv.max().unwrap_or(0) + self.s.sw * plane;
+        }
         let s = &self.s;
         let n = self.block_in_rows() * s.w;
         let m = s.cout_g() * s.kh * s.kw;
@@ -93,6 +224,10 @@ impl DeconvPlan {
         epi: &Epilogue<'_>,
         scratch: &mut [f32],
     ) {
+        if !self.phases.is_empty() {
+            self.run_phases(isa, x, y, (c_lo, c_hi), (oy_lo, oy_hi), epi, scratch);
+            return;
+        }
         let s = &self.s;
         let (hw, ohw) = (s.h * s.w, s.oh * s.ow);
         let (cin_g, cout_g, khw) = (s.cin_g(), s.cout_g(), s.kh * s.kw);
@@ -181,6 +316,101 @@ impl DeconvPlan {
                         break;
                     }
                     iy0 = iy1;
+                }
+            }
+        }
+    }
+
+    /// [`Self::run`] by the phase convs: per row phase, bands of phase rows, each
+    /// computed for every column phase into its phase plane, interleaved into the
+    /// output rows, which then get the epilogue while in cache.
+    #[allow(clippy::too_many_arguments)]
+    fn run_phases(
+        &self,
+        isa: Isa,
+        x: &[f32],
+        y: &mut [f32],
+        (c_lo, c_hi): (usize, usize),
+        (oy_lo, oy_hi): (usize, usize),
+        epi: &Epilogue<'_>,
+        scratch: &mut [f32],
+    ) {
+        let s = &self.s;
+        let (chw, ohw) = (s.c_in * s.h * s.w, s.oh * s.ow);
+        let first = &self.phases[0].s;
+        let plane = first.c_out * first.oh * first.ow;
+        let (conv_scratch, planes) = scratch.split_at_mut(scratch.len() - s.sw * plane);
+        let epilogue = isa.table().epilogue;
+        let nc = c_hi - c_lo;
+        for bi in 0..s.n {
+            let xb = &x[bi * chw..(bi + 1) * chw];
+            let yb = &mut y[bi * s.c_out * ohw..(bi + 1) * s.c_out * ohw];
+            let mut res_b: [&[f32]; 4] = [&[]; 4];
+            for (d, r) in res_b.iter_mut().zip(epi.residuals) {
+                *d = &r[bi * s.c_out * ohw..(bi + 1) * s.c_out * ohw];
+            }
+            let epi_b = Epilogue {
+                residuals: &res_b[..epi.residuals.len()],
+                ..*epi
+            };
+            for row_phase in self.phases.chunks(s.sw.min(s.ow)) {
+                let (a, ps) = (row_phase[0].a, &row_phase[0].s);
+                // Phase rows i with output row s*i + a in [oy_lo, oy_hi).
+                let i_lo = oy_lo.saturating_sub(a).div_ceil(s.sh).min(ps.oh);
+                let i_hi = oy_hi.saturating_sub(a).div_ceil(s.sh).min(ps.oh);
+                let band = (PHASE_BAND_FLOATS / (nc * ps.ow * s.sw).max(1)).max(1);
+                let mut i0 = i_lo;
+                while i0 < i_hi {
+                    let i1 = (i0 + band).min(i_hi);
+                    for (q, p) in row_phase.iter().enumerate() {
+                        let out = &mut planes[q * plane..(q + 1) * plane];
+                        let cols = (i0 * p.s.ow, i1 * p.s.ow);
+                        let none = &Epilogue::NONE;
+                        direct::conv2d_f32(
+                            isa,
+                            p.tiling,
+                            &p.s,
+                            &p.w,
+                            xb,
+                            out,
+                            (c_lo, c_hi),
+                            cols,
+                            none,
+                            conv_scratch,
+                        );
+                    }
+                    for i in i0..i1 {
+                        let oy = i * s.sh + a;
+                        for c in c_lo..c_hi {
+                            let orow = &mut yb[c * ohw + oy * s.ow..][..s.ow];
+                            let src = |q: usize| {
+                                let p = &row_phase[q].s;
+                                &planes[q * plane + (c * p.oh + i) * p.ow..][..p.ow]
+                            };
+                            if row_phase.len() == 2 && s.sw == 2 {
+                                let (p0, p1) = (src(0), src(1));
+                                let mut pairs = orow.chunks_exact_mut(2);
+                                for (o, (v0, v1)) in (&mut pairs).zip(p0.iter().zip(p1)) {
+                                    o[0] = *v0;
+                                    o[1] = *v1;
+                                }
+                                if let Some(last) = pairs.into_remainder().first_mut() {
+                                    *last = p0[p0.len() - 1];
+                                }
+                            } else {
+                                for (q, p) in row_phase.iter().enumerate() {
+                                    let dst = orow[p.b..].iter_mut().step_by(s.sw);
+                                    for (o, v) in dst.zip(src(q)) {
+                                        *o = *v;
+                                    }
+                                }
+                            }
+                        }
+                        if !epi_b.is_empty() {
+                            epilogue(&epi_b, yb, ohw, c_lo, nc, oy * s.ow, s.ow);
+                        }
+                    }
+                    i0 = i1;
                 }
             }
         }

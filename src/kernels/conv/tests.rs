@@ -173,6 +173,13 @@ fn deconv_matches_naive() {
         // Kernel < stride: output rows no input row reaches (zero, then the epilogue).
         (2, 3, 1, 2, 3, 0, 5, 4),
         (3, 40, 1, 1, 2, 0, 9, 33),
+        // By phase convs (kernel a whole number of strides, depth >= 32): 4x4/2 with
+        // pad 1 and 0 and an odd output width, 6x6/2 (three taps a phase), 6x6/3 (three
+        // column phases).
+        (8, 5, 1, 4, 2, 1, 9, 11),
+        (8, 4, 1, 4, 2, 0, 5, 8),
+        (16, 3, 1, 6, 2, 2, 7, 6),
+        (9, 7, 1, 6, 3, 3, 4, 5),
     ] {
         let oh = (h - 1) * st + k - 2 * pad;
         let ow = (w_ - 1) * st + k - 2 * pad;
@@ -225,6 +232,8 @@ fn deconv_matches_naive() {
             }
         }
         let plan = DeconvPlan::new(s, &wt);
+        let phases = cin >= 8 && crate::kernels::isa::table().conv_tiles.is_some();
+        assert_eq!(plan.by_phases(), phases, "{:?}", plan.s);
         let mut scratch = vec![0.0; plan.scratch_len()];
         // Bias and a residual add, then ReLU, fused; cut into (channels, rows) pieces
         // that must give the whole's result (a channel cut moves the GEMM's row blocks,
