@@ -168,7 +168,8 @@ mod tests {
 
     /// Pool geometries over edge cases: strides 1/2/3, even and odd widths, pads on one
     /// side only, dilation (max only), ceil mode (one more output than floor), windows
-    /// wholly in padding, rows wider than the stride-2 split buffer.
+    /// wholly in padding, rows wider than the stride-2 split buffer, kernels and strides
+    /// that differ between rows and columns.
     fn edge_shapes() -> Vec<(PoolShape, bool)> {
         let mut v = vec![];
         for (h, w, k, st, d, pads, ceil) in [
@@ -211,6 +212,29 @@ mod tests {
                 pads,
             };
             v.push((s, d == 1));
+        }
+        // Kernels and strides that differ between rows and columns: a CRNN's 2x1 pool of
+        // stride (2, 1), a row stride of 3 with a column stride of 2, a 1x3 of (1, 2).
+        for (h, w, (kh, kw), (sh, sw), pads, oh, ow) in [
+            (8, 80, (2, 1), (2, 1), [0, 0, 0, 0], 4, 80),
+            (10, 11, (3, 2), (3, 2), [1, 0, 0, 1], 4, 6),
+            (7, 12, (1, 3), (1, 2), [0, 1, 0, 1], 7, 6),
+        ] {
+            let s = PoolShape {
+                planes: 2,
+                h,
+                w,
+                oh,
+                ow,
+                kh,
+                kw,
+                sh,
+                sw,
+                dh: 1,
+                dw: 1,
+                pads,
+            };
+            v.push((s, true));
         }
         v
     }

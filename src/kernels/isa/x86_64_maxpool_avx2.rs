@@ -1,11 +1,11 @@
 //! AVX2 max pool of one plane (table entry `max_pool_plane` of the AVX2 table), the
-//! AVX-512 table's separable design (`x86_64_maxpool`) on 8 lanes: for dilation 1 and
-//! stride 1 or 2, per output row the window's input rows are reduced into one row
-//! bordered with `-inf` on a stack buffer, then each output vector takes the max of the
-//! kernel's `kw` shifted loads of that row (at stride 2, the even lanes of two loads):
-//! `kh + kw` maxes per output instead of `kh * kw` (YOLO's SPP / SPPF pools are 5x5 to
-//! 13x13). Other shapes, and rows wider than the buffer, run the body
-//! (`body::pool::max_pool_plane`).
+//! AVX-512 table's separable design (`x86_64_maxpool`) on 8 lanes: for dilation 1, any
+//! row stride and a column stride of 1 or 2, per output row the window's input rows are
+//! reduced into one row bordered with `-inf` on a stack buffer, then each output vector
+//! takes the max of the kernel's `kw` shifted loads of that row (at stride 2, the even
+//! lanes of two loads): `kh + kw` maxes per output instead of `kh * kw` (YOLO's SPP /
+//! SPPF pools are 5x5 to 13x13). Other shapes, and rows wider than the buffer, run the
+//! body (`body::pool::max_pool_plane`).
 //!
 //! Every max is `v > acc ? v : acc` (`vmaxps` with the new value first), as the body's:
 //! a NaN input never replaces the accumulator, so the result is the max of the window's
