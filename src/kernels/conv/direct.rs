@@ -828,14 +828,6 @@ const BAND_BYTES: usize = 512 << 10;
 /// bands of YOLOX's 3x3/2 256->512 conv, 800 KB of planes and 4.7 MB of weights, took
 /// 15 % longer than one). Each output is the same sum whatever range computes it (the
 /// module's invariant), so bands change no bits.
-/// Bands of a whole call of conv `s` (`per` channels per element) under `tiling`.
-#[cfg(test)]
-pub(super) fn whole_bands(s: &ConvShape, per: usize, tiling: Tiling) -> usize {
-    let g = Geom::with(s, per, tiling);
-    let weights = s.c_out * g.cp * g.taps * 4;
-    s.oh.div_ceil(band_rows(&g, 4, s.oh, weights))
-}
-
 fn band_rows(g: &Geom, elem_bytes: usize, rows: usize, weights: usize) -> usize {
     let planes = g.phases * g.cp * g.plane_stride(rows) * elem_bytes;
     let bands = planes
@@ -843,6 +835,14 @@ fn band_rows(g: &Geom, elem_bytes: usize, rows: usize, weights: usize) -> usize 
         .min(1 + planes / weights.max(1))
         .clamp(1, rows.max(1));
     rows.max(1).div_ceil(bands)
+}
+
+/// Bands of a whole call of conv `s` (`per` channels per element) under `tiling`.
+#[cfg(test)]
+pub(super) fn whole_bands(s: &ConvShape, per: usize, tiling: Tiling) -> usize {
+    let g = Geom::with(s, per, tiling);
+    let weights = s.c_out * g.cp * g.taps * 4;
+    s.oh.div_ceil(band_rows(&g, 4, s.oh, weights))
 }
 
 /// [`conv_direct`] over one band of output rows (`p_lo..p_hi` within rows that

@@ -72,9 +72,13 @@ trait Lanes {
     type V: Copy;
     /// Its f32 lanes.
     const N: usize;
+    /// The `N` floats at `p` (unaligned).
+    ///
     /// # Safety
     /// The ISA available; `N` floats at `p` readable.
     unsafe fn load(p: *const f32) -> Self::V;
+    /// `v` into the `N` floats at `p` (unaligned).
+    ///
     /// # Safety
     /// The ISA available; `N` floats at `p` writable.
     unsafe fn store(p: *mut f32, v: Self::V);
