@@ -9,6 +9,7 @@ use super::direct;
 use super::gemm::{gemm_panels, panels_scratch_len};
 use super::{pack_a, Bf16Table};
 use crate::kernels::body::conv::ConvShape;
+use crate::kernels::body::epilogue::residual_slices;
 use crate::kernels::conv::direct::Tiling;
 use crate::kernels::gemm::Epilogue;
 use crate::kernels::isa::Isa;
@@ -95,11 +96,8 @@ pub fn conv2d_bf16(
             let m_hi = c_hi.min((g + 1) * mg) - g * mg;
             let xg = &xb[g * s.cin_g() * hw..(g + 1) * s.cin_g() * hw];
             let yg = &mut yb[g * mg * ohw..(g + 1) * mg * ohw];
-            let mut res: [&[f32]; 4] = [&[]; 4];
-            for (d, r) in res.iter_mut().zip(epi.residuals) {
-                let img = &r[b * s.c_out * ohw..(b + 1) * s.c_out * ohw];
-                *d = &img[g * mg * ohw..(g + 1) * mg * ohw];
-            }
+            let at = (b * s.c_out + g * mg) * ohw;
+            let res = residual_slices(epi.residuals, at..at + mg * ohw);
             let epi_g = Epilogue {
                 channel_offset: epi.channel_offset + g * mg,
                 residuals: &res[..epi.residuals.len()],

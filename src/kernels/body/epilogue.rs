@@ -8,6 +8,27 @@ use crate::ir::UnaryOp;
 /// `(lo, hi)`.
 pub type SimpleForm = (Option<usize>, Option<(f32, f32)>);
 
+/// Most residuals a conv kernel slices per image or group ([`residual_slices`]).
+pub const MAX_SLICED_RESIDUALS: usize = 4;
+
+/// Elements `range` of each residual (one image's, or one group's, part of the output),
+/// for the epilogue over that part: `&out[..residuals.len()]` are the slices. Panics
+/// with more than [`MAX_SLICED_RESIDUALS`] residuals.
+pub fn residual_slices<'a>(
+    residuals: &[&'a [f32]],
+    range: std::ops::Range<usize>,
+) -> [&'a [f32]; MAX_SLICED_RESIDUALS] {
+    assert!(
+        residuals.len() <= MAX_SLICED_RESIDUALS,
+        "epilogue: more than {MAX_SLICED_RESIDUALS} residuals"
+    );
+    let mut out: [&[f32]; MAX_SLICED_RESIDUALS] = [&[]; MAX_SLICED_RESIDUALS];
+    for (d, r) in out.iter_mut().zip(residuals) {
+        *d = &r[range.clone()];
+    }
+    out
+}
+
 /// What happens to each tile of C after its last K block.
 pub struct Epilogue<'a> {
     /// Per-channel bias.

@@ -8,6 +8,7 @@
 
 use super::direct::{self, Tiling};
 use super::{valid_range, ConvShape};
+use crate::kernels::body::epilogue::residual_slices;
 use crate::kernels::gemm::{self, gemm_packed, BSource, Epilogue, MR};
 use crate::kernels::isa::Isa;
 
@@ -240,10 +241,7 @@ impl DeconvPlan {
         for b in 0..s.n {
             let xb = &x[b * s.c_in * hw..(b + 1) * s.c_in * hw];
             let yb = &mut y[b * s.c_out * ohw..(b + 1) * s.c_out * ohw];
-            let mut res_b: [&[f32]; 4] = [&[]; 4];
-            for (d, r) in res_b.iter_mut().zip(epi.residuals) {
-                *d = &r[b * s.c_out * ohw..(b + 1) * s.c_out * ohw];
-            }
+            let res_b = residual_slices(epi.residuals, b * s.c_out * ohw..(b + 1) * s.c_out * ohw);
             let epi_b = Epilogue {
                 residuals: &res_b[..epi.residuals.len()],
                 ..*epi
@@ -345,10 +343,8 @@ impl DeconvPlan {
         for bi in 0..s.n {
             let xb = &x[bi * chw..(bi + 1) * chw];
             let yb = &mut y[bi * s.c_out * ohw..(bi + 1) * s.c_out * ohw];
-            let mut res_b: [&[f32]; 4] = [&[]; 4];
-            for (d, r) in res_b.iter_mut().zip(epi.residuals) {
-                *d = &r[bi * s.c_out * ohw..(bi + 1) * s.c_out * ohw];
-            }
+            let res_b =
+                residual_slices(epi.residuals, bi * s.c_out * ohw..(bi + 1) * s.c_out * ohw);
             let epi_b = Epilogue {
                 residuals: &res_b[..epi.residuals.len()],
                 ..*epi

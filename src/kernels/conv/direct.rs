@@ -27,6 +27,7 @@
 //! one whole call bit for bit.
 
 use crate::kernels::body::conv::ConvShape;
+use crate::kernels::body::epilogue::residual_slices;
 use crate::kernels::gemm::Epilogue;
 use crate::kernels::isa::{Isa, MR, NR};
 
@@ -882,10 +883,7 @@ fn conv_band<T: Copy + Default>(
             planes,
         );
         let yb = &mut y[bi * s.c_out * ohw..][..s.c_out * ohw];
-        let mut res: [&[f32]; 4] = [&[]; 4];
-        for (d, r) in res.iter_mut().zip(epi.residuals) {
-            *d = &r[bi * s.c_out * ohw..][..s.c_out * ohw];
-        }
+        let res = residual_slices(epi.residuals, bi * s.c_out * ohw..(bi + 1) * s.c_out * ohw);
         let epi_b = Epilogue {
             residuals: &res[..epi.residuals.len()],
             ..*epi

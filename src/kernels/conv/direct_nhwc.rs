@@ -18,6 +18,7 @@ use super::direct::{
 };
 use super::direct::{WIDE_ROWS, WIDE_WIDTH};
 use crate::kernels::body::conv::ConvShape;
+use crate::kernels::body::epilogue::residual_slices;
 use crate::kernels::gemm::Epilogue;
 use crate::kernels::isa::Isa;
 
@@ -150,14 +151,7 @@ pub fn conv_direct_nhwc<T: Copy + Default>(
             (wide.nhwc)(a, planes, offs, g.cp, run, &mut out);
         });
         if fused.is_none() && !epi.is_empty() {
-            let mut res: [&[f32]; 4] = [&[]; 4];
-            assert!(
-                epi.residuals.len() <= res.len(),
-                "direct nhwc: too many residuals"
-            );
-            for (d, r) in res.iter_mut().zip(epi.residuals) {
-                *d = &r[b0 * row..b1 * row];
-            }
+            let res = residual_slices(epi.residuals, b0 * row..b1 * row);
             let e = Epilogue {
                 residuals: &res[..epi.residuals.len()],
                 channel_is_row: false,

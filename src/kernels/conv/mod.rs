@@ -37,6 +37,7 @@ pub(crate) use winograd::body as winograd_body;
 pub use winograd::WinogradPlan;
 pub use winograd::{OutBlock, PointRows, WinoGeom};
 
+use super::body::epilogue::residual_slices;
 use super::gemm::{self, gemm_packed, BSource, Epilogue, MR};
 use super::isa::{self, Isa};
 use super::packed::WeightBuf;
@@ -240,10 +241,7 @@ pub fn conv2d(
     for b in 0..s.n {
         let xb = &x[b * s.c_in * hw..(b + 1) * s.c_in * hw];
         let yb = &mut y[b * s.c_out * ohw..(b + 1) * s.c_out * ohw];
-        let mut res_b: [&[f32]; 4] = [&[]; 4];
-        for (d, r) in res_b.iter_mut().zip(epi.residuals) {
-            *d = &r[b * s.c_out * ohw..(b + 1) * s.c_out * ohw];
-        }
+        let res_b = residual_slices(epi.residuals, b * s.c_out * ohw..(b + 1) * s.c_out * ohw);
         let epi_b = Epilogue {
             residuals: &res_b[..epi.residuals.len()],
             ..*epi

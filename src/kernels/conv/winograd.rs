@@ -35,6 +35,7 @@ pub(crate) mod body;
 
 use super::ConvShape;
 use crate::kernels::bf16::Bf16Table;
+use crate::kernels::body::epilogue::residual_slices;
 use crate::kernels::gemm::{self, Epilogue, KC, MR, NR};
 use crate::kernels::isa::{Isa, TileWalk, WalkA, COLS_MAX};
 use crate::kernels::packed::WeightBuf;
@@ -455,11 +456,8 @@ impl WinogradPlan {
         let per = y.len() / s.n;
         for b in 0..s.n {
             let yb = &mut y[b * per..(b + 1) * per];
-            let mut res_b: [&[f32]; 4] = [&[]; 4];
-            for (d, r) in res_b.iter_mut().zip(epi.residuals) {
-                let per = r.len() / s.n;
-                *d = &r[b * per..(b + 1) * per];
-            }
+            // Residuals are laid out like the output.
+            let res_b = residual_slices(epi.residuals, b * per..(b + 1) * per);
             let epi_b = Epilogue {
                 residuals: &res_b[..epi.residuals.len()],
                 ..*epi
