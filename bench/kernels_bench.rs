@@ -386,13 +386,23 @@ fn bench_conv_classes(reps: usize) {
 fn bench_plan_convs(reps: usize) {
     let args: Vec<String> = std::env::args().skip_while(|a| a != "plan").collect();
     let cold = args.iter().any(|a| a == "cold");
+    let l3 = args.iter().any(|a| a == "l3");
     let only = args
         .iter()
         .skip(1)
-        .find(|a| !a.starts_with("--") && *a != "cold");
+        .find(|a| !a.starts_with("--") && *a != "cold" && *a != "l3");
     // `cold`: before each timed run, read a buffer far larger than the caches, so that
     // the weights come from memory as they do inside a network of tens of MB of them.
-    let mut flush = vec![0u8; if cold { 256 << 20 } else { 0 }];
+    // `l3`: a buffer of twice L2 instead, so that the operands come from the L3 (as in
+    // a network whose layers' weights and activations evict each other from L2).
+    let flush_len = if cold {
+        256 << 20
+    } else if l3 {
+        8 << 20
+    } else {
+        0
+    };
+    let mut flush = vec![0u8; flush_len];
     let mut evict = || {
         for (i, b) in flush.iter_mut().step_by(64).enumerate() {
             *b = b.wrapping_add(i as u8);
@@ -431,9 +441,11 @@ fn bench_plan_convs(reps: usize) {
         ("mm 14^2 96->576 (MNv2 expand)", 96, 196, 576, 1, 0),
         ("mm 14^2 576->96 (MNv2 project)", 576, 196, 96, 1, 0),
         ("mm 7^2 960->320 (MNv2 project)", 960, 49, 320, 1, 0),
+        ("mm 7^2 320->1280 (MNv2 last)", 320, 49, 1280, 1, 0),
+        ("mm 7^2 160->960 (MNv2 expand)", 160, 49, 960, 1, 0),
         ("mm 80 512->6625 (CRNN head)", 512, 80, 6625, 1, 0),
     ];
-    println!("Convs through the plan (1 thread, best of {reps}, thread CPU time, cold: {cold})");
+    println!("Convs through the plan (1 thread, best of {reps}, thread CPU time, cold: {cold}, L2 evicted: {l3})");
     println!(
         "{:<30} {:>9} {:>8} {:>9}",
         "layer", "us", "GFLOP/s", "wall p50"

@@ -639,7 +639,7 @@ impl WinogradPlan {
                         let ap = WalkA::Packed(&u[k0 * co_pad + ic * kc..]);
                         let cs = &mut m[(ic - c0) * nt + j..];
                         let count = (ic_end - ic).div_ceil(MR);
-                        walk(kc, ap, bp, cs, nt, k0 > 0, None, TileWalk::Down, count);
+                        walk(kc, ap, bp, &[], cs, nt, k0 > 0, None, TileWalk::Down, count);
                         j += NR;
                         continue;
                     }

@@ -696,12 +696,16 @@ pub struct KernelTable {
     /// `mm_tile_strided` for the first, as `a` says), each as that tile (`e` None) or its
     /// `_epi` form computes it, the next one as `walk` says: one call for a column or
     /// row of tiles, so that small-depth products do not pay a dispatch a tile.
+    /// `ahead` (may be empty) is B the caller reads next (the next strips' panels of
+    /// weights that come from memory): a walk along a row brings it into L2 as it goes,
+    /// spread over its steps; a hint, which a table may leave unused.
     #[allow(clippy::type_complexity)]
     pub mm_tiles: Option<
         fn(
             kc: usize,
             a: WalkA<'_>,
             b: &[f32],
+            ahead: &[f32],
             c: &mut [f32],
             ldc: usize,
             acc: bool,

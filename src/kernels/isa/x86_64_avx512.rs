@@ -495,12 +495,14 @@ fn tile_strided(
 /// `KernelTable::mm_tiles` with AVX-512: the walk's tiles two at a time, each pair in
 /// twelve accumulators ([`tile_12x16`] down a column, [`tile_6x16_row`] along a row, four at a time there:
 /// one tile's six chains cannot keep two 512-bit FMA ports with 4-cycle latency busy),
-/// an odd last tile alone; every element summed in the order of [`tile_6x16`].
+/// an odd last tile alone; every element summed in the order of [`tile_6x16`]. Along a
+/// row, the calls of [`tile_6x16_row`] share `ahead`'s lines out among themselves.
 #[allow(clippy::too_many_arguments)]
 fn mm_tiles(
     kc: usize,
     a: WalkA<'_>,
     b: &[f32],
+    ahead: &[f32],
     c: &mut [f32],
     ldc: usize,
     acc: bool,
@@ -521,6 +523,7 @@ fn mm_tiles(
             kc,
             (ap, lda),
             b.as_ptr(),
+            Ahead::of(ahead),
             c.as_mut_ptr(),
             ldc,
             acc,
@@ -542,6 +545,7 @@ unsafe fn tiles_walk(
     kc: usize,
     (a, lda): (*const f32, Option<usize>),
     b: *const f32,
+    ahead: Ahead,
     c: *mut f32,
     ldc: usize,
     acc: bool,
@@ -558,6 +562,11 @@ unsafe fn tiles_walk(
         }
     };
     let mut t = 0;
+    // `ahead`'s lines in equal shares, one per call along the row (a line a step: more
+    // than the walk has steps for is left to the hardware).
+    let calls = count / 4 + count % 4 / 2;
+    let share = ahead.lines.div_ceil(calls.max(1)).min(kc);
+    let ahead_of = |t: usize| ahead.part((t / 4 + t % 4 / 2) * share, share);
     while walk == TileWalk::Right && t + 4 <= count {
         let es: Option<[TileEpi<'_>; 4]> = e.map(|e| std::array::from_fn(|q| e.tile(t + q, &st)));
         let es = es.as_ref().map(|es| std::array::from_fn(|q| &es[q]));
@@ -565,7 +574,7 @@ unsafe fn tiles_walk(
         unsafe {
             let (a0, b0, c0) = (a.add(t * st.a), b.add(t * st.b), c.add(t * st.c));
             let bs = std::array::from_fn(|q| b0.add(q * st.b));
-            tile_6x16_row::<4>(kc, a_of(a0), bs, c0, ldc, acc, es)
+            tile_6x16_row::<4>(kc, a_of(a0), bs, c0, ldc, acc, es, ahead_of(t))
         }
         t += 4;
     }
@@ -590,7 +599,7 @@ unsafe fn tiles_walk(
                 }
                 TileWalk::Right => {
                     let bs = [b0, b0.add(st.b)];
-                    tile_6x16_row(kc, a_of(a0), bs, c0, ldc, acc, es)
+                    tile_6x16_row(kc, a_of(a0), bs, c0, ldc, acc, es, ahead_of(t))
                 }
             }
         }
@@ -787,14 +796,48 @@ fn mm_tile_pair(
             ldc,
             acc,
             e,
+            Ahead::NONE,
         )
+    }
+}
+
+/// Lines of B to bring into L2 during a walk ([`KernelTable::mm_tiles`]'s `ahead`):
+/// `lines` 64-byte lines from `at`.
+#[derive(Clone, Copy)]
+struct Ahead {
+    at: *const f32,
+    lines: usize,
+}
+
+impl Ahead {
+    const NONE: Ahead = Ahead {
+        at: std::ptr::null(),
+        lines: 0,
+    };
+
+    /// The whole lines of `b`.
+    fn of(b: &[f32]) -> Ahead {
+        Ahead {
+            at: b.as_ptr(),
+            lines: b.len() / NR,
+        }
+    }
+
+    /// Lines `from..from + n` (those of them that exist).
+    fn part(self, from: usize, n: usize) -> Ahead {
+        let from = from.min(self.lines);
+        Ahead {
+            at: self.at.wrapping_add(from * NR),
+            lines: n.min(self.lines - from),
+        }
     }
 }
 
 /// `Q` 6x16 tiles side by side on one A panel (B panel `q` at `b[q]`, C of tile `q` at
 /// `c + q * NR`): `6 * Q` accumulators, each updated in the order of [`tile_6x16`] (so
 /// the same bits). Two keep two FMA ports with 4-cycle latency busy where one tile's six
-/// chains cannot; four also halve the A broadcasts per FMA.
+/// chains cannot; four also halve the A broadcasts per FMA. Step `p` prefetches line `p`
+/// of `ahead` (at most `kc` lines).
 ///
 /// # Safety
 /// AVX-512F must be available; `a_at(p, r)` valid for one read for every `p < kc`,
@@ -802,6 +845,7 @@ fn mm_tile_pair(
 /// floats at stride `ldc` from `c + q * NR` for q < Q.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+#[allow(clippy::too_many_arguments)]
 unsafe fn tile_6x16_row<const Q: usize>(
     kc: usize,
     a_at: impl Fn(usize, usize) -> *const f32,
@@ -810,10 +854,15 @@ unsafe fn tile_6x16_row<const Q: usize>(
     ldc: usize,
     acc: bool,
     e: Option<[&TileEpi<'_>; Q]>,
+    ahead: Ahead,
 ) {
     let mut t = [[_mm512_setzero_ps(); MR]; Q];
     let (ar, da) = a_rows::<MR>(&a_at);
     for p in 0..kc {
+        if p < ahead.lines {
+            // A hint only (to L2: the lines are read by later calls).
+            _mm_prefetch::<_MM_HINT_T1>(ahead.at.wrapping_add(p * NR).cast());
+        }
         // SAFETY: step p < kc of each B panel and of the A rows is readable (caller).
         unsafe {
             let x: [__m512; Q] = std::array::from_fn(|q| _mm512_loadu_ps(b[q].add(p * NR)));

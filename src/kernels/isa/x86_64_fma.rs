@@ -724,12 +724,15 @@ fn tile_strided(
 }
 
 /// `KernelTable::mm_tiles` with AVX2: [`tile_6x16`] or [`tile_6x16_strided`] on each
-/// tile of the walk, its epilogue moved along.
+/// tile of the walk, its epilogue moved along. `ahead` is unused: this table does not
+/// pair tiles, so its strips go one at a time down the panels, and each column's first
+/// tile asks for the next strip's panel itself.
 #[allow(clippy::too_many_arguments)]
 fn mm_tiles(
     kc: usize,
     a: super::WalkA<'_>,
     b: &[f32],
+    _ahead: &[f32],
     c: &mut [f32],
     ldc: usize,
     acc: bool,
