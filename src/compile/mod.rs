@@ -5,6 +5,7 @@
 //! BatchNorm, fuse epilogues, drop dead nodes, place nodes (BPU/CPU), measure node times
 //! on this host, cut BPU segments into FCs.
 
+pub mod band;
 pub mod budget;
 pub mod config;
 pub mod cost;
@@ -230,6 +231,7 @@ pub fn compile_graph_within(
             layout::Dense::StemsOnly
         };
         layout::channels_last_with(&mut g, dense);
+        band::fuse_expand_depthwise(&mut g);
     }
     simplify::eliminate_dead_nodes(&mut g);
     ensure_outputs_computed(&mut g);

@@ -217,6 +217,19 @@ pub enum Op {
         group: usize,
         post: Vec<PostOp>,
     },
+    /// A channels-last 1x1 expansion feeding a depthwise conv, fused by the compiler
+    /// (`compile::band`) so that the expanded image, the largest tensor of an inverted
+    /// residual block, is computed band by band into scratch and never written whole.
+    /// Same values as `MatMul { post: expand }` then `ConvNhwc { geom, group, post }`.
+    /// inputs: X `[N, H, W, Cin]`, W1 `[Cin, Ce]` (the expansion's B), W `[Ce, 1, KH,
+    /// KW]`, [B `[Ce]`], then residuals referenced by `post`; output `[N, OH, OW, Ce]`.
+    /// `expand` is the expansion's epilogue (no residuals).
+    ExpandConvNhwc {
+        expand: Vec<PostOp>,
+        geom: ConvGeom,
+        group: usize,
+        post: Vec<PostOp>,
+    },
     /// inputs: X, W, [B], then residuals referenced by `post`.
     ConvTranspose {
         geom: ConvGeom,
@@ -550,6 +563,7 @@ impl Op {
             Op::Conv { .. } => "Conv",
             Op::ConvTranspose { .. } => "ConvTranspose",
             Op::ConvNhwc { .. } => "ConvNhwc",
+            Op::ExpandConvNhwc { .. } => "ExpandConvNhwc",
             Op::Gemm { .. } => "Gemm",
             Op::MatMul { .. } => "MatMul",
             Op::Attention => "Attention",
@@ -624,6 +638,7 @@ impl Op {
             Op::Conv { post, .. }
             | Op::ConvTranspose { post, .. }
             | Op::ConvNhwc { post, .. }
+            | Op::ExpandConvNhwc { post, .. }
             | Op::Gemm { post, .. }
             | Op::MatMul { post } => Some(post),
             _ => None,
@@ -636,6 +651,7 @@ impl Op {
             Op::Conv { post, .. }
             | Op::ConvTranspose { post, .. }
             | Op::ConvNhwc { post, .. }
+            | Op::ExpandConvNhwc { post, .. }
             | Op::Gemm { post, .. }
             | Op::MatMul { post } => Some(post),
             _ => None,

@@ -36,8 +36,19 @@ pub(crate) struct DwNhwcKernel {
 /// (depthwise) or one (dense): X `[N, H, W, C]`, output `[N, OH, OW, Cout]` the window
 /// of the geometry (a file's shapes are not trusted).
 pub(super) fn nhwc_shape(c: &Ctx<'_>, geom: &ir::ConvGeom, group: usize) -> Result<ConvShape> {
+    nhwc_shape_of(c, geom, group, c.ishape(0)?)
+}
+
+/// [`nhwc_shape`] of a conv whose input `[N, H, W, C]` is `xs` (not the node's input 0:
+/// the expanded image of `ExpandConvNhwc`).
+pub(super) fn nhwc_shape_of(
+    c: &Ctx<'_>,
+    geom: &ir::ConvGeom,
+    group: usize,
+    xs: &[usize],
+) -> Result<ConvShape> {
     let n = c.n;
-    let (xs, os) = (c.ishape(0)?, c.oshape(0)?);
+    let os = c.oshape(0)?;
     let (&[nb, h, w, ch], &[onb, oh, ow, och]) = (xs, os) else {
         return Err(shape_err(
             n,
@@ -84,32 +95,11 @@ pub(crate) fn plan_depthwise_nhwc(
     group: usize,
     post: &[PostOp],
 ) -> Result<Planned> {
-    let n = c.n;
     c.outputs_typed(DType::F32)?;
     c.require_f32(0)?;
     let s = nhwc_shape(c, geom, group)?;
     let ch = s.c_in;
-    let khw = s.kh * s.kw;
-    let wt = c.const_f32(1, "ConvNhwc weights")?;
-    if wt.len() != ch * khw {
-        return Err(shape_err(
-            n,
-            format!("{} weights for {ch} channels of {khw} taps", wt.len()),
-        ));
-    }
-    let bias = match n.inputs.get(2).copied().flatten() {
-        Some(_) => {
-            let b = c.const_f32(2, "ConvNhwc bias")?;
-            if b.len() != ch {
-                return Err(shape_err(
-                    n,
-                    format!("{} biases for {ch} channels", b.len()),
-                ));
-            }
-            b
-        }
-        None => vec![0.0; ch],
-    };
+    let (taps, bias) = depthwise_weights(c, &s, 1)?;
     let (post, res) = post_ops(c, post, ch)?;
     let rows = s.n * s.oh;
     let us = s.macs() / pool::DEPTHWISE_MACS_PER_US;
@@ -120,7 +110,7 @@ pub(crate) fn plan_depthwise_nhwc(
     };
     let helper = usize::from(!par.is_empty());
     Ok(Planned::new(DwNhwcKernel {
-        taps: pack_taps(&wt, ch, khw),
+        taps,
         s,
         bias,
         post,
@@ -128,6 +118,37 @@ pub(crate) fn plan_depthwise_nhwc(
         par,
     })
     .helper_scratch(helper))
+}
+
+/// The constant weights `[C, 1, KH, KW]` of the depthwise conv `s` at input `at` as taps
+/// `[KH*KW][C]`, and its bias at input `at + 1` (zeros without one).
+pub(super) fn depthwise_weights(
+    c: &Ctx<'_>,
+    s: &ConvShape,
+    at: usize,
+) -> Result<(Vec<f32>, Vec<f32>)> {
+    let (n, ch, khw) = (c.n, s.c_in, s.kh * s.kw);
+    let wt = c.const_f32(at, "depthwise weights")?;
+    if wt.len() != ch * khw {
+        return Err(shape_err(
+            n,
+            format!("{} weights for {ch} channels of {khw} taps", wt.len()),
+        ));
+    }
+    let bias = match n.inputs.get(at + 1).copied().flatten() {
+        Some(_) => {
+            let b = c.const_f32(at + 1, "depthwise bias")?;
+            if b.len() != ch {
+                return Err(shape_err(
+                    n,
+                    format!("{} biases for {ch} channels", b.len()),
+                ));
+            }
+            b
+        }
+        None => vec![0.0; ch],
+    };
+    Ok((pack_taps(&wt, ch, khw), bias))
 }
 
 impl DwNhwcKernel {

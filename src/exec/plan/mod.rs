@@ -31,6 +31,7 @@ mod conv;
 mod dense_nhwc;
 mod dw_nhwc;
 mod elementwise;
+mod expand_dw;
 mod gemm;
 mod generate;
 mod image;
@@ -241,6 +242,7 @@ macro_rules! families {
 families! {
     Conv(conv::ConvKernel),
     DwNhwc(dw_nhwc::DwNhwcKernel),
+    ExpandDw(expand_dw::ExpandDwKernel),
     DenseNhwc(dense_nhwc::DenseNhwcKernel),
     Gemm(Box<gemm::GemmPlan>),
     Attention(attention::AttentionPlan),
@@ -375,6 +377,12 @@ fn plan_kernel(c: &Ctx<'_>, pre: Option<&WeightBuf>) -> Result<Planned> {
             dense_nhwc::plan_dense_nhwc(c, geom, post)
         }
         Op::ConvNhwc { geom, group, post } => dw_nhwc::plan_depthwise_nhwc(c, geom, *group, post),
+        Op::ExpandConvNhwc {
+            expand,
+            geom,
+            group,
+            post,
+        } => expand_dw::plan_expand_dw(c, expand, geom, *group, post),
         Op::ConvTranspose {
             geom, group, post, ..
         } => conv::plan_deconv(c, geom, *group, post),

@@ -1,4 +1,4 @@
-//! Records of the conv family: Conv, ConvNhwc, ConvTranspose.
+//! Records of the conv family: Conv, ConvNhwc, ExpandConvNhwc, ConvTranspose.
 
 use super::{AttrsIn, AttrsOut};
 use crate::ir::Op;
@@ -16,6 +16,18 @@ pub(super) fn encode(op: &Op, a: &mut AttrsOut) -> Option<&'static str> {
             a.usize("group", *group);
             a.post("post", post);
             "ConvNhwc"
+        }
+        Op::ExpandConvNhwc {
+            expand,
+            geom,
+            group,
+            post,
+        } => {
+            a.post("expand", expand);
+            a.geom(geom);
+            a.usize("group", *group);
+            a.post("post", post);
+            "ExpandConvNhwc"
         }
         Op::ConvTranspose {
             geom,
@@ -52,6 +64,12 @@ pub(super) fn decode(name: &str, a: &AttrsIn) -> Option<Result<Op, String>> {
                 group: a.usize("group")?,
                 post: a.post("post")?,
             },
+            "ExpandConvNhwc" => Op::ExpandConvNhwc {
+                expand: a.post("expand")?,
+                geom: a.geom()?,
+                group: a.usize("group")?,
+                post: a.post("post")?,
+            },
             _ => Op::ConvTranspose {
                 geom: a.geom()?,
                 group: a.usize("group")?,
@@ -64,5 +82,9 @@ pub(super) fn decode(name: &str, a: &AttrsIn) -> Option<Result<Op, String>> {
             },
         })
     };
-    matches!(name, "Conv" | "ConvNhwc" | "ConvTranspose").then(f)
+    matches!(
+        name,
+        "Conv" | "ConvNhwc" | "ExpandConvNhwc" | "ConvTranspose"
+    )
+    .then(f)
 }

@@ -55,9 +55,10 @@ pub(super) fn encode_op(op: &Op) -> Result<(String, Vec<AttrRecord>), String> {
     // Exhaustive on purpose: the registration point for encoding.
     #[allow(unreachable_patterns)]
     let name = match op {
-        Op::Conv { .. } | Op::ConvNhwc { .. } | Op::ConvTranspose { .. } => {
-            conv::encode(op, &mut a)
-        }
+        Op::Conv { .. }
+        | Op::ConvNhwc { .. }
+        | Op::ExpandConvNhwc { .. }
+        | Op::ConvTranspose { .. } => conv::encode(op, &mut a),
         Op::Gemm { .. } | Op::MatMul { .. } | Op::Attention => gemm::encode(op, &mut a),
         Op::Unary(_) | Op::Binary(_) | Op::Where | Op::ClipDynamic | Op::Cast { .. } => {
             elementwise::encode(op, &mut a)

@@ -35,6 +35,12 @@ fn every_op() -> Vec<Op> {
             group: 2,
             post: post.clone(),
         },
+        Op::ExpandConvNhwc {
+            expand: vec![PostOp::Unary(UnaryOp::Relu)],
+            geom: geom(),
+            group: 2,
+            post: post.clone(),
+        },
         Op::ConvTranspose {
             geom: geom(),
             group: 1,

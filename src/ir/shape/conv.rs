@@ -55,6 +55,47 @@ impl Cx<'_> {
         one(DType::F32, out)
     }
 
+    /// `ExpandConvNhwc`: X `[N, H, W, Cin]` times W1 `[Cin, Ce]` (its epilogue without
+    /// residuals), then the depthwise conv of `ConvNhwc` with W at input 2, B at 3.
+    pub(super) fn expand_conv_nhwc_node(
+        &self,
+        expand: &[PostOp],
+        geom: &ConvGeom,
+        group: usize,
+        post: &[PostOp],
+    ) -> Result<Vec<TypedShape>> {
+        let x = self.shape(0)?;
+        let w1 = self.shape(1)?;
+        let w = self.shape(2)?;
+        if x.len() != 4 || geom.kernel.len() != 2 {
+            return Err(self.err(format!("input {x:?} is not [N, H, W, C] with a 2-D kernel")));
+        }
+        if w1.len() != 2 || w1[0] != x[3] {
+            return Err(self.err(format!("expansion {w1:?} does not take {} channels", x[3])));
+        }
+        let ce = w1[1];
+        if expand.iter().any(|p| matches!(p, PostOp::AddInput { .. })) {
+            return Err(self.err("the expansion's epilogue adds no residual".to_string()));
+        }
+        let e = [x[0], x[1], x[2], ce];
+        self.check_post(expand, &e, ce)?;
+        if w.len() != 4 || w[2..] != geom.kernel[..] || w[1] != 1 || w[0] != ce || group != ce {
+            return Err(self.err(format!(
+                "weights {w:?} (group {group}) are not a depthwise {:?} kernel over {ce} channels",
+                geom.kernel
+            )));
+        }
+        if let Some((_, b)) = self.opt(3)? {
+            if b != [ce] {
+                return Err(self.err(format!("bias {b:?} does not match {ce} channels")));
+            }
+        }
+        let sp = self.window(geom, false, &[x[0], ce, x[1], x[2]])?;
+        let out = vec![x[0], sp[0], sp[1], ce];
+        self.check_post(post, &out, ce)?;
+        one(DType::F32, out)
+    }
+
     pub(super) fn spatial_check(&self, geom: &ConvGeom, x: &[usize]) -> Result<usize> {
         let ns = geom.kernel.len();
         if x.len() != ns + 2 {

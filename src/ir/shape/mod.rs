@@ -303,6 +303,12 @@ impl<'a> Cx<'a> {
         match self.op {
             Op::Conv { geom, group, post } => self.conv_node(geom, group, post),
             Op::ConvNhwc { geom, group, post } => self.conv_nhwc_node(geom, *group, post),
+            Op::ExpandConvNhwc {
+                expand,
+                geom,
+                group,
+                post,
+            } => self.expand_conv_nhwc_node(expand, geom, *group, post),
             Op::ConvTranspose {
                 geom,
                 group,
