@@ -292,8 +292,28 @@ const C_ROWS_MIN_LDC: usize = 512;
 const GROUP_STRIPS: usize = 4;
 
 /// Floats of a block's B up to which the tiles go panels outer whatever C's stride
-/// (see `gemm_with`): 16 KiB, half of a 32 KiB L1.
-const B_IN_L1_FLOATS: usize = 4096;
+/// (see `gemm_with`): two thirds of the L1 data cache (21 KiB of 32, 32 KiB of 48). On a
+/// 48 KiB L1 (Xeon, AVX-512, operands out of L2, best of 30) MobileNetV2's 784x32x192
+/// expansion went 104-106 -> 75-77 us at 32 KiB (from 16: one call per A panel across
+/// its 12 strips instead of one per panel and group of four); 128 KiB gained nothing.
+fn b_in_l1_floats() -> usize {
+    static FLOATS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *FLOATS.get_or_init(|| l1_data_bytes() * 2 / 3 / std::mem::size_of::<f32>())
+}
+
+/// Bytes of this CPU's L1 data cache as the C library reports it (32 KiB where it does
+/// not, or reports something implausible).
+fn l1_data_bytes() -> usize {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: sysconf only reads a configuration value.
+        let v = unsafe { libc::sysconf(libc::_SC_LEVEL1_DCACHE_SIZE) };
+        if (16 << 10..=1 << 20).contains(&v) {
+            return v as usize;
+        }
+    }
+    32 << 10
+}
 
 /// Rows of C up to which a [`BSource::Rows`] operand is read in place by the row-table
 /// micro-kernel; above, each block is packed into panels first (the packing pays off
@@ -648,7 +668,7 @@ pub fn gemm_with(
                 // panels outer would call once per tile (Zen 3, A in place, min of 20:
                 // 12544x32x16 179 -> 159 us, 784x32x16 12 -> 11; MobileNetV2's 32->16
                 // projection in the network 177 -> 156).
-                let b_in_l1 = len * kc <= B_IN_L1_FLOATS;
+                let b_in_l1 = len * kc <= b_in_l1_floats();
                 let one_strip = strips == 1;
                 let panels_outer = k <= KC && (ldc >= C_ROWS_MIN_LDC || b_in_l1) && !one_strip;
                 // Where the table pairs tiles, strips go together: along a panel's row
