@@ -430,6 +430,14 @@ pub fn gemm_with(
         && n % NR == HALF
         && t.mm_half_strided_epi.is_some()
         && (epi.is_empty() || fused.is_some());
+    // The same strip with A in place on a table that does the last full strip and the
+    // half one in one tile (`mm_tile24_strided_epi`: twice the independent sums).
+    let wide24 = a_in_place
+        && n_hi == n
+        && n % NR == HALF
+        && n > NR
+        && t.mm_tile24_strided_epi.is_some()
+        && (epi.is_empty() || fused.is_some());
     let mut srcs: [Option<&[f32]>; KC] = [None; KC];
     let mut jc = n_lo;
     while jc < n_hi {
@@ -518,8 +526,12 @@ pub fn gemm_with(
                     if let (Some(w), Panel::Packed(_), true) =
                         (t.mm_tiles, panel, mr == MR && nr == NR)
                     {
-                        let (walk, count) = if down >= 2 {
+                        let (walk, count) = if down >= 2 && !(wide24 && j + NR + HALF == n) {
                             (TileWalk::Down, down)
+                        } else if wide24 {
+                            // Up to the last full strip, which goes with the half one.
+                            let before = (n - HALF - NR).saturating_sub(j) / NR;
+                            (TileWalk::Right, most.min(before))
                         } else {
                             (TileWalk::Right, most.min((jc_end - j) / NR))
                         };
@@ -570,6 +582,21 @@ pub fn gemm_with(
                     let ap: &[f32] = match a {
                         ASource::Packed(pa) => &pa[a_panel(m_pad, k, k0, i)..][..kc * MR],
                         ASource::InPlace { a, lda } => {
+                            let last_two = j + NR + HALF == n;
+                            if let (true, Panel::Packed(b0), Some(k)) = (
+                                wide24 && mr == MR && nr == NR && last_two,
+                                panel,
+                                t.mm_tile24_strided_epi,
+                            ) {
+                                if let Panel::Packed(b1) = panel_at(j + NR) {
+                                    // The last full strip and the half one at once.
+                                    let e =
+                                        fused.as_ref().filter(|_| last).map(|f| f.tile(i, j, ldc));
+                                    let (ar, cs) = (&a[i * lda + k0..], &mut c[i * ldc + j..]);
+                                    k(kc, ar, lda, [b0, b1], cs, ldc, !first, e.as_ref());
+                                    return (2, 1);
+                                }
+                            }
                             if let (true, Panel::Packed(bp)) = (mr == MR && nr == NR, panel) {
                                 let cs = &mut c[i * ldc + j..];
                                 let ar = &a[i * lda + k0..];
@@ -785,7 +812,7 @@ pub fn gemm_with(
                         if rows < ic_end - ic {
                             epi.apply(isa, c, ldc, ic + rows, ic_end - ic - rows, jc, len);
                         }
-                        if cols < len && rows > 0 && !(half_fused && jc_end == n) {
+                        if cols < len && rows > 0 && !((half_fused || wide24) && jc_end == n) {
                             epi.apply(isa, c, ldc, ic, rows, jc + cols, len - cols);
                         }
                     }

@@ -542,6 +542,25 @@ pub struct KernelTable {
             e: Option<&TileEpi<'_>>,
         ),
     >,
+    /// Where the table has one: the last full strip and the half strip after it at once
+    /// (`NR + HALF` columns: 24-channel projections), A in place as `mm_tile_strided`,
+    /// B the two packed panels `b[0]`, `b[1]` (only the first `HALF` columns of the
+    /// second used), straight into C (added when `acc`) through the fused epilogue `e`
+    /// (its column bias and residual need `NR + HALF` columns): `mm_tile_strided_epi`
+    /// then `mm_half_strided_epi`, bit for bit, with twice the independent sums.
+    #[allow(clippy::type_complexity)]
+    pub mm_tile24_strided_epi: Option<
+        fn(
+            kc: usize,
+            a: &[f32],
+            lda: usize,
+            b: [&[f32]; 2],
+            c: &mut [f32],
+            ldc: usize,
+            acc: bool,
+            e: Option<&TileEpi<'_>>,
+        ),
+    >,
     /// Rows `0..rows` (`1..MR`) of `panels` full-width micro-tiles side by side (a
     /// ragged last A panel against B panels of `kc * NR` floats one after another, C
     /// columns `0..panels * NR`) straight into `c` (stride `ldc`), or `c +=` when `acc`:

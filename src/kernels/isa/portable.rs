@@ -16,6 +16,7 @@ pub(crate) static TABLE: KernelTable = KernelTable {
     mm_half,
     mm_half_strided,
     mm_half_strided_epi: None,
+    mm_tile24_strided_epi: None,
     mm_cols,
     mm_part,
     mm_part_rows,

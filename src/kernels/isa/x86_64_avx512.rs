@@ -10,7 +10,7 @@
 
 use super::x86_64_avx512_math as math;
 use super::{
-    portable, KernelTable, RowBlock, TileEpi, TileWalk, WalkA, WalkEpi, WalkSteps, MR, NR,
+    portable, KernelTable, RowBlock, TileEpi, TileWalk, WalkA, WalkEpi, WalkSteps, HALF, MR, NR,
 };
 use crate::ir::{BinaryOp, UnaryOp};
 use crate::kernels::body::pool::PoolShape;
@@ -44,6 +44,7 @@ static TABLE: KernelTable = KernelTable {
     mm_half,
     mm_half_strided,
     mm_half_strided_epi: None,
+    mm_tile24_strided_epi: Some(mm_tile24_strided_epi),
     mm_cols: super::x86_64_fma::mm_cols,
     mm_part,
     mm_part_rows: super::x86_64_fma::mm_part_rows,
@@ -457,6 +458,93 @@ fn mm_tile_strided_epi(
     e: &TileEpi<'_>,
 ) {
     tile_strided(kc, a, lda, b, c, ldc, acc, Some(e))
+}
+
+/// `KernelTable::mm_tile24_strided_epi` with AVX-512: [`tile_6x24_strided`].
+#[allow(clippy::too_many_arguments)]
+fn mm_tile24_strided_epi(
+    kc: usize,
+    a: &[f32],
+    lda: usize,
+    b: [&[f32]; 2],
+    c: &mut [f32],
+    ldc: usize,
+    acc: bool,
+    e: Option<&TileEpi<'_>>,
+) {
+    const W: usize = NR + HALF;
+    assert!(a.len() >= (MR - 1) * lda + kc && b.iter().all(|b| b.len() >= kc * NR));
+    assert!(ldc >= W && c.len() >= (MR - 1) * ldc + W);
+    e.inspect(|e| e.assert_fits(ldc, W));
+    let (a, c) = (a.as_ptr(), c.as_mut_ptr());
+    // SAFETY: the features were detected (see `table`); the asserts above bound every
+    // offset the tile touches (a row r: r*lda..r*lda+kc, each B panel kc*NR, c and the
+    // residual: MR rows of NR + HALF at ldc, the column bias NR + HALF).
+    unsafe { tile_6x24_strided(kc, a, lda, [b[0].as_ptr(), b[1].as_ptr()], c, ldc, acc, e) }
+}
+
+/// Six rows of `NR + HALF` columns, A in place (row `r`, step `p` at `a + r * lda + p`):
+/// per row one 16-lane and one 8-lane FMA chain over the steps, from zero (the order of
+/// [`tile_6x16`] and of the AVX2 half tile, so the same bits), then C's old value when
+/// `acc`, and `e`'s column bias, residual and clamp as [`store_row`] does.
+///
+/// # Safety
+/// AVX-512F available; the reads and writes [`mm_tile24_strided_epi`] checks are in
+/// bounds.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile_6x24_strided(
+    kc: usize,
+    a: *const f32,
+    lda: usize,
+    b: [*const f32; 2],
+    c: *mut f32,
+    ldc: usize,
+    acc: bool,
+    e: Option<&TileEpi<'_>>,
+) {
+    let mut t = [_mm512_setzero_ps(); MR];
+    let mut h = [_mm256_setzero_ps(); MR];
+    // SAFETY: row r < MR starts inside `a` (caller).
+    let ar: [*const f32; MR] = std::array::from_fn(|r| unsafe { a.add(r * lda) });
+    for p in 0..kc {
+        // SAFETY: step p < kc of both B panels and of each A row is readable (caller).
+        unsafe {
+            let x = _mm512_loadu_ps(b[0].add(p * NR));
+            let y = _mm256_loadu_ps(b[1].add(p * NR));
+            for r in 0..MR {
+                let v = *ar[r].add(p);
+                t[r] = _mm512_fmadd_ps(_mm512_set1_ps(v), x, t[r]);
+                h[r] = _mm256_fmadd_ps(_mm256_set1_ps(v), y, h[r]);
+            }
+        }
+    }
+    for r in 0..MR {
+        // SAFETY: row r of C (and of the residual) holds NR + HALF floats, the column
+        // bias NR + HALF (caller).
+        unsafe {
+            store_row(t[r], c, ldc, r, acc, e);
+            let cp = c.add(r * ldc + NR);
+            let mut v = if acc {
+                _mm256_add_ps(h[r], _mm256_loadu_ps(cp))
+            } else {
+                h[r]
+            };
+            if let Some(e) = e {
+                v = match e.col_bias {
+                    Some(cb) => _mm256_add_ps(v, _mm256_loadu_ps(cb.as_ptr().add(NR))),
+                    None => _mm256_add_ps(v, _mm256_set1_ps(e.bias[r])),
+                };
+                if let Some(res) = e.residual {
+                    v = _mm256_add_ps(v, _mm256_loadu_ps(res.as_ptr().add(r * ldc + NR)));
+                }
+                if let Some((lo, hi)) = e.clamp {
+                    v = _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(lo)), _mm256_set1_ps(hi));
+                }
+            }
+            _mm256_storeu_ps(cp, v);
+        }
+    }
 }
 
 #[inline]

@@ -30,6 +30,7 @@ static TABLE: KernelTable = KernelTable {
     mm_half,
     mm_half_strided,
     mm_half_strided_epi: Some(mm_half_strided_epi),
+    mm_tile24_strided_epi: None,
     mm_cols,
     mm_part,
     mm_part_rows,
