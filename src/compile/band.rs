@@ -110,8 +110,19 @@ mod tests {
     /// (bias, ReLU6, and a residual input where `residual`); `extra` also makes the
     /// expanded image a graph output.
     fn block(
+        dims: (usize, usize, usize, usize, usize),
+        ks: (usize, usize),
+        residual: bool,
+        extra: bool,
+    ) -> Graph {
+        block_padded(dims, ks, 0, residual, extra)
+    }
+
+    /// [`block`] with `tail` more pads after each spatial dim than before it.
+    fn block_padded(
         (n, h, w, cin, ce): (usize, usize, usize, usize, usize),
         (k, s): (usize, usize),
+        tail: usize,
         residual: bool,
         extra: bool,
     ) -> Graph {
@@ -133,7 +144,10 @@ mod tests {
             &[n, h, w, ce],
         );
         let p = k / 2;
-        let (oh, ow) = ((h + 2 * p - k) / s + 1, (w + 2 * p - k) / s + 1);
+        let (oh, ow) = (
+            (h + 2 * p + tail - k) / s + 1,
+            (w + 2 * p + tail - k) / s + 1,
+        );
         let wd = b.konst("wd", &[ce, 1, k, k], rand_vec(ce * k * k, 3));
         let bd = b.konst("bd", &[ce], rand_vec(ce, 4));
         let mut ins = vec![e, wd, bd];
@@ -146,7 +160,7 @@ mod tests {
             kernel: vec![k, k],
             strides: vec![s, s],
             dilations: vec![1, 1],
-            pads: vec![p; 4],
+            pads: vec![p, p, p + tail, p + tail],
             auto_pad: None,
         };
         let op = Op::ConvNhwc {
@@ -196,8 +210,10 @@ mod tests {
             ((2, 32, 33, 24, 160), (3, 2), false),
             ((2, 30, 30, 16, 160), (5, 2), true),
         ];
-        for (dims, ks, residual) in cases {
-            let g = block(dims, ks, residual, false);
+        // The last also with output rows that see only the bottom padding.
+        let tails = [0, 0, 0, 0, 7];
+        for ((dims, ks, residual), tail) in cases.into_iter().zip(tails) {
+            let g = block_padded(dims, ks, tail, residual, false);
             let mut f = g.clone();
             assert_eq!(fuse_expand_depthwise(&mut f), 1, "{dims:?} {ks:?}");
             assert!(matches!(f.nodes[0].op, Op::ExpandConvNhwc { .. }));

@@ -191,8 +191,9 @@ impl ExpandDwKernel {
             let (img, o0) = (r / s.oh, r % s.oh);
             let o1 = (o0 + self.band).min(s.oh).min(o0 + r1 - r);
             // Input rows the band's taps reach: [i0, i1).
-            let i0 = (o0 * s.sh).saturating_sub(s.ph);
+            // (Empty for a band that sees only trailing padding.)
             let i1 = ((o1 - 1) * s.sh + s.kh).saturating_sub(s.ph).min(s.h);
+            let i0 = (o0 * s.sh).saturating_sub(s.ph).min(i1);
             let kept = match held {
                 Some((hi, lo, end)) if hi == img && lo <= i0 && i0 < end => {
                     e.copy_within((i0 - lo) * row_in..(end - lo) * row_in, 0);
@@ -208,7 +209,7 @@ impl ExpandDwKernel {
                 n: 1,
                 h: i1 - i0,
                 oh: o1 - o0,
-                ph: s.ph + i0 - o0 * s.sh,
+                ph: (s.ph + i0).saturating_sub(o0 * s.sh),
                 ..*s
             };
             let mut rc: [&[f32]; 4] = [&[]; 4];
