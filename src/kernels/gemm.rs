@@ -431,7 +431,8 @@ pub fn gemm_with(
         && t.mm_half_strided_epi.is_some()
         && (epi.is_empty() || fused.is_some());
     // The same strip with A in place on a table that does the last full strip and the
-    // half one in one tile (`mm_tile24_strided_epi`: twice the independent sums).
+    // half one in one tile (`mm_tile24_strided_epi`: twice the independent sums), in
+    // the last column block where it holds both.
     let wide24 = a_in_place
         && n_hi == n
         && n % NR == HALF
@@ -478,6 +479,8 @@ pub fn gemm_with(
                 }
             }
             let block = RowBlock::new(&rows[..kc], if in_place { len } else { 0 });
+            // The 6x24 tile where this block holds both strips it takes.
+            let wide24 = wide24 && jc_end == n && len >= NR + HALF;
             let mut ic = m_lo;
             while ic < m_hi {
                 crate::kernels::yield_point::yield_point();
@@ -1421,6 +1424,10 @@ mod tests {
                 (37, 600, 40),
                 (50, 40, KC + 44),
                 (13, 64, 20),
+                // Past one NC column block: the half strip alone in the last block, and
+                // with the last full strip.
+                (13, NC + HALF, 20),
+                (13, NC + NR + HALF, 20),
                 (6 * MC + 5, 48, 24),
                 (31, 24, 96),
             ] {
