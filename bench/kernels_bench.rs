@@ -382,7 +382,7 @@ fn bench_conv_classes(reps: usize) {
 /// bias + ReLU fused): best thread CPU time of `reps` runs of a one-node model (and the
 /// median wall time), for ResNet-18's deep convs and the stride-2 convs of the
 /// detectors. `-- plan WORD` keeps the layers whose name holds WORD; `-- plan cold`
-/// evicts the caches before each run.
+/// evicts the caches before each run, `-- plan l3` only L2 (8 MB written).
 fn bench_plan_convs(reps: usize) {
     let args: Vec<String> = std::env::args().skip_while(|a| a != "plan").collect();
     let cold = args.iter().any(|a| a == "cold");
