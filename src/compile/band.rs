@@ -102,9 +102,7 @@ fn pair_at(g: &Graph, mi: usize) -> Option<(usize, Op, Vec<Option<crate::ir::Val
 mod tests {
     use super::*;
     use crate::compile::testutil::*;
-    use crate::exec::{ModelPlan, PlanOptions, Tile};
     use crate::ir::{ConvGeom, UnaryOp};
-    use std::sync::Arc;
 
     /// An inverted residual block's expansion and depthwise conv: X `[n, h, w, cin]`,
     /// a 1x1 to `ce` channels (bias, ReLU6), a `k`x`k` depthwise conv of stride `s`
@@ -177,27 +175,15 @@ mod tests {
         }
     }
 
-    /// The first output of `g` with every node run in `tiles` tiles (as many as it has).
+    /// The first output of `g` on pseudo-random inputs, every node in `tiles` tiles.
     fn run_tiled(g: &Graph, tiles: usize) -> Vec<f32> {
-        let plan = ModelPlan::new(Arc::new(g.clone()), &PlanOptions::default()).expect("plan");
-        let mut st = plan.new_state();
-        for (i, v) in g.inputs.iter().enumerate() {
-            let len: usize = g.shape(*v).expect("shaped").iter().product();
-            let x = rand_vec(len, 10 + i as u64);
-            plan.set_input(&mut st, i, bytemuck::cast_slice(&x))
-                .expect("input");
-        }
-        for node in 0..g.nodes.len() {
-            let count = tiles.min(plan.tiles_for(node));
-            for index in 0..count {
-                plan.run_node(&mut st, node, Tile { index, count })
-                    .expect("run");
-            }
-        }
-        let mut out = vec![0f32; plan.output_len(0) / 4];
-        plan.read_output(&st, 0, bytemuck::cast_slice_mut(&mut out))
-            .expect("output");
-        out
+        let inputs: Vec<Vec<f32>> = g
+            .inputs
+            .iter()
+            .enumerate()
+            .map(|(i, v)| rand_vec(g.shape(*v).expect("shaped").iter().product(), 10 + i as u64))
+            .collect();
+        run_graph_tiled(g, &inputs, tiles).swap_remove(0)
     }
 
     #[test]
@@ -243,5 +229,45 @@ mod tests {
         let mut g = block((1, 16, 16, 16, 96), (3, 1), false, false);
         assert_eq!(fuse_expand_depthwise(&mut g), 0);
         assert!(matches!(g.nodes[0].op, Op::MatMul { .. }));
+    }
+}
+
+#[cfg(test)]
+mod bad_input_tests {
+    use crate::compile::testutil::*;
+    use crate::exec::{ModelPlan, PlanOptions};
+    use crate::ir::{ConvGeom, Op};
+    use std::sync::Arc;
+
+    /// An `ExpandConvNhwc` over X `[1, 8, 8, 4]` with expansion `w1` and depthwise
+    /// weights `wd` (group 6), planned.
+    fn plan(w1: &[usize], wd: &[usize]) -> crate::error::Result<ModelPlan> {
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", &[1, 8, 8, 4]);
+        let w1 = b.konst("w1", w1, rand_vec(w1.iter().product(), 1));
+        let wd = b.konst("wd", wd, rand_vec(wd.iter().product(), 2));
+        let op = Op::ExpandConvNhwc {
+            expand: vec![],
+            geom: ConvGeom {
+                kernel: vec![3, 3],
+                strides: vec![1, 1],
+                dilations: vec![1, 1],
+                pads: vec![1; 4],
+                auto_pad: None,
+            },
+            group: 6,
+            post: vec![],
+        };
+        let y = b.node("f", op, &[x, w1, wd], &[1, 8, 8, 6]);
+        ModelPlan::new(Arc::new(b.finish(&[y])), &PlanOptions::default())
+    }
+
+    #[test]
+    fn mismatched_expansion_or_depthwise_weights_are_named_errors() {
+        assert!(plan(&[4, 6], &[6, 1, 3, 3]).is_ok());
+        let e = plan(&[5, 6], &[6, 1, 3, 3]).expect_err("expansion of 5 rows for 4 channels");
+        assert!(e.to_string().contains("expansion"), "{e}");
+        let e = plan(&[4, 6], &[6, 1, 2, 3]).expect_err("depthwise taps of a 2x3 kernel");
+        assert!(e.to_string().contains("weights"), "{e}");
     }
 }

@@ -85,6 +85,11 @@ impl Default for GraphBuilder {
 
 /// Runs every node of `g` once on f32 inputs and returns the f32 outputs.
 pub fn run_graph(g: &Graph, inputs: &[Vec<f32>]) -> Vec<Vec<f32>> {
+    run_graph_tiled(g, inputs, 1)
+}
+
+/// [`run_graph`] with every node cut into `tiles` tiles (or as many as it has).
+pub fn run_graph_tiled(g: &Graph, inputs: &[Vec<f32>], tiles: usize) -> Vec<Vec<f32>> {
     let plan = ModelPlan::new(Arc::new(g.clone()), &PlanOptions::default()).expect("plan");
     let mut st = plan.new_state();
     for (i, x) in inputs.iter().enumerate() {
@@ -92,7 +97,11 @@ pub fn run_graph(g: &Graph, inputs: &[Vec<f32>]) -> Vec<Vec<f32>> {
             .expect("input");
     }
     for n in 0..g.nodes.len() {
-        plan.run_node(&mut st, n, Tile::WHOLE).expect("run");
+        let count = tiles.clamp(1, plan.tiles_for(n));
+        for index in 0..count {
+            plan.run_node(&mut st, n, Tile { index, count })
+                .expect("run");
+        }
     }
     (0..g.outputs.len())
         .map(|i| {
