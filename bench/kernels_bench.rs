@@ -89,7 +89,7 @@ fn bench_gemm(reps: usize) {
         let b = rand(k * n, 2);
         let mut pa = vec![0.0; gemm::packed_a_len(m, k)];
         let mut pb = vec![0.0; gemm::packed_b_len(k, n)];
-        gemm::pack_a(&a, k, 1, m, k, 1.0, &mut pa);
+        gemm::pack_a(&a, k, 1, m, (k, gemm::k_depth(k, n)), 1.0, &mut pa);
         gemm::pack_b(&b, n, 1, k, n, 1.0, &mut pb, &mut vec![0.0; n]);
         let mut c = vec![0.0; m * n];
         let mut scratch = vec![0.0; gemm::block_scratch_len(k, n)];
@@ -102,7 +102,7 @@ fn bench_gemm(reps: usize) {
                     isa,
                     m,
                     n,
-                    k,
+                    (k, gemm::k_depth(k, n)),
                     &pa,
                     src,
                     &mut [],
@@ -119,7 +119,7 @@ fn bench_gemm(reps: usize) {
                     isa,
                     m,
                     n,
-                    k,
+                    (k, gemm::k_depth(k, n)),
                     &pa,
                     src,
                     &mut scratch,

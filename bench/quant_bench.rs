@@ -141,12 +141,12 @@ fn bench_gemm(reps: usize, shapes: &[(usize, usize, usize)]) {
         // Like a model's GEMM: B (weights) packed once, A (activations) packed per run.
         gemm::pack_b(&b, n, 1, k, n, 1.0, &mut pb, &mut vec![0.0; n]);
         let tf = best(reps, || {
-            gemm::pack_a(&a, k, 1, m, k, 1.0, &mut pa);
+            gemm::pack_a(&a, k, 1, m, (k, gemm::k_depth(k, n)), 1.0, &mut pa);
             gemm::gemm_packed(
                 best_isa,
                 m,
                 n,
-                k,
+                (k, gemm::k_depth(k, n)),
                 &pa,
                 gemm::BSource::Packed(&pb),
                 &mut [],

@@ -31,29 +31,63 @@ pub fn packed_b_len(k: usize, n: usize) -> usize {
     n.div_ceil(NR) * NR * k
 }
 
-/// Offset of the panel holding row `i` of A (a multiple of MR) within K block `k0`.
+/// Floats of B that the strips a walk along a row does together (a group of
+/// `GROUP_STRIPS`, fewer in a narrow product) may hold in one K block: 32 KiB, which a
+/// 48 KiB L1 keeps beside the A panel while the walk goes down the A panels. Deeper
+/// blocks read each B line from L2 on every A panel (Xeon, AVX-512, operands out of L2,
+/// best of 30, K blocks of 128 against 256: 49x960x320 237 -> 210 us, 49x320x1280 312
+/// -> 277, 196x576x96 165 -> 152, 80x512x6625 4080 -> 3890).
+const GROUP_B_FLOATS: usize = 8192;
+
+/// Depth of the K blocks of a product of depth `k` and `n` columns: the layout of its
+/// packed A and B ([`pack_a`]'s `kd`, [`pack_b`]) and the GEMM's loop over K. One block
+/// where the B of a group of strips fits [`GROUP_B_FLOATS`] (and `k` <= [`KC`]); else
+/// blocks of equal depth (the last one shorter by less than a block count) of at most
+/// that, so that no short last block is left (K = 144 at 24 columns: one block of 144;
+/// K = 576 at 96 columns: five of 116).
+pub fn k_depth(k: usize, n: usize) -> usize {
+    let cols = GROUP_STRIPS.min(n.div_ceil(NR).max(1)) * NR;
+    let most = (GROUP_B_FLOATS / cols).clamp(MR, KC);
+    if k <= most {
+        return k.max(1);
+    }
+    k.div_ceil(k.div_ceil(most))
+}
+
+/// Offset of the panel holding row `i` of A (a multiple of MR) within K block `k0` of
+/// depth `kd` blocks.
 #[inline]
-fn a_panel(m_pad: usize, k: usize, k0: usize, i: usize) -> usize {
-    let kc = KC.min(k - k0);
+fn a_panel(m_pad: usize, (k, kd): (usize, usize), k0: usize, i: usize) -> usize {
+    let kc = kd.min(k - k0);
     k0 * m_pad + i * kc
 }
 
-/// Offset of the panel holding column `j` of B (a multiple of NR) within K block `k0`.
+/// Offset of the panel holding column `j` of B (a multiple of NR) within K block `k0` of
+/// depth `kd` blocks.
 #[inline]
-fn b_panel(n_pad: usize, k: usize, k0: usize, j: usize) -> usize {
-    let kc = KC.min(k - k0);
+fn b_panel(n_pad: usize, (k, kd): (usize, usize), k0: usize, j: usize) -> usize {
+    let kc = kd.min(k - k0);
     k0 * n_pad + j * kc
 }
 
 /// Packs A (`m` x `k`, element `(i, p)` at `a[i * rs + p * cs]`, times `scale`) into `out`
-/// (`packed_a_len(m, k)` floats).
-pub fn pack_a(a: &[f32], rs: usize, cs: usize, m: usize, k: usize, scale: f32, out: &mut [f32]) {
+/// (`packed_a_len(m, k)` floats) in K blocks of depth `kd` (`k_depth(k, n)` for the
+/// product of `n` columns it is packed for).
+pub fn pack_a(
+    a: &[f32],
+    rs: usize,
+    cs: usize,
+    m: usize,
+    (k, kd): (usize, usize),
+    scale: f32,
+    out: &mut [f32],
+) {
     let m_pad = m.div_ceil(MR) * MR;
     let mut k0 = 0;
     while k0 < k {
-        let kc = KC.min(k - k0);
+        let kc = kd.min(k - k0);
         for i0 in (0..m_pad).step_by(MR) {
-            let base = a_panel(m_pad, k, k0, i0);
+            let base = a_panel(m_pad, (k, kd), k0, i0);
             let panel = &mut out[base..base + kc * MR];
             if cs == 1 && i0 + MR <= m {
                 // Row-major A, a full panel: six row slices, the panel written in order.
@@ -121,9 +155,10 @@ pub fn pack_b_rows<'b>(
     let n_pad = n.div_ceil(NR) * NR;
     let full = n / NR * NR;
     let row = &mut row[..n];
+    let kd = k_depth(k, n);
     let mut k0 = 0;
     while k0 < k {
-        let kc = KC.min(k - k0);
+        let kc = kd.min(k - k0);
         let block = &mut out[k0 * n_pad..(k0 + kc) * n_pad];
         for p in 0..kc {
             let src: &[f32] = match fill(k0 + p, row) {
@@ -329,8 +364,9 @@ enum Panel<'p> {
     Rows(usize),
 }
 
-/// Computes rows `m_range` x columns `n_range` of `C = A · B` (A packed by [`pack_a`],
-/// B from `b`), then applies `epi`. Ranges must start at multiples of MR / NR (ends may
+/// Computes rows `m_range` x columns `n_range` of `C = A · B` (A packed by [`pack_a`]
+/// in K blocks of depth `kd`, `k` its depth; B from `b`, packed in blocks of the same
+/// depth when [`BSource::Packed`]), then applies `epi`. Ranges must start at multiples of MR / NR (ends may
 /// be ragged only at `m` / `n`). `c` holds C with row stride `ldc`; `scratch` holds
 /// [`block_scratch_len`] floats when `b` is [`BSource::Rows`]. Rows of B are read in
 /// place (from their source, or from the slot the fill wrote them into) by the
@@ -340,7 +376,7 @@ pub fn gemm_packed(
     isa: Isa,
     m: usize,
     n: usize,
-    k: usize,
+    (k, kd): (usize, usize),
     pa: &[f32],
     b: BSource<'_>,
     scratch: &mut [f32],
@@ -351,7 +387,20 @@ pub fn gemm_packed(
     epi: &Epilogue<'_>,
 ) {
     let a = ASource::Packed(pa);
-    gemm_with(isa, m, n, k, a, b, scratch, c, ldc, m_range, n_range, epi)
+    gemm_blocks(
+        isa,
+        m,
+        n,
+        (k, kd),
+        a,
+        b,
+        scratch,
+        c,
+        ldc,
+        m_range,
+        n_range,
+        epi,
+    )
 }
 
 /// Where the A operand of [`gemm_with`] comes from.
@@ -369,9 +418,9 @@ pub enum ASource<'a> {
 /// once per NR columns).
 pub const A_IN_PLACE_MAX_N: usize = 2 * NR;
 
-/// [`gemm_packed`] with A from `a`: with [`ASource::InPlace`] a [`BSource::Rows`]
-/// operand is always packed block by block, and a ragged last row panel is packed on
-/// the stack.
+/// [`gemm_packed`] with A from `a` (packed in K blocks of `k_depth(k, n)`, as B when
+/// packed): with [`ASource::InPlace`] a [`BSource::Rows`] operand is always packed
+/// block by block, and a ragged last row panel is packed on the stack.
 #[allow(clippy::too_many_arguments)]
 pub fn gemm_with(
     isa: Isa,
@@ -387,6 +436,43 @@ pub fn gemm_with(
     n_range: (usize, usize),
     epi: &Epilogue<'_>,
 ) {
+    let kd = k_depth(k, n);
+    gemm_blocks(
+        isa,
+        m,
+        n,
+        (k, kd),
+        a,
+        b,
+        scratch,
+        c,
+        ldc,
+        m_range,
+        n_range,
+        epi,
+    )
+}
+
+/// [`gemm_with`] in K blocks of depth `kd`.
+#[allow(clippy::too_many_arguments)]
+fn gemm_blocks(
+    isa: Isa,
+    m: usize,
+    n: usize,
+    (k, kd): (usize, usize),
+    a: ASource<'_>,
+    b: BSource<'_>,
+    scratch: &mut [f32],
+    c: &mut [f32],
+    ldc: usize,
+    m_range: (usize, usize),
+    n_range: (usize, usize),
+    epi: &Epilogue<'_>,
+) {
+    debug_assert!(
+        !matches!(b, BSource::Packed(_)) || kd == k_depth(k, n),
+        "packed B is laid out in blocks of k_depth(k, n)"
+    );
     let t = isa.table();
     let m_pad = m.div_ceil(MR) * MR;
     let n_pad = n.div_ceil(NR) * NR;
@@ -405,7 +491,7 @@ pub fn gemm_with(
     let slot = row_slot(NC.min(n_pad));
     let (buf, edge) = match b {
         BSource::Rows(_) | BSource::RowsPacked(_) | BSource::Panels(_) => {
-            scratch.split_at_mut(KC.min(k) * slot)
+            scratch.split_at_mut(kd.min(k) * slot)
         }
         BSource::Packed(_) => (&mut [][..], &mut [][..]),
     };
@@ -446,7 +532,7 @@ pub fn gemm_with(
         let len = jc_end - jc;
         let mut k0 = 0;
         while k0 < k {
-            let kc = KC.min(k - k0);
+            let kc = kd.min(k - k0);
             let first = k0 == 0;
             let last = k0 + kc == k;
             // Rows source: each row either borrowed from its source or written into its
@@ -490,7 +576,7 @@ pub fn gemm_with(
                     let nr = NR.min(jc_end - j);
                     match b {
                         BSource::Packed(pb) => {
-                            Panel::Packed(&pb[b_panel(n_pad, k, k0, j)..][..kc * NR])
+                            Panel::Packed(&pb[b_panel(n_pad, (k, kd), k0, j)..][..kc * NR])
                         }
                         BSource::Panels(_) | BSource::RowsPacked(_) => {
                             Panel::Packed(&buf[(j - jc) * kc..][..kc * NR])
@@ -506,7 +592,7 @@ pub fn gemm_with(
                 // and those to its right, consecutive in every packed source).
                 let packed_from = |j: usize| -> &[f32] {
                     match b {
-                        BSource::Packed(pb) => &pb[b_panel(n_pad, k, k0, j)..],
+                        BSource::Packed(pb) => &pb[b_panel(n_pad, (k, kd), k0, j)..],
                         _ => &buf[(j - jc) * kc..],
                     }
                 };
@@ -544,7 +630,7 @@ pub fn gemm_with(
                             let e = fuse.map(|f| f.walk(i, j, ldc));
                             let wa = match a {
                                 ASource::Packed(pa) => {
-                                    WalkA::Packed(&pa[a_panel(m_pad, k, k0, i)..])
+                                    WalkA::Packed(&pa[a_panel(m_pad, (k, kd), k0, i)..])
                                 }
                                 ASource::InPlace { a, lda } => WalkA::Rows {
                                     a: &a[i * lda + k0..],
@@ -566,7 +652,7 @@ pub fn gemm_with(
                         panel,
                     ) {
                         if let Panel::Packed(b1) = panel_at(j + NR) {
-                            let ap = &pa[a_panel(m_pad, k, k0, i)..][..kc * MR];
+                            let ap = &pa[a_panel(m_pad, (k, kd), k0, i)..][..kc * MR];
                             let fuse = fused.as_ref().filter(|_| last);
                             let e = fuse.map(|f| (f.tile(i, j, ldc), f.tile(i, j + NR, ldc)));
                             let cs = &mut c[i * ldc + j..];
@@ -583,7 +669,7 @@ pub fn gemm_with(
                         }
                     }
                     let ap: &[f32] = match a {
-                        ASource::Packed(pa) => &pa[a_panel(m_pad, k, k0, i)..][..kc * MR],
+                        ASource::Packed(pa) => &pa[a_panel(m_pad, (k, kd), k0, i)..][..kc * MR],
                         ASource::InPlace { a, lda } => {
                             let last_two = j + NR + HALF == n;
                             if let (true, Panel::Packed(b0), Some(k)) = (
@@ -630,7 +716,7 @@ pub fn gemm_with(
                             }
                             let rows = &a[i * lda..];
                             let (panel_a, _) = edge_a.split_at_mut(kc * MR);
-                            pack_a(&rows[k0..], lda, 1, mr, kc, 1.0, panel_a);
+                            pack_a(&rows[k0..], lda, 1, mr, (kc, kc), 1.0, panel_a);
                             panel_a
                         }
                     };
@@ -700,7 +786,7 @@ pub fn gemm_with(
                 // projection in the network 177 -> 156).
                 let b_in_l1 = len * kc <= b_in_l1_floats();
                 let one_strip = strips == 1;
-                let panels_outer = k <= KC && (ldc >= C_ROWS_MIN_LDC || b_in_l1) && !one_strip;
+                let panels_outer = k <= kd && (ldc >= C_ROWS_MIN_LDC || b_in_l1) && !one_strip;
                 // Where the table pairs tiles, strips go together: along a panel's row
                 // (panels outer), or as groups of `GROUP_STRIPS` (strips outer; a table
                 // that walks does them in one call, two at a time otherwise).
@@ -737,9 +823,9 @@ pub fn gemm_with(
                     if panels_outer || group == 1 || nk0 >= k {
                         return &[];
                     }
-                    let nkc = KC.min(k - nk0);
+                    let nkc = kd.min(k - nk0);
                     let g = group.min(strips - ns);
-                    let start = b_panel(n_pad, k, nk0, jc + ns * NR);
+                    let start = b_panel(n_pad, (k, kd), nk0, jc + ns * NR);
                     let next = &pb[start..start + g * nkc * NR];
                     // Shares of whole lines for the calls on panels 1.. (or the one panel).
                     let (calls, call) = if inner > 1 {
@@ -798,7 +884,7 @@ pub fn gemm_with(
                 }
                 let tail_panel = cols_tail.then(|| panel_at(jc + full));
                 if let (ASource::Packed(pa), Some(Panel::Packed(bp))) = (a, tail_panel) {
-                    let ap = &pa[a_panel(m_pad, k, k0, ic)..];
+                    let ap = &pa[a_panel(m_pad, (k, kd), k0, ic)..];
                     let cs = &mut c[ic * ldc + jc + full..];
                     let rows = ic_end - ic;
                     (t.mm_cols)(kc, ap, panels, bp, len - full, cs, ldc, rows, !first);
@@ -1021,7 +1107,7 @@ mod tests {
             let (a, b) = (rand_vec(m * k, 4), rand_vec(k * n, 5));
             let mut pa = vec![0.0; packed_a_len(m, k)];
             let mut pb = vec![0.0; packed_b_len(k, n)];
-            pack_a(&a, k, 1, m, k, 1.0, &mut pa);
+            pack_a(&a, k, 1, m, (k, k_depth(k, n)), 1.0, &mut pa);
             pack_b(&b, n, 1, k, n, 1.0, &mut pb, &mut vec![0.0; n]);
             let mut c = vec![0.0; m * n];
             let e = Epilogue {
@@ -1038,7 +1124,7 @@ mod tests {
                 t.isa,
                 m,
                 n,
-                k,
+                (k, k_depth(k, n)),
                 &pa,
                 BSource::Packed(&pb),
                 &mut [],
@@ -1078,14 +1164,14 @@ mod tests {
         let b = rand_vec(k * n, 2);
         let mut pa = vec![0.0; packed_a_len(m, k)];
         let mut pb = vec![0.0; packed_b_len(k, n)];
-        pack_a(&a, k, 1, m, k, 1.0, &mut pa);
+        pack_a(&a, k, 1, m, (k, k_depth(k, n)), 1.0, &mut pa);
         pack_b(&b, n, 1, k, n, 1.0, &mut pb, &mut vec![0.0; n]);
         let mut c = vec![f32::NAN; m * n];
         gemm_packed(
             isa,
             m,
             n,
-            k,
+            (k, k_depth(k, n)),
             &pa,
             BSource::Packed(&pb),
             &mut [],
@@ -1114,7 +1200,7 @@ mod tests {
             isa,
             m,
             n,
-            k,
+            (k, k_depth(k, n)),
             &pa,
             BSource::Rows(&fill),
             &mut scratch,
@@ -1135,7 +1221,7 @@ mod tests {
             isa,
             m,
             n,
-            k,
+            (k, k_depth(k, n)),
             &pa,
             BSource::Panels(&panels),
             &mut scratch,
@@ -1399,6 +1485,33 @@ mod tests {
         }
     }
 
+    /// K blocks: one where a group of strips' B fits the L1 budget, else equal depths
+    /// within it (never a short last block), never past KC.
+    #[test]
+    fn k_depth_blocks_fit_the_group_budget() {
+        assert_eq!(k_depth(144, 24), 144);
+        assert_eq!(k_depth(192, 32), 192);
+        assert_eq!(k_depth(96, 576), 96);
+        assert_eq!(k_depth(576, 96), 116);
+        assert_eq!(k_depth(960, 320), 120);
+        assert_eq!(k_depth(0, 10), 1);
+        for k in 1..1200 {
+            for n in [1, 16, 24, 40, 64, 96, 1000] {
+                let d = k_depth(k, n);
+                let cols = GROUP_STRIPS.min(n.div_ceil(NR)) * NR;
+                assert!((1..=KC).contains(&d) && d <= k, "{k}x{n}: {d}");
+                if d < k {
+                    assert!(d * cols <= GROUP_B_FLOATS, "{k}x{n}: {d} overflows");
+                    let blocks = k.div_ceil(d);
+                    assert!(
+                        k - (blocks - 1) * d + blocks > d,
+                        "{k}x{n}: short last block"
+                    );
+                }
+            }
+        }
+    }
+
     /// Row-major A (`m x k`) and B (`k x n`) packed for the GEMM.
     /// A packed and A read in place give the bits of the product summed in the tiles'
     /// order (a plain loop of FMAs per K block) followed by the epilogue, whichever way
@@ -1448,8 +1561,8 @@ mod tests {
                     for (i, row) in want.chunks_mut(n).enumerate() {
                         for (j, w) in row.iter_mut().enumerate() {
                             let mut total = None;
-                            for k0 in (0..k).step_by(KC) {
-                                let s = (k0..k.min(k0 + KC))
+                            for k0 in (0..k).step_by(k_depth(k, n)) {
+                                let s = (k0..k.min(k0 + k_depth(k, n)))
                                     .fold(0.0f32, |s, p| a[i * k + p].mul_add(b[p * n + j], s));
                                 total = Some(total.map_or(s, |t: f32| s + t));
                             }
@@ -1530,7 +1643,7 @@ mod tests {
     ) -> (Vec<f32>, Vec<f32>) {
         let mut pa = vec![0.0; packed_a_len(m, k)];
         let mut pb = vec![0.0; packed_b_len(k, n)];
-        pack_a(a, k, 1, m, k, 1.0, &mut pa);
+        pack_a(a, k, 1, m, (k, k_depth(k, n)), 1.0, &mut pa);
         pack_b(b, n, 1, k, n, 1.0, &mut pb, &mut vec![0.0; n]);
         (pa, pb)
     }
@@ -1662,7 +1775,7 @@ mod tests {
         let b = rand_vec(k * n, 4);
         let mut pa = vec![0.0; packed_a_len(m, k)];
         let mut pb = vec![0.0; packed_b_len(k, n)];
-        pack_a(&a, k, 1, m, k, 1.0, &mut pa);
+        pack_a(&a, k, 1, m, (k, k_depth(k, n)), 1.0, &mut pa);
         pack_b(&b, n, 1, k, n, 1.0, &mut pb, &mut vec![0.0; n]);
         let mut c = vec![0.0; m * n];
         let isa = crate::kernels::isa::best_isa();
@@ -1670,7 +1783,7 @@ mod tests {
             isa,
             m,
             n,
-            k,
+            (k, k_depth(k, n)),
             &pa,
             BSource::Packed(&pb),
             &mut [],
@@ -1684,7 +1797,7 @@ mod tests {
             isa,
             m,
             n,
-            k,
+            (k, k_depth(k, n)),
             &pa,
             BSource::Packed(&pb),
             &mut [],
@@ -1698,7 +1811,7 @@ mod tests {
             isa,
             m,
             n,
-            k,
+            (k, k_depth(k, n)),
             &pa,
             BSource::Packed(&pb),
             &mut [],
@@ -1769,7 +1882,7 @@ mod tests {
         let res = rand_vec(m * n, 8);
         let mut pa = vec![0.0; packed_a_len(m, k)];
         let mut pb = vec![0.0; packed_b_len(k, n)];
-        pack_a(&a, k, 1, m, k, 1.0, &mut pa);
+        pack_a(&a, k, 1, m, (k, k_depth(k, n)), 1.0, &mut pa);
         pack_b(&b, n, 1, k, n, 1.0, &mut pb, &mut vec![0.0; n]);
         let post = [
             PostOpRt::AddInput { slot: 0 },
@@ -1789,7 +1902,7 @@ mod tests {
             crate::kernels::isa::best_isa(),
             m,
             n,
-            k,
+            (k, k_depth(k, n)),
             &pa,
             BSource::Packed(&pb),
             &mut [],

@@ -646,7 +646,15 @@ fn product(
     let a = if width <= gemm::A_IN_PLACE_MAX_N {
         ASource::InPlace { a, lda: inner }
     } else {
-        gemm::pack_a(a, inner, 1, rows, inner, 1.0, pa);
+        gemm::pack_a(
+            a,
+            inner,
+            1,
+            rows,
+            (inner, gemm::k_depth(inner, width)),
+            1.0,
+            pa,
+        );
         ASource::Packed(pa)
     };
     let (b, none) = (BSource::Packed(pb), &Epilogue::NONE);

@@ -282,7 +282,8 @@ impl GemmPlan {
                 lda: g.a_rs,
             }
         } else {
-            gemm::pack_a(a_rows, g.a_rs, g.a_cs, rows, g.k, g.alpha, pa);
+            let kd = gemm::k_depth(g.k, g.n);
+            gemm::pack_a(a_rows, g.a_rs, g.a_cs, rows, (g.k, kd), g.alpha, pa);
             gemm::ASource::Packed(pa)
         };
         let bm = &b[bo..];
@@ -329,16 +330,17 @@ impl GemmPlan {
         let g = self;
         let (lo, hi) = (ch.lo, ch.hi);
         let a = io.f32(0);
+        let w = hi - lo;
         let (pa, rest) = scratch.split_at_mut(gemm::packed_a_len(1, g.k));
         let asrc = if g.a_in_place() {
             gemm::ASource::InPlace { a, lda: g.a_rs }
         } else {
-            gemm::pack_a(a, g.a_rs, g.a_cs, 1, g.k, g.alpha, pa);
+            let kd = gemm::k_depth(g.k, w);
+            gemm::pack_a(a, g.a_rs, g.a_cs, 1, (g.k, kd), g.alpha, pa);
             gemm::ASource::Packed(pa)
         };
         let mut resid: [&[f32]; MAX_RESIDUALS] = [&[]; MAX_RESIDUALS];
         let epi = g.cols_epilogue(io, (lo, hi), &mut resid);
-        let w = hi - lo;
         gemm::gemm_with(
             isa,
             1,

@@ -17,8 +17,9 @@ use crate::kernels::Isa;
 /// whenever a release can choose differently for the same node and table, so that a
 /// file written before is repacked at load rather than refused. 1: Winograd on planes
 /// its edge tiles overhang by more than a quarter, and on shallow convs where the im2col
-/// gather dominates (files written before carry 0).
-pub const PACK_REVISION: u64 = 1;
+/// gather dominates (files written before carry 0). 2: K blocks of `gemm::k_depth`
+/// (shallower than KC where a group of B strips would overflow L1).
+pub const PACK_REVISION: u64 = 2;
 
 /// The layout packed weights were made for: the kernel table's name and its GEMM
 /// geometry (panel rows and columns, K block depth), and the planner's revision.
@@ -30,7 +31,7 @@ pub struct PackGeometry {
     pub mr: usize,
     /// Columns of a packed B panel.
     pub nr: usize,
-    /// Depth of a K block.
+    /// Deepest K block (blocks are `gemm::k_depth` deep, at most this).
     pub kc: usize,
     /// [`PACK_REVISION`] of the planner that packed them.
     pub revision: u64,

@@ -139,7 +139,7 @@ impl DeconvPlan {
             .map(|g| {
                 let wg = &w[g * cin_g * m..(g + 1) * cin_g * m];
                 let mut pa = vec![0.0; gemm::packed_a_len(m, cin_g)];
-                gemm::pack_a(wg, 1, m, m, cin_g, 1.0, &mut pa);
+                gemm::pack_a(wg, 1, m, m, (cin_g, weights_depth(&s)), 1.0, &mut pa);
                 pa
             })
             .collect();
@@ -284,7 +284,7 @@ impl DeconvPlan {
                             isa,
                             m,
                             n,
-                            cin_g,
+                            (cin_g, weights_depth(&self.s)),
                             &self.packed[g],
                             BSource::Rows(&fill),
                             bscratch,
@@ -531,4 +531,11 @@ impl DeconvPlan {
 fn ceil_div(a: isize, b: usize) -> isize {
     let b = b as isize;
     a.div_euclid(b) + isize::from(a.rem_euclid(b) != 0)
+}
+
+/// Depth of the K blocks of a transposed conv's packed weights: those of its whole
+/// product over the input plane (input positions as columns), whichever band of rows a
+/// GEMM call computes.
+fn weights_depth(s: &ConvShape) -> usize {
+    gemm::k_depth(s.cin_g(), s.h * s.w)
 }

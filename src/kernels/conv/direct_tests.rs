@@ -340,7 +340,7 @@ fn f32_direct_conv_gives_the_avx512_im2col_bits() {
     // the paths are interchangeable. (Past it, im2col's edge tiles add per-block partial
     // sums: a 40-channel 3x3 conv to 64 channels at 7x7 differs in its last bits.)
     let mut checked = 0;
-    let one_block = |s: &ConvShape| s.k() <= crate::kernels::isa::KC;
+    let one_block = |s: &ConvShape| s.k() <= super::weights_depth(s);
     for s in shapes().into_iter().filter(direct::fits).filter(one_block) {
         let x = rand_vec(s.n * s.c_in * s.h * s.w, 12);
         let w = rand_vec(s.c_out * s.k(), 13);

@@ -152,15 +152,30 @@ impl ConvWeights {
             };
         }
         let (mg, k) = (s.cout_g(), s.k());
+        let kd = weights_depth(s);
         let groups = (0..s.group)
             .map(|g| {
                 let mut pa = vec![0.0; gemm::packed_a_len(mg, k)];
-                gemm::pack_a(&w[g * mg * k..(g + 1) * mg * k], k, 1, mg, k, 1.0, &mut pa);
+                gemm::pack_a(
+                    &w[g * mg * k..(g + 1) * mg * k],
+                    k,
+                    1,
+                    mg,
+                    (k, kd),
+                    1.0,
+                    &mut pa,
+                );
                 WeightBuf::owned(pa)
             })
             .collect();
         ConvWeights { groups }
     }
+}
+
+/// Depth of the K blocks of a dense conv's packed weights: those of its whole im2col
+/// product (output positions as columns), whichever part of it a GEMM call computes.
+pub fn weights_depth(s: &ConvShape) -> usize {
+    gemm::k_depth(s.k(), s.oh * s.ow)
 }
 
 /// Output channel block a tile must align to: tiles of a grouped conv start at a group
@@ -196,13 +211,14 @@ pub fn pack_b_full_on(isa: Isa, s: &ConvShape, x: &[f32], out: &mut [f32]) {
         gemm::pack_b_rows(k, ohw, pb, row, |p, _| Some(&xg[p * hw..(p + 1) * hw]));
         return;
     }
-    // The packed layout of a whole B is its KC blocks one after the other, each laid out
+    // The packed layout of a whole B is its K blocks one after the other, each laid out
     // like one block of all columns.
     let n_pad = ohw.div_ceil(gemm::NR) * gemm::NR;
     let t = isa.table();
+    let kd = gemm::k_depth(k, ohw);
     let mut k0 = 0;
     while k0 < k {
-        let kc = gemm::KC.min(k - k0);
+        let kc = kd.min(k - k0);
         (t.im2col_panels)(
             s,
             xg,
@@ -303,7 +319,7 @@ pub fn conv2d(
                 isa,
                 mg,
                 ohw,
-                k,
+                (k, weights_depth(s)),
                 &wts.groups[g],
                 match b_full {
                     Some(p) => BSource::Packed(p),
@@ -427,7 +443,7 @@ impl PaddedRows {
                 isa,
                 mg,
                 n,
-                k,
+                (k, weights_depth(s)),
                 pa,
                 BSource::Rows(&fill),
                 gscratch,

@@ -176,7 +176,8 @@ impl WinogradPlan {
                 ci,
                 1,
                 co,
-                ci,
+                // K blocks of KC: the point products' own loop over K.
+                (ci, KC),
                 1.0,
                 &mut u[p * alen..(p + 1) * alen],
             );

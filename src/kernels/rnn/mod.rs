@@ -275,7 +275,7 @@ pub fn run_units_with(
     let chunks = s.proj_chunks();
     let proj_units = s.dirs * chunks;
     if u0 < proj_units {
-        gemm::pack_a(x, inp, 1, rows, inp, 1.0, pa);
+        gemm::pack_a(x, inp, 1, rows, (inp, gemm::k_depth(inp, gh)), 1.0, pa);
     }
     // W^T of the direction in `pw_own` when not packed at plan time (packed once per
     // direction and call).
@@ -321,7 +321,7 @@ pub fn run_units_with(
             t.isa,
             rows,
             gh,
-            inp,
+            (inp, gemm::k_depth(inp, gh)),
             pa,
             BSource::Packed(pw),
             &mut [],
