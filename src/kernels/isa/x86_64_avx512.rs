@@ -662,6 +662,16 @@ unsafe fn tiles_walk(
         unsafe {
             let (a0, b0, c0) = (a.add(t * st.a), b.add(t * st.b), c.add(t * st.c));
             let bs = std::array::from_fn(|q| b0.add(q * st.b));
+            // The C lines the walk writes next: the next four tiles along the row, or
+            // after its last, those one A panel down from its first (the next panel's
+            // tiles, strips outer); written once, they would otherwise be read from
+            // memory only when stored.
+            let next = if t + 8 <= count {
+                c0.wrapping_add(4 * st.c)
+            } else {
+                c.wrapping_add(MR * ldc)
+            };
+            prefetch_tile_lines(next, ldc);
             tile_6x16_row::<4>(kc, a_of(a0), bs, c0, ldc, acc, es, ahead_of(t))
         }
         t += 4;
@@ -708,6 +718,18 @@ unsafe fn tiles_walk(
                 te.as_ref(),
                 0,
             )
+        }
+    }
+}
+
+/// Asks for the lines of four 6x16 tiles side by side at `c` (stride `ldc`): a hint,
+/// harmless for an address past C.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+fn prefetch_tile_lines(c: *const f32, ldc: usize) {
+    for r in 0..MR {
+        for q in 0..4 {
+            _mm_prefetch::<_MM_HINT_T0>(c.wrapping_add(r * ldc + q * NR).cast());
         }
     }
 }
