@@ -409,51 +409,57 @@ fn bench_plan_convs(reps: usize) {
         }
         std::hint::black_box(&flush);
     };
-    let layers: &[(&str, usize, usize, usize, usize, usize)] = &[
-        ("7x7/2 3->64 @224 (ResNet stem)", 3, 224, 64, 7, 2),
-        ("3x3/2 64->128 @56 (ResNet)", 64, 56, 128, 3, 2),
-        ("3x3 128->128 @28 (ResNet)", 128, 28, 128, 3, 1),
-        ("3x3/2 128->256 @28 (ResNet)", 128, 28, 256, 3, 2),
-        ("3x3 256->256 @14 (ResNet)", 256, 14, 256, 3, 1),
-        ("3x3/2 256->512 @14 (ResNet)", 256, 14, 512, 3, 2),
-        ("3x3 512->512 @7 (ResNet)", 512, 7, 512, 3, 1),
-        ("1x1/2 256->512 @14 (ResNet)", 256, 14, 512, 1, 2),
-        ("3x3/2 16->32 @320 (DBNet)", 16, 320, 32, 3, 2),
-        ("3x3/2 32->64 @160 (YOLO)", 32, 160, 64, 3, 2),
-        ("3x3/2 48->96 @104 (YOLOX)", 48, 104, 96, 3, 2),
-        ("3x3/2 64->128 @80 (YOLO)", 64, 80, 128, 3, 2),
-        ("3x3 16->16 @160 (DBNet)", 16, 160, 16, 3, 1),
-        ("3x3 32->32 @112", 32, 112, 32, 3, 1),
-        ("3x3 3->64 @112 (CRNN-like stem)", 3, 112, 64, 3, 1),
-        ("3x3 3->16 @224 (U-Net stem)", 3, 224, 16, 3, 1),
+    // (name, ci, h, co, k, stride, w): w 0 for a square input.
+    let layers: &[(&str, usize, usize, usize, usize, usize, usize)] = &[
+        ("7x7/2 3->64 @224 (ResNet stem)", 3, 224, 64, 7, 2, 0),
+        ("3x3/2 64->128 @56 (ResNet)", 64, 56, 128, 3, 2, 0),
+        ("3x3 128->128 @28 (ResNet)", 128, 28, 128, 3, 1, 0),
+        ("3x3/2 128->256 @28 (ResNet)", 128, 28, 256, 3, 2, 0),
+        ("3x3 256->256 @14 (ResNet)", 256, 14, 256, 3, 1, 0),
+        ("3x3/2 256->512 @14 (ResNet)", 256, 14, 512, 3, 2, 0),
+        ("3x3 512->512 @7 (ResNet)", 512, 7, 512, 3, 1, 0),
+        ("1x1/2 256->512 @14 (ResNet)", 256, 14, 512, 1, 2, 0),
+        ("3x3/2 16->32 @320 (DBNet)", 16, 320, 32, 3, 2, 0),
+        ("3x3/2 32->64 @160 (YOLO)", 32, 160, 64, 3, 2, 0),
+        ("3x3/2 48->96 @104 (YOLOX)", 48, 104, 96, 3, 2, 0),
+        ("3x3/2 64->128 @80 (YOLO)", 64, 80, 128, 3, 2, 0),
+        ("3x3 16->16 @160 (DBNet)", 16, 160, 16, 3, 1, 0),
+        ("3x3 32->32 @112", 32, 112, 32, 3, 1, 0),
+        ("3x3 3->64 @112 (CRNN-like stem)", 3, 112, 64, 3, 1, 0),
+        ("3x3 3->16 @224 (U-Net stem)", 3, 224, 16, 3, 1, 0),
         // A max pool (its column: input GB/s).
-        ("maxpool 3x3/2 64 @112 (ResNet)", 64, 112, 64, 3, 2),
+        ("maxpool 3x3/2 64 @112 (ResNet)", 64, 112, 64, 3, 2, 0),
         // Kernel side 0: a one-row Gemm (a classifier), ci -> co.
-        ("fc 1280->1000 (MNv2)", 1280, 1, 1000, 0, 1),
-        ("fc 512->1000 (ResNet)", 512, 1, 1000, 0, 1),
+        ("fc 1280->1000 (MNv2)", 1280, 1, 1000, 0, 1, 0),
+        ("fc 512->1000 (ResNet)", 512, 1, 1000, 0, 1, 0),
         // Stride 0: a MatMul `[hw, ci] x [ci, co]` (a channels-last 1x1 conv over hw
         // positions, or a sequence head).
-        ("mm 112^2 16->96 (MNv2 expand)", 16, 12544, 96, 1, 0),
-        ("mm 448 16->96 (4 rows of 112)", 16, 448, 96, 1, 0),
-        ("mm 56^2 96->24 (MNv2 project)", 96, 3136, 24, 1, 0),
-        ("mm 56^2 24->144 (MNv2 expand)", 24, 3136, 144, 1, 0),
-        ("mm 56^2 144->24 (MNv2 project)", 144, 3136, 24, 1, 0),
-        ("mm 28^2 32->192 (MNv2 expand)", 32, 784, 192, 1, 0),
-        ("mm 28^2 192->32 (MNv2 project)", 192, 784, 32, 1, 0),
-        ("mm 14^2 64->384 (MNv2 expand)", 64, 196, 384, 1, 0),
-        ("mm 14^2 96->576 (MNv2 expand)", 96, 196, 576, 1, 0),
-        ("mm 14^2 576->96 (MNv2 project)", 576, 196, 96, 1, 0),
-        ("mm 7^2 960->320 (MNv2 project)", 960, 49, 320, 1, 0),
-        ("mm 7^2 320->1280 (MNv2 last)", 320, 49, 1280, 1, 0),
-        ("mm 7^2 160->960 (MNv2 expand)", 160, 49, 960, 1, 0),
-        ("mm 80 512->6625 (CRNN head)", 512, 80, 6625, 1, 0),
+        ("mm 112^2 16->96 (MNv2 expand)", 16, 12544, 96, 1, 0, 0),
+        ("mm 448 16->96 (4 rows of 112)", 16, 448, 96, 1, 0, 0),
+        ("mm 56^2 96->24 (MNv2 project)", 96, 3136, 24, 1, 0, 0),
+        ("mm 56^2 24->144 (MNv2 expand)", 24, 3136, 144, 1, 0, 0),
+        ("mm 56^2 144->24 (MNv2 project)", 144, 3136, 24, 1, 0, 0),
+        ("mm 28^2 32->192 (MNv2 expand)", 32, 784, 192, 1, 0, 0),
+        ("mm 28^2 192->32 (MNv2 project)", 192, 784, 32, 1, 0, 0),
+        ("mm 14^2 64->384 (MNv2 expand)", 64, 196, 384, 1, 0, 0),
+        ("mm 14^2 96->576 (MNv2 expand)", 96, 196, 576, 1, 0, 0),
+        ("mm 14^2 576->96 (MNv2 project)", 576, 196, 96, 1, 0, 0),
+        ("mm 7^2 960->320 (MNv2 project)", 960, 49, 320, 1, 0, 0),
+        ("mm 7^2 320->1280 (MNv2 last)", 320, 49, 1280, 1, 0, 0),
+        ("mm 7^2 160->960 (MNv2 expand)", 160, 49, 960, 1, 0, 0),
+        ("mm 80 512->6625 (CRNN head)", 512, 80, 6625, 1, 0, 0),
+        // A CRNN's thin 3x3 stages (height x width).
+        ("3x3 128->256 @8x80 (CRNN)", 128, 8, 256, 3, 1, 80),
+        ("3x3 256->256 @8x80 (CRNN)", 256, 8, 256, 3, 1, 80),
+        ("3x3 256->256 @4x80 (CRNN)", 256, 4, 256, 3, 1, 80),
     ];
     println!("Convs through the plan (1 thread, best of {reps}, thread CPU time, cold: {cold}, L2 evicted: {l3})");
     println!(
         "{:<30} {:>9} {:>8} {:>9}",
         "layer", "us", "GFLOP/s", "wall p50"
     );
-    for &(name, ci, hw, co, k, st) in layers {
+    for &(name, ci, hw, co, k, st, wd) in layers {
+        let wd = if wd == 0 { hw } else { wd };
         if only.as_ref().is_some_and(|w| !name.contains(w.as_str())) {
             continue;
         }
@@ -485,7 +491,7 @@ fn bench_plan_convs(reps: usize) {
             let y = n.node(op, vec![Some(x), Some(w)], vec![hw, co]);
             (n, y)
         } else {
-            let (mut n, x) = Net::with_input(vec![1, ci, hw, hw]);
+            let (mut n, x) = Net::with_input(vec![1, ci, hw, wd]);
             let y = n.conv(x, co, k, st, 1, Some(UnaryOp::Relu), None);
             (n, y)
         };
@@ -496,7 +502,7 @@ fn bench_plan_convs(reps: usize) {
         let in_len = match (k, st) {
             (0, _) => ci,
             (_, 0) => hw * ci,
-            _ => ci * hw * hw,
+            _ => ci * hw * wd,
         };
         let input = rand(in_len, 99);
         plan.set_input(&mut state, 0, bytemuck::cast_slice(&input))
@@ -514,7 +520,7 @@ fn bench_plan_convs(reps: usize) {
         let positions = match (k, st) {
             (0, _) => 1,
             (_, 0) => hw,
-            _ => ((hw + 2 * (k / 2) - k) / st + 1).pow(2),
+            _ => ((hw + 2 * (k / 2) - k) / st + 1) * ((wd + 2 * (k / 2) - k) / st + 1),
         };
         let gf = if pool {
             (4 * ci * hw * hw) as f64 / t / 1e9

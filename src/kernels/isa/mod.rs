@@ -95,6 +95,8 @@ mod x86_64_avx512;
 #[cfg(target_arch = "x86_64")]
 mod x86_64_avx512_math;
 #[cfg(target_arch = "x86_64")]
+mod x86_64_cols;
+#[cfg(target_arch = "x86_64")]
 mod x86_64_direct;
 #[cfg(target_arch = "x86_64")]
 mod x86_64_dw;
@@ -345,6 +347,80 @@ fn assert_tile_fits(kc: usize, a: &[f32], c: &[f32], ldc: usize, e: Option<&Tile
     assert!(ldc >= NR && c.len() >= (MR - 1) * ldc + NR, "tile: short C");
     e.inspect(|e| e.assert_fits(ldc, NR));
 }
+
+/// Defines a SIMD table's `mm_cols` entry: checks the operands once
+/// ([`assert_cols_fit`]) and runs the module's `$k::<N, T>` (`N` units of `$per` A
+/// panels each: one panel, or a pair; `T` columns) over groups of at most 8, 6, 4 or 3
+/// units for 1 to 4 columns, the most whose sums fit the registers (the same dispatch
+/// in every table; only the kernel differs).
+macro_rules! cols_entry {
+    ($k:ident, $per:literal) => {
+        /// `KernelTable::mm_cols`: this table's column kernel over groups of panels.
+        #[allow(clippy::too_many_arguments)]
+        pub(super) fn mm_cols(
+            kc: usize,
+            a: &[f32],
+            panels: usize,
+            b: &[f32],
+            t: usize,
+            c: &mut [f32],
+            ldc: usize,
+            rows: usize,
+            acc: bool,
+        ) {
+            super::assert_cols_fit(kc, a, panels, b, t, c, ldc, rows);
+            let most = [8, 6, 4, 3][t - 1] * $per;
+            let mut q = 0;
+            while q < panels {
+                let np = most.min(panels - q);
+                let r = (rows - q * MR).min(np * MR);
+                type Kernel =
+                    unsafe fn(usize, *const f32, *const f32, *mut f32, usize, usize, bool);
+                let kernel: Kernel = match (t, np.div_ceil($per)) {
+                    (1, 1) => $k::<1, 1>,
+                    (1, 2) => $k::<2, 1>,
+                    (1, 3) => $k::<3, 1>,
+                    (1, 4) => $k::<4, 1>,
+                    (1, 5) => $k::<5, 1>,
+                    (1, 6) => $k::<6, 1>,
+                    (1, 7) => $k::<7, 1>,
+                    (1, _) => $k::<8, 1>,
+                    (2, 1) => $k::<1, 2>,
+                    (2, 2) => $k::<2, 2>,
+                    (2, 3) => $k::<3, 2>,
+                    (2, 4) => $k::<4, 2>,
+                    (2, 5) => $k::<5, 2>,
+                    (2, _) => $k::<6, 2>,
+                    (3, 1) => $k::<1, 3>,
+                    (3, 2) => $k::<2, 3>,
+                    (3, 3) => $k::<3, 3>,
+                    (3, _) => $k::<4, 3>,
+                    (_, 1) => $k::<1, 4>,
+                    (_, 2) => $k::<2, 4>,
+                    (_, _) => $k::<3, 4>,
+                };
+                // SAFETY: the table holding this entry is handed out only after its
+                // features were detected; the panels q..q + np hold np * kc * MR floats
+                // of `a`, B a kc x NR panel, and C rows q * MR..q * MR + r at stride ldc
+                // with t columns (assert_cols_fit).
+                unsafe {
+                    kernel(
+                        kc,
+                        a.as_ptr().add(q * kc * MR),
+                        b.as_ptr(),
+                        c.as_mut_ptr().add(q * MR * ldc),
+                        ldc,
+                        r,
+                        acc,
+                    )
+                };
+                q += np;
+            }
+        }
+    };
+}
+#[cfg(target_arch = "x86_64")]
+pub(crate) use cols_entry;
 
 /// Defines a SIMD table's `mm_tile_segs` entry: checks the operands once
 /// ([`assert_segs_fit`]) and calls the module's `tile_segs::<R>` for the row count (the

@@ -45,7 +45,7 @@ static TABLE: KernelTable = KernelTable {
     mm_half_strided,
     mm_half_strided_epi: None,
     mm_tile24_strided_epi: Some(mm_tile24_strided_epi),
-    mm_cols: super::x86_64_fma::mm_cols,
+    mm_cols: super::x86_64_cols::mm_cols,
     mm_part,
     mm_part_rows: super::x86_64_fma::mm_part_rows,
     transpose32: super::x86_64_transpose::transpose32,

@@ -328,69 +328,10 @@ unsafe fn part<const R: usize, const P: usize>(
     }
 }
 
-/// `KernelTable::mm_cols` with AVX2: each vector holds one column of one A panel's six
-/// rows, so one step of `P` panels and `T` columns is `P x T` FMAs sharing `T`
-/// broadcasts of B (at least eight independent sums for `T` of 1, the FMA latency).
-#[allow(clippy::too_many_arguments)]
-pub(super) fn mm_cols(
-    kc: usize,
-    a: &[f32],
-    panels: usize,
-    b: &[f32],
-    t: usize,
-    c: &mut [f32],
-    ldc: usize,
-    rows: usize,
-    acc: bool,
-) {
-    super::assert_cols_fit(kc, a, panels, b, t, c, ldc, rows);
-    // Panels per call: the most whose sums and broadcasts fit the 16 registers.
-    let group = [8, 6, 4, 3][t - 1];
-    let mut q = 0;
-    while q < panels {
-        let np = group.min(panels - q);
-        let r = (rows - q * MR).min(np * MR);
-        let kernel: unsafe fn(usize, *const f32, *const f32, *mut f32, usize, usize, bool) =
-            match (t, np) {
-                (1, 1) => cols_block::<1, 1>,
-                (1, 2) => cols_block::<2, 1>,
-                (1, 3) => cols_block::<3, 1>,
-                (1, 4) => cols_block::<4, 1>,
-                (1, 5) => cols_block::<5, 1>,
-                (1, 6) => cols_block::<6, 1>,
-                (1, 7) => cols_block::<7, 1>,
-                (1, _) => cols_block::<8, 1>,
-                (2, 1) => cols_block::<1, 2>,
-                (2, 2) => cols_block::<2, 2>,
-                (2, 3) => cols_block::<3, 2>,
-                (2, 4) => cols_block::<4, 2>,
-                (2, 5) => cols_block::<5, 2>,
-                (2, _) => cols_block::<6, 2>,
-                (3, 1) => cols_block::<1, 3>,
-                (3, 2) => cols_block::<2, 3>,
-                (3, 3) => cols_block::<3, 3>,
-                (3, _) => cols_block::<4, 3>,
-                (_, 1) => cols_block::<1, 4>,
-                (_, 2) => cols_block::<2, 4>,
-                (_, _) => cols_block::<3, 4>,
-            };
-        // SAFETY: reachable only through TABLE (AVX2 and FMA detected); the panels
-        // q..q + np hold np * kc * MR floats of `a`, B a kc x NR panel, and C rows
-        // q * MR..q * MR + r at stride ldc with t columns (assert_cols_fit).
-        unsafe {
-            kernel(
-                kc,
-                a.as_ptr().add(q * kc * MR),
-                b.as_ptr(),
-                c.as_mut_ptr().add(q * MR * ldc),
-                ldc,
-                r,
-                acc,
-            )
-        };
-        q += np;
-    }
-}
+// `KernelTable::mm_cols` with AVX2: each vector holds one column of one A panel's six
+// rows, so one step of `P` panels and `T` columns is `P x T` FMAs sharing `T`
+// broadcasts of B (at least eight independent sums for `T` of 1, the FMA latency).
+super::cols_entry!(cols_block, 1);
 
 /// `P` panels x `T` columns of `mm_cols`: rows `0..rows` of `c` written.
 ///
