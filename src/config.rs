@@ -237,6 +237,16 @@ pub const KEYS: &[Key] = &[
               (default: half of the physical memory)",
     },
     Key {
+        name: "VNPU_HUGE_PAGES",
+        kind: Kind::Flag,
+        default: "1",
+        applies: Applies::ModelLoad,
+        doc: "keep a loaded model's weights on 2 MiB pages (Linux transparent huge pages \
+              in `madvise` or `always` mode): a file's bytes are copied off its map, large \
+              packed weights off the heap; `0` reads them in place from the file (zero \
+              copy, 4 KiB pages)",
+    },
+    Key {
         name: "VNPU_SERVICE",
         kind: Kind::Path,
         default: "",
@@ -264,6 +274,17 @@ pub fn choice(name: &str) -> Result<Option<&'static str>> {
             Value::Choice(c) => Ok(c),
             _ => Ok(None),
         },
+    }
+}
+
+/// The checked value of a [`Kind::Flag`] key, its default when unset; a malformed
+/// environment value is [`Error::Config`].
+pub fn flag(name: &str) -> Result<bool> {
+    let k = key(name)?;
+    let text = lookup(k.name).unwrap_or_else(|| k.default.to_owned());
+    match parse(k, &text)? {
+        Value::Flag(v) => Ok(v),
+        _ => Ok(false),
     }
 }
 
@@ -590,6 +611,20 @@ mod tests {
                 other => panic!("{k}={v}: unexpected {other:?}"),
             }
         }
+    }
+
+    /// A flag reads its default until set, then the set value (placement only: other
+    /// tests loading models meanwhile compute the same bits either way).
+    #[test]
+    fn flags_read_their_default_until_set() {
+        set("VNPU_HUGE_PAGES", None).unwrap();
+        assert!(flag("VNPU_HUGE_PAGES").unwrap());
+        set("VNPU_HUGE_PAGES", Some("off")).unwrap();
+        assert!(!flag("VNPU_HUGE_PAGES").unwrap());
+        assert!(set("VNPU_HUGE_PAGES", Some("2")).is_err());
+        set("VNPU_HUGE_PAGES", None).unwrap();
+        assert!(flag("VNPU_HUGE_PAGES").unwrap());
+        assert!(matches!(flag("VNPU_NOPE"), Err(Error::Config { .. })));
     }
 
     #[test]

@@ -20,6 +20,58 @@ pub(crate) fn filled<T: Clone>(n: usize, v: T) -> Vec<T> {
     out
 }
 
+/// True when a model load should put its weights on huge pages: `VNPU_HUGE_PAGES` on
+/// (the default; a malformed value is an error) and the OS grants them on request.
+pub(crate) fn for_weights() -> crate::error::Result<bool> {
+    Ok(crate::config::flag("VNPU_HUGE_PAGES")? && on_request())
+}
+
+/// True when Linux backs memory advised `MADV_HUGEPAGE` with huge pages
+/// (`transparent_hugepage/enabled` is `always` or `madvise`), read once.
+fn on_request() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+            .is_ok_and(|m| m.contains("[always]") || m.contains("[madvise]"))
+    })
+}
+
+/// Bytes copied into cache-line-aligned memory, on huge pages where it spans whole ones
+/// ([`filled`]): a model file's bytes, which its weights then borrow.
+pub(crate) struct HugeBytes {
+    lines: Vec<crate::exec::Line>,
+    len: usize,
+}
+
+impl HugeBytes {
+    /// A copy of `bytes`.
+    pub(crate) fn copy_of(bytes: &[u8]) -> HugeBytes {
+        let mut lines = crate::exec::lines(bytes.len());
+        bytemuck::cast_slice_mut::<_, u8>(&mut lines)[..bytes.len()].copy_from_slice(bytes);
+        HugeBytes {
+            lines,
+            len: bytes.len(),
+        }
+    }
+}
+
+impl AsRef<[u8]> for HugeBytes {
+    fn as_ref(&self) -> &[u8] {
+        &bytemuck::cast_slice(&self.lines)[..self.len]
+    }
+}
+
+/// `v` in memory on huge pages when it spans whole ones and [`for_weights`] (a copy),
+/// else `v` itself.
+pub(crate) fn weights(v: Vec<f32>) -> Vec<f32> {
+    if v.len() * std::mem::size_of::<f32>() < HUGE || !for_weights().unwrap_or(false) {
+        return v;
+    }
+    let mut out = filled(v.len(), 0.0f32);
+    out.copy_from_slice(&v);
+    out
+}
+
 /// Asks for huge pages over the whole 2 MiB pages inside `len` bytes from `at` (a fresh
 /// allocation of this process); errors are ignored (the advice is only a hint).
 fn advise(at: *const u8, len: usize) {
@@ -40,6 +92,20 @@ fn advise(at: *const u8, len: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn copies_keep_the_bytes_and_values_on_a_line_boundary() {
+        for n in [0, 1, 63, 65, HUGE + 7] {
+            let bytes: Vec<u8> = (0..n).map(|i| (i * 7 % 251) as u8).collect();
+            let h = HugeBytes::copy_of(&bytes);
+            assert_eq!(h.as_ref(), &bytes[..]);
+            assert_eq!(h.as_ref().as_ptr() as usize % 64, 0);
+        }
+        for n in [0, 5, HUGE / 4 + 3] {
+            let v: Vec<f32> = (0..n).map(|i| i as f32).collect();
+            assert_eq!(weights(v.clone()), v);
+        }
+    }
 
     #[test]
     fn filled_holds_the_copies_whatever_the_size() {

@@ -34,7 +34,8 @@ use crate::runtime::Runtime;
 /// Keys taking effect at each later model load: `VNPU_INTRA_OP_THREADS` 1..64 (default
 /// 1), `VNPU_CACHE_DIR` (path, empty = no compile cache), `VNPU_MEMORY_BUDGET_MB`
 /// 1..1073741824 (default: half of the physical memory): most memory one model's planned
-/// tensors and constants may take.
+/// tensors and constants may take; `VNPU_HUGE_PAGES` 0/1 (default 1): weights copied
+/// onto transparent huge pages at load (0: read in place from the file's map).
 ///
 /// `VNPU_KERNEL_TABLE` (`portable`, `avx2+fma` or `avx512`; default: the best this CPU supports)
 /// takes effect at the first kernel call of the process.

@@ -18,18 +18,21 @@ pub struct WeightBuf {
 
 #[derive(Clone)]
 enum Storage {
-    Owned(Arc<[f32]>),
+    /// On huge pages when large (`crate::huge_pages::weights`).
+    Owned(Arc<Vec<f32>>),
     /// Checked aligned for f32 and a whole number of floats when made.
     Shared(SharedBytes),
 }
 
 impl WeightBuf {
-    /// Elements held in this buffer.
+    /// Elements held in this buffer (moved onto huge pages when they span whole ones
+    /// and the setting `VNPU_HUGE_PAGES` is on: packed weights are read every run, and a
+    /// TLB miss per 4 KiB page is dear in a VM).
     pub fn owned(v: Vec<f32>) -> WeightBuf {
         WeightBuf {
             start: 0,
             len: v.len(),
-            data: Storage::Owned(v.into()),
+            data: Storage::Owned(Arc::new(crate::huge_pages::weights(v))),
         }
     }
 
