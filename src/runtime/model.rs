@@ -203,6 +203,23 @@ fn desc_of(s: &IoSpec) -> TensorDesc {
     }
 }
 
+/// `c` with its constants and packed weights in one buffer on huge pages when
+/// `VNPU_HUGE_PAGES` is on and `c` holds no packed weights (compiled in this process, its
+/// constants in buffers of their own): written in the file format and read back, as a
+/// compiled file loads. Else (or where `c` cannot be written) `c` itself.
+fn on_huge_pages(c: CompiledModel) -> Result<CompiledModel> {
+    if !c.packed.is_empty() || !crate::huge_pages::for_weights()? {
+        return Ok(c);
+    }
+    let Ok(bytes) = crate::format::write_models(std::slice::from_ref(&c)) else {
+        return Ok(c);
+    };
+    match crate::format::read_models(&bytes, &c.name) {
+        Ok(mut ms) if ms.len() == 1 => Ok(ms.remove(0)),
+        _ => Ok(c),
+    }
+}
+
 /// One or more models loaded together (`hbPackedDNNHandle_t`).
 #[derive(Debug)]
 pub struct PackedModel {
@@ -268,7 +285,7 @@ impl PackedModel {
                     reason: format!("two models are named '{}'; compile one with --name", c.name),
                 });
             }
-            models.push(Arc::new(Model::new(c)?));
+            models.push(Arc::new(Model::new(on_huge_pages(c)?)?));
         }
         Ok(PackedModel { models, sources })
     }
