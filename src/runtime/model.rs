@@ -204,11 +204,16 @@ fn desc_of(s: &IoSpec) -> TensorDesc {
 }
 
 /// `c` with its constants and packed weights in one buffer on huge pages when
-/// `VNPU_HUGE_PAGES` is on and `c` holds no packed weights (compiled in this process, its
-/// constants in buffers of their own): written in the file format and read back, as a
-/// compiled file loads. Else (or where `c` cannot be written) `c` itself.
+/// `VNPU_HUGE_PAGES` is on, `c` holds no packed weights (compiled in this process, its
+/// constants in buffers of their own) and plans in f32: written in the file format and
+/// read back, as a compiled file loads. Else (or where `c` cannot be written) `c` itself.
 fn on_huge_pages(c: CompiledModel) -> Result<CompiledModel> {
     if !c.packed.is_empty() || !crate::huge_pages::for_weights()? {
+        return Ok(c);
+    }
+    // A bf16 plan packs its own weights (on huge pages already): the f32 ones a file
+    // stores would only take memory.
+    if PlanOptions::for_model(c.precision)?.precision != crate::exec::Precision::F32 {
         return Ok(c);
     }
     let Ok(bytes) = crate::format::write_models(std::slice::from_ref(&c)) else {
