@@ -1941,7 +1941,11 @@ fn recurrent_tiles_resume_from_the_scratch_or_rebuild_it() {
     }
     let g = Arc::new(b.g);
     let plan = ModelPlan::new(g.clone(), &PlanOptions::default()).expect("plan");
-    assert_eq!(plan.tiles_for(0), 2 + seq, "two projections and the steps");
+    assert_eq!(
+        plan.tiles_for(0),
+        2 + 2 * seq,
+        "two projections, each direction's steps"
+    );
     let read = |st: &ExecState| -> Vec<Vec<u8>> {
         (0..4)
             .map(|k| {
