@@ -55,6 +55,27 @@ impl HugeBytes {
     }
 }
 
+impl HugeBytes {
+    /// `parts` copied one after another, each from a cache-line boundary (as a compiled
+    /// file lays out its constants), and the byte range of each.
+    pub(crate) fn gather(parts: &[&[u8]]) -> (HugeBytes, Vec<std::ops::Range<usize>>) {
+        const LINE: usize = std::mem::size_of::<crate::exec::Line>();
+        let mut ranges = Vec::with_capacity(parts.len());
+        let mut end = 0usize;
+        for p in parts {
+            let at = end.next_multiple_of(LINE);
+            ranges.push(at..at + p.len());
+            end = at + p.len();
+        }
+        let mut lines = crate::exec::lines(end);
+        let bytes = bytemuck::cast_slice_mut::<_, u8>(&mut lines);
+        for (p, r) in parts.iter().zip(&ranges) {
+            bytes[r.clone()].copy_from_slice(p);
+        }
+        (HugeBytes { lines, len: end }, ranges)
+    }
+}
+
 impl AsRef<[u8]> for HugeBytes {
     fn as_ref(&self) -> &[u8] {
         &bytemuck::cast_slice(&self.lines)[..self.len]
@@ -105,6 +126,23 @@ mod tests {
             let v: Vec<f32> = (0..n).map(|i| i as f32).collect();
             assert_eq!(weights(v.clone()), v);
         }
+    }
+
+    #[test]
+    fn gathered_parts_keep_their_bytes_each_on_a_line_boundary() {
+        let parts: Vec<Vec<u8>> = [0usize, 3, 64, 65, HUGE + 1]
+            .iter()
+            .map(|&n| (0..n).map(|i| (i * 13 % 251) as u8).collect())
+            .collect();
+        let refs: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
+        let (h, ranges) = HugeBytes::gather(&refs);
+        assert_eq!(ranges.len(), parts.len());
+        for (p, r) in parts.iter().zip(&ranges) {
+            assert_eq!(&h.as_ref()[r.clone()], &p[..]);
+            assert_eq!((h.as_ref().as_ptr() as usize + r.start) % 64, 0);
+        }
+        let (empty, none) = HugeBytes::gather(&[]);
+        assert!(empty.as_ref().is_empty() && none.is_empty());
     }
 
     #[test]

@@ -17,6 +17,7 @@ pub mod layout;
 pub mod partition;
 pub mod place;
 pub mod quantize;
+mod resident;
 pub mod rewrite;
 pub mod simplify;
 #[cfg(test)]
@@ -237,22 +238,25 @@ pub fn compile_graph_within(
     ensure_outputs_computed(&mut g);
     place::place_nodes(&mut g, &opts.run_on_cpu, &opts.run_on_bpu)?;
 
+    // The cost model measures with the weights where a loaded model keeps them.
+    resident::constants_on_huge_pages(&mut g)?;
     let graph = Arc::new(g);
     let consts = budget.check_graph(&graph)?;
-    let plan = ModelPlan::new(
-        graph.clone(),
-        &PlanOptions {
-            precision: opts.precision,
-            ..PlanOptions::default()
-        },
-    )
-    .map_err(|e| match e {
-        Error::Config { reason, .. } if opts.precision != Precision::F32 => Error::CompileOption {
-            option: "precision".into(),
-            reason,
-        },
-        e => e,
-    })?;
+    let plan_opts = PlanOptions {
+        precision: opts.precision,
+        ..PlanOptions::default()
+    };
+    let plan = ModelPlan::new(graph.clone(), &plan_opts)
+        .and_then(|p| resident::packed_on_huge_pages(p, &plan_opts))
+        .map_err(|e| match e {
+            Error::Config { reason, .. } if opts.precision != Precision::F32 => {
+                Error::CompileOption {
+                    option: "precision".into(),
+                    reason,
+                }
+            }
+            e => e,
+        })?;
     check_arena(&graph, &plan, consts, budget)?;
     let mut cost_cache = cost_cache::CostCache::open(opts.precision);
     let mut cost = cost::CostModel::new(&graph, &plan, 3).with_cache(&mut cost_cache);
