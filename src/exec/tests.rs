@@ -1786,6 +1786,81 @@ fn gemm_row_tiles_with_residual_and_addend() {
     assert_close(f32s(&out[0]), &want, 1e-5);
 }
 
+/// A fresh state of `plan` with `inputs` set, in order.
+fn state_with(plan: &ModelPlan, inputs: &[&Tensor]) -> ExecState {
+    let mut st = plan.new_state();
+    for (i, x) in inputs.iter().enumerate() {
+        plan.set_input(&mut st, i, const_bytes(x)).expect("set");
+    }
+    st
+}
+
+/// The bytes of every graph output of `plan` in `st`.
+fn outputs_of(plan: &ModelPlan, st: &ExecState) -> Vec<Vec<u8>> {
+    (0..plan.graph().outputs.len())
+        .map(|k| {
+            let mut o = vec![0u8; plan.output_len(k)];
+            plan.read_output(st, k, &mut o).expect("read");
+            o
+        })
+        .collect()
+}
+
+/// Nodes 0 and 1 of `plan` in thirds, interleaved: the first of node 0, all of node 1,
+/// then the rest of node 0.
+fn run_interleaved(plan: &ModelPlan, st: &mut ExecState) {
+    let t = |index| Tile { index, count: 3 };
+    plan.run_node(st, 0, t(0)).expect("tile");
+    for i in 0..3 {
+        plan.run_node(st, 1, t(i)).expect("tile");
+    }
+    plan.run_node(st, 0, t(1)).expect("tile");
+    plan.run_node(st, 0, t(2)).expect("tile");
+}
+
+#[test]
+fn gemm_column_tiles_share_packed_a_or_pack_it_again() {
+    // Two products wider than A is read in place, of two inputs: the tiles of one run
+    // between the other's must pack A again rather than use the other's leftovers.
+    let (m, k, n) = (8, 9, 300);
+    let mut b = B::default();
+    let ins = [b.input(DType::F32, &[m, k]), b.input(DType::F32, &[m, k])];
+    for (s, ai) in (0..2u64).zip(ins) {
+        let bi = b.kf(&[k, n], rand_vec(k * n, 111 + s));
+        let y = b.n1(Op::MatMul { post: vec![] }, &[ai, bi], DType::F32, &[m, n]);
+        b.out(y);
+    }
+    let g = Arc::new(b.g);
+    let plan = ModelPlan::new(g, &PlanOptions::default()).expect("plan");
+    assert!(plan.tiles_for(0) >= 3, "column tiles");
+    let [x0, x1] = [110, 120].map(|seed| Tensor::from_f32(vec![m, k], rand_vec(m * k, seed)));
+    let fresh = || state_with(&plan, &[&x0, &x1]);
+    let read = |st: &ExecState| outputs_of(&plan, st);
+    let mut st = fresh();
+    plan.run_all(&mut st).expect("whole");
+    let want = read(&st);
+    let t = |index| Tile { index, count: 3 };
+    // In order, then interleaved with the other product.
+    let mut st = fresh();
+    for node in 0..2 {
+        for i in 0..3 {
+            plan.run_node(&mut st, node, t(i)).expect("tile");
+        }
+    }
+    assert_eq!(read(&st), want, "tiles in order");
+    let mut st = fresh();
+    run_interleaved(&plan, &mut st);
+    assert_eq!(read(&st), want, "interleaved tiles");
+    // A later tile alone, first of all: packs A itself.
+    let mut st = fresh();
+    plan.run_node(&mut st, 1, Tile { index: 0, count: 1 })
+        .expect("whole");
+    for i in [2, 1, 0] {
+        plan.run_node(&mut st, 0, t(i)).expect("tile");
+    }
+    assert_eq!(read(&st), want, "tiles out of order");
+}
+
 #[test]
 fn plan_is_shareable_and_state_is_sendable() {
     fn shared<T: Send + Sync>() {}
@@ -1946,35 +2021,17 @@ fn recurrent_tiles_resume_from_the_scratch_or_rebuild_it() {
         2 + 2 * seq,
         "two projections, each direction's steps"
     );
-    let read = |st: &ExecState| -> Vec<Vec<u8>> {
-        (0..4)
-            .map(|k| {
-                let mut o = vec![0u8; plan.output_len(k)];
-                plan.read_output(st, k, &mut o).expect("read");
-                o
-            })
-            .collect()
-    };
+    let read = |st: &ExecState| outputs_of(&plan, st);
     let input = Tensor::from_f32(vec![seq, 1, inp], x);
-    let fresh = || {
-        let mut st = plan.new_state();
-        plan.set_input(&mut st, 0, const_bytes(&input))
-            .expect("set");
-        st
-    };
+    let fresh = || state_with(&plan, &[&input]);
     let mut st = fresh();
     plan.run_all(&mut st).expect("whole");
     let want = read(&st);
     // Interleaved: 0 of node 0, all of node 1, then the rest of node 0.
     let mut st = fresh();
-    let t = |index| Tile { index, count: 3 };
-    plan.run_node(&mut st, 0, t(0)).expect("tile");
-    for i in 0..3 {
-        plan.run_node(&mut st, 1, t(i)).expect("tile");
-    }
-    plan.run_node(&mut st, 0, t(1)).expect("tile");
-    plan.run_node(&mut st, 0, t(2)).expect("tile");
+    run_interleaved(&plan, &mut st);
     assert_eq!(read(&st), want, "interleaved tiles");
+    let t = |index| Tile { index, count: 3 };
     // Out of order: the last tile alone, first of all.
     let mut st = fresh();
     plan.run_node(&mut st, 1, Tile { index: 0, count: 1 })
@@ -2020,23 +2077,8 @@ fn winograd_channel_tiles_share_the_input_transform_as_units() {
     );
     let input = Tensor::from_f32(vec![1, ci, hw, hw], rand_vec(ci * hw * hw, 101));
     let other = Tensor::from_f32(vec![1, ci, hw, hw], rand_vec(ci * hw * hw, 102));
-    let fresh = || {
-        let mut st = plan.new_state();
-        plan.set_input(&mut st, 0, const_bytes(&input))
-            .expect("set");
-        plan.set_input(&mut st, 1, const_bytes(&other))
-            .expect("set");
-        st
-    };
-    let read = |st: &ExecState| -> Vec<Vec<u8>> {
-        (0..2)
-            .map(|k| {
-                let mut o = vec![0u8; plan.output_len(k)];
-                plan.read_output(st, k, &mut o).expect("read");
-                o
-            })
-            .collect()
-    };
+    let fresh = || state_with(&plan, &[&input, &other]);
+    let read = |st: &ExecState| outputs_of(&plan, st);
     let mut st = fresh();
     plan.run_all(&mut st).expect("whole");
     let want = read(&st);

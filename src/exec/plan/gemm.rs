@@ -220,7 +220,14 @@ impl GemmPlan {
         self.a_cs == 1 && self.alpha == 1.0 && self.n <= A_IN_PLACE_MAX_N
     }
 
-    /// Rows `[r0, r1)`, columns `[lo, hi)` of batch `bi` into `cb` (those rows of C).
+    /// True when the column tiles of this product share one packed A in the scratch
+    /// (the first tile packs it; see [`FamilyKernel::run`]).
+    fn tiles_share_a(&self) -> bool {
+        !self.by_rows() && self.batches.len() == 1 && self.bf16.is_none() && !self.a_in_place()
+    }
+
+    /// Rows `[r0, r1)`, columns `[lo, hi)` of batch `bi` into `cb` (those rows of C);
+    /// `a_packed`: the scratch holds those rows of A packed already.
     #[allow(clippy::too_many_arguments)]
     fn run_rows(
         &self,
@@ -230,7 +237,7 @@ impl GemmPlan {
         (r0, r1): (usize, usize),
         (lo, hi): (usize, usize),
         cb: &mut [f32],
-        scratch: &mut [f32],
+        (scratch, a_packed): (&mut [f32], bool),
     ) {
         let g = self;
         let rows = r1 - r0;
@@ -282,8 +289,10 @@ impl GemmPlan {
                 lda: g.a_rs,
             }
         } else {
-            let kd = gemm::k_depth(g.k, g.n);
-            gemm::pack_a(a_rows, g.a_rs, g.a_cs, rows, (g.k, kd), g.alpha, pa);
+            if !a_packed {
+                let kd = gemm::k_depth(g.k, g.n);
+                gemm::pack_a(a_rows, g.a_rs, g.a_cs, rows, (g.k, kd), g.alpha, pa);
+            }
             gemm::ASource::Packed(pa)
         };
         let bm = &b[bo..];
@@ -443,7 +452,9 @@ impl GemmPlan {
                 match (&ch.b, &ch.b16) {
                     (Some(pb), _) => self.run_cols(isa, io, ch, pb, part, s),
                     (None, Some(pb)) => self.run_cols_bf16(isa, io, ch, pb, part, s),
-                    (None, None) => self.run_rows(isa, io, 0, (ch.lo, ch.hi), (0, n), part, s),
+                    (None, None) => {
+                        self.run_rows(isa, io, 0, (ch.lo, ch.hi), (0, n), part, (s, false))
+                    }
                 }
             }
         });
@@ -746,10 +757,17 @@ impl FamilyKernel for GemmPlan {
         } else {
             ((0, g.m), r.tile.range(g.n, NR))
         };
+        // Column tiles of one product share its packed A (the crnn classifier's 80 x 512
+        // A was packed by each of its 5 tiles); a tag names the node whose A it is.
+        let shared = r.tile.count > 1 && g.tiles_share_a();
+        let a_packed = shared && r.tile.index > 0 && *r.bcache == Some(r.index);
         let mn = g.m * g.n;
         for bi in 0..g.batches.len() {
             let cb = &mut c[bi * mn..(bi + 1) * mn][r0 * g.n..r1 * g.n];
-            g.run_rows(r.isa, io, bi, (r0, r1), (lo, hi), cb, r.scratch);
+            g.run_rows(r.isa, io, bi, (r0, r1), (lo, hi), cb, (r.scratch, a_packed));
+        }
+        if shared {
+            *r.bcache = Some(r.index);
         }
         Ok(())
     }
