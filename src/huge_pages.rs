@@ -11,13 +11,112 @@
 /// Bytes of one huge page (x86-64).
 const HUGE: usize = 2 << 20;
 
-/// `n` copies of `v` in a vector whose whole 2 MiB pages were advised `MADV_HUGEPAGE`
-/// before it was filled (vectors under one huge page, or off Linux, are plain).
-pub(crate) fn filled<T: Clone>(n: usize, v: T) -> Vec<T> {
-    let mut out: Vec<T> = Vec::with_capacity(n);
-    advise(out.as_ptr().cast(), n * std::mem::size_of::<T>());
-    out.resize(n, v);
-    out
+/// `n` copies of `v` in a [`HugeVec`].
+pub(crate) fn filled<T: bytemuck::Pod>(n: usize, v: T) -> HugeVec<T> {
+    HugeVec::filled(n, v)
+}
+
+/// Elements in one allocation that starts on a huge page and ends on one when it spans
+/// one or more (its pages advised `MADV_HUGEPAGE` before the first touch), else on a
+/// cache line; reads as a slice. Why the alignment: the OS backs only the whole 2 MiB
+/// pages inside an allocation with huge pages, and a heap block of a few MiB starts
+/// anywhere in one, so a 3 MiB scratch held as few as one (its first MiB, where a
+/// Winograd conv's transformed input lives, on 4 KiB pages: the CRNN's 8x80 conv ran
+/// 13-16 % slower cut in channel tiles than whole).
+pub(crate) struct HugeVec<T> {
+    ptr: std::ptr::NonNull<T>,
+    len: usize,
+}
+
+// SAFETY: a HugeVec owns its elements like a Vec (no shared interior state).
+unsafe impl<T: Send> Send for HugeVec<T> {}
+// SAFETY: shared access only reads the elements, as for a Vec.
+unsafe impl<T: Sync> Sync for HugeVec<T> {}
+
+impl<T: bytemuck::Pod> HugeVec<T> {
+    /// `n` copies of `v`.
+    pub(crate) fn filled(n: usize, v: T) -> HugeVec<T> {
+        let Some(layout) = Self::layout(n) else {
+            return HugeVec {
+                ptr: std::ptr::NonNull::dangling(),
+                len: n,
+            };
+        };
+        // SAFETY: the layout has a non-zero size (`layout` returns None otherwise).
+        let p = unsafe { std::alloc::alloc(layout) };
+        let Some(ptr) = std::ptr::NonNull::new(p.cast::<T>()) else {
+            std::alloc::handle_alloc_error(layout)
+        };
+        advise(p, layout.size());
+        // SAFETY: the allocation holds `n` elements of T, aligned for T; every one is
+        // written before the slice is made.
+        unsafe {
+            for i in 0..n {
+                ptr.as_ptr().add(i).write(v);
+            }
+        }
+        HugeVec { ptr, len: n }
+    }
+
+    /// The allocation of `n` elements (see [`layout_of`]).
+    fn layout(n: usize) -> Option<std::alloc::Layout> {
+        layout_of::<T>(n.checked_mul(std::mem::size_of::<T>())?)
+    }
+}
+
+/// The allocation of `size` bytes of `T`: whole huge pages at a huge page's alignment
+/// from one huge page up, else a cache line's alignment; `None` for no bytes.
+fn layout_of<T>(size: usize) -> Option<std::alloc::Layout> {
+    if size == 0 {
+        return None;
+    }
+    let (size, align) = if size >= HUGE {
+        (size.next_multiple_of(HUGE), HUGE)
+    } else {
+        (size, std::mem::align_of::<T>().max(64))
+    };
+    std::alloc::Layout::from_size_align(size, align).ok()
+}
+
+impl<T> std::ops::Deref for HugeVec<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        // SAFETY: `ptr` holds `len` initialised elements (or is dangling for none or for
+        // zero-sized T), owned by self.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl<T> std::ops::DerefMut for HugeVec<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        // SAFETY: as in `deref`, and `&mut self` makes the access unique.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl<T> Drop for HugeVec<T> {
+    fn drop(&mut self) {
+        // Only Pod elements are ever stored (no drop glue); the layout is the one the
+        // elements were allocated with (none for no bytes: nothing was allocated).
+        if let Some(layout) = layout_of::<T>(self.len * std::mem::size_of::<T>()) {
+            // SAFETY: `ptr` was allocated by `filled` with this very layout.
+            unsafe { std::alloc::dealloc(self.ptr.as_ptr().cast(), layout) }
+        }
+    }
+}
+
+impl<T: bytemuck::Pod> Clone for HugeVec<T> {
+    fn clone(&self) -> HugeVec<T> {
+        let mut out = HugeVec::filled(self.len, T::zeroed());
+        out.copy_from_slice(self);
+        out
+    }
+}
+
+impl<T> std::fmt::Debug for HugeVec<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HugeVec({} elements)", self.len)
+    }
 }
 
 /// True when a model load should put its weights on huge pages: `VNPU_HUGE_PAGES` on
@@ -39,7 +138,7 @@ fn on_request() -> bool {
 /// Bytes copied into cache-line-aligned memory, on huge pages where it spans whole ones
 /// ([`filled`]): a model file's bytes, which its weights then borrow.
 pub(crate) struct HugeBytes {
-    lines: Vec<crate::exec::Line>,
+    lines: HugeVec<crate::exec::Line>,
     len: usize,
 }
 
@@ -83,14 +182,14 @@ impl AsRef<[u8]> for HugeBytes {
 }
 
 /// `v` in memory on huge pages when it spans whole ones and [`for_weights`] (a copy),
-/// else `v` itself.
-pub(crate) fn weights(v: Vec<f32>) -> Vec<f32> {
+/// else `v` itself (`Err`).
+pub(crate) fn weights(v: Vec<f32>) -> Result<HugeVec<f32>, Vec<f32>> {
     if v.len() * std::mem::size_of::<f32>() < HUGE || !for_weights().unwrap_or(false) {
-        return v;
+        return Err(v);
     }
     let mut out = filled(v.len(), 0.0f32);
     out.copy_from_slice(&v);
-    out
+    Ok(out)
 }
 
 /// Asks for huge pages over the whole 2 MiB pages inside `len` bytes from `at` (a fresh
@@ -124,7 +223,8 @@ mod tests {
         }
         for n in [0, 5, HUGE / 4 + 3] {
             let v: Vec<f32> = (0..n).map(|i| i as f32).collect();
-            assert_eq!(weights(v.clone()), v);
+            let w = weights(v.clone());
+            assert_eq!(w.as_ref().map_or_else(|v| &v[..], |h| &h[..]), &v[..]);
         }
     }
 
@@ -143,6 +243,24 @@ mod tests {
         }
         let (empty, none) = HugeBytes::gather(&[]);
         assert!(empty.as_ref().is_empty() && none.is_empty());
+    }
+
+    #[test]
+    fn huge_vectors_start_on_a_huge_page_and_small_ones_on_a_line() {
+        for n in [0usize, 1, 17, HUGE / 8 - 1, HUGE / 8, 3 * HUGE / 8 + 5] {
+            let v = HugeVec::filled(n, 3u64);
+            assert_eq!(v.len(), n);
+            assert!(v.iter().all(|&x| x == 3));
+            // (No elements: no allocation, a dangling pointer aligned for u64 only.)
+            let align = match n * 8 {
+                0 => 8,
+                b if b >= HUGE => HUGE,
+                _ => 64,
+            };
+            assert_eq!(v.as_ptr() as usize % align, 0, "{n} elements");
+            let c = v.clone();
+            assert_eq!(&c[..], &v[..]);
+        }
     }
 
     #[test]

@@ -31,6 +31,7 @@ mod plan;
 pub mod pool;
 
 use crate::error::{Error, Result};
+use crate::huge_pages::HugeVec;
 use crate::ir::{self, DType, Graph, Tensor, TensorData};
 use crate::kernels::simd::{self, Isa};
 use plan::NodePlan;
@@ -281,22 +282,22 @@ pub(crate) struct Line([u64; 8]);
 /// the state is made (a `Vec<u64>` of zeros got its zero pages mapped on first touch);
 /// states are made on first use (`runtime::Model::take_state`), so a state's resident
 /// memory after its first run is the same.
-pub(crate) fn lines(bytes: usize) -> Vec<Line> {
+pub(crate) fn lines(bytes: usize) -> HugeVec<Line> {
     crate::huge_pages::filled(bytes.div_ceil(std::mem::size_of::<Line>()), Line([0; 8]))
 }
 
 /// Per-task mutable state: the arena, scratch memory and profiling counters.
 #[derive(Debug)]
 pub struct ExecState {
-    arena: Vec<Line>,
+    arena: HugeVec<Line>,
     /// `scratch_floats` floats of scratch (whole lines).
-    scratch: Vec<Line>,
+    scratch: HugeVec<Line>,
     iscratch: Vec<usize>,
     timings: Vec<(u64, u64)>,
     /// Node whose packed B operand (shared by its tiles) is held in `scratch`.
     bcache: Option<usize>,
     /// Scratch of the intra-op helper threads (one per helper, whole lines).
-    helpers: Vec<Vec<Line>>,
+    helpers: Vec<HugeVec<Line>>,
 }
 
 impl ModelPlan {

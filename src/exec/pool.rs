@@ -32,6 +32,7 @@
 //! segment, attached helpers count themselves.
 
 use crate::exec::Line;
+use crate::huge_pages::HugeVec;
 use std::any::Any;
 use std::cell::Cell;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -540,7 +541,7 @@ pub(crate) fn chunk_parts<'a>(
     lens: impl Iterator<Item = usize>,
     y: &'a mut [f32],
     scratch: &'a mut [f32],
-    helpers: &'a mut [Vec<Line>],
+    helpers: &'a mut [HugeVec<Line>],
 ) -> ChunkParts<'a> {
     let mut parts: ChunkParts<'a> = std::array::from_fn(|_| None);
     let (mut tail, mut first) = (y, Some(scratch));

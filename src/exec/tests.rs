@@ -2043,10 +2043,10 @@ fn recurrent_tiles_resume_from_the_scratch_or_rebuild_it() {
 #[test]
 fn winograd_channel_tiles_share_the_input_transform_as_units() {
     // A 3x3 conv on a small plane with many output channels: cut finer than its tile
-    // panels, its units are the transformed input's blocks, then the channel panels.
-    // Every cut, interleaved with another node, and a last tile run alone must give the
-    // whole node's bits.
-    let (ci, co, hw) = (64, 64, 16);
+    // panels, its units are the channel panels on each block of plane tiles (several
+    // blocks here). Every cut, interleaved with another node, and a last tile run alone
+    // must give the whole node's bits.
+    let (ci, co, hw) = (64, 64, 24);
     let mut b = B::default();
     let xi = b.input(DType::F32, &[1, ci, hw, hw]);
     // The other conv reads another input, so its transform differs.
@@ -2073,7 +2073,7 @@ fn winograd_channel_tiles_share_the_input_transform_as_units() {
     let tiles = plan.tiles_for(0);
     assert!(
         tiles > co.div_ceil(crate::kernels::gemm::MR),
-        "a Winograd conv with input-transform units: {tiles} tiles"
+        "a Winograd conv with channel units on several blocks: {tiles} tiles"
     );
     let input = Tensor::from_f32(vec![1, ci, hw, hw], rand_vec(ci * hw * hw, 101));
     let other = Tensor::from_f32(vec![1, ci, hw, hw], rand_vec(ci * hw * hw, 102));
@@ -2082,7 +2082,7 @@ fn winograd_channel_tiles_share_the_input_transform_as_units() {
     let mut st = fresh();
     plan.run_all(&mut st).expect("whole");
     let want = read(&st);
-    for count in [2, 3, tiles] {
+    for count in [2, 3, 5, 7, 12, tiles] {
         let mut st = fresh();
         for index in 0..count {
             plan.run_node(&mut st, 0, Tile { index, count })

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use crate::huge_pages::HugeVec;
 use crate::ir::SharedBytes;
 
 /// f32 elements, owned or borrowed from shared bytes; reads as `&[f32]`. Clones and
@@ -18,8 +19,10 @@ pub struct WeightBuf {
 
 #[derive(Clone)]
 enum Storage {
-    /// On huge pages when large (`crate::huge_pages::weights`).
+    /// Small, or huge pages off (`crate::huge_pages::weights`).
     Owned(Arc<Vec<f32>>),
+    /// On huge pages.
+    Huge(Arc<HugeVec<f32>>),
     /// Checked aligned for f32 and a whole number of floats when made.
     Shared(SharedBytes),
 }
@@ -32,7 +35,10 @@ impl WeightBuf {
         WeightBuf {
             start: 0,
             len: v.len(),
-            data: Storage::Owned(Arc::new(crate::huge_pages::weights(v))),
+            data: match crate::huge_pages::weights(v) {
+                Ok(h) => Storage::Huge(Arc::new(h)),
+                Err(v) => Storage::Owned(Arc::new(v)),
+            },
         }
     }
 
@@ -70,6 +76,7 @@ impl WeightBuf {
     pub fn as_slice(&self) -> &[f32] {
         let all: &[f32] = match &self.data {
             Storage::Owned(v) => v,
+            Storage::Huge(v) => v,
             // Alignment and length were checked when the view was made and the bytes
             // never change: the cast cannot fail (empty is only a failed check's fallback).
             Storage::Shared(b) => bytemuck::try_cast_slice(b.as_bytes()).unwrap_or(&[]),

@@ -19,6 +19,7 @@ use super::{out_f32, units_done, units_stale, FamilyKernel, Planned, Run};
 use crate::error::Result;
 use crate::exec::pool;
 use crate::exec::Line;
+use crate::huge_pages::HugeVec;
 use crate::ir::{self, Elems, PostOp, TensorData};
 use crate::kernels::bf16::{self, Bf16ConvWeights, Bf16Table};
 use crate::kernels::conv::{self, direct, ConvShape, ConvWeights, DeconvPlan, WinogradPlan};
@@ -413,7 +414,7 @@ fn run_bf16_chunks(
     y: &mut [f32],
     epi: &Epilogue<'_>,
     scratch: &mut [f32],
-    helpers: &mut [Vec<Line>],
+    helpers: &mut [HugeVec<Line>],
 ) {
     run_chunks(par, y, epi, scratch, helpers, &|ch, e, part, scratch| {
         let (chans, cols) = ((0, ch.c1 - ch.c0), (0, ch.s.oh * ch.s.ow));
@@ -433,7 +434,7 @@ fn run_chunks<W: Sync>(
     y: &mut [f32],
     epi: &Epilogue<'_>,
     scratch: &mut [f32],
-    helpers: &mut [Vec<Line>],
+    helpers: &mut [HugeVec<Line>],
     conv: &ChunkConv<'_, W>,
 ) {
     let ohw = par.first().map_or(0, |ch| ch.s.oh * ch.s.ow);
@@ -551,13 +552,15 @@ fn wino_tile_panels(p: &WinogradPlan) -> usize {
     p.plane_tiles().div_ceil(gemm::NR)
 }
 
-/// Units of work of a Winograd conv cut finer than its tile panels: for one image, the
-/// blocks of its shared transformed input, then its output channels' MR panels (the
-/// transform no longer all in the first tile); for a batch, the channel panels only.
+/// Units of work of a Winograd conv cut finer than its tile panels: for one image, its
+/// output channels' MR panels on each block of plane tiles, block after block (the
+/// order of the whole node's loop, so that a tile reads the block's transformed input
+/// that it or the tile before it made, in L2, and streams the weights of its channels
+/// once per block as the whole node does); for a batch, the channel panels only.
 fn wino_units(p: &WinogradPlan) -> usize {
     let cblocks = p.shape().c_out.div_ceil(gemm::MR);
     if p.shape().n == 1 {
-        p.input_blocks() + cblocks
+        p.input_blocks() * cblocks
     } else {
         cblocks
     }
@@ -598,7 +601,7 @@ fn run_winograd_chunks(
     y: &mut [f32],
     epi: &Epilogue<'_>,
     scratch: &mut [f32],
-    helpers: &mut [Vec<Line>],
+    helpers: &mut [HugeVec<Line>],
 ) {
     let ohw = p.shape().oh * p.shape().ow;
     let run = |(c0, c1): (usize, usize), part: &mut [f32], scratch: &mut [f32]| {
@@ -649,7 +652,7 @@ fn run_conv_chunks(
     y: &mut [f32],
     epi: &Epilogue<'_>,
     scratch: &mut [f32],
-    helpers: &mut [Vec<Line>],
+    helpers: &mut [HugeVec<Line>],
 ) {
     let hw = par.first().map_or(0, |ch| ch.s.h * ch.s.w);
     run_chunks(par, y, epi, scratch, helpers, &|ch, e, part, scratch| {
@@ -846,19 +849,28 @@ impl FamilyKernel for ConvKernel {
                     *r.bcache = Some(r.index);
                     run_winograd_chunks(r.isa, p, par, v, y, &epi, rest, r.helpers);
                 } else if !by_tiles && s.n == 1 {
-                    // Channel tiles share the transformed input: its blocks are the first
-                    // units (`wino_units`), kept in the scratch for the tiles after.
-                    let blocks = p.input_blocks();
+                    // Units: channel panels on each block of plane tiles (`wino_units`).
+                    // A block's transformed input goes to its place in the scratch when
+                    // the tile meets the block first; a tile that starts inside a block
+                    // finds it there when it follows this node's previous tile.
+                    let panels = s.c_out.div_ceil(gemm::MR);
                     let (u0, u1) = tile.range(wino_units(p), 1);
                     let (v, rest) = r.scratch.split_at_mut(p.input_len());
-                    if units_stale(r.bcache, r.index, u0) {
-                        // Not right after this node's previous tile: its blocks again.
-                        p.transform_input_blocks(x, v, (0, u0.min(blocks)));
+                    let mut made = (u0 % panels != 0 && !units_stale(r.bcache, r.index, u0))
+                        .then_some(u0 / panels);
+                    let mut u = u0;
+                    while u < u1 {
+                        let b = u / panels;
+                        let end = ((b + 1) * panels).min(u1);
+                        if made != Some(b) {
+                            p.transform_input_blocks(x, v, (b, b + 1));
+                            made = Some(b);
+                        }
+                        let chans = ((u - b * panels) * gemm::MR, (end - b * panels) * gemm::MR);
+                        let chans = (chans.0, chans.1.min(s.c_out));
+                        p.run_tiles(r.isa, x, y, chans, p.block_tiles(b), Some(v), &epi, rest);
+                        u = end;
                     }
-                    p.transform_input_blocks(x, v, (u0.min(blocks), u1.min(blocks)));
-                    let (c0, c1) = (u0.max(blocks) - blocks, u1.max(blocks) - blocks);
-                    let chans = (c0 * gemm::MR, (c1 * gemm::MR).min(s.c_out));
-                    p.run_tiles(r.isa, x, y, chans, tiles, Some(v), &epi, rest);
                     units_done(r.bcache, r.index, u1);
                 } else {
                     p.run_tiles(r.isa, x, y, chans, tiles, None, &epi, r.scratch);

@@ -435,7 +435,7 @@ impl GemmPlan {
         io: &Inputs<'_>,
         c: &mut [f32],
         scratch: &mut [f32],
-        helpers: &mut [Vec<crate::exec::Line>],
+        helpers: &mut [crate::huge_pages::HugeVec<crate::exec::Line>],
     ) {
         let n = self.n;
         let len = |ch: &GemmChunk| {

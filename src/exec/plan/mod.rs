@@ -139,7 +139,7 @@ pub(crate) struct Run<'a> {
     /// node's index; `run_node` clears it when another node runs.
     pub bcache: &'a mut Option<usize>,
     /// Scratch of the intra-op helper threads.
-    pub helpers: &'a mut [Vec<crate::exec::Line>],
+    pub helpers: &'a mut [crate::huge_pages::HugeVec<crate::exec::Line>],
 }
 
 /// The node a `bcache` tag belongs to (its low half of the bits).

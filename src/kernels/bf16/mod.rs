@@ -109,7 +109,7 @@ struct DwordLine([u32; 16]);
 /// whose rows must not cross lines: a `Vec<u32>` starts 16 bytes into one).
 #[derive(Debug, Clone)]
 pub struct Dwords {
-    lines: Vec<DwordLine>,
+    lines: crate::huge_pages::HugeVec<DwordLine>,
     len: usize,
 }
 

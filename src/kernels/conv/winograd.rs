@@ -317,6 +317,13 @@ impl WinogradPlan {
         self.plane_tiles().div_ceil(self.nt)
     }
 
+    /// The plane tiles `[t0, t1)` of block `b` of the transformed input (blocks of
+    /// [`Self::input_blocks`], aligned from tile 0).
+    pub fn block_tiles(&self, b: usize) -> (usize, usize) {
+        let t = self.plane_tiles();
+        ((b * self.nt).min(t), ((b + 1) * self.nt).min(t))
+    }
+
     /// Blocks `[b0, b1)` of [`Self::transform_input`] into their places in `v` (the same
     /// bits, whichever calls write the blocks).
     pub fn transform_input_blocks(&self, x: &[f32], v: &mut [f32], (b0, b1): (usize, usize)) {

@@ -405,10 +405,10 @@ fn planned_conv_takes_winograd_whole_and_tiled() {
         let tiles = plan.tiles_for(0);
         let t = WinogradPlan::tile_for(&s);
         let panels = (hw.div_ceil(t) * hw.div_ceil(t)).div_ceil(crate::kernels::gemm::NR);
-        // Finer than its panels, one image's units: the transformed input's blocks,
-        // then the channel panels.
+        // Finer than its panels, one image's units: the channel panels on each block of
+        // plane tiles.
         let blocks = WinogradPlan::new(&s, &w).input_blocks();
-        let want_tiles = panels.max(blocks + co.div_ceil(MR));
+        let want_tiles = panels.max(blocks * co.div_ceil(MR));
         assert_eq!(tiles, want_tiles, "Winograd tiling");
         let (want, mag) = direct(&s, &x, &w, &bias);
         let want: Vec<f64> = want
