@@ -147,12 +147,28 @@ fn run_direct_cold(m: &Model, runs: usize, flush_mb: usize) -> Vec<f64> {
 
 /// `runs` timed runs of `m` back to back after `warmup` untimed ones, `before` called
 /// untimed ahead of each.
-fn run_direct_with(m: &Model, runs: usize, warmup: usize, mut before: impl FnMut()) -> Vec<f64> {
+fn run_direct_with(m: &Model, runs: usize, warmup: usize, before: impl FnMut()) -> Vec<f64> {
+    run_direct_timed(m, runs, warmup, before)
+        .into_iter()
+        .map(|(wall, _)| wall)
+        .collect()
+}
+
+/// [`run_direct_with`] timing each run two ways: (wall ms, this thread's CPU ms; the
+/// runs are on this thread alone, so the CPU time leaves out only the moments the host
+/// took the CPU away).
+fn run_direct_timed(
+    m: &Model,
+    runs: usize,
+    warmup: usize,
+    mut before: impl FnMut(),
+) -> Vec<(f64, f64)> {
     let inputs = perf::pattern_inputs(m);
     let mut st = m.take_state();
     let mut times = Vec::with_capacity(runs);
     for r in 0..runs + warmup {
         before();
+        let c0 = vnpu::compile::cost::thread_cpu_us();
         let t0 = Instant::now();
         for (i, b) in inputs.iter().enumerate() {
             m.plan.set_input(&mut st, i, b).expect("input");
@@ -167,7 +183,8 @@ fn run_direct_with(m: &Model, runs: usize, warmup: usize, mut before: impl FnMut
             }
         }
         if r >= warmup {
-            times.push(t0.elapsed().as_secs_f64() * 1e3);
+            let cpu = (vnpu::compile::cost::thread_cpu_us() - c0) / 1e3;
+            times.push((t0.elapsed().as_secs_f64() * 1e3, cpu));
         }
     }
     times
@@ -398,11 +415,11 @@ fn bench_split(dir: &Path, runs: usize, only: Option<&str>, detail: bool) {
         .collect();
     ensure_models(dir, &names);
     println!(
-        "\n## 3. FC split overhead ({runs} runs per side taking turns, medians; overhead = median of the pairs' split/whole ratios; FCs run back to back)"
+        "\n## 3. FC split overhead ({runs} runs per side taking turns, medians; overhead = median of the pairs' split/whole ratios of wall time, and of thread CPU time; FCs run back to back)"
     );
     println!(
-        "{:<13} {:>10} {:>12} {:>5} {:>9} {:>9}",
-        "model", "whole ms", "split ms", "FCs", "overhead", "max FC us"
+        "{:<13} {:>10} {:>12} {:>5} {:>9} {:>9} {:>9}",
+        "model", "whole ms", "split ms", "FCs", "overhead", "CPU ovh", "max FC us"
     );
     for name in names {
         let p = dir.join(format!("{name}.onnx"));
@@ -421,13 +438,18 @@ fn bench_split(dir: &Path, runs: usize, only: Option<&str>, detail: bool) {
         // seconds, sides timed in blocks of runs differed by up to 19 % (YOLOX-tiny)
         // while their per-node thread CPU times differed by under 1 %. The overhead is
         // the median of the pairs' ratios.
-        let (mut a, mut b, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
+        // The same pairs' ratios of thread CPU time too: the host's stalls (a VM's vCPU
+        // taken away for milliseconds) land on one side of a pair at random and move the
+        // wall-time median by a few per cent from run to run of the bench.
+        let (mut a, mut b, mut ratio, mut cpu_ratio) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for _ in 0..runs {
-            let ta = run_direct_after(&whole, 1, 1)[0];
-            let tb = run_direct_after(&split, 1, 1)[0];
+            let (ta, ca) = run_direct_timed(&whole, 1, 1, || {})[0];
+            let (tb, cb) = run_direct_timed(&split, 1, 1, || {})[0];
             a.push(ta);
             b.push(tb);
             ratio.push(tb / ta);
+            cpu_ratio.push(cb / ca);
         }
         let (ta, tb) = (percentile(&a, 50.0), percentile(&b, 50.0));
         // FC estimates against the FCs' measured medians (issue 12 item 7: within 25 %).
@@ -443,8 +465,9 @@ fn bench_split(dir: &Path, runs: usize, only: Option<&str>, detail: bool) {
             .map(|e| ((1.0 + e / 100.0) / (1.0 + med / 100.0) - 1.0).abs() * 100.0)
             .collect();
         println!(
-            "{name:<13} {ta:>10.2} {tb:>12.2} {fcs:>5} {:>+8.2}% {max_fc:>9.0}   FC est error: median {med:+.1}%, |err| p50 {:.1}% p90 {:.1}% max {:.1}%, within 25%: {within}/{}; about the median: p90 {:.1}%, within 25%: {}/{}",
+            "{name:<13} {ta:>10.2} {tb:>12.2} {fcs:>5} {:>+8.2}% {:>+8.2}% {max_fc:>9.0}   FC est error: median {med:+.1}%, |err| p50 {:.1}% p90 {:.1}% max {:.1}%, within 25%: {within}/{}; about the median: p90 {:.1}%, within 25%: {}/{}",
             (percentile(&ratio, 50.0) - 1.0) * 100.0,
+            (percentile(&cpu_ratio, 50.0) - 1.0) * 100.0,
             percentile(&abs, 50.0),
             percentile(&abs, 90.0),
             abs.iter().copied().fold(0.0, f64::max),
