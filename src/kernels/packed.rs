@@ -35,9 +35,9 @@ impl WeightBuf {
         WeightBuf {
             start: 0,
             len: v.len(),
-            data: match crate::huge_pages::weights(v) {
-                Ok(h) => Storage::Huge(Arc::new(h)),
-                Err(v) => Storage::Owned(Arc::new(v)),
+            data: match crate::huge_pages::weights(&v) {
+                Some(h) => Storage::Huge(Arc::new(h)),
+                None => Storage::Owned(Arc::new(v)),
             },
         }
     }
