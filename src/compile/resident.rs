@@ -93,22 +93,15 @@ pub(super) fn packed_on_huge_pages(plan: ModelPlan, opts: &PlanOptions) -> Resul
 mod tests {
     use super::*;
     use crate::compile::testutil::{rand_vec, run_graph, GraphBuilder};
-    use crate::ir::{ConvGeom, Op};
+    use crate::ir::Op;
 
     /// A 3x3 conv then a MatMul, both with constant weights (both pack them).
     fn conv_matmul() -> Graph {
         let mut b = GraphBuilder::new();
         let x = b.input("x", &[1, 8, 12, 12]);
         let w = b.konst("w", &[16, 8, 3, 3], rand_vec(16 * 72, 1));
-        let geom = ConvGeom {
-            kernel: vec![3, 3],
-            strides: vec![1, 1],
-            dilations: vec![1, 1],
-            pads: vec![1; 4],
-            auto_pad: None,
-        };
         let op = Op::Conv {
-            geom,
+            geom: crate::exec::tests::geom(&[3, 3], &[1, 1], &[1; 4]),
             group: 1,
             post: vec![],
         };

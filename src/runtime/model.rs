@@ -204,9 +204,10 @@ fn desc_of(s: &IoSpec) -> TensorDesc {
 }
 
 /// `c` with its constants and packed weights in one buffer on huge pages when
-/// `VNPU_HUGE_PAGES` is on, `c` holds no packed weights (compiled in this process, its
-/// constants in buffers of their own) and plans in f32: written in the file format and
-/// read back, as a compiled file loads. Else (or where `c` cannot be written) `c` itself.
+/// `VNPU_HUGE_PAGES` is on, `c` holds no packed weights (compiled in this process: the
+/// compiler gathered its constants on huge pages to measure, but keeps no packed
+/// weights) and plans in f32: written in the file format and read back, as a compiled
+/// file loads. Else (or where `c` cannot be written) `c` itself.
 fn on_huge_pages(c: CompiledModel) -> Result<CompiledModel> {
     if !c.packed.is_empty() || !crate::huge_pages::for_weights()? {
         return Ok(c);
