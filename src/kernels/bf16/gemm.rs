@@ -262,7 +262,7 @@ pub fn pack_b_for(
 /// the epilogue.
 #[allow(clippy::too_many_arguments)]
 fn gemm_a_rows_wide(
-    w: WideGemm,
+    (w, to_pairs): (WideGemm, super::ToPairs),
     isa: Isa,
     (k, n): (usize, usize),
     (a, rs, cs): (&[f32], usize, usize),
@@ -296,7 +296,7 @@ fn gemm_a_rows_wide(
             }
             let row = i + r;
             if cs == 1 {
-                (w.to_pairs)(&a[row * rs..][..k], dst);
+                to_pairs(&a[row * rs..][..k], dst);
             } else {
                 for (q, d) in dst[..k.div_ceil(2)].iter_mut().enumerate() {
                     let v = |p: usize| if p < k { a[row * rs + p * cs] } else { 0.0 };
@@ -345,7 +345,7 @@ pub fn gemm_a_rows(
     if let Some(w) = tab.wide_gemm {
         let args = (pb, scratch, c, ldc);
         return gemm_a_rows_wide(
-            w,
+            (w, tab.to_pairs),
             isa,
             (k, n),
             (a, rs, cs),
@@ -368,22 +368,33 @@ pub fn gemm_a_rows(
             crate::kernels::yield_point::yield_point();
             let kc = KC.min(k - k0);
             let kp = kc.div_ceil(2);
-            // Rows m_lo.. of A, this K block, as MR-row pair panels from 0.
+            // Rows m_lo.. of A, this K block, as MR-row pair panels from 0: each row
+            // converted into `row` (vectorised where it is contiguous), then laid into
+            // its panel's lane.
             let rows = m_hi - m_lo;
             let abuf = &mut scratch[..rows.div_ceil(MR) * MR * kp];
+            let mut row = [0u32; KC / 2];
+            let row = &mut row[..kp];
             for (pi, panel) in abuf.chunks_exact_mut(kp * MR).enumerate() {
                 for r in 0..MR {
                     let i = m_lo + pi * MR + r;
-                    for q in 0..kp {
-                        let p = k0 + 2 * q;
-                        let v = |p: usize| {
-                            if i < m_hi && p < k0 + kc {
-                                a[i * rs + p * cs]
+                    if i >= m_hi {
+                        row.fill(0);
+                    } else if cs == 1 {
+                        (tab.to_pairs)(&a[i * rs + k0..][..kc], row);
+                    } else {
+                        for (q, d) in row.iter_mut().enumerate() {
+                            let p = k0 + 2 * q;
+                            let hi = if p + 1 < k0 + kc {
+                                a[i * rs + (p + 1) * cs]
                             } else {
                                 0.0
-                            }
-                        };
-                        panel[q * MR + r] = pair(v(p), v(p + 1));
+                            };
+                            *d = pair(a[i * rs + p * cs], hi);
+                        }
+                    }
+                    for (d, &v) in panel[r..].iter_mut().step_by(MR).zip(row.iter()) {
+                        *d = v;
                     }
                 }
             }

@@ -64,6 +64,9 @@ pub struct Bf16Table {
     /// K pairs from two f32 rows read at `stride`: `dst[j] = pair(lo[j * stride],
     /// hi[j * stride])` for `j < dst.len()`, a zero high half when `hi` is `None`.
     pub pack_pairs: fn(lo: &[f32], hi: Option<&[f32]>, stride: usize, dst: &mut [u32]),
+    /// One contiguous f32 row into K pairs: `dst[q] = pair(src[2q], src[2q + 1])`, a
+    /// zero high half past the end (`dst` at least `src.len().div_ceil(2)` dwords).
+    pub to_pairs: ToPairs,
     /// The matrix-engine run of a direct conv (AMX-BF16) and its plane packer, where the
     /// CPU has one: dense convs it takes run in `direct::Tiling::Wide` (its own sums,
     /// not the tiles' bits).
@@ -73,8 +76,8 @@ pub struct Bf16Table {
     pub wide_gemm: Option<WideGemm>,
 }
 
-/// The matrix-engine GEMM of a bf16 table: one row block, and the conversion of A's
-/// rows into K pairs.
+/// The matrix-engine GEMM of a bf16 table: one row block (A's rows converted by the
+/// table's `to_pairs`).
 #[derive(Clone, Copy)]
 pub struct WideGemm {
     /// `(kp, (a, lda), b, (rows, n), c, ldc)`: `C[r][j] = Σ_q A[r][q] · B[q][j]` for up
@@ -82,9 +85,6 @@ pub struct WideGemm {
     /// of [`wide::KB`], used); B in [`pack_b_for`]'s wide panels.
     #[allow(clippy::type_complexity)]
     pub block: fn(usize, (&[u32], usize), &[u32], (usize, usize), &mut [f32], usize),
-    /// `(src, dst)`: `dst[q] = pair(src[2q], src[2q + 1])`, a zero high half past the
-    /// end.
-    pub to_pairs: fn(&[f32], &mut [u32]),
 }
 
 /// The wide GEMM's geometry (the direct conv's wide run's: two 16 x 16 tiles a side).
@@ -99,6 +99,10 @@ impl std::fmt::Debug for Bf16Table {
         write!(f, "Bf16Table({})", self.name)
     }
 }
+
+/// `(src, dst)`: one contiguous f32 row into K pairs, `dst[q] = pair(src[2q], src[2q +
+/// 1])`, a zero high half past the end.
+pub type ToPairs = fn(&[f32], &mut [u32]);
 
 /// One 64-byte line of dwords, the unit of [`Dwords`].
 #[repr(C, align(64))]

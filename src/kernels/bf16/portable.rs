@@ -16,6 +16,7 @@ pub(super) static TABLE: Bf16Table = Bf16Table {
         pairs: None,
     },
     pack_pairs,
+    to_pairs,
     wide: None,
     wide_gemm: None,
 };
@@ -128,6 +129,12 @@ fn conv_ctile(
             }
             c[j * CW + r] = s;
         }
+    }
+}
+
+fn to_pairs(src: &[f32], dst: &mut [u32]) {
+    for (q, d) in dst[..src.len().div_ceil(2)].iter_mut().enumerate() {
+        *d = pair(src[2 * q], src.get(2 * q + 1).copied().unwrap_or(0.0));
     }
 }
 

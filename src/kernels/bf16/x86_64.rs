@@ -22,6 +22,7 @@ static TABLE: Bf16Table = Bf16Table {
         pairs: None,
     },
     pack_pairs,
+    to_pairs: super::amx::to_pairs,
     wide: None,
     wide_gemm: None,
 };
@@ -38,7 +39,6 @@ static AMX_TABLE: Bf16Table = Bf16Table {
     }),
     wide_gemm: Some(super::WideGemm {
         block: super::amx::gemm_block,
-        to_pairs: super::amx::to_pairs,
     }),
     ..TABLE
 };
