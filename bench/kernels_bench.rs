@@ -14,7 +14,8 @@
 //! ratios.
 //!
 //! Run: `cargo bench --bench kernels_bench` (optionally `-- quick`, `-- rnn` for the
-//! LSTM part alone, or `-- conv` for the per-class conv table).
+//! LSTM part alone, or `-- conv` for the per-class conv table; `--reps N` sets the timed
+//! runs per entry).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -427,6 +428,10 @@ fn bench_plan_convs(reps: usize) {
         ("3x3 32->32 @112", 32, 112, 32, 3, 1, 0),
         ("3x3 3->64 @112 (CRNN-like stem)", 3, 112, 64, 3, 1, 0),
         ("3x3 3->16 @224 (U-Net stem)", 3, 224, 16, 3, 1, 0),
+        ("3x3/2 16->32 @224 (U-Net enc2)", 16, 224, 32, 3, 2, 0),
+        ("3x3/2 32->64 @112 (U-Net enc3)", 32, 112, 64, 3, 2, 0),
+        ("3x3/2 64->128 @56 (U-Net enc4)", 64, 56, 128, 3, 2, 0),
+        ("3x3 32->16 @224 (U-Net dec1)", 32, 224, 16, 3, 1, 0),
         // A max pool (its column: input GB/s).
         ("maxpool 3x3/2 64 @112 (ResNet)", 64, 112, 64, 3, 2, 0),
         // Kernel side 0: a one-row Gemm (a classifier), ci -> co.
@@ -966,7 +971,13 @@ fn bench_rnn(rounds: usize) {
 
 fn main() {
     let quick = std::env::args().any(|a| a == "quick");
-    let reps = if quick { 3 } else { 10 };
+    // `--reps N`: timed runs per entry (for a profiler's samples).
+    let args: Vec<String> = std::env::args().collect();
+    let reps = args
+        .iter()
+        .position(|a| a == "--reps")
+        .and_then(|i| args.get(i + 1)?.parse().ok())
+        .unwrap_or(if quick { 3 } else { 10 });
     println!("kernel table: {}", vnpu::kernels::table().name);
     if std::env::args().any(|a| a == "conv") {
         bench_conv_classes(reps);

@@ -238,6 +238,41 @@ fn high_priority_task_skips_the_queue_and_picks_the_soonest_core() {
     assert!(pos(&ev, TraceKind::Dequeue, h0.id()) < pos(&ev, TraceKind::Dequeue, q.id()));
 }
 
+#[test]
+fn a_high_segment_waiting_on_a_busy_core_moves_to_the_core_whose_fc_ends_first() {
+    let g = Gates::new();
+    let s = sched_with(2, 1, |_| {});
+    // X on core 0 is past its 10 us estimate (it looks about to end); Y's first FC on
+    // core 1 has 5000 us of estimate left: the 255 task goes to core 0.
+    g.gate("X", 0, 0);
+    g.gate("Y", 0, 0);
+    let x = submit(&s, &body("X", &g, &[S::B(&[10])]), ctrl(0, 0, 0b01));
+    let y = submit(&s, &body("Y", &g, &[S::B(&[5000, 5000])]), ctrl(0, 0, 0b10));
+    g.wait_started("X", 0, 0);
+    g.wait_started("Y", 0, 0);
+    let h = submit(&s, &body("H", &g, &[S::B(&[10, 10])]), ctrl(255, 0, 0));
+    // X keeps core 0 (as a core thread the host does not run would); Y's FC ends on
+    // core 1, which takes H's segment before Y's next FC.
+    g.open("Y", 0, 0);
+    y.wait(None).unwrap();
+    assert_eq!(h.status(), TaskStatus::Done, "H waited for X's core");
+    g.open("X", 0, 0);
+    for t in [&x, &h] {
+        t.wait(None).unwrap();
+    }
+    let ev = s.trace_events();
+    let starts: Vec<_> = of_kind(&ev, TraceKind::FcStart)
+        .into_iter()
+        .filter(|e| e.1 == Some(1))
+        .map(|(id, _, _, fc)| (id, fc))
+        .collect();
+    assert_eq!(
+        starts,
+        [(y.id(), 0), (h.id(), 0), (h.id(), 1), (y.id(), 1)],
+        "core 1's FCs in order"
+    );
+}
+
 /// One core. A = [BPU, CPU (gated), BPU]; B = [BPU] submitted during A's middle CPU
 /// segment. Returns the insertion reason if B was inserted.
 fn insertion_case(

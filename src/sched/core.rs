@@ -28,6 +28,7 @@ use crate::sync::MutexGuard;
 use super::config::HostPriority;
 use super::fc_queue::FcItem;
 use super::lifecycle::stopped_if_released;
+use super::task::TaskShared;
 use super::{os, status_of, Done, SchedInner, State, TraceKind};
 use crate::error::{Error, Result};
 use crate::exec::pool::{self, HostClass};
@@ -198,6 +199,26 @@ impl SchedInner {
         self.core_cv[k * HOST_CLASSES + class].notify_one();
     }
 
+    /// Core `k`'s running FC is ending and nothing else is in its window: the first
+    /// priority-255 segment waiting on another core that may run here and has no FC
+    /// committed there moves here, where it starts now (step 4's soonest core, decided
+    /// again at each FC end: the core it was pushed to may still run a lower-priority FC
+    /// long past its estimate, e.g. while the host keeps that thread off its CPU).
+    fn pull_high(&self, st: &mut State, k: usize) {
+        let here = &st.cores[k].fcs;
+        if here.has_high_waiting() || !here.only_running() {
+            return;
+        }
+        let bit = 1u32 << k;
+        for j in (0..st.cores.len()).filter(|&j| j != k) {
+            let movable = |t: &TaskShared| self.allowed(t.ctrl.core_mask) & bit != 0;
+            if let Some(items) = st.cores[j].fcs.take_waiting_high(movable) {
+                st.cores[k].fcs.push_high(items);
+                return;
+            }
+        }
+    }
+
     /// The FC running on core `k` ended (steps 4 and 10).
     fn on_fc_end(
         &self,
@@ -207,6 +228,7 @@ impl SchedInner {
         elapsed: Duration,
         done: &mut Done,
     ) {
+        self.pull_high(st, k);
         let Some(item) = st.cores[k].fcs.finish() else {
             return;
         };

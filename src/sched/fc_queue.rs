@@ -8,7 +8,9 @@
 //!    running one included; `limit = core_limit`, or unbounded when `core_limit == 0`),
 //!    taking the front of `high` first, else the front of `normal`.
 //! 3. The core thread runs the front of `committed`; when it ends, `finish` pops it and
-//!    refills.
+//!    refills. Just before, when nothing else is committed and no high FC waits here, the
+//!    scheduler may move here the high FCs of one task waiting on another core none of
+//!    whose FCs is committed there (`take_waiting_high`, `push_high`).
 //!
 //! Invariants: an FC in `committed` is never overtaken; a high FC overtakes every normal FC
 //! still in `normal`, so it waits for at most `core_limit` normal FCs (the running one
@@ -136,6 +138,44 @@ impl FcQueue {
         let done = self.committed.pop_front();
         self.refill();
         done
+    }
+
+    /// Whether a high FC waits (not yet committed).
+    pub(crate) fn has_high_waiting(&self) -> bool {
+        !self.high.is_empty()
+    }
+
+    /// Whether the window holds nothing besides the running FC: a high FC pushed now
+    /// would be the next to run once it ends.
+    pub(crate) fn only_running(&self) -> bool {
+        self.running.is_some() && self.committed.len() == 1
+    }
+
+    /// Removes from `high` the FCs of the first task there that `movable` accepts and
+    /// none of whose FCs is committed (so none runs here or is bound to), in order.
+    pub(crate) fn take_waiting_high(
+        &mut self,
+        movable: impl Fn(&TaskShared) -> bool,
+    ) -> Option<Vec<FcItem>> {
+        let id = self
+            .high
+            .iter()
+            .find(|it| {
+                movable(&it.task) && !self.committed.iter().any(|c| c.task.id == it.task.id)
+            })?
+            .task
+            .id;
+        let (moved, kept): (VecDeque<FcItem>, _) = std::mem::take(&mut self.high)
+            .into_iter()
+            .partition(|it| it.task.id == id);
+        self.high = kept;
+        Some(moved.into())
+    }
+
+    /// Appends FCs taken from another core's `high` (step 1 for them) and refills.
+    pub(crate) fn push_high(&mut self, items: Vec<FcItem>) {
+        self.high.extend(items);
+        self.refill();
     }
 
     /// Drops every queued (not running) FC of task `id`.

@@ -39,7 +39,11 @@
 //!    the core (`Leave`) and dispatch may give the core to the next task at once.
 //! 4. **Segments.** A CPU segment goes to the CPU pool. A BPU segment goes to its core as
 //!    all of its FCs at once (steps 8-10): the held core, or for a coreless priority-255
-//!    task the allowed core where a high FC starts soonest. When the last FC of the
+//!    task the allowed core where a high FC starts soonest. Until one of its FCs is
+//!    committed there, such a segment moves to another allowed core whose running FC
+//!    ends with nothing else in its window (the first one that does, at its FC's end):
+//!    the core it went to may run a lower-priority FC long past its estimate (a core
+//!    thread the host keeps off its CPU). When the last FC of the
 //!    segment (or the CPU segment) ends, its measured time updates the estimator and the
 //!    next segment starts (a BPU segment of a task without a core: step 2); after the last
 //!    one the task ends.
