@@ -271,6 +271,16 @@ fn a_high_segment_waiting_on_a_busy_core_moves_to_the_core_whose_fc_ends_first()
         [(y.id(), 0), (h.id(), 0), (h.id(), 1), (y.id(), 1)],
         "core 1's FCs in order"
     );
+    let moves: Vec<_> = ev
+        .iter()
+        .filter(|e| e.kind == TraceKind::Move)
+        .map(|e| (e.task, e.core, e.status))
+        .collect();
+    assert_eq!(
+        moves,
+        [(h.id(), Some(1), 0)],
+        "H's segment moved from core 0 to 1"
+    );
 }
 
 /// One core. A = [BPU, CPU (gated), BPU]; B = [BPU] submitted during A's middle CPU

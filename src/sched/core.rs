@@ -213,6 +213,10 @@ impl SchedInner {
         for j in (0..st.cores.len()).filter(|&j| j != k) {
             let movable = |t: &TaskShared| self.allowed(t.ctrl.core_mask) & bit != 0;
             if let Some(items) = st.cores[j].fcs.take_waiting_high(movable) {
+                if let Some(first) = items.first() {
+                    let from = i32::try_from(j).unwrap_or(i32::MAX);
+                    self.trace(TraceKind::Move, &first.task, Some(k), first.seg, 0, from);
+                }
                 st.cores[k].fcs.push_high(items);
                 return;
             }

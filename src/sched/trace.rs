@@ -66,10 +66,14 @@ pub enum TraceKind {
     /// µs waiting for its intra-op helpers or, for a low-class FC, stepping aside at its
     /// node boundaries and yield points while a top-class thread held its CPU.
     Slept,
+    /// The BPU segment `seg` of a priority-255 task, none of whose FCs was committed yet
+    /// on the core it waited on (`status` = that core), moved to `core`, whose running FC
+    /// was ending with nothing else committed (protocol step 4).
+    Move,
 }
 
 impl TraceKind {
-    const ALL: [TraceKind; 13] = [
+    const ALL: [TraceKind; 14] = [
         TraceKind::Submit,
         TraceKind::Dequeue,
         TraceKind::Insert,
@@ -83,6 +87,7 @@ impl TraceKind {
         TraceKind::IntraOp,
         TraceKind::OffCpu,
         TraceKind::Slept,
+        TraceKind::Move,
     ];
 
     fn code(self) -> u64 {
@@ -108,6 +113,7 @@ impl TraceKind {
             TraceKind::IntraOp => "intra_op",
             TraceKind::OffCpu => "off_cpu",
             TraceKind::Slept => "slept",
+            TraceKind::Move => "move",
         }
     }
 }
@@ -422,7 +428,8 @@ impl Tracer {
                 | TraceKind::Insert
                 | TraceKind::Done
                 | TraceKind::Cancel
-                | TraceKind::Leave => {
+                | TraceKind::Leave
+                | TraceKind::Move => {
                     out.push(json!({
                         "ph": "i", "s": "t", "pid": 1, "tid": 0, "cat": "task",
                         "name": format!("{} {}", e.kind.name(), label(e)),
