@@ -1,8 +1,9 @@
 //! ConvTranspose: `cols = W_g^T · X_g` by the packed GEMM, then a col2im scatter-add; or,
 //! where the kernel is a whole number of strides and the taps overlap (a 4x4 kernel of
-//! stride 2), as one direct conv per output phase: output pixels `(s*i + a, s*j + b)`
+//! stride 2), as direct convs per output phase: output pixels `(s*i + a, s*j + b)`
 //! are a conv of the input with the `(KH/s) x (KW/s)` taps that reach them (flipped),
-//! computed into a phase plane and interleaved into the output. No col2im: each output
+//! all phases computed by one merged conv ([`Phases`]) and interleaved into the output.
+//! No col2im: each output
 //! gets its sum in one chain, over a depth `s*s` times the GEMM's (U-Net's 32->16 4x4/2
 //! upsampling at 112x112: K 128 rather than 32).
 
@@ -23,21 +24,38 @@ pub struct DeconvPlan {
     pub s: ConvShape,
     /// Per group, packed `W_g^T` (`[Cout_g*KH*KW, Cin_g]`); empty with `phases`.
     pub packed: Vec<Vec<f32>>,
-    /// The output phases' direct convs, row phases outer (empty: the GEMM and col2im).
-    phases: Vec<PhaseConv>,
+    /// The output phases as one direct conv (None: the GEMM and col2im).
+    phases: Option<Phases>,
 }
 
-/// The direct conv of one output phase: output pixels `(sh*i + a, sw*j + b)`.
+/// Every output phase of a ConvTranspose as one direct conv over the input: output pixels
+/// `(sh*i + a, sw*j + b)` of phase `q = a * sw + b` are a conv of the input with the
+/// `(KH/sh) x (KW/sw)` taps that reach them (flipped). The phases' windows differ only by
+/// where they start, so one conv with the largest leading pads and `Cout * phases`
+/// channels computes them all, packing the input once: its channel `co * np + q` is
+/// phase `q`'s channel `co`, phase `q`'s pixel `(i, j)` at its position `(i + dy, j + dx)`.
 #[derive(Debug, Clone)]
-struct PhaseConv {
+struct Phases {
+    /// The phases, row phases outer.
+    at: Vec<PhaseAt>,
+    /// The merged conv (one image).
+    s: ConvShape,
+    tiling: Tiling,
+    /// Its weights packed for the direct conv (`[Cout * np, Cin, KH/sh, KW/sw]`).
+    w: Vec<f32>,
+}
+
+/// One output phase of [`Phases`].
+#[derive(Debug, Clone, Copy)]
+struct PhaseAt {
     /// Row and column phase.
     a: usize,
     b: usize,
-    /// The conv over the input (one image): `oh` x `ow` phase pixels.
-    s: ConvShape,
-    tiling: Tiling,
-    /// Weights packed for the direct conv (`[Cout, Cin, KH/sh, KW/sw]`, flipped taps).
-    w: Vec<f32>,
+    /// Phase pixels across (`ow` of its own conv).
+    ow: usize,
+    /// Where its pixel (0, 0) sits in the merged conv's output.
+    dy: usize,
+    dx: usize,
 }
 
 /// Fewest products per output (input channels x phase taps) for which the phase convs
@@ -48,11 +66,11 @@ const PHASE_MIN_DEPTH: usize = 32;
 /// L2 while they are interleaved: at most this many floats.
 const PHASE_BAND_FLOATS: usize = 64 * 1024;
 
-/// The phase convs of `s` with weights `w` (`[Cin, Cout, KH, KW]`), when they apply:
-/// one group, no dilation, kernels a whole number (at least 2) of strides of 2 or
-/// more, leading pads under a kernel less one stride, a depth of at least
+/// The phase convs of `s` with weights `w` (`[Cin, Cout, KH, KW]`) as one conv, when
+/// they apply: one group, no dilation, kernels a whole number (at least 2) of strides of
+/// 2 or more, leading pads under a kernel less one stride, a depth of at least
 /// [`PHASE_MIN_DEPTH`] and a direct conv the table runs.
-fn phase_convs(s: &ConvShape, w: &[f32]) -> Vec<PhaseConv> {
+fn phase_convs(s: &ConvShape, w: &[f32]) -> Option<Phases> {
     let whole = |k: usize, st: usize, p: usize| {
         st >= 2 && k.is_multiple_of(st) && k / st >= 2 && p + st <= k
     };
@@ -64,73 +82,101 @@ fn phase_convs(s: &ConvShape, w: &[f32]) -> Vec<PhaseConv> {
         && s.c_in * (s.kh / s.sh) * (s.kw / s.sw) >= PHASE_MIN_DEPTH
         && crate::kernels::isa::table().conv_tiles.is_some();
     if !applies {
-        return Vec::new();
+        return None;
     }
     let (th, tw) = (s.kh / s.sh, s.kw / s.sw);
-    let mut out = Vec::new();
+    // Per phase: output row s*i + a gets taps ky = ky0 + t*s from input row i + q0 - t;
+    // as a conv (tap u = T-1-t): input row i - (T-1-q0) + u, i.e. leading pads
+    // T-1-q0 (at most T-1).
+    let mut at = Vec::new();
+    let mut taps = Vec::new();
     for a in 0..s.sh.min(s.oh) {
         for b in 0..s.sw.min(s.ow) {
-            // Output row s*i + a gets taps ky = ky0 + t*s from input row i + q0 - t;
-            // as a conv (tap u = T-1-t): input row i - (T-1-q0) + u.
-            let (ky0, kx0) = ((a + s.ph) % s.sh, (b + s.pw) % s.sw);
             let (qy, qx) = ((a + s.ph) / s.sh, (b + s.pw) / s.sw);
-            let ps = ConvShape {
-                n: 1,
-                c_in: s.c_in,
-                h: s.h,
-                w: s.w,
-                c_out: s.c_out,
-                oh: (s.oh - a).div_ceil(s.sh),
+            let (ph, pw) = (th - 1 - qy.min(th - 1), tw - 1 - qx.min(tw - 1));
+            at.push(PhaseAt {
+                a,
+                b,
                 ow: (s.ow - b).div_ceil(s.sw),
-                kh: th,
-                kw: tw,
-                sh: 1,
-                sw: 1,
-                dh: 1,
-                dw: 1,
-                ph: th - 1 - qy,
-                pw: tw - 1 - qx,
-                group: 1,
-            };
-            if !direct::fits(&ps) {
-                return Vec::new();
-            }
-            let mut cw = vec![0.0; s.c_out * s.c_in * th * tw];
-            for co in 0..s.c_out {
-                for ci in 0..s.c_in {
-                    for u in 0..th {
-                        for v in 0..tw {
-                            let ky = ky0 + (th - 1 - u) * s.sh;
-                            let kx = kx0 + (tw - 1 - v) * s.sw;
-                            cw[((co * s.c_in + ci) * th + u) * tw + v] =
-                                w[((ci * s.c_out + co) * s.kh + ky) * s.kw + kx];
-                        }
+                dy: ph,
+                dx: pw,
+            });
+            taps.push(((a + s.ph) % s.sh, (b + s.pw) % s.sw));
+        }
+    }
+    // The merged conv's leading pads are the largest; a phase with smaller ones starts
+    // further in.
+    let (mph, mpw) = (
+        at.iter().map(|p| p.dy).max().unwrap_or(0),
+        at.iter().map(|p| p.dx).max().unwrap_or(0),
+    );
+    for p in &mut at {
+        (p.dy, p.dx) = (mph - p.dy, mpw - p.dx);
+    }
+    let np = at.len();
+    let reach = |n: usize, st: usize, d: usize, q: usize| (n - q).div_ceil(st) + d;
+    let ms = ConvShape {
+        n: 1,
+        c_in: s.c_in,
+        h: s.h,
+        w: s.w,
+        c_out: s.c_out * np,
+        oh: at
+            .iter()
+            .map(|p| reach(s.oh, s.sh, p.dy, p.a))
+            .max()
+            .unwrap_or(0),
+        ow: at
+            .iter()
+            .map(|p| reach(s.ow, s.sw, p.dx, p.b))
+            .max()
+            .unwrap_or(0),
+        kh: th,
+        kw: tw,
+        sh: 1,
+        sw: 1,
+        dh: 1,
+        dw: 1,
+        ph: mph,
+        pw: mpw,
+        group: 1,
+    };
+    if !direct::fits(&ms) {
+        return None;
+    }
+    let mut cw = vec![0.0; ms.c_out * s.c_in * th * tw];
+    for co in 0..s.c_out {
+        for (q, &(ky0, kx0)) in taps.iter().enumerate() {
+            for ci in 0..s.c_in {
+                for u in 0..th {
+                    for v in 0..tw {
+                        let ky = ky0 + (th - 1 - u) * s.sh;
+                        let kx = kx0 + (tw - 1 - v) * s.sw;
+                        cw[(((co * np + q) * s.c_in + ci) * th + u) * tw + v] =
+                            w[((ci * s.c_out + co) * s.kh + ky) * s.kw + kx];
                     }
                 }
             }
-            let tiling = direct::tiling(&ps, 1);
-            let w = direct::pack_weights(&ps, &cw, 1, |lo, _| lo, tiling);
-            out.push(PhaseConv {
-                a,
-                b,
-                s: ps,
-                tiling,
-                w,
-            });
         }
     }
-    out
+    let tiling = direct::tiling(&ms, 1);
+    let w = direct::pack_weights(&ms, &cw, 1, |lo, _| lo, tiling);
+    Some(Phases {
+        at,
+        s: ms,
+        tiling,
+        w,
+    })
 }
 
 impl DeconvPlan {
     /// Packs `w` (`[Cin, Cout_g, KH, KW]`).
     pub fn new(s: ConvShape, w: &[f32]) -> DeconvPlan {
-        let phases = phase_convs(&s, w);
-        if !phases.is_empty() {
+        if let Some(phases) = phase_convs(&s, w) {
             return DeconvPlan {
                 s,
                 packed: Vec::new(),
-                phases,
+                phases: Some(phases),
             };
         }
         let (cin_g, cout_g) = (s.cin_g(), s.cout_g());
@@ -146,7 +192,7 @@ impl DeconvPlan {
         DeconvPlan {
             s,
             packed,
-            phases: Vec::new(),
+            phases: None,
         }
     }
 
@@ -186,19 +232,15 @@ impl DeconvPlan {
     /// True when the plan runs one direct conv per output phase (not the GEMM and
     /// col2im).
     pub fn by_phases(&self) -> bool {
-        !self.phases.is_empty()
+        self.phases.is_some()
     }
 
     /// Scratch floats a call needs.
     pub fn scratch_len(&self) -> usize {
-        if let Some(p) = self.phases.first() {
-            // The direct conv's planes, then one phase plane per column phase.
-            let conv = self
-                .phases
-                .iter()
-                .map(|p| direct::scratch_len(&p.s, 1, p.tiling));
+        if let Some(p) = &self.phases {
+            // The direct conv's planes, then its output plane.
             let plane = p.s.c_out * p.s.oh * p.s.ow;
-            return conv.max().unwrap_or(0) + self.s.sw * plane;
+            return direct::scratch_len(&p.s, 1, p.tiling) + plane;
         }
         let s = &self.s;
         let n = self.block_in_rows() * s.w;
@@ -225,8 +267,8 @@ impl DeconvPlan {
         epi: &Epilogue<'_>,
         scratch: &mut [f32],
     ) {
-        if !self.phases.is_empty() {
-            self.run_phases(isa, x, y, (c_lo, c_hi), (oy_lo, oy_hi), epi, scratch);
+        if let Some(p) = &self.phases {
+            self.run_phases(p, isa, x, y, (c_lo, c_hi), (oy_lo, oy_hi), epi, scratch);
             return;
         }
         let s = &self.s;
@@ -323,8 +365,10 @@ impl DeconvPlan {
     /// computed for every column phase into its phase plane, interleaved into the
     /// output rows, which then get the epilogue while in cache.
     #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::too_many_arguments)]
     fn run_phases(
         &self,
+        ph: &Phases,
         isa: Isa,
         x: &[f32],
         y: &mut [f32],
@@ -335,11 +379,19 @@ impl DeconvPlan {
     ) {
         let s = &self.s;
         let (chw, ohw) = (s.c_in * s.h * s.w, s.oh * s.ow);
-        let first = &self.phases[0].s;
-        let plane = first.c_out * first.oh * first.ow;
-        let (conv_scratch, planes) = scratch.split_at_mut(scratch.len() - s.sw * plane);
+        let (np, m) = (ph.at.len(), &ph.s);
+        let cols = s.sw.min(s.ow);
+        let (mh, mw) = (m.oh, m.ow);
+        let (conv_scratch, plane) = scratch.split_at_mut(scratch.len() - m.c_out * mh * mw);
         let epilogue = isa.table().epilogue;
         let nc = c_hi - c_lo;
+        // The merged row output row `oy` reads (every column phase of its row phase).
+        let row_of = |oy: usize| oy / s.sh + ph.at[oy % s.sh * cols].dy;
+        let (r_lo, r_hi) = (oy_lo..oy_hi).fold((usize::MAX, 0), |(lo, hi), oy| {
+            let r = row_of(oy);
+            (lo.min(r), hi.max(r + 1))
+        });
+        let band = (PHASE_BAND_FLOATS / (nc * np * mw).max(1)).max(1);
         for bi in 0..s.n {
             let xb = &x[bi * chw..(bi + 1) * chw];
             let yb = &mut y[bi * s.c_out * ohw..(bi + 1) * s.c_out * ohw];
@@ -349,65 +401,56 @@ impl DeconvPlan {
                 residuals: &res_b[..epi.residuals.len()],
                 ..*epi
             };
-            for row_phase in self.phases.chunks(s.sw.min(s.ow)) {
-                let (a, ps) = (row_phase[0].a, &row_phase[0].s);
-                // Phase rows i with output row s*i + a in [oy_lo, oy_hi).
-                let i_lo = oy_lo.saturating_sub(a).div_ceil(s.sh).min(ps.oh);
-                let i_hi = oy_hi.saturating_sub(a).div_ceil(s.sh).min(ps.oh);
-                let band = (PHASE_BAND_FLOATS / (nc * ps.ow * s.sw).max(1)).max(1);
-                let mut i0 = i_lo;
-                while i0 < i_hi {
-                    let i1 = (i0 + band).min(i_hi);
-                    for (q, p) in row_phase.iter().enumerate() {
-                        let out = &mut planes[q * plane..(q + 1) * plane];
-                        let cols = (i0 * p.s.ow, i1 * p.s.ow);
-                        let none = &Epilogue::NONE;
-                        direct::conv2d_f32(
-                            isa,
-                            p.tiling,
-                            &p.s,
-                            &p.w,
-                            xb,
-                            out,
-                            (c_lo, c_hi),
-                            cols,
-                            none,
-                            conv_scratch,
-                        );
-                    }
-                    for i in i0..i1 {
-                        let oy = i * s.sh + a;
-                        for c in c_lo..c_hi {
-                            let orow = &mut yb[c * ohw + oy * s.ow..][..s.ow];
-                            let src = |q: usize| {
-                                let p = &row_phase[q].s;
-                                &planes[q * plane + (c * p.oh + i) * p.ow..][..p.ow]
-                            };
-                            if row_phase.len() == 2 && s.sw == 2 {
-                                let (p0, p1) = (src(0), src(1));
-                                let mut pairs = orow.chunks_exact_mut(2);
-                                for (o, (v0, v1)) in (&mut pairs).zip(p0.iter().zip(p1)) {
-                                    o[0] = *v0;
-                                    o[1] = *v1;
-                                }
-                                if let Some(last) = pairs.into_remainder().first_mut() {
-                                    *last = p0[p0.len() - 1];
-                                }
-                            } else {
-                                for (q, p) in row_phase.iter().enumerate() {
-                                    let dst = orow[p.b..].iter_mut().step_by(s.sw);
-                                    for (o, v) in dst.zip(src(q)) {
-                                        *o = *v;
-                                    }
+            let mut r0 = r_lo;
+            while r0 < r_hi {
+                let r1 = (r0 + band).min(r_hi);
+                let none = &Epilogue::NONE;
+                direct::conv2d_f32(
+                    isa,
+                    ph.tiling,
+                    m,
+                    &ph.w,
+                    xb,
+                    plane,
+                    (c_lo * np, c_hi * np),
+                    (r0 * mw, r1 * mw),
+                    none,
+                    conv_scratch,
+                );
+                for oy in (oy_lo..oy_hi).filter(|&oy| (r0..r1).contains(&row_of(oy))) {
+                    let (i, a) = (oy / s.sh, oy % s.sh);
+                    // The column phases of row phase `a` (row phases outer).
+                    let row_phase = &ph.at[a * cols..(a + 1) * cols];
+                    for c in c_lo..c_hi {
+                        let orow = &mut yb[c * ohw + oy * s.ow..][..s.ow];
+                        let src = |k: usize| {
+                            let (q, p) = (a * cols + k, &row_phase[k]);
+                            &plane[((c * np + q) * mh + i + p.dy) * mw + p.dx..][..p.ow]
+                        };
+                        if cols == 2 && s.sw == 2 {
+                            let (p0, p1) = (src(0), src(1));
+                            let mut pairs = orow.chunks_exact_mut(2);
+                            for (o, (v0, v1)) in (&mut pairs).zip(p0.iter().zip(p1)) {
+                                o[0] = *v0;
+                                o[1] = *v1;
+                            }
+                            if let Some(last) = pairs.into_remainder().first_mut() {
+                                *last = p0[p0.len() - 1];
+                            }
+                        } else {
+                            for (k, p) in row_phase.iter().enumerate() {
+                                let dst = orow[p.b..].iter_mut().step_by(s.sw);
+                                for (o, v) in dst.zip(src(k)) {
+                                    *o = *v;
                                 }
                             }
                         }
-                        if !epi_b.is_empty() {
-                            epilogue(&epi_b, yb, ohw, c_lo, nc, oy * s.ow, s.ow);
-                        }
                     }
-                    i0 = i1;
+                    if !epi_b.is_empty() {
+                        epilogue(&epi_b, yb, ohw, c_lo, nc, oy * s.ow, s.ow);
+                    }
                 }
+                r0 = r1;
             }
         }
     }
