@@ -11,11 +11,6 @@
 /// Bytes of one huge page (x86-64).
 const HUGE: usize = 2 << 20;
 
-/// `n` copies of `v` in a [`HugeVec`].
-pub(crate) fn filled<T: bytemuck::Pod>(n: usize, v: T) -> HugeVec<T> {
-    HugeVec::filled(n, v)
-}
-
 /// Elements in one allocation that starts on a huge page and ends on one when it spans
 /// one or more (its pages advised `MADV_HUGEPAGE` before the first touch), else on a
 /// cache line; reads as a slice. Why the alignment: the OS backs only the whole 2 MiB
@@ -36,7 +31,12 @@ unsafe impl<T: Sync> Sync for HugeVec<T> {}
 impl<T: bytemuck::Pod> HugeVec<T> {
     /// `n` copies of `v`.
     pub(crate) fn filled(n: usize, v: T) -> HugeVec<T> {
-        let Some(layout) = Self::layout(n) else {
+        let size = n
+            .checked_mul(std::mem::size_of::<T>())
+            .expect("HugeVec: capacity overflow");
+        let Some(layout) = layout_of::<T>(size) else {
+            // No bytes: nothing to allocate (a size too large for a layout panics below).
+            assert!(size == 0, "HugeVec: capacity overflow");
             return HugeVec {
                 ptr: std::ptr::NonNull::dangling(),
                 len: n,
@@ -57,21 +57,17 @@ impl<T: bytemuck::Pod> HugeVec<T> {
         }
         HugeVec { ptr, len: n }
     }
-
-    /// The allocation of `n` elements (see [`layout_of`]).
-    fn layout(n: usize) -> Option<std::alloc::Layout> {
-        layout_of::<T>(n.checked_mul(std::mem::size_of::<T>())?)
-    }
 }
 
 /// The allocation of `size` bytes of `T`: whole huge pages at a huge page's alignment
-/// from one huge page up, else a cache line's alignment; `None` for no bytes.
+/// from one huge page up, else a cache line's alignment; `None` for no bytes (or more
+/// than an allocation can hold).
 fn layout_of<T>(size: usize) -> Option<std::alloc::Layout> {
     if size == 0 {
         return None;
     }
     let (size, align) = if size >= HUGE {
-        (size.next_multiple_of(HUGE), HUGE)
+        (size.checked_next_multiple_of(HUGE)?, HUGE)
     } else {
         (size, std::mem::align_of::<T>().max(64))
     };
@@ -136,7 +132,7 @@ fn on_request() -> bool {
 }
 
 /// Bytes copied into cache-line-aligned memory, on huge pages where it spans whole ones
-/// ([`filled`]): a model file's bytes, which its weights then borrow.
+/// ([`HugeVec`]): a model file's bytes, which its weights then borrow.
 pub(crate) struct HugeBytes {
     lines: HugeVec<crate::exec::Line>,
     len: usize,
@@ -152,9 +148,7 @@ impl HugeBytes {
             len: bytes.len(),
         }
     }
-}
 
-impl HugeBytes {
     /// `parts` copied one after another, each from a cache-line boundary (as a compiled
     /// file lays out its constants), and the byte range of each.
     pub(crate) fn gather(parts: &[&[u8]]) -> (HugeBytes, Vec<std::ops::Range<usize>>) {
@@ -187,7 +181,7 @@ pub(crate) fn weights(v: &[f32]) -> Option<HugeVec<f32>> {
     if std::mem::size_of_val(v) < HUGE || !for_weights().unwrap_or(false) {
         return None;
     }
-    let mut out = filled(v.len(), 0.0f32);
+    let mut out = HugeVec::filled(v.len(), 0.0f32);
     out.copy_from_slice(v);
     Some(out)
 }
@@ -247,6 +241,12 @@ mod tests {
     }
 
     #[test]
+    #[should_panic(expected = "capacity overflow")]
+    fn a_size_past_the_address_space_panics_rather_than_dangles() {
+        let _ = HugeVec::filled(usize::MAX / 4, 0u64);
+    }
+
+    #[test]
     fn huge_vectors_start_on_a_huge_page_and_small_ones_on_a_line() {
         for n in [0usize, 1, 17, HUGE / 8 - 1, HUGE / 8, 3 * HUGE / 8 + 5] {
             let v = HugeVec::filled(n, 3u64);
@@ -267,7 +267,7 @@ mod tests {
     #[test]
     fn filled_holds_the_copies_whatever_the_size() {
         for n in [0, 1, 1000, 3 * HUGE / 8 + 5] {
-            let v = filled(n, 7u64);
+            let v = HugeVec::filled(n, 7u64);
             assert_eq!(v.len(), n);
             assert!(v.iter().all(|&x| x == 7));
         }

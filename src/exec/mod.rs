@@ -283,7 +283,7 @@ pub(crate) struct Line([u64; 8]);
 /// states are made on first use (`runtime::Model::take_state`), so a state's resident
 /// memory after its first run is the same.
 pub(crate) fn lines(bytes: usize) -> HugeVec<Line> {
-    crate::huge_pages::filled(bytes.div_ceil(std::mem::size_of::<Line>()), Line([0; 8]))
+    HugeVec::filled(bytes.div_ceil(std::mem::size_of::<Line>()), Line([0; 8]))
 }
 
 /// Per-task mutable state: the arena, scratch memory and profiling counters.

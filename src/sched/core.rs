@@ -210,8 +210,8 @@ impl SchedInner {
             return;
         }
         let bit = 1u32 << k;
+        let movable = |t: &TaskShared| self.allowed(t.ctrl.core_mask) & bit != 0;
         for j in (0..st.cores.len()).filter(|&j| j != k) {
-            let movable = |t: &TaskShared| self.allowed(t.ctrl.core_mask) & bit != 0;
             if let Some(items) = st.cores[j].fcs.take_waiting_high(movable) {
                 if let Some(first) = items.first() {
                     let from = i32::try_from(j).unwrap_or(i32::MAX);

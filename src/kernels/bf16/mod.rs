@@ -119,7 +119,8 @@ pub struct Dwords {
 
 impl From<Vec<u32>> for Dwords {
     fn from(v: Vec<u32>) -> Dwords {
-        let mut lines = crate::huge_pages::filled(v.len().div_ceil(16), DwordLine([0; 16]));
+        let mut lines =
+            crate::huge_pages::HugeVec::filled(v.len().div_ceil(16), DwordLine([0; 16]));
         bytemuck::cast_slice_mut::<DwordLine, u32>(&mut lines)[..v.len()].copy_from_slice(&v);
         Dwords {
             lines,
