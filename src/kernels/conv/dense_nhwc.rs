@@ -15,7 +15,7 @@
 //! the bits of the whole.
 
 use super::super::gemm::{self, Epilogue};
-use super::super::isa::{Isa, TileEpi, MR, NR};
+use super::super::isa::{Isa, TileEpi, MR, NR, SEGS_ROWS};
 use super::ConvShape;
 use crate::ir::UnaryOp;
 use crate::kernels::unary::PostOpRt;
@@ -171,19 +171,32 @@ pub fn dense_nhwc(
                 }
             }
             let yr = &mut y[(r - r0) * row..(r - r0 + 1) * row];
-            for ox0 in (0..s.ow).step_by(MR) {
-                let rows = MR.min(s.ow - ox0);
+            for ox0 in (0..s.ow).step_by(SEGS_ROWS) {
+                let rows = SEGS_ROWS.min(s.ow - ox0);
                 let mut segs = rows_at;
                 for sg in &mut segs[..s.kh] {
                     *sg += ox0 * lda;
                 }
                 let segs = &segs[..s.kh];
-                for j in (0..co).step_by(NR) {
-                    let b = &pb[j * k..][..k * NR];
+                // The full strips in one call (the table holds several in registers,
+                // each A value broadcast once for all of them).
+                let strips = co / NR;
+                if strips > 0 {
+                    let e = TileEpi {
+                        bias: [0.0; MR],
+                        col_bias: epi.bias,
+                        residual: None,
+                        clamp: clamp.flatten(),
+                    };
+                    let out = &mut yr[ox0 * co..];
+                    (t.mm_tile_segs)(kc, a, segs, lda, pb, out, co, (rows, strips), Some(&e));
+                }
+                let j = strips * NR;
+                if j < co {
+                    // The last, narrower panel through a stack tile.
                     let mut cb = [0.0f32; NR];
                     if let Some(bias) = epi.bias {
-                        let n = NR.min(co - j);
-                        cb[..n].copy_from_slice(&bias[j..j + n]);
+                        cb[..co - j].copy_from_slice(&bias[j..co]);
                     }
                     let e = TileEpi {
                         bias: [0.0; MR],
@@ -191,17 +204,12 @@ pub fn dense_nhwc(
                         residual: None,
                         clamp: clamp.flatten(),
                     };
-                    if j + NR <= co {
-                        let out = &mut yr[ox0 * co + j..];
-                        (t.mm_tile_segs)(kc, a, segs, lda, b, out, co, rows, Some(&e));
-                    } else {
-                        // The last, narrower panel through a stack tile.
-                        let mut tile = [0.0f32; MR * NR];
-                        (t.mm_tile_segs)(kc, a, segs, lda, b, &mut tile, NR, rows, Some(&e));
-                        for (q, src) in tile.chunks_exact(NR).take(rows).enumerate() {
-                            let at = (ox0 + q) * co + j;
-                            yr[at..at + co - j].copy_from_slice(&src[..co - j]);
-                        }
+                    let b = &pb[j * k..][..k * NR];
+                    let mut tile = [0.0f32; SEGS_ROWS * NR];
+                    (t.mm_tile_segs)(kc, a, segs, lda, b, &mut tile, NR, (rows, 1), Some(&e));
+                    for (q, src) in tile.chunks_exact(NR).take(rows).enumerate() {
+                        let at = (ox0 + q) * co + j;
+                        yr[at..at + co - j].copy_from_slice(&src[..co - j]);
                     }
                 }
             }
@@ -391,22 +399,27 @@ mod tests {
     crate::kernels::isa::twin_test!(tables_segment_tiles_like_the_portable_body, 1e-5, |t| {
         let mut out = Vec::new();
         for (kc, nseg, lda) in [(1, 1, 1), (9, 3, 6), (21, 7, 9), (5, 2, 20)] {
-            let a = rand(nseg * 40 + MR * lda + kc, 5);
+            let a = rand(nseg * 40 + SEGS_ROWS * lda + kc, 5);
             let segs: Vec<usize> = (0..nseg).map(|s| s * 40).collect();
-            let b = rand(nseg * kc * NR, 6);
-            let cb = rand(NR, 7);
+            let b = rand(5 * nseg * kc * NR, 6);
+            let cb = rand(5 * NR, 7);
             let e = TileEpi {
                 bias: [0.0; MR],
                 col_bias: Some(&cb),
                 residual: None,
                 clamp: Some((-0.1, 0.2)),
             };
-            for rows in 1..=MR {
-                for epi in [None, Some(&e)] {
-                    let ldc = NR + 3;
-                    let mut c = vec![7.0f32; MR * ldc];
-                    (t.mm_tile_segs)(kc, &a, &segs, lda, &b, &mut c, ldc, rows, epi);
-                    out.extend(c);
+            // Every row count and one to five strips (pieces of every size a table
+            // has, ragged rows and strips among them).
+            for strips in 1..=5 {
+                for rows in 1..=SEGS_ROWS {
+                    for epi in [None, Some(&e)] {
+                        let ldc = strips * NR + 3;
+                        let mut c = vec![7.0f32; SEGS_ROWS * ldc];
+                        let rs = (rows, strips);
+                        (t.mm_tile_segs)(kc, &a, &segs, lda, &b, &mut c, ldc, rs, epi);
+                        out.extend(c);
+                    }
                 }
             }
         }

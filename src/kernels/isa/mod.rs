@@ -131,6 +131,10 @@ pub const MR: usize = 6;
 pub const NR: usize = 16;
 /// Columns of the half-width micro-tile (`mm_half`).
 pub const HALF: usize = NR / 2;
+/// Rows (output pixels) one `KernelTable::mm_tile_segs` call takes at most: twice a
+/// GEMM tile's, so that a table may hold twelve rows of one strip in registers (an image
+/// stem of 16 channels: twelve FMA chains where six cannot keep two FMA ports busy).
+pub const SEGS_ROWS: usize = 2 * MR;
 /// Depth of one GEMM K block.
 pub const KC: usize = 256;
 /// Widest ragged last strip of C that `mm_cols` computes (wider ones take a tile).
@@ -423,11 +427,12 @@ macro_rules! cols_entry {
 pub(crate) use cols_entry;
 
 /// Defines a SIMD table's `mm_tile_segs` entry: checks the operands once
-/// ([`assert_segs_fit`]) and calls the module's `tile_segs::<R>` for the row count (the
-/// same dispatch in every table; only the tile differs).
+/// ([`assert_segs_fit`]) and covers the rows and strips asked for with the pieces the
+/// module's `segs_piece` computes (the same walk in every table; only the pieces
+/// differ: how many rows and strips one piece holds in registers).
 macro_rules! segs_entry {
     () => {
-        /// `KernelTable::mm_tile_segs`: this table's `tile_segs` for the row count.
+        /// `KernelTable::mm_tile_segs`: this table's pieces over the rows and strips.
         #[allow(clippy::too_many_arguments)]
         fn mm_tile_segs(
             kc: usize,
@@ -437,24 +442,43 @@ macro_rules! segs_entry {
             b: &[f32],
             c: &mut [f32],
             ldc: usize,
-            rows: usize,
+            (rows, strips): (usize, usize),
             e: Option<&TileEpi<'_>>,
         ) {
-            super::assert_segs_fit(kc, a, segs, lda, b, c, ldc, rows, e);
+            super::assert_segs_fit(kc, a, segs, lda, b, c, ldc, (rows, strips), e);
+            let panel = segs.len() * kc * NR;
             let (a, b, c) = (a.as_ptr(), b.as_ptr(), c.as_mut_ptr());
-            // SAFETY: the table holding this entry is handed out only after its
-            // features were detected; `assert_segs_fit` bounds every A row of every
-            // segment, the B rows of every segment, the `rows` rows of C and the column
-            // bias.
-            unsafe {
-                match rows {
-                    6 => tile_segs::<6>(kc, a, segs, lda, b, c, ldc, e),
-                    5 => tile_segs::<5>(kc, a, segs, lda, b, c, ldc, e),
-                    4 => tile_segs::<4>(kc, a, segs, lda, b, c, ldc, e),
-                    3 => tile_segs::<3>(kc, a, segs, lda, b, c, ldc, e),
-                    2 => tile_segs::<2>(kc, a, segs, lda, b, c, ldc, e),
-                    _ => tile_segs::<1>(kc, a, segs, lda, b, c, ldc, e),
+            let mut q0 = 0;
+            while q0 < strips {
+                // Strip q0's column bias on.
+                let eq = e.map(|e| TileEpi {
+                    col_bias: e.col_bias.map(|cb| &cb[q0 * NR..]),
+                    ..*e
+                });
+                let (mut r0, mut done) = (0, 1);
+                while r0 < rows {
+                    // SAFETY: the table holding this entry is handed out only after its
+                    // features were detected; `assert_segs_fit` bounds every A row of
+                    // every segment, the B panels of every strip, the rows and strips
+                    // of C and the column bias, and a piece stays within the rows and
+                    // strips it is given.
+                    let (r, q) = unsafe {
+                        segs_piece(
+                            kc,
+                            a.add(r0 * lda),
+                            segs,
+                            lda,
+                            (b.add(q0 * panel), panel),
+                            c.add(r0 * ldc + q0 * NR),
+                            ldc,
+                            (rows - r0, strips - q0),
+                            eq.as_ref(),
+                        )
+                    };
+                    r0 += r;
+                    done = q;
                 }
+                q0 += done;
             }
         }
     };
@@ -472,26 +496,31 @@ pub fn assert_segs_fit(
     b: &[f32],
     c: &[f32],
     ldc: usize,
-    rows: usize,
+    (rows, strips): (usize, usize),
     e: Option<&TileEpi<'_>>,
 ) {
-    assert!((1..=MR).contains(&rows), "segs tile: {rows} rows");
+    assert!((1..=SEGS_ROWS).contains(&rows), "segs tile: {rows} rows");
+    assert!(strips >= 1, "segs tile: no strip");
     for &s in segs {
         assert!(
             s + (rows - 1) * lda + kc <= a.len(),
             "segs tile: A segment past its source"
         );
     }
-    assert!(b.len() >= segs.len() * kc * NR, "segs tile: short B panel");
     assert!(
-        ldc >= NR && c.len() >= (rows - 1) * ldc + NR,
+        b.len() >= strips * segs.len() * kc * NR,
+        "segs tile: short B panels"
+    );
+    let cols = strips * NR;
+    assert!(
+        ldc >= cols && c.len() >= (rows - 1) * ldc + cols,
         "segs tile: short C"
     );
     if let Some(e) = e {
         assert!(e.residual.is_none(), "segs tile: no residual");
         assert!(
-            e.col_bias.is_some_and(|b| b.len() >= NR),
-            "segs tile: a column bias of NR floats"
+            e.col_bias.is_some_and(|b| b.len() >= cols),
+            "segs tile: a column bias of strips x NR floats"
         );
     }
 }
@@ -865,13 +894,15 @@ pub struct KernelTable {
     /// (`a` holds `(MR - 1) * lda + kc` floats), B a packed `kc x NR` panel.
     pub mm_tile_strided:
         fn(kc: usize, a: &[f32], lda: usize, b: &[f32], c: &mut [f32], ldc: usize, acc: bool),
-    /// Rows `0..rows` (`1..=MR`) of one `NR`-column tile of a sum over segments (a
-    /// batch-reduce GEMM: a channels-last conv reading its kernel rows' inputs in place,
-    /// `kernels::conv::dense_nhwc`): for segment `s`, A row `r`, step `p < kc` at
-    /// `a[segs[s] + r * lda + p]` times row `s * kc + p` of the packed panel `b`; each
-    /// element one sum in segment then step order, whatever `rows`. Stored into `c`
-    /// (rows at stride `ldc`) through the fused epilogue `e` (a column bias and a clamp;
-    /// no residual), if any. Checked by `assert_segs_fit`.
+    /// Rows `0..rows` (`1..=SEGS_ROWS`) of `strips` `NR`-column strips of a sum over
+    /// segments (a batch-reduce GEMM: a channels-last conv reading its kernel rows'
+    /// inputs in place, `kernels::conv::dense_nhwc`): for segment `s`, A row `r`, step
+    /// `p < kc` at `a[segs[s] + r * lda + p]` times row `s * kc + p` of strip `q`'s
+    /// packed panel (`segs.len() * kc * NR` floats at `b[q * segs.len() * kc * NR..]`);
+    /// each element one sum in segment then step order, whatever `rows` and `strips`.
+    /// Stored into `c` (rows at stride `ldc`, strip `q` at column `q * NR`) through the
+    /// fused epilogue `e` (a column bias of `strips * NR` floats and a clamp; no
+    /// residual), if any. Checked by `assert_segs_fit`.
     #[allow(clippy::type_complexity)]
     pub mm_tile_segs: fn(
         kc: usize,
@@ -881,7 +912,7 @@ pub struct KernelTable {
         b: &[f32],
         c: &mut [f32],
         ldc: usize,
-        rows: usize,
+        rows_strips: (usize, usize),
         e: Option<&TileEpi<'_>>,
     ),
 

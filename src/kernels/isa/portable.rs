@@ -1,6 +1,6 @@
 //! The portable table: every entry is a generic body compiled for the baseline target.
 
-use super::{KernelTable, RowBlock, TileEpi, HALF, MR, NR};
+use super::{KernelTable, RowBlock, TileEpi, HALF, MR, NR, SEGS_ROWS};
 use crate::kernels::body;
 
 /// The portable table (any target).
@@ -262,7 +262,8 @@ pub(super) fn mm_row(kc: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
     c[..NR].copy_from_slice(&acc);
 }
 
-/// `KernelTable::mm_tile_segs` in plain Rust: products then sums, as `mm_tile`.
+/// `KernelTable::mm_tile_segs` in plain Rust: products then sums, as `mm_tile`, one
+/// strip at a time.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn mm_tile_segs(
     kc: usize,
@@ -272,35 +273,38 @@ pub(super) fn mm_tile_segs(
     b: &[f32],
     c: &mut [f32],
     ldc: usize,
-    rows: usize,
+    (rows, strips): (usize, usize),
     e: Option<&TileEpi<'_>>,
 ) {
-    super::assert_segs_fit(kc, a, segs, lda, b, c, ldc, rows, e);
-    let mut t = [[0.0f32; NR]; MR];
-    for (s, &off) in segs.iter().enumerate() {
-        for p in 0..kc {
-            let bv = &b[(s * kc + p) * NR..][..NR];
-            for (r, row) in t.iter_mut().enumerate().take(rows) {
-                let av = a[off + r * lda + p];
-                for (x, bb) in row.iter_mut().zip(bv) {
-                    *x += av * bb;
+    super::assert_segs_fit(kc, a, segs, lda, b, c, ldc, (rows, strips), e);
+    let panel = segs.len() * kc * NR;
+    for q in 0..strips {
+        let mut t = [[0.0f32; NR]; SEGS_ROWS];
+        for (s, &off) in segs.iter().enumerate() {
+            for p in 0..kc {
+                let bv = &b[q * panel + (s * kc + p) * NR..][..NR];
+                for (r, row) in t.iter_mut().enumerate().take(rows) {
+                    let av = a[off + r * lda + p];
+                    for (x, bb) in row.iter_mut().zip(bv) {
+                        *x += av * bb;
+                    }
                 }
             }
         }
-    }
-    for (r, row) in t.iter().enumerate().take(rows) {
-        let dst = &mut c[r * ldc..r * ldc + NR];
-        for (j, (d, v)) in dst.iter_mut().zip(row).enumerate() {
-            let mut v = *v;
-            if let Some(e) = e {
-                v += e.col_bias.map_or(0.0, |b| b[j]);
-                if let Some((lo, hi)) = e.clamp {
-                    // As `vmaxps` / `vminps`: a NaN becomes `lo`.
-                    v = if v > lo { v } else { lo };
-                    v = if v < hi { v } else { hi };
+        for (r, row) in t.iter().enumerate().take(rows) {
+            let dst = &mut c[r * ldc + q * NR..][..NR];
+            for (j, (d, v)) in dst.iter_mut().zip(row).enumerate() {
+                let mut v = *v;
+                if let Some(e) = e {
+                    v += e.col_bias.map_or(0.0, |b| b[q * NR + j]);
+                    if let Some((lo, hi)) = e.clamp {
+                        // As `vmaxps` / `vminps`: a NaN becomes `lo`.
+                        v = if v > lo { v } else { lo };
+                        v = if v < hi { v } else { hi };
+                    }
                 }
+                *d = v;
             }
-            *d = v;
         }
     }
 }

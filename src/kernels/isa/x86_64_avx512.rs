@@ -1097,54 +1097,129 @@ unsafe fn part_512<const R: usize, const Q: usize>(
 
 super::segs_entry!();
 
-/// `R` rows of a 16-column tile summed over segments (see `KernelTable::mm_tile_segs`):
-/// one 16-lane FMA chain a row, each element's products in segment then step order (the
-/// AVX2 tile's order, so the same bits), the column bias and clamp fused into the store.
+/// One piece of `mm_tile_segs`: `R` rows of `Q` strips in `R * Q <= 24` accumulators
+/// (twelve rows of one or two strips, eight of three, six of four), so that at least
+/// twelve FMA chains run and each A broadcast feeds every strip; a ragged row count
+/// takes the largest piece below it. Returns the rows and strips done.
 ///
 /// # Safety
-/// AVX-512F available; the operands as `assert_segs_fit` checks them for `R` rows.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+/// AVX-512F available; the operands as `assert_segs_fit` checks them for `rows` rows
+/// and `strips` strips from `a`, `b.0` and `c`, strip `q`'s panel at `b.0 + q * b.1`.
 #[allow(clippy::too_many_arguments)]
-unsafe fn tile_segs<const R: usize>(
+unsafe fn segs_piece(
     kc: usize,
     a: *const f32,
     segs: &[usize],
     lda: usize,
-    b: *const f32,
+    b: (*const f32, usize),
+    c: *mut f32,
+    ldc: usize,
+    (rows, strips): (usize, usize),
+    e: Option<&TileEpi<'_>>,
+) -> (usize, usize) {
+    let q = strips.min(4);
+    let most = [12, 12, 8, 6][q - 1];
+    let r = [12, 8, 6, 4, 3, 2, 1]
+        .into_iter()
+        .find(|&r| r <= rows.min(most))
+        .unwrap_or(1);
+    macro_rules! pieces {
+        ($(($r:literal, $q:literal)),*) => {
+            match (r, q) {
+                // SAFETY: r <= rows rows of q <= strips strips lie within the operands
+                // (caller).
+                $(($r, $q) => unsafe { tile_segs::<$r, $q>(kc, a, segs, lda, b, c, ldc, e) },)*
+                _ => unreachable!("segs piece {r} x {q}"),
+            }
+        };
+    }
+    pieces!(
+        (12, 1),
+        (8, 1),
+        (6, 1),
+        (4, 1),
+        (3, 1),
+        (2, 1),
+        (1, 1),
+        (12, 2),
+        (8, 2),
+        (6, 2),
+        (4, 2),
+        (3, 2),
+        (2, 2),
+        (1, 2),
+        (8, 3),
+        (6, 3),
+        (4, 3),
+        (3, 3),
+        (2, 3),
+        (1, 3),
+        (6, 4),
+        (4, 4),
+        (3, 4),
+        (2, 4),
+        (1, 4)
+    );
+    (r, q)
+}
+
+/// `R` rows of `Q` 16-column strips summed over segments (see
+/// `KernelTable::mm_tile_segs`): one 16-lane FMA chain per row and strip, each
+/// element's products in segment then step order (the AVX2 tile's order, so the same
+/// bits), the column bias and clamp fused into the store.
+///
+/// # Safety
+/// AVX-512F available; the operands as `assert_segs_fit` checks them for `R` rows and
+/// `Q` strips, strip `q`'s panel at `b.0 + q * b.1`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile_segs<const R: usize, const Q: usize>(
+    kc: usize,
+    a: *const f32,
+    segs: &[usize],
+    lda: usize,
+    (b, panel): (*const f32, usize),
     c: *mut f32,
     ldc: usize,
     e: Option<&TileEpi<'_>>,
 ) {
-    let mut t = [_mm512_setzero_ps(); R];
+    let mut t = [[_mm512_setzero_ps(); Q]; R];
     let mut bp = b;
     for &off in segs {
         // SAFETY: rows r < R of the segment hold kc floats from a + off + r * lda, and
-        // the segment's kc B rows of 16 start at bp (the caller's contract).
+        // the segment's kc B rows of 16 start at bp in every strip's panel (the
+        // caller's contract).
         unsafe {
             let ar: [*const f32; R] = std::array::from_fn(|r| a.add(off + r * lda));
             for p in 0..kc {
-                let bv = _mm512_loadu_ps(bp);
-                for (acc, r) in t.iter_mut().zip(ar) {
-                    *acc = _mm512_fmadd_ps(_mm512_set1_ps(*r.add(p)), bv, *acc);
+                let bv: [__m512; Q] = std::array::from_fn(|q| _mm512_loadu_ps(bp.add(q * panel)));
+                for (tr, r) in t.iter_mut().zip(ar) {
+                    let av = _mm512_set1_ps(*r.add(p));
+                    for (acc, x) in tr.iter_mut().zip(bv) {
+                        *acc = _mm512_fmadd_ps(av, x, *acc);
+                    }
                 }
                 bp = bp.add(NR);
             }
         }
     }
-    for (r, acc) in t.iter().enumerate() {
-        // SAFETY: row r < R of C holds 16 floats at c + r * ldc; the column bias 16.
-        unsafe {
-            let mut v = *acc;
-            if let Some(e) = e {
-                if let Some(cb) = e.col_bias {
-                    v = _mm512_add_ps(v, _mm512_loadu_ps(cb.as_ptr()));
+    for (r, tr) in t.iter().enumerate() {
+        for (q, acc) in tr.iter().enumerate() {
+            // SAFETY: row r < R of C holds Q * 16 floats at c + r * ldc; the column bias
+            // Q * 16.
+            unsafe {
+                let mut v = *acc;
+                if let Some(e) = e {
+                    if let Some(cb) = e.col_bias {
+                        v = _mm512_add_ps(v, _mm512_loadu_ps(cb.as_ptr().add(q * NR)));
+                    }
+                    if let Some((lo, hi)) = e.clamp {
+                        // As the epilogue's ReLU / Clip: `vmaxps` gives `lo` for a NaN.
+                        v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(lo)), _mm512_set1_ps(hi));
+                    }
                 }
-                if let Some((lo, hi)) = e.clamp {
-                    // As the epilogue's ReLU / Clip: `vmaxps` gives `lo` for a NaN.
-                    v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(lo)), _mm512_set1_ps(hi));
-                }
+                _mm512_storeu_ps(c.add(r * ldc + q * NR), v);
             }
-            _mm512_storeu_ps(c.add(r * ldc), v);
         }
     }
 }

@@ -869,6 +869,39 @@ unsafe fn half_6x8_strided(
 
 super::segs_entry!();
 
+/// One piece of `mm_tile_segs`: up to [`MR`] rows of one strip (twelve accumulators of
+/// the sixteen registers); returns the rows and strips done.
+///
+/// # Safety
+/// AVX2 and FMA available; the operands as `assert_segs_fit` checks them for `rows`
+/// rows and `strips` strips from `a`, `b.0` and `c`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn segs_piece(
+    kc: usize,
+    a: *const f32,
+    segs: &[usize],
+    lda: usize,
+    (b, _panel): (*const f32, usize),
+    c: *mut f32,
+    ldc: usize,
+    (rows, _strips): (usize, usize),
+    e: Option<&TileEpi<'_>>,
+) -> (usize, usize) {
+    let r = rows.min(MR);
+    // SAFETY: r <= rows rows of the first strip lie within the operands (caller).
+    unsafe {
+        match r {
+            6 => tile_segs::<6>(kc, a, segs, lda, b, c, ldc, e),
+            5 => tile_segs::<5>(kc, a, segs, lda, b, c, ldc, e),
+            4 => tile_segs::<4>(kc, a, segs, lda, b, c, ldc, e),
+            3 => tile_segs::<3>(kc, a, segs, lda, b, c, ldc, e),
+            2 => tile_segs::<2>(kc, a, segs, lda, b, c, ldc, e),
+            _ => tile_segs::<1>(kc, a, segs, lda, b, c, ldc, e),
+        }
+    }
+    (r, 1)
+}
+
 /// `R` rows of a 16-column tile summed over segments (see `KernelTable::mm_tile_segs`):
 /// two FMA chains a row, each element's products in segment then step order.
 ///
