@@ -523,7 +523,7 @@ unsafe fn tile_6x24_strided(
         // SAFETY: row r of C (and of the residual) holds NR + HALF floats, the column
         // bias NR + HALF (caller).
         unsafe {
-            store_row(t[r], c, ldc, r, acc, e);
+            store_row(t[r], c, ldc, r, acc, e.map(Lean::of));
             let cp = c.add(r * ldc + NR);
             let mut v = if acc {
                 _mm256_add_ps(h[r], _mm256_loadu_ps(cp))
@@ -656,8 +656,10 @@ unsafe fn tiles_walk(
     let share = ahead.lines.div_ceil(calls.max(1)).min(kc);
     let ahead_of = |t: usize| ahead.part((t / 4 + t % 4 / 2) * share, share);
     while walk == TileWalk::Right && t + 4 <= count {
-        let es: Option<[TileEpi<'_>; 4]> = e.map(|e| std::array::from_fn(|q| e.tile(t + q, &st)));
-        let es = es.as_ref().map(|es| std::array::from_fn(|q| &es[q]));
+        let es = e.map(|e| {
+            let l = Lean::walk(e, t, &st);
+            std::array::from_fn(|q| l.right(q * NR))
+        });
         // SAFETY: tiles t..t + 4 <= count of the walk lie within the operands (caller).
         unsafe {
             let (a0, b0, c0) = (a.add(t * st.a), b.add(t * st.b), c.add(t * st.c));
@@ -677,8 +679,7 @@ unsafe fn tiles_walk(
         t += 4;
     }
     while t + 2 <= count {
-        let es = e.map(|e| [e.tile(t, &st), e.tile(t + 1, &st)]);
-        let es = es.as_ref().map(|[e0, e1]| [e0, e1]);
+        let es = e.map(|e| [Lean::walk(e, t, &st), Lean::walk(e, t + 1, &st)]);
         // SAFETY: tiles t and t + 1 < count of the walk lie within the operands (the
         // caller's contract), as do their A steps, B rows and C rows.
         unsafe {
@@ -753,7 +754,7 @@ unsafe fn tile_12x16(
     c: [*mut f32; 2],
     ldc: usize,
     acc: bool,
-    e: Option<[&TileEpi<'_>; 2]>,
+    e: Option<[Lean; 2]>,
     prefetch: Option<*const f32>,
 ) {
     let mut t = [_mm512_setzero_ps(); 2 * MR];
@@ -833,7 +834,58 @@ unsafe fn tile_6x16(
     for (r, tr) in t.iter().enumerate() {
         // SAFETY: row r < MR of C (and of the residual), 16 floats, guaranteed by the
         // caller.
-        unsafe { store_row(*tr, c, ldc, r, acc, e) }
+        unsafe { store_row(*tr, c, ldc, r, acc, e.map(Lean::of)) }
+    }
+}
+
+/// A tile's fused epilogue as the AVX-512 tiles apply it ([`store_row`]): the
+/// [`TileEpi`]'s operands as pointers at the tile's origin, so that a walk moves it from
+/// tile to tile by offsets ([`Lean::right`]) rather than building a
+/// `TileEpi` (its row biases copied) for each.
+#[derive(Clone, Copy)]
+struct Lean {
+    /// The column bias at the tile's first column; null: the row bias instead.
+    col_bias: *const f32,
+    /// The bias of the tile's first row (then one per row); null: none (0 is added).
+    row_bias: *const f32,
+    /// The residual at the tile's origin (stride `ldc`); null: none.
+    residual: *const f32,
+    /// `(lo, hi)` of a ReLU / Clip.
+    clamp: Option<(f32, f32)>,
+}
+
+impl Lean {
+    /// `e`'s operands (its row biases where `e` lives).
+    fn of(e: &TileEpi<'_>) -> Lean {
+        Lean {
+            col_bias: e.col_bias.map_or(std::ptr::null(), <[f32]>::as_ptr),
+            row_bias: e.bias.as_ptr(),
+            residual: e.residual.map_or(std::ptr::null(), <[f32]>::as_ptr),
+            clamp: e.clamp,
+        }
+    }
+
+    /// Tile `t` of a walk with steps `st` from the walk's epilogue `e`.
+    fn walk(e: &WalkEpi<'_>, t: usize, st: &WalkSteps) -> Lean {
+        let at = |s: Option<&[f32]>, step: usize| {
+            s.map_or(std::ptr::null(), |s| s.as_ptr().wrapping_add(t * step))
+        };
+        Lean {
+            col_bias: at(e.col_bias, st.col_bias),
+            row_bias: at(e.row_bias, st.row_bias),
+            residual: at(e.residual, st.c),
+            clamp: e.clamp,
+        }
+    }
+
+    /// The tile `cols` columns to the right (the same rows).
+    fn right(self, cols: usize) -> Lean {
+        let on = |p: *const f32| if p.is_null() { p } else { p.wrapping_add(cols) };
+        Lean {
+            col_bias: on(self.col_bias),
+            residual: on(self.residual),
+            ..self
+        }
     }
 }
 
@@ -841,18 +893,13 @@ unsafe fn tile_6x16(
 /// `acc`), then `e`'s bias, residual and clamp.
 ///
 /// # Safety
-/// AVX-512F must be available; row `r` of `c` and of `e`'s residual valid for 16 floats.
+/// AVX-512F must be available; row `r` of `c` and of `e`'s residual valid for 16 floats,
+/// `e`'s column bias for 16 (or its row bias for `r + 1`).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
-unsafe fn store_row(
-    v: __m512,
-    c: *mut f32,
-    ldc: usize,
-    r: usize,
-    acc: bool,
-    e: Option<&TileEpi<'_>>,
-) {
-    // SAFETY: row r of c and of the residual hold 16 floats (caller).
+unsafe fn store_row(v: __m512, c: *mut f32, ldc: usize, r: usize, acc: bool, e: Option<Lean>) {
+    // SAFETY: row r of c and of the residual hold 16 floats, so do the column bias or
+    // the row bias r + 1 (caller).
     unsafe {
         let cp = c.add(r * ldc);
         let mut v = if acc {
@@ -861,12 +908,15 @@ unsafe fn store_row(
             v
         };
         if let Some(e) = e {
-            v = match e.col_bias {
-                Some(cb) => _mm512_add_ps(v, _mm512_loadu_ps(cb.as_ptr())),
-                None => _mm512_add_ps(v, _mm512_set1_ps(e.bias[r])),
+            v = if !e.col_bias.is_null() {
+                _mm512_add_ps(v, _mm512_loadu_ps(e.col_bias))
+            } else if !e.row_bias.is_null() {
+                _mm512_add_ps(v, _mm512_set1_ps(*e.row_bias.add(r)))
+            } else {
+                _mm512_add_ps(v, _mm512_setzero_ps())
             };
-            if let Some(res) = e.residual {
-                v = _mm512_add_ps(v, _mm512_loadu_ps(res.as_ptr().add(r * ldc)));
+            if !e.residual.is_null() {
+                v = _mm512_add_ps(v, _mm512_loadu_ps(e.residual.add(r * ldc)));
             }
             if let Some((lo, hi)) = e.clamp {
                 // As the epilogue's ReLU / Clip: `vmaxps` gives `lo` for a NaN.
@@ -905,7 +955,7 @@ fn mm_tile_pair(
             c,
             ldc,
             acc,
-            e,
+            e.map(|[e0, e1]| [Lean::of(e0), Lean::of(e1)]),
             Ahead::NONE,
         )
     }
@@ -963,7 +1013,7 @@ unsafe fn tile_6x16_row<const Q: usize>(
     c: *mut f32,
     ldc: usize,
     acc: bool,
-    e: Option<[&TileEpi<'_>; Q]>,
+    e: Option<[Lean; Q]>,
     ahead: Ahead,
 ) {
     let mut t = [[_mm512_setzero_ps(); MR]; Q];
