@@ -426,6 +426,29 @@ macro_rules! cols_entry {
 #[cfg(target_arch = "x86_64")]
 pub(crate) use cols_entry;
 
+/// `Bᵀ x` of F(4x4, 3x3) on six vectors (`$x`, row `k` at `k`) with a table's vector
+/// intrinsics (`$set1`, `$mul`, `$add`, `$sub`), as `winograd_body`'s `input_1d`
+/// computes it: the same multiplications, additions and subtractions in the same order
+/// (no fused multiply-add), so the same bits. Expands to the six result vectors; the
+/// caller's features must cover the intrinsics.
+#[cfg(target_arch = "x86_64")]
+macro_rules! wino_input_1d {
+    ($x:expr, $set1:ident, $mul:ident, $add:ident, $sub:ident) => {{
+        let [d0, d1, d2, d3, d4, d5] = $x;
+        let (two, four, five) = ($set1(2.0), $set1(4.0), $set1(5.0));
+        [
+            $add($sub($mul(four, d0), $mul(five, d2)), d4),
+            $sub($add(d3, d4), $mul(four, $add(d1, d2))),
+            $add($sub(d4, d3), $mul(four, $sub(d1, d2))),
+            $add($sub(d4, d2), $mul(two, $sub(d3, d1))),
+            $add($sub(d4, d2), $mul(two, $sub(d1, d3))),
+            $add($sub($mul(four, d1), $mul(five, d3)), d5),
+        ]
+    }};
+}
+#[cfg(target_arch = "x86_64")]
+pub(crate) use wino_input_1d;
+
 /// Defines a SIMD table's `mm_tile_segs` entry: checks the operands once
 /// ([`assert_segs_fit`]) and covers the rows and strips asked for with the pieces the
 /// module's `segs_piece` computes (the same walk in every table; only the pieces

@@ -116,21 +116,13 @@ unsafe fn gather_patches6(plane: &[f32], w: usize, inner: &Origins, d: &mut [Lan
 unsafe fn input_1d(x: [__m256; 6]) -> [__m256; 6] {
     // SAFETY: register-only intrinsics; AVX per the contract.
     unsafe {
-        let [d0, d1, d2, d3, d4, d5] = x;
-        let (two, four, five) = (
-            _mm256_set1_ps(2.0),
-            _mm256_set1_ps(4.0),
-            _mm256_set1_ps(5.0),
-        );
-        let (mul, add, sub) = (_mm256_mul_ps, _mm256_add_ps, _mm256_sub_ps);
-        [
-            add(sub(mul(four, d0), mul(five, d2)), d4),
-            sub(add(d3, d4), mul(four, add(d1, d2))),
-            add(sub(d4, d3), mul(four, sub(d1, d2))),
-            add(sub(d4, d2), mul(two, sub(d3, d1))),
-            add(sub(d4, d2), mul(two, sub(d1, d3))),
-            add(sub(mul(four, d1), mul(five, d3)), d5),
-        ]
+        super::wino_input_1d!(
+            x,
+            _mm256_set1_ps,
+            _mm256_mul_ps,
+            _mm256_add_ps,
+            _mm256_sub_ps
+        )
     }
 }
 
