@@ -350,19 +350,22 @@ mod tests {
             let x = rand(s.n * s.h * s.w * s.c_in, 1);
             let w = rand(s.c_out * s.k(), 2);
             let bias: Vec<f32> = rand(s.c_out, 3).iter().map(|v| v * 8.0).collect();
+            let zeros = vec![0.0f32; s.c_out];
             let rows = s.n * s.oh;
             let row = s.ow * s.c_out;
             let res = rand(rows * row, 4);
             let pb = pack_dense_nhwc(s, &w);
-            for fused in [true, false] {
+            // Fused (ReLU6) with and without a bias, and the separate epilogue pass.
+            for (fused, biased) in [(true, true), (true, false), (false, true)] {
+                let b = if biased { &bias } else { &zeros };
                 let (post, resid, want) = if fused {
-                    (&relu6[..], vec![], reference(s, &x, &w, &bias, None))
+                    (&relu6[..], vec![], reference(s, &x, &w, b, None))
                 } else {
-                    let want = reference(s, &x, &w, &bias, Some(&res));
+                    let want = reference(s, &x, &w, b, Some(&res));
                     (&res_hswish[..], vec![&res[..]], want)
                 };
                 let epi = Epilogue {
-                    bias: Some(&bias),
+                    bias: biased.then_some(&bias[..]),
                     channel_is_row: false,
                     post,
                     residuals: &resid,
@@ -411,9 +414,13 @@ mod tests {
             };
             // Every row count and one to five strips (pieces of every size a table
             // has, ragged rows and strips among them).
+            let clamp_only = TileEpi {
+                col_bias: None,
+                ..e
+            };
             for strips in 1..=5 {
                 for rows in 1..=SEGS_ROWS {
-                    for epi in [None, Some(&e)] {
+                    for epi in [None, Some(&e), Some(&clamp_only)] {
                         let ldc = strips * NR + 3;
                         let mut c = vec![7.0f32; SEGS_ROWS * ldc];
                         let rs = (rows, strips);

@@ -542,7 +542,7 @@ pub fn assert_segs_fit(
     if let Some(e) = e {
         assert!(e.residual.is_none(), "segs tile: no residual");
         assert!(
-            e.col_bias.is_some_and(|b| b.len() >= cols),
+            e.col_bias.is_none_or(|b| b.len() >= cols),
             "segs tile: a column bias of strips x NR floats"
         );
     }
@@ -924,8 +924,8 @@ pub struct KernelTable {
     /// packed panel (`segs.len() * kc * NR` floats at `b[q * segs.len() * kc * NR..]`);
     /// each element one sum in segment then step order, whatever `rows` and `strips`.
     /// Stored into `c` (rows at stride `ldc`, strip `q` at column `q * NR`) through the
-    /// fused epilogue `e` (a column bias of `strips * NR` floats and a clamp; no
-    /// residual), if any. Checked by `assert_segs_fit`.
+    /// fused epilogue `e` (a column bias of `strips * NR` floats, if any, and a clamp;
+    /// no residual), if any. Checked by `assert_segs_fit`.
     #[allow(clippy::type_complexity)]
     pub mm_tile_segs: fn(
         kc: usize,
