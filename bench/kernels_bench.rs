@@ -343,6 +343,9 @@ fn bench_conv_classes(reps: usize) {
         ("deconv k2/2 64->64 @160 (DBNet)", 64, 160, 64, 2),
         ("deconv k2/2 64->1 @320 (DBNet)", 64, 320, 1, 2),
     ] {
+        if only.as_ref().is_some_and(|w| !name.contains(w.as_str())) {
+            continue;
+        }
         let p = (k - 2) / 2;
         let o = (hw - 1) * 2 + k - 2 * p;
         let s = ConvShape {

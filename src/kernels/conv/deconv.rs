@@ -7,7 +7,7 @@
 //! gets its sum in one chain, over a depth `s*s` times the GEMM's (U-Net's 32->16 4x4/2
 //! upsampling at 112x112: K 128 rather than 32).
 
-use super::direct::{self, Tiling};
+use super::direct::{self, RowSink, Tiling};
 use super::{valid_range, ConvShape};
 use crate::kernels::body::epilogue::residual_slices;
 use crate::kernels::gemm::{self, gemm_packed, BSource, Epilogue, MR};
@@ -45,6 +45,18 @@ struct Phases {
     w: Vec<f32>,
 }
 
+impl Phases {
+    /// Floats of the merged conv's output plane a call stages its outputs in (none with
+    /// the row tiles).
+    fn plane_len(&self) -> usize {
+        if self.tiling == Tiling::Rows {
+            0
+        } else {
+            self.s.c_out * self.s.oh * self.s.ow
+        }
+    }
+}
+
 /// One output phase of [`Phases`].
 #[derive(Debug, Clone, Copy)]
 struct PhaseAt {
@@ -58,6 +70,109 @@ struct PhaseAt {
     dx: usize,
 }
 
+/// The phase convs' outputs (merged channel `co * np + q`, merged position `(i, j)`,
+/// rows `mw` wide) put straight into the output image: phase `q`'s pixel
+/// `(i - dy, j - dx)`, i.e. output pixel `(sh * (i - dy) + a, sw * (j - dx) + b)`; only
+/// output rows `rows.0..rows.1` are written, merged positions outside the phase dropped.
+struct PhaseOut<'a> {
+    y: &'a mut [f32],
+    s: &'a ConvShape,
+    at: &'a [PhaseAt],
+    mw: usize,
+    rows: (usize, usize),
+}
+
+impl PhaseOut<'_> {
+    /// Where merged channel `r`'s run `q..q + len` lands: the output row's start in `y`,
+    /// the run's first position inside the phase (`skip`), its phase column and the
+    /// positions that land (None: none does).
+    #[inline]
+    fn land(&self, r: usize, (q, len): (usize, usize)) -> Option<(usize, usize, usize, usize)> {
+        let s = self.s;
+        let np = self.at.len();
+        let (co, p) = (r / np, &self.at[r % np]);
+        let (i, j) = (q / self.mw, q % self.mw);
+        if i < p.dy || j + len <= p.dx {
+            return None;
+        }
+        let oy = (i - p.dy) * s.sh + p.a;
+        let skip = p.dx.saturating_sub(j);
+        let j0 = j + skip - p.dx;
+        if !(self.rows.0..self.rows.1).contains(&oy) || j0 >= p.ow {
+            return None;
+        }
+        Some((
+            (co * s.oh + oy) * s.ow,
+            skip,
+            j0,
+            (len - skip).min(p.ow - j0),
+        ))
+    }
+
+    /// Merged channel `r`'s run alone: every `sw`-th output of its row.
+    #[inline]
+    fn put_one(&mut self, r: usize, run: (usize, usize), src: &[f32]) {
+        if let Some((row, skip, j0, n)) = self.land(r, run) {
+            let (sw, b) = (self.s.sw, self.at[r % self.at.len()].b);
+            let dst = self.y[row + j0 * sw + b..].iter_mut().step_by(sw);
+            for (o, v) in dst.zip(&src[skip..skip + n]) {
+                *o = *v;
+            }
+        }
+    }
+}
+
+impl RowSink for PhaseOut<'_> {
+    #[inline]
+    fn put(&mut self, (r_lo, r_hi): (usize, usize), run: (usize, usize), src: &[f32], ld: usize) {
+        let np = self.at.len();
+        let mut r = r_lo;
+        while r < r_hi {
+            let row = &src[(r - r_lo) * ld..];
+            // Column phases 0 and 1 of a stride-2 row phase together: their outputs
+            // interleave in pairs (phase column j of both, from merged columns j + dx).
+            let pair =
+                self.s.sw == 2 && (r % np).is_multiple_of(2) && r + 1 < r_hi && self.s.ow > 1;
+            if !pair {
+                self.put_one(r, run, row);
+                r += 1;
+                continue;
+            }
+            let next = &src[(r + 1 - r_lo) * ld..];
+            match (self.land(r, run), self.land(r + 1, run)) {
+                (Some((o0, s0, j0, n0)), Some((o1, s1, j1, n1))) if o0 == o1 => {
+                    // Phase columns both runs hold, paired; the rest one at a time.
+                    let (lo, hi) = (j0.max(j1), (j0 + n0).min(j1 + n1));
+                    if lo < hi {
+                        let v0 = &row[s0 + lo - j0..][..hi - lo];
+                        let v1 = &next[s1 + lo - j1..][..hi - lo];
+                        let dst = &mut self.y[o0 + 2 * lo..][..2 * (hi - lo)];
+                        for (o, (a, b)) in dst.chunks_exact_mut(2).zip(v0.iter().zip(v1)) {
+                            o[0] = *a;
+                            o[1] = *b;
+                        }
+                    }
+                    // The ends only one run holds (a column or so), one at a time.
+                    for (k, (o, s, j, n)) in [(0, (o0, s0, j0, n0)), (1, (o1, s1, j1, n1))] {
+                        let src = if k == 0 { row } else { next };
+                        let (a, b) = (lo.clamp(j, j + n), hi.clamp(j, j + n));
+                        for c in (j..a).chain(b.max(a)..j + n) {
+                            self.y[o + 2 * c + k] = src[s + c - j];
+                        }
+                    }
+                }
+                _ => {
+                    self.put_one(r, run, row);
+                    self.put_one(r + 1, run, next);
+                }
+            }
+            r += 2;
+        }
+    }
+
+    fn done(&mut self, _: (usize, usize), _: (usize, usize)) {}
+}
+
 /// Fewest products per output (input channels x phase taps) for which the phase convs
 /// replace the GEMM (the direct conv's own floor).
 const PHASE_MIN_DEPTH: usize = 32;
@@ -69,8 +184,9 @@ const PHASE_BAND_FLOATS: usize = 64 * 1024;
 /// The phase convs of `s` with weights `w` (`[Cin, Cout, KH, KW]`) as one conv, when
 /// they apply: one group, no dilation, kernels a whole number (at least 2) of strides of
 /// 2 or more, leading pads under a kernel less one stride, a depth of at least
-/// [`PHASE_MIN_DEPTH`] and a direct conv the table runs.
-fn phase_convs(s: &ConvShape, w: &[f32]) -> Option<Phases> {
+/// [`PHASE_MIN_DEPTH`] and a direct conv the table runs. `tiling`: the merged conv's
+/// (None: the direct conv's choice).
+fn phase_convs(s: &ConvShape, w: &[f32], tiling: Option<Tiling>) -> Option<Phases> {
     let whole = |k: usize, st: usize, p: usize| {
         st >= 2 && k.is_multiple_of(st) && k / st >= 2 && p + st <= k
     };
@@ -159,7 +275,7 @@ fn phase_convs(s: &ConvShape, w: &[f32]) -> Option<Phases> {
             }
         }
     }
-    let tiling = direct::tiling(&ms, 1);
+    let tiling = tiling.unwrap_or_else(|| direct::tiling(&ms, 1));
     let w = direct::pack_weights(&ms, &cw, 1, |lo, _| lo, tiling);
     Some(Phases {
         at,
@@ -172,7 +288,7 @@ fn phase_convs(s: &ConvShape, w: &[f32]) -> Option<Phases> {
 impl DeconvPlan {
     /// Packs `w` (`[Cin, Cout_g, KH, KW]`).
     pub fn new(s: ConvShape, w: &[f32]) -> DeconvPlan {
-        if let Some(phases) = phase_convs(&s, w) {
+        if let Some(phases) = phase_convs(&s, w, None) {
             return DeconvPlan {
                 s,
                 packed: Vec::new(),
@@ -238,9 +354,9 @@ impl DeconvPlan {
     /// Scratch floats a call needs.
     pub fn scratch_len(&self) -> usize {
         if let Some(p) = &self.phases {
-            // The direct conv's planes, then its output plane.
-            let plane = p.s.c_out * p.s.oh * p.s.ow;
-            return direct::scratch_len(&p.s, 1, p.tiling) + plane;
+            // The direct conv's planes, then its output plane (none for the row tiles,
+            // which put their outputs straight into the output).
+            return direct::scratch_len(&p.s, 1, p.tiling) + p.plane_len();
         }
         let s = &self.s;
         let n = self.block_in_rows() * s.w;
@@ -361,10 +477,10 @@ impl DeconvPlan {
         }
     }
 
-    /// [`Self::run`] by the phase convs: per row phase, bands of phase rows, each
-    /// computed for every column phase into its phase plane, interleaved into the
-    /// output rows, which then get the epilogue while in cache.
-    #[allow(clippy::too_many_arguments)]
+    /// [`Self::run`] by the phase convs: bands of merged rows, each computed for every
+    /// phase (the row tiles put into the output rows, [`PhaseOut`]; the channel tiles
+    /// into the phase plane, then interleaved), whose output rows then get the epilogue
+    /// while in cache.
     #[allow(clippy::too_many_arguments)]
     fn run_phases(
         &self,
@@ -381,8 +497,8 @@ impl DeconvPlan {
         let (chw, ohw) = (s.c_in * s.h * s.w, s.oh * s.ow);
         let (np, m) = (ph.at.len(), &ph.s);
         let cols = s.sw.min(s.ow);
-        let (mh, mw) = (m.oh, m.ow);
-        let (conv_scratch, plane) = scratch.split_at_mut(scratch.len() - m.c_out * mh * mw);
+        let mw = m.ow;
+        let (conv_scratch, plane) = scratch.split_at_mut(scratch.len() - ph.plane_len());
         let epilogue = isa.table().epilogue;
         let nc = c_hi - c_lo;
         // The merged row output row `oy` reads (every column phase of its row phase).
@@ -404,53 +520,95 @@ impl DeconvPlan {
             let mut r0 = r_lo;
             while r0 < r_hi {
                 let r1 = (r0 + band).min(r_hi);
-                let none = &Epilogue::NONE;
-                direct::conv2d_f32(
-                    isa,
-                    ph.tiling,
-                    m,
-                    &ph.w,
-                    xb,
-                    plane,
-                    (c_lo * np, c_hi * np),
-                    (r0 * mw, r1 * mw),
-                    none,
-                    conv_scratch,
-                );
-                for oy in (oy_lo..oy_hi).filter(|&oy| (r0..r1).contains(&row_of(oy))) {
-                    let (i, a) = (oy / s.sh, oy % s.sh);
-                    // The column phases of row phase `a` (row phases outer).
-                    let row_phase = &ph.at[a * cols..(a + 1) * cols];
-                    for c in c_lo..c_hi {
-                        let orow = &mut yb[c * ohw + oy * s.ow..][..s.ow];
-                        let src = |k: usize| {
-                            let (q, p) = (a * cols + k, &row_phase[k]);
-                            &plane[((c * np + q) * mh + i + p.dy) * mw + p.dx..][..p.ow]
-                        };
-                        if cols == 2 && s.sw == 2 {
-                            let (p0, p1) = (src(0), src(1));
-                            let mut pairs = orow.chunks_exact_mut(2);
-                            for (o, (v0, v1)) in (&mut pairs).zip(p0.iter().zip(p1)) {
-                                o[0] = *v0;
-                                o[1] = *v1;
-                            }
-                            if let Some(last) = pairs.into_remainder().first_mut() {
-                                *last = p0[p0.len() - 1];
-                            }
-                        } else {
-                            for (k, p) in row_phase.iter().enumerate() {
-                                let dst = orow[p.b..].iter_mut().step_by(s.sw);
-                                for (o, v) in dst.zip(src(k)) {
-                                    *o = *v;
-                                }
-                            }
-                        }
+                let (chans, merged) = ((c_lo * np, c_hi * np), (r0 * mw, r1 * mw));
+                let band_rows = || (oy_lo..oy_hi).filter(|&oy| (r0..r1).contains(&row_of(oy)));
+                if ph.tiling == Tiling::Rows {
+                    // The row tiles' outputs straight into the output rows.
+                    let mut out = PhaseOut {
+                        y: &mut *yb,
+                        s,
+                        at: &ph.at,
+                        mw,
+                        rows: (oy_lo, oy_hi),
+                    };
+                    direct::conv2d_f32_rows_into(
+                        isa,
+                        m,
+                        &ph.w,
+                        xb,
+                        chans,
+                        merged,
+                        &mut out,
+                        conv_scratch,
+                    );
+                } else {
+                    let none = &Epilogue::NONE;
+                    direct::conv2d_f32(
+                        isa,
+                        ph.tiling,
+                        m,
+                        &ph.w,
+                        xb,
+                        plane,
+                        chans,
+                        merged,
+                        none,
+                        conv_scratch,
+                    );
+                    for oy in band_rows() {
+                        self.interleave_phases(ph, plane, &mut yb[oy * s.ow..], (c_lo, c_hi), oy);
                     }
-                    if !epi_b.is_empty() {
+                }
+                if !epi_b.is_empty() {
+                    for oy in band_rows() {
                         epilogue(&epi_b, yb, ohw, c_lo, nc, oy * s.ow, s.ow);
                     }
                 }
                 r0 = r1;
+            }
+        }
+    }
+
+    /// Output row `oy` of channels `c_lo..c_hi` (`y` from the row's start in channel
+    /// 0) from the phase plane of [`Phases`]' merged conv: every column phase of its row
+    /// phase interleaved.
+    fn interleave_phases(
+        &self,
+        ph: &Phases,
+        plane: &[f32],
+        y: &mut [f32],
+        (c_lo, c_hi): (usize, usize),
+        oy: usize,
+    ) {
+        let s = &self.s;
+        let (np, ohw, cols) = (ph.at.len(), s.oh * s.ow, s.sw.min(s.ow));
+        let (mh, mw) = (ph.s.oh, ph.s.ow);
+        let (i, a) = (oy / s.sh, oy % s.sh);
+        // The column phases of row phase `a` (row phases outer).
+        let row_phase = &ph.at[a * cols..(a + 1) * cols];
+        for c in c_lo..c_hi {
+            let orow = &mut y[c * ohw..][..s.ow];
+            let src = |k: usize| {
+                let (q, p) = (a * cols + k, &row_phase[k]);
+                &plane[((c * np + q) * mh + i + p.dy) * mw + p.dx..][..p.ow]
+            };
+            if cols == 2 && s.sw == 2 {
+                let (p0, p1) = (src(0), src(1));
+                let mut pairs = orow.chunks_exact_mut(2);
+                for (o, (v0, v1)) in (&mut pairs).zip(p0.iter().zip(p1)) {
+                    o[0] = *v0;
+                    o[1] = *v1;
+                }
+                if let Some(last) = pairs.into_remainder().first_mut() {
+                    *last = p0[p0.len() - 1];
+                }
+            } else {
+                for (k, p) in row_phase.iter().enumerate() {
+                    let dst = orow[p.b..].iter_mut().step_by(s.sw);
+                    for (o, v) in dst.zip(src(k)) {
+                        *o = *v;
+                    }
+                }
             }
         }
     }
@@ -581,4 +739,15 @@ fn ceil_div(a: isize, b: usize) -> isize {
 /// GEMM call computes.
 fn weights_depth(s: &ConvShape) -> usize {
     gemm::k_depth(s.cin_g(), s.h * s.w)
+}
+
+/// The plan of `s` by the phase convs with the merged conv in `tiling` (tests: both
+/// tilings must give the same bits).
+#[cfg(test)]
+pub(super) fn by_phases_tiled(s: &ConvShape, w: &[f32], tiling: Tiling) -> DeconvPlan {
+    DeconvPlan {
+        s: s.clone(),
+        packed: Vec::new(),
+        phases: Some(phase_convs(s, w, Some(tiling)).expect("phase convs apply")),
+    }
 }

@@ -788,14 +788,7 @@ pub fn conv_direct<T: Copy + Default>(
         return;
     }
     let g = Geom::with(s, k.per, tiling);
-    let (oh_lo, oh_hi) = (p_lo / s.ow, (p_hi - 1) / s.ow + 1);
-    let elem = std::mem::size_of::<T>();
-    let weights = (c_hi - c_lo) * g.cp * g.taps * elem;
-    let band = band_rows(&g, elem, oh_hi - oh_lo, weights);
-    let mut r0 = oh_lo;
-    while r0 < oh_hi {
-        let r1 = (r0 + band).min(oh_hi);
-        let cols = (p_lo.max(r0 * s.ow), p_hi.min(r1 * s.ow));
+    for_bands::<T>(s, &g, (c_lo, c_hi), (p_lo, p_hi), |cols| {
         conv_band(
             k,
             tiling,
@@ -809,8 +802,126 @@ pub fn conv_direct<T: Copy + Default>(
             cols,
             epi,
             scratch,
-        );
+        )
+    });
+}
+
+/// Calls `band` with the output positions of each band of [`band_rows`] rows that
+/// output positions `p_lo..p_hi` of channels `c_lo..c_hi` take (elements `T`).
+fn for_bands<T>(
+    s: &ConvShape,
+    g: &Geom,
+    (c_lo, c_hi): (usize, usize),
+    (p_lo, p_hi): (usize, usize),
+    mut band: impl FnMut((usize, usize)),
+) {
+    let (oh_lo, oh_hi) = (p_lo / s.ow, (p_hi - 1) / s.ow + 1);
+    let elem = std::mem::size_of::<T>();
+    let weights = (c_hi - c_lo) * g.cp * g.taps * elem;
+    let rows = band_rows(g, elem, oh_hi - oh_lo, weights);
+    let mut r0 = oh_lo;
+    while r0 < oh_hi {
+        let r1 = (r0 + rows).min(oh_hi);
+        band((p_lo.max(r0 * s.ow), p_hi.min(r1 * s.ow)));
         r0 = r1;
+    }
+}
+
+/// Output channels x positions of one f32 image (`s.n == 1`) of the row tiles
+/// ([`Tiling::Rows`], weights packed for it), as [`conv2d_f32`] computes them (the same
+/// bits), handed to `sink` instead of stored into an output tensor. `scratch`:
+/// [`scratch_len`] floats.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn conv2d_f32_rows_into(
+    isa: Isa,
+    s: &ConvShape,
+    w: &[f32],
+    x: &[f32],
+    (c_lo, c_hi): (usize, usize),
+    (p_lo, p_hi): (usize, usize),
+    sink: &mut impl RowSink,
+    scratch: &mut [f32],
+) {
+    assert_eq!(s.n, 1, "direct conv into a sink: one image");
+    if c_lo >= c_hi || p_lo >= p_hi {
+        return;
+    }
+    let k = f32_kernels(isa);
+    let g = Geom::with(s, k.per, Tiling::Rows);
+    for_bands::<f32>(s, &g, (c_lo, c_hi), (p_lo, p_hi), |cols| {
+        let oh_lo = cols.0 / s.ow;
+        let out_rows = (cols.1 - 1) / s.ow + 1 - oh_lo;
+        let ps = g.plane_stride(out_rows);
+        let planes = &mut scratch[..g.phases * g.cp * ps];
+        let offs_all = g.offsets(s, ps);
+        pack_planes(
+            (k.pack, None),
+            s,
+            (&g, k.per),
+            x,
+            oh_lo,
+            out_rows,
+            ps,
+            planes,
+        );
+        let sw = Sweep {
+            k: &k,
+            g: &g,
+            planes,
+            ps,
+            offs: &offs_all[..g.taps],
+            oh_lo,
+            chans: (c_lo, c_hi),
+            cols,
+        };
+        let run = |a: &[f32], f0: usize, n: usize, c: &mut [f32], ldc: usize, kept| {
+            row_tiles(&sw, a, (f0, n), c, ldc, kept)
+        };
+        sweep_rows(&sw, s, w, sink, (row_panel(&k), TW), &run);
+    });
+}
+
+/// The f32 kernels of `isa`'s table (the portable row tile where it has none).
+fn f32_kernels(isa: Isa) -> Kernels<f32> {
+    Kernels {
+        per: 1,
+        pack: pack_f32,
+        tiles: isa.table().conv_tiles.unwrap_or(PORTABLE_F32),
+        wide: None,
+    }
+}
+
+/// Rows of the row tiles' panels: `2 * MR` with the table's pair tile.
+fn row_panel<T>(k: &Kernels<T>) -> usize {
+    if k.tiles.pairs.is_some() {
+        2 * MR
+    } else {
+        MR
+    }
+}
+
+/// `n` row tiles of one panel (weights `a`) from plane position `f0` into `c` at stride
+/// `ldc`; with the table's pair tile, both halves of the panel at once where both hold
+/// kept rows (`lo..hi`, relative), else the half that does.
+fn row_tiles<T: Copy>(
+    sw: &Sweep<'_, T>,
+    a: &[T],
+    (f0, n): (usize, usize),
+    c: &mut [f32],
+    ldc: usize,
+    (lo, hi): (usize, usize),
+) {
+    let k = sw.k;
+    let half = a.len() / 2;
+    let (tile, a, c) = match k.tiles.pairs {
+        Some(pair) if lo < MR && hi > MR => (pair, a, c),
+        Some(_) if hi <= MR => (k.tiles.rows, &a[..half], c),
+        Some(_) => (k.tiles.rows, &a[half..], &mut c[MR * ldc..]),
+        None => (k.tiles.rows, a, c),
+    };
+    for i in 0..n {
+        let b = &sw.planes[f0 + i * TW..];
+        tile(a, b, sw.offs, sw.g.cp, sw.ps, &mut c[i * TW..], ldc);
     }
 }
 
@@ -898,39 +1009,31 @@ fn conv_band<T: Copy + Default>(
             chans: (c_lo, c_hi),
             cols: (p_lo, p_hi),
         };
+        let mut out = PlaneOut {
+            isa,
+            yb,
+            ohw,
+            epi: &epi_b,
+        };
         match tiling {
             Tiling::Rows => {
-                // With the table's pair tile, panels of 2 * MR rows: both halves at once
-                // where both hold kept rows, else the half that does.
-                let mr = if k.tiles.pairs.is_some() { 2 * MR } else { MR };
                 let run = |a: &[T], f0: usize, n: usize, c: &mut [f32], ldc: usize, kept| {
-                    let (lo, hi): (usize, usize) = kept;
-                    let half = a.len() / 2;
-                    let (tile, a, c) = match k.tiles.pairs {
-                        Some(pair) if lo < MR && hi > MR => (pair, a, c),
-                        Some(_) if hi <= MR => (k.tiles.rows, &a[..half], c),
-                        Some(_) => (k.tiles.rows, &a[half..], &mut c[MR * ldc..]),
-                        None => (k.tiles.rows, a, c),
-                    };
-                    for i in 0..n {
-                        let b = &sw.planes[f0 + i * TW..];
-                        tile(a, b, sw.offs, g.cp, sw.ps, &mut c[i * TW..], ldc);
-                    }
+                    row_tiles(&sw, a, (f0, n), c, ldc, kept)
                 };
-                sweep_rows(&sw, isa, s, w, yb, &epi_b, (mr, TW), &run)
+                sweep_rows(&sw, s, w, &mut out, (row_panel(k), TW), &run)
             }
             Tiling::Wide if g.wq == s.ow => {
                 let wide = k.wide.expect("direct conv: wide tiling without a wide run");
-                sweep_store(&sw, isa, s, w, yb, &epi_b, wide.store)
+                sweep_store(&sw, isa, s, w, out.yb, &epi_b, wide.store)
             }
             Tiling::Wide => {
                 let wide = k.wide.expect("direct conv: wide tiling without a wide run");
                 let run = |a: &[T], f0: usize, n: usize, c: &mut [f32], ldc: usize, _| {
                     (wide.rows)(a, sw.planes, sw.offs, g.cp, (f0, n), c, ldc)
                 };
-                sweep_rows(&sw, isa, s, w, yb, &epi_b, (WIDE_ROWS, WIDE_WIDTH), &run)
+                sweep_rows(&sw, s, w, &mut out, (WIDE_ROWS, WIDE_WIDTH), &run)
             }
-            Tiling::Chans => sweep_chans(&sw, isa, s, w, yb, &epi_b),
+            Tiling::Chans => sweep_chans(&sw, isa, s, w, out.yb, &epi_b),
         }
     }
 }
@@ -1042,21 +1145,55 @@ pub(super) fn walk_panels<'w, T>(
     }
 }
 
+/// Where [`sweep_rows`] puts the kept outputs of its tiles.
+pub(super) trait RowSink {
+    /// Output channels `rows.0..rows.1` at output positions `run.0..run.0 + run.1` (a run within
+    /// one output row): channel `r`'s from `src[(r - rows.0) * ld..]`.
+    fn put(&mut self, rows: (usize, usize), run: (usize, usize), src: &[f32], ld: usize);
+    /// Output channels `rows.0..rows.1` at positions `q.0..q.1` are complete (each
+    /// position's sum put once).
+    fn done(&mut self, rows: (usize, usize), q: (usize, usize));
+}
+
+/// The sink of a conv into its output image (`[Cout, OH, OW]`, positions `ohw` a
+/// channel): outputs copied in, each chunk through the epilogue when complete.
+struct PlaneOut<'a, 'e> {
+    isa: Isa,
+    yb: &'a mut [f32],
+    ohw: usize,
+    epi: &'a Epilogue<'e>,
+}
+
+impl RowSink for PlaneOut<'_, '_> {
+    #[inline(always)]
+    fn put(&mut self, rows: (usize, usize), (q, len): (usize, usize), src: &[f32], ld: usize) {
+        for r in rows.0..rows.1 {
+            let dst = &mut self.yb[r * self.ohw + q..][..len];
+            copy_run(dst, &src[(r - rows.0) * ld..]);
+        }
+    }
+
+    fn done(&mut self, (r_lo, r_hi): (usize, usize), (q_lo, q_hi): (usize, usize)) {
+        if !self.epi.is_empty() && q_lo < q_hi {
+            let (isa, ohw) = (self.isa, self.ohw);
+            self.epi
+                .apply(isa, self.yb, ohw, r_lo, r_hi - r_lo, q_lo, q_hi - q_lo);
+        }
+    }
+}
+
 /// The row tiles of one image, `mr` channels x `tw` positions each (the row tile's or
 /// the wide run's), walked by [`walk_panels`]: each chunk computed by `run` into a
-/// buffer, kept positions copied out, then the chunk's outputs through the epilogue.
-#[allow(clippy::too_many_arguments)]
+/// buffer, kept positions put into `sink`, then the chunk marked complete.
 fn sweep_rows<T: Copy + Default>(
     sw: &Sweep<'_, T>,
-    isa: Isa,
     s: &ConvShape,
     w: &[T],
-    yb: &mut [f32],
-    epi: &Epilogue<'_>,
+    sink: &mut impl RowSink,
     (mr, tw): (usize, usize),
     run: &RowRun<'_, T>,
 ) {
-    let (ohw, wq, ow) = (s.oh * s.ow, sw.g.wq, s.ow);
+    let (wq, ow) = (sw.g.wq, s.ow);
     let (p_lo, p_hi) = sw.cols;
     let out_rows = (p_hi - 1) / ow + 1 - sw.oh_lo;
     let flat = out_rows * wq;
@@ -1085,9 +1222,9 @@ fn sweep_rows<T: Copy + Default>(
                     if f < row_end {
                         let q0 = pos(f);
                         let (q_lo, q_hi) = (q0.max(p_lo), (q0 + row_end - f).min(p_hi));
-                        for r in (rows.0..rows.1).filter(|_| q_lo < q_hi) {
-                            let src = &buf[(r - pi * mr) * ldb + f - f_lo + q_lo - q0..];
-                            copy_run(&mut yb[r * ohw + q_lo..r * ohw + q_hi], src);
+                        if q_lo < q_hi {
+                            let src = &buf[(rows.0 - pi * mr) * ldb + f - f_lo + q_lo - q0..];
+                            sink.put(rows, (q_lo, q_hi - q_lo), src, ldb);
                         }
                     }
                     f = (f / wq + 1) * wq;
@@ -1095,10 +1232,7 @@ fn sweep_rows<T: Copy + Default>(
             }
             Walk::Chunk { rows, tiles } => {
                 let (f_lo, f_hi) = (tiles.0 * tw, (tiles.1 * tw).min(flat));
-                let (q_lo, q_hi) = (pos(f_lo).max(p_lo), pos(f_hi).min(p_hi));
-                if !epi.is_empty() && q_lo < q_hi {
-                    epi.apply(isa, yb, ohw, rows.0, rows.1 - rows.0, q_lo, q_hi - q_lo);
-                }
+                sink.done(rows, (pos(f_lo).max(p_lo), pos(f_hi).min(p_hi)));
             }
         },
     );
@@ -1345,13 +1479,19 @@ pub fn conv2d_f32(
     epi: &Epilogue<'_>,
     scratch: &mut [f32],
 ) {
-    let k = Kernels {
-        per: 1,
-        pack: pack_f32,
-        tiles: isa.table().conv_tiles.unwrap_or(PORTABLE_F32),
-        wide: None,
-    };
-    conv_direct(&k, tiling, isa, s, w, x, y, chans, cols, epi, scratch);
+    conv_direct(
+        &f32_kernels(isa),
+        tiling,
+        isa,
+        s,
+        w,
+        x,
+        y,
+        chans,
+        cols,
+        epi,
+        scratch,
+    );
 }
 
 /// Column taps folded into channels ("kw unfolding") for the wide run of convs with too

@@ -151,6 +151,51 @@ fn conv_matches_naive() {
     }
 }
 
+/// A ConvTranspose's shape: `(n, cin, cout, group)`, a square kernel `k`, stride `st`
+/// and pad `pad` on an `(h, w)` input (no output padding).
+fn deconv_shape(
+    (n, cin, cout, group): (usize, usize, usize, usize),
+    k: usize,
+    st: usize,
+    pad: usize,
+    (h, w): (usize, usize),
+) -> ConvShape {
+    ConvShape {
+        n,
+        c_in: cin,
+        h,
+        w,
+        c_out: cout,
+        oh: (h - 1) * st + k - 2 * pad,
+        ow: (w - 1) * st + k - 2 * pad,
+        kh: k,
+        kw: k,
+        sh: st,
+        sw: st,
+        dh: 1,
+        dw: 1,
+        ph: pad,
+        pw: pad,
+        group,
+    }
+}
+
+/// Post-ops of [`bias_residual_relu`].
+const RESIDUAL_RELU: [crate::kernels::body::unary::PostOpRt; 2] = [
+    crate::kernels::body::unary::PostOpRt::AddInput { slot: 0 },
+    crate::kernels::body::unary::PostOpRt::Unary(crate::ir::UnaryOp::Relu),
+];
+
+/// The epilogue `relu(x + bias + residual)` (one residual, laid out like the output).
+fn bias_residual_relu<'a>(bias: &'a [f32], residuals: &'a [&'a [f32]; 1]) -> Epilogue<'a> {
+    Epilogue {
+        bias: Some(bias),
+        post: &RESIDUAL_RELU,
+        residuals,
+        ..Epilogue::NONE
+    }
+}
+
 #[test]
 fn deconv_matches_naive() {
     // y[co, iy*s - p + ky*d] += x[ci, iy] * w[ci, co, ky]
@@ -181,26 +226,8 @@ fn deconv_matches_naive() {
         (16, 3, 1, 6, 2, 2, 7, 6),
         (9, 7, 1, 6, 3, 3, 4, 5),
     ] {
-        let oh = (h - 1) * st + k - 2 * pad;
-        let ow = (w_ - 1) * st + k - 2 * pad;
-        let s = ConvShape {
-            n: 1,
-            c_in: cin,
-            h,
-            w: w_,
-            c_out: cout,
-            oh,
-            ow,
-            kh: k,
-            kw: k,
-            sh: st,
-            sw: st,
-            dh: 1,
-            dw: 1,
-            ph: pad,
-            pw: pad,
-            group,
-        };
+        let s = deconv_shape((1, cin, cout, group), k, st, pad, (h, w_));
+        let (oh, ow) = (s.oh, s.ow);
         let (cig, cog) = (cin / group, cout / group);
         let x = rand_vec(cin * h * w_, 1);
         let wt = rand_vec(cin * cog * k * k, 2);
@@ -239,19 +266,8 @@ fn deconv_matches_naive() {
         // that must give the whole's result (a channel cut moves the GEMM's row blocks,
         // so rounding may differ in the last bit).
         let resid = rand_vec(cout * oh * ow, 4);
-        let post = [
-            crate::kernels::body::unary::PostOpRt::AddInput { slot: 0 },
-            crate::kernels::body::unary::PostOpRt::Unary(crate::ir::UnaryOp::Relu),
-        ];
         let residuals: [&[f32]; 1] = [&resid];
-        let epi = Epilogue {
-            bias: Some(&bias),
-            channel_is_row: true,
-            channel_offset: 0,
-            addend: None,
-            post: &post,
-            residuals: &residuals,
-        };
+        let epi = bias_residual_relu(&bias, &residuals);
         let want: Vec<f32> = want
             .iter()
             .zip(&resid)
@@ -269,6 +285,49 @@ fn deconv_matches_naive() {
             plan.run(isa, &x, &mut y, (1, cout), (0, oh - r), &epi, &mut scratch);
             assert_close(&y, &whole, 1e-6);
         }
+    }
+}
+
+/// The phase convs' row tiles put straight into the output give the bits of the
+/// channel tiles' phase plane interleaved (both tilings sum in the same order), for
+/// whole calls and cuts of channels and rows, two images, a fused bias, residual and
+/// ReLU.
+#[test]
+fn deconv_phase_rows_into_output_match_the_plane_path() {
+    if crate::kernels::isa::table().conv_tiles.is_none() {
+        return;
+    }
+    // (cin, cout, k, stride, pad, h, w): U-Net's 4x4/2 pad 1, pad 0 with an odd
+    // width, 6x6/3 (three column phases).
+    for &(cin, cout, k, st, pad, h, w_) in &[
+        (32usize, 5usize, 4usize, 2usize, 1usize, 20usize, 37usize),
+        (16, 7, 4, 2, 0, 13, 29),
+        (12, 3, 6, 3, 3, 11, 21),
+    ] {
+        let s = deconv_shape((2, cin, cout, 1), k, st, pad, (h, w_));
+        let (oh, ow) = (s.oh, s.ow);
+        let wt = rand_vec(cin * cout * k * k, 1);
+        let rows = deconv::by_phases_tiled(&s, &wt, direct::Tiling::Rows);
+        let chans = deconv::by_phases_tiled(&s, &wt, direct::Tiling::Chans);
+        let x = rand_vec(2 * cin * h * w_, 2);
+        let (bias, resid) = (rand_vec(cout, 3), rand_vec(2 * cout * oh * ow, 4));
+        let residuals: [&[f32]; 1] = [&resid];
+        let epi = bias_residual_relu(&bias, &residuals);
+        let isa = crate::kernels::isa::best_isa();
+        let run = |p: &DeconvPlan, cuts: &[[usize; 4]]| {
+            let mut y = vec![f32::NAN; 2 * cout * oh * ow];
+            let mut scratch = vec![0.0; p.scratch_len()];
+            for &[c0, c1, r0, r1] in cuts {
+                p.run(isa, &x, &mut y, (c0, c1), (r0, r1), &epi, &mut scratch);
+            }
+            y.iter().map(|f| f.to_bits()).collect::<Vec<_>>()
+        };
+        let want = run(&chans, &[[0, cout, 0, oh]]);
+        assert!(want.iter().all(|&b| f32::from_bits(b).is_finite()), "{s:?}");
+        assert_eq!(run(&rows, &[[0, cout, 0, oh]]), want, "{s:?}");
+        let (c1, r1) = (cout / 2, oh / 3);
+        let cuts = [[0, c1, 0, r1], [c1, cout, 0, r1], [0, cout, r1, oh]];
+        assert_eq!(run(&rows, &cuts), want, "{s:?} cut");
     }
 }
 
