@@ -30,6 +30,12 @@ pub(crate) fn shapes() -> Vec<ConvShape> {
         // A 7x7 output of 64 channels (which the channel tile takes), and one of 40.
         shape(1, 40, (14, 14), 64, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1),
         shape(1, 34, (7, 7), 40, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),
+        // Rows of 16 positions or more (a tile's vectors across plane rows, two whole
+        // pair panels and a ragged one): stride 1 at 37 wide, stride 2 at 17 wide, a
+        // batch of 2 at 16 wide.
+        shape(1, 12, (20, 37), 26, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),
+        shape(1, 8, (12, 34), 24, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1),
+        shape(2, 10, (6, 16), 12, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),
     ]
 }
 
