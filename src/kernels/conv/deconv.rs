@@ -122,6 +122,19 @@ impl PhaseOut<'_> {
     }
 }
 
+/// `dst[2k] = a[k]`, `dst[2k + 1] = b[k]` for as many pairs as all three hold; returns
+/// that count.
+#[inline]
+fn zip_pairs(a: &[f32], b: &[f32], dst: &mut [f32]) -> usize {
+    let mut n = 0;
+    for (o, (x, y)) in dst.chunks_exact_mut(2).zip(a.iter().zip(b)) {
+        o[0] = *x;
+        o[1] = *y;
+        n += 1;
+    }
+    n
+}
+
 impl RowSink for PhaseOut<'_> {
     #[inline]
     fn put(&mut self, (r_lo, r_hi): (usize, usize), run: (usize, usize), src: &[f32], ld: usize) {
@@ -146,11 +159,7 @@ impl RowSink for PhaseOut<'_> {
                     if lo < hi {
                         let v0 = &row[s0 + lo - j0..][..hi - lo];
                         let v1 = &next[s1 + lo - j1..][..hi - lo];
-                        let dst = &mut self.y[o0 + 2 * lo..][..2 * (hi - lo)];
-                        for (o, (a, b)) in dst.chunks_exact_mut(2).zip(v0.iter().zip(v1)) {
-                            o[0] = *a;
-                            o[1] = *b;
-                        }
+                        zip_pairs(v0, v1, &mut self.y[o0 + 2 * lo..][..2 * (hi - lo)]);
                     }
                     // The ends only one run holds (a column or so), one at a time.
                     for (k, (o, s, j, n)) in [(0, (o0, s0, j0, n0)), (1, (o1, s1, j1, n1))] {
@@ -594,13 +603,10 @@ impl DeconvPlan {
             };
             if cols == 2 && s.sw == 2 {
                 let (p0, p1) = (src(0), src(1));
-                let mut pairs = orow.chunks_exact_mut(2);
-                for (o, (v0, v1)) in (&mut pairs).zip(p0.iter().zip(p1)) {
-                    o[0] = *v0;
-                    o[1] = *v1;
-                }
-                if let Some(last) = pairs.into_remainder().first_mut() {
-                    *last = p0[p0.len() - 1];
+                let pairs = zip_pairs(p0, p1, orow);
+                // An odd width: the last column is phase 0's alone.
+                if pairs < p0.len() {
+                    orow[2 * pairs] = p0[pairs];
                 }
             } else {
                 for (k, p) in row_phase.iter().enumerate() {
