@@ -18,7 +18,7 @@ type Case = (
     (usize, usize, usize, usize),
 );
 
-const CASES: [Case; 28] = [
+const CASES: [Case; 31] = [
     (1, 1, 3, (1, 1), 1, (1, 1, 1, 1)),
     (5, 7, 3, (1, 1), 1, (1, 1, 1, 1)),
     (7, 7, 3, (2, 2), 1, (1, 1, 1, 1)),
@@ -49,6 +49,11 @@ const CASES: [Case; 28] = [
     (8, 56, 3, (2, 2), 1, (1, 1, 1, 1)),
     (6, 28, 5, (2, 2), 1, (2, 2, 2, 2)),
     (7, 29, 3, (2, 2), 1, (0, 0, 1, 1)),
+    // Narrow images (the AVX-512 taps-in-registers rows): uneven strides and pads, a
+    // row of inner pixels past two groups of eight, a 5x5 at stride 2 across.
+    (9, 20, 3, (2, 1), 1, (1, 0, 1, 2)),
+    (6, 31, 3, (1, 1), 1, (1, 1, 1, 1)),
+    (10, 17, 5, (1, 2), 1, (2, 1, 2, 2)),
 ];
 
 fn shape(&(h, w, k, (sh, sw), d, (ph, pw, phe, pwe)): &Case, c: usize) -> ConvShape {
