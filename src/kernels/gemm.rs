@@ -602,7 +602,12 @@ fn gemm_blocks(
                 // table pairs tiles) or `down - 1` more full tiles below (a walk).
                 // Returns the strips and A panels done. A walk along the row brings
                 // `ahead` into L2 as it goes.
-                let mut tile_at = |i: usize, j: usize, most: usize, down: usize, ahead: &[f32]| {
+                let mut tile_at = |i: usize,
+                                   j: usize,
+                                   most: usize,
+                                   down: usize,
+                                   below: usize,
+                                   ahead: &[f32]| {
                     let (mr, nr) = (MR.min(ic_end - i), NR.min(jc_end - j));
                     let panel = panel_at(j);
                     if let (Panel::Rows(off), true) = (panel, i == ic) {
@@ -617,12 +622,17 @@ fn gemm_blocks(
                     {
                         let (walk, count) = if down >= 2 && !(wide24 && j + NR + HALF == n) {
                             (TileWalk::Down, down)
-                        } else if wide24 {
-                            // Up to the last full strip, which goes with the half one.
-                            let before = (n - HALF - NR).saturating_sub(j) / NR;
-                            (TileWalk::Right, most.min(before))
                         } else {
-                            (TileWalk::Right, most.min((jc_end - j) / NR))
+                            let count = if wide24 {
+                                // Up to the last full strip, which goes with the half one.
+                                let before = (n - HALF - NR).saturating_sub(j) / NR;
+                                most.min(before)
+                            } else {
+                                most.min((jc_end - j) / NR)
+                            };
+                            // The rows below too where the walk takes all the strips.
+                            let rows = if count == most { below } else { 1 };
+                            (TileWalk::Right { rows }, count)
                         };
                         if count >= 2 {
                             let bp = packed_from(j);
@@ -641,7 +651,7 @@ fn gemm_blocks(
                             w(kc, wa, bp, ahead, cs, ldc, !first, e.as_ref(), walk, count);
                             return match walk {
                                 TileWalk::Down => (1, count),
-                                TileWalk::Right => (count, 1),
+                                TileWalk::Right { rows } => (count, rows),
                             };
                         }
                     }
@@ -811,7 +821,7 @@ fn gemm_blocks(
                 // does not see that far: a group's B is 64 KiB of four streams. Xeon
                 // (AVX-512), operands out of L2, best of 30: 49x320x1280 342 -> 300-319
                 // us, 49x960x320 260 -> 230-245, 196x576x96 171 -> 158-173.
-                let ahead_at = |o: usize, q: usize| -> &[f32] {
+                let next_group = |o: usize| -> &[f32] {
                     let BSource::Packed(pb) = b else {
                         return &[];
                     };
@@ -826,8 +836,13 @@ fn gemm_blocks(
                     let nkc = kd.min(k - nk0);
                     let g = group.min(strips - ns);
                     let start = b_panel(n_pad, (k, kd), nk0, jc + ns * NR);
-                    let next = &pb[start..start + g * nkc * NR];
-                    // Shares of whole lines for the calls on panels 1.. (or the one panel).
+                    &pb[start..start + g * nkc * NR]
+                };
+                // The share of the call on panel `q` alone: shares of whole lines for the
+                // calls on panels 1.. (or the one panel).
+                let ahead_at = |o: usize, q: usize| -> &[f32] {
+                    let next = next_group(o);
+                    let lines = next.len() / NR;
                     let (calls, call) = if inner > 1 {
                         (inner - 1, q.wrapping_sub(1))
                     } else {
@@ -836,9 +851,9 @@ fn gemm_blocks(
                     if call >= calls {
                         return &[];
                     }
-                    let share = (g * nkc).div_ceil(calls);
-                    let from = (call * share).min(g * nkc);
-                    &next[from * NR..(from + share).min(g * nkc) * NR]
+                    let share = lines.div_ceil(calls);
+                    let from = (call * share).min(lines);
+                    &next[from * NR..(from + share).min(lines) * NR]
                 };
                 for o in 0..outer {
                     let (mut q, mut sub) = (0, 0);
@@ -862,8 +877,20 @@ fn gemm_blocks(
                         } else {
                             1
                         };
-                        let ahead = if sub == 0 { ahead_at(o, q) } else { &[][..] };
-                        let (done, below) = tile_at(ic + p * MR, jc + s * NR, most, down, ahead);
+                        // A walk along the group's strips from its first may go down
+                        // every panel left (the walk shares `ahead` out itself).
+                        let rows = if !panels_outer && group > 1 && sub == 0 {
+                            inner - q
+                        } else {
+                            1
+                        };
+                        let ahead = match (sub, rows) {
+                            (0, 1) => ahead_at(o, q),
+                            (0, _) if q == 0 => next_group(o),
+                            _ => &[][..],
+                        };
+                        let (i, j) = (ic + p * MR, jc + s * NR);
+                        let (done, below) = tile_at(i, j, most, down, rows, ahead);
                         if panels_outer {
                             q += done;
                         } else if below > 1 {
@@ -879,7 +906,7 @@ fn gemm_blocks(
                 if ragged {
                     let mut s = 0;
                     while s < strips {
-                        s += tile_at(ic + (panels - 1) * MR, jc + s * NR, strips - s, 1, &[]).0;
+                        s += tile_at(ic + (panels - 1) * MR, jc + s * NR, strips - s, 1, 1, &[]).0;
                     }
                 }
                 let tail_panel = cols_tail.then(|| panel_at(jc + full));

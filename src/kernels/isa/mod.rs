@@ -211,8 +211,23 @@ pub enum TileWalk {
     /// the same panel.
     Down,
     /// Along a row of C: the same A rows, the next packed B panel (`kc * NR` floats
-    /// further), C [`NR`] columns further.
-    Right,
+    /// further), C [`NR`] columns further; the walk's tiles along each of `rows`
+    /// consecutive rows of tiles (the next row's A panel [`MR`] rows further, the same B
+    /// panels, C [`MR`] rows further), so that one call covers a block of C.
+    Right {
+        /// Rows of tiles (at least 1).
+        rows: usize,
+    },
+}
+
+impl TileWalk {
+    /// Rows of tiles the walk covers (1 down a column).
+    pub fn rows(self) -> usize {
+        match self {
+            TileWalk::Down => 1,
+            TileWalk::Right { rows } => rows,
+        }
+    }
 }
 
 /// The fused epilogue of a walk of tiles ([`KernelTable::mm_tiles_strided`]), given at
@@ -231,6 +246,18 @@ pub struct WalkEpi<'a> {
 }
 
 impl<'a> WalkEpi<'a> {
+    /// The epilogue of the walk's row of tiles `p` ([`TileWalk::Right`]: its first
+    /// tile is [`MR`] `* p` rows of C down).
+    #[inline(always)]
+    pub fn row(&self, p: usize, ldc: usize) -> WalkEpi<'a> {
+        WalkEpi {
+            row_bias: self.row_bias.map(|b| &b[p * MR..]),
+            col_bias: self.col_bias,
+            residual: self.residual.map(|r| &r[p * MR * ldc..]),
+            clamp: self.clamp,
+        }
+    }
+
     /// The epilogue of tile `t` of a walk with steps `st` (any steps for the first).
     #[inline(always)]
     pub fn tile(&self, t: usize, st: &WalkSteps) -> TileEpi<'a> {
@@ -277,6 +304,8 @@ pub struct WalkSteps {
     pub row_bias: usize,
     /// Column-bias step.
     pub col_bias: usize,
+    /// A step from one row of tiles to the next ([`TileWalk::Right`]).
+    pub a_row: usize,
 }
 
 impl WalkSteps {
@@ -304,30 +333,39 @@ impl WalkSteps {
                 c: MR * ldc,
                 row_bias: MR,
                 col_bias: 0,
+                a_row: 0,
             },
-            TileWalk::Right => WalkSteps {
+            TileWalk::Right { .. } => WalkSteps {
                 a: 0,
                 b: kc * NR,
                 c: NR,
                 row_bias: 0,
                 col_bias: NR,
+                a_row: a_down,
             },
         };
         let last = count.saturating_sub(1);
+        let rows = walk.rows();
         assert!(
-            count > 0 && ldc >= NR,
+            count > 0 && rows > 0 && ldc >= NR,
             "tile walk: no tiles or short C rows"
         );
-        assert!(a.len() >= last * st.a + a_tile, "tile walk: short A");
+        // The last row of tiles' offsets in A, C (and the residual) and the row bias.
+        let (a_last, c_last, rb_last) =
+            ((rows - 1) * a_down, (rows - 1) * MR * ldc, (rows - 1) * MR);
+        assert!(
+            a.len() >= a_last + last * st.a + a_tile,
+            "tile walk: short A"
+        );
         assert!(b.len() >= last * st.b + kc * NR, "tile walk: short B");
-        let c_len = last * st.c + (MR - 1) * ldc + NR;
+        let c_len = c_last + last * st.c + (MR - 1) * ldc + NR;
         assert!(c.len() >= c_len, "tile walk: short C");
         if let Some(e) = e {
             assert!(
                 e.residual.is_none_or(|r| r.len() >= c_len),
                 "tile walk: short residual"
             );
-            let rb = last * st.row_bias + MR;
+            let rb = rb_last + last * st.row_bias + MR;
             assert!(
                 e.row_bias.is_none_or(|b| b.len() >= rb),
                 "tile walk: short row bias"

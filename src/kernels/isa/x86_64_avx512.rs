@@ -660,22 +660,36 @@ fn mm_tiles(
         WalkA::Packed(a) => (a.as_ptr(), None),
         WalkA::Rows { a, lda } => (a.as_ptr(), Some(lda)),
     };
-    // SAFETY: the features were detected (see `table`); `WalkSteps::checked` bounds every
-    // tile of the walk (A panels or rows, the B panels, C and the residual rows, the
-    // biases).
-    unsafe {
-        tiles_walk(
-            kc,
-            (ap, lda),
-            b.as_ptr(),
-            Ahead::of(ahead),
-            c.as_mut_ptr(),
-            ldc,
-            acc,
-            e,
-            (st, walk),
-            count,
-        )
+    // A row of tiles a call (a loop around the row's tiles would change how the tiles'
+    // loops are compiled); `ahead`'s lines in equal shares to the rows after the first
+    // (which reads the B panels from memory), all of them where the walk has one row.
+    let rows = walk.rows();
+    let ahead = Ahead::of(ahead);
+    let per = ahead.lines.div_ceil(rows.max(2) - 1);
+    for p in 0..rows {
+        let row_e = e.filter(|_| p > 0).map(|e| e.row(p, ldc));
+        let row_ahead = match (rows, p) {
+            (1, _) => ahead,
+            (_, 0) => Ahead::NONE,
+            _ => ahead.part((p - 1) * per, per),
+        };
+        // SAFETY: the features were detected (see `table`); `WalkSteps::checked` bounds
+        // every tile of every row of the walk (A panels or rows, the B panels, C and the
+        // residual rows, the biases).
+        unsafe {
+            tiles_walk(
+                kc,
+                (ap.add(p * st.a_row), lda),
+                b.as_ptr(),
+                row_ahead,
+                c.as_mut_ptr().add(p * MR * ldc),
+                ldc,
+                acc,
+                if p == 0 { e } else { row_e.as_ref() },
+                (st, walk),
+                count,
+            )
+        }
     }
 }
 
@@ -712,7 +726,7 @@ unsafe fn tiles_walk(
     let calls = count / 4 + count % 4 / 2;
     let share = ahead.lines.div_ceil(calls.max(1)).min(kc);
     let ahead_of = |t: usize| ahead.part((t / 4 + t % 4 / 2) * share, share);
-    while walk == TileWalk::Right && t + 4 <= count {
+    while matches!(walk, TileWalk::Right { .. }) && t + 4 <= count {
         let es = e.map(|e| {
             let l = Lean::walk(e, t, &st);
             std::array::from_fn(|q| l.right(q * NR))
@@ -753,7 +767,7 @@ unsafe fn tiles_walk(
                     let b_row = |p| b0.add(p * NR);
                     tile_12x16(kc, a_at, b_row, [c0, c1], ldc, acc, es, next)
                 }
-                TileWalk::Right => {
+                TileWalk::Right { .. } => {
                     let bs = [b0, b0.add(st.b)];
                     tile_6x16_row(kc, a_of(a0), bs, c0, ldc, acc, es, ahead_of(t))
                 }

@@ -687,22 +687,25 @@ fn mm_tiles(
         super::WalkA::Packed(a) => (a.as_ptr(), None),
         super::WalkA::Rows { a, lda } => (a.as_ptr(), Some(lda)),
     };
-    // SAFETY: AVX2+FMA were detected (see `table`); `WalkSteps::checked` bounds every
-    // tile of the walk (A panels or rows, the B panels, C and the residual rows, the
-    // biases).
-    unsafe {
-        tiles_6x16(
-            kc,
-            ap,
-            lda,
-            b.as_ptr(),
-            c.as_mut_ptr(),
-            ldc,
-            acc,
-            e,
-            st,
-            count,
-        )
+    for p in 0..walk.rows() {
+        let row_e = e.map(|e| e.row(p, ldc));
+        // SAFETY: AVX2+FMA were detected (see `table`); `WalkSteps::checked` bounds every
+        // tile of every row of the walk (A panels or rows, the B panels, C and the
+        // residual rows, the biases).
+        unsafe {
+            tiles_6x16(
+                kc,
+                ap.add(p * st.a_row),
+                lda,
+                b.as_ptr(),
+                c.as_mut_ptr().add(p * MR * ldc),
+                ldc,
+                acc,
+                row_e.as_ref(),
+                st,
+                count,
+            )
+        }
     }
 }
 
