@@ -113,7 +113,7 @@ fn wino_input(g: &WinoGeom, x: &[f32], tb: usize, nb: usize, v: &mut [f32]) {
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
     unsafe fn build(g: &WinoGeom, x: &[f32], tb: usize, nb: usize, v: &mut [f32]) {
         let (w, hw) = (g.w, g.h * g.w);
-        let gather = |plane: &[f32], inner: &winograd_body::Origins, d: &mut _| {
+        let gather = |plane: &[f32], inner: &winograd_body::Origins, clips: &[_], d: &mut _| {
             // The same patches two planes on: the panel reads each plane once, so its
             // rows are not in cache yet.
             let (first, last) = inner
@@ -132,8 +132,9 @@ fn wino_input(g: &WinoGeom, x: &[f32], tb: usize, nb: usize, v: &mut [f32]) {
                 }
             }
             // SAFETY: AVX-512 is enabled here (and detected, see `table`); every inner
-            // lane's 6x6 patch lies inside `plane` (the body sets an offset only then).
-            unsafe { gather_patches6(plane, w, inner, d) };
+            // lane's 6x6 patch lies inside `plane` (the body sets an offset only then),
+            // so does every border lane's clip.
+            unsafe { gather_patches6(plane, w, inner, clips, d) };
             true
         };
         let transform = |d: &[winograd_body::Lanes; 36], v: &mut [f32], at: usize, plen: usize| {
@@ -199,17 +200,19 @@ unsafe fn wino_transform_store6(
 }
 
 /// The F(4x4, 3x3) patches of a panel, lanes to vectors: per pair of patch rows, each
-/// lane's two rows of six (masked loads) form one vector, and a 16x16 transposition
-/// turns the 16 lanes' vectors into `d[r * 6 + c]` (0 in the edge lanes).
+/// lane's two rows of six (masked loads; a border lane's rows and columns inside the
+/// plane only, zeros around them) form one vector, and a 16x16 transposition turns the
+/// 16 lanes' vectors into `d[r * 6 + c]` (0 in the lanes that are neither).
 ///
 /// # Safety
 /// AVX-512F available; for every lane with `inner[l] != EDGE`, `plane` holds the
-/// 6x6 patch at `inner[l]` (rows `w` apart).
+/// 6x6 patch at `inner[l]` (rows `w` apart); every clip lies inside `plane`.
 #[inline(always)]
 unsafe fn gather_patches6(
     plane: &[f32],
     w: usize,
     inner: &winograd_body::Origins,
+    clips: &[winograd_body::Clip],
     d: &mut [winograd_body::Lanes; 36],
 ) {
     // SAFETY: masked loads touch only the six floats of a patch row (inside `plane`
@@ -225,6 +228,22 @@ unsafe fn gather_patches6(
                 let lo = _mm256_maskz_loadu_ps(0x3f, p);
                 let hi = _mm256_maskz_loadu_ps(0x3f, p.add(w));
                 r[l] = _mm512_insertf32x8::<1>(_mm512_castps256_ps512(lo), hi);
+            }
+            for clip in clips {
+                // Patch row `pr`'s columns c0..c1 under a mask, from the address of its
+                // column 0 (the masked-off columns, outside the plane, are not read).
+                let ((r0, r1), (c0, c1)) = (clip.rows, clip.cols);
+                let mask = ((1u32 << c1) - (1u32 << c0)) as u8;
+                let row = |pr: usize| {
+                    if (r0..r1).contains(&pr) && c0 < c1 {
+                        let p = plane.as_ptr().wrapping_add(clip.at + (pr - r0) * w);
+                        _mm256_maskz_loadu_ps(mask, p.wrapping_sub(c0))
+                    } else {
+                        _mm256_setzero_ps()
+                    }
+                };
+                let (lo, hi) = (row(2 * b), row(2 * b + 1));
+                r[clip.lane] = _mm512_insertf32x8::<1>(_mm512_castps256_ps512(lo), hi);
             }
             let t = super::x86_64_dw_block::transpose(r);
             for c in 0..6 {

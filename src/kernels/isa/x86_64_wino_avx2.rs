@@ -21,11 +21,15 @@ pub(super) fn wino_input(g: &WinoGeom, x: &[f32], tb: usize, nb: usize, v: &mut 
     #[target_feature(enable = "avx2,fma")]
     unsafe fn build(g: &WinoGeom, x: &[f32], tb: usize, nb: usize, v: &mut [f32]) {
         let (w, hw) = (g.w, g.h * g.w);
-        let gather = |plane: &[f32], inner: &Origins, d: &mut [Lanes; 36]| {
+        let gather = |plane: &[f32], inner: &Origins, clips: &[body::Clip], d: &mut [Lanes; 36]| {
             prefetch_next_planes(plane, w, hw, inner);
             // SAFETY: AVX2 is enabled here (and detected, see the table); every inner
             // lane's 6x6 patch lies inside `plane` (the body sets an offset only then).
             unsafe { gather_patches6(plane, w, inner, d) };
+            // The border lanes (left 0) get their inside part one float at a time.
+            for clip in clips {
+                clip.gather::<6, 36>(g, plane, d);
+            }
             true
         };
         let transform = |d: &[Lanes; 36], v: &mut [f32], at: usize, plen: usize| {

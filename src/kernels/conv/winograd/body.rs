@@ -93,15 +93,16 @@ const POINT_SKEW: usize = 16;
 /// `v[p * plen..]`, `plen = point_stride(Cin * ceil(nb / NR) * NR)`.
 #[inline(always)]
 pub fn input_block(g: &WinoGeom, x: &[f32], tb: usize, nb: usize, v: &mut [f32]) {
-    input_block_with(g, x, tb, nb, v, |_, _, _| false)
+    input_block_with(g, x, tb, nb, v, |_, _, _, _| false)
 }
 
-/// A vector gather of F(4x4, 3x3) patches ([`input_block_with`]): given one input plane
-/// and each lane's patch offset (or [`EDGE`]), writes `d[r * 6 + c][lane]` for every
-/// inner lane and 0 for every edge lane, and returns true; false leaves the gather to
-/// the scalar loops.
-pub trait PatchGather: Fn(&[f32], &Origins, &mut [Lanes; 36]) -> bool {}
-impl<F: Fn(&[f32], &Origins, &mut [Lanes; 36]) -> bool> PatchGather for F {}
+/// A vector gather of F(4x4, 3x3) patches ([`input_block_with`]): given one input plane,
+/// each lane's patch offset (or [`EDGE`]) and the border lanes' [`Clip`]s, writes
+/// `d[r * 6 + c][lane]` for every lane of the panel (a border lane's inside part, 0
+/// around it; 0 in the lanes past the block's tiles) and returns true; false leaves the
+/// gather to the scalar loops.
+pub trait PatchGather: Fn(&[f32], &Origins, &[Clip], &mut [Lanes; 36]) -> bool {}
+impl<F: Fn(&[f32], &Origins, &[Clip], &mut [Lanes; 36]) -> bool> PatchGather for F {}
 
 /// [`input_block`] with an ISA's vector gather of F(4x4, 3x3) patches (`gather`, called
 /// per channel and panel; the edge lanes are then filled by the scalar loop). The
@@ -145,9 +146,9 @@ pub fn input_block_hooks(
             tb,
             nb,
             v,
-            |plane, inner, d| {
+            |plane, inner, clips, d| {
                 let d: &mut [Lanes; 36] = d.try_into().expect("36 points");
-                gather(plane, inner, d)
+                gather(plane, inner, clips, d)
             },
             |d, v, at, plen| {
                 let d: &[Lanes; 36] = d.try_into().expect("36 points");
@@ -155,7 +156,7 @@ pub fn input_block_hooks(
             },
         )
     } else {
-        input_block_t::<2, 4, 16>(g, x, tb, nb, v, |_, _, _| false, |_, _, _, _| false)
+        input_block_t::<2, 4, 16>(g, x, tb, nb, v, |_, _, _, _| false, |_, _, _, _| false)
     }
 }
 
@@ -224,7 +225,7 @@ fn input_block_t<const T: usize, const P: usize, const Q: usize>(
     tb: usize,
     nb: usize,
     v: &mut [f32],
-    gather: impl Fn(&[f32], &Origins, &mut [Lanes]) -> bool,
+    gather: impl Fn(&[f32], &Origins, &[Clip], &mut [Lanes]) -> bool,
     transform: impl Fn(&[Lanes], &mut [f32], usize, usize) -> bool,
 ) {
     let (ci, hw) = (g.c_in, g.h * g.w);
@@ -262,11 +263,8 @@ fn input_block_t<const T: usize, const P: usize, const Q: usize>(
         }
         for c in 0..ci {
             let plane = &x[c * hw..(c + 1) * hw];
-            if gather(plane, &inner, &mut d) {
-                // The vector gather left the border lanes 0: fill their inside part.
-                for clip in &clips[..borders] {
-                    clip.gather::<P, Q>(g, plane, &mut d);
-                }
+            if gather(plane, &inner, &clips[..borders], &mut d) {
+                // Every lane gathered.
             } else if all_inner {
                 for (l, &i) in inner.iter().enumerate() {
                     gather_inner::<P, Q>(g, plane, i, &mut d, l);
@@ -313,11 +311,15 @@ fn gather_inner<const P: usize, const Q: usize>(
 /// The part of a border lane's `P x P` patch that lies inside the plane: patch rows
 /// `r0..r1` and columns `c0..c1`, the first of them at offset `at` of the plane.
 #[derive(Debug, Clone, Copy, Default)]
-struct Clip {
-    lane: usize,
-    rows: (usize, usize),
-    cols: (usize, usize),
-    at: usize,
+pub struct Clip {
+    /// The lane.
+    pub lane: usize,
+    /// Patch rows `(r0, r1)` inside the plane (empty: none).
+    pub rows: (usize, usize),
+    /// Patch columns `(c0, c1)` inside the plane (empty: none).
+    pub cols: (usize, usize),
+    /// Plane offset of patch row `r0`, column `c0` (0 when the clip is empty).
+    pub at: usize,
 }
 
 impl Clip {
@@ -346,7 +348,7 @@ impl Clip {
     /// Writes the inside part of the lane's patch from `plane` into `d` (the rest of
     /// the lane is left as it is: 0 from the caller): the values [`gather_edge`] reads.
     #[inline(always)]
-    fn gather<const P: usize, const Q: usize>(
+    pub fn gather<const P: usize, const Q: usize>(
         &self,
         g: &WinoGeom,
         plane: &[f32],
