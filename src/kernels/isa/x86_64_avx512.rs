@@ -258,10 +258,10 @@ fn wino_output(g: &WinoGeom, m: &PointRows<'_>, b: &OutBlock, y: &mut [f32]) {
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
     unsafe fn build(g: &WinoGeom, m: &PointRows<'_>, b: &OutBlock, y: &mut [f32]) {
         let ow = g.ow;
-        winograd_body::output_block_with(g, m, b, y, |o, dst, plane| {
+        winograd_body::output_block_with(g, m, b, y, |o, dst, cuts, plane| {
             // SAFETY: AVX-512 is enabled here (and detected, see `table`); the stores
             // go through bounds-checked row slices of `plane`.
-            unsafe { scatter_tiles4(o, dst, ow, plane) };
+            unsafe { scatter_tiles4(o, dst, cuts, ow, plane) };
             true
         })
     }
@@ -271,7 +271,8 @@ fn wino_output(g: &WinoGeom, m: &PointRows<'_>, b: &OutBlock, y: &mut [f32]) {
 
 /// The F(4x4, 3x3) output tiles of a panel, vectors to lanes: one 16x16 transposition
 /// gives each lane its 4x4 tile as one vector, whose four rows are stored at `dst[l] +
-/// r * ow` (lanes without a whole kept tile are skipped).
+/// r * ow` (lanes without a whole kept tile are skipped); a cut tile's rows inside the
+/// plane under a mask of its columns inside.
 ///
 /// # Safety
 /// AVX-512F available.
@@ -279,6 +280,7 @@ fn wino_output(g: &WinoGeom, m: &PointRows<'_>, b: &OutBlock, y: &mut [f32]) {
 unsafe fn scatter_tiles4(
     o: &[winograd_body::Lanes; 16],
     dst: &winograd_body::TileDsts,
+    cuts: &[winograd_body::Cut],
     ow: usize,
     plane: &mut [f32],
 ) {
@@ -303,6 +305,20 @@ unsafe fn scatter_tiles4(
             ];
             for (k, v) in rows.into_iter().enumerate() {
                 _mm_storeu_ps(plane[at + k * ow..][..4].as_mut_ptr(), v);
+            }
+        }
+        for cut in cuts {
+            let mask = (1u8 << cut.cols.min(4)) - 1;
+            let v = t[cut.lane];
+            let rows = [
+                _mm512_castps512_ps128(v),
+                _mm512_extractf32x4_ps::<1>(v),
+                _mm512_extractf32x4_ps::<2>(v),
+                _mm512_extractf32x4_ps::<3>(v),
+            ];
+            for (k, v) in rows.into_iter().enumerate().take(cut.rows) {
+                let row = &mut plane[cut.at + k * ow..][..cut.cols];
+                _mm_mask_storeu_ps(row.as_mut_ptr(), mask, v);
             }
         }
     }

@@ -178,10 +178,14 @@ pub(super) fn wino_output(g: &WinoGeom, m: &PointRows<'_>, b: &OutBlock, y: &mut
     #[target_feature(enable = "avx2,fma")]
     unsafe fn build(g: &WinoGeom, m: &PointRows<'_>, b: &OutBlock, y: &mut [f32]) {
         let ow = g.ow;
-        body::output_block_with(g, m, b, y, |o, dst, plane| {
+        body::output_block_with(g, m, b, y, |o, dst, cuts, plane| {
             // SAFETY: AVX2 is enabled here (and detected, see the table); the stores go
             // through bounds-checked row slices of `plane`.
             unsafe { scatter_tiles4(o, dst, ow, plane) };
+            // The cut tiles one float at a time.
+            for cut in cuts {
+                cut.scatter::<4>(o, ow, plane);
+            }
             true
         })
     }

@@ -176,7 +176,7 @@ pub struct OutBlock {
 /// the output planes `y`.
 #[inline(always)]
 pub fn output_block(g: &WinoGeom, m: &PointRows<'_>, b: &OutBlock, y: &mut [f32]) {
-    output_block_with(g, m, b, y, |_, _, _| false)
+    output_block_with(g, m, b, y, |_, _, _, _| false)
 }
 
 /// Where a panel's F(4x4, 3x3) output tiles go ([`output_block_with`]): per lane, the
@@ -185,11 +185,40 @@ pub fn output_block(g: &WinoGeom, m: &PointRows<'_>, b: &OutBlock, y: &mut [f32]
 pub type TileDsts = [usize; NR];
 
 /// A vector scatter of F(4x4, 3x3) output tiles: given a channel's transformed outputs
-/// (`o[r * 4 + c][lane]`), the plane and each lane's [`TileDsts`] entry, writes every
-/// lane's 4x4 tile that has an offset and returns true; false leaves every lane to the
-/// scalar loop. Lanes without an offset are then written by the scalar loop.
-pub trait TileScatter: Fn(&[Lanes; 16], &TileDsts, &mut [f32]) -> bool {}
-impl<F: Fn(&[Lanes; 16], &TileDsts, &mut [f32]) -> bool> TileScatter for F {}
+/// (`o[r * 4 + c][lane]`), each lane's [`TileDsts`] entry, the kept tiles the plane's
+/// border cuts ([`Cut`]) and the plane, writes every lane's 4x4 tile that has an offset
+/// and every cut tile's part inside the plane and returns true; false leaves every lane
+/// to the scalar loops.
+pub trait TileScatter: Fn(&[Lanes; 16], &TileDsts, &[Cut], &mut [f32]) -> bool {}
+impl<F: Fn(&[Lanes; 16], &TileDsts, &[Cut], &mut [f32]) -> bool> TileScatter for F {}
+
+/// A kept output tile the plane's border cuts: its lane, the plane offset of its first
+/// output and the rows and columns of it inside the plane.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Cut {
+    /// The lane.
+    pub lane: usize,
+    /// Plane offset of the tile's first output.
+    pub at: usize,
+    /// Rows of the tile inside the plane.
+    pub rows: usize,
+    /// Columns of the tile inside the plane.
+    pub cols: usize,
+}
+
+impl Cut {
+    /// Writes the tile's part inside the plane (output rows `ow` apart) from `o`
+    /// (`o[r * T + c][lane]`), one float at a time.
+    #[inline(always)]
+    pub fn scatter<const T: usize>(&self, o: &[Lanes], ow: usize, plane: &mut [f32]) {
+        for r in 0..self.rows {
+            let dst = &mut plane[self.at + r * ow..][..self.cols];
+            for (cc, d) in dst.iter_mut().enumerate() {
+                *d = o[r * T + cc][self.lane];
+            }
+        }
+    }
+}
 
 /// [`output_block`] with an ISA's vector scatter of whole F(4x4, 3x3) tiles (`scatter`,
 /// called per channel and panel). The stored values are the same, so the bits are too.
@@ -202,12 +231,12 @@ pub fn output_block_with(
     scatter: impl TileScatter,
 ) {
     if g.tile == 4 {
-        output_block_t::<4, 6, 36, 16>(g, m, b, y, |o, d, plane| {
+        output_block_t::<4, 6, 36, 16>(g, m, b, y, |o, d, cuts, plane| {
             let o: &[Lanes; 16] = o.try_into().expect("16 outputs");
-            scatter(o, d, plane)
+            scatter(o, d, cuts, plane)
         })
     } else {
-        output_block_t::<2, 4, 16, 4>(g, m, b, y, |_, _, _| false)
+        output_block_t::<2, 4, 16, 4>(g, m, b, y, |_, _, _, _| false)
     }
 }
 
@@ -393,7 +422,7 @@ fn output_block_t<const T: usize, const P: usize, const Q: usize, const TT: usiz
     m: &PointRows<'_>,
     b: &OutBlock,
     y: &mut [f32],
-    scatter: impl Fn(&[Lanes], &TileDsts, &mut [f32]) -> bool,
+    scatter: impl Fn(&[Lanes], &TileDsts, &[Cut], &mut [f32]) -> bool,
 ) {
     let (tb, nb, y_c0) = (b.tb, b.nb, b.y_c0);
     let ((k0, k1), (c_lo, c_hi)) = (b.keep, b.chans);
@@ -413,11 +442,21 @@ fn output_block_t<const T: usize, const P: usize, const Q: usize, const TT: usiz
             let (oy0, ox0) = ((t / g.tw) * T, (t % g.tw) * T);
             *d = (oy0 * g.ow + ox0, T.min(g.oh - oy0), T.min(g.ow - ox0));
         }
-        // Whole kept tiles, for the vector scatter.
+        // Whole kept tiles, for the vector scatter, and the cut ones.
         let mut whole: TileDsts = [EDGE; NR];
-        for (w, &(at, rows, cols)) in whole.iter_mut().zip(&dst) {
+        let mut cuts = [Cut::default(); NR];
+        let mut ncuts = 0;
+        for (l, (w, &(at, rows, cols))) in whole.iter_mut().zip(&dst).enumerate() {
             if rows == T && cols == T {
                 *w = at;
+            } else if rows > 0 && cols > 0 {
+                cuts[ncuts] = Cut {
+                    lane: l,
+                    at,
+                    rows,
+                    cols,
+                };
+                ncuts += 1;
             }
         }
         // Runs of whole tiles side by side in one tile row: (first lane, lanes).
@@ -442,34 +481,27 @@ fn output_block_t<const T: usize, const P: usize, const Q: usize, const TT: usiz
                 mp.copy_from_slice(&m.m[at..at + NR]);
             }
             output_transform::<T, P, Q, TT>(&mm, &mut o);
-            // Whole tiles: the vector scatter, or each output row of the panel
-            // interleaved once (lane after lane) and copied run by run.
-            if !scatter(&o, &whole, plane) {
-                for r in 0..T {
-                    let mut line = [[0.0f32; T]; NR];
-                    for (l, v) in line.iter_mut().enumerate() {
-                        for (cc, x) in v.iter_mut().enumerate() {
-                            *x = o[r * T + cc][l];
-                        }
+            // The vector scatter (whole and cut tiles), or each output row of the
+            // panel interleaved once (lane after lane) and copied run by run.
+            if scatter(&o, &whole, &cuts[..ncuts], plane) {
+                continue;
+            }
+            for r in 0..T {
+                let mut line = [[0.0f32; T]; NR];
+                for (l, v) in line.iter_mut().enumerate() {
+                    for (cc, x) in v.iter_mut().enumerate() {
+                        *x = o[r * T + cc][l];
                     }
-                    let line = line.as_flattened();
-                    for &(l0, n) in &runs[..nruns] {
-                        plane[whole[l0] + r * g.ow..][..n * T]
-                            .copy_from_slice(&line[l0 * T..(l0 + n) * T]);
-                    }
+                }
+                let line = line.as_flattened();
+                for &(l0, n) in &runs[..nruns] {
+                    plane[whole[l0] + r * g.ow..][..n * T]
+                        .copy_from_slice(&line[l0 * T..(l0 + n) * T]);
                 }
             }
-            for (l, &(at, rows, cols)) in dst.iter().enumerate().take(lanes) {
-                // Tiles cut by the plane's border (whole ones were written above).
-                if whole[l] != EDGE {
-                    continue;
-                }
-                for r in 0..rows {
-                    let dst = &mut plane[at + r * g.ow..][..cols];
-                    for (cc, d) in dst.iter_mut().enumerate() {
-                        *d = o[r * T + cc][l];
-                    }
-                }
+            // Tiles cut by the plane's border (whole ones were written above).
+            for cut in &cuts[..ncuts] {
+                cut.scatter::<T>(&o, g.ow, plane);
             }
         }
     }
