@@ -230,20 +230,21 @@ unsafe fn gather_patches6(
                 r[l] = _mm512_insertf32x8::<1>(_mm512_castps256_ps512(lo), hi);
             }
             for clip in clips {
-                // Patch row `pr`'s columns c0..c1 under a mask, from the address of its
-                // column 0 (the masked-off columns, outside the plane, are not read).
+                // Patch rows 2b and 2b + 1, each its columns c0..c1 under a mask from the
+                // address of its column 0 (the masked-off columns, outside the plane, are
+                // not read), zeros for a row outside. No closure: it would not inherit
+                // the caller's features, and the loads in it would be calls.
                 let ((r0, r1), (c0, c1)) = (clip.rows, clip.cols);
                 let mask = ((1u32 << c1) - (1u32 << c0)) as u8;
-                let row = |pr: usize| {
+                let mut two = [_mm256_setzero_ps(); 2];
+                for (k, v) in two.iter_mut().enumerate() {
+                    let pr = 2 * b + k;
                     if (r0..r1).contains(&pr) && c0 < c1 {
                         let p = plane.as_ptr().wrapping_add(clip.at + (pr - r0) * w);
-                        _mm256_maskz_loadu_ps(mask, p.wrapping_sub(c0))
-                    } else {
-                        _mm256_setzero_ps()
+                        *v = _mm256_maskz_loadu_ps(mask, p.wrapping_sub(c0));
                     }
-                };
-                let (lo, hi) = (row(2 * b), row(2 * b + 1));
-                r[clip.lane] = _mm512_insertf32x8::<1>(_mm512_castps256_ps512(lo), hi);
+                }
+                r[clip.lane] = _mm512_insertf32x8::<1>(_mm512_castps256_ps512(two[0]), two[1]);
             }
             let t = super::x86_64_dw_block::transpose(r);
             for c in 0..6 {
