@@ -814,8 +814,8 @@ fn gemm_blocks(
                 } else {
                     (strips.div_ceil(group), panels - usize::from(ragged))
                 };
-                // Packed weights, strips outer in groups: the calls on the panels after
-                // the first (which read the group's B from memory) bring the next
+                // Packed weights, strips outer in groups: the group's walk, on its rows
+                // after the first (which read the group's B from memory), brings the next
                 // group's panels (or the next K block's first) into L2 in equal shares,
                 // so that its first panel finds them there. The hardware prefetcher
                 // does not see that far: a group's B is 64 KiB of four streams. Xeon
@@ -837,23 +837,6 @@ fn gemm_blocks(
                     let g = group.min(strips - ns);
                     let start = b_panel(n_pad, (k, kd), nk0, jc + ns * NR);
                     &pb[start..start + g * nkc * NR]
-                };
-                // The share of the call on panel `q` alone: shares of whole lines for the
-                // calls on panels 1.. (or the one panel).
-                let ahead_at = |o: usize, q: usize| -> &[f32] {
-                    let next = next_group(o);
-                    let lines = next.len() / NR;
-                    let (calls, call) = if inner > 1 {
-                        (inner - 1, q.wrapping_sub(1))
-                    } else {
-                        (1, q)
-                    };
-                    if call >= calls {
-                        return &[];
-                    }
-                    let share = lines.div_ceil(calls);
-                    let from = (call * share).min(lines);
-                    &next[from * NR..(from + share).min(lines) * NR]
                 };
                 for o in 0..outer {
                     let (mut q, mut sub) = (0, 0);
@@ -878,16 +861,17 @@ fn gemm_blocks(
                             1
                         };
                         // A walk along the group's strips from its first may go down
-                        // every panel left (the walk shares `ahead` out itself).
+                        // every panel left; the group's first call gets the next
+                        // group's B, which the walk shares out over its rows.
                         let rows = if !panels_outer && group > 1 && sub == 0 {
                             inner - q
                         } else {
                             1
                         };
-                        let ahead = match (sub, rows) {
-                            (0, 1) => ahead_at(o, q),
-                            (0, _) if q == 0 => next_group(o),
-                            _ => &[][..],
+                        let ahead = if sub == 0 && q == 0 {
+                            next_group(o)
+                        } else {
+                            &[][..]
                         };
                         let (i, j) = (ic + p * MR, jc + s * NR);
                         let (done, below) = tile_at(i, j, most, down, rows, ahead);
