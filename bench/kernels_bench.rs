@@ -449,6 +449,8 @@ fn bench_plan_convs(reps: usize) {
         ("3x3/2 32->64 @112 (U-Net enc3)", 32, 112, 64, 3, 2, 0),
         ("3x3/2 64->128 @56 (U-Net enc4)", 64, 56, 128, 3, 2, 0),
         ("3x3 32->16 @224 (U-Net dec1)", 32, 224, 16, 3, 1, 0),
+        ("3x3 64->32 @112 (U-Net dec2)", 64, 112, 32, 3, 1, 0),
+        ("3x3 128->64 @56 (U-Net dec3)", 128, 56, 64, 3, 1, 0),
         // A max pool (its column: input GB/s).
         ("maxpool 3x3/2 64 @112 (ResNet)", 64, 112, 64, 3, 2, 0),
         // Kernel side 0: a one-row Gemm (a classifier), ci -> co.

@@ -123,6 +123,8 @@ mod x86_64_qdw_bytes;
 #[cfg(target_arch = "x86_64")]
 mod x86_64_transpose;
 #[cfg(target_arch = "x86_64")]
+mod x86_64_wino512;
+#[cfg(target_arch = "x86_64")]
 mod x86_64_wino_avx2;
 
 /// Rows of one GEMM micro-tile (and of one packed A panel).

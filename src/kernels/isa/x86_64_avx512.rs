@@ -74,7 +74,7 @@ static TABLE: KernelTable = KernelTable {
     mm_tile_pair: Some(mm_tile_pair),
     mm_tile_epi: Some(mm_tile_epi),
     mm_tile_rows_epi: Some(mm_tile_rows_epi),
-    wino_input,
+    wino_input: super::x86_64_wino512::wino_input,
     wino_output,
     avg_pool_plane,
     im2col_panels,
@@ -109,96 +109,6 @@ feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", layer_norm_row, bo
 feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", add_pairs, body::conv::add_pairs, (o: &mut [f32], a: &[f32], b: &[f32]));
 feature_build!("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma", bilinear_up2x, body::resize::bilinear_up2x, (ty: &[LinearTap], tx: &[LinearTap], h: usize, w: usize, x: &[f32], y: &mut [f32], planes: (usize, usize), scratch: &mut [f32]));
 
-fn wino_input(g: &WinoGeom, x: &[f32], tb: usize, nb: usize, v: &mut [f32]) {
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
-    unsafe fn build(g: &WinoGeom, x: &[f32], tb: usize, nb: usize, v: &mut [f32]) {
-        let (w, hw) = (g.w, g.h * g.w);
-        let gather = |plane: &[f32], inner: &winograd_body::Origins, clips: &[_], d: &mut _| {
-            // The same patches two planes on: the panel reads each plane once, so its
-            // rows are not in cache yet.
-            let (first, last) = inner
-                .iter()
-                .filter(|&&i| i != winograd_body::EDGE)
-                .fold((usize::MAX, 0), |(a, b), &i| (a.min(i), b.max(i)));
-            if first <= last {
-                let ahead = plane.as_ptr().wrapping_add(2 * hw);
-                for r in 0..6 {
-                    let mut at = first + r * w;
-                    while at < last + r * w + 6 {
-                        // A prefetch never faults: the address is only a hint.
-                        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(at) as *const i8);
-                        at += 16;
-                    }
-                }
-            }
-            // SAFETY: AVX-512 is enabled here (and detected, see `table`); every inner
-            // lane's 6x6 patch lies inside `plane` (the body sets an offset only then),
-            // so does every border lane's clip.
-            unsafe { gather_patches6(plane, w, inner, clips, d) };
-            true
-        };
-        let transform = |d: &[winograd_body::Lanes; 36], v: &mut [f32], at: usize, plen: usize| {
-            // SAFETY: AVX-512 is enabled here (and detected, see `table`).
-            unsafe { wino_transform_store6(d, v, at, plen) };
-            true
-        };
-        winograd_body::input_block_hooks(g, x, tb, nb, v, gather, transform)
-    }
-    // SAFETY: reachable only through TABLE, handed out after detecting the features.
-    unsafe { build(g, x, tb, nb, v) }
-}
-
-/// `Bᵀ x` of F(4x4, 3x3) on six vectors (see `super::wino_input_1d`).
-#[inline(always)]
-fn wino_input_1d(x: [__m512; 6]) -> [__m512; 6] {
-    // SAFETY: register-only intrinsics; this module's functions run only where AVX-512
-    // was detected (see `table`).
-    unsafe {
-        super::wino_input_1d!(
-            x,
-            _mm512_set1_ps,
-            _mm512_mul_ps,
-            _mm512_add_ps,
-            _mm512_sub_ps
-        )
-    }
-}
-
-/// `Bᵀ d B` of one channel's panel (`d[r * 6 + c]`, one vector of NR lanes each) into
-/// the packed panels: point `p = r * 6 + k` at `v[p * plen + at..][..NR]`. First
-/// `t = Bᵀ d` column by column in registers, then each row of `t B` straight to `v`, in
-/// `winograd_body::input_transform`'s order (so its bits).
-///
-/// # Safety
-/// AVX-512F available.
-#[inline(always)]
-// Row r of `t B` reads row r of every column of `t` (`t[c][r]`).
-#[allow(clippy::needless_range_loop)]
-unsafe fn wino_transform_store6(
-    d: &[winograd_body::Lanes; 36],
-    v: &mut [f32],
-    at: usize,
-    plen: usize,
-) {
-    assert!(v.len() >= 35 * plen + at + NR, "short transformed block");
-    let vp = v.as_mut_ptr();
-    // SAFETY: loads of `d`'s rows (NR floats each), stores into `v` at
-    // `p * plen + at`, p < 36, inside the length asserted above.
-    unsafe {
-        let ld = |i: usize| _mm512_loadu_ps(d[i].as_ptr());
-        let mut t = [[_mm512_setzero_ps(); 6]; 6];
-        for (c, tc) in t.iter_mut().enumerate() {
-            *tc = wino_input_1d(std::array::from_fn(|r| ld(r * 6 + c)));
-        }
-        for r in 0..6 {
-            let o = wino_input_1d(std::array::from_fn(|c| t[c][r]));
-            for (k, ok) in o.into_iter().enumerate() {
-                _mm512_storeu_ps(vp.add((r * 6 + k) * plen + at), ok);
-            }
-        }
-    }
-}
-
 /// The F(4x4, 3x3) patches of a panel, lanes to vectors: per pair of patch rows, each
 /// lane's two rows of six (masked loads; a border lane's rows and columns inside the
 /// plane only, zeros around them) form one vector, and a 16x16 transposition turns the
@@ -208,7 +118,7 @@ unsafe fn wino_transform_store6(
 /// AVX-512F available; for every lane with `inner[l] != EDGE`, `plane` holds the
 /// 6x6 patch at `inner[l]` (rows `w` apart); every clip lies inside `plane`.
 #[inline(always)]
-unsafe fn gather_patches6(
+pub(super) unsafe fn gather_patches6(
     plane: &[f32],
     w: usize,
     inner: &winograd_body::Origins,

@@ -264,35 +264,16 @@ fn input_block_t<const T: usize, const P: usize, const Q: usize>(
     let mut d = [[0.0f32; NR]; Q];
     let mut out = [[0.0f32; NR]; Q];
     for gi in 0..nbp / NR {
-        let t0 = tb + gi * NR;
-        let lanes = NR.min(nb - gi * NR);
-        // Lane origins, once per panel: row and column of each patch's first input.
-        let mut org = [(0isize, 0isize); NR];
-        let mut inner: Origins = [EDGE; NR];
-        for (l, (o, i)) in org.iter_mut().zip(inner.iter_mut()).take(lanes).enumerate() {
-            let t = t0 + l;
-            let iy0 = ((t / g.tw) * T) as isize - g.ph as isize;
-            let ix0 = ((t % g.tw) * T) as isize - g.pw as isize;
-            *o = (iy0, ix0);
-            if iy0 >= 0 && ix0 >= 0 && iy0 as usize + P <= g.h && ix0 as usize + P <= g.w {
-                *i = iy0 as usize * g.w + ix0 as usize;
-            }
-        }
-        let all_inner = lanes == NR && inner.iter().all(|&i| i != EDGE);
-        // The part of each border lane's patch inside the plane, once per panel.
-        let mut clips = [Clip::default(); NR];
-        let mut borders = 0;
-        for l in (0..lanes).filter(|&l| inner[l] == EDGE) {
-            clips[borders] = Clip::of::<P>(g, org[l], l);
-            borders += 1;
-        }
+        let pl = PanelLanes::new::<T, P>(g, tb + gi * NR, NR.min(nb - gi * NR));
+        let (org, inner, lanes) = (&pl.org, &pl.inner, pl.lanes);
+        let all_inner = pl.all_inner();
         // Lanes past the block's tiles stay zero for every channel.
         for row in d.iter_mut() {
             row.fill(0.0);
         }
         for c in 0..ci {
             let plane = &x[c * hw..(c + 1) * hw];
-            if gather(plane, &inner, &clips[..borders], &mut d) {
+            if gather(plane, inner, pl.border_clips(), &mut d) {
                 // Every lane gathered.
             } else if all_inner {
                 for (l, &i) in inner.iter().enumerate() {
@@ -306,9 +287,7 @@ fn input_block_t<const T: usize, const P: usize, const Q: usize>(
                     }
                 }
             }
-            let k0 = c / KC * KC;
-            let kc = KC.min(ci - k0);
-            let at = k0 * nbp + gi * NR * kc + (c - k0) * NR;
+            let at = packed_at(c, ci, nbp, gi);
             if transform(&d, v, at, plen) {
                 continue;
             }
@@ -318,6 +297,77 @@ fn input_block_t<const T: usize, const P: usize, const Q: usize>(
             }
         }
     }
+}
+
+/// One panel's lanes, for the input transform: each lane's patch origin (row and column
+/// of its first input, possibly outside the plane), its plane offset when the whole patch
+/// lies inside ([`EDGE`] else) and the border lanes' [`Clip`]s (the first `borders`).
+#[derive(Debug, Clone, Copy)]
+pub struct PanelLanes {
+    /// Patch origin of each lane (row, column); (0, 0) past `lanes`.
+    pub org: [(isize, isize); NR],
+    /// Plane offset of each lane's patch, [`EDGE`] for a border lane or past `lanes`.
+    pub inner: Origins,
+    /// The border lanes' clips, `borders` of them.
+    pub clips: [Clip; NR],
+    /// How many clips.
+    pub borders: usize,
+    /// Lanes holding tiles of the block (the rest are zero).
+    pub lanes: usize,
+}
+
+impl PanelLanes {
+    /// The lanes of the panel whose first tile is `t0`, `lanes` tiles (output tile side
+    /// `T`, patch side `P`).
+    #[inline(always)]
+    pub fn new<const T: usize, const P: usize>(g: &WinoGeom, t0: usize, lanes: usize) -> Self {
+        let mut org = [(0isize, 0isize); NR];
+        let mut inner: Origins = [EDGE; NR];
+        for (l, (o, i)) in org.iter_mut().zip(inner.iter_mut()).take(lanes).enumerate() {
+            let t = t0 + l;
+            let iy0 = ((t / g.tw) * T) as isize - g.ph as isize;
+            let ix0 = ((t % g.tw) * T) as isize - g.pw as isize;
+            *o = (iy0, ix0);
+            if iy0 >= 0 && ix0 >= 0 && iy0 as usize + P <= g.h && ix0 as usize + P <= g.w {
+                *i = iy0 as usize * g.w + ix0 as usize;
+            }
+        }
+        let mut clips = [Clip::default(); NR];
+        let mut borders = 0;
+        for l in (0..lanes).filter(|&l| inner[l] == EDGE) {
+            clips[borders] = Clip::of::<P>(g, org[l], l);
+            borders += 1;
+        }
+        PanelLanes {
+            org,
+            inner,
+            clips,
+            borders,
+            lanes,
+        }
+    }
+
+    /// True when the panel is full and every patch lies inside the plane.
+    #[inline(always)]
+    pub fn all_inner(&self) -> bool {
+        self.lanes == NR && self.inner.iter().all(|&i| i != EDGE)
+    }
+
+    /// The border lanes' clips.
+    #[inline(always)]
+    pub fn border_clips(&self) -> &[Clip] {
+        &self.clips[..self.borders]
+    }
+}
+
+/// Where channel `c`'s lanes of panel `gi` sit in each point's packed-B operand of a
+/// block (`ci` channels, `nbp` padded tiles): channels in [`KC`] slices, panel after
+/// panel within a slice.
+#[inline(always)]
+pub fn packed_at(c: usize, ci: usize, nbp: usize, gi: usize) -> usize {
+    let k0 = c / KC * KC;
+    let kc = KC.min(ci - k0);
+    k0 * nbp + gi * NR * kc + (c - k0) * NR
 }
 
 /// Reads the `P x P` patch at offset `i` of `plane` (inside it) into lane `l` of `d`.
