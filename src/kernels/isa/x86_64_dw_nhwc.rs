@@ -11,7 +11,8 @@
 //! MobileNetV3 DBNet's 5x5 ones at 20x20 -10 to -24 %); the channels past the last full
 //! vector go through `body::dw_nhwc::pixel_fused`, whose `mul_add` lanes give the same
 //! bits as the vector lanes (every lane is the same chain of FMAs whatever the width).
-//! With AVX-512, undilated 3x3 and 5x5 convs on images up to [`NARROW`] wide run
+//! With AVX-512, undilated 3x3 and 5x5 convs on images up to [`NARROW`] wide (and wider
+//! ones of many channels at stride 1) run
 //! channel vectors outer instead ([`rows_in_registers`]): a vector's taps stay in
 //! registers along the row, and a block of vectors' input rows in L1 from one output row
 //! to the next.
@@ -29,6 +30,15 @@ const PIXELS: usize = 8;
 const BORDER_VECS: usize = 4;
 /// Input widths up to which [`rows_in_registers`] runs the conv.
 const NARROW: usize = 32;
+/// Fewest channels of a stride-1 conv wider than [`NARROW`] that [`rows_in_registers`]
+/// runs (with more vectors per pixel, the pixel groups' order costs more than reading
+/// the input rows once per channel block). Zen 4, `dw_bench` nhwc column, group order
+/// -> registers order: 144@56 156 -> 137 us, but 32@112 128 -> 143 and the 5x5 64@80 221
+/// -> 251; MobileNetV2's fused expansion + depthwise at 56x56x144 (four blocks, `vnpu
+/// perf`) 2.60 -> 2.46 ms. At stride 2 the registers' order was slower (its 112x112x96
+/// block 0.96 -> 1.01 ms). (A test of the kernel side in this condition compiled the
+/// loops 4 % slower.)
+const WIDE_MIN_C: usize = 128;
 /// Bytes of input rows a channel block of [`rows_in_registers`] keeps in L1.
 const BLOCK_BYTES: usize = 24 << 10;
 
@@ -508,13 +518,15 @@ impl Group<'_> {
 }
 
 /// Whether [`rows_in_registers`] runs the conv `s` on `L`'s vectors: an undilated 3x3 or
-/// 5x5 of stride 1 or 2 across, on an image at most [`NARROW`] wide, with AVX-512 (16
-/// lanes: 32 registers hold a vector's nine taps and eight accumulators). Wider images
-/// go pixel groups outer ([`Group`]), which reads each input line from memory once.
+/// 5x5 of stride 1 or 2 across, on an image at most [`NARROW`] wide (or wider, at stride
+/// 1 with at least [`WIDE_MIN_C`] channels), with AVX-512 (16 lanes: 32 registers hold a
+/// vector's nine taps and eight accumulators). Other images go pixel groups outer
+/// ([`Group`]), which reads each input line from memory once.
 /// Xeon (AVX-512), hot caches, best of 1000, before -> after: MobileNetV2's 3x3 at
 /// 14x14x576 61 -> 45 us, 7x7x960 37 -> 23, 28x28x192 65 -> 47, 14x14x576 stride 2 23
 /// -> 15; the MobileNetV3 DBNet's 5x5 at 20x20x480 288 -> 133; at 56x56x144 the
-/// registers' order was 15-40 % slower (each output row reads its input rows again).
+/// registers' order was 15-40 % slower (each output row reads its input rows again);
+/// on Zen 4 (one 512-bit load a cycle) it is faster there (see [`WIDE_MIN_C`]).
 #[inline(always)]
 fn in_registers<L: Lanes>(s: &ConvShape) -> bool {
     L::N == 16
@@ -523,7 +535,7 @@ fn in_registers<L: Lanes>(s: &ConvShape) -> bool {
         && s.kh == s.kw
         && (s.kh == 3 || s.kh == 5)
         && (s.sw == 1 || s.sw == 2)
-        && s.w <= NARROW
+        && (s.w <= NARROW || (s.sw == 1 && s.c_in >= WIDE_MIN_C))
 }
 
 /// Output rows `r0..r1`, whole channel vectors `c_lo..full` of an undilated `K`x`K`

@@ -361,15 +361,16 @@ fn depthwise_block_matches_portable() {
     }
 }
 
-/// Every case of [`CASES`] channels-last over 1-40 channels (below, at and past one and
-/// two vectors; 35 and 40 past the border pixels' group of four vectors), rows in two
+/// Every case of [`CASES`] channels-last over 1-136 channels (below, at and past one and
+/// two vectors; 35 and 40 past the border pixels' group of four vectors; 136 wide enough
+/// for the AVX-512 registers' order on images wider than its narrow ones), rows in two
 /// calls, with register and non-register epilogues.
 fn nhwc_outputs(t: &'static crate::kernels::isa::KernelTable) -> Vec<f32> {
     use crate::kernels::body::dw_nhwc::pack_taps;
     let mut out = Vec::new();
     let mut seed = 300;
     for case in &CASES {
-        for c in [1usize, 3, 8, 9, 16, 19, 35, 40, 72, 100] {
+        for c in [1usize, 3, 8, 9, 16, 19, 35, 40, 72, 100, 136] {
             seed += 1;
             let s = shape(case, c);
             let khw = s.kh * s.kw;
