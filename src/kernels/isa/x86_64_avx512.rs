@@ -1033,6 +1033,27 @@ unsafe fn tile_6x16_row<const Q: usize>(
     e: Option<[Lean; Q]>,
     ahead: Ahead,
 ) {
+    if kc == 0 {
+        // No steps: the epilogue of zero sums. Apart, so that the steps below always
+        // write every accumulator before the epilogue reads them (with a path where
+        // they did not, the zeroed accumulators were a 1.5 KiB memset a call).
+        for q in 0..Q {
+            for r in 0..MR {
+                // SAFETY: row r of tile q (at c + q*NR) and of its residual hold 16 floats.
+                unsafe {
+                    store_row(
+                        _mm512_setzero_ps(),
+                        c.add(q * NR),
+                        ldc,
+                        r,
+                        acc,
+                        e.map(|e| e[q]),
+                    )
+                }
+            }
+        }
+        return;
+    }
     let mut t = [[_mm512_setzero_ps(); MR]; Q];
     let (ar, da) = a_rows::<MR>(&a_at);
     for p in 0..kc {
