@@ -7,10 +7,10 @@
 //! the plane: the zeros of the padding) and a stride-4 de-interleave of them (eleven
 //! shuffles, six for a window of 32 floats) give the six column vectors. A panel whose
 //! tiles lie on two tile rows (the end of one, the start of the next) takes a window per
-//! row and merges them by lanes; one with more runs (planes a few tiles wide) keeps the
-//! transposing gather. The gathered values are those of the generic loops and the
-//! transform is the same, so the bits are the portable body's
-//! (`input_transform_tables_match_portable_bits`).
+//! row and merges them by lanes, and so on up to four runs (planes of 4 tiles across:
+//! 14x14); one with more (planes of fewer tiles across) keeps the transposing gather.
+//! The gathered values are those of the generic loops and the transform is the same,
+//! so the bits are the portable body's (`input_transform_tables_match_portable_bits`).
 
 use super::NR;
 use crate::kernels::conv::winograd_body::{self as body, PanelLanes};
@@ -32,8 +32,10 @@ pub(super) fn wino_input(g: &WinoGeom, x: &[f32], tb: usize, nb: usize, v: &mut 
     unsafe { build(g, x, tb, nb, v) }
 }
 
-/// Most runs of side-by-side tiles a panel takes the window gather for.
-const MAX_RUNS: usize = 2;
+/// Most runs of side-by-side tiles a panel takes the window gather for. Zen 4,
+/// `winograd_bench` input transform, 2 -> 4 runs: 256@14x14 0.084 -> 0.061 ms, 96@26x26
+/// 0.10 -> 0.071-0.077, 128@28x28 (three runs a panel) no worse.
+const MAX_RUNS: usize = 4;
 const PF: usize = 2;
 
 /// Lanes `l` of a panel whose patches start 4 columns apart on one tile row: window

@@ -100,6 +100,8 @@ pub(super) fn cases() -> Vec<ConvShape> {
         // Tile rows of 16 and more tiles: runs of adjacent inner tiles in one panel.
         shape(1, 3, (10, 150), 5, [1, 1, 1, 1]),
         shape(1, 2, (9, 66), 3, [0, 0, 0, 0]),
+        // Four tiles across (14x14): four runs of side-by-side tiles a panel.
+        shape(1, 5, (14, 14), 6, [1, 1, 1, 1]),
         shape(1, 1, (3, 3), 1, [0, 0, 0, 0]),
         // Channels past one chunk of GEMM results (3 chunks in F(4x4), 2 in F(2x2)).
         shape(1, 8, (6, 7), 300, [1, 1, 1, 1]),
