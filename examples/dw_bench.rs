@@ -2,7 +2,8 @@
 //! maps of the FPN necks with each kernel table (best of N in thread CPU time, so that
 //! other processes on a busy machine count less; compare within one run).
 //!
-//! `cargo run --release --example dw_bench [reps]`
+//! `cargo run --release --example dw_bench [reps] [name]` (`name`: only the depthwise
+//! layers whose label holds it, e.g. `3x3/2 192@28`, and no resize maps)
 
 use vnpu::compile::cost::thread_cpu_us;
 use vnpu::ir::UnaryOp;
@@ -42,6 +43,7 @@ fn main() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(20);
+    let only = std::env::args().nth(2);
     // (channels, input size, kernel, stride)
     let layers = [
         (32, 112, 3, 1),
@@ -69,6 +71,12 @@ fn main() {
     println!(" {:>12} {:>12}", "us +bias+relu", "us nhwc");
     let mut total = vec![0.0; tables.len() + 2];
     for (c, hw, k, st) in layers {
+        if only
+            .as_ref()
+            .is_some_and(|o| !format!("dw{k}x{k}/{st} {c}@{hw}").contains(o.as_str()))
+        {
+            continue;
+        }
         let s = ConvShape::square(c, hw, c, k, st, c);
         let o = s.oh;
         let w = ConvWeights::pack(&s, &rand(c * k * k, 3));
@@ -150,6 +158,9 @@ fn main() {
         print!(" {t:>14.1}");
     }
     println!();
+    if only.is_some() {
+        return;
+    }
     // Nearest x2 / x4 upsampling of [C, H, W] as the Resize plan builds it.
     println!("{:<22} {:>9} {:>14}", "resize nearest", "Mout", "us");
     for (c, hw, f) in [(256, 20, 2), (256, 80, 2), (64, 40, 4), (64, 20, 8)] {

@@ -1031,6 +1031,29 @@ pub fn table() -> &'static KernelTable {
     })
 }
 
+/// Whether this CPU's cores load one 512-bit vector a cycle rather than two (AMD family
+/// 19h, Zen 4, which splits 512-bit operations into two 256-bit halves; Intel's AVX-512
+/// cores and Zen 5 load two). Kernels whose best loop order depends on the load rate
+/// (`x86_64_dw_nhwc`) read it; it changes no result, only the order of the same sums.
+/// Detected once from CPUID (vendor string, family).
+pub fn one_wide_load_per_cycle() -> bool {
+    static ONE: OnceLock<bool> = OnceLock::new();
+    *ONE.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let (l0, l1) = (std::arch::x86_64::__cpuid(0), std::arch::x86_64::__cpuid(1));
+            let amd = (l0.ebx, l0.edx, l0.ecx) == (0x6874_7541, 0x6974_6e65, 0x444d_4163);
+            // Family 0Fh plus the extended family: 19h for Zen 3 and Zen 4.
+            let family = ((l1.eax >> 8) & 0xf) + ((l1.eax >> 20) & 0xff);
+            amd && family == 0x19
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    })
+}
+
 /// Every table usable on this CPU, portable first, best last.
 pub fn tables() -> Vec<&'static KernelTable> {
     #[allow(unused_mut)]

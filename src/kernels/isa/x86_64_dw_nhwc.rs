@@ -31,14 +31,19 @@ const BORDER_VECS: usize = 4;
 /// Input widths up to which [`rows_in_registers`] runs the conv.
 const NARROW: usize = 32;
 /// Fewest channels of a stride-1 conv wider than [`NARROW`] that [`rows_in_registers`]
-/// runs (with more vectors per pixel, the pixel groups' order costs more than reading
-/// the input rows once per channel block). Zen 4, `dw_bench` nhwc column, group order
+/// runs on a core that loads one 512-bit vector a cycle (`isa::one_wide_load_per_cycle`:
+/// with more vectors per pixel, the pixel groups' order costs more than reading the input
+/// rows once per channel block; cores that load two keep the groups' order there: Emerald
+/// Rapids, `dw_bench` nhwc, 144@56 301 us in registers against 204 in groups). Zen 4, `dw_bench` nhwc column, group order
 /// -> registers order: 144@56 156 -> 137 us, but 32@112 128 -> 143 and the 5x5 64@80 221
 /// -> 251; MobileNetV2's fused expansion + depthwise at 56x56x144 (four blocks, `vnpu
 /// perf`) 2.60 -> 2.46 ms. At stride 2 the registers' order was slower (its 112x112x96
 /// block 0.96 -> 1.01 ms). (A test of the kernel side in this condition compiled the
 /// loops 4 % slower.)
 const WIDE_MIN_C: usize = 128;
+/// Input columns a tap row of [`pixels_in_registers`] reads at most: [`PIXELS`] pixels
+/// at stride 2 with 5 taps.
+const WINDOW_MAX: usize = (PIXELS - 1) * 2 + 5;
 /// Bytes of input rows a channel block of [`rows_in_registers`] keeps in L1.
 const BLOCK_BYTES: usize = 24 << 10;
 
@@ -74,12 +79,39 @@ pub(super) fn depthwise_nhwc_512(
     r0: usize,
     r1: usize,
 ) {
+    let order = Order {
+        wide_in_registers: super::one_wide_load_per_cycle(),
+    };
+    run_512_ordered(s, taps, bias, act, x, y, (r0, r1), order);
+}
+
+/// Which loop order the AVX-512 kernel may take where either gives the same bits.
+#[derive(Clone, Copy)]
+struct Order {
+    /// Stride-1 images wider than [`NARROW`] of [`WIDE_MIN_C`] channels or more run in
+    /// the registers' order (cores that load one 512-bit vector a cycle).
+    wide_in_registers: bool,
+}
+
+/// [`depthwise_nhwc_512`] in the loop order `order` allows.
+#[allow(clippy::too_many_arguments)]
+fn run_512_ordered(
+    s: &ConvShape,
+    taps: &[f32],
+    bias: &[f32],
+    act: Act,
+    x: &[f32],
+    y: &mut [f32],
+    (r0, r1): (usize, usize),
+    order: Order,
+) {
     assert_fits(s, taps, bias, x, y, (r0, r1));
     let wide = s.c_in / Avx512::N * Avx512::N;
     // SAFETY: reachable only through the AVX-512 table, handed out after detecting
-    // AVX-512F, AVX2 and FMA; every access stays inside the slices `assert_fits` checked.
+    // AVX-512F, AVX2 and FMA (and the test below checks them); every access stays inside
+    // the slices `assert_fits` checked.
     unsafe {
-        run_avx512(s, taps, bias, act, x, y, (r0, r1), (0, wide));
+        run_avx512(s, taps, bias, act, x, y, (r0, r1), (0, wide), order);
         run_avx2(s, taps, bias, act, x, y, (r0, r1), (wide, s.c_in));
     }
 }
@@ -220,8 +252,11 @@ unsafe fn run_avx2(
     rows: (usize, usize),
     chans: (usize, usize),
 ) {
+    let order = Order {
+        wide_in_registers: false,
+    };
     // SAFETY: per the contract.
-    unsafe { run::<Avx2>(s, taps, bias, act, x, y, rows, chans) }
+    unsafe { run::<Avx2>(s, taps, bias, act, x, y, rows, chans, order) }
 }
 
 /// [`run`] on AVX-512 vectors.
@@ -239,9 +274,10 @@ unsafe fn run_avx512(
     y: &mut [f32],
     rows: (usize, usize),
     chans: (usize, usize),
+    order: Order,
 ) {
     // SAFETY: per the contract.
-    unsafe { run::<Avx512>(s, taps, bias, act, x, y, rows, chans) }
+    unsafe { run::<Avx512>(s, taps, bias, act, x, y, rows, chans, order) }
 }
 
 /// Output rows `r0..r1`, channels `c_lo..c_hi` (their whole vectors, then the rest one
@@ -260,11 +296,12 @@ unsafe fn run<L: Lanes>(
     y: &mut [f32],
     (r0, r1): (usize, usize),
     (c_lo, c_hi): (usize, usize),
+    order: Order,
 ) {
     let c = s.c_in;
     let n = L::N;
     let full = c_lo + (c_hi - c_lo) / n * n;
-    if in_registers::<L>(s) {
+    if in_registers::<L>(s, order) {
         if full < c_hi {
             for r in r0..r1 {
                 for ox in 0..s.ow {
@@ -528,14 +565,14 @@ impl Group<'_> {
 /// registers' order was 15-40 % slower (each output row reads its input rows again);
 /// on Zen 4 (one 512-bit load a cycle) it is faster there (see [`WIDE_MIN_C`]).
 #[inline(always)]
-fn in_registers<L: Lanes>(s: &ConvShape) -> bool {
+fn in_registers<L: Lanes>(s: &ConvShape, order: Order) -> bool {
     L::N == 16
         && s.dh == 1
         && s.dw == 1
         && s.kh == s.kw
         && (s.kh == 3 || s.kh == 5)
         && (s.sw == 1 || s.sw == 2)
-        && (s.w <= NARROW || (s.sw == 1 && s.c_in >= WIDE_MIN_C))
+        && (s.w <= NARROW || (s.sw == 1 && s.c_in >= WIDE_MIN_C && order.wide_in_registers))
 }
 
 /// Output rows `r0..r1`, whole channel vectors `c_lo..full` of an undilated `K`x`K`
@@ -662,14 +699,18 @@ unsafe fn pixels_in_registers<
             if rows[ky].is_null() {
                 continue;
             }
-            let mut p = rows[ky].add((ox * S - pw) * c);
-            for j in 0..(N - 1) * S + K {
-                let xv = L::load(p);
-                p = p.add(c);
-                for (q, a) in acc.iter_mut().enumerate() {
-                    if j >= q * S && j - q * S < K {
-                        *a = L::fmadd(t[ky * K + j - q * S], xv, *a);
-                    }
+            let p = rows[ky].add((ox * S - pw) * c);
+            // The row's `(N - 1) * S + K` input columns, each loaded once (at most
+            // `WINDOW_MAX`: the bound is a constant, the columns past the window are
+            // never read). Pixels outer, taps inner, every index a constant: with the
+            // columns outer and a check per pixel, the loops stayed rolled at stride 2
+            // and indexed the taps in memory (Emerald Rapids, 28x28x192 stride 2: 24 us).
+            let m = (N - 1) * S + K;
+            let x: [L::V; WINDOW_MAX] =
+                std::array::from_fn(|j| if j < m { L::load(p.add(j * c)) } else { t[0] });
+            for (q, a) in acc.iter_mut().enumerate() {
+                for kx in 0..K {
+                    *a = L::fmadd(t[ky * K + kx], x[q * S + kx], *a);
                 }
             }
         }
@@ -747,5 +788,69 @@ unsafe fn border_in_registers<L: Lanes, const K: usize, const KK: usize>(
         }
         L::act(act, &mut acc);
         L::store(out.add(ox * c), acc[0]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::body::dw_nhwc::pack_taps;
+
+    fn values(n: usize, seed: u32) -> Vec<f32> {
+        (0..n as u32)
+            .map(|i| ((i.wrapping_mul(2_654_435_761) ^ seed) % 1000) as f32 / 500.0 - 1.0)
+            .collect()
+    }
+
+    /// Both loop orders of a wide stride-1 image (the one the CPU picks and the other)
+    /// give the same bits, whichever core this runs on: 3x3 and 5x5, channels past the
+    /// last whole vector, a clamp.
+    #[test]
+    fn wide_images_same_bits_in_either_order() {
+        if !(is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma"))
+        {
+            return;
+        }
+        for (k, c) in [(3usize, WIDE_MIN_C + 8), (5, WIDE_MIN_C + 16)] {
+            let (h, w) = (7, NARROW + 9);
+            let p = k / 2;
+            let s = ConvShape {
+                n: 1,
+                c_in: c,
+                h,
+                w,
+                c_out: c,
+                oh: h,
+                ow: w,
+                kh: k,
+                kw: k,
+                sh: 1,
+                sw: 1,
+                dh: 1,
+                dw: 1,
+                ph: p,
+                pw: p,
+                group: c,
+            };
+            let x = values(h * w * c, 7);
+            let taps = pack_taps(&values(c * k * k, 11), c, k * k);
+            let bias = values(c, 13);
+            let act = Act::Clamp(-0.5, 3.0);
+            let run = |wide_in_registers: bool| {
+                let mut y = vec![f32::NAN; h * w * c];
+                let order = Order { wide_in_registers };
+                run_512_ordered(&s, &taps, &bias, act, &x, &mut y, (0, h), order);
+                y
+            };
+            let (a, b) = (run(true), run(false));
+            assert!(
+                a.iter().all(|v| v.is_finite()),
+                "{k}x{k}: unwritten outputs"
+            );
+            let same = a.iter().zip(&b).all(|(u, v)| u.to_bits() == v.to_bits());
+            assert!(same, "{k}x{k}, {c} channels: the two orders differ");
+        }
     }
 }
