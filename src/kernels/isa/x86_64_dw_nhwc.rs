@@ -705,7 +705,8 @@ unsafe fn pixels_in_registers<
             // never read). Pixels outer, taps inner, every index a constant: with the
             // columns outer and a check per pixel, the loops stayed rolled at stride 2
             // and indexed the taps in memory (Emerald Rapids, 28x28x192 stride 2: 24 us).
-            let m = (N - 1) * S + K;
+            let m = const { (N - 1) * S + K };
+            const { assert!((N - 1) * S + K <= WINDOW_MAX) };
             let x: [L::V; WINDOW_MAX] =
                 std::array::from_fn(|j| if j < m { L::load(p.add(j * c)) } else { t[0] });
             for (q, a) in acc.iter_mut().enumerate() {
