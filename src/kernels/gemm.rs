@@ -900,9 +900,20 @@ fn gemm_blocks(
                             }
                         }
                     }
+                    // Strips outer in groups, the ragged last panel right after the
+                    // group's walk down the full ones, while the group's B is in L1
+                    // (after all the groups, its rows read the whole B again from L2 or
+                    // further: MobileNetV2's 7x7 products have 49 rows, B up to 1.2 MB).
+                    if ragged && group > 1 {
+                        let end = ((o + 1) * group).min(strips);
+                        let mut s = o * group;
+                        while s < end {
+                            s += tile_at(ic + (panels - 1) * MR, jc + s * NR, end - s, 1, 1, &[]).0;
+                        }
+                    }
                     o += if panels_outer { walked } else { 1 };
                 }
-                if ragged {
+                if ragged && group == 1 {
                     let mut s = 0;
                     while s < strips {
                         s += tile_at(ic + (panels - 1) * MR, jc + s * NR, strips - s, 1, 1, &[]).0;
