@@ -34,9 +34,9 @@ const NARROW: usize = 32;
 /// runs on a core that loads one 512-bit vector a cycle (`isa::one_wide_load_per_cycle`:
 /// with more vectors per pixel, the pixel groups' order costs more than reading the input
 /// rows once per channel block; cores that load two keep the groups' order there: Emerald
-/// Rapids, `dw_bench` nhwc, 144@56 301 us in registers against 204 in groups). Zen 4, `dw_bench` nhwc column, group order
-/// -> registers order: 144@56 156 -> 137 us, but 32@112 128 -> 143 and the 5x5 64@80 221
-/// -> 251; MobileNetV2's fused expansion + depthwise at 56x56x144 (four blocks, `vnpu
+/// Rapids, `dw_bench` nhwc, 144@56 301 us in registers against 204 in groups). Zen 4,
+/// `dw_bench` nhwc column, group order -> registers order: 144@56 156 -> 137 us, but
+/// 32@112 128 -> 143 and the 5x5 64@80 221 -> 251; MobileNetV2's fused expansion + depthwise at 56x56x144 (four blocks, `vnpu
 /// perf`) 2.60 -> 2.46 ms. At stride 2 the registers' order was slower (its 112x112x96
 /// block 0.96 -> 1.01 ms). (A test of the kernel side in this condition compiled the
 /// loops 4 % slower.)
@@ -796,12 +796,7 @@ unsafe fn border_in_registers<L: Lanes, const K: usize, const KK: usize>(
 mod tests {
     use super::*;
     use crate::kernels::body::dw_nhwc::pack_taps;
-
-    fn values(n: usize, seed: u32) -> Vec<f32> {
-        (0..n as u32)
-            .map(|i| ((i.wrapping_mul(2_654_435_761) ^ seed) % 1000) as f32 / 500.0 - 1.0)
-            .collect()
-    }
+    use crate::kernels::testutil::rand_vec;
 
     /// Both loop orders of a wide stride-1 image (the one the CPU picks and the other)
     /// give the same bits, whichever core this runs on: 3x3 and 5x5, channels past the
@@ -815,29 +810,11 @@ mod tests {
             return;
         }
         for (k, c) in [(3usize, WIDE_MIN_C + 8), (5, WIDE_MIN_C + 16)] {
-            let (h, w) = (7, NARROW + 9);
-            let p = k / 2;
-            let s = ConvShape {
-                n: 1,
-                c_in: c,
-                h,
-                w,
-                c_out: c,
-                oh: h,
-                ow: w,
-                kh: k,
-                kw: k,
-                sh: 1,
-                sw: 1,
-                dh: 1,
-                dw: 1,
-                ph: p,
-                pw: p,
-                group: c,
-            };
-            let x = values(h * w * c, 7);
-            let taps = pack_taps(&values(c * k * k, 11), c, k * k);
-            let bias = values(c, 13);
+            let s = ConvShape::square(c, NARROW + 9, c, k, 1, c);
+            let (h, w) = (s.h, s.w);
+            let x = rand_vec(h * w * c, 7);
+            let taps = pack_taps(&rand_vec(c * k * k, 11), c, k * k);
+            let bias = rand_vec(c, 13);
             let act = Act::Clamp(-0.5, 3.0);
             let run = |wide_in_registers: bool| {
                 let mut y = vec![f32::NAN; h * w * c];
