@@ -100,6 +100,8 @@ pub(super) fn cases() -> Vec<ConvShape> {
         // Tile rows of 16 and more tiles: runs of adjacent inner tiles in one panel.
         shape(1, 3, (10, 150), 5, [1, 1, 1, 1]),
         shape(1, 2, (9, 66), 3, [0, 0, 0, 0]),
+        // Blocks of more panels than the AVX-512 input transform takes in one group (8).
+        shape(1, 2, (36, 84), 3, [1, 1, 1, 1]),
         // Four tiles across (14x14): four runs of side-by-side tiles a panel.
         shape(1, 5, (14, 14), 6, [1, 1, 1, 1]),
         shape(1, 1, (3, 3), 1, [0, 0, 0, 0]),
