@@ -463,6 +463,7 @@ fn bench_plan_convs(reps: usize) {
         // positions, or a sequence head).
         ("mm 112^2 16->96 (MNv2 expand)", 16, 12544, 96, 1, 0, 0),
         ("mm 448 16->96 (4 rows of 112)", 16, 448, 96, 1, 0, 0),
+        ("mm 112^2 32->16 (MNv2 project)", 32, 12544, 16, 1, 0, 0),
         ("mm 56^2 96->24 (MNv2 project)", 96, 3136, 24, 1, 0, 0),
         ("mm 56^2 24->144 (MNv2 expand)", 24, 3136, 144, 1, 0, 0),
         ("mm 56^2 144->24 (MNv2 project)", 144, 3136, 24, 1, 0, 0),

@@ -233,6 +233,7 @@ pub fn compile_graph_within(
         };
         layout::channels_last_with(&mut g, dense);
         band::fuse_expand_depthwise(&mut g);
+        band::fuse_projections(&mut g);
     }
     simplify::eliminate_dead_nodes(&mut g);
     ensure_outputs_computed(&mut g);

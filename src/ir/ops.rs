@@ -230,6 +230,21 @@ pub enum Op {
         group: usize,
         post: Vec<PostOp>,
     },
+    /// A depthwise `ConvNhwc` (with its expansion where `expand` is some: the pair of
+    /// `ExpandConvNhwc`) whose output only a channels-last 1x1 projection reads, fused by
+    /// the compiler (`compile::band`) so that the depthwise output is computed band by
+    /// band into scratch and projected from there, never written whole. Same values as
+    /// the nodes apart (`MatMul { post: project }` by W2 last).
+    /// inputs: X `[N, H, W, Cin]`, [W1 `[Cin, C]` with `expand`], W `[C, 1, KH, KW]`,
+    /// [B `[C]`], W2 `[C, Cout]`, then residuals referenced by `project`; output `[N, OH,
+    /// OW, Cout]`. `post` (the depthwise conv's) adds no residual.
+    DwProjectNhwc {
+        expand: Option<Vec<PostOp>>,
+        geom: ConvGeom,
+        group: usize,
+        post: Vec<PostOp>,
+        project: Vec<PostOp>,
+    },
     /// inputs: X, W, [B], then residuals referenced by `post`.
     ConvTranspose {
         geom: ConvGeom,
@@ -564,6 +579,7 @@ impl Op {
             Op::ConvTranspose { .. } => "ConvTranspose",
             Op::ConvNhwc { .. } => "ConvNhwc",
             Op::ExpandConvNhwc { .. } => "ExpandConvNhwc",
+            Op::DwProjectNhwc { .. } => "DwProjectNhwc",
             Op::Gemm { .. } => "Gemm",
             Op::MatMul { .. } => "MatMul",
             Op::Attention => "Attention",
@@ -639,6 +655,7 @@ impl Op {
             | Op::ConvTranspose { post, .. }
             | Op::ConvNhwc { post, .. }
             | Op::ExpandConvNhwc { post, .. }
+            | Op::DwProjectNhwc { project: post, .. }
             | Op::Gemm { post, .. }
             | Op::MatMul { post } => Some(post),
             _ => None,
@@ -652,6 +669,7 @@ impl Op {
             | Op::ConvTranspose { post, .. }
             | Op::ConvNhwc { post, .. }
             | Op::ExpandConvNhwc { post, .. }
+            | Op::DwProjectNhwc { project: post, .. }
             | Op::Gemm { post, .. }
             | Op::MatMul { post } => Some(post),
             _ => None,

@@ -47,8 +47,19 @@ pub(super) fn nhwc_shape_of(
     group: usize,
     xs: &[usize],
 ) -> Result<ConvShape> {
+    nhwc_shape_io(c, geom, group, xs, c.oshape(0)?)
+}
+
+/// [`nhwc_shape_of`] of a conv whose output is `os` (not the node's output 0: the
+/// depthwise output that `DwProjectNhwc` projects).
+pub(super) fn nhwc_shape_io(
+    c: &Ctx<'_>,
+    geom: &ir::ConvGeom,
+    group: usize,
+    xs: &[usize],
+    os: &[usize],
+) -> Result<ConvShape> {
     let n = c.n;
-    let os = c.oshape(0)?;
     let (&[nb, h, w, ch], &[onb, oh, ow, och]) = (xs, os) else {
         return Err(shape_err(
             n,

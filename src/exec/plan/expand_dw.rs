@@ -9,7 +9,7 @@
 //! sum of the same taps.
 
 use super::ctx::Ctx;
-use super::dw_nhwc::{depthwise_weights, nhwc_shape_of, run_by_rows};
+use super::dw_nhwc::{depthwise_weights, nhwc_shape_io, run_by_rows};
 use super::errors::shape_err;
 use super::post::{leading_bias, post_ops, residual_inputs};
 use super::{FamilyKernel, Planned, Run};
@@ -31,7 +31,7 @@ const BAND_BYTES: usize = 384 * 1024;
 #[derive(Debug)]
 pub(crate) struct ExpandDwKernel {
     /// The depthwise conv over the expanded image (`c_in` = its channels).
-    s: ConvShape,
+    pub(super) s: ConvShape,
     /// Input channels of the expansion.
     cin: usize,
     /// The expansion's B `[Cin, Ce]`, packed.
@@ -45,7 +45,7 @@ pub(crate) struct ExpandDwKernel {
     post: Vec<PostOpRt>,
     res: Vec<usize>,
     /// Output rows per band.
-    band: usize,
+    pub(super) band: usize,
     /// Output row ranges of the intra-op chunks when the node runs whole; empty = one
     /// thread.
     par: Vec<(usize, usize)>,
@@ -60,6 +60,22 @@ pub(crate) fn plan_expand_dw(
     group: usize,
     post: &[PostOp],
 ) -> Result<Planned> {
+    let k = expand_dw_kernel(c, expand, geom, group, post, c.oshape(0)?)?;
+    let scratch = k.scratch_len();
+    let helper = if k.par.is_empty() { 0 } else { scratch };
+    Ok(Planned::new(k).scratch(scratch).helper_scratch(helper))
+}
+
+/// The kernel of an `ExpandConvNhwc` (or of the same pair inside a `DwProjectNhwc`)
+/// whose depthwise output is `os` `[N, OH, OW, Ce]`.
+pub(super) fn expand_dw_kernel(
+    c: &Ctx<'_>,
+    expand: &[PostOp],
+    geom: &ir::ConvGeom,
+    group: usize,
+    post: &[PostOp],
+    os: &[usize],
+) -> Result<ExpandDwKernel> {
     let n = c.n;
     c.outputs_typed(DType::F32)?;
     c.require_f32(0)?;
@@ -80,7 +96,7 @@ pub(crate) fn plan_expand_dw(
             ),
         ));
     }
-    let s = nhwc_shape_of(c, geom, group, &[nb, h, w, ce])?;
+    let s = nhwc_shape_io(c, geom, group, &[nb, h, w, ce], os)?;
     if s.dh != 1 {
         return Err(shape_err(n, "a dilated depthwise conv is not fused"));
     }
@@ -105,7 +121,7 @@ pub(crate) fn plan_expand_dw(
     } else {
         pool::chunk_ranges(rows, 1, us, c.threads)
     };
-    let k = ExpandDwKernel {
+    Ok(ExpandDwKernel {
         taps,
         s,
         cin,
@@ -117,10 +133,7 @@ pub(crate) fn plan_expand_dw(
         res,
         band,
         par,
-    };
-    let scratch = k.scratch_len();
-    let helper = if k.par.is_empty() { 0 } else { scratch };
-    Ok(Planned::new(k).scratch(scratch).helper_scratch(helper))
+    })
 }
 
 impl ExpandDwKernel {
@@ -130,7 +143,7 @@ impl ExpandDwKernel {
     }
 
     /// Scratch floats: one band's expanded rows.
-    fn scratch_len(&self) -> usize {
+    pub(super) fn scratch_len(&self) -> usize {
         self.band_in_rows().min(self.s.h) * self.s.w * self.s.c_in
     }
 
@@ -171,9 +184,10 @@ impl ExpandDwKernel {
     }
 
     /// Output rows `r0..r1` (of `N * OH`) into `y` (those rows), bands of expanded rows
-    /// in `e`.
+    /// in `e`; `held` says which expanded rows `e` holds (image, first row, end: `None`
+    /// for none), kept from one call to the next over the same `e`.
     #[allow(clippy::too_many_arguments)]
-    fn rows(
+    pub(super) fn rows(
         &self,
         isa: Isa,
         x: &[f32],
@@ -181,12 +195,11 @@ impl ExpandDwKernel {
         y: &mut [f32],
         (r0, r1): (usize, usize),
         e: &mut [f32],
+        held: &mut Option<(usize, usize, usize)>,
     ) {
         let s = &self.s;
         let (row_in, row_out) = (s.w * s.c_in, s.ow * s.c_out);
         let mut r = r0;
-        // Expanded rows held in `e`: image, first row, end.
-        let mut held: Option<(usize, usize, usize)> = None;
         while r < r1 {
             let (img, o0) = (r / s.oh, r % s.oh);
             let o1 = (o0 + self.band).min(s.oh).min(o0 + r1 - r);
@@ -194,7 +207,7 @@ impl ExpandDwKernel {
             // (Empty for a band that sees only trailing padding.)
             let i1 = ((o1 - 1) * s.sh + s.kh).saturating_sub(s.ph).min(s.h);
             let i0 = (o0 * s.sh).saturating_sub(s.ph).min(i1);
-            let kept = match held {
+            let kept = match *held {
                 Some((hi, lo, end)) if hi == img && lo <= i0 && i0 < end => {
                     e.copy_within((i0 - lo) * row_in..(end - lo) * row_in, 0);
                     end.min(i1)
@@ -203,7 +216,7 @@ impl ExpandDwKernel {
             };
             let from = (kept - i0) * row_in;
             self.expand_rows(isa, x, img, (kept, i1), &mut e[from..]);
-            held = Some((img, i0, i1.max(kept)));
+            *held = Some((img, i0, i1.max(kept)));
             // The band's conv on the sub-image of rows [i0, i1).
             let sub = ConvShape {
                 n: 1,
@@ -255,7 +268,7 @@ impl FamilyKernel for ExpandDwKernel {
         let (isa, x) = (r.isa, r.io.f32(0));
         let rows = (self.s.n * self.s.oh, self.s.ow * self.s.c_out);
         run_by_rows(r, &self.par, rows, |out, range, scratch| {
-            self.rows(isa, x, resid, out, range, scratch)
+            self.rows(isa, x, resid, out, range, scratch, &mut None)
         });
         Ok(())
     }

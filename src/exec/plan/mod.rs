@@ -30,6 +30,7 @@ mod attention;
 mod conv;
 mod dense_nhwc;
 mod dw_nhwc;
+mod dw_project;
 mod elementwise;
 mod expand_dw;
 mod gemm;
@@ -243,6 +244,7 @@ families! {
     Conv(conv::ConvKernel),
     DwNhwc(dw_nhwc::DwNhwcKernel),
     ExpandDw(expand_dw::ExpandDwKernel),
+    DwProject(Box<dw_project::DwProjectKernel>),
     DenseNhwc(dense_nhwc::DenseNhwcKernel),
     Gemm(Box<gemm::GemmPlan>),
     Attention(attention::AttentionPlan),
@@ -383,6 +385,13 @@ fn plan_kernel(c: &Ctx<'_>, pre: Option<&WeightBuf>) -> Result<Planned> {
             group,
             post,
         } => expand_dw::plan_expand_dw(c, expand, geom, *group, post),
+        Op::DwProjectNhwc {
+            expand,
+            geom,
+            group,
+            post,
+            project,
+        } => dw_project::plan_dw_project(c, expand.as_deref(), geom, *group, (post, project)),
         Op::ConvTranspose {
             geom, group, post, ..
         } => conv::plan_deconv(c, geom, *group, post),

@@ -1,4 +1,4 @@
-//! Records of the conv family: Conv, ConvNhwc, ExpandConvNhwc, ConvTranspose.
+//! Records of the conv family: Conv, ConvNhwc, ExpandConvNhwc, DwProjectNhwc, ConvTranspose.
 
 use super::{AttrsIn, AttrsOut};
 use crate::ir::Op;
@@ -28,6 +28,23 @@ pub(super) fn encode(op: &Op, a: &mut AttrsOut) -> Option<&'static str> {
             a.usize("group", *group);
             a.post("post", post);
             "ExpandConvNhwc"
+        }
+        Op::DwProjectNhwc {
+            expand,
+            geom,
+            group,
+            post,
+            project,
+        } => {
+            // No expansion: no `expand` attribute.
+            if let Some(e) = expand {
+                a.post("expand", e);
+            }
+            a.geom(geom);
+            a.usize("group", *group);
+            a.post("post", post);
+            a.post("project", project);
+            "DwProjectNhwc"
         }
         Op::ConvTranspose {
             geom,
@@ -70,6 +87,16 @@ pub(super) fn decode(name: &str, a: &AttrsIn) -> Option<Result<Op, String>> {
                 group: a.usize("group")?,
                 post: a.post("post")?,
             },
+            "DwProjectNhwc" => Op::DwProjectNhwc {
+                expand: match a.get("expand") {
+                    Some(_) => Some(a.post("expand")?),
+                    None => None,
+                },
+                geom: a.geom()?,
+                group: a.usize("group")?,
+                post: a.post("post")?,
+                project: a.post("project")?,
+            },
             _ => Op::ConvTranspose {
                 geom: a.geom()?,
                 group: a.usize("group")?,
@@ -84,7 +111,7 @@ pub(super) fn decode(name: &str, a: &AttrsIn) -> Option<Result<Op, String>> {
     };
     matches!(
         name,
-        "Conv" | "ConvNhwc" | "ExpandConvNhwc" | "ConvTranspose"
+        "Conv" | "ConvNhwc" | "ExpandConvNhwc" | "DwProjectNhwc" | "ConvTranspose"
     )
     .then(f)
 }

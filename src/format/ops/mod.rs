@@ -58,6 +58,7 @@ pub(super) fn encode_op(op: &Op) -> Result<(String, Vec<AttrRecord>), String> {
         Op::Conv { .. }
         | Op::ConvNhwc { .. }
         | Op::ExpandConvNhwc { .. }
+        | Op::DwProjectNhwc { .. }
         | Op::ConvTranspose { .. } => conv::encode(op, &mut a),
         Op::Gemm { .. } | Op::MatMul { .. } | Op::Attention => gemm::encode(op, &mut a),
         Op::Unary(_) | Op::Binary(_) | Op::Where | Op::ClipDynamic | Op::Cast { .. } => {

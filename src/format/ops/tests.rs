@@ -41,6 +41,20 @@ fn every_op() -> Vec<Op> {
             group: 2,
             post: post.clone(),
         },
+        Op::DwProjectNhwc {
+            expand: Some(vec![PostOp::Unary(UnaryOp::Relu)]),
+            geom: geom(),
+            group: 2,
+            post: vec![PostOp::Unary(UnaryOp::Relu)],
+            project: post.clone(),
+        },
+        Op::DwProjectNhwc {
+            expand: None,
+            geom: geom(),
+            group: 2,
+            post: vec![],
+            project: post.clone(),
+        },
         Op::ConvTranspose {
             geom: geom(),
             group: 1,

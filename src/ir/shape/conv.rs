@@ -96,6 +96,42 @@ impl Cx<'_> {
         one(DType::F32, out)
     }
 
+    /// `DwProjectNhwc`: the depthwise conv of `ConvNhwc` (or `ExpandConvNhwc`'s pair, with
+    /// `expand`) on its own inputs, its epilogue without residuals, then the 1x1
+    /// projection by W2 `[C, Cout]` right after them with the epilogue `project`.
+    pub(super) fn dw_project_nhwc_node(
+        &self,
+        expand: Option<&[PostOp]>,
+        geom: &ConvGeom,
+        group: usize,
+        (post, project): (&[PostOp], &[PostOp]),
+    ) -> Result<Vec<TypedShape>> {
+        if post.iter().any(|p| matches!(p, PostOp::AddInput { .. })) {
+            return Err(self.err("the depthwise conv's epilogue adds no residual".to_string()));
+        }
+        let (inner, at) = match expand {
+            Some(e) => (self.expand_conv_nhwc_node(e, geom, group, post)?, 4),
+            None => (self.conv_nhwc_node(geom, group, post)?, 3),
+        };
+        let d = &inner[0].1;
+        let c = d[3];
+        if group != c {
+            return Err(self.err(format!(
+                "a projection after a conv of {group} groups of {c} channels"
+            )));
+        }
+        let w2 = self.shape(at)?;
+        let &[wc, co] = w2 else {
+            return Err(self.err(format!("projection {w2:?} is not [C, Cout]")));
+        };
+        if wc != c {
+            return Err(self.err(format!("projection {w2:?} does not take {c} channels")));
+        }
+        let out = vec![d[0], d[1], d[2], co];
+        self.check_post(project, &out, co)?;
+        one(DType::F32, out)
+    }
+
     pub(super) fn spatial_check(&self, geom: &ConvGeom, x: &[usize]) -> Result<usize> {
         let ns = geom.kernel.len();
         if x.len() != ns + 2 {

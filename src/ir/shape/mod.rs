@@ -309,6 +309,13 @@ impl<'a> Cx<'a> {
                 group,
                 post,
             } => self.expand_conv_nhwc_node(expand, geom, *group, post),
+            Op::DwProjectNhwc {
+                expand,
+                geom,
+                group,
+                post,
+                project,
+            } => self.dw_project_nhwc_node(expand.as_deref(), geom, *group, (post, project)),
             Op::ConvTranspose {
                 geom,
                 group,
