@@ -84,6 +84,12 @@ pub(crate) fn plan_dw_project(
             format!("input {xs:?} / output {os:?} are not [N, H, W, C]"),
         ));
     };
+    if post.iter().any(|p| matches!(p, PostOp::AddInput { .. })) {
+        return Err(shape_err(
+            n,
+            "the depthwise conv's epilogue adds no residual",
+        ));
+    }
     // The depthwise output: the output's rows with the conv's channels.
     let ch = match expand {
         Some(_) => match c.ishape(1)? {
@@ -105,13 +111,7 @@ pub(crate) fn plan_dw_project(
                 return Err(shape_err(n, "a projection fused after a dense conv"));
             }
             let (taps, bias) = depthwise_weights(c, &s, 1)?;
-            let (post, res) = post_ops(c, post, ch)?;
-            if !res.is_empty() {
-                return Err(shape_err(
-                    n,
-                    "the depthwise conv's epilogue adds no residual",
-                ));
-            }
+            let (post, _) = post_ops(c, post, ch)?;
             (
                 Depthwise::Alone {
                     s: s.clone(),
@@ -125,13 +125,11 @@ pub(crate) fn plan_dw_project(
         }
     };
     let w2 = c.const_f32(at, "projection weights")?;
-    if w2.len() != ch * cout || cout > gemm::A_IN_PLACE_MAX_N {
+    let w2s = c.ishape(at)?;
+    if w2s != [ch, cout] || w2.len() != ch * cout || cout > gemm::A_IN_PLACE_MAX_N {
         return Err(shape_err(
             n,
-            format!(
-                "projection of {} weights for {ch} -> {cout} channels",
-                w2.len()
-            ),
+            format!("projection {w2s:?} for {ch} -> {cout} channels"),
         ));
     }
     let mut pb = vec![0.0; gemm::packed_b_len(ch, cout)];
@@ -284,12 +282,17 @@ impl FamilyKernel for DwProjectKernel {
 mod tests {
     use crate::compile::testutil::*;
     use crate::exec::{ModelPlan, PlanOptions};
-    use crate::ir::{ConvGeom, Op};
+    use crate::ir::{ConvGeom, Op, PostOp};
     use std::sync::Arc;
 
     /// A `DwProjectNhwc` over X `[1, 8, 8, 6]` (no expansion) with depthwise weights
     /// `wd` and projection `w2`, planned.
     fn plan(wd: &[usize], w2: &[usize]) -> crate::error::Result<ModelPlan> {
+        plan_with(wd, w2, vec![])
+    }
+
+    /// [`plan`] with the depthwise epilogue `post`.
+    fn plan_with(wd: &[usize], w2: &[usize], post: Vec<PostOp>) -> crate::error::Result<ModelPlan> {
         let mut b = GraphBuilder::new();
         let x = b.input("x", &[1, 8, 8, 6]);
         let wd = b.konst("wd", wd, rand_vec(wd.iter().product(), 1));
@@ -305,7 +308,7 @@ mod tests {
                 auto_pad: None,
             },
             group: 6,
-            post: vec![],
+            post,
             project: vec![],
         };
         let y = b.node("f", op, &[x, wd, bd, w2v], &[1, 8, 8, w2[1]]);
@@ -319,5 +322,12 @@ mod tests {
         assert!(e.to_string().contains("projection"), "{e}");
         let e = plan(&[6, 1, 2, 3], &[6, 4]).expect_err("depthwise taps of a 2x3 kernel");
         assert!(e.to_string().contains("weights"), "{e}");
+        // The same 24 weights as [4, 6]: not read as [6, 4].
+        let e = plan(&[6, 1, 3, 3], &[4, 6]).expect_err("a transposed projection");
+        assert!(e.to_string().contains("projection"), "{e}");
+        // A residual in the depthwise epilogue (only the projection's may add one).
+        let post = vec![PostOp::AddInput { input: 0 }];
+        let e = plan_with(&[6, 1, 3, 3], &[6, 4], post).expect_err("depthwise residual");
+        assert!(e.to_string().contains("no residual"), "{e}");
     }
 }
