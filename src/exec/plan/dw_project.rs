@@ -19,6 +19,7 @@ use super::{FamilyKernel, Planned, Run};
 use crate::error::Result;
 use crate::exec::pool;
 use crate::ir::{self, DType, PostOp};
+use crate::kernels::body::epilogue::residual_slices;
 use crate::kernels::conv::{depthwise_nhwc, ConvShape};
 use crate::kernels::gemm::{self, ASource, BSource, Epilogue};
 use crate::kernels::simd::Isa;
@@ -142,7 +143,7 @@ pub(crate) fn plan_dw_project(
         Depthwise::Expanded(k) => k.band,
         Depthwise::Alone { .. } => (BAND_BYTES / (ow * ch * 4).max(1)).clamp(1, oh.max(1)),
     };
-    let k = DwProjectKernel {
+    let mut k = DwProjectKernel {
         dw,
         s,
         cout,
@@ -153,13 +154,10 @@ pub(crate) fn plan_dw_project(
         band,
         par: Vec::new(),
     };
-    let par = if c.threads < 2 {
-        Vec::new()
-    } else {
+    if c.threads >= 2 {
         let us = k.macs() / pool::DENSE_MACS_PER_US;
-        pool::chunk_ranges(k.s.n * k.s.oh, 1, us, c.threads)
-    };
-    let k = DwProjectKernel { par, ..k };
+        k.par = pool::chunk_ranges(k.s.n * k.s.oh, 1, us, c.threads);
+    }
     let scratch = k.scratch_len();
     let helper = if k.par.is_empty() { 0 } else { scratch };
     Ok(Planned::new(Box::new(k))
@@ -220,11 +218,7 @@ impl DwProjectKernel {
                 }
                 Depthwise::Expanded(k) => k.rows(isa, x, &[], dw, (r, r + rows), e, &mut held),
             }
-            let mut rc: [&[f32]; 4] = [&[]; 4];
-            assert!(resid.len() <= rc.len(), "too many residuals");
-            for (dst, res) in rc.iter_mut().zip(resid) {
-                *dst = &res[r * s.ow * cout..(r + rows) * s.ow * cout];
-            }
+            let rc = residual_slices(resid, r * s.ow * cout..(r + rows) * s.ow * cout);
             let epi = Epilogue {
                 bias: self.pbias.as_deref(),
                 channel_is_row: false,

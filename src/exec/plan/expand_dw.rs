@@ -16,6 +16,7 @@ use super::{FamilyKernel, Planned, Run};
 use crate::error::Result;
 use crate::exec::pool;
 use crate::ir::{self, DType, PostOp};
+use crate::kernels::body::epilogue::residual_slices;
 use crate::kernels::conv::{depthwise_nhwc, ConvShape};
 use crate::kernels::gemm::{self, ASource, BSource, Epilogue};
 use crate::kernels::simd::Isa;
@@ -225,11 +226,7 @@ impl ExpandDwKernel {
                 ph: (s.ph + i0).saturating_sub(o0 * s.sh),
                 ..*s
             };
-            let mut rc: [&[f32]; 4] = [&[]; 4];
-            assert!(resid.len() <= rc.len(), "too many residuals");
-            for (d, res) in rc.iter_mut().zip(resid) {
-                *d = &res[r * row_out..(r + o1 - o0) * row_out];
-            }
+            let rc = residual_slices(resid, r * row_out..(r + o1 - o0) * row_out);
             let epi = Epilogue {
                 post: &self.post,
                 residuals: &rc[..resid.len()],
