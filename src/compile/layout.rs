@@ -857,9 +857,10 @@ mod tests {
         );
         assert!(!names.contains(&"Conv"), "{names:?}");
         let x = rand_vec(c * h * h, 9);
-        // f32 (the GEMM kernel, depths past one block): the planar graph's outputs.
+        // f32 (the GEMM kernel, depths past one block): the planar graph's outputs (its
+        // strided conv sums in another order: within rounding).
         let want = run_graph(&g0, std::slice::from_ref(&x));
-        assert_close(&run_graph(&g, std::slice::from_ref(&x)), &want, 1e-5);
+        assert_close(&run_graph(&g, std::slice::from_ref(&x)), &want, 1e-4);
         let f32s = |b: &[u8]| bytemuck::cast_slice::<u8, f32>(b).to_vec();
         // bf16 where the CPU has it: with AMX the matrix engine's channels-last run, the
         // planar bf16 plan's bits (the same sums in the same order); without, the f32
@@ -873,7 +874,7 @@ mod tests {
                     "planar bf16 bits"
                 );
             } else {
-                assert_close(&[f32s(&one)], &want, 1e-5);
+                assert_close(&[f32s(&one)], &want, 1e-4);
             }
             for threads in [2, 3] {
                 assert!(

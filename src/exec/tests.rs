@@ -331,22 +331,23 @@ fn conv_with_fused_bias_residual_relu() {
 /// 12 of the paired row tiles) and together give the whole conv's bits (`run`).
 #[test]
 fn direct_convs_cut_by_channels_at_whole_panels() {
-    // (input [C, H, W], output channels, tiles expected on AVX-512), stride 2: a 7x7
-    // output on the channel tile, a 6x31 one on the row tiles (phase rows of 32).
-    for (xs, co, panels) in [([40, 14, 14], 64, 2), ([40, 12, 62], 192, 16)] {
-        let st = 2;
+    // (input [C, H, W], output channels, tiles expected on AVX-512), 5x5 kernels at
+    // stride 1 (strided convs run channels-last, Winograd takes 3x3 ones): a 7x7 output
+    // on the channel tile, a 6x60 one on the row tiles (plane rows of 64).
+    for (xs, co, panels) in [([40, 7, 7], 64, 2), ([40, 6, 60], 384, 32)] {
+        let (st, k) = (1, 5);
         let xs = [1, xs[0], xs[1], xs[2]];
         let ci = xs[1];
         let x = rand_vec(xs.iter().product(), 5);
-        let w = rand_vec(co * ci * 9, 6);
+        let w = rand_vec(co * ci * k * k, 6);
         let bias = rand_vec(co, 7);
-        let (want, oh, ow) = conv_ref(&x, xs, &w, co, 3, st, 1, 1, &bias);
+        let (want, oh, ow) = conv_ref(&x, xs, &w, co, k, st, 2, 1, &bias);
         let mut b = B::default();
         let xi = b.input(DType::F32, &xs);
-        let wi = b.kf(&[co, ci, 3, 3], w);
+        let wi = b.kf(&[co, ci, k, k], w);
         let bi = b.kf(&[co], bias);
         let op = Op::Conv {
-            geom: geom(&[3, 3], &[st, st], &[1, 1, 1, 1]),
+            geom: geom(&[k, k], &[st, st], &[2, 2, 2, 2]),
             group: 1,
             post: vec![],
         };

@@ -135,6 +135,18 @@ pub(crate) enum ConvKernel {
         res: Vec<usize>,
         by_cols: bool,
     },
+    /// A dense conv of planar tensors computed channels-last band by band
+    /// (`kernels::conv::dense_nhwc_io` with [`conv::NhwcIo::Planar`]), one thread: each
+    /// band's input rows transposed in, its outputs transposed back. Its FC tiles cut
+    /// the output rows of all images.
+    PlanarNhwc {
+        s: ConvShape,
+        /// Weights packed as the kernel's B ([`conv::pack_dense_nhwc`]).
+        w: Vec<f32>,
+        bias: Option<Vec<f32>>,
+        post: Vec<PostOpRt>,
+        res: Vec<usize>,
+    },
 }
 
 /// What Conv and ConvTranspose plan alike: the geometry, the weights and the bias.
@@ -324,6 +336,19 @@ pub(crate) fn plan_conv(
         let bf16 = c.bf16;
         let ws = WinoSource { wt, pre, bf16 };
         return Ok(plan_winograd(&s, ws, bias, post, res, c.threads));
+    }
+    // One thread: strided convs channels-last band by band.
+    if c.threads <= 1 && pre.is_none() && conv::planar_nhwc_wins(s) {
+        let ConvParts { s, wt, bias, .. } = parts;
+        let scratch = conv::dense_nhwc_io_scratch_len(&s, conv::NhwcIo::Planar);
+        let k = ConvKernel::PlanarNhwc {
+            w: conv::pack_dense_nhwc(&s, wt),
+            s,
+            bias,
+            post,
+            res,
+        };
+        return Ok(Planned::new(k).scratch(scratch));
     }
     // One thread: the direct f32 conv where the table has its tile (intra-op threads
     // keep the im2col path, whose channel chunks they share; so does a compiled file
@@ -733,6 +758,7 @@ impl FamilyKernel for ConvKernel {
                     s.c_out.div_ceil(direct::channel_align(*tiling))
                 }
             }
+            ConvKernel::PlanarNhwc { s, .. } => s.n * s.oh,
             ConvKernel::Deconv { p, .. } => p.s.oh.div_ceil(p.s.sh),
             ConvKernel::Winograd { p, .. } => wino_tile_panels(p).max(wino_units(p)),
         }
@@ -742,7 +768,8 @@ impl FamilyKernel for ConvKernel {
         match self {
             ConvKernel::Conv { s, .. }
             | ConvKernel::Bf16 { s, .. }
-            | ConvKernel::Direct { s, .. } => s.macs(),
+            | ConvKernel::Direct { s, .. }
+            | ConvKernel::PlanarNhwc { s, .. } => s.macs(),
             ConvKernel::Winograd { p, .. } => p.shape().macs(),
             ConvKernel::Deconv { p, .. } => {
                 p.s.n * p.s.c_in * p.s.h * p.s.w * p.s.cout_g() * p.s.kh * p.s.kw
@@ -816,6 +843,20 @@ impl FamilyKernel for ConvKernel {
                 let epi = conv_epilogue(bias.as_deref(), post, &resid[..res.len()]);
                 let (x, y) = (io.f32(0), out_f32(r.out, r.outs, 0));
                 direct::conv2d_f32(r.isa, *tiling, s, w, x, y, chans, cols, &epi, r.scratch);
+            }
+            ConvKernel::PlanarNhwc {
+                s,
+                w,
+                bias,
+                post,
+                res,
+            } => {
+                let rows = tile.range(s.n * s.oh, 1);
+                let resid = residual_inputs(io, res);
+                let epi = conv_epilogue(bias.as_deref(), post, &resid[..res.len()]);
+                let (x, y) = (io.f32(0), out_f32(r.out, r.outs, 0));
+                let planar = conv::NhwcIo::Planar;
+                conv::dense_nhwc_io(r.isa, planar, s, w, x, y, rows, &epi, r.scratch);
             }
             ConvKernel::Deconv { p, bias, post, res } => {
                 // Cuts at multiples of the stride, so that no input row is computed twice

@@ -18,6 +18,7 @@ use super::super::gemm::{self, Epilogue};
 use super::super::isa::{Isa, TileEpi, MR, NR, SEGS_ROWS};
 use super::ConvShape;
 use crate::ir::UnaryOp;
+use crate::kernels::body::epilogue::residual_slices;
 use crate::kernels::unary::PostOpRt;
 
 /// Output rows of one band (the input rows they read are copied once per band).
@@ -36,6 +37,15 @@ const MAX_RESIDUALS: usize = 4;
 /// `kernels::conv::conv_direct_nhwc`.)
 pub fn dense_nhwc_applies(s: &ConvShape) -> bool {
     s.group == 1 && s.dw == 1 && s.kh <= MAX_KERNEL_ROWS && s.pw < s.kw
+}
+
+/// True when a planar graph computes the conv `s` as [`NhwcIo::Planar`] bands rather
+/// than as a planar direct or im2col conv: one group, a stride of at least 2 on both
+/// axes, a SIMD kernel table. Strided planar convs split every input row into stride
+/// phases before their tiles run; here the tiles read each kernel row's run in place.
+pub fn planar_nhwc_wins(s: &ConvShape) -> bool {
+    let t = crate::kernels::isa::table();
+    t.isa != Isa::Portable && dense_nhwc_applies(s) && s.sh >= 2 && s.sw >= 2
 }
 
 /// Columns of a padded input row: the left pad, then as far as the last output pixel's
@@ -93,6 +103,21 @@ fn fused_clamp(epi: &Epilogue<'_>) -> Option<Option<(f32, f32)>> {
     }
 }
 
+/// How a [`dense_nhwc_io`] call holds its input and output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NhwcIo {
+    /// `x` `[N][H][W][Cin]`; `y` the call's rows of `[N][OH][OW][Cout]`.
+    ChannelsLast,
+    /// `x` `[N][Cin][H][W]`; `y` the whole `[N][Cout][OH][OW]` output. Each band's input
+    /// rows are transposed into the channels-last scratch rows (where the channels-last
+    /// form copies them), its outputs computed channels-last into scratch and transposed
+    /// into their planes, then the rest of the epilogue runs on the planes. A planar
+    /// graph's strided convs run so (`exec::plan::conv`): the tiles read each kernel
+    /// row's input in place at any stride, where the planar direct conv first splits
+    /// every input row into stride phases.
+    Planar,
+}
+
 /// Output rows `r0..r1` (of `N * OH`) of the one-group channels-last conv `s`
 /// ([`dense_nhwc_applies`]): `x` `[N][H][W][Cin]`, `pb` the weights packed by
 /// [`pack_dense_nhwc`], `y` those rows of the output `[N][OH][OW][Cout]`, then the
@@ -105,18 +130,54 @@ pub fn dense_nhwc(
     pb: &[f32],
     x: &[f32],
     y: &mut [f32],
+    rows: (usize, usize),
+    epi: &Epilogue<'_>,
+    scratch: &mut [f32],
+) {
+    dense_nhwc_io(isa, NhwcIo::ChannelsLast, s, pb, x, y, rows, epi, scratch)
+}
+
+/// Scratch floats a [`dense_nhwc_io`] call in `io` needs: [`dense_nhwc_scratch_len`],
+/// and for planar tensors a band of channels-last outputs.
+pub fn dense_nhwc_io_scratch_len(s: &ConvShape, io: NhwcIo) -> usize {
+    let out = match io {
+        NhwcIo::ChannelsLast => 0,
+        NhwcIo::Planar => BAND_ROWS * s.ow * s.c_out,
+    };
+    dense_nhwc_scratch_len(s) + out
+}
+
+/// [`dense_nhwc`] over tensors held as `io` says: for [`NhwcIo::Planar`], `x`
+/// `[N][Cin][H][W]`, `y` the whole output `[N][Cout][OH][OW]` (rows `r0..r1` of each
+/// channel written), the epilogue's channels its rows and its residuals planar, and
+/// `scratch` [`dense_nhwc_io_scratch_len`] floats. The same sums in both forms.
+#[allow(clippy::too_many_arguments)]
+pub fn dense_nhwc_io(
+    isa: Isa,
+    io: NhwcIo,
+    s: &ConvShape,
+    pb: &[f32],
+    x: &[f32],
+    y: &mut [f32],
     (r0, r1): (usize, usize),
     epi: &Epilogue<'_>,
     scratch: &mut [f32],
 ) {
     let (c, co, k) = (s.c_in, s.c_out, s.k());
     let row = s.ow * co;
+    let ohw = s.oh * s.ow;
+    let planar = io == NhwcIo::Planar;
     assert!(dense_nhwc_applies(s), "dense_nhwc: not a supported shape");
     assert!(
         r0 <= r1 && r1 <= s.n * s.oh,
         "dense_nhwc: rows past the output"
     );
-    assert!(x.len() >= s.n * s.h * s.w * c && y.len() >= (r1 - r0) * row);
+    let y_len = if planar {
+        s.n * co * ohw
+    } else {
+        (r1 - r0) * row
+    };
+    assert!(x.len() >= s.n * s.h * s.w * c && y.len() >= y_len);
     assert!(
         pb.len() >= gemm::packed_b_len(k, co),
         "dense_nhwc: packed weights"
@@ -129,7 +190,8 @@ pub fn dense_nhwc(
     let t = isa.table();
     let (kc, lda) = (s.kw * c, s.sw * c);
     let prow = padded_width(s) * c;
-    let scratch = &mut scratch[..dense_nhwc_scratch_len(s)];
+    let (scratch, band_out) =
+        scratch[..dense_nhwc_io_scratch_len(s, io)].split_at_mut(dense_nhwc_scratch_len(s));
     scratch[..prow].fill(0.0);
     let clamp = fused_clamp(epi);
     // A post pass of element-wise ops only (no per-channel parameter) may take the band
@@ -154,9 +216,23 @@ pub fn dense_nhwc(
             .min(s.h);
         for iy in iy_lo..iy_hi {
             let d = &mut scratch[(1 + iy - iy_lo) * prow..][..prow];
-            let src = &x[img * plane + iy * s.w * c..][..cols * c];
             d[..s.pw * c].fill(0.0);
-            d[s.pw * c..(s.pw + cols) * c].copy_from_slice(src);
+            let run = &mut d[s.pw * c..(s.pw + cols) * c];
+            if planar {
+                // Column j of the row: every channel's element j, from its plane.
+                let src = &x[img * plane + iy * s.w..];
+                let src = &src[..(c - 1) * s.h * s.w + cols];
+                (t.transpose32)(
+                    bytemuck::cast_slice(src),
+                    s.h * s.w,
+                    bytemuck::cast_slice_mut(run),
+                    c,
+                    c,
+                    cols,
+                );
+            } else {
+                run.copy_from_slice(&x[img * plane + iy * s.w * c..][..cols * c]);
+            }
             d[(s.pw + cols) * c..].fill(0.0);
         }
         let a = &scratch[..];
@@ -170,7 +246,11 @@ pub fn dense_nhwc(
                     *at = (1 + iy as usize - iy_lo) * prow;
                 }
             }
-            let yr = &mut y[(r - r0) * row..(r - r0 + 1) * row];
+            let yr = if planar {
+                &mut band_out[(r - b0) * row..(r - b0 + 1) * row]
+            } else {
+                &mut y[(r - r0) * row..(r - r0 + 1) * row]
+            };
             for ox0 in (0..s.ow).step_by(SEGS_ROWS) {
                 let rows = SEGS_ROWS.min(s.ow - ox0);
                 let mut segs = rows_at;
@@ -214,7 +294,30 @@ pub fn dense_nhwc(
                 }
             }
         }
-        if clamp.is_none() {
+        if planar {
+            // The band's positions into each channel's plane, then the rest of the
+            // epilogue over those plane columns.
+            let (q0, q1) = (oy0 * s.ow, (oy1 + 1) * s.ow);
+            let yb = &mut y[img * co * ohw..][..co * ohw];
+            (t.transpose32)(
+                bytemuck::cast_slice(&band_out[..(q1 - q0) * co]),
+                co,
+                bytemuck::cast_slice_mut(&mut yb[q0..]),
+                ohw,
+                q1 - q0,
+                co,
+            );
+            if clamp.is_none() {
+                let res = residual_slices(epi.residuals, img * co * ohw..(img + 1) * co * ohw);
+                let e = Epilogue {
+                    bias: None,
+                    residuals: &res[..epi.residuals.len()],
+                    channel_is_row: true,
+                    ..*epi
+                };
+                e.apply(isa, yb, ohw, 0, co, q0, q1 - q0);
+            }
+        } else if clamp.is_none() {
             // The bias went with the tiles; the rest of the epilogue over the band.
             let mut res: [&[f32]; MAX_RESIDUALS] = [&[]; MAX_RESIDUALS];
             for (d, r) in res.iter_mut().zip(epi.residuals) {
@@ -390,6 +493,100 @@ mod tests {
                         assert!(
                             y.iter().zip(&z).all(|(a, b)| a.to_bits() == b.to_bits()),
                             "{s:?} {isa:?}: rows cut at {cut} differ from the whole"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// `[N][A][B]` -> `[N][B][A]`.
+    fn swap_inner(v: &[f32], n: usize, a: usize, b: usize) -> Vec<f32> {
+        let mut out = vec![0.0; v.len()];
+        for i in 0..n {
+            for p in 0..a {
+                for q in 0..b {
+                    out[(i * b + q) * a + p] = v[(i * a + p) * b + q];
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn planar_tensors_give_the_channels_last_bits_and_row_ranges_the_whole() {
+        let relu = [PostOpRt::Unary(UnaryOp::Relu)];
+        let res_hswish = [
+            PostOpRt::AddInput { slot: 0 },
+            PostOpRt::Unary(UnaryOp::HardSwish),
+        ];
+        // Strided convs of the planar graphs (stems, 3x3/2 and 1x1/2 ones, 7x7/2), a
+        // narrow last panel, bands that cross images, rows of fewer pixels than a tile.
+        let mut shapes = vec![
+            shape(1, 3, (33, 29), 32, 3, 2, 1),
+            shape(2, 16, (20, 40), 24, 3, 2, 1),
+            shape(1, 4, (17, 13), 21, 7, 2, 1),
+            shape(2, 48, (8, 8), 32, 3, 2, 1),
+            shape(1, 40, (6, 5), 8, 3, 2, 1),
+        ];
+        let mut pw = shape(1, 64, (14, 14), 48, 1, 2, 1);
+        (pw.ph, pw.pw, pw.oh, pw.ow) = (0, 0, 7, 7);
+        shapes.push(pw);
+        for s in &shapes {
+            assert!(dense_nhwc_applies(s), "{s:?}");
+            let (hw, ohw) = (s.h * s.w, s.oh * s.ow);
+            let x = rand(s.n * hw * s.c_in, 1);
+            let w = rand(s.c_out * s.k(), 2);
+            let bias = rand(s.c_out, 3);
+            let rows = s.n * s.oh;
+            let res = rand(rows * s.ow * s.c_out, 4);
+            let (xp, resp) = (
+                swap_inner(&x, s.n, hw, s.c_in),
+                swap_inner(&res, s.n, ohw, s.c_out),
+            );
+            let pb = pack_dense_nhwc(s, &w);
+            for fused in [true, false] {
+                let post = if fused { &relu[..] } else { &res_hswish[..] };
+                let (r_last, r_planar) = if fused {
+                    (vec![], vec![])
+                } else {
+                    (vec![&res[..]], vec![&resp[..]])
+                };
+                let epi = |residuals| Epilogue {
+                    bias: Some(&bias[..]),
+                    channel_is_row: false,
+                    post,
+                    residuals,
+                    ..Epilogue::NONE
+                };
+                for isa in isa::available_isas() {
+                    let len = dense_nhwc_io_scratch_len(s, NhwcIo::Planar);
+                    let mut scratch = vec![f32::NAN; len];
+                    let mut y = vec![f32::NAN; rows * s.ow * s.c_out];
+                    let e = epi(&r_last);
+                    dense_nhwc(isa, s, &pb, &x, &mut y, (0, rows), &e, &mut scratch);
+                    let want = swap_inner(&y, s.n, ohw, s.c_out);
+                    let e = epi(&r_planar);
+                    let planar = NhwcIo::Planar;
+                    for cut in [0, 1, rows / 3, rows - 1] {
+                        let mut z = vec![f32::NAN; y.len()];
+                        let io = (&xp[..], &mut z[..]);
+                        dense_nhwc_io(isa, planar, s, &pb, io.0, io.1, (0, cut), &e, &mut scratch);
+                        let io = (&xp[..], &mut z[..]);
+                        dense_nhwc_io(
+                            isa,
+                            planar,
+                            s,
+                            &pb,
+                            io.0,
+                            io.1,
+                            (cut, rows),
+                            &e,
+                            &mut scratch,
+                        );
+                        assert!(
+                            want.iter().zip(&z).all(|(a, b)| a.to_bits() == b.to_bits()),
+                            "{s:?} {isa:?} fused {fused}: planar, cut at {cut}"
                         );
                     }
                 }

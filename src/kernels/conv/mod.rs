@@ -27,7 +27,10 @@ pub use super::body::conv::ConvShape;
 pub use super::body::depthwise::depthwise_scratch_len;
 pub use super::body::pool::valid_range;
 pub use deconv::DeconvPlan;
-pub use dense_nhwc::{dense_nhwc, dense_nhwc_applies, dense_nhwc_scratch_len, pack_dense_nhwc};
+pub use dense_nhwc::{
+    dense_nhwc, dense_nhwc_applies, dense_nhwc_io, dense_nhwc_io_scratch_len,
+    dense_nhwc_scratch_len, pack_dense_nhwc, planar_nhwc_wins, NhwcIo,
+};
 use depthwise::depthwise;
 pub use depthwise::depthwise_nhwc;
 pub use direct_nhwc::{
