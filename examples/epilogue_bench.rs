@@ -14,6 +14,10 @@ fn main() {
     let mut c: Vec<f32> = (0..m * n).map(|i| ((i % 97) as f32 - 48.0) * 0.1).collect();
     for (name, post) in [
         ("silu", vec![PostOpRt::Unary(UnaryOp::Silu)]),
+        (
+            "gelu",
+            vec![PostOpRt::Unary(UnaryOp::Gelu { tanh_approx: false })],
+        ),
         ("sigmoid", vec![PostOpRt::Unary(UnaryOp::Sigmoid)]),
         (
             "hswish+add",
