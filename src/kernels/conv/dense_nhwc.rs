@@ -321,10 +321,7 @@ pub fn dense_nhwc_io(
             }
         } else if clamp.is_none() {
             // The bias went with the tiles; the rest of the epilogue over the band.
-            let mut res: [&[f32]; MAX_RESIDUALS] = [&[]; MAX_RESIDUALS];
-            for (d, r) in res.iter_mut().zip(epi.residuals) {
-                *d = &r[b0 * row..b1 * row];
-            }
+            let res = residual_slices(epi.residuals, b0 * row..b1 * row);
             let e = Epilogue {
                 bias: None,
                 residuals: &res[..epi.residuals.len()],
