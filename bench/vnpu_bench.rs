@@ -214,9 +214,38 @@ const LATENCY_MODELS: [&str; 9] = [
 /// The smoke run's models (small ones only).
 const SMOKE_MODELS: [&str; 2] = ["mobilenetv2", "detector"];
 
+/// vnpu's time against the best peer (the lowest median over all its runs), turn by
+/// turn: per slice, vnpu's median over that slice's runs / that peer's median over its
+/// slice of the same turn, and the median of those ratios. A drift of the host over
+/// seconds moves both sides of each ratio, where it can move the two whole-run medians
+/// apart. None without vnpu's runs or a peer's.
+fn paired_ratio(
+    ours: &[f64],
+    theirs: &[Result<Vec<f64>, String>],
+    slices: &[usize],
+) -> Option<f64> {
+    let best = theirs
+        .iter()
+        .filter_map(|c| c.as_ref().ok())
+        .filter(|t| t.len() == ours.len() && !t.is_empty())
+        .min_by(|a, b| percentile(a, 50.0).total_cmp(&percentile(b, 50.0)))?;
+    if slices.iter().sum::<usize>() != ours.len() {
+        return None;
+    }
+    let mut ratios = Vec::with_capacity(slices.len());
+    let mut at = 0;
+    for &n in slices {
+        let (a, b) = (&ours[at..at + n], &best[at..at + n]);
+        ratios.push(percentile(a, 50.0) / percentile(b, 50.0));
+        at += n;
+    }
+    Some(percentile(&ratios, 50.0))
+}
+
 /// Latency of each model, vnpu vs every peer, 1 thread each. The machine's speed drifts
 /// (shared host, frequency), so all runtimes take turns model by model for `rounds`
-/// rounds (the peers' order rotating) and each reports its best round's median.
+/// rounds (the peers' order rotating); each reports the median of all its runs, and
+/// `paired` the turn-by-turn ratio to the best peer ([`paired_ratio`]).
 fn bench_latency(
     dir: &Path,
     runs: usize,
@@ -262,6 +291,8 @@ fn bench_latency(
     let mut ours: Vec<Vec<f64>> = vec![Vec::new(); paths.len()];
     let mut theirs: Vec<Vec<Result<Vec<f64>, String>>> =
         vec![vec![Ok(Vec::new()); nr]; paths.len()];
+    // The run count of each slice, in order (the same for every runtime of a model).
+    let mut slices: Vec<Vec<usize>> = vec![Vec::new(); paths.len()];
     for round in 0..rounds.max(1) {
         for (i, p) in paths.iter().enumerate() {
             // Slices of SLICE_RUNS runs, vnpu and the peers taking turns in an order
@@ -290,6 +321,7 @@ fn bench_latency(
                 }
                 done += n;
                 slice += 1;
+                slices[i].push(n);
             }
             // Progress on stderr, so that a run cut short still leaves its figures.
             let cells: Vec<String> = theirs[i]
@@ -312,6 +344,9 @@ fn bench_latency(
             );
         }
     }
+    let paired: Vec<Option<f64>> = (0..paths.len())
+        .map(|i| paired_ratio(&ours[i], &theirs[i], &slices[i]))
+        .collect();
     let ours: Vec<f64> = ours
         .iter()
         .map(|t| {
@@ -349,12 +384,13 @@ fn bench_latency(
         }
     }
     println!(
-        "{:<13} {:>9} {:>12} {:>9} {:>9} {:>10}",
-        "model", "vnpu ms", "onnxruntime", "OpenVINO", "MNN", "vnpu/best"
+        "{:<13} {:>9} {:>12} {:>9} {:>9} {:>10} {:>7}",
+        "model", "vnpu ms", "onnxruntime", "OpenVINO", "MNN", "vnpu/best", "paired"
     );
     let mut notes = Vec::new();
     let mut log_sum = 0.0;
     let mut counted = 0;
+    let (mut paired_log, mut paired_n) = (0.0, 0);
     for (i, name) in names.iter().enumerate() {
         let ours_cell = match &models[i] {
             Ok(_) => format!("{:.2}", ours[i]),
@@ -385,8 +421,16 @@ fn bench_latency(
         } else {
             "n/a".to_string()
         };
+        let pair = match paired[i] {
+            Some(q) if models[i].is_ok() => {
+                paired_log += q.ln();
+                paired_n += 1;
+                format!("{q:.2}")
+            }
+            _ => "n/a".to_string(),
+        };
         println!(
-            "{name:<13} {ours_cell:>9} {:>12} {:>9} {:>9} {ratio:>10}",
+            "{name:<13} {ours_cell:>9} {:>12} {:>9} {:>9} {ratio:>10} {pair:>7}",
             cells[0], cells[1], cells[2]
         );
     }
@@ -395,6 +439,12 @@ fn bench_latency(
             "geomean vnpu/best peer over {counted} models: {:.2}",
             (log_sum / counted as f64).exp()
         );
+        if paired_n > 0 {
+            println!(
+                "geomean paired over {paired_n} models: {:.2} (`paired`: the median over the slices of vnpu's slice median / the best peer's median in the same turn)",
+                (paired_log / paired_n as f64).exp()
+            );
+        }
     } else {
         println!("peers skipped (smoke run under `cargo test`, or none installed): no ratios");
     }

@@ -9,6 +9,7 @@
 pub mod bf16;
 pub mod body;
 pub mod conv;
+pub mod copy;
 pub mod eltwise;
 pub mod gemm;
 pub mod image;

@@ -34,6 +34,7 @@ use super::errors::shape_err;
 use super::{FamilyKernel, Planned, Run};
 use crate::error::Result;
 use crate::ir::DType;
+use crate::kernels::copy::copy_run;
 use crate::kernels::gemm::{self, ASource, BSource, Epilogue, MR};
 
 /// Bytes of one block of scores (and again of its probabilities): both blocks with kt and
@@ -577,12 +578,14 @@ impl AttentionPlan {
     }
 }
 
-/// Copies the runs `(first, len)` of `src` one after another into `dst`.
+/// Copies the runs `(first, len)` of `src` one after another into `dst` (inline: the
+/// runs are tens of floats, SVTR's local windows ~21, where a `memcpy` call each cost
+/// more than the copy).
 fn gather_runs(src: &[f32], runs: &[(u32, u32)], dst: &mut [f32]) {
     let mut t = 0;
     for &(f, l) in runs {
         let (f, l) = (f as usize, l as usize);
-        dst[t..t + l].copy_from_slice(&src[f..f + l]);
+        copy_run(&mut dst[t..t + l], &src[f..f + l]);
         t += l;
     }
 }

@@ -28,6 +28,7 @@
 
 use crate::kernels::body::conv::ConvShape;
 use crate::kernels::body::epilogue::residual_slices;
+use crate::kernels::copy::copy_run;
 use crate::kernels::gemm::Epilogue;
 use crate::kernels::isa::{Isa, MR, NR};
 
@@ -1046,41 +1047,6 @@ fn panels_per_block(panel_len: usize) -> usize {
 /// Floats of the chunk buffer [`sweep_rows`] fills: the widest panel's rows x a chunk
 /// of the widest tiles.
 const CHUNK_FLOATS: usize = WIDE_ROWS * CHUNK_TILES * WIDE_WIDTH;
-
-/// `dst` from the start of `src`, inline in 16-float blocks (the runs are one output
-/// row of a chunk, tens of floats: a `memcpy` call per run cost more than the copy).
-#[inline(always)]
-fn copy_run(dst: &mut [f32], src: &[f32]) {
-    let src = &src[..dst.len()];
-    let mut d = dst.chunks_exact_mut(16);
-    let mut s = src.chunks_exact(16);
-    for (d, s) in (&mut d).zip(&mut s) {
-        copy_fixed::<16>(d, s);
-    }
-    // The tail in blocks of 8, 4, 2 and 1 (an element loop here became a call too).
-    let (mut d, mut s) = (d.into_remainder(), s.remainder());
-    for k in [8, 4, 2, 1] {
-        if d.len() >= k {
-            let (dh, dt) = d.split_at_mut(k);
-            let (sh, st) = s.split_at(k);
-            match k {
-                8 => copy_fixed::<8>(dh, sh),
-                4 => copy_fixed::<4>(dh, sh),
-                2 => copy_fixed::<2>(dh, sh),
-                _ => dh[0] = sh[0],
-            }
-            (d, s) = (dt, st);
-        }
-    }
-}
-
-/// `d = s`, both `N` floats, as one fixed-size move.
-#[inline(always)]
-fn copy_fixed<const N: usize>(d: &mut [f32], s: &[f32]) {
-    let s: &[f32; N] = s.try_into().expect("N floats");
-    let d: &mut [f32; N] = d.try_into().expect("N floats");
-    *d = *s;
-}
 
 /// A run of row tiles for [`sweep_rows`]: `(panel, f0, tiles, c, ldc)` computes
 /// `tiles` consecutive tiles from plane position `f0` into `c` at stride `ldc`.
