@@ -22,9 +22,9 @@
 //!
 //! Sparse masks ([`Sparse`]): a constant mask that leaves most keys of each block of
 //! query rows at -1e4 or -inf (SVTR's local mixer: 93 % of its 960x960 mask) lists per
-//! block the keys some row of the block may attend to. Such a block gathers those
-//! columns of kt and rows of v, packs them, and runs both GEMMs and the exponentials
-//! over them only. Skipping a key is exact when its exponential is 0, i.e. its score
+//! block the keys some row of the block may attend to (and its mask rows over them,
+//! gathered when planned). Such a block gathers those columns of kt and rows of v,
+//! packs them, and runs both GEMMs and the exponentials over them only. Skipping a key is exact when its exponential is 0, i.e. its score
 //! plus mask lies more than ~88 below the row's max: each row checks the bound
 //! `|q_i| max_j |k_j| + (largest skipped mask value) < max - 90` (Cauchy-Schwarz on the
 //! skipped scores) and a block where some row fails it (or has no listed key) runs dense.
@@ -77,11 +77,43 @@ struct Sparse {
     max_live: usize,
     /// Multiply-adds of all tiles run sparse (for the cost model).
     macs: usize,
+    /// Per block, its mask rows over its live keys (`rows x lens[key]`, row-major) from
+    /// `mask_starts[key]`: gathered once when planned, so that a block reads its mask
+    /// compact instead of gathering it out of whole mask rows for every batch (SVTR's
+    /// 960x960 local mask, 3.7 MB, is 0.5 MB so).
+    masks: Vec<f32>,
+    mask_starts: Vec<usize>,
 }
 
 impl Sparse {
     fn runs(&self, key: usize) -> &[(u32, u32)] {
         &self.runs[self.run_starts[key]..self.run_starts[key + 1]]
+    }
+
+    /// Block `key`'s mask rows over its live keys.
+    fn mask_block(&self, key: usize) -> &[f32] {
+        &self.masks[self.mask_starts[key]..self.mask_starts[key + 1]]
+    }
+
+    /// Fills [`Sparse::masks`] from the constant mask (`[masks x m, n]`) for blocks of
+    /// `rows` query rows.
+    fn gather_masks(&mut self, mask: &[f32], (m, n): (usize, usize), rows: usize) {
+        let blocks = self.lens.len() / (mask.len() / (m * n).max(1)).max(1);
+        let mut starts = vec![0];
+        let mut out = Vec::new();
+        for key in 0..self.lens.len() {
+            let (mb, blk) = (key / blocks.max(1), key % blocks.max(1));
+            let first = mb * m + blk * rows;
+            let last = (first + rows).min((mb + 1) * m);
+            for r in first..last {
+                let at = out.len();
+                out.resize(at + self.lens[key], 0.0);
+                gather_runs(&mask[r * n..(r + 1) * n], self.runs(key), &mut out[at..]);
+            }
+            starts.push(out.len());
+        }
+        self.masks = out;
+        self.mask_starts = starts;
     }
 }
 
@@ -154,6 +186,8 @@ fn sparse_for(
         dead_max,
         max_live,
         macs: 0,
+        masks: Vec::new(),
+        mask_starts: Vec::new(),
     };
     sp.macs = (0..batch)
         .flat_map(|b| (0..blocks).map(move |blk| (b, blk)))
@@ -232,7 +266,6 @@ impl AttentionPlan {
             self.packed_batches()
                 + gemm::packed_b_len(self.k, sp.max_live)
                 + gemm::packed_b_len(sp.max_live, self.d)
-                + sp.max_live
         });
         self.packed_batches() * self.packed_kv()
             + self.packed_a()
@@ -355,10 +388,11 @@ pub(crate) fn plan_attention(c: &Ctx<'_>) -> Result<Planned> {
                     )
                 })
                 .min_by_key(|(_, sp)| sp.macs);
-            if let Some((rows, sp)) =
+            if let Some((rows, mut sp)) =
                 best.filter(|(_, sp)| sp.macs as f64 <= SPARSE_GAIN * dense as f64)
             {
                 p.rows = rows;
+                sp.gather_masks(&mask, (m, n), rows);
                 p.sparse = Some(sp);
             }
         }
@@ -403,8 +437,7 @@ impl FamilyKernel for AttentionPlan {
         });
         let live_max = p.sparse.as_ref().map_or(0, |sp| sp.max_live);
         let (pkl, rest) = rest.split_at_mut(gemm::packed_b_len(k, live_max));
-        let (pvl, rest) = rest.split_at_mut(gemm::packed_b_len(live_max, d));
-        let mrow = &mut rest[..live_max];
+        let (pvl, _) = rest.split_at_mut(gemm::packed_b_len(live_max, d));
         // The batch whose kt and v each packing slot holds (none yet: usize::MAX).
         // Row-block-major: batch b in slot b (at most SHARED_PACK_MAX_BATCH slots).
         // Batch-major: every batch in slot 0, packed again when the batch changes.
@@ -428,15 +461,20 @@ impl FamilyKernel for AttentionPlan {
             let out = &mut y[i0 * d..(i0 + rows) * d];
             let sparse = p.sparse.as_ref().map(|sp| {
                 let key = p.key_of(b, blk);
-                (sp.lens[key], sp.runs(key), sp.dead_max[key])
+                (
+                    sp.lens[key],
+                    sp.runs(key),
+                    sp.dead_max[key],
+                    sp.mask_block(key),
+                )
             });
             let done = match sparse {
-                Some((nl, runs, dead)) if nl > 0 => p.sparse_block(
+                Some((nl, runs, dead, masks)) if nl > 0 => p.sparse_block(
                     r.isa,
                     &io,
                     (b, i0, rows),
                     (nl, runs, dead, kmax[slot]),
-                    (&mut *pkl, &mut *pvl, &mut *mrow),
+                    (&mut *pkl, &mut *pvl, masks),
                     &mut blk_scratch,
                     out,
                 ),
@@ -531,7 +569,7 @@ impl AttentionPlan {
         io: &Io<'_>,
         (b, i0, rows): (usize, usize, usize),
         (nl, runs, dead, kmax): (usize, &[(u32, u32)], f32, f32),
-        (pkl, pvl, mrow): (&mut [f32], &mut [f32], &mut [f32]),
+        (pkl, pvl, masks): (&mut [f32], &mut [f32], &[f32]),
         sc: &mut Block<'_>,
         out: &mut [f32],
     ) -> bool {
@@ -553,7 +591,6 @@ impl AttentionPlan {
         });
         let s = &mut sc.s[..rows * nl];
         product(isa, &io.q[i0 * k..], (rows, k, nl), pkl, sc.pa, s);
-        let mrow = &mut mrow[..nl];
         let probs = &mut sc.probs[..rows * nl];
         let mut inv = [0.0f32; MAX_ROWS];
         for (i, (row, o)) in s
@@ -561,7 +598,7 @@ impl AttentionPlan {
             .zip(probs.chunks_exact_mut(nl))
             .enumerate()
         {
-            gather_runs(self.mask_row(io, i0 + i), runs, mrow);
+            let mrow = &masks[i * nl..(i + 1) * nl];
             let top = max_sum(row, mrow);
             let qn = norm(&io.q[(i0 + i) * k..(i0 + i + 1) * k]);
             // Every skipped score is at most |q_i| |k_j| <= qn * kmax (NaN fails).
