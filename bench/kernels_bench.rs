@@ -14,8 +14,8 @@
 //! ratios.
 //!
 //! Run: `cargo bench --bench kernels_bench` (optionally `-- quick`, `-- rnn` for the
-//! LSTM part alone, or `-- conv` for the per-class conv table; `--reps N` sets the timed
-//! runs per entry).
+//! LSTM part alone, `-- conv` for the per-class conv table, `-- inplace` for the 1x1
+//! convs with A in place; `--reps N` sets the timed runs per entry).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -137,6 +137,70 @@ fn bench_gemm(reps: usize) {
                 format!("{isa:?}"),
                 gf(t),
                 gf(t2)
+            );
+        }
+    }
+}
+
+/// Channels-last 1x1 convs as the fused MobileNetV2 blocks run them: A (the pixels'
+/// channels) read in place, B packed, bias + ReLU6 in the epilogue (`-- inplace`):
+/// best thread CPU time of `reps` runs, GFLOP/s, for each table.
+fn bench_gemm_in_place(reps: usize) {
+    println!("GEMM, A in place, bias + ReLU6 (MobileNetV2's projections and expansions)");
+    println!(
+        "{:>6} {:>6} {:>6} {:>10} {:>9} {:>8}",
+        "M", "N", "K", "isa", "us", "GFLOP/s"
+    );
+    let post = [PostOpRt::Unary(UnaryOp::Clip { min: 0.0, max: 6.0 })];
+    for &(m, n, k) in &[
+        // A band of the fused blocks' rows (8 rows of 112 pixels, 12 of 56), so that A
+        // and C stay in L2 as they do there.
+        (896, 16, 32),
+        (672, 24, 96),
+        (672, 24, 144),
+        (784, 32, 144),
+        (896, 96, 16),
+        (672, 144, 24),
+        (784, 192, 32),
+        // The K=16 expansion's shape at larger depths: the cost a tile that does not
+        // grow with K shows as the gap.
+        (896, 96, 64),
+        (896, 96, 256),
+    ] {
+        let a = rand(m * k, 1);
+        let b = rand(k * n, 2);
+        let bias = rand(n, 3);
+        let mut pb = vec![0.0; gemm::packed_b_len(k, n)];
+        gemm::pack_b(&b, n, 1, k, n, 1.0, &mut pb, &mut vec![0.0; n]);
+        let mut c = vec![0.0; m * n];
+        let epi = gemm::Epilogue {
+            bias: Some(&bias),
+            channel_is_row: false,
+            post: &post,
+            ..gemm::Epilogue::NONE
+        };
+        for isa in isa::available_isas() {
+            let t = best_cpu(reps, || {
+                gemm::gemm_with(
+                    isa,
+                    m,
+                    n,
+                    k,
+                    gemm::ASource::InPlace { a: &a, lda: k },
+                    gemm::BSource::Packed(&pb),
+                    &mut [],
+                    &mut c,
+                    n,
+                    (0, m),
+                    (0, n),
+                    &epi,
+                )
+            });
+            println!(
+                "{m:>6} {n:>6} {k:>6} {:>10} {:>9.1} {:>8.1}",
+                format!("{isa:?}"),
+                t * 1e6,
+                2.0 * (m * n * k) as f64 / t / 1e9
             );
         }
     }
@@ -1018,6 +1082,10 @@ fn main() {
     println!("kernel table: {}", vnpu::kernels::table().name);
     if std::env::args().any(|a| a == "conv") {
         bench_conv_classes(reps);
+        return;
+    }
+    if std::env::args().any(|a| a == "inplace") {
+        bench_gemm_in_place(reps * 3);
         return;
     }
     if std::env::args().any(|a| a == "rnn") {
