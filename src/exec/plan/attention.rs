@@ -551,7 +551,7 @@ impl AttentionPlan {
         // the product with v (d floats a row instead of n).
         let mut inv = [0.0f32; MAX_ROWS];
         for (i, (row, o)) in rows_io.enumerate() {
-            let sum = exp_row(row, self.mask_row(io, i0 + i), o);
+            let (_, sum) = exp_row(row, self.mask_row(io, i0 + i), o);
             // No keys: the product is 0 and stays 0.
             inv[i] = if n == 0 { 1.0 } else { 1.0 / sum };
         }
@@ -598,16 +598,20 @@ impl AttentionPlan {
             .zip(probs.chunks_exact_mut(nl))
             .enumerate()
         {
-            let mrow = &masks[i * nl..(i + 1) * nl];
-            let top = max_sum(row, mrow);
+            // The exponentials first: their pass finds the row's max (NaN ignored; a
+            // NaN or infinite sum anywhere makes the sum NaN or infinite).
+            let (top, sum) = exp_row(row, &masks[i * nl..(i + 1) * nl], o);
             let qn = norm(&io.q[(i0 + i) * k..(i0 + i + 1) * k]);
             // Every skipped score is at most |q_i| |k_j| <= qn * kmax (NaN fails).
             let bound = qn * kmax * (1.0 + BOUND_SLACK) + dead;
-            // Not below (a NaN anywhere compares false): run the block dense.
-            if bound.partial_cmp(&(top - SKIP_MARGIN)) != Some(std::cmp::Ordering::Less) {
+            // Not below, or a sum that is not finite (a NaN or infinity among the live
+            // scores): run the block dense.
+            if bound.partial_cmp(&(top - SKIP_MARGIN)) != Some(std::cmp::Ordering::Less)
+                || !sum.is_finite()
+            {
                 return false;
             }
-            inv[i] = 1.0 / exp_row(row, mrow, o);
+            inv[i] = 1.0 / sum;
         }
         product(isa, probs, (rows, nl, d), pvl, sc.pa, out);
         scale_rows(out, d, &inv[..rows]);
@@ -629,31 +633,6 @@ fn gather_runs(src: &[f32], runs: &[(u32, u32)], dst: &mut [f32]) {
 
 /// Lanes of the reductions below (independent partial results the compiler vectorises).
 const LANES: usize = 8;
-
-/// `max_j (x_j + a_j)`; NaN when a sum is NaN (then the bound check fails).
-fn max_sum(x: &[f32], a: &[f32]) -> f32 {
-    let mut acc = [f32::NEG_INFINITY; LANES];
-    let (xc, ac) = (x.chunks_exact(LANES), a.chunks_exact(LANES));
-    let (xr, ar) = (xc.remainder(), ac.remainder());
-    let mut nan = false;
-    for (u, v) in xc.zip(ac) {
-        for l in 0..LANES {
-            let s = u[l] + v[l];
-            nan |= s.is_nan();
-            acc[l] = if s > acc[l] { s } else { acc[l] };
-        }
-    }
-    for (&u, &v) in xr.iter().zip(ar) {
-        let s = u + v;
-        nan |= s.is_nan();
-        acc[0] = if s > acc[0] { s } else { acc[0] };
-    }
-    if nan {
-        f32::NAN
-    } else {
-        acc.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v))
-    }
-}
 
 /// The Euclidean norm of `x` (NaN propagates).
 fn norm(x: &[f32]) -> f32 {

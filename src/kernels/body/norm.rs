@@ -73,13 +73,13 @@ fn row_stats(x: &[f32]) -> (f64, f64) {
 }
 
 /// Softmax's exponentials of the row `x + add` into `y` (as for [`softmax_row`]); returns
-/// their sum.
+/// the row's max and their sum.
 #[inline(always)]
-pub fn exp_row(x: &[f32], add: &[f32], y: &mut [f32]) -> f32 {
-    exp_row_max(x, add, y).1
+pub fn exp_row(x: &[f32], add: &[f32], y: &mut [f32]) -> (f32, f32) {
+    exp_row_max(x, add, y)
 }
 
-/// [`exp_row`], returning the row's max too.
+/// [`exp_row`]'s body, which [`softmax_row`] shares.
 #[inline(always)]
 fn exp_row_max(x: &[f32], add: &[f32], y: &mut [f32]) -> (f32, f32) {
     let n = x.len();

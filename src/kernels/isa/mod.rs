@@ -810,9 +810,10 @@ pub struct KernelTable {
     /// row, added in f32 first).
     pub softmax_row: fn(x: &[f32], add: &[f32], y: &mut [f32], log: bool),
     /// Softmax's first two passes over the row `x + add` (`add` as for `softmax_row`):
-    /// `y[i] = e^(x[i] + add[i] - max)`; returns their sum, which `softmax_row` would
-    /// divide by (`y * (1 / sum)` are its bits).
-    pub exp_row: fn(x: &[f32], add: &[f32], y: &mut [f32]) -> f32,
+    /// `y[i] = e^(x[i] + add[i] - max)`; returns `(max, sum)`: the max (NaN ignored,
+    /// `-inf` for an empty row) and the sum, which `softmax_row` would divide by
+    /// (`y * (1 / sum)` are its bits).
+    pub exp_row: fn(x: &[f32], add: &[f32], y: &mut [f32]) -> (f32, f32),
     /// LayerNorm of the contiguous row `x` into `y[..x.len()]` with per-element `scale`
     /// and `bias` (empty for 0).
     pub layer_norm_row: fn(x: &[f32], y: &mut [f32], scale: &[f32], bias: &[f32], eps: f32),

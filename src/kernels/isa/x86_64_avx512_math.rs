@@ -541,12 +541,12 @@ pub(super) fn softmax_row(x: &[f32], add: &[f32], y: &mut [f32], log: bool) {
 }
 
 /// The table's `exp_row` entry: softmax's max and exponential passes.
-pub(super) fn exp_row(x: &[f32], add: &[f32], y: &mut [f32]) -> f32 {
+pub(super) fn exp_row(x: &[f32], add: &[f32], y: &mut [f32]) -> (f32, f32) {
     let y = &mut y[..x.len()];
     let add = super::softmax_add_row(add, x.len());
     // SAFETY: reachable only through the AVX-512 table (features detected); y and add
     // are as long as x.
-    unsafe { exp_pass512(x, add, y).1 }
+    unsafe { exp_pass512(x, add, y) }
 }
 
 /// Lanes `m` of `x + add` at `j` (0 elsewhere).

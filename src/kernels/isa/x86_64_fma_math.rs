@@ -742,12 +742,12 @@ pub(super) fn softmax_row(x: &[f32], add: &[f32], y: &mut [f32], log: bool) {
 }
 
 /// The table's `exp_row` entry: softmax's max and exponential passes.
-pub(super) fn exp_row(x: &[f32], add: &[f32], y: &mut [f32]) -> f32 {
+pub(super) fn exp_row(x: &[f32], add: &[f32], y: &mut [f32]) -> (f32, f32) {
     let y = &mut y[..x.len()];
     let add = super::softmax_add_row(add, x.len());
     // SAFETY: reachable only through the AVX2+FMA table (features detected); y and add
     // are as long as x.
-    unsafe { exp_pass8(x, add, y).1 }
+    unsafe { exp_pass8(x, add, y) }
 }
 
 /// `x + add` for the `min(n, L)` floats at `j` (the other lanes `-inf`).
