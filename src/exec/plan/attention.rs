@@ -24,10 +24,12 @@
 //! query rows at -1e4 or -inf (SVTR's local mixer: 93 % of its 960x960 mask) lists per
 //! block the keys some row of the block may attend to (and its mask rows over them,
 //! gathered when planned). Such a block gathers those columns of kt and rows of v,
-//! packs them, and runs both GEMMs and the exponentials over them only. Skipping a key is exact when its exponential is 0, i.e. its score
-//! plus mask lies more than ~88 below the row's max: each row checks the bound
+//! packs them, and runs both GEMMs and the exponentials over them only. Skipping a key
+//! is exact when its exponential is 0, i.e. its score plus mask lies more than ~88
+//! below the row's max (found by the exponential pass): each row checks the bound
 //! `|q_i| max_j |k_j| + (largest skipped mask value) < max - 90` (Cauchy-Schwarz on the
-//! skipped scores) and a block where some row fails it (or has no listed key) runs dense.
+//! skipped scores) and a block where some row fails it (or has no listed key, or a sum
+//! of exponentials that is not finite: a NaN score) runs dense.
 
 use super::ctx::Ctx;
 use super::errors::shape_err;
@@ -959,6 +961,46 @@ mod tests {
                     same_bits(&run_tiles(&plan, &inputs, count), &after[0]),
                     "{m}x{n}: {count} tiles"
                 );
+            }
+        }
+    }
+
+    /// A NaN score in a sparse plan, from the query (the row's bound is NaN) or from a
+    /// live mask entry (the row's sum of exponentials is NaN; both send the block
+    /// dense): that row is NaN as in the unfused ops, every other row within 1e-5 of
+    /// them.
+    #[test]
+    fn sparse_block_with_a_nan_score_runs_dense() {
+        let (m, k, n, d) = (240, 16, 240, 16);
+        let bad = 100;
+        for nan_in_mask in [false, true] {
+            let mut mask = window_mask(m, n, 8, -1e4, 0..0);
+            if nan_in_mask {
+                // Inside the row's window: a live key.
+                mask[bad * n + bad * n / m] = f32::NAN;
+            }
+            let (mut g, mut inputs) = windowed(1, (m, k, n, d), mask, 1.0);
+            if !nan_in_mask {
+                inputs[0][bad * k + 3] = f32::NAN;
+            }
+            let before = run_graph(&g, &inputs);
+            fuse_softmax_mask(&mut g);
+            assert_eq!(fuse_attention(&mut g), 1);
+            assert!(
+                planned_macs(&g) * 2 < m * n * (k + d),
+                "sparse plan expected"
+            );
+            let after = run_graph(&g, &inputs);
+            for (i, (x, y)) in after[0].iter().zip(&before[0]).enumerate() {
+                if i / d == bad {
+                    assert!(
+                        x.is_nan() && y.is_nan(),
+                        "{nan_in_mask}: {i}: {x} against {y}"
+                    );
+                } else {
+                    let close = (x - y).abs() <= 1e-5 * (1.0 + y.abs());
+                    assert!(close, "{nan_in_mask}: {i}: {x} against {y}");
+                }
             }
         }
     }
