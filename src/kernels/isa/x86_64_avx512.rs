@@ -906,6 +906,52 @@ impl Lean {
     }
 }
 
+/// Stores `Q` tiles' accumulators as [`store_row`] does (the same operations in the
+/// same order); straight where the epilogue is a column bias and a clamp (a conv's ReLU
+/// or ReLU6) with no residual and no accumulation, decided once per call rather than
+/// row by row (those checks, and the accumulators spilled around them, were ~5 % of a
+/// depth-16 walk: `kernels_bench -- inplace` 894x64x16 14.0 -> 13.1 us).
+///
+/// # Safety
+/// As [`store_row`] for every row of every tile.
+#[inline(always)]
+unsafe fn store_tiles<const Q: usize>(
+    t: &[[__m512; MR]; Q],
+    c: [*mut f32; Q],
+    ldc: usize,
+    acc: bool,
+    e: Option<[Lean; Q]>,
+) {
+    if let (false, Some(es)) = (acc, e) {
+        let simple = es
+            .iter()
+            .all(|l| !l.col_bias.is_null() && l.residual.is_null() && l.clamp == es[0].clamp);
+        if simple {
+            if let Some((lo, hi)) = es[0].clamp {
+                // SAFETY: AVX-512F available; the caller's rows and biases.
+                unsafe {
+                    let (lo, hi) = (_mm512_set1_ps(lo), _mm512_set1_ps(hi));
+                    for (q, (tq, l)) in t.iter().zip(&es).enumerate() {
+                        let b = _mm512_loadu_ps(l.col_bias);
+                        for (r, &tr) in tq.iter().enumerate() {
+                            let v = _mm512_add_ps(tr, b);
+                            let v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+                            _mm512_storeu_ps(c[q].add(r * ldc), v);
+                        }
+                    }
+                }
+                return;
+            }
+        }
+    }
+    for (q, tq) in t.iter().enumerate() {
+        for (r, tr) in tq.iter().enumerate() {
+            // SAFETY: row r of tile q's C (and residual) holds 16 floats (caller).
+            unsafe { store_row(*tr, c[q], ldc, r, acc, e.map(|e| e[q])) }
+        }
+    }
+}
+
 /// Stores row `r` of a tile at `c` (stride `ldc`): `v` (plus the row's old value when
 /// `acc`), then `e`'s bias, residual and clamp.
 ///
@@ -1072,11 +1118,10 @@ unsafe fn tile_6x16_row<const Q: usize>(
             }
         }
     }
-    for (q, tq) in t.iter().enumerate() {
-        for (r, tr) in tq.iter().enumerate() {
-            // SAFETY: row r of tile q (at c + q*NR) and of its residual hold 16 floats.
-            unsafe { store_row(*tr, c.add(q * NR), ldc, r, acc, e.map(|e| e[q])) }
-        }
+    // SAFETY: tile q (at c + q*NR) and its residual hold 6 rows of 16 floats (caller).
+    unsafe {
+        let cs = std::array::from_fn(|q| c.add(q * NR));
+        store_tiles(&t, cs, ldc, acc, e)
     }
 }
 
