@@ -610,6 +610,7 @@ fn mm_tiles(
     // loops are compiled); `ahead`'s lines in equal shares to the rows after the first
     // (which reads the B panels from memory), all of them where the walk has one row.
     let rows = walk.rows();
+    let store = Store::of(acc, e);
     let ahead = Ahead::of(ahead);
     let per = ahead.lines.div_ceil(rows.max(2) - 1);
     for p in 0..rows {
@@ -619,22 +620,86 @@ fn mm_tiles(
             (_, 0) => Ahead::NONE,
             _ => ahead.part((p - 1) * per, per),
         };
-        // SAFETY: the features were detected (see `table`); `WalkSteps::checked` bounds
-        // every tile of every row of the walk (A panels or rows, the B panels, C and the
-        // residual rows, the biases).
-        unsafe {
-            tiles_walk(
-                kc,
-                (ap.add(p * st.a_row), lda),
-                b.as_ptr(),
-                row_ahead,
-                c.as_mut_ptr().add(p * MR * ldc),
-                ldc,
-                acc,
-                if p == 0 { e } else { row_e.as_ref() },
-                (st, walk),
-                count,
-            )
+        let row_e = if p == 0 { e } else { row_e.as_ref() };
+        let (a_p, c_p) = (
+            ap.wrapping_add(p * st.a_row),
+            c.as_mut_ptr().wrapping_add(p * MR * ldc),
+        );
+        macro_rules! walk {
+            ($s:expr) => {
+                // SAFETY: the features were detected (see `table`); `WalkSteps::checked`
+                // bounds every tile of every row of the walk (A panels or rows, the B
+                // panels, C and the residual rows, the biases); `store` is the walk's own.
+                unsafe {
+                    tiles_walk::<{ $s }>(
+                        kc,
+                        (a_p, lda),
+                        b.as_ptr(),
+                        row_ahead,
+                        c_p,
+                        ldc,
+                        acc,
+                        row_e,
+                        (st, walk),
+                        count,
+                    )
+                }
+            };
+        }
+        match store {
+            Store::Plain => walk!(Store::PLAIN),
+            Store::Bias => walk!(Store::BIAS),
+            Store::BiasClamp => walk!(Store::BIAS_CLAMP),
+            Store::BiasResidual => walk!(Store::BIAS_RESIDUAL),
+            Store::BiasResidualClamp => walk!(Store::BIAS_RESIDUAL_CLAMP),
+            Store::Rows => walk!(Store::ROWS),
+        }
+    }
+}
+
+/// How a walk's tiles store their sums, decided once per walk ([`Store::of`]) and
+/// compiled into the tiles as a constant (`S` of [`tiles_walk`] and
+/// [`tile_6x16_row`]): straight, with the walk's column bias, residual and clamp, or
+/// row by row through [`store_row`] (accumulation, a row bias). Checked row by row in
+/// one body, the general store kept the 24 accumulators spilled to the stack after
+/// every call's loop (`perf annotate`, a depth-16 walk).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Store {
+    /// No epilogue, no accumulation.
+    Plain,
+    /// The column bias.
+    Bias,
+    /// The column bias and a clamp.
+    BiasClamp,
+    /// The column bias and the residual.
+    BiasResidual,
+    /// The column bias, the residual and a clamp.
+    BiasResidualClamp,
+    /// [`store_row`] for each row.
+    Rows,
+}
+
+impl Store {
+    const PLAIN: u8 = 0;
+    const BIAS: u8 = 1;
+    const BIAS_CLAMP: u8 = 2;
+    const BIAS_RESIDUAL: u8 = 3;
+    const BIAS_RESIDUAL_CLAMP: u8 = 4;
+    const ROWS: u8 = 5;
+
+    /// The store of a walk that accumulates (`acc`) or not, with epilogue `e`.
+    fn of(acc: bool, e: Option<&WalkEpi<'_>>) -> Store {
+        match (acc, e) {
+            (false, None) => Store::Plain,
+            (false, Some(e)) if e.col_bias.is_some() => {
+                match (e.residual.is_some(), e.clamp.is_some()) {
+                    (false, false) => Store::Bias,
+                    (false, true) => Store::BiasClamp,
+                    (true, false) => Store::BiasResidual,
+                    (true, true) => Store::BiasResidualClamp,
+                }
+            }
+            _ => Store::Rows,
         }
     }
 }
@@ -646,7 +711,7 @@ fn mm_tiles(
 /// AVX-512F available; every tile `t < count` of the walk `st` within its operands.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn tiles_walk(
+unsafe fn tiles_walk<const S: u8>(
     kc: usize,
     (a, lda): (*const f32, Option<usize>),
     b: *const f32,
@@ -691,7 +756,7 @@ unsafe fn tiles_walk(
                 c.wrapping_add(MR * ldc)
             };
             prefetch_tile_lines(next, ldc);
-            tile_6x16_row::<4>(kc, a_of(a0), bs, c0, ldc, acc, es, ahead_of(t))
+            tile_6x16_row::<4, S>(kc, a_of(a0), bs, c0, ldc, acc, es, ahead_of(t))
         }
         t += 4;
     }
@@ -715,7 +780,7 @@ unsafe fn tiles_walk(
                 }
                 TileWalk::Right { .. } => {
                     let bs = [b0, b0.add(st.b)];
-                    tile_6x16_row(kc, a_of(a0), bs, c0, ldc, acc, es, ahead_of(t))
+                    tile_6x16_row::<2, S>(kc, a_of(a0), bs, c0, ldc, acc, es, ahead_of(t))
                 }
             }
         }
@@ -872,6 +937,14 @@ struct Lean {
 }
 
 impl Lean {
+    /// No operands.
+    const NONE: Lean = Lean {
+        col_bias: std::ptr::null(),
+        row_bias: std::ptr::null(),
+        residual: std::ptr::null(),
+        clamp: None,
+    };
+
     /// `e`'s operands (its row biases where `e` lives).
     fn of(e: &TileEpi<'_>) -> Lean {
         Lean {
@@ -907,47 +980,54 @@ impl Lean {
 }
 
 /// Stores `Q` tiles' accumulators as [`store_row`] does (the same operations in the
-/// same order); straight where the epilogue is a column bias and a clamp (a conv's ReLU
-/// or ReLU6) with no residual and no accumulation, decided once per call rather than
-/// row by row (those checks, and the accumulators spilled around them, were ~5 % of a
-/// depth-16 walk: `kernels_bench -- inplace` 894x64x16 14.0 -> 13.1 us).
+/// same order): straight with the store `S` of the walk ([`Store`]: its column bias,
+/// residual and clamp, the same for every tile), row by row through [`store_row`] for
+/// [`Store::ROWS`].
 ///
 /// # Safety
-/// As [`store_row`] for every row of every tile.
+/// As [`store_row`] for every row of every tile; `e` present with a column bias (and a
+/// residual, a clamp) where `S` says so.
 #[inline(always)]
-unsafe fn store_tiles<const Q: usize>(
+unsafe fn store_tiles<const Q: usize, const S: u8>(
     t: &[[__m512; MR]; Q],
     c: [*mut f32; Q],
     ldc: usize,
     acc: bool,
     e: Option<[Lean; Q]>,
 ) {
-    if let (false, Some(es)) = (acc, e) {
-        let simple = es
-            .iter()
-            .all(|l| !l.col_bias.is_null() && l.residual.is_null() && l.clamp == es[0].clamp);
-        if simple {
-            if let Some((lo, hi)) = es[0].clamp {
-                // SAFETY: AVX-512F available; the caller's rows and biases.
-                unsafe {
-                    let (lo, hi) = (_mm512_set1_ps(lo), _mm512_set1_ps(hi));
-                    for (q, (tq, l)) in t.iter().zip(&es).enumerate() {
-                        let b = _mm512_loadu_ps(l.col_bias);
-                        for (r, &tr) in tq.iter().enumerate() {
-                            let v = _mm512_add_ps(tr, b);
-                            let v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
-                            _mm512_storeu_ps(c[q].add(r * ldc), v);
-                        }
-                    }
-                }
-                return;
+    if S == Store::ROWS {
+        for (q, tq) in t.iter().enumerate() {
+            for (r, tr) in tq.iter().enumerate() {
+                // SAFETY: row r of tile q's C (and residual) holds 16 floats (caller).
+                unsafe { store_row(*tr, c[q], ldc, r, acc, e.map(|e| e[q])) }
             }
         }
+        return;
     }
-    for (q, tq) in t.iter().enumerate() {
-        for (r, tr) in tq.iter().enumerate() {
-            // SAFETY: row r of tile q's C (and residual) holds 16 floats (caller).
-            unsafe { store_row(*tr, c[q], ldc, r, acc, e.map(|e| e[q])) }
+    let bias = S != Store::PLAIN;
+    let residual = S == Store::BIAS_RESIDUAL || S == Store::BIAS_RESIDUAL_CLAMP;
+    let clamp = S == Store::BIAS_CLAMP || S == Store::BIAS_RESIDUAL_CLAMP;
+    let es = e.unwrap_or([Lean::NONE; Q]);
+    let (lo, hi) = es[0].clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
+    // SAFETY: AVX-512F available; the caller's rows, biases and residual rows.
+    unsafe {
+        let (lo, hi) = (_mm512_set1_ps(lo), _mm512_set1_ps(hi));
+        for (q, (tq, l)) in t.iter().zip(&es).enumerate() {
+            let b = if bias {
+                _mm512_loadu_ps(l.col_bias)
+            } else {
+                _mm512_setzero_ps()
+            };
+            for (r, &tr) in tq.iter().enumerate() {
+                let mut v = if bias { _mm512_add_ps(tr, b) } else { tr };
+                if residual {
+                    v = _mm512_add_ps(v, _mm512_loadu_ps(l.residual.add(r * ldc)));
+                }
+                if clamp {
+                    v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+                }
+                _mm512_storeu_ps(c[q].add(r * ldc), v);
+            }
         }
     }
 }
@@ -1011,7 +1091,7 @@ fn mm_tile_pair(
     // offset the pair touches (a: kc*MR, each B panel kc*NR, C and each residual: MR rows
     // of NR at ldc from the tile's origin, the second tile at c + NR).
     unsafe {
-        tile_6x16_row(
+        tile_6x16_row::<2, { Store::ROWS }>(
             kc,
             |p, r| a.wrapping_add(p * MR + r),
             [b0, b1],
@@ -1069,7 +1149,7 @@ impl Ahead {
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn tile_6x16_row<const Q: usize>(
+unsafe fn tile_6x16_row<const Q: usize, const S: u8>(
     kc: usize,
     a_at: impl Fn(usize, usize) -> *const f32,
     b: [*const f32; Q],
@@ -1121,7 +1201,7 @@ unsafe fn tile_6x16_row<const Q: usize>(
     // SAFETY: tile q (at c + q*NR) and its residual hold 6 rows of 16 floats (caller).
     unsafe {
         let cs = std::array::from_fn(|q| c.add(q * NR));
-        store_tiles(&t, cs, ldc, acc, e)
+        store_tiles::<Q, S>(&t, cs, ldc, acc, e)
     }
 }
 
