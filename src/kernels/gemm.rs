@@ -333,21 +333,7 @@ const GROUP_STRIPS: usize = 4;
 /// its 12 strips instead of one per panel and group of four); 128 KiB gained nothing.
 fn b_in_l1_floats() -> usize {
     static FLOATS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *FLOATS.get_or_init(|| l1_data_bytes() * 2 / 3 / std::mem::size_of::<f32>())
-}
-
-/// Bytes of this CPU's L1 data cache as the C library reports it (32 KiB where it does
-/// not, or reports something implausible).
-fn l1_data_bytes() -> usize {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        // SAFETY: sysconf only reads a configuration value.
-        let v = unsafe { libc::sysconf(libc::_SC_LEVEL1_DCACHE_SIZE) };
-        if (16 << 10..=1 << 20).contains(&v) {
-            return v as usize;
-        }
-    }
-    32 << 10
+    *FLOATS.get_or_init(|| super::cache::l1_data_bytes() * 2 / 3 / std::mem::size_of::<f32>())
 }
 
 /// Rows of C up to which a [`BSource::Rows`] operand is read in place by the row-table

@@ -8,6 +8,7 @@
 
 pub mod bf16;
 pub mod body;
+pub mod cache;
 pub mod conv;
 pub mod copy;
 pub mod eltwise;
