@@ -45,18 +45,21 @@ pub fn dense_nhwc_applies(s: &ConvShape) -> bool {
 /// table. Strided planar convs split every input row into stride phases before their
 /// tiles run; here the tiles read each kernel row's run in place. (Stride-1 convs stay
 /// planar: the few-channel ones, e.g. YOLOX's 12->24 stem, ran slower so, 1.42 -> 2.0 ms.)
-/// Weights past half the L2 stay planar too: every output row's tiles read all of them,
-/// so they would stream from L3 once per row where the im2col GEMM reads them once
-/// (Xeon, 2 MiB L2, `kernels_bench -- plan`: ResNet's 3x3/2 256->512 at 14x14, 4.7 MB,
-/// 1231-1380 -> 882-943 us; 128->256 at 28 and at 14, 1.2 MB, 926-989 -> 880-930 and
-/// 283-303 -> 230-246; the 64->128 convs' 0.3 MB stay banded: 184 against 230 at 28).
+/// Weights past the L2 stay planar too: every output row's tiles read all of them, so
+/// they would stream from L3 or memory once per row where the direct or im2col conv
+/// reads them once (Xeon, 2 MiB L2, `kernels_bench -- plan`: ResNet's 3x3/2 256->512 at
+/// 14x14, 4.7 MB, 1231-1380 -> 882-943 us warm and 1818-1833 -> 1322-1337 with its
+/// operands from memory; at 1.2 MB the two ran even from memory, 1111-1138 against
+/// 1120-1142 us for 128->256 at 28, and banded tiles cost nothing in an FC split where
+/// the direct conv's channel tiles each pack the input: ResNet-18's split +2.0 % with
+/// those convs direct).
 pub fn planar_nhwc_wins(s: &ConvShape) -> bool {
     let t = crate::kernels::isa::table();
     let weights = s.k() * s.c_out * std::mem::size_of::<f32>();
     t.isa != Isa::Portable
         && dense_nhwc_applies(s)
         && s.sh * s.sw >= 2
-        && weights <= crate::kernels::cache::l2_bytes() / 2
+        && weights <= crate::kernels::cache::l2_bytes()
 }
 
 /// Columns of a padded input row: the left pad, then as far as the last output pixel's
