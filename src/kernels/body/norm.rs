@@ -72,16 +72,10 @@ fn row_stats(x: &[f32]) -> (f64, f64) {
     (mean, (tail + acc.iter().sum::<f64>()) / x.len() as f64)
 }
 
-/// Softmax's exponentials of the row `x + add` into `y` (as for [`softmax_row`]); returns
-/// the row's max and their sum.
+/// Softmax's exponentials of the row `x + add` into `y` (as for [`softmax_row`], which
+/// shares this body); returns the row's max and their sum.
 #[inline(always)]
 pub fn exp_row(x: &[f32], add: &[f32], y: &mut [f32]) -> (f32, f32) {
-    exp_row_max(x, add, y)
-}
-
-/// [`exp_row`]'s body, which [`softmax_row`] shares.
-#[inline(always)]
-fn exp_row_max(x: &[f32], add: &[f32], y: &mut [f32]) -> (f32, f32) {
     let n = x.len();
     let y = &mut y[..n];
     let m = if add.is_empty() {
@@ -109,7 +103,7 @@ fn exp_row_max(x: &[f32], add: &[f32], y: &mut [f32]) -> (f32, f32) {
 pub fn softmax_row(x: &[f32], add: &[f32], y: &mut [f32], log: bool) {
     let n = x.len();
     let y = &mut y[..n];
-    let (m, sum) = exp_row_max(x, add, y);
+    let (m, sum) = exp_row(x, add, y);
     if log {
         let sh = m + sum.ln();
         if add.is_empty() {

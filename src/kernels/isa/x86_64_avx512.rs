@@ -647,23 +647,24 @@ fn mm_tiles(
             };
         }
         match store {
-            Store::Plain => walk!(Store::PLAIN),
-            Store::Bias => walk!(Store::BIAS),
-            Store::BiasClamp => walk!(Store::BIAS_CLAMP),
-            Store::BiasResidual => walk!(Store::BIAS_RESIDUAL),
-            Store::BiasResidualClamp => walk!(Store::BIAS_RESIDUAL_CLAMP),
-            Store::Rows => walk!(Store::ROWS),
+            Store::Plain => walk!(Store::Plain as u8),
+            Store::Bias => walk!(Store::Bias as u8),
+            Store::BiasClamp => walk!(Store::BiasClamp as u8),
+            Store::BiasResidual => walk!(Store::BiasResidual as u8),
+            Store::BiasResidualClamp => walk!(Store::BiasResidualClamp as u8),
+            Store::Rows => walk!(Store::Rows as u8),
         }
     }
 }
 
 /// How a walk's tiles store their sums, decided once per walk ([`Store::of`]) and
-/// compiled into the tiles as a constant (`S` of [`tiles_walk`] and
-/// [`tile_6x16_row`]): straight, with the walk's column bias, residual and clamp, or
+/// compiled into the tiles as a constant (`Store::X as u8`, the `S` of [`tiles_walk`]
+/// and [`tile_6x16_row`]: const generics take no enums): straight, with the walk's column bias, residual and clamp, or
 /// row by row through [`store_row`] (accumulation, a row bias). Checked row by row in
 /// one body, the general store kept the 24 accumulators spilled to the stack after
 /// every call's loop (`perf annotate`, a depth-16 walk).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(u8)]
 enum Store {
     /// No epilogue, no accumulation.
     Plain,
@@ -680,13 +681,6 @@ enum Store {
 }
 
 impl Store {
-    const PLAIN: u8 = 0;
-    const BIAS: u8 = 1;
-    const BIAS_CLAMP: u8 = 2;
-    const BIAS_RESIDUAL: u8 = 3;
-    const BIAS_RESIDUAL_CLAMP: u8 = 4;
-    const ROWS: u8 = 5;
-
     /// The store of a walk that accumulates (`acc`) or not, with epilogue `e`.
     fn of(acc: bool, e: Option<&WalkEpi<'_>>) -> Store {
         match (acc, e) {
@@ -982,7 +976,7 @@ impl Lean {
 /// Stores `Q` tiles' accumulators as [`store_row`] does (the same operations in the
 /// same order): straight with the store `S` of the walk ([`Store`]: its column bias,
 /// residual and clamp, the same for every tile), row by row through [`store_row`] for
-/// [`Store::ROWS`].
+/// [`Store::Rows`].
 ///
 /// # Safety
 /// As [`store_row`] for every row of every tile; `e` present with a column bias (and a
@@ -995,7 +989,7 @@ unsafe fn store_tiles<const Q: usize, const S: u8>(
     acc: bool,
     e: Option<[Lean; Q]>,
 ) {
-    if S == Store::ROWS {
+    if S == Store::Rows as u8 {
         for (q, tq) in t.iter().enumerate() {
             for (r, tr) in tq.iter().enumerate() {
                 // SAFETY: row r of tile q's C (and residual) holds 16 floats (caller).
@@ -1004,9 +998,9 @@ unsafe fn store_tiles<const Q: usize, const S: u8>(
         }
         return;
     }
-    let bias = S != Store::PLAIN;
-    let residual = S == Store::BIAS_RESIDUAL || S == Store::BIAS_RESIDUAL_CLAMP;
-    let clamp = S == Store::BIAS_CLAMP || S == Store::BIAS_RESIDUAL_CLAMP;
+    let bias = S != Store::Plain as u8;
+    let residual = S == Store::BiasResidual as u8 || S == Store::BiasResidualClamp as u8;
+    let clamp = S == Store::BiasClamp as u8 || S == Store::BiasResidualClamp as u8;
     let es = e.unwrap_or([Lean::NONE; Q]);
     let (lo, hi) = es[0].clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
     // SAFETY: AVX-512F available; the caller's rows, biases and residual rows.
@@ -1091,7 +1085,7 @@ fn mm_tile_pair(
     // offset the pair touches (a: kc*MR, each B panel kc*NR, C and each residual: MR rows
     // of NR at ldc from the tile's origin, the second tile at c + NR).
     unsafe {
-        tile_6x16_row::<2, { Store::ROWS }>(
+        tile_6x16_row::<2, { Store::Rows as u8 }>(
             kc,
             |p, r| a.wrapping_add(p * MR + r),
             [b0, b1],
